@@ -1,0 +1,108 @@
+"""Text classifiers: embeddings -> BoW / CNN / BiLSTM encoder -> MLP -> softmax."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import numpy as np
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+from wenxin.common.constants import InstanceName, Phase
+from wenxin.common.errors import ConfigError
+from wenxin.common.registry import RegisterSet
+from wenxin.config.schema import Key
+from wenxin.metrics.classification import accuracy, binary_auc, precision_recall_f1
+from wenxin.models.base_model import BaseModel
+from wenxin.models.modules import BoWEncoder, CNNEncoder, RNNEncoder, TokenEmbedding
+
+
+class BaseClassification(BaseModel):
+    """Shared classifier head, loss and metrics; subclasses choose the encoder in ``build_encoder``."""
+
+    config_schema = {
+        "text_field": Key(str, "text_a", doc="name of the text field"),
+        "label_field": Key(str, "label", doc="name of the label field"),
+        "num_labels": Key(int, 0, minimum=0, doc="0: from the label field"),
+        "embedding": Key(dict, {}, children={"emb_dim": Key(int, 128, minimum=1)}),
+        "hidden_size": Key(int, 128, minimum=1, doc="MLP width over the encoder output"),
+        "dropout": Key(float, 0.1, minimum=0.0, maximum=1.0),
+    }
+
+    def structure(self) -> None:
+        p = self.model_params
+        self.text_field, self.label_field = p["text_field"], p["label_field"]
+        text_info = self.data_info.get(self.text_field)
+        if not text_info or not text_info.get("vocab_size"):
+            raise ConfigError(f"model.text_field: '{self.text_field}' is not a text field of the train_reader")
+        self.num_labels = p["num_labels"] or self.data_info.get(self.label_field, {}).get("num_labels", 0)
+        if self.num_labels < 2:
+            raise ConfigError(f"model.num_labels: need at least 2 classes, found {self.num_labels} "
+                              f"(set num_labels or add a label field named '{self.label_field}')")
+        emb_dim = p["embedding"]["emb_dim"]
+        self.embedding = TokenEmbedding(text_info["vocab_size"], emb_dim, text_info["padding_id"])
+        self.encoder = self.build_encoder(emb_dim)
+        self.fc = nn.Linear(self.encoder.output_dim, p["hidden_size"])
+        self.dropout = nn.Dropout(p["dropout"])
+        self.output_layer = nn.Linear(p["hidden_size"], self.num_labels)
+
+    def build_encoder(self, emb_dim: int) -> nn.Layer:
+        raise NotImplementedError
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        ids = fields_dict[self.text_field]  # [B, T]
+        seq_lens = fields_dict[f"{self.text_field}_{InstanceName.SEQ_LENS}"]  # [B]
+        encoded = self.encoder(self.embedding(ids), seq_lens)  # [B, H_enc]
+        hidden = self.dropout(paddle.tanh(self.fc(encoded)))  # [B, H]
+        logits = self.output_layer(hidden).astype("float32")  # [B, C]
+        probs = F.softmax(logits, axis=-1)
+        outputs = {InstanceName.PROBS: probs, InstanceName.PREDICTIONS: paddle.argmax(probs, axis=-1)}
+        if phase != Phase.PREDICT and self.label_field in fields_dict:
+            labels = fields_dict[self.label_field]  # [B]
+            outputs[InstanceName.LOSS] = F.cross_entropy(logits, labels.reshape([-1, 1])).mean()
+            outputs[InstanceName.LABELS] = labels
+        return outputs
+
+    def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
+        labels, predictions = outputs[InstanceName.LABELS], outputs[InstanceName.PREDICTIONS]
+        metrics = {"acc": accuracy(labels, predictions),
+                   **precision_recall_f1(labels, predictions, self.num_labels)}
+        if self.num_labels == 2:
+            metrics["auc"] = binary_auc(labels, outputs[InstanceName.PROBS][:, 1])
+        if InstanceName.LOSS in outputs:
+            metrics["loss"] = float(np.average(outputs[InstanceName.LOSS], weights=meta_info["batch_sizes"]))
+        return metrics
+
+
+@RegisterSet.models.register("BowClassification")
+class BowClassification(BaseClassification):
+    """Bag of words: the mean of the token embeddings."""
+
+    def build_encoder(self, emb_dim: int) -> nn.Layer:
+        return BoWEncoder(emb_dim)
+
+
+@RegisterSet.models.register("CnnClassification")
+class CnnClassification(BaseClassification):
+    """Convolutions of several widths, max-pooled over time."""
+
+    config_schema = {**BaseClassification.config_schema,
+                     "num_filters": Key(int, 128, minimum=1),
+                     "filter_sizes": Key(list, [2, 3, 4], items=Key(int, minimum=1))}
+
+    def build_encoder(self, emb_dim: int) -> nn.Layer:
+        return CNNEncoder(emb_dim, self.model_params["num_filters"], self.model_params["filter_sizes"])
+
+
+@RegisterSet.models.register("LstmClassification")
+class LstmClassification(BaseClassification):
+    """Bidirectional LSTM (or GRU with ``cell: gru``), mean-pooled over the real time steps."""
+
+    config_schema = {**BaseClassification.config_schema,
+                     "rnn_hidden_size": Key(int, 128, minimum=1),
+                     "num_layers": Key(int, 1, minimum=1),
+                     "cell": Key(str, "lstm", choices=["lstm", "gru"])}
+
+    def build_encoder(self, emb_dim: int) -> nn.Layer:
+        p = self.model_params
+        return RNNEncoder(emb_dim, p["rnn_hidden_size"], p["num_layers"], p["cell"], p["dropout"])

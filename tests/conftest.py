@@ -1,0 +1,96 @@
+"""Shared helpers: small generated data sets and task files for the text-classification task."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import sys
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+os.environ.setdefault("GLOG_minloglevel", "2")
+os.environ.setdefault("GLOG_v", "0")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+POSITIVE = list("好棒赞优美爱喜乐")
+NEGATIVE = list("差烂坏丑慢贵怒悲")
+NEUTRAL = list("的了是在我有这个书买东西质量")
+
+
+def make_sentences(n: int, seed: int) -> List[tuple]:
+    """Separable synthetic reviews: the label is which sentiment characters dominate."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        label = rng.randint(0, 1)
+        chars = [rng.choice(NEUTRAL) for _ in range(rng.randint(3, 12))]
+        chars += [rng.choice(POSITIVE if label else NEGATIVE) for _ in range(rng.randint(1, 3))]
+        rng.shuffle(chars)
+        rows.append(("".join(chars), label))
+    return rows
+
+
+def write_tsv(path: str, rows: List[tuple]) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write("\t".join(str(c) for c in row) + "\n")
+    return path
+
+
+def fields(max_seq_len: int = 32) -> List[Dict[str, Any]]:
+    return [
+        {"name": "text_a", "data_type": "string", "reader": {"type": "TextFieldReader"},
+         "tokenizer": {"type": "CharTokenizer"}, "max_seq_len": max_seq_len},
+        {"name": "label", "data_type": "int", "reader": {"type": "LabelFieldReader"}},
+    ]
+
+
+def task_config(data_dir: str, output: str, model_type: str = "BowClassification", **trainer: Any) -> Dict[str, Any]:
+    """A small, fast text-classification config over ``data_dir/{train,dev,test}.tsv``."""
+    def reader(name: str, shuffle: bool, batch_size: int) -> Dict[str, Any]:
+        return {"name": f"{name}_reader", "type": "BasicDataSetReader", "fields": fields(),
+                "config": {"data_path": os.path.join(data_dir, f"{name}.tsv"), "shuffle": shuffle,
+                           "batch_size": batch_size}}
+    config = {
+        "task": "text_classification",
+        "dataset_reader": {"train_reader": reader("train", True, 16), "dev_reader": reader("dev", False, 32),
+                           "test_reader": reader("test", False, 32)},
+        "model": {"type": model_type, "is_dygraph": 1, "embedding": {"emb_dim": 16}, "hidden_size": 16,
+                  "dropout": 0.1, "optimization": {"learning_rate": 0.01, "warmup_steps": 3,
+                                                   "max_grad_norm": 1.0, "weight_decay": 0.01}},
+        "trainer": {"type": "CustomDynamicTrainer", "epoch": 3, "train_log_step": 5, "is_eval_dev": 1,
+                    "is_eval_test": 1, "output_path": output, "visualdl": False},
+    }
+    if model_type == "CnnClassification":
+        config["model"].update(num_filters=16, filter_sizes=[2, 3])
+    if model_type == "LstmClassification":
+        config["model"].update(rnn_hidden_size=16)
+    config["trainer"].update(trainer)
+    return config
+
+
+@pytest.fixture
+def data_dir(tmp_path) -> str:
+    folder = str(tmp_path / "data")
+    write_tsv(os.path.join(folder, "train.tsv"), make_sentences(240, seed=1))
+    write_tsv(os.path.join(folder, "dev.tsv"), make_sentences(60, seed=2))
+    write_tsv(os.path.join(folder, "test.tsv"), make_sentences(60, seed=3))
+    return folder
+
+
+def write_config(path: str, config: Dict[str, Any]) -> str:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False, indent=2)
+    return path
+
+
+def build(config: Dict[str, Any], tmp_path, overrides: Optional[List[str]] = None):
+    """Validate a config dict through the real loader and build its trainer."""
+    from wenxin.config.loader import load_config
+    from wenxin.runner import build_trainer
+    path = write_config(str(tmp_path / f"task_{random.random():.8f}.json"), copy.deepcopy(config))
+    return build_trainer(load_config(path, overrides or []))

@@ -1,0 +1,20 @@
+"""Names shared by readers, models and trainers."""
+
+
+class InstanceName:
+    """Suffixes and keys used in the tensors a field reader produces and a model returns."""
+
+    SEQ_LENS = "seq_lens"
+    LOSS = "loss"
+    PREDICTIONS = "predictions"
+    PROBS = "probs"
+    LABELS = "labels"
+
+
+class Phase:
+    """The phase a model is called in."""
+
+    TRAINING = "training"
+    EVALUATE = "evaluate"
+    TEST = "test"
+    PREDICT = "predict"

@@ -1,0 +1,71 @@
+"""Registries that map the names used in task files to classes.
+
+A class registered from inside a task package is scoped to that task, so two tasks may each
+define a ``CustomDynamicTrainer``; a lookup made with ``scope`` prefers the task's own class and
+falls back to the framework's built-in classes.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
+
+from wenxin.common.errors import ConfigError
+
+T = TypeVar("T")
+
+BUILTIN_SCOPE = "wenxin"
+
+
+def scope_of(module_name: str) -> str:
+    """The scope of a module: its top-level package ("wenxin" or a task package name)."""
+    return module_name.split(".")[0]
+
+
+class Registry:
+    """A named table of classes, filled by the ``register`` decorator."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: Dict[str, List[Tuple[str, type]]] = {}
+
+    def register(self, name: Optional[str] = None) -> Callable[[T], T]:
+        def decorator(cls: T) -> T:
+            key = name or cls.__name__  # type: ignore[attr-defined]
+            scope = scope_of(cls.__module__)  # type: ignore[attr-defined]
+            entries = [e for e in self._entries.get(key, []) if e[0] != scope]
+            entries.append((scope, cls))  # re-registration in a scope replaces the old class
+            self._entries[key] = entries
+            return cls
+
+        return decorator
+
+    def names(self, scope: Optional[str] = None) -> List[str]:
+        return sorted(k for k, entries in self._entries.items()
+                      if any(s in (scope, BUILTIN_SCOPE) for s, _ in entries))
+
+    def get(self, name: str, scope: Optional[str] = None, key_path: str = "") -> type:
+        """Return the class registered as ``name``, preferring ``scope`` over built-ins."""
+        entries = dict(self._entries.get(name, []))
+        if scope in entries:
+            return entries[scope]
+        if BUILTIN_SCOPE in entries:
+            return entries[BUILTIN_SCOPE]
+        if len(entries) == 1 and scope is None:
+            return next(iter(entries.values()))
+        known = self.names(scope)
+        where = f"{key_path}: " if key_path else ""
+        hint = difflib.get_close_matches(name, known, n=1)
+        suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+        raise ConfigError(f"{where}unknown {self.kind} type '{name}'{suggestion}; "
+                          f"known: {', '.join(known) or 'none'}")
+
+
+class RegisterSet:
+    """All registries of the framework."""
+
+    models = Registry("model")
+    dataset_readers = Registry("dataset reader")
+    field_readers = Registry("field reader")
+    tokenizers = Registry("tokenizer")
+    trainers = Registry("trainer")
+    hooks = Registry("hook")

@@ -1,0 +1,141 @@
+"""The schema of a task file: sections ``dataset_reader``, ``model`` and ``trainer``.
+
+Model classes add their own keys through ``BaseModel.config_schema``; hooks declare theirs
+through ``HookBase.config_schema``. Both are checked once the task package is imported.
+"""
+from __future__ import annotations
+
+from wenxin.config.schema import Key, Schema
+
+TOKENIZER: Schema = {
+    "type": Key(str, "CharTokenizer", doc="registered tokenizer: CharTokenizer, WhitespaceTokenizer"),
+    "split_char": Key(str, " ", doc="separator used by WhitespaceTokenizer"),
+    "unk_token": Key(str, "[UNK]", doc="token for out-of-vocabulary pieces"),
+    "lowercase": Key(bool, True, doc="lower-case text before tokenizing"),
+    "ngram": Key(int, 1, minimum=1, maximum=5,
+                 doc="also emit joined n-grams of up to N consecutive tokens (for bag-of-words models)"),
+    "params": Key((dict, type(None)), None, open_keys=True, doc="extra tokenizer arguments"),
+}
+
+FIELD: Schema = {
+    "name": Key(str, doc="field name; tensors are named after it"),
+    "data_type": Key(str, "string", choices=["string", "int", "float"]),
+    "reader": Key(dict, children={"type": Key(str, doc="TextFieldReader, LabelFieldReader, ScalarFieldReader")}),
+    "tokenizer": Key((dict, type(None)), None, children=TOKENIZER),
+    "need_convert": Key(bool, True, doc="convert tokens to ids through the vocab"),
+    "vocab_path": Key(str, "", doc="vocab / label-map file; empty: built from the training data"),
+    "max_seq_len": Key(int, 128, minimum=1),
+    "truncation_type": Key(int, 0, choices=[0, 1, 2], doc="0 keep head, 1 keep tail, 2 keep both ends"),
+    "padding_id": Key(int, 0, minimum=0),
+    "min_freq": Key(int, 1, minimum=1, doc="vocab building: drop rarer tokens"),
+    "max_vocab_size": Key(int, 0, minimum=0, doc="vocab building: keep the most frequent N (0: all)"),
+    "embedding": Key((dict, type(None)), None, open_keys=True, doc="accepted for Wenxin compatibility"),
+}
+
+READER_CONFIG: Schema = {
+    "data_path": Key(str, doc="a TSV file or a folder of them (one column per field)"),
+    "shuffle": Key(bool, False),
+    "batch_size": Key(int, 32, minimum=1),
+    "sampling_rate": Key(float, 1.0, minimum=0.0, maximum=1.0),
+    "need_data_distribute": Key(bool, True, doc="shard across ranks in distributed training"),
+    "need_generate_examples": Key(bool, False, doc="keep raw examples beside the tensors"),
+    "drop_last": Key(bool, False),
+    "has_header": Key(bool, False, doc="skip the first line of each file"),
+    "separator": Key(str, "\t"),
+    "skip_bad_lines": Key(bool, False, doc="skip and count malformed lines instead of failing"),
+    "num_workers": Key(int, 0, minimum=0, doc="paddle.io.DataLoader worker processes"),
+}
+
+READER: Schema = {
+    "name": Key(str, ""),
+    "type": Key(str, "BasicDataSetReader"),
+    "fields": Key(list, items=Key(dict, children=FIELD)),
+    "config": Key(dict, children=READER_CONFIG),
+}
+
+DATASET_READER: Schema = {
+    name: Key((dict, type(None)), None, children=READER)
+    for name in ("train_reader", "dev_reader", "test_reader", "predict_reader")
+}
+
+OPTIMIZATION: Schema = {
+    "learning_rate": Key(float, 1e-3, minimum=0.0),
+    "optimizer": Key(str, "adamw", choices=["adamw", "adam", "sgd", "momentum"]),
+    "lr_scheduler": Key(str, "linear_warmup_decay",
+                        choices=["constant", "linear_warmup_decay", "cosine_warmup_decay"]),
+    "warmup_steps": Key(int, 0, minimum=0),
+    "warmup_proportion": Key(float, 0.0, minimum=0.0, maximum=1.0),
+    "end_learning_rate": Key(float, 0.0, minimum=0.0, doc="learning rate reached at the last step"),
+    "weight_decay": Key(float, 0.0, minimum=0.0, doc="not applied to biases and norm scales"),
+    "max_grad_norm": Key(float, 0.0, minimum=0.0, doc="clip gradients by global norm (0: off)"),
+    "beta1": Key(float, 0.9, minimum=0.0, maximum=1.0),
+    "beta2": Key(float, 0.999, minimum=0.0, maximum=1.0),
+    "epsilon": Key(float, 1e-8, minimum=0.0),
+    "momentum": Key(float, 0.9, minimum=0.0),
+}
+
+MODEL_BASE: Schema = {
+    "type": Key(str, doc="registered model class"),
+    "is_dygraph": Key(int, 1, choices=[0, 1], doc="1 eager (dynamic), 0 static graph"),
+    "optimization": Key(dict, {}, children=OPTIMIZATION),
+}
+
+HOOK: Schema = {
+    "type": Key(str),
+    "priority": Key((int, type(None)), None, doc="lower runs first; default: the hook's own"),
+    "params": Key(dict, {}, open_keys=True),
+}
+
+PRETRAINED: Schema = {
+    "name": Key(str, ""),
+    "params_path": Key(str),
+    "prefix_map": Key(dict, {}, open_keys=True, doc="rename: {'old.prefix': 'new.prefix'}"),
+}
+
+TRAINER: Schema = {
+    "type": Key(str, "CustomDynamicTrainer"),
+    "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
+    "PADDLE_IS_FLEET": Key(bool, False),
+    "seed": Key(int, 42, minimum=0),
+    "epoch": Key(int, 1, minimum=1),
+    "max_steps": Key(int, -1, doc="> 0: stop after this many optimizer steps (overrides epoch)"),
+    "gradient_accumulation_steps": Key(int, 1, minimum=1),
+    "train_log_step": Key(int, 10, minimum=1),
+    "eval_step": Key(int, 0, minimum=0, doc="evaluate every N steps (0: at the end of each epoch)"),
+    "save_model_step": Key(int, 0, minimum=0, doc="checkpoint every N steps (0: at each epoch end)"),
+    "is_eval_dev": Key(bool, False),
+    "is_eval_test": Key(bool, False),
+    "eval_batch_size": Key(int, 0, minimum=0, doc="0: the reader's batch_size"),
+    "metric": Key(str, "acc", doc="dev metric that picks the best checkpoint / early stopping"),
+    "metric_mode": Key(str, "max", choices=["max", "min"]),
+    "keep_checkpoint_max": Key(int, 3, minimum=1, doc="periodic checkpoints kept (best kept apart)"),
+    "save_best": Key(bool, True),
+    "use_amp": Key(bool, False),
+    "amp_dtype": Key(str, "auto", choices=["auto", "float16", "bfloat16"],
+                     doc="auto: float16 on GPU, bfloat16 on CPU"),
+    "amp_level": Key(str, "O1", choices=["O1", "O2"]),
+    "use_loss_scaling": Key((bool, type(None)), None, doc="GradScaler on; null: only for float16"),
+    "use_dynamic_loss_scaling": Key(bool, True),
+    "init_loss_scaling": Key(float, 32768.0, minimum=1.0),
+    "incr_every_n_steps": Key(int, 1000, minimum=1),
+    "decr_every_n_nan_or_inf": Key(int, 2, minimum=1),
+    "incr_ratio": Key(float, 2.0, minimum=1.0),
+    "decr_ratio": Key(float, 0.5, minimum=0.0, maximum=1.0),
+    "nan_check_step": Key(int, 1, minimum=0, doc="check the loss for NaN/Inf every N steps (0: off)"),
+    "max_nan_steps": Key(int, 1, minimum=1, doc="stop after this many non-finite losses in a row"),
+    "output_path": Key(str, "./output"),
+    "pre_train_model": Key((list, str), [], doc="params files to warm-start from (see README)"),
+    "load_parameters": Key(str, "", doc="model parameters to start from (no optimizer state)"),
+    "load_checkpoint": Key(str, "", doc="checkpoint folder to resume from"),
+    "resume": Key(str, "none", choices=["none", "auto"], doc="auto: resume from the latest complete checkpoint"),
+    "visualdl": Key(bool, True, doc="also log scalars to VisualDL (output_path/vdl)"),
+    "hooks": Key(list, [], items=Key(dict, children=HOOK), doc="extra hooks (see README)"),
+    "extra_param": Key(dict, {}, open_keys=True),
+}
+
+ROOT: Schema = {
+    "task": Key(str, doc="task package: a name under tasks/ or a path to a task folder"),
+    "dataset_reader": Key(dict, children=DATASET_READER),
+    "model": Key(dict, open_keys=True),  # checked against MODEL_BASE + the model's own keys
+    "trainer": Key(dict, {}, children=TRAINER),
+}

@@ -1,0 +1,343 @@
+"""``BaseTrainer``: everything about training that does not depend on how a step executes.
+
+The dynamic and static trainers subclass it and implement the execution primitives
+(``setup_execution``, ``run_step``, ``eval_step`` and the state accessors). The loop, hooks,
+evaluation, logging, checkpoint policy, resume and parameter loading live here once.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import time
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+import paddle
+
+from wenxin.common.constants import Phase
+from wenxin.common.errors import CheckpointError, ConfigError
+from wenxin.common.registry import RegisterSet
+from wenxin.config.schema import validate
+from wenxin.controller import checkpoint as ckpt
+from wenxin.controller.amp import AmpSettings
+from wenxin.controller.env import rng_state, set_rng_state
+from wenxin.controller.hooks import DEFAULT_HOOKS, HookBase, HookList
+from wenxin.controller.hooks.writers import ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, VisualDLWriter
+from wenxin.controller.state import TrainState
+from wenxin.data.dataset_reader import BasicDataSetReader
+from wenxin.models.base_model import BaseModel
+
+logger = logging.getLogger("wenxin")
+
+Batch = Dict[str, Any]
+
+
+def prepare_output_path(cfg: Dict[str, Any], is_writer: bool = True) -> None:
+    """Create ``trainer.output_path``; never train over an earlier run's checkpoints unless
+    asked to resume it, and fail clearly when the folder cannot be used."""
+    path = cfg["output_path"]
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"trainer.output_path: {path} exists and is not a folder")
+    if is_writer:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"trainer.output_path: cannot create {path}: {e.strerror}") from None
+        if not os.access(path, os.W_OK):
+            raise ConfigError(f"trainer.output_path: folder is not writable: {path}")
+    manager = ckpt.CheckpointManager(path, cfg["keep_checkpoint_max"])
+    if manager.has_checkpoints() and cfg["resume"] != "auto" and not cfg["load_checkpoint"]:
+        raise ConfigError(f"trainer.output_path: {path} already holds checkpoints of an earlier run; "
+                          f"set trainer.resume=auto to continue it, or choose another output_path")
+
+
+class BaseTrainer:
+    """The shared training loop. Tasks subclass a mode-specific base and implement
+    ``do_train`` (usually ``return self.train_loop()``) and ``do_evaluate``.
+
+    Args:
+        config: the validated task config.
+        model: the task model (a ``BaseModel``).
+        readers: loaded dataset readers by name (``train_reader``, ``dev_reader``, ...).
+        scope: the task package, for task-registered hooks.
+    """
+
+    mode: str = ""
+
+    def __init__(self, config: Dict[str, Any], model: BaseModel, readers: Dict[str, BasicDataSetReader],
+                 scope: Optional[str] = None) -> None:
+        self.config = config
+        self.trainer_config: Dict[str, Any] = config["trainer"]
+        self.model = model
+        self.readers = readers
+        self.scope = scope
+        self.output_path: str = self.trainer_config["output_path"]
+        self.rank, self.world_size = paddle.distributed.get_rank(), paddle.distributed.get_world_size()
+        self.is_writer = self.rank == 0
+        self.amp = AmpSettings.from_config(self.trainer_config)
+        self.state = TrainState()
+        self.lr_scheduler: Optional[paddle.optimizer.lr.LRScheduler] = None
+        self.checkpoints = ckpt.CheckpointManager(self.output_path, self.trainer_config["keep_checkpoint_max"])
+        prepare_output_path(self.trainer_config, self.is_writer)
+        self._setup_train_data()
+        self._eval_loaders: Dict[str, paddle.io.DataLoader] = {}
+        self.metric_logger = MetricLogger(self._make_writers())
+        self.hooks = HookList()
+        self._setup_hooks()
+        self.setup_execution()
+        self._load_initial_state()
+
+    # ---- setup ---------------------------------------------------------------------------
+    def _setup_train_data(self) -> None:
+        cfg, reader = self.trainer_config, self.readers["train_reader"]
+        rc = reader.reader_config
+        self.accumulate: int = cfg["gradient_accumulation_steps"]
+        distribute = rc["need_data_distribute"] and self.world_size > 1
+        self.train_sampler = reader.make_sampler(rc["batch_size"], rc["shuffle"], cfg["seed"],
+                                                 rank=self.rank if distribute else 0,
+                                                 num_replicas=self.world_size if distribute else 1)
+        self.train_loader = reader.make_loader(self.train_sampler)
+        steps_per_epoch = len(self.train_sampler) // self.accumulate
+        if steps_per_epoch == 0:
+            raise ConfigError(f"trainer.gradient_accumulation_steps: {self.accumulate} is more than the "
+                              f"{len(self.train_sampler)} batches of one epoch")
+        s = self.state
+        s.steps_per_epoch = steps_per_epoch
+        if cfg["max_steps"] > 0:
+            s.max_steps = cfg["max_steps"]
+            s.num_epochs = -(-s.max_steps // steps_per_epoch)
+        else:
+            s.num_epochs = cfg["epoch"]
+            s.max_steps = cfg["epoch"] * steps_per_epoch
+        for name, flag in (("dev_reader", "is_eval_dev"), ("test_reader", "is_eval_test")):
+            if cfg[flag] and name not in self.readers:
+                raise ConfigError(f"trainer.{flag}: set, but dataset_reader.{name} is not configured")
+
+    def _make_writers(self) -> List[MetricWriter]:
+        writers: List[MetricWriter] = [ConsoleWriter()]
+        if self.is_writer:
+            writers.append(JsonlWriter(os.path.join(self.output_path, "logs", "metrics.jsonl")))
+            if self.trainer_config["visualdl"]:
+                writers.append(VisualDLWriter(os.path.join(self.output_path, "vdl")))
+        return writers
+
+    def _setup_hooks(self) -> None:
+        for cls in DEFAULT_HOOKS:
+            self.register_hook(cls())
+        for i, spec in enumerate(self.trainer_config["hooks"]):
+            path = f"trainer.hooks[{i}]"
+            cls = RegisterSet.hooks.get(spec["type"], self.scope, f"{path}.type")
+            params = validate(spec["params"], cls.config_schema, f"{path}.params")
+            self.register_hook(cls(**params), spec["priority"])
+
+    def register_hook(self, hook: HookBase, priority: Optional[int] = None) -> None:
+        hook.trainer = self
+        self.hooks.add(hook, priority)
+
+    # ---- execution primitives (implemented by the dynamic / static trainers) -------------------
+    def setup_execution(self) -> None:
+        """Build the optimizer, LR schedule and scaler (and programs in static mode)."""
+        raise NotImplementedError
+
+    def run_step(self, batches: List[Batch]) -> Any:
+        """One optimizer update over ``batches`` (gradient accumulation); returns the mean loss
+        (a tensor or float) and sets ``state.nonfinite_loss`` when it checked and found NaN/Inf."""
+        raise NotImplementedError
+
+    def eval_step(self, batch: Batch, phase: str) -> Dict[str, np.ndarray]:
+        """The model's outputs for one batch, as numpy arrays."""
+        raise NotImplementedError
+
+    def begin_eval(self) -> None: ...
+    def end_eval(self) -> None: ...
+
+    def model_state_dict(self) -> Dict[str, Any]:
+        """Parameters and buffers by structured name (``encoder.fc.weight``)."""
+        raise NotImplementedError
+
+    def set_model_state_dict(self, state: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    def optimizer_state_dict(self) -> Dict[str, Any]:
+        """Optimizer accumulators keyed by structured parameter names."""
+        raise NotImplementedError
+
+    def set_optimizer_state_dict(self, state: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    def scaler_state_dict(self) -> Optional[Dict[str, Any]]:
+        return None
+
+    def set_scaler_state_dict(self, state: Optional[Dict[str, Any]]) -> None: ...
+
+    def current_lr(self) -> float:
+        return float(self.lr_scheduler.get_lr()) if self.lr_scheduler is not None else 0.0
+
+    def loss_scale(self) -> Optional[float]:
+        return None
+
+    def should_check_loss(self) -> bool:
+        """Whether the step about to run checks its loss for NaN/Inf (``trainer.nan_check_step``)."""
+        every = self.trainer_config["nan_check_step"]
+        return bool(every) and (self.state.global_step + 1) % every == 0
+
+    # ---- task entry points ---------------------------------------------------------------
+    def do_train(self) -> Dict[str, Dict[str, float]]:
+        raise NotImplementedError
+
+    def do_evaluate(self, reader_name: str, phase: str, step: int) -> Dict[str, float]:
+        raise NotImplementedError
+
+    # ---- the loop ------------------------------------------------------------------------
+    def train_loop(self) -> Dict[str, Dict[str, float]]:
+        """Run until ``max_steps`` or a hook asks to stop; returns the last metrics by reader."""
+        s = self.state
+        logger.info("training (%s): %d steps, %d per epoch, %d epochs, batch %d x %d accumulation",
+                    self.mode, s.max_steps, s.steps_per_epoch, s.num_epochs,
+                    self.readers["train_reader"].reader_config["batch_size"], self.accumulate)
+        self.hooks.call("before_train")
+        try:
+            while s.global_step < s.max_steps and not s.should_stop:
+                self.train_sampler.set_epoch(s.epoch, s.step_in_epoch * self.accumulate)
+                if s.step_in_epoch == 0:
+                    self.hooks.call("before_epoch")
+                batches = iter(self.train_loader)
+                while s.step_in_epoch < s.steps_per_epoch and s.global_step < s.max_steps and not s.should_stop:
+                    self.hooks.call("before_step")
+                    start = time.perf_counter()
+                    group = [next(batches) for _ in range(self.accumulate)]
+                    s.last_data_time = time.perf_counter() - start
+                    s.last_loss = self.run_step(group)
+                    s.global_step += 1
+                    s.step_in_epoch += 1
+                    self.hooks.call("after_step")
+                if s.step_in_epoch >= s.steps_per_epoch:
+                    self.hooks.call("after_epoch")
+                    s.epoch += 1
+                    s.step_in_epoch = 0
+            self.hooks.call("after_train")
+        finally:
+            self.metric_logger.close()
+        if s.stop_reason:
+            logger.info("stopped: %s", s.stop_reason)
+        return s.metrics
+
+    # ---- evaluation ----------------------------------------------------------------------
+    def evaluate(self, reader_name: str) -> Dict[str, float]:
+        """Evaluate on a reader through the task's ``do_evaluate``; logs and returns the metrics."""
+        phase = Phase.EVALUATE if reader_name == "dev_reader" else Phase.TEST
+        self.hooks.call("before_eval", reader_name)
+        metrics = self.do_evaluate(reader_name, phase, self.state.global_step)
+        self.state.metrics[reader_name] = metrics
+        self.metric_logger.write(reader_name.replace("_reader", ""), self.state.global_step, metrics)
+        self.hooks.call("after_eval", reader_name, metrics)
+        return metrics
+
+    def eval_loader(self, reader_name: str) -> paddle.io.DataLoader:
+        if reader_name not in self._eval_loaders:
+            if reader_name not in self.readers:
+                raise ConfigError(f"dataset_reader.{reader_name}: not configured")
+            reader = self.readers[reader_name]
+            batch_size = self.trainer_config["eval_batch_size"] or reader.reader_config["batch_size"]
+            sampler = reader.make_sampler(batch_size, shuffle=False, seed=0)
+            self._eval_loaders[reader_name] = reader.make_loader(sampler)
+        return self._eval_loaders[reader_name]
+
+    def collect_outputs(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+        """Run the model over a whole reader; per-example outputs are concatenated, scalar
+        outputs (like ``loss``) become one value per batch, weighted by ``meta_info["batch_sizes"]``."""
+        chunks: Dict[str, List[np.ndarray]] = collections.defaultdict(list)
+        sizes: List[int] = []
+        self.begin_eval()
+        try:
+            for batch in self.eval_loader(reader_name):
+                outputs = self.eval_step(batch, phase)
+                sizes.append(len(next(iter(batch.values()))))
+                for key, value in outputs.items():
+                    chunks[key].append(value.reshape(1) if value.ndim == 0 else value)
+        finally:
+            self.end_eval()
+        merged = {k: np.concatenate(v, axis=0) for k, v in chunks.items()}
+        meta = {"reader": reader_name, "step": self.state.global_step,
+                "batch_sizes": np.asarray(sizes), "num_examples": int(sum(sizes))}
+        return merged, meta
+
+    # ---- checkpoints ---------------------------------------------------------------------
+    def save_checkpoint(self, name: str, update_latest: bool = True) -> str:
+        """Write a complete checkpoint ``<output_path>/checkpoints/<name>`` (rank 0 only)."""
+        if not self.is_writer:
+            return ""
+        self.hooks.call("before_save", name)
+        extra = {"scaler": self.scaler_state_dict(), "rng": rng_state(), "hooks": self.hooks.state_dict(),
+                 "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
+                 "sampler_seed": self.train_sampler.seed}
+        trainer_state = {**self.state.to_dict(), "mode": self.mode, "time": time.time()}
+
+        def write(folder: str) -> None:
+            ckpt.write_checkpoint(folder, self.model_state_dict(), self.optimizer_state_dict(), extra,
+                                  trainer_state, self.config)
+
+        path = self.checkpoints.save(name, write, update_latest=update_latest)
+        self.hooks.call("after_save", name, path)
+        return path
+
+    def load_checkpoint(self, folder: str) -> None:
+        """Restore model, optimizer, LR schedule, scaler, RNG, hook state and progress."""
+        parts = ckpt.read_checkpoint(folder)
+        self._load_model_params(parts["model"], folder, strict=True)
+        try:
+            self.set_optimizer_state_dict(parts["optimizer"])
+        except Exception as e:
+            raise CheckpointError(f"{folder}: optimizer state does not fit this model/optimizer ({e})") from None
+        extra = parts["extra"]
+        if self.lr_scheduler is not None and extra.get("lr_scheduler"):
+            self.lr_scheduler.set_state_dict(extra["lr_scheduler"])
+        self.set_scaler_state_dict(extra.get("scaler"))
+        self.hooks.set_state_dict(extra.get("hooks") or {})
+        set_rng_state(extra["rng"])
+        self.state.load(parts["trainer_state"])
+        logger.info("resumed from %s at step %d (epoch %d, step %d in epoch)", folder,
+                    self.state.global_step, self.state.epoch + 1, self.state.step_in_epoch)
+
+    def _load_model_params(self, loaded: Mapping[str, Any], source: str, strict: bool = False,
+                           prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
+        current = self.model_state_dict()
+        matched, report = ckpt.match_parameters(current, loaded, source, prefix_map)
+        if strict and (report.missing or report.mismatched or report.unexpected):
+            raise CheckpointError(f"{source}: checkpoint does not match the model:\n{report.summary()}")
+        self.set_model_state_dict(matched)
+        return report
+
+    def load_pretrained(self, params_path: str, prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
+        """Warm-start from a params file (or checkpoint folder); logs what matched and what did not."""
+        path = ckpt.resolve_params_file(params_path)
+        report = self._load_model_params(ckpt.load_file(path, "pretrained params file"), path,
+                                         prefix_map=prefix_map)
+        if not report.loaded:
+            raise CheckpointError(f"{path}: no parameter matches the model:\n{report.summary()}")
+        logger.info(report.summary())
+        return report
+
+    def _load_initial_state(self) -> None:
+        cfg = self.trainer_config
+        for entry in cfg["pre_train_model"]:
+            self.load_pretrained(entry["params_path"], entry["prefix_map"])
+        if cfg["load_parameters"]:
+            self.load_pretrained(cfg["load_parameters"])
+        if cfg["load_checkpoint"]:
+            self.load_checkpoint(cfg["load_checkpoint"])
+        elif cfg["resume"] == "auto":
+            latest = self.checkpoints.latest()
+            if latest:
+                self.load_checkpoint(latest)
+            else:
+                logger.info("resume=auto: no checkpoint in %s, starting fresh", self.checkpoints.root)
+        if self.is_writer:
+            with open(os.path.join(self.output_path, "config.json"), "w", encoding="utf-8") as f:
+                json.dump({k: v for k, v in self.config.items() if not k.startswith("_")}, f,
+                          indent=2, ensure_ascii=False)
+            vocab_dir = os.path.join(self.output_path, "vocab")
+            for field in self.readers["train_reader"].fields:
+                field.save_vocab(vocab_dir)

@@ -1,0 +1,105 @@
+"""``BaseDynamicTrainer``: eager execution of the shared training loop."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
+import paddle
+
+from wenxin.common.constants import InstanceName, Phase
+from wenxin.controller.base_trainer import Batch, BaseTrainer
+
+
+def _rename_keys(state: Mapping[str, Any], names: Mapping[str, str]) -> Dict[str, Any]:
+    """Rename optimizer-state keys ``<param name>_<suffix>`` by the longest matching param name."""
+    ordered = sorted(names, key=len, reverse=True)
+    renamed: Dict[str, Any] = {}
+    for key, value in state.items():
+        if isinstance(value, Mapping):  # e.g. master_weights, LR_Scheduler
+            renamed[key] = _rename_keys(value, names) if key == "master_weights" else dict(value)
+            continue
+        new = key
+        for old in ordered:
+            if key == old or key.startswith(old + "_"):
+                new = names[old] + key[len(old):]
+                break
+        renamed[new] = value
+    return renamed
+
+
+class BaseDynamicTrainer(BaseTrainer):
+    """Eager training: ``paddle.amp.auto_cast`` + ``GradScaler``, gradient accumulation,
+    global-norm clipping (in the optimizer) and the shared hook loop."""
+
+    mode = "dynamic"
+
+    def setup_execution(self) -> None:
+        self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.state.max_steps)
+        if self.amp.enabled and self.amp.level == "O2":
+            self.model, self.optimizer = paddle.amp.decorate(models=self.model, optimizers=self.optimizer,
+                                                             level="O2", dtype=self.amp.dtype)
+        self.scaler = self.amp.make_scaler()
+        self.model.train()
+
+    def run_step(self, batches: List[Batch]) -> Any:
+        losses = []
+        for batch in batches:
+            with self.amp.autocast():
+                outputs = self.model(batch, Phase.TRAINING)
+            loss = outputs[InstanceName.LOSS]
+            scaled = loss / len(batches) if len(batches) > 1 else loss
+            if self.scaler is not None:
+                self.scaler.scale(scaled).backward()
+            else:
+                scaled.backward()
+            losses.append(loss.detach())
+        loss = losses[0] if len(losses) == 1 else paddle.stack(losses).mean()
+        self.state.nonfinite_loss = self.should_check_loss() and not bool(paddle.isfinite(loss).all())
+        if self.state.nonfinite_loss:
+            pass  # skip the update; the NaN guard decides whether to stop
+        elif self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.clear_grad(set_to_zero=False)
+        return loss
+
+    def eval_step(self, batch: Batch, phase: str) -> Dict[str, np.ndarray]:
+        with paddle.no_grad():
+            outputs = self.model(batch, phase)
+        return {k: v.numpy() for k, v in outputs.items() if isinstance(v, paddle.Tensor)}
+
+    def begin_eval(self) -> None:
+        self.model.eval()
+
+    def end_eval(self) -> None:
+        self.model.train()
+
+    # ---- state ---------------------------------------------------------------------------
+    def _param_names(self) -> Dict[str, str]:
+        """Internal parameter name (``linear_0.w_0``) -> structured name (``fc.weight``)."""
+        return {p.name: n for n, p in self.model.named_parameters()}
+
+    def model_state_dict(self) -> Dict[str, Any]:
+        return dict(self.model.state_dict())
+
+    def set_model_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.model.set_state_dict(dict(state))
+
+    def optimizer_state_dict(self) -> Dict[str, Any]:
+        return _rename_keys(self.optimizer.state_dict(), self._param_names())
+
+    def set_optimizer_state_dict(self, state: Mapping[str, Any]) -> None:
+        to_internal = {structured: internal for internal, structured in self._param_names().items()}
+        self.optimizer.set_state_dict(_rename_keys(state, to_internal))
+
+    def scaler_state_dict(self) -> Optional[Dict[str, Any]]:
+        return self.scaler.state_dict() if self.scaler is not None else None
+
+    def set_scaler_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
+        if self.scaler is not None and state:
+            self.scaler.load_state_dict(state)
+
+    def loss_scale(self) -> Optional[float]:
+        return float(self.scaler._scale) if self.scaler is not None else None  # noqa: SLF001

@@ -1,0 +1,70 @@
+"""Process environment: device, seeds and logging."""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sys
+from typing import Any, Dict
+
+import numpy as np
+import paddle
+
+from wenxin.common.errors import ConfigError
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def quiet_paddle() -> None:
+    """Silence Paddle's glog chatter unless the user asked for it."""
+    os.environ.setdefault("GLOG_minloglevel", "2")
+    os.environ.setdefault("GLOG_v", "0")
+
+
+def setup_device(place_type: str) -> str:
+    if place_type == "gpu":
+        if not paddle.is_compiled_with_cuda():
+            raise ConfigError("trainer.PADDLE_PLACE_TYPE: 'gpu' requested but this paddle has no CUDA "
+                              "support (install paddlepaddle-gpu, or use 'cpu')")
+        device = f"gpu:{int(os.environ.get('FLAGS_selected_gpus', os.environ.get('PADDLE_LOCAL_RANK', '0')))}"
+    else:
+        device = "cpu"
+    paddle.set_device(device)
+    return device
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    paddle.seed(seed)
+
+
+def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> None:
+    """Console logging for the ``wenxin`` logger, plus a file when ``log_file`` is given."""
+    root = logging.getLogger("wenxin")
+    root.setLevel(level)
+    root.propagate = False
+    formatter = logging.Formatter(LOG_FORMAT)
+    if not any(getattr(h, "_wenxin_console", False) for h in root.handlers):
+        console = logging.StreamHandler(sys.stdout)
+        console.setFormatter(formatter)
+        console._wenxin_console = True  # type: ignore[attr-defined]
+        root.addHandler(console)
+    for h in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(h)
+        h.close()
+    if log_file:
+        os.makedirs(os.path.dirname(log_file), exist_ok=True)
+        handler = logging.FileHandler(log_file, encoding="utf-8")
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+
+
+def rng_state() -> Dict[str, Any]:
+    return {"paddle": paddle.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    paddle.set_rng_state(state["paddle"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])

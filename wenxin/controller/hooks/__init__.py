@@ -1,0 +1,14 @@
+"""Hooks of the training loop; importing this package registers the built-in hooks."""
+from wenxin.controller.hooks.base import HookBase, HookList, Priority
+from wenxin.controller.hooks.checkpoint import CheckpointHook
+from wenxin.controller.hooks.early_stopping import EarlyStoppingHook
+from wenxin.controller.hooks.evaluation import EvaluationHook
+from wenxin.controller.hooks.logger import LoggerHook
+from wenxin.controller.hooks.lr_scheduler import LRSchedulerHook
+from wenxin.controller.hooks.nan_guard import NaNGuardHook
+from wenxin.controller.hooks.timer import IterationTimerHook
+
+DEFAULT_HOOKS = (IterationTimerHook, LRSchedulerHook, NaNGuardHook, EvaluationHook, LoggerHook, CheckpointHook)
+
+__all__ = ["HookBase", "HookList", "Priority", "DEFAULT_HOOKS", "CheckpointHook", "EarlyStoppingHook",
+           "EvaluationHook", "LoggerHook", "LRSchedulerHook", "NaNGuardHook", "IterationTimerHook"]

@@ -1,0 +1,96 @@
+"""Hooks: optional behaviour attached to the training loop, run in priority order.
+
+The loop calls, in order::
+
+    before_train
+      [before_epoch
+         [before_step -> (the step) -> after_step]*
+       after_epoch]*
+    after_train
+
+plus ``before_eval``/``after_eval`` around each evaluation and ``before_save``/``after_save``
+around each checkpoint. Hooks with a lower priority number run first (as in mmengine).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+from wenxin.config.schema import Schema
+
+if TYPE_CHECKING:
+    from wenxin.controller.base_trainer import BaseTrainer
+
+
+class Priority:
+    """Named priorities; any int works."""
+
+    HIGHEST = 0
+    VERY_HIGH = 10
+    HIGH = 30
+    ABOVE_NORMAL = 40
+    NORMAL = 50
+    BELOW_NORMAL = 60
+    LOW = 70
+    VERY_LOW = 90
+    LOWEST = 100
+
+
+class HookBase:
+    """Base class of hooks. Override the events you need; ``self.trainer`` is set on registration.
+
+    ``config_schema`` lists the keys a hook accepts in ``trainer.hooks[i].params``; a hook that
+    keeps state across a resume implements ``state_dict``/``set_state_dict``.
+    """
+
+    priority: int = Priority.NORMAL
+    config_schema: Schema = {}
+    trainer: "BaseTrainer"
+
+    def before_train(self) -> None: ...
+    def after_train(self) -> None: ...
+    def before_epoch(self) -> None: ...
+    def after_epoch(self) -> None: ...
+    def before_step(self) -> None: ...
+    def after_step(self) -> None: ...
+    def before_eval(self, reader_name: str) -> None: ...
+    def after_eval(self, reader_name: str, metrics: Dict[str, float]) -> None: ...
+    def before_save(self, name: str) -> None: ...
+    def after_save(self, name: str, path: str) -> None: ...
+
+    def state_dict(self) -> Optional[Dict[str, Any]]:
+        return None
+
+    def set_state_dict(self, state: Dict[str, Any]) -> None: ...
+
+
+class HookList:
+    """Hooks sorted by priority (stable for equal priorities) and dispatched by event name."""
+
+    def __init__(self) -> None:
+        self.hooks: List[HookBase] = []
+
+    def add(self, hook: HookBase, priority: Optional[int] = None) -> None:
+        if priority is not None:
+            hook.priority = priority
+        self.hooks.append(hook)
+        self.hooks.sort(key=lambda h: h.priority)
+
+    def call(self, event: str, *args: Any) -> None:
+        for hook in self.hooks:
+            getattr(hook, event)(*args)
+
+    def find(self, cls: type) -> Optional[HookBase]:
+        return next((h for h in self.hooks if isinstance(h, cls)), None)
+
+    def state_dict(self) -> Dict[str, Any]:
+        states = {}
+        for hook in self.hooks:
+            state = hook.state_dict()
+            if state is not None:
+                states[type(hook).__name__] = state
+        return states
+
+    def set_state_dict(self, states: Dict[str, Any]) -> None:
+        for hook in self.hooks:
+            if type(hook).__name__ in states:
+                hook.set_state_dict(states[type(hook).__name__])

@@ -1,0 +1,61 @@
+"""Periodic checkpoints, the final checkpoint, and the best checkpoint by a dev metric."""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Dict
+
+from wenxin.common.errors import ConfigError
+from wenxin.common.registry import RegisterSet
+from wenxin.controller.checkpoint import BEST_DIR
+from wenxin.controller.hooks.base import HookBase, Priority
+
+logger = logging.getLogger("wenxin")
+
+
+@RegisterSet.hooks.register("CheckpointHook")
+class CheckpointHook(HookBase):
+    """Saves ``step_<N>`` every ``save_model_step`` steps (or at each epoch end when it is 0) and
+    at the end of training, keeping the newest ``keep_checkpoint_max``; saves ``best`` whenever the
+    dev metric ``trainer.metric`` improves (direction ``trainer.metric_mode``)."""
+
+    priority = Priority.LOW
+
+    def before_train(self) -> None:
+        self.every = self.trainer.trainer_config["save_model_step"]
+        self._last_saved = self.trainer.state.global_step  # a resumed run starts saved
+
+    def _save(self) -> None:
+        step = self.trainer.state.global_step
+        if step != self._last_saved:
+            self.trainer.save_checkpoint(f"step_{step}")
+            self._last_saved = step
+
+    def after_step(self) -> None:
+        if self.every and self.trainer.state.global_step % self.every == 0:
+            self._save()
+
+    def after_epoch(self) -> None:
+        if not self.every:
+            self._save()
+
+    def after_train(self) -> None:
+        self._save()
+
+    def after_eval(self, reader_name: str, metrics: Dict[str, float]) -> None:
+        cfg, state = self.trainer.trainer_config, self.trainer.state
+        if reader_name != "dev_reader" or not cfg["save_best"]:
+            return
+        name = cfg["metric"]
+        if name not in metrics:
+            raise ConfigError(f"trainer.metric: '{name}' is not a dev metric; "
+                              f"available: {', '.join(sorted(metrics))}")
+        value = float(metrics[name])
+        if math.isnan(value):
+            return
+        better = (state.best_metric is None
+                  or (value > state.best_metric if cfg["metric_mode"] == "max" else value < state.best_metric))
+        if better:
+            state.best_metric, state.best_step = value, state.global_step
+            path = self.trainer.save_checkpoint(BEST_DIR, update_latest=False)
+            logger.info("new best dev %s %.6g at step %d -> %s", name, value, state.global_step, path)

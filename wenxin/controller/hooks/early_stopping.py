@@ -1,0 +1,68 @@
+"""Stops training when a dev metric stops improving."""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Dict, Optional
+
+from wenxin.common.errors import ConfigError
+from wenxin.common.registry import RegisterSet
+from wenxin.config.schema import Key
+from wenxin.controller.hooks.base import HookBase, Priority
+
+logger = logging.getLogger("wenxin")
+
+
+@RegisterSet.hooks.register("EarlyStoppingHook")
+class EarlyStoppingHook(HookBase):
+    """Stops after ``patience`` dev evaluations without an improvement of at least ``min_delta``.
+
+    Params: ``metric`` and ``mode`` (default: ``trainer.metric`` / ``trainer.metric_mode``),
+    ``patience``, ``min_delta``.
+    """
+
+    priority = Priority.ABOVE_NORMAL
+    config_schema = {
+        "metric": Key((str, type(None)), None),
+        "mode": Key((str, type(None)), None, choices=["max", "min", None]),
+        "patience": Key(int, 3, minimum=1),
+        "min_delta": Key(float, 0.0, minimum=0.0),
+    }
+
+    def __init__(self, metric: Optional[str] = None, mode: Optional[str] = None, patience: int = 3,
+                 min_delta: float = 0.0) -> None:
+        self.metric, self.mode, self.patience, self.min_delta = metric, mode, patience, min_delta
+        self.best: Optional[float] = None
+        self.bad_evals = 0
+
+    def before_train(self) -> None:
+        cfg = self.trainer.trainer_config
+        self.metric = self.metric or cfg["metric"]
+        self.mode = self.mode or cfg["metric_mode"]
+        if not cfg["is_eval_dev"]:
+            raise ConfigError("trainer.hooks: EarlyStoppingHook needs trainer.is_eval_dev = 1")
+
+    def after_eval(self, reader_name: str, metrics: Dict[str, float]) -> None:
+        if reader_name != "dev_reader":
+            return
+        if self.metric not in metrics:
+            raise ConfigError(f"trainer.hooks: EarlyStoppingHook metric '{self.metric}' is not a dev "
+                              f"metric; available: {', '.join(sorted(metrics))}")
+        value = float(metrics[self.metric])
+        sign = 1.0 if self.mode == "max" else -1.0
+        if not math.isnan(value) and (self.best is None or sign * (value - self.best) > self.min_delta):
+            self.best, self.bad_evals = value, 0
+            return
+        self.bad_evals += 1
+        if self.bad_evals >= self.patience:
+            state = self.trainer.state
+            state.should_stop = True
+            state.stop_reason = (f"early stopping: dev {self.metric} did not improve for "
+                                 f"{self.bad_evals} evaluations (best {self.best})")
+            logger.info(state.stop_reason)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"best": self.best, "bad_evals": self.bad_evals}
+
+    def set_state_dict(self, state: Dict[str, Any]) -> None:
+        self.best, self.bad_evals = state["best"], state["bad_evals"]

@@ -1,0 +1,42 @@
+"""Step timing: data-loading time, step time, throughput and ETA."""
+from __future__ import annotations
+
+import time
+
+from wenxin.common.registry import RegisterSet
+from wenxin.controller.hooks.base import HookBase, Priority
+
+
+@RegisterSet.hooks.register("IterationTimerHook")
+class IterationTimerHook(HookBase):
+    """Measures each step; keeps interval averages in ``trainer.state.timing`` for the logger."""
+
+    priority = Priority.HIGHEST
+
+    def before_train(self) -> None:
+        self._train_start = time.perf_counter()
+        self._start_step = self.trainer.state.global_step
+        self.reset_interval()
+
+    def reset_interval(self) -> None:
+        self._steps = 0
+        self._step_time = 0.0
+        self._data_time = 0.0
+
+    def before_step(self) -> None:
+        self._step_start = time.perf_counter()
+
+    def after_step(self) -> None:
+        state = self.trainer.state
+        self._steps += 1
+        self._step_time += time.perf_counter() - self._step_start
+        self._data_time += state.last_data_time
+        done = state.global_step - self._start_step
+        elapsed = time.perf_counter() - self._train_start
+        remaining = max(0, state.max_steps - state.global_step)
+        state.timing = {
+            "step_time": self._step_time / self._steps,
+            "data_time": self._data_time / self._steps,
+            "steps_per_sec": self._steps / self._step_time if self._step_time > 0 else 0.0,
+            "eta_sec": elapsed / done * remaining if done else 0.0,
+        }

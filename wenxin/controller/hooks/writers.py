@@ -1,0 +1,84 @@
+"""Metric writers: console, a JSON-lines file, and VisualDL."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Dict, List, Optional
+
+logger = logging.getLogger("wenxin")
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class MetricWriter:
+    """Receives ``(tag, step, scalars)`` records."""
+
+    def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None: ...
+
+
+class ConsoleWriter(MetricWriter):
+    def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
+        parts = []
+        for k, v in scalars.items():
+            if k == "eta_sec":
+                parts.append(f"eta {format_duration(v)}")
+            elif isinstance(v, float):
+                parts.append(f"{k} {v:.6g}")
+            else:
+                parts.append(f"{k} {v}")
+        logger.info("[%s] step %d: %s", tag, step, ", ".join(parts))
+
+
+class JsonlWriter(MetricWriter):
+    """Appends one JSON object per record to ``path`` (flushed, so a crash keeps earlier lines)."""
+
+    def __init__(self, path: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._file = open(path, "a", encoding="utf-8")
+
+    def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
+        record = {"tag": tag, "step": step, "time": round(time.time(), 3), **scalars}
+        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class VisualDLWriter(MetricWriter):
+    """Scalars to VisualDL as ``<tag>/<name>`` (view with ``visualdl --logdir <folder>``)."""
+
+    def __init__(self, logdir: str) -> None:
+        from visualdl import LogWriter  # imported lazily: it is slow to import
+        self._writer = LogWriter(logdir=logdir)
+
+    def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
+        for name, value in scalars.items():
+            if isinstance(value, (int, float)) and value == value:  # skip NaN
+                self._writer.add_scalar(tag=f"{tag}/{name}", value=float(value), step=step)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class MetricLogger:
+    """Fans records out to every writer."""
+
+    def __init__(self, writers: Optional[List[MetricWriter]] = None) -> None:
+        self.writers: List[MetricWriter] = writers or []
+
+    def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
+        for w in self.writers:
+            w.write(tag, step, scalars)
+
+    def close(self) -> None:
+        for w in self.writers:
+            w.close()

@@ -1,0 +1,39 @@
+"""The mutable state of a training run, shared by the trainer and its hooks."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Optional
+
+# Fields saved in a checkpoint (the rest are per-process and recomputed).
+PERSISTENT = ("global_step", "epoch", "step_in_epoch", "best_metric", "best_step")
+
+
+@dataclasses.dataclass
+class TrainState:
+    """Progress counters (``global_step`` counts optimizer updates) and per-step scratch values."""
+
+    global_step: int = 0
+    epoch: int = 0
+    step_in_epoch: int = 0
+    steps_per_epoch: int = 0
+    max_steps: int = 0
+    num_epochs: int = 0
+    best_metric: Optional[float] = None
+    best_step: int = -1
+    last_loss: Any = None
+    last_data_time: float = 0.0
+    nonfinite_loss: bool = False
+    should_stop: bool = False
+    stop_reason: str = ""
+    timing: Dict[str, float] = dataclasses.field(default_factory=dict)
+    metrics: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = {k: getattr(self, k) for k in PERSISTENT}
+        if self.step_in_epoch >= self.steps_per_epoch > 0:  # saved at an epoch end: resume at the next
+            data["epoch"], data["step_in_epoch"] = self.epoch + 1, 0
+        return data
+
+    def load(self, data: Dict[str, Any]) -> None:
+        for k in PERSISTENT:
+            setattr(self, k, data[k])

@@ -1,0 +1,187 @@
+"""Dataset readers: read TSV files into converted examples and serve batches."""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import paddle
+
+from wenxin.common.errors import DataError
+from wenxin.common.registry import RegisterSet
+from wenxin.data.field_reader import BaseFieldReader, TensorSpec
+from wenxin.data.sampler import ResumableBatchSampler
+
+logger = logging.getLogger(__name__)
+
+RawLine = Tuple[str, int, List[str]]  # (file, line number, columns)
+
+
+def list_data_files(data_path: str, key_path: str) -> List[str]:
+    """A file, or the sorted non-hidden files of a folder."""
+    if os.path.isfile(data_path):
+        return [data_path]
+    if os.path.isdir(data_path):
+        files = sorted(os.path.join(data_path, n) for n in os.listdir(data_path)
+                       if not n.startswith(".") and os.path.isfile(os.path.join(data_path, n)))
+        if not files:
+            raise DataError(f"{key_path}: folder has no data files: {data_path}")
+        return files
+    raise DataError(f"{key_path}: data file not found: {data_path}")
+
+
+class _ExampleDataset(paddle.io.Dataset):
+    def __init__(self, examples: List[Tuple[Any, ...]]) -> None:
+        self.examples = examples
+
+    def __getitem__(self, idx: int) -> Tuple[Any, ...]:
+        return self.examples[idx]
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+
+@RegisterSet.dataset_readers.register("BasicDataSetReader")
+class BasicDataSetReader:
+    """Reads TSV lines whose columns are the configured fields, in order.
+
+    Args:
+        config: the validated reader config (``dataset_reader.<name>``).
+        name: the reader's key, e.g. ``train_reader``.
+        scope: the task package, for task-registered field readers and tokenizers.
+    """
+
+    def __init__(self, config: Dict[str, Any], name: str, scope: Optional[str] = None) -> None:
+        self.config = config
+        self.name = name
+        self.key_path = f"dataset_reader.{name}"
+        self.reader_config: Dict[str, Any] = config["config"]
+        self.fields: List[BaseFieldReader] = []
+        for i, field in enumerate(config["fields"]):
+            path = f"{self.key_path}.fields[{i}]"
+            cls = RegisterSet.field_readers.get(field["reader"]["type"], scope, f"{path}.reader.type")
+            self.fields.append(cls(field, path, scope=scope))
+        self.examples: List[Tuple[Any, ...]] = []
+        self.raw_examples: List[List[str]] = []
+        self.bad_lines = 0
+
+    # ---- reading -------------------------------------------------------------------------
+    def read_lines(self) -> List[RawLine]:
+        """All lines of the data files, split into columns; checks the column count."""
+        cfg = self.reader_config
+        lines: List[RawLine] = []
+        n_fields = len(self.fields)
+        for path in list_data_files(cfg["data_path"], f"{self.key_path}.config.data_path"):
+            with open(path, encoding="utf-8", errors="strict") as f:
+                try:
+                    content = f.read().splitlines()
+                except UnicodeDecodeError as e:
+                    raise DataError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+            for lineno, line in enumerate(content, 1):
+                if (cfg["has_header"] and lineno == 1) or not line.strip():
+                    continue
+                columns = line.split(cfg["separator"])
+                if len(columns) != n_fields:
+                    names = ", ".join(f.name for f in self.fields)
+                    self._bad_line(path, lineno, f"expected {n_fields} columns ({names}), got {len(columns)}")
+                    continue
+                lines.append((path, lineno, columns))
+        return lines
+
+    def _bad_line(self, path: str, lineno: int, problem: str) -> None:
+        if not self.reader_config["skip_bad_lines"]:
+            raise DataError(f"{path}:{lineno}: {problem} (set skip_bad_lines to skip such lines)")
+        self.bad_lines += 1
+        if self.bad_lines <= 5:
+            logger.warning("%s:%d: skipped: %s", path, lineno, problem)
+
+    def load(self, train_reader: Optional["BasicDataSetReader"] = None) -> "BasicDataSetReader":
+        """Read and convert all examples; fields without a vocab share the train reader's."""
+        lines = self.read_lines()
+        lines = self._sample(lines)
+        for col, field in enumerate(self.fields):
+            if not field.needs_fit:
+                continue
+            source = train_reader.field(field.name) if train_reader is not None else None
+            if source is not None:
+                field.share_vocab(source)
+            elif train_reader is None:
+                field.fit(columns[col] for _, _, columns in lines)
+            else:
+                raise DataError(f"{field.path}: field '{field.name}' has no vocab_path and the "
+                                f"train_reader has no such field to share one with")
+        keep_raw = self.reader_config["need_generate_examples"]
+        for path, lineno, columns in lines:
+            try:
+                example = tuple(field.convert(text) for field, text in zip(self.fields, columns))
+            except ValueError as e:
+                self._bad_line(path, lineno, str(e))
+                continue
+            self.examples.append(example)
+            if keep_raw:
+                self.raw_examples.append(columns)
+        if self.bad_lines:
+            logger.warning("%s: skipped %d malformed lines", self.name, self.bad_lines)
+        if not self.examples:
+            raise DataError(f"{self.key_path}.config.data_path: no usable examples in "
+                            f"{self.reader_config['data_path']}")
+        return self
+
+    def _sample(self, lines: List[RawLine]) -> List[RawLine]:
+        rate = self.reader_config["sampling_rate"]
+        if rate >= 1.0:
+            return lines
+        keep = np.random.RandomState(len(lines)).rand(len(lines)) < rate
+        return [line for line, k in zip(lines, keep) if k]
+
+    # ---- batching ------------------------------------------------------------------------
+    def field(self, name: str) -> Optional[BaseFieldReader]:
+        return next((f for f in self.fields if f.name == name), None)
+
+    def collate(self, examples: Sequence[Tuple[Any, ...]]) -> Dict[str, np.ndarray]:
+        batch: Dict[str, np.ndarray] = {}
+        for col, field in enumerate(self.fields):
+            batch.update(field.collate([e[col] for e in examples]))
+        return batch
+
+    def tensor_specs(self) -> List[TensorSpec]:
+        return [spec for field in self.fields for spec in field.tensor_specs()]
+
+    def data_info(self) -> Dict[str, Dict[str, Any]]:
+        """Per-field sizes for the model: ``{"text_a": {"vocab_size": ...}, "label": {...}}``."""
+        return {f.name: f.info() for f in self.fields}
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def make_sampler(self, batch_size: int, shuffle: bool, seed: int, rank: int = 0,
+                     num_replicas: int = 1) -> ResumableBatchSampler:
+        return ResumableBatchSampler(len(self.examples), batch_size, shuffle, seed,
+                                     drop_last=self.reader_config["drop_last"], rank=rank,
+                                     num_replicas=num_replicas)
+
+    def make_loader(self, sampler: ResumableBatchSampler) -> paddle.io.DataLoader:
+        """A ``paddle.io.DataLoader`` over the converted examples; batches are dicts of tensors."""
+        return paddle.io.DataLoader(_ExampleDataset(self.examples), batch_sampler=sampler,
+                                    collate_fn=self.collate, num_workers=self.reader_config["num_workers"],
+                                    return_list=True)
+
+
+def build_readers(dataset_config: Dict[str, Any], scope: Optional[str],
+                  names: Sequence[str] = ("train_reader", "dev_reader", "test_reader")
+                  ) -> Dict[str, BasicDataSetReader]:
+    """Build and load the configured readers; the train reader is loaded first and fits vocabs."""
+    readers: Dict[str, BasicDataSetReader] = {}
+    train: Optional[BasicDataSetReader] = None
+    for name in names:
+        config = dataset_config.get(name)
+        if config is None:
+            continue
+        cls = RegisterSet.dataset_readers.get(config["type"], scope, f"dataset_reader.{name}.type")
+        reader = cls(config, name, scope)
+        reader.load(train_reader=train if name != "train_reader" else None)
+        if name == "train_reader":
+            train = reader
+        readers[name] = reader
+    return readers

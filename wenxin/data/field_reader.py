@@ -1,0 +1,218 @@
+"""Field readers: turn one column of raw text into model inputs, and declare their tensors.
+
+A field reader is the single source of truth for a field's tensors: ``tensor_specs()`` drives
+``paddle.static.data`` in static mode, ``InputSpec`` at export, and the preprocessing saved
+beside an exported model.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Dict, Iterable, List, Optional
+
+import numpy as np
+
+from wenxin.common.constants import InstanceName
+from wenxin.common.errors import ConfigError, DataError
+from wenxin.common.registry import RegisterSet
+from wenxin.data.tokenizers import BaseTokenizer
+from wenxin.data.vocab import PAD_TOKEN, Vocab
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape (-1 for a dynamic size) and dtype of one input tensor."""
+
+    name: str
+    shape: List[int]
+    dtype: str
+
+
+class BaseFieldReader:
+    """Converts raw column strings of one field; subclasses fill in the details.
+
+    Args:
+        config: the validated field config (see ``FIELD`` in the task schema).
+        path: JSON path of the field config, used in error messages.
+        scope: the task package, for looking up task-registered tokenizers.
+    """
+
+    def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
+        self.config = config
+        self.name: str = config["name"]
+        self.path = path
+        self.vocab: Optional[Vocab] = None
+
+    @property
+    def needs_fit(self) -> bool:
+        """True when the vocab must be built from training data."""
+        return False
+
+    def fit(self, columns: Iterable[str]) -> None:
+        """Build the vocab from the training column."""
+
+    def share_vocab(self, other: "BaseFieldReader") -> None:
+        """Use the vocab fitted by the training reader's field of the same name."""
+        self.vocab = other.vocab
+
+    def convert(self, text: str) -> Any:
+        """One raw column -> a per-example value; raises ValueError for malformed input."""
+        raise NotImplementedError
+
+    def collate(self, values: List[Any]) -> Dict[str, np.ndarray]:
+        """Per-example values -> batch arrays named after ``tensor_specs``."""
+        raise NotImplementedError
+
+    def tensor_specs(self) -> List[TensorSpec]:
+        raise NotImplementedError
+
+    def info(self) -> Dict[str, Any]:
+        """Sizes a model needs (vocab size, padding id, number of labels)."""
+        return {}
+
+    def save_vocab(self, folder: str) -> Optional[str]:
+        """Write the vocab (if any) as ``<folder>/<field>.txt``; returns the path."""
+        if self.vocab is None:
+            return None
+        path = os.path.join(folder, f"{self.name}.txt")
+        self.vocab.save(path)
+        return path
+
+
+def build_tokenizer(config: Optional[Dict[str, Any]], path: str, scope: Optional[str]) -> BaseTokenizer:
+    config = config or {"type": "CharTokenizer", "unk_token": "[UNK]", "lowercase": True}
+    cls = RegisterSet.tokenizers.get(config["type"], scope, f"{path}.tokenizer.type")
+    return cls(config)
+
+
+@RegisterSet.field_readers.register("TextFieldReader")
+class TextFieldReader(BaseFieldReader):
+    """Tokenized text -> ids ``[batch, seq_len]`` (int64, padded) and ``<name>_seq_lens`` ``[batch]``."""
+
+    def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
+        super().__init__(config, path, scope)
+        self.tokenizer = build_tokenizer(config.get("tokenizer"), path, scope)
+        self.max_seq_len: int = config["max_seq_len"]
+        self.padding_id: int = config["padding_id"]
+        if config["vocab_path"]:
+            self.vocab = Vocab.load(config["vocab_path"], self.tokenizer.unk_token)
+            self._check_padding()
+
+    @property
+    def needs_fit(self) -> bool:
+        return self.vocab is None and self.config["need_convert"]
+
+    def fit(self, columns: Iterable[str]) -> None:
+        self.vocab = Vocab.build((self.tokenizer.tokenize(c) for c in columns),
+                                 specials=(PAD_TOKEN, self.tokenizer.unk_token),
+                                 unk_token=self.tokenizer.unk_token,
+                                 min_freq=self.config["min_freq"], max_size=self.config["max_vocab_size"])
+        self._check_padding()
+
+    def _check_padding(self) -> None:
+        assert self.vocab is not None
+        if self.padding_id >= len(self.vocab):
+            raise ConfigError(f"{self.path}.padding_id: {self.padding_id} is outside the vocab "
+                              f"of {len(self.vocab)} tokens")
+
+    def truncate(self, ids: List[int]) -> List[int]:
+        n, kind = self.max_seq_len, self.config["truncation_type"]
+        if len(ids) <= n:
+            return ids
+        if kind == 0:
+            return ids[:n]
+        if kind == 1:
+            return ids[-n:]
+        head = (n + 1) // 2
+        return ids[:head] + ids[len(ids) - (n - head):]
+
+    def convert(self, text: str) -> np.ndarray:
+        tokens = self.tokenizer.tokenize(text)
+        if self.config["need_convert"]:
+            if self.vocab is None:
+                raise DataError(f"{self.path}: no vocab: set vocab_path or let the train_reader build one")
+            ids = self.vocab.to_ids(tokens)
+        else:
+            ids = [int(t) for t in tokens]  # pre-converted ids, e.g. "12 7 311"
+        return np.asarray(self.truncate(ids), dtype=np.int64)
+
+    def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:
+        lengths = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+        width = max(1, int(lengths.max()) if len(values) else 1)
+        ids = np.full((len(values), width), self.padding_id, dtype=np.int64)  # [B, T]
+        for row, v in enumerate(values):
+            ids[row, :len(v)] = v
+        return {self.name: ids, f"{self.name}_{InstanceName.SEQ_LENS}": lengths}
+
+    def tensor_specs(self) -> List[TensorSpec]:
+        return [TensorSpec(self.name, [-1, -1], "int64"),
+                TensorSpec(f"{self.name}_{InstanceName.SEQ_LENS}", [-1], "int64")]
+
+    def info(self) -> Dict[str, Any]:
+        return {"vocab_size": len(self.vocab) if self.vocab else 0, "padding_id": self.padding_id,
+                "max_seq_len": self.max_seq_len}
+
+
+@RegisterSet.field_readers.register("LabelFieldReader")
+class LabelFieldReader(BaseFieldReader):
+    """A class label (any string) -> its id in a label map ``[batch]`` int64.
+
+    The label map is loaded from ``vocab_path`` or built from the training labels, sorted.
+    """
+
+    def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
+        super().__init__(config, path, scope)
+        if config["vocab_path"]:
+            self.vocab = Vocab.load(config["vocab_path"])
+
+    @property
+    def needs_fit(self) -> bool:
+        return self.vocab is None
+
+    def fit(self, columns: Iterable[str]) -> None:
+        labels = {c.strip() for c in columns}
+        numeric = all(_is_int(label) for label in labels)
+        self.vocab = Vocab(sorted(labels, key=int if numeric else str))
+
+    def convert(self, text: str) -> int:
+        label = text.strip()
+        assert self.vocab is not None, "label map is built before conversion"
+        idx = self.vocab.lookup(label)
+        if idx is None:
+            raise ValueError(f"label {label!r} is not in the label map {self.vocab.tokens[:10]}")
+        return idx
+
+    def collate(self, values: List[int]) -> Dict[str, np.ndarray]:
+        return {self.name: np.asarray(values, dtype=np.int64)}
+
+    def tensor_specs(self) -> List[TensorSpec]:
+        return [TensorSpec(self.name, [-1], "int64")]
+
+    def info(self) -> Dict[str, Any]:
+        return {"num_labels": len(self.vocab) if self.vocab else 0,
+                "labels": list(self.vocab.tokens) if self.vocab else []}
+
+
+@RegisterSet.field_readers.register("ScalarFieldReader")
+class ScalarFieldReader(BaseFieldReader):
+    """A number (``data_type`` int or float) -> ``[batch]`` int64 or float32."""
+
+    def convert(self, text: str) -> float:
+        return int(text) if self.config["data_type"] == "int" else float(text)
+
+    def collate(self, values: List[float]) -> Dict[str, np.ndarray]:
+        return {self.name: np.asarray(values, dtype=self._dtype())}
+
+    def _dtype(self) -> str:
+        return "int64" if self.config["data_type"] == "int" else "float32"
+
+    def tensor_specs(self) -> List[TensorSpec]:
+        return [TensorSpec(self.name, [-1], self._dtype())]
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+        return True
+    except ValueError:
+        return False

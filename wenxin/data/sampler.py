@@ -1,0 +1,62 @@
+"""A seeded, resumable batch sampler."""
+from __future__ import annotations
+
+from typing import Iterator, List
+
+import numpy as np
+import paddle
+
+
+class ResumableBatchSampler(paddle.io.BatchSampler):
+    """Yields batches of indices; the order depends only on (seed, epoch).
+
+    Unlike ``paddle.io.BatchSampler`` with shuffling, the permutation of an epoch is a pure
+    function of the seed and epoch number, and iteration can start at any batch, so a resumed
+    run sees exactly the batches an uninterrupted run would. With ``num_replicas > 1`` each rank
+    takes an interleaved shard (padded by wrapping around so that all ranks get the same count).
+
+    Args:
+        num_samples: dataset size.
+        batch_size: examples per batch (per rank).
+        shuffle: permute each epoch.
+        seed: base seed of the permutation.
+        drop_last: drop the last, smaller batch.
+        rank / num_replicas: this process's shard.
+    """
+
+    def __init__(self, num_samples: int, batch_size: int, shuffle: bool, seed: int,
+                 drop_last: bool = False, rank: int = 0, num_replicas: int = 1) -> None:
+        self.num_samples = num_samples
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.rank = rank
+        self.num_replicas = num_replicas
+        self.epoch = 0
+        self.start_batch = 0
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        """Select the epoch's permutation and the first batch to yield."""
+        self.epoch = epoch
+        self.start_batch = start_batch
+
+    def _indices(self) -> np.ndarray:
+        if self.shuffle:
+            order = np.random.RandomState((self.seed * 100003 + self.epoch) % 2**32).permutation(self.num_samples)
+        else:
+            order = np.arange(self.num_samples)
+        if self.num_replicas > 1:
+            per_rank = -(-self.num_samples // self.num_replicas)
+            order = np.resize(order, per_rank * self.num_replicas)  # wrap around to pad
+            order = order[self.rank::self.num_replicas]
+        return order
+
+    def __iter__(self) -> Iterator[List[int]]:
+        order = self._indices()
+        for b in range(self.start_batch, len(self)):
+            yield order[b * self.batch_size:(b + 1) * self.batch_size].tolist()
+
+    def __len__(self) -> int:
+        n = -(-self.num_samples // self.num_replicas) if self.num_replicas > 1 else self.num_samples
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)

@@ -1,0 +1,56 @@
+"""Tokenizers: turn a raw string into a list of string tokens."""
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any, Dict, List
+
+from wenxin.common.registry import RegisterSet
+
+
+class BaseTokenizer:
+    """Splits text into tokens. Subclasses implement ``split``; ``tokenize`` adds n-grams
+    (``ngram: 2`` turns ``[a, b, c]`` into ``[a, b, c, ab, bc]``)."""
+
+    def __init__(self, config: Dict[str, Any]) -> None:
+        self.config = config
+        self.lowercase: bool = config.get("lowercase", True)
+        self.unk_token: str = config.get("unk_token", "[UNK]")
+        self.ngram: int = config.get("ngram", 1)
+
+    def normalize(self, text: str) -> str:
+        text = unicodedata.normalize("NFKC", text)  # full-width latin/digits -> half-width
+        return text.lower() if self.lowercase else text
+
+    def split(self, text: str) -> List[str]:
+        raise NotImplementedError
+
+    def tokenize(self, text: str) -> List[str]:
+        tokens = self.split(text)
+        if self.ngram == 1:
+            return tokens
+        grams = list(tokens)
+        for n in range(2, self.ngram + 1):
+            grams.extend("".join(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+        return grams
+
+
+# One CJK (or other non-spaced script) character, a run of latin letters/digits, or one symbol.
+_CHAR_PATTERN = re.compile(r"[A-Za-z0-9_]+|[^\sA-Za-z0-9_]")
+
+
+@RegisterSet.tokenizers.register("CharTokenizer")
+class CharTokenizer(BaseTokenizer):
+    """Character-level tokens for Chinese; latin words and numbers stay whole."""
+
+    def split(self, text: str) -> List[str]:
+        return _CHAR_PATTERN.findall(self.normalize(text))
+
+
+@RegisterSet.tokenizers.register("WhitespaceTokenizer")
+class WhitespaceTokenizer(BaseTokenizer):
+    """Splits on ``split_char`` (a space by default); for pre-segmented text."""
+
+    def split(self, text: str) -> List[str]:
+        sep = self.config.get("split_char", " ") or None
+        return [t for t in self.normalize(text).split(sep) if t]

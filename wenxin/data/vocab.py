@@ -1,0 +1,78 @@
+"""Vocabularies: token <-> id tables, built from data or loaded from a file."""
+from __future__ import annotations
+
+import collections
+import os
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from wenxin.common.errors import DataError
+
+PAD_TOKEN = "[PAD]"
+UNK_TOKEN = "[UNK]"
+
+
+class Vocab:
+    """An ordered token table; a token's id is its position.
+
+    Args:
+        tokens: the tokens in id order.
+        unk_token: token returned for unknown pieces (None: unknown pieces are an error).
+    """
+
+    def __init__(self, tokens: Sequence[str], unk_token: Optional[str] = None) -> None:
+        self.tokens: List[str] = list(tokens)
+        self.token_to_id: Dict[str, int] = {}
+        for i, tok in enumerate(self.tokens):
+            self.token_to_id.setdefault(tok, i)
+        self.unk_token = unk_token
+        self.unk_id = self.token_to_id.get(unk_token) if unk_token is not None else None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __contains__(self, token: str) -> bool:
+        return token in self.token_to_id
+
+    def lookup(self, token: str) -> Optional[int]:
+        """The id of ``token``, the unknown id, or None when there is no unknown token."""
+        return self.token_to_id.get(token, self.unk_id)
+
+    def to_ids(self, tokens: Iterable[str]) -> List[int]:
+        get, unk = self.token_to_id.get, self.unk_id
+        return [get(t, unk) for t in tokens]  # type: ignore[misc]
+
+    @classmethod
+    def build(cls, token_lists: Iterable[Iterable[str]], specials: Sequence[str] = (PAD_TOKEN, UNK_TOKEN),
+              unk_token: Optional[str] = UNK_TOKEN, min_freq: int = 1, max_size: int = 0) -> "Vocab":
+        """Count tokens; most frequent first, ties broken alphabetically, so builds are reproducible."""
+        counter: collections.Counter = collections.Counter()
+        for tokens in token_lists:
+            counter.update(tokens)
+        ranked = sorted((t for t, c in counter.items() if c >= min_freq and t not in specials),
+                        key=lambda t: (-counter[t], t))
+        if max_size:
+            ranked = ranked[:max(0, max_size - len(specials))]
+        return cls(list(specials) + ranked, unk_token)
+
+    @classmethod
+    def load(cls, path: str, unk_token: Optional[str] = None) -> "Vocab":
+        """One token per line (``token`` or ``token<TAB>anything``); the line number is the id."""
+        if not os.path.isfile(path):
+            raise DataError(f"vocab file not found: {path}")
+        tokens = []
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                token = line.rstrip("\n").split("\t")[0]
+                if not token:
+                    raise DataError(f"{path}:{lineno}: empty token in vocab file")
+                tokens.append(token)
+        if not tokens:
+            raise DataError(f"vocab file is empty: {path}")
+        if unk_token is not None and unk_token not in tokens:
+            raise DataError(f"{path}: vocab has no unknown token {unk_token!r}")
+        return cls(tokens, unk_token)
+
+    def save(self, path: str) -> None:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(t + "\n" for t in self.tokens)

@@ -1,0 +1,53 @@
+"""The model base class shared by every task and both execution modes."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import paddle
+
+from wenxin.config.schema import Schema
+
+
+class BaseModel(paddle.nn.Layer):
+    """A task model: one ``paddle.nn.Layer`` that serves eager and static-graph training.
+
+    Subclasses declare their own task-file keys in ``config_schema``, build their layers in
+    ``structure()``, compute a dict of outputs in ``forward(fields_dict, phase)`` (it must hold
+    ``loss`` in the training phase), and turn accumulated outputs into metrics in ``get_metrics``.
+
+    Args:
+        model_params: the validated ``model`` section of the task file.
+        data_info: per-field sizes from the field readers, e.g.
+            ``{"text_a": {"vocab_size": 5000, "padding_id": 0}, "label": {"num_labels": 2}}``.
+    """
+
+    config_schema: Schema = {}
+
+    def __init__(self, model_params: Dict[str, Any], data_info: Dict[str, Dict[str, Any]]) -> None:
+        super().__init__()
+        self.model_params = model_params
+        self.data_info = data_info
+        self.structure()
+
+    def structure(self) -> None:
+        """Create the sub-layers."""
+        raise NotImplementedError
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        raise NotImplementedError
+
+    def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
+        """Metrics from outputs accumulated over a whole evaluation (numpy arrays, concatenated)."""
+        raise NotImplementedError
+
+    def set_optimizer(self, total_steps: int) -> Tuple[paddle.optimizer.Optimizer, Optional[paddle.optimizer.lr.LRScheduler]]:
+        """The optimizer and LR schedule from ``model.optimization``; override for custom ones."""
+        from wenxin.controller.optimization import build_optimizer
+        return build_optimizer(self.model_params["optimization"], self.parameters(), total_steps,
+                               self.decay_filter())
+
+    def decay_filter(self) -> Callable[[str], bool]:
+        """Which parameters get weight decay: all but biases and normalization scales."""
+        no_decay = {p.name for n, p in self.named_parameters()
+                    if n.endswith("bias") or "norm" in n.lower() or p.ndim == 1}
+        return lambda name: name not in no_decay

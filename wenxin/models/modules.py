@@ -1,0 +1,78 @@
+"""Reusable layers: embeddings and text encoders.
+
+Every encoder maps ids ``[batch, seq_len]`` (+ lengths ``[batch]``) to a fixed vector
+``[batch, output_dim]`` and works the same in eager and static-graph mode.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+
+def length_mask(seq_lens: paddle.Tensor, max_len: paddle.Tensor | int, dtype: str = "float32") -> paddle.Tensor:
+    """``[batch]`` lengths -> ``[batch, max_len]`` mask of 1 for real tokens, 0 for padding."""
+    positions = paddle.arange(max_len, dtype=seq_lens.dtype).unsqueeze(0)  # [1, T]
+    return (positions < seq_lens.unsqueeze(1)).astype(dtype)  # [B, T]
+
+
+class TokenEmbedding(nn.Embedding):
+    """An embedding table whose padding row stays zero."""
+
+    def __init__(self, vocab_size: int, emb_dim: int, padding_idx: int = 0) -> None:
+        super().__init__(vocab_size, emb_dim, padding_idx=padding_idx)
+
+
+class BoWEncoder(nn.Layer):
+    """Mean of the embeddings of the real tokens. ``[B, T, D]`` -> ``[B, D]``."""
+
+    def __init__(self, emb_dim: int) -> None:
+        super().__init__()
+        self.output_dim = emb_dim
+
+    def forward(self, embedded: paddle.Tensor, seq_lens: paddle.Tensor) -> paddle.Tensor:
+        mask = length_mask(seq_lens, paddle.shape(embedded)[1], embedded.dtype).unsqueeze(-1)  # [B, T, 1]
+        summed = (embedded * mask).sum(axis=1)  # [B, D]
+        count = paddle.clip(seq_lens.astype(embedded.dtype), min=1.0).unsqueeze(-1)  # [B, 1]
+        return summed / count
+
+
+class CNNEncoder(nn.Layer):
+    """Parallel 1-D convolutions of several widths, ReLU, max-pooled over time.
+    ``[B, T, D]`` -> ``[B, num_filters * len(filter_sizes)]``."""
+
+    def __init__(self, emb_dim: int, num_filters: int, filter_sizes: Sequence[int]) -> None:
+        super().__init__()
+        self.convs = nn.LayerList([nn.Conv1D(emb_dim, num_filters, k, padding=k // 2) for k in filter_sizes])
+        self.output_dim = num_filters * len(filter_sizes)
+
+    def forward(self, embedded: paddle.Tensor, seq_lens: paddle.Tensor) -> paddle.Tensor:
+        x = embedded.transpose([0, 2, 1])  # [B, D, T]
+        max_len = paddle.shape(embedded)[1]
+        mask = length_mask(seq_lens, max_len, embedded.dtype)  # [B, T]
+        pooled: List[paddle.Tensor] = []
+        for conv in self.convs:
+            h = F.relu(conv(x))[:, :, :max_len]  # [B, F, T] (even widths give T+1: cut)
+            h = h * mask.unsqueeze(1) - (1.0 - mask.unsqueeze(1)) * 1e4  # padding never wins the max
+            pooled.append(h.max(axis=2))  # [B, F]
+        return paddle.concat(pooled, axis=1)
+
+
+class RNNEncoder(nn.Layer):
+    """Bidirectional LSTM or GRU; returns the mean of the real time steps' outputs.
+    ``[B, T, D]`` -> ``[B, 2 * hidden_size]``."""
+
+    def __init__(self, emb_dim: int, hidden_size: int, num_layers: int = 1, cell: str = "lstm",
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        rnn_cls = {"lstm": nn.LSTM, "gru": nn.GRU}[cell]
+        self.rnn = rnn_cls(emb_dim, hidden_size, num_layers=num_layers, direction="bidirect",
+                           dropout=dropout if num_layers > 1 else 0.0)
+        self.output_dim = 2 * hidden_size
+        self.pool = BoWEncoder(self.output_dim)
+
+    def forward(self, embedded: paddle.Tensor, seq_lens: paddle.Tensor) -> paddle.Tensor:
+        outputs, _ = self.rnn(embedded, sequence_length=seq_lens.astype("int32"))  # [B, T, 2H]
+        return self.pool(outputs, seq_lens)  # [B, 2H]

@@ -1,0 +1,55 @@
+"""Building a run from a task file: config -> task package -> readers -> model -> trainer."""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Dict, Iterable, Tuple
+
+from wenxin.common.errors import ConfigError
+from wenxin.common.registry import RegisterSet
+from wenxin.common.task_loader import import_task
+from wenxin.config.loader import load_config, validate_model_section
+from wenxin.config.schema import validate
+from wenxin.controller.base_trainer import BaseTrainer, prepare_output_path
+from wenxin.controller.env import set_seed, setup_device, setup_logging
+from wenxin.data.dataset_reader import build_readers
+
+logger = logging.getLogger("wenxin")
+
+
+def resolve_classes(config: Dict[str, Any]) -> Tuple[str, type, type]:
+    """Import the task and check every registered name and model/hook key before any work."""
+    scope = import_task(config["task"], config.get("_source", ""))
+    model_cls = RegisterSet.models.get(config["model"]["type"], scope, "model.type")
+    config["model"] = validate_model_section(config["model"], model_cls.config_schema)
+    trainer_cls = RegisterSet.trainers.get(config["trainer"]["type"], scope, "trainer.type")
+    wanted = "dynamic" if config["model"]["is_dygraph"] else "static"
+    if getattr(trainer_cls, "mode", "") != wanted:
+        raise ConfigError(f"trainer.type: '{config['trainer']['type']}' is a {trainer_cls.mode or 'unknown'}-"
+                          f"mode trainer but model.is_dygraph={config['model']['is_dygraph']} asks for {wanted}")
+    for i, spec in enumerate(config["trainer"]["hooks"]):
+        hook_cls = RegisterSet.hooks.get(spec["type"], scope, f"trainer.hooks[{i}].type")
+        validate(spec["params"], hook_cls.config_schema, f"trainer.hooks[{i}].params")
+    return scope, model_cls, trainer_cls
+
+
+def build_trainer(config: Dict[str, Any]) -> BaseTrainer:
+    """Everything a run needs, in order; bad input fails before training starts."""
+    scope, model_cls, trainer_cls = resolve_classes(config)
+    cfg = config["trainer"]
+    prepare_output_path(cfg)
+    setup_logging(os.path.join(cfg["output_path"], "logs", "train.log"))
+    setup_device(cfg["PADDLE_PLACE_TYPE"])
+    set_seed(cfg["seed"])
+    readers = build_readers(config["dataset_reader"], scope)
+    for name, reader in readers.items():
+        logger.info("%s: %d examples from %s", name, len(reader), reader.reader_config["data_path"])
+    model = model_cls(config["model"], readers["train_reader"].data_info())
+    return trainer_cls(config, model, readers, scope)
+
+
+def train(param_path: str, overrides: Iterable[str] = ()) -> Dict[str, Dict[str, float]]:
+    """Load a task file and train; returns the final metrics by reader."""
+    config = load_config(param_path, overrides)
+    trainer = build_trainer(config)
+    return trainer.do_train()
