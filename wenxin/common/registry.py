@@ -1,8 +1,8 @@
 """Registries that map the names used in task files to classes.
 
 A class registered from inside a task package is scoped to that task, so two tasks may each
-define a ``CustomDynamicTrainer``; a lookup made with ``scope`` prefers the task's own class and
-falls back to the framework's built-in classes.
+define a ``CustomDynamicTrainer``; a lookup made with ``scope`` prefers the task's own class,
+then the framework's built-in class, then a class registered exactly once anywhere else.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class Registry:
             return entries[scope]
         if BUILTIN_SCOPE in entries:
             return entries[BUILTIN_SCOPE]
-        if len(entries) == 1 and scope is None:
+        if len(entries) == 1:  # registered once, outside any task (e.g. a user's plugin module)
             return next(iter(entries.values()))
         known = self.names(scope)
         where = f"{key_path}: " if key_path else ""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 import tempfile
@@ -136,18 +137,22 @@ def write_checkpoint(folder: str, model_state: Mapping[str, Any], optimizer_stat
                      config: Mapping[str, Any]) -> None:
     paddle.save(dict(model_state), os.path.join(folder, MODEL_FILE))
     paddle.save(dict(optimizer_state), os.path.join(folder, OPTIMIZER_FILE))
-    paddle.save(dict(extra), os.path.join(folder, EXTRA_FILE))
+    with open(os.path.join(folder, EXTRA_FILE), "wb") as f:  # RNG states are not tensors: plain pickle
+        pickle.dump(dict(extra), f, protocol=4)
     _write_json(os.path.join(folder, CONFIG_FILE), {k: v for k, v in config.items() if not k.startswith("_")})
     _write_json(os.path.join(folder, STATE_FILE), trainer_state)  # last: marks completeness
 
 
-def load_file(path: str, what: str) -> Any:
-    """``paddle.load`` with a clear error for missing, truncated or corrupt files."""
+def load_file(path: str, what: str, plain_pickle: bool = False) -> Any:
+    """``paddle.load`` (or ``pickle.load``) with a clear error for missing, truncated or corrupt files."""
     if not os.path.isfile(path):
         raise CheckpointError(f"{what} not found: {path}")
     try:
+        if plain_pickle:
+            with open(path, "rb") as f:
+                return pickle.load(f)
         return paddle.load(path)
-    except Exception as e:  # paddle raises many types for corrupt pickles
+    except Exception as e:  # paddle and pickle raise many types for corrupt files
         raise CheckpointError(f"{what} is corrupt or unreadable: {path} ({type(e).__name__}: {e})") from None
 
 
@@ -161,7 +166,7 @@ def read_checkpoint(folder: str) -> Dict[str, Any]:
         state = json.load(f)
     return {"model": load_file(os.path.join(folder, MODEL_FILE), "checkpoint model file"),
             "optimizer": load_file(os.path.join(folder, OPTIMIZER_FILE), "checkpoint optimizer file"),
-            "extra": load_file(os.path.join(folder, EXTRA_FILE), "checkpoint state file"),
+            "extra": load_file(os.path.join(folder, EXTRA_FILE), "checkpoint state file", plain_pickle=True),
             "trainer_state": state}
 
 

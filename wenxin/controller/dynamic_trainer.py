@@ -102,4 +102,8 @@ class BaseDynamicTrainer(BaseTrainer):
             self.scaler.load_state_dict(state)
 
     def loss_scale(self) -> Optional[float]:
-        return float(self.scaler._scale) if self.scaler is not None else None  # noqa: SLF001
+        """The current loss scale; None without a scaler or where Paddle disables it
+        (GradScaler only scales float16 on GPU/XPU; on CPU it passes gradients through)."""
+        if self.scaler is None or not self.scaler.is_enable():
+            return None
+        return float(self.scaler._scale)  # noqa: SLF001  (Paddle exposes no public getter)

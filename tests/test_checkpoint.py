@@ -1,0 +1,150 @@
+"""Checkpoints: exact resume, retention, corrupt files, and pretrained loading with reports."""
+import json
+import os
+
+import numpy as np
+import paddle
+import pytest
+
+from conftest import build, task_config
+from wenxin.common.errors import CheckpointError
+from wenxin.common.registry import RegisterSet
+from wenxin.controller.hooks import HookBase
+
+
+@RegisterSet.hooks.register("StopAtStepHook")
+class StopAtStepHook(HookBase):
+    """Test hook: asks the trainer to stop after a given step (a clean interruption)."""
+
+    from wenxin.config.schema import Key
+    config_schema = {"step": Key(int)}
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def after_step(self) -> None:
+        if self.trainer.state.global_step == self.step:
+            self.trainer.state.should_stop = True
+            self.trainer.state.stop_reason = f"test stop at {self.step}"
+
+
+def losses_of(out):
+    with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    return {r["step"]: r["loss"] for r in records if r["tag"] == "train"}
+
+
+def params_of(trainer):
+    return {k: v.numpy().copy() for k, v in trainer.model.state_dict().items()}
+
+
+def resume_config(data_dir, out, **extra):
+    config = task_config(data_dir, out, epoch=3, train_log_step=1, save_model_step=7, is_eval_test=0,
+                         eval_step=10, **extra)
+    config["model"]["dropout"] = 0.3  # dropout makes the RNG state part of what must resume
+    return config
+
+
+@pytest.mark.parametrize("stop_at", [17, 30])  # mid-epoch (15 steps/epoch) and exactly at an epoch end
+def test_resume_continues_with_identical_losses_and_parameters(tmp_path, data_dir, stop_at):
+    full = build(resume_config(data_dir, str(tmp_path / "full")), tmp_path)
+    full.do_train()
+    assert full.state.steps_per_epoch == 15 and full.state.global_step == 45
+
+    out = str(tmp_path / "interrupted")
+    config = resume_config(data_dir, out)
+    config["trainer"]["hooks"] = [{"type": "StopAtStepHook", "params": {"step": stop_at}}]
+    first = build(config, tmp_path)
+    first.do_train()
+    assert first.state.global_step == stop_at
+    config["trainer"]["hooks"] = []
+    config["trainer"]["resume"] = "auto"
+    second = build(config, tmp_path)
+    assert second.state.global_step == stop_at
+    second.do_train()
+
+    expected, got = losses_of(str(tmp_path / "full")), losses_of(out)
+    assert sorted(got) == list(range(1, 46))
+    np.testing.assert_array_equal([got[s] for s in range(1, 46)], [expected[s] for s in range(1, 46)])
+    for name, value in params_of(full).items():
+        np.testing.assert_array_equal(params_of(second)[name], value, err_msg=name)
+    assert second.state.best_metric == full.state.best_metric
+
+
+def test_resume_auto_skips_incomplete_checkpoint(tmp_path, data_dir):
+    out = str(tmp_path / "out")
+    config = task_config(data_dir, out, max_steps=10, save_model_step=5, is_eval_dev=0, is_eval_test=0)
+    build(config, tmp_path).do_train()
+    ckpts = os.path.join(out, "checkpoints")
+    os.remove(os.path.join(ckpts, "step_10", "trainer_state.json"))  # as if killed mid-save
+    config["trainer"]["resume"] = "auto"
+    trainer = build(config, tmp_path)
+    assert trainer.state.global_step == 5
+
+
+def test_corrupt_checkpoint_gives_clear_error_and_keeps_files(tmp_path, data_dir):
+    out = str(tmp_path / "out")
+    config = task_config(data_dir, out, max_steps=5, is_eval_dev=0, is_eval_test=0)
+    build(config, tmp_path).do_train()
+    model_file = os.path.join(out, "checkpoints", "step_5", "model.pdparams")
+    with open(model_file, "r+b") as f:
+        f.truncate(100)
+    config["trainer"]["load_checkpoint"] = os.path.join(out, "checkpoints", "step_5")
+    with pytest.raises(CheckpointError) as info:
+        build(config, tmp_path)
+    assert model_file in str(info.value) and "corrupt" in str(info.value)
+    assert os.path.getsize(model_file) == 100
+    config["trainer"]["load_checkpoint"] = str(tmp_path / "missing")
+    with pytest.raises(CheckpointError, match="checkpoint folder not found"):
+        build(config, tmp_path)
+
+
+def test_checkpoint_of_a_different_model_is_refused(tmp_path, data_dir):
+    out = str(tmp_path / "bow")
+    build(task_config(data_dir, out, max_steps=3, is_eval_dev=0, is_eval_test=0), tmp_path).do_train()
+    config = task_config(data_dir, str(tmp_path / "cnn"), model_type="CnnClassification",
+                         load_checkpoint=os.path.join(out, "checkpoints", "step_3"))
+    with pytest.raises(CheckpointError) as info:
+        build(config, tmp_path)
+    message = str(info.value)
+    assert "does not match the model" in message and "shape mismatch" in message and "fc.weight" in message
+
+
+def test_pretrained_loading_reports_missing_unexpected_and_mismatched(tmp_path, data_dir):
+    out = str(tmp_path / "bow")
+    source = build(task_config(data_dir, out, max_steps=3, is_eval_dev=0, is_eval_test=0), tmp_path)
+    source.do_train()
+    params = {k: v.numpy() for k, v in source.model.state_dict().items()}
+    renamed = {("old_emb." + k[len("embedding."):] if k.startswith("embedding.") else k): v
+               for k, v in params.items()}
+    renamed["extra.weight"] = np.zeros(3, dtype="float32")
+    path = str(tmp_path / "pretrained.pdparams")
+    paddle.save(renamed, path)
+
+    config = task_config(data_dir, str(tmp_path / "cnn"), model_type="CnnClassification", max_steps=1,
+                         pre_train_model=[{"name": "bow", "params_path": path,
+                                           "prefix_map": {"old_emb.": "embedding."}}])
+    target = build(config, tmp_path)
+    np.testing.assert_array_equal(target.model.embedding.weight.numpy(), params["embedding.weight"])
+    np.testing.assert_array_equal(target.model.output_layer.weight.numpy(), params["output_layer.weight"])
+    report = target.load_pretrained(path, {"old_emb.": "embedding."})
+    assert "extra.weight" in report.unexpected
+    assert any(name == "fc.weight" for name, _, _ in report.mismatched)  # BoW 16 vs CNN 32 inputs
+    assert any(name.startswith("encoder.convs") for name in report.missing)
+    assert "embedding.weight" in report.loaded
+
+
+def test_pretrained_errors_name_the_file(tmp_path, data_dir):
+    config = task_config(data_dir, str(tmp_path / "a"), pre_train_model=str(tmp_path / "none.pdparams"))
+    with pytest.raises(CheckpointError, match="pretrained params file not found: .*none.pdparams"):
+        build(config, tmp_path)
+    garbage = tmp_path / "garbage.pdparams"
+    garbage.write_bytes(b"not a pickle at all")
+    config = task_config(data_dir, str(tmp_path / "b"), pre_train_model=str(garbage))
+    with pytest.raises(CheckpointError, match=f"corrupt or unreadable: {garbage}"):
+        build(config, tmp_path)
+    unrelated = str(tmp_path / "unrelated.pdparams")
+    paddle.save({"x.weight": np.zeros(2, dtype="float32")}, unrelated)
+    config = task_config(data_dir, str(tmp_path / "c"), load_parameters=unrelated)
+    with pytest.raises(CheckpointError, match="no parameter matches the model"):
+        build(config, tmp_path)

@@ -1,0 +1,162 @@
+"""Tokenizers, vocab, field readers, dataset readers and the batch sampler."""
+import os
+
+import numpy as np
+import pytest
+
+from conftest import fields, write_tsv
+from wenxin.common.errors import DataError
+from wenxin.config.schema import validate
+from wenxin.config.task_schema import FIELD, READER
+from wenxin.data.dataset_reader import BasicDataSetReader, build_readers
+from wenxin.data.field_reader import LabelFieldReader, ScalarFieldReader, TextFieldReader
+from wenxin.data.sampler import ResumableBatchSampler
+from wenxin.data.tokenizers import CharTokenizer, WhitespaceTokenizer
+from wenxin.data.vocab import Vocab
+
+
+def field(**overrides):
+    base = {"name": "text_a", "reader": {"type": "TextFieldReader"}, "tokenizer": {"type": "CharTokenizer"}}
+    return validate({**base, **overrides}, FIELD, "f")
+
+
+def reader_config(path, field_list=None, **config):
+    return validate({"fields": field_list or fields(), "config": {"data_path": path, **config}}, READER, "r")
+
+
+def test_char_tokenizer_chinese_latin_and_fullwidth():
+    tok = CharTokenizer({"lowercase": True})
+    assert tok.tokenize("质量不错，Lenovo 的ＡＢＣ 123元") == \
+        ["质", "量", "不", "错", ",", "lenovo", "的", "abc", "123", "元"]
+    assert tok.tokenize("") == [] and tok.tokenize("   ") == []
+
+
+def test_ngrams_and_whitespace_tokenizer():
+    assert CharTokenizer({"ngram": 2}).tokenize("很好看") == ["很", "好", "看", "很好", "好看"]
+    tok = WhitespaceTokenizer({"split_char": " ", "lowercase": False})
+    assert tok.tokenize("我 爱  北京 Tiananmen") == ["我", "爱", "北京", "Tiananmen"]
+
+
+def test_vocab_build_is_reproducible_and_respects_limits(tmp_path):
+    docs = [["b", "a", "c"], ["a", "b"], ["a", "d"]]
+    vocab = Vocab.build(docs)
+    assert vocab.tokens == ["[PAD]", "[UNK]", "a", "b", "c", "d"]  # by count, ties alphabetical
+    assert Vocab.build(docs, min_freq=2).tokens == ["[PAD]", "[UNK]", "a", "b"]
+    assert Vocab.build(docs, max_size=3).tokens == ["[PAD]", "[UNK]", "a"]
+    assert vocab.to_ids(["a", "zzz"]) == [2, 1]
+    path = str(tmp_path / "v" / "vocab.txt")
+    vocab.save(path)
+    loaded = Vocab.load(path, "[UNK]")
+    assert loaded.tokens == vocab.tokens and loaded.unk_id == 1
+
+
+def test_vocab_load_errors(tmp_path):
+    with pytest.raises(DataError, match="vocab file not found"):
+        Vocab.load(str(tmp_path / "missing.txt"))
+    bad = tmp_path / "bad.txt"
+    bad.write_text("a\n\nb\n", encoding="utf-8")
+    with pytest.raises(DataError, match=f"{bad}:2: empty token"):
+        Vocab.load(str(bad))
+    no_unk = tmp_path / "nounk.txt"
+    no_unk.write_text("[PAD]\na\n", encoding="utf-8")
+    with pytest.raises(DataError, match="no unknown token"):
+        Vocab.load(str(no_unk), "[UNK]")
+
+
+def test_text_field_truncation_padding_and_specs():
+    reader = TextFieldReader(field(max_seq_len=4), "f")
+    reader.fit(["甲乙丙丁戊己", "甲乙"])
+    ids = [reader.vocab.lookup(c) for c in "甲乙丙丁戊己"]
+    assert reader.convert("甲乙丙丁戊己").tolist() == ids[:4]
+    reader.config["truncation_type"] = 1
+    assert reader.convert("甲乙丙丁戊己").tolist() == ids[-4:]
+    reader.config["truncation_type"] = 2
+    assert reader.convert("甲乙丙丁戊己").tolist() == ids[:2] + ids[-2:]
+    batch = reader.collate([reader.convert("甲乙"), reader.convert(""), reader.convert("甲乙丙")])
+    assert batch["text_a"].shape == (3, 3) and batch["text_a"].dtype == np.int64
+    assert batch["text_a_seq_lens"].tolist() == [2, 0, 3]
+    assert batch["text_a"][1].tolist() == [0, 0, 0]  # padding_id
+    assert [s.name for s in reader.tensor_specs()] == ["text_a", "text_a_seq_lens"]
+    assert reader.convert("子丑寅").tolist() == [1, 1, 1]  # out of vocabulary -> [UNK]
+
+
+def test_label_and_scalar_fields():
+    labels = LabelFieldReader(validate({"name": "label", "reader": {"type": "LabelFieldReader"}}, FIELD), "f")
+    labels.fit(["10", "2", "2", "1"])
+    assert labels.vocab.tokens == ["1", "2", "10"]  # numeric labels sorted numerically
+    assert labels.convert(" 10 ") == 2
+    with pytest.raises(ValueError, match="label '7' is not in the label map"):
+        labels.convert("7")
+    scalar = ScalarFieldReader(validate({"name": "w", "data_type": "float",
+                                         "reader": {"type": "ScalarFieldReader"}}, FIELD), "f")
+    assert scalar.collate([scalar.convert("0.5"), scalar.convert("2")])["w"].dtype == np.float32
+    with pytest.raises(ValueError):
+        scalar.convert("abc")
+
+
+def test_malformed_line_names_file_and_line(tmp_path):
+    path = write_tsv(str(tmp_path / "train.tsv"), [("好看", 1), ("难看",), ("一般", 0)])
+    with pytest.raises(DataError) as info:
+        BasicDataSetReader(reader_config(path), "train_reader").load()
+    assert str(info.value).startswith(f"{path}:2: expected 2 columns (text_a, label), got 1")
+
+
+def test_bad_value_names_file_and_line(tmp_path):
+    path = write_tsv(str(tmp_path / "dev.tsv"), [("好看", 1), ("难看", "x")])
+    train = BasicDataSetReader(reader_config(write_tsv(str(tmp_path / "t.tsv"), [("好", 1), ("坏", 0)])),
+                               "train_reader").load()
+    with pytest.raises(DataError, match=f"{path}:2: label 'x' is not in the label map"):
+        BasicDataSetReader(reader_config(path), "dev_reader").load(train_reader=train)
+
+
+def test_skip_bad_lines_counts_them(tmp_path):
+    path = write_tsv(str(tmp_path / "train.tsv"), [("好看", 1), ("难看",), ("a", 0, "extra"), ("一般", 0)])
+    reader = BasicDataSetReader(reader_config(path, skip_bad_lines=True), "train_reader").load()
+    assert len(reader) == 2 and reader.bad_lines == 2
+
+
+def test_folder_data_path_header_and_invalid_utf8(tmp_path):
+    folder = tmp_path / "parts"
+    write_tsv(str(folder / "a.tsv"), [("text_a", "label"), ("好", 1)])
+    write_tsv(str(folder / "b.tsv"), [("text_a", "label"), ("坏", 0)])
+    reader = BasicDataSetReader(reader_config(str(folder), has_header=True), "train_reader").load()
+    assert len(reader) == 2
+    binary = tmp_path / "bin.tsv"
+    binary.write_bytes(b"\xff\xfe bad\t1\n")
+    with pytest.raises(DataError, match=f"{binary}: not valid UTF-8"):
+        BasicDataSetReader(reader_config(str(binary)), "train_reader").load()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match="folder has no data files"):
+        BasicDataSetReader(reader_config(str(empty)), "train_reader").load()
+
+
+def test_dev_reader_shares_train_vocab_and_loader_batches(tmp_path):
+    train = write_tsv(str(tmp_path / "train.tsv"), [("好看好看", 1), ("难看", 0), ("一般般", 0)])
+    dev = write_tsv(str(tmp_path / "dev.tsv"), [("好难", 1)])
+    readers = build_readers({"train_reader": reader_config(train), "dev_reader": reader_config(dev)}, None)
+    train_vocab = readers["train_reader"].field("text_a").vocab
+    assert readers["dev_reader"].field("text_a").vocab is train_vocab
+    loader = readers["train_reader"].make_loader(readers["train_reader"].make_sampler(2, False, 0))
+    batches = list(loader)
+    assert [b["label"].shape[0] for b in batches] == [2, 1]
+    assert batches[0]["text_a"].shape == [2, 4]
+    out = str(tmp_path / "vocab")
+    assert os.path.isfile(readers["train_reader"].field("text_a").save_vocab(out))
+
+
+def test_sampler_is_seeded_and_resumable():
+    a = ResumableBatchSampler(10, 3, shuffle=True, seed=7)
+    b = ResumableBatchSampler(10, 3, shuffle=True, seed=7)
+    a.set_epoch(1)
+    b.set_epoch(1)
+    full = list(a)
+    assert full == list(b) and len(full) == 4 == len(a)
+    assert sorted(i for batch in full for i in batch) == list(range(10))
+    a.set_epoch(2)
+    assert list(a) != full  # a new permutation each epoch
+    b.set_epoch(1, start_batch=2)
+    assert list(b) == full[2:]
+    ranks = [ResumableBatchSampler(10, 2, True, 7, rank=r, num_replicas=2) for r in range(2)]
+    shards = [sorted(i for batch in s for i in batch) for s in ranks]
+    assert sorted(shards[0] + shards[1]) == list(range(10))

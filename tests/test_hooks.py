@@ -1,0 +1,99 @@
+"""Hook ordering, configured hooks, early stopping and the NaN guard."""
+import os
+
+import numpy as np
+import pytest
+
+from conftest import build, task_config
+from wenxin.common.constants import InstanceName, Phase
+from wenxin.common.errors import TrainingError
+from wenxin.controller.hooks import HookBase, HookList, Priority
+
+
+class Recorder(HookBase):
+    def __init__(self, name, log, priority):
+        self.name, self.log, self.priority = name, log, priority
+
+    def after_step(self):
+        self.log.append(self.name)
+
+
+def test_hooks_run_in_priority_order_stable_for_ties():
+    log = []
+    hooks = HookList()
+    hooks.add(Recorder("normal-1", log, Priority.NORMAL))
+    hooks.add(Recorder("low", log, Priority.LOW))
+    hooks.add(Recorder("first", log, Priority.NORMAL), priority=Priority.HIGHEST)
+    hooks.add(Recorder("normal-2", log, Priority.NORMAL))
+    hooks.call("after_step")
+    assert log == ["first", "normal-1", "normal-2", "low"]
+
+
+def test_default_hooks_and_event_order_in_a_run(tmp_path, data_dir):
+    events = []
+
+    class Spy(HookBase):
+        priority = Priority.LOWEST
+
+        def before_train(self): events.append("before_train")
+        def before_epoch(self): events.append("before_epoch")
+        def after_epoch(self): events.append("after_epoch")
+        def after_step(self): events.append(f"step{self.trainer.state.global_step}")
+        def after_eval(self, name, metrics): events.append(f"eval:{name}")
+        def after_save(self, name, path): events.append(f"save:{name}")
+        def after_train(self): events.append("after_train")
+
+    config = task_config(data_dir, str(tmp_path / "out"), max_steps=3, eval_step=2, save_model_step=2,
+                         is_eval_test=0)
+    config["dataset_reader"]["train_reader"]["config"]["batch_size"] = 120  # 2 steps per epoch
+    trainer = build(config, tmp_path)
+    trainer.register_hook(Spy())
+    names = [type(h).__name__ for h in trainer.hooks.hooks]
+    assert names == ["IterationTimerHook", "LRSchedulerHook", "NaNGuardHook", "EvaluationHook",
+                     "LoggerHook", "CheckpointHook", "Spy"]
+    trainer.do_train()
+    # within one event hooks run by priority: the checkpoint hook (70) saves "best" from its
+    # after_eval before the spy (100) sees the eval; after_step saves step_2 before the spy's step
+    second_best = ["save:best"] if trainer.state.best_step == 3 else []
+    assert events == ["before_train", "before_epoch", "step1",
+                      "save:best", "eval:dev_reader", "save:step_2", "step2", "after_epoch",
+                      "before_epoch", "step3",
+                      *second_best, "eval:dev_reader", "save:step_3", "after_train"]
+
+
+def test_early_stopping_from_config(tmp_path, data_dir):
+    config = task_config(data_dir, str(tmp_path / "out"), max_steps=40, eval_step=2, is_eval_test=0,
+                         hooks=[{"type": "EarlyStoppingHook", "params": {"patience": 2, "min_delta": 10.0}}])
+    trainer = build(config, tmp_path)
+    trainer.do_train()
+    # first eval sets the best; no later eval improves by 10: stops at the third eval
+    assert trainer.state.global_step == 6
+    assert "early stopping" in trainer.state.stop_reason
+    assert os.path.isdir(os.path.join(str(tmp_path / "out"), "checkpoints", "step_6"))
+
+
+def test_nan_guard_skips_bad_updates_and_stops(tmp_path, data_dir):
+    out = str(tmp_path / "out")
+    config = task_config(data_dir, out, max_steps=20, save_model_step=5, is_eval_dev=0, is_eval_test=0,
+                         max_nan_steps=2)
+    trainer = build(config, tmp_path)
+    forward = trainer.model.forward
+    snapshot = {}
+
+    def poisoned(fields, phase):
+        outputs = forward(fields, phase)
+        if phase == Phase.TRAINING and trainer.state.global_step >= 6:
+            if not snapshot:
+                snapshot.update({k: v.numpy().copy() for k, v in trainer.model.state_dict().items()})
+            outputs[InstanceName.LOSS] = outputs[InstanceName.LOSS] * float("nan")
+        return outputs
+
+    trainer.model.forward = poisoned
+    with pytest.raises(TrainingError) as info:
+        trainer.do_train()
+    message = str(info.value)
+    assert "NaN/Inf for 2 step(s) in a row at step 8" in message
+    assert message.count(os.path.join(out, "checkpoints", "step_5")) == 1
+    for name, value in trainer.model.state_dict().items():  # bad updates were skipped
+        np.testing.assert_array_equal(value.numpy(), snapshot[name])
+    assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == ["latest", "step_5"]
