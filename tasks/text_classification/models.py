@@ -76,10 +76,13 @@ class BaseClassification(BaseModel):
 
 @RegisterSet.models.register("BowClassification")
 class BowClassification(BaseClassification):
-    """Bag of words: the mean of the token embeddings."""
+    """Bag of words (with n-gram tokens: fastText-style): pooled token embeddings."""
+
+    config_schema = {**BaseClassification.config_schema,
+                     "pooling": Key(str, "mean", choices=["mean", "max", "mean_max"])}
 
     def build_encoder(self, emb_dim: int) -> nn.Layer:
-        return BoWEncoder(emb_dim)
+        return BoWEncoder(emb_dim, self.model_params["pooling"])
 
 
 @RegisterSet.models.register("CnnClassification")

@@ -26,17 +26,26 @@ class TokenEmbedding(nn.Embedding):
 
 
 class BoWEncoder(nn.Layer):
-    """Mean of the embeddings of the real tokens. ``[B, T, D]`` -> ``[B, D]``."""
+    """Pools the embeddings of the real tokens: ``mean``, ``max`` or both concatenated
+    (``mean_max``). ``[B, T, D]`` -> ``[B, D]`` (``[B, 2D]`` for ``mean_max``)."""
 
-    def __init__(self, emb_dim: int) -> None:
+    def __init__(self, emb_dim: int, pooling: str = "mean") -> None:
         super().__init__()
-        self.output_dim = emb_dim
+        if pooling not in ("mean", "max", "mean_max"):
+            raise ValueError(f"unknown pooling {pooling!r}")
+        self.pooling = pooling
+        self.output_dim = emb_dim * (2 if pooling == "mean_max" else 1)
 
     def forward(self, embedded: paddle.Tensor, seq_lens: paddle.Tensor) -> paddle.Tensor:
         mask = length_mask(seq_lens, paddle.shape(embedded)[1], embedded.dtype).unsqueeze(-1)  # [B, T, 1]
-        summed = (embedded * mask).sum(axis=1)  # [B, D]
-        count = paddle.clip(seq_lens.astype(embedded.dtype), min=1.0).unsqueeze(-1)  # [B, 1]
-        return summed / count
+        pooled = []
+        if self.pooling in ("mean", "mean_max"):
+            count = paddle.clip(seq_lens.astype(embedded.dtype), min=1.0).unsqueeze(-1)  # [B, 1]
+            pooled.append((embedded * mask).sum(axis=1) / count)  # [B, D]
+        if self.pooling in ("max", "mean_max"):
+            masked = embedded * mask - (1.0 - mask) * 1e4  # padding never wins the max
+            pooled.append(F.adaptive_max_pool1d(masked.transpose([0, 2, 1]), 1).squeeze(-1))  # [B, D]
+        return pooled[0] if len(pooled) == 1 else paddle.concat(pooled, axis=-1)
 
 
 class CNNEncoder(nn.Layer):

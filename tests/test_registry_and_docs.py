@@ -1,0 +1,40 @@
+"""Registry scoping and documentation kept in sync with the code."""
+import os
+
+import pytest
+
+from conftest import REPO
+from wenxin.common.errors import ConfigError
+from wenxin.common.registry import Registry
+from wenxin.config.reference import render
+
+
+def _class_in(module: str, name: str = "Trainer") -> type:
+    return type(name, (), {"__module__": module})
+
+
+def test_task_scoped_names_prefer_the_task_then_builtin():
+    registry = Registry("trainer")
+    builtin = registry.register("CustomDynamicTrainer")(_class_in("wenxin.controller.x"))
+    task_a = registry.register("CustomDynamicTrainer")(_class_in("wenxin_task_a.trainers"))
+    task_b = registry.register("CustomDynamicTrainer")(_class_in("wenxin_task_b.trainers"))
+    assert registry.get("CustomDynamicTrainer", "wenxin_task_a") is task_a
+    assert registry.get("CustomDynamicTrainer", "wenxin_task_b") is task_b
+    assert registry.get("CustomDynamicTrainer", "wenxin_task_c") is builtin
+    replaced = registry.register("CustomDynamicTrainer")(_class_in("wenxin_task_a.other"))
+    assert registry.get("CustomDynamicTrainer", "wenxin_task_a") is replaced
+
+
+def test_unknown_name_lists_known_and_suggests():
+    registry = Registry("model")
+    registry.register("CnnClassification")(_class_in("wenxin.models"))
+    with pytest.raises(ConfigError) as info:
+        registry.get("CnnClasification", None, "model.type")
+    assert str(info.value) == ("model.type: unknown model type 'CnnClasification' "
+                               "(did you mean 'CnnClassification'?); known: CnnClassification")
+
+
+def test_readme_reference_matches_schema():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    assert render() in readme, "README is stale: regenerate with python -m wenxin.config.reference"

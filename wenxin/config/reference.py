@@ -1,0 +1,60 @@
+"""Render the task-file schema as Markdown tables: ``python -m wenxin.config.reference``.
+
+The README's "task.json reference" section is this output; a test keeps them in sync.
+"""
+from __future__ import annotations
+
+import json
+from typing import List
+
+from wenxin.config.schema import REQUIRED, Key
+from wenxin.config.task_schema import FIELD, HOOK, MODEL_BASE, OPTIMIZATION, PRETRAINED, READER, READER_CONFIG, \
+    TOKENIZER, TRAINER
+
+SECTIONS = [
+    ("dataset_reader.<train_reader|dev_reader|test_reader|predict_reader>", READER),
+    ("<reader>.config", READER_CONFIG),
+    ("<reader>.fields[i]", FIELD),
+    ("<reader>.fields[i].tokenizer", TOKENIZER),
+    ("model (common keys; each model class adds its own)", MODEL_BASE),
+    ("model.optimization", OPTIMIZATION),
+    ("trainer", TRAINER),
+    ("trainer.hooks[i]", HOOK),
+    ("trainer.pre_train_model[i]", PRETRAINED),
+]
+
+
+def _types(key: Key) -> str:
+    names = {bool: "bool", int: "int", float: "float", str: "string", dict: "object", list: "list",
+             type(None): "null"}
+    return " / ".join(names.get(t, t.__name__) for t in key.types)
+
+
+def _default(key: Key) -> str:
+    if key.default is REQUIRED:
+        return "**required**"
+    return f"`{json.dumps(key.default, ensure_ascii=False)}`"
+
+
+def _notes(key: Key) -> str:
+    notes = [key.doc] if key.doc else []
+    if key.choices is not None:
+        notes.append("one of " + ", ".join(f"`{json.dumps(c)}`" for c in key.choices))
+    if key.minimum is not None or key.maximum is not None:
+        notes.append(f"range [{key.minimum if key.minimum is not None else '-inf'}, "
+                     f"{key.maximum if key.maximum is not None else 'inf'}]")
+    return "; ".join(notes).replace("|", "\\|")
+
+
+def render() -> str:
+    lines: List[str] = []
+    for title, schema in SECTIONS:
+        lines += [f"#### `{title}`", "", "| key | type | default | notes |", "|---|---|---|---|"]
+        for name, key in schema.items():
+            lines.append(f"| `{name}` | {_types(key)} | {_default(key)} | {_notes(key)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render())
