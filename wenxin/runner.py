@@ -44,8 +44,8 @@ def build_trainer(config: Dict[str, Any]) -> BaseTrainer:
     readers = build_readers(config["dataset_reader"], scope)
     for name, reader in readers.items():
         logger.info("%s: %d examples from %s", name, len(reader), reader.reader_config["data_path"])
-    model = model_cls(config["model"], readers["train_reader"].data_info())
-    return trainer_cls(config, model, readers, scope)
+    data_info = readers["train_reader"].data_info()
+    return trainer_cls(config, lambda: model_cls(config["model"], data_info), readers, scope)
 
 
 def train(param_path: str, overrides: Iterable[str] = ()) -> Dict[str, Dict[str, float]]:

