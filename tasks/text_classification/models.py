@@ -79,10 +79,12 @@ class BowClassification(BaseClassification):
     """Bag of words (with n-gram tokens: fastText-style): pooled token embeddings."""
 
     config_schema = {**BaseClassification.config_schema,
-                     "pooling": Key(str, "mean", choices=["mean", "max", "mean_max"])}
+                     "pooling": Key(str, "mean", choices=["mean", "max", "mean_max"]),
+                     "token_dropout": Key(float, 0.0, minimum=0.0, maximum=0.95,
+                                          doc="drop tokens from the bag while training")}
 
     def build_encoder(self, emb_dim: int) -> nn.Layer:
-        return BoWEncoder(emb_dim, self.model_params["pooling"])
+        return BoWEncoder(emb_dim, self.model_params["pooling"], self.model_params["token_dropout"])
 
 
 @RegisterSet.models.register("CnnClassification")

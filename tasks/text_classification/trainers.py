@@ -5,6 +5,7 @@ from typing import Dict
 
 from wenxin.common.registry import RegisterSet
 from wenxin.controller.dynamic_trainer import BaseDynamicTrainer
+from wenxin.controller.static_trainer import BaseStaticTrainer
 
 
 class ClassificationTrainerMixin:
@@ -21,3 +22,8 @@ class ClassificationTrainerMixin:
 @RegisterSet.trainers.register("CustomDynamicTrainer")
 class CustomDynamicTrainer(ClassificationTrainerMixin, BaseDynamicTrainer):
     """Eager-mode trainer for text classification."""
+
+
+@RegisterSet.trainers.register("CustomStaticTrainer")
+class CustomStaticTrainer(ClassificationTrainerMixin, BaseStaticTrainer):
+    """Static-graph trainer for text classification."""

@@ -34,6 +34,13 @@ logger = logging.getLogger("wenxin")
 Batch = Dict[str, Any]
 
 
+def batch_size_of(batch: Batch) -> int:
+    """Leading dimension of a batch (eager Tensors, numpy arrays, or static-mode DenseTensors)."""
+    first = next(iter(batch.values()))
+    shape = first.shape() if callable(first.shape) else first.shape
+    return int(shape[0])
+
+
 def prepare_output_path(cfg: Dict[str, Any], is_writer: bool = True) -> None:
     """Create ``trainer.output_path``; never train over an earlier run's checkpoints unless
     asked to resume it, and fail clearly when the folder cannot be used."""
@@ -222,7 +229,7 @@ class BaseTrainer:
                     s.step_in_epoch = 0
             self.hooks.call("after_train")
         finally:
-            self.metric_logger.close()
+            self.metric_logger.flush()
         if s.stop_reason:
             logger.info("stopped: %s", s.stop_reason)
         return s.metrics
@@ -257,7 +264,7 @@ class BaseTrainer:
         try:
             for batch in self.eval_loader(reader_name):
                 outputs = self.eval_step(batch, phase)
-                sizes.append(len(next(iter(batch.values()))))
+                sizes.append(batch_size_of(batch))
                 for key, value in outputs.items():
                     chunks[key].append(value.reshape(1) if value.ndim == 0 else value)
         finally:

@@ -93,7 +93,12 @@ class BaseDynamicTrainer(BaseTrainer):
 
     def set_optimizer_state_dict(self, state: Mapping[str, Any]) -> None:
         to_internal = {structured: internal for internal, structured in self._param_names().items()}
-        self.optimizer.set_state_dict(_rename_keys(state, to_internal))
+        internal = _rename_keys(state, to_internal)
+        if "LR_Scheduler" not in internal and self.lr_scheduler is not None:
+            # a static-mode checkpoint keeps the schedule in its extra state (restored after this);
+            # Paddle's eager optimizer insists on an entry
+            internal["LR_Scheduler"] = self.lr_scheduler.state_dict()
+        self.optimizer.set_state_dict(internal)
 
     def scaler_state_dict(self) -> Optional[Dict[str, Any]]:
         return self.scaler.state_dict() if self.scaler is not None else None

@@ -27,20 +27,27 @@ class TokenEmbedding(nn.Embedding):
 
 class BoWEncoder(nn.Layer):
     """Pools the embeddings of the real tokens: ``mean``, ``max`` or both concatenated
-    (``mean_max``). ``[B, T, D]`` -> ``[B, D]`` (``[B, 2D]`` for ``mean_max``)."""
+    (``mean_max``). ``[B, T, D]`` -> ``[B, D]`` (``[B, 2D]`` for ``mean_max``).
 
-    def __init__(self, emb_dim: int, pooling: str = "mean") -> None:
+    ``token_dropout`` drops whole tokens from the bag while training (a regularizer for
+    bag-of-n-gram models, which otherwise memorize rare n-grams)."""
+
+    def __init__(self, emb_dim: int, pooling: str = "mean", token_dropout: float = 0.0) -> None:
         super().__init__()
         if pooling not in ("mean", "max", "mean_max"):
             raise ValueError(f"unknown pooling {pooling!r}")
         self.pooling = pooling
+        self.token_dropout = token_dropout
         self.output_dim = emb_dim * (2 if pooling == "mean_max" else 1)
 
     def forward(self, embedded: paddle.Tensor, seq_lens: paddle.Tensor) -> paddle.Tensor:
         mask = length_mask(seq_lens, paddle.shape(embedded)[1], embedded.dtype).unsqueeze(-1)  # [B, T, 1]
+        if self.training and self.token_dropout > 0:
+            keep = (paddle.rand(paddle.shape(mask), dtype=mask.dtype) >= self.token_dropout).astype(mask.dtype)
+            mask = mask * keep  # [B, T, 1]
         pooled = []
         if self.pooling in ("mean", "mean_max"):
-            count = paddle.clip(seq_lens.astype(embedded.dtype), min=1.0).unsqueeze(-1)  # [B, 1]
+            count = paddle.clip(mask.sum(axis=1), min=1.0)  # [B, 1] tokens kept
             pooled.append((embedded * mask).sum(axis=1) / count)  # [B, D]
         if self.pooling in ("max", "mean_max"):
             masked = embedded * mask - (1.0 - mask) * 1e4  # padding never wins the max

@@ -21,7 +21,7 @@ class MetricWriter:
     def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
         raise NotImplementedError
 
-    def close(self) -> None: ...
+    def flush(self) -> None: ...
 
 
 class ConsoleWriter(MetricWriter):
@@ -38,19 +38,17 @@ class ConsoleWriter(MetricWriter):
 
 
 class JsonlWriter(MetricWriter):
-    """Appends one JSON object per record to ``path`` (flushed, so a crash keeps earlier lines)."""
+    """Appends one JSON object per record to ``path``; each record is appended and closed at
+    once (records come at log intervals), so a crash keeps every earlier line."""
 
     def __init__(self, path: str) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")
+        self.path = path
 
     def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
         record = {"tag": tag, "step": step, "time": round(time.time(), 3), **scalars}
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 class VisualDLWriter(MetricWriter):
@@ -65,8 +63,8 @@ class VisualDLWriter(MetricWriter):
             if isinstance(value, (int, float)) and value == value:  # skip NaN
                 self._writer.add_scalar(tag=f"{tag}/{name}", value=float(value), step=step)
 
-    def close(self) -> None:
-        self._writer.close()
+    def flush(self) -> None:
+        self._writer.flush()
 
 
 class MetricLogger:
@@ -79,6 +77,6 @@ class MetricLogger:
         for w in self.writers:
             w.write(tag, step, scalars)
 
-    def close(self) -> None:
+    def flush(self) -> None:
         for w in self.writers:
-            w.close()
+            w.flush()

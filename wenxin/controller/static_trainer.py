@@ -1,0 +1,142 @@
+"""``BaseStaticTrainer``: static-graph (PIR Program + Executor) execution of the shared loop.
+
+The same model Layer as in eager mode is called once under ``paddle.static.program_guard`` with
+``paddle.static.data`` inputs derived from the field readers' tensor specs. The evaluation
+program is a clone of the forward pass taken before the optimizer is added, with dropout-like
+ops switched to inference (``is_test``). Parameters and optimizer state live in the Executor's
+scope; checkpoints name them by structured parameter names, like the dynamic trainer, so a
+checkpoint of one mode loads in the other.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+
+import numpy as np
+import paddle
+
+from wenxin.common.constants import InstanceName, Phase
+from wenxin.common.errors import ConfigError
+from wenxin.controller.base_trainer import Batch, BaseTrainer
+from wenxin.controller.dynamic_trainer import _rename_keys
+
+
+@contextlib.contextmanager
+def static_mode() -> Iterator[None]:
+    """Paddle's static mode for the duration of the block; the previous mode is restored, so a
+    static trainer never leaves the process in static mode for other (eager) code."""
+    was_dynamic = paddle.in_dynamic_mode()
+    if was_dynamic:
+        paddle.enable_static()
+    try:
+        yield
+    finally:
+        if was_dynamic:
+            paddle.disable_static()
+
+
+def _set_inference_mode(program: paddle.static.Program) -> None:
+    """Switch ops with an ``is_test`` attribute (dropout, batch norm) to inference behaviour."""
+    for op in program.global_block().ops:
+        if op.has_attr("is_test"):
+            op.set_bool_attr("is_test", True)
+
+
+class BaseStaticTrainer(BaseTrainer):
+    """Static-graph training: startup/train/eval programs built from one model Layer, run by an
+    Executor, with the optimizer (LR schedule with warmup, weight decay, global-norm clipping)
+    added by ``minimize``."""
+
+    mode = "static"
+
+    def setup_execution(self) -> None:
+        if self.amp.enabled:
+            raise ConfigError("trainer.use_amp: AMP is not supported by the static trainer yet; "
+                              "use model.is_dygraph=1 for AMP")
+        if self.accumulate > 1:
+            raise ConfigError("trainer.gradient_accumulation_steps: accumulation is not supported by the "
+                              "static trainer yet; use model.is_dygraph=1")
+        with static_mode():
+            self._build_programs()
+            self.executor = paddle.static.Executor(paddle.CPUPlace() if paddle.get_device() == "cpu"
+                                                   else paddle.CUDAPlace(0))
+            self.executor.run(self.startup_program)
+        self.scope = paddle.static.global_scope()
+
+    def train_loop(self) -> Dict[str, Dict[str, float]]:
+        with static_mode():
+            return super().train_loop()
+
+    def collect_outputs(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+        with static_mode():
+            return super().collect_outputs(reader_name, phase)
+
+    def _build_programs(self) -> None:
+        self.main_program = paddle.static.Program()
+        self.startup_program = paddle.static.Program()
+        self.main_program.random_seed = self.startup_program.random_seed = self.trainer_config["seed"]
+        specs = self.readers["train_reader"].tensor_specs()
+        with paddle.static.program_guard(self.main_program, self.startup_program):
+            self.model = self.model_builder()
+            feeds = {s.name: paddle.static.data(s.name, s.shape, s.dtype) for s in specs}
+            self.model.train()
+            outputs = self.model(feeds, Phase.TRAINING)
+            value_map = paddle.pir.IrMapping()
+            self.eval_program = self.main_program.clone(value_map)
+            self.eval_fetch = {k: value_map.look_up(v) for k, v in outputs.items()}
+            self.loss = outputs[InstanceName.LOSS]
+            self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.state.max_steps)
+            self.optimizer.minimize(self.loss)
+        _set_inference_mode(self.eval_program)
+        self.feed_names = [s.name for s in specs]
+        # structured name ("fc.weight") <-> program variable name ("linear_2.w_0")
+        self.var_names = {k: v.name for k, v in self.model.state_dict().items()}
+
+    def _feed(self, batch: Batch) -> Dict[str, Any]:
+        return {name: batch[name] for name in self.feed_names if name in batch}
+
+    def run_step(self, batches: List[Batch]) -> Any:
+        (loss,) = self.executor.run(self.main_program, feed=self._feed(batches[0]), fetch_list=[self.loss])
+        self.state.nonfinite_loss = self.should_check_loss() and not bool(np.isfinite(loss).all())
+        return float(loss)
+
+    def eval_step(self, batch: Batch, phase: str) -> Dict[str, np.ndarray]:
+        names = list(self.eval_fetch)
+        values = self.executor.run(self.eval_program, feed=self._feed(batch),
+                                   fetch_list=[self.eval_fetch[n] for n in names])
+        return dict(zip(names, (np.asarray(v) for v in values)))
+
+    # ---- state ---------------------------------------------------------------------------
+    def _read(self, var_name: str) -> np.ndarray:
+        return np.array(self.scope.find_var(var_name).get_tensor())
+
+    def _write(self, var_name: str, value: Any) -> None:
+        var = self.scope.find_var(var_name)
+        array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+        tensor = var.get_tensor()
+        tensor.set(array.astype(np.array(tensor).dtype), paddle.CPUPlace()
+                   if paddle.get_device() == "cpu" else paddle.CUDAPlace(0))
+
+    def model_state_dict(self) -> Dict[str, Any]:
+        return {name: self._read(var) for name, var in self.var_names.items()}
+
+    def set_model_state_dict(self, state: Mapping[str, Any]) -> None:
+        for name, value in state.items():
+            self._write(self.var_names[name], value)
+
+    def optimizer_state_dict(self) -> Dict[str, Any]:
+        state = {name: np.array(t) for name, t in self.main_program.state_dict("opt", self.scope).items()}
+        return _rename_keys(state, {var: name for name, var in self.var_names.items()})
+
+    def set_optimizer_state_dict(self, state: Mapping[str, Any]) -> None:
+        internal = _rename_keys({k: v for k, v in state.items() if not isinstance(v, Mapping)},
+                                self.var_names)
+        expected = set(self.main_program.state_dict("opt", self.scope))
+        missing = expected - set(internal)
+        if missing:
+            raise ValueError(f"missing optimizer state: {', '.join(sorted(missing)[:5])}")
+        for name in expected:
+            self._write(name, internal[name])
+
+    def scaler_state_dict(self) -> Optional[Dict[str, Any]]:
+        return None
