@@ -97,3 +97,35 @@ def test_nan_guard_skips_bad_updates_and_stops(tmp_path, data_dir):
     for name, value in trainer.model.state_dict().items():  # bad updates were skipped
         np.testing.assert_array_equal(value.numpy(), snapshot[name])
     assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == ["latest", "step_5"]
+
+
+def test_load_best_at_end_restores_best_weights(tmp_path, data_dir):
+    out = str(tmp_path / "out")
+    config = task_config(data_dir, out, epoch=3, eval_step=5, load_best_at_end=True)
+    config["model"]["optimization"]["learning_rate"] = 0.05
+    trainer = build(config, tmp_path)
+    captured = {}
+
+    class Capture(HookBase):
+        priority = Priority.VERY_LOW  # after the checkpoint hook, before LoadBestModelHook
+
+        def after_train(self):
+            captured["final"] = {k: v.numpy().copy() for k, v in trainer.model.state_dict().items()}
+
+    trainer.register_hook(Capture())
+    metrics = trainer.do_train()
+    import paddle
+    best = paddle.load(os.path.join(out, "checkpoints", "best", "model.pdparams"))
+    # deterministic run whose dev accuracy peaks before the end, so there is something to restore
+    assert trainer.state.best_step != trainer.state.global_step
+    for name, value in trainer.model.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), np.asarray(best[name]))
+    assert any(not np.array_equal(captured["final"][n], np.asarray(best[n])) for n in best)
+    final_ckpt = paddle.load(os.path.join(out, "checkpoints", f"step_{trainer.state.global_step}",
+                                          "model.pdparams"))
+    for name, value in captured["final"].items():  # the step checkpoint keeps the final weights
+        np.testing.assert_array_equal(np.asarray(final_ckpt[name]), value)
+    assert metrics["dev_reader"][trainer.trainer_config["metric"]] == trainer.state.best_metric
+    import json
+    tags = [json.loads(line)["tag"] for line in open(os.path.join(out, "logs", "metrics.jsonl"))]
+    assert tags[-2:] == ["best_dev", "best_test"]

@@ -23,7 +23,7 @@ from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller.amp import AmpSettings
 from wenxin.controller.env import rng_state, set_rng_state
-from wenxin.controller.hooks import DEFAULT_HOOKS, HookBase, HookList
+from wenxin.controller.hooks import DEFAULT_HOOKS, HookBase, HookList, LoadBestModelHook
 from wenxin.controller.hooks.writers import ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, VisualDLWriter
 from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BasicDataSetReader
@@ -135,6 +135,8 @@ class BaseTrainer:
     def _setup_hooks(self) -> None:
         for cls in DEFAULT_HOOKS:
             self.register_hook(cls())
+        if self.trainer_config["load_best_at_end"]:
+            self.register_hook(LoadBestModelHook())
         for i, spec in enumerate(self.trainer_config["hooks"]):
             path = f"trainer.hooks[{i}]"
             cls = RegisterSet.hooks.get(spec["type"], self.scope, f"{path}.type")
@@ -235,14 +237,17 @@ class BaseTrainer:
         return s.metrics
 
     # ---- evaluation ----------------------------------------------------------------------
-    def evaluate(self, reader_name: str) -> Dict[str, float]:
-        """Evaluate on a reader through the task's ``do_evaluate``; logs and returns the metrics."""
+    def evaluate(self, reader_name: str, tag: Optional[str] = None, run_hooks: bool = True) -> Dict[str, float]:
+        """Evaluate on a reader through the task's ``do_evaluate``; logs (as ``tag``, default the
+        reader name without ``_reader``) and returns the metrics."""
         phase = Phase.EVALUATE if reader_name == "dev_reader" else Phase.TEST
-        self.hooks.call("before_eval", reader_name)
+        if run_hooks:
+            self.hooks.call("before_eval", reader_name)
         metrics = self.do_evaluate(reader_name, phase, self.state.global_step)
         self.state.metrics[reader_name] = metrics
-        self.metric_logger.write(reader_name.replace("_reader", ""), self.state.global_step, metrics)
-        self.hooks.call("after_eval", reader_name, metrics)
+        self.metric_logger.write(tag or reader_name.replace("_reader", ""), self.state.global_step, metrics)
+        if run_hooks:
+            self.hooks.call("after_eval", reader_name, metrics)
         return metrics
 
     def eval_loader(self, reader_name: str) -> paddle.io.DataLoader:
@@ -319,6 +324,10 @@ class BaseTrainer:
             raise CheckpointError(f"{source}: checkpoint does not match the model:\n{report.summary()}")
         self.set_model_state_dict(matched)
         return report
+
+    def restore_model_params(self, params: Mapping[str, Any], source: str) -> None:
+        """Load a complete set of model parameters (e.g. the best checkpoint's)."""
+        self._load_model_params(params, source, strict=True)
 
     def load_pretrained(self, params_path: str, prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
         """Warm-start from a params file (or checkpoint folder); logs what matched and what did not."""

@@ -1,5 +1,6 @@
 """Hooks of the training loop; importing this package registers the built-in hooks."""
 from wenxin.controller.hooks.base import HookBase, HookList, Priority
+from wenxin.controller.hooks.best_model import LoadBestModelHook
 from wenxin.controller.hooks.checkpoint import CheckpointHook
 from wenxin.controller.hooks.early_stopping import EarlyStoppingHook
 from wenxin.controller.hooks.evaluation import EvaluationHook
@@ -11,4 +12,4 @@ from wenxin.controller.hooks.timer import IterationTimerHook
 DEFAULT_HOOKS = (IterationTimerHook, LRSchedulerHook, NaNGuardHook, EvaluationHook, LoggerHook, CheckpointHook)
 
 __all__ = ["HookBase", "HookList", "Priority", "DEFAULT_HOOKS", "CheckpointHook", "EarlyStoppingHook",
-           "EvaluationHook", "LoggerHook", "LRSchedulerHook", "NaNGuardHook", "IterationTimerHook"]
+           "EvaluationHook", "LoadBestModelHook", "LoggerHook", "LRSchedulerHook", "NaNGuardHook", "IterationTimerHook"]
