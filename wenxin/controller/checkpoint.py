@@ -229,3 +229,24 @@ def match_parameters(model_state: Mapping[str, Any], loaded: Mapping[str, Any], 
         report.loaded.append(name)
     report.unexpected = sorted(set(renamed) - set(model_state))
     return matched, report
+
+
+def rename_state_keys(state: Mapping[str, Any], names: Mapping[str, str]) -> Dict[str, Any]:
+    """Rename optimizer-state keys ``<param name>_<suffix>`` by the longest matching param name.
+
+    Optimizer accumulators are named after Paddle's internal parameter names (``linear_3.w_0``),
+    which depend on creation order; checkpoints store them under structured names
+    (``fc.weight_moment1_0``) so they load into a model built in another process or mode."""
+    ordered = sorted(names, key=len, reverse=True)
+    renamed: Dict[str, Any] = {}
+    for key, value in state.items():
+        if isinstance(value, Mapping):  # e.g. master_weights, LR_Scheduler
+            renamed[key] = rename_state_keys(value, names) if key == "master_weights" else dict(value)
+            continue
+        new = key
+        for old in ordered:
+            if key == old or key.startswith(old + "_"):
+                new = names[old] + key[len(old):]
+                break
+        renamed[new] = value
+    return renamed

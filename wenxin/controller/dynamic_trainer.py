@@ -8,23 +8,7 @@ import paddle
 
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.controller.base_trainer import Batch, BaseTrainer
-
-
-def _rename_keys(state: Mapping[str, Any], names: Mapping[str, str]) -> Dict[str, Any]:
-    """Rename optimizer-state keys ``<param name>_<suffix>`` by the longest matching param name."""
-    ordered = sorted(names, key=len, reverse=True)
-    renamed: Dict[str, Any] = {}
-    for key, value in state.items():
-        if isinstance(value, Mapping):  # e.g. master_weights, LR_Scheduler
-            renamed[key] = _rename_keys(value, names) if key == "master_weights" else dict(value)
-            continue
-        new = key
-        for old in ordered:
-            if key == old or key.startswith(old + "_"):
-                new = names[old] + key[len(old):]
-                break
-        renamed[new] = value
-    return renamed
+from wenxin.controller.checkpoint import rename_state_keys
 
 
 class BaseDynamicTrainer(BaseTrainer):
@@ -89,11 +73,11 @@ class BaseDynamicTrainer(BaseTrainer):
         self.model.set_state_dict(dict(state))
 
     def optimizer_state_dict(self) -> Dict[str, Any]:
-        return _rename_keys(self.optimizer.state_dict(), self._param_names())
+        return rename_state_keys(self.optimizer.state_dict(), self._param_names())
 
     def set_optimizer_state_dict(self, state: Mapping[str, Any]) -> None:
         to_internal = {structured: internal for internal, structured in self._param_names().items()}
-        internal = _rename_keys(state, to_internal)
+        internal = rename_state_keys(state, to_internal)
         if "LR_Scheduler" not in internal and self.lr_scheduler is not None:
             # a static-mode checkpoint keeps the schedule in its extra state (restored after this);
             # Paddle's eager optimizer insists on an entry

@@ -18,7 +18,7 @@ import paddle
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.controller.base_trainer import Batch, BaseTrainer
-from wenxin.controller.dynamic_trainer import _rename_keys
+from wenxin.controller.checkpoint import rename_state_keys
 
 
 @contextlib.contextmanager
@@ -56,10 +56,11 @@ class BaseStaticTrainer(BaseTrainer):
         if self.accumulate > 1:
             raise ConfigError("trainer.gradient_accumulation_steps: accumulation is not supported by the "
                               "static trainer yet; use model.is_dygraph=1")
+        self.place = paddle.CPUPlace() if paddle.get_device() == "cpu" else paddle.CUDAPlace(
+            int(paddle.get_device().split(":")[1]))
         with static_mode():
             self._build_programs()
-            self.executor = paddle.static.Executor(paddle.CPUPlace() if paddle.get_device() == "cpu"
-                                                   else paddle.CUDAPlace(0))
+            self.executor = paddle.static.Executor(self.place)
             self.executor.run(self.startup_program)
         self.scope = paddle.static.global_scope()
 
@@ -114,8 +115,7 @@ class BaseStaticTrainer(BaseTrainer):
         var = self.scope.find_var(var_name)
         array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
         tensor = var.get_tensor()
-        tensor.set(array.astype(np.array(tensor).dtype), paddle.CPUPlace()
-                   if paddle.get_device() == "cpu" else paddle.CUDAPlace(0))
+        tensor.set(array.astype(np.array(tensor).dtype), self.place)
 
     def model_state_dict(self) -> Dict[str, Any]:
         return {name: self._read(var) for name, var in self.var_names.items()}
@@ -126,10 +126,10 @@ class BaseStaticTrainer(BaseTrainer):
 
     def optimizer_state_dict(self) -> Dict[str, Any]:
         state = {name: np.array(t) for name, t in self.main_program.state_dict("opt", self.scope).items()}
-        return _rename_keys(state, {var: name for name, var in self.var_names.items()})
+        return rename_state_keys(state, {var: name for name, var in self.var_names.items()})
 
     def set_optimizer_state_dict(self, state: Mapping[str, Any]) -> None:
-        internal = _rename_keys({k: v for k, v in state.items() if not isinstance(v, Mapping)},
+        internal = rename_state_keys({k: v for k, v in state.items() if not isinstance(v, Mapping)},
                                 self.var_names)
         expected = set(self.main_program.state_dict("opt", self.scope))
         missing = expected - set(internal)
