@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import time
+import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -32,6 +33,7 @@ from wenxin.models.base_model import BaseModel
 logger = logging.getLogger("wenxin")
 
 Batch = Dict[str, Any]
+EVAL_FLAGS = (("dev_reader", "is_eval_dev"), ("test_reader", "is_eval_test"))
 
 
 def batch_size_of(batch: Batch) -> int:
@@ -120,9 +122,13 @@ class BaseTrainer:
         else:
             s.num_epochs = cfg["epoch"]
             s.max_steps = cfg["epoch"] * steps_per_epoch
-        for name, flag in (("dev_reader", "is_eval_dev"), ("test_reader", "is_eval_test")):
+        for name, flag in EVAL_FLAGS:
             if cfg[flag] and name not in self.readers:
                 raise ConfigError(f"trainer.{flag}: set, but dataset_reader.{name} is not configured")
+
+    def eval_readers(self) -> List[str]:
+        """The readers to evaluate, by ``trainer.is_eval_dev`` / ``is_eval_test``."""
+        return [name for name, flag in EVAL_FLAGS if self.trainer_config[flag]]
 
     def _make_writers(self) -> List[MetricWriter]:
         writers: List[MetricWriter] = [ConsoleWriter()]
@@ -308,7 +314,9 @@ class BaseTrainer:
             raise CheckpointError(f"{folder}: optimizer state does not fit this model/optimizer ({e})") from None
         extra = parts["extra"]
         if self.lr_scheduler is not None and extra.get("lr_scheduler"):
-            self.lr_scheduler.set_state_dict(extra["lr_scheduler"])
+            with warnings.catch_warnings():  # LinearWarmup restores its nested schedule, yet warns
+                warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
+                self.lr_scheduler.set_state_dict(extra["lr_scheduler"])
         self.set_scaler_state_dict(extra.get("scaler"))
         self.hooks.set_state_dict(extra.get("hooks") or {})
         set_rng_state(extra["rng"])

@@ -10,6 +10,7 @@ checkpoint of one mode loads in the other.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -58,7 +59,9 @@ class BaseStaticTrainer(BaseTrainer):
                               "static trainer yet; use model.is_dygraph=1")
         self.place = paddle.CPUPlace() if paddle.get_device() == "cpu" else paddle.CUDAPlace(
             int(paddle.get_device().split(":")[1]))
-        with static_mode():
+        with static_mode(), warnings.catch_warnings():
+            # Paddle's own layers probe Tensor.place while building; PIR warns on each probe
+            warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface")
             self._build_programs()
             self.executor = paddle.static.Executor(self.place)
             self.executor.run(self.startup_program)

@@ -63,6 +63,27 @@ class HookBase:
     def set_state_dict(self, state: Dict[str, Any]) -> None: ...
 
 
+class IntervalHook(HookBase):
+    """Calls ``trigger()`` every ``trainer.<interval_key>`` steps, or at each epoch end when that
+    key is 0 (the Wenxin convention for ``eval_step`` and ``save_model_step``)."""
+
+    interval_key: str = ""
+
+    def before_train(self) -> None:
+        self.every: int = self.trainer.trainer_config[self.interval_key]
+
+    def trigger(self) -> None:
+        raise NotImplementedError
+
+    def after_step(self) -> None:
+        if self.every and self.trainer.state.global_step % self.every == 0:
+            self.trigger()
+
+    def after_epoch(self) -> None:
+        if not self.every:
+            self.trigger()
+
+
 class HookList:
     """Hooks sorted by priority (stable for equal priorities) and dispatched by event name."""
 

@@ -29,6 +29,5 @@ class LoadBestModelHook(HookBase):
         trainer.restore_model_params(params, folder)
         logger.info("loaded the best checkpoint (step %d, dev %s %.6g) from %s", state.best_step,
                     trainer.trainer_config["metric"], state.best_metric, folder)
-        for name, wanted in (("dev_reader", "is_eval_dev"), ("test_reader", "is_eval_test")):
-            if trainer.trainer_config[wanted]:
-                trainer.evaluate(name, tag=f"best_{name.replace('_reader', '')}", run_hooks=False)
+        for name in trainer.eval_readers():
+            trainer.evaluate(name, tag=f"best_{name.replace('_reader', '')}", run_hooks=False)

@@ -8,39 +8,32 @@ from typing import Dict
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.controller.checkpoint import BEST_DIR
-from wenxin.controller.hooks.base import HookBase, Priority
+from wenxin.controller.hooks.base import IntervalHook, Priority
 
 logger = logging.getLogger("wenxin")
 
 
 @RegisterSet.hooks.register("CheckpointHook")
-class CheckpointHook(HookBase):
+class CheckpointHook(IntervalHook):
     """Saves ``step_<N>`` every ``save_model_step`` steps (or at each epoch end when it is 0) and
     at the end of training, keeping the newest ``keep_checkpoint_max``; saves ``best`` whenever the
     dev metric ``trainer.metric`` improves (direction ``trainer.metric_mode``)."""
 
     priority = Priority.LOW
+    interval_key = "save_model_step"
 
     def before_train(self) -> None:
-        self.every = self.trainer.trainer_config["save_model_step"]
+        super().before_train()
         self._last_saved = self.trainer.state.global_step  # a resumed run starts saved
 
-    def _save(self) -> None:
+    def trigger(self) -> None:
         step = self.trainer.state.global_step
         if step != self._last_saved:
             self.trainer.save_checkpoint(f"step_{step}")
             self._last_saved = step
 
-    def after_step(self) -> None:
-        if self.every and self.trainer.state.global_step % self.every == 0:
-            self._save()
-
-    def after_epoch(self) -> None:
-        if not self.every:
-            self._save()
-
     def after_train(self) -> None:
-        self._save()
+        self.trigger()
 
     def after_eval(self, reader_name: str, metrics: Dict[str, float]) -> None:
         cfg, state = self.trainer.trainer_config, self.trainer.state
