@@ -87,3 +87,26 @@ def test_static_mode_requires_static_trainer(tmp_path, data_dir):
     config["model"]["is_dygraph"] = 0
     with pytest.raises(ConfigError, match="dynamic-mode trainer but model.is_dygraph=0 asks for static"):
         build(config, tmp_path)
+
+
+def test_static_resume_continues_with_identical_losses(tmp_path, data_dir):
+    from test_checkpoint import losses_of as step_losses
+    from test_checkpoint import resume_config  # also registers StopAtStepHook
+
+    def config_for(out):
+        return static_config(resume_config(data_dir, str(tmp_path / out)))  # dropout 0.3, shuffling
+
+    full = build(config_for("full"), tmp_path)
+    full.do_train()
+    config = config_for("interrupted")
+    config["trainer"]["hooks"] = [{"type": "StopAtStepHook", "params": {"step": 17}}]  # mid-epoch
+    build(config, tmp_path).do_train()
+    config["trainer"]["hooks"] = []
+    config["trainer"]["resume"] = "auto"
+    resumed = build(config, tmp_path)
+    assert resumed.state.global_step == 17
+    resumed.do_train()
+    expected, got = step_losses(str(tmp_path / "full")), step_losses(str(tmp_path / "interrupted"))
+    np.testing.assert_array_equal([got[s] for s in range(1, 46)], [expected[s] for s in range(1, 46)])
+    for name, value in full.model_state_dict().items():
+        np.testing.assert_array_equal(resumed.model_state_dict()[name], value, err_msg=name)
