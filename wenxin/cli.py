@@ -19,6 +19,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wenxin", description="wenxin task framework")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_task_args(sub.add_parser("train", help="train (and evaluate) a task"))
+    exporter = sub.add_parser("export", help="export a checkpoint as a self-contained inference folder")
+    _add_task_args(exporter)
+    exporter.add_argument("--checkpoint", required=True, help="checkpoint folder or params file")
+    exporter.add_argument("--output", default="", help="target folder (default: <checkpoint>/inference)")
+    inferer = sub.add_parser("infer", help="predict raw text files with an exported model")
+    _add_task_args(inferer)
     return parser
 
 
@@ -29,6 +35,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "train":
             from wenxin.runner import train
             train(args.param_path, args.overrides)
+        elif args.command == "infer":
+            from wenxin.inference.batch import run_inference
+            print(run_inference(args.param_path, args.overrides))
+        elif args.command == "export":
+            from wenxin.runner import export
+            print(export(args.param_path, args.checkpoint, args.output, args.overrides))
     except WenxinError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -38,6 +50,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 def train_main(argv: Optional[List[str]] = None) -> int:
     """``run_trainer.py``: the ``train`` command without the sub-command word."""
     return main(["train", *(sys.argv[1:] if argv is None else argv)])
+
+
+def infer_main(argv: Optional[List[str]] = None) -> int:
+    """``run_infer.py``: the ``infer`` command without the sub-command word."""
+    return main(["infer", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -53,3 +53,23 @@ def train(param_path: str, overrides: Iterable[str] = ()) -> Dict[str, Dict[str,
     config = load_config(param_path, overrides)
     trainer = build_trainer(config)
     return trainer.do_train()
+
+
+def export(param_path: str, checkpoint: str, output: str = "", overrides: Iterable[str] = ()) -> str:
+    """Export the parameters of ``checkpoint`` (a checkpoint folder or params file) as an inference
+    folder (default ``<checkpoint>/inference``). The task file supplies the model and readers;
+    nothing is written to its output_path."""
+    import tempfile
+
+    from wenxin.controller import checkpoint as ckpt
+    config = load_config(param_path, overrides)
+    params_file = ckpt.resolve_params_file(checkpoint)
+    params = ckpt.load_file(params_file, "checkpoint model file")
+    with tempfile.TemporaryDirectory() as scratch:
+        config["trainer"].update(output_path=scratch, resume="none", load_checkpoint="", load_parameters="",
+                                 pre_train_model=[], visualdl=False)
+        trainer = build_trainer(config)
+        trainer.restore_model_params(params, params_file)
+        target = output or os.path.join(checkpoint if os.path.isdir(checkpoint) else
+                                        os.path.dirname(checkpoint), "inference")
+        return trainer.export_inference(target)

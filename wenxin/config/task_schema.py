@@ -110,6 +110,7 @@ TRAINER: Schema = {
     "metric_mode": Key(str, "max", choices=["max", "min"]),
     "keep_checkpoint_max": Key(int, 3, minimum=1, doc="periodic checkpoints kept (best kept apart)"),
     "save_best": Key(bool, True),
+    "save_inference": Key(bool, False, doc="export an inference model into every checkpoint (<ckpt>/inference)"),
     "load_best_at_end": Key(bool, False, doc="after training, load checkpoints/best and evaluate it "
                                              "(logged as best_dev / best_test)"),
     "use_amp": Key(bool, False),

@@ -10,6 +10,8 @@ import collections
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -22,9 +24,10 @@ from wenxin.common.errors import CheckpointError, ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
+from wenxin.controller import export
 from wenxin.controller.amp import AmpSettings
 from wenxin.controller.env import rng_state, set_rng_state
-from wenxin.controller.hooks import DEFAULT_HOOKS, HookBase, HookList, LoadBestModelHook
+from wenxin.controller.hooks import DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook
 from wenxin.controller.hooks.writers import ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, VisualDLWriter
 from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BasicDataSetReader
@@ -143,6 +146,8 @@ class BaseTrainer:
             self.register_hook(cls())
         if self.trainer_config["load_best_at_end"]:
             self.register_hook(LoadBestModelHook())
+        if self.trainer_config["save_inference"]:
+            self.register_hook(InferenceExportHook())
         for i, spec in enumerate(self.trainer_config["hooks"]):
             path = f"trainer.hooks[{i}]"
             cls = RegisterSet.hooks.get(spec["type"], self.scope, f"{path}.type")
@@ -332,6 +337,28 @@ class BaseTrainer:
             raise CheckpointError(f"{source}: checkpoint does not match the model:\n{report.summary()}")
         self.set_model_state_dict(matched)
         return report
+
+    # ---- export ---------------------------------------------------------------------------
+    def export_inference(self, folder: str) -> str:
+        """Write a self-contained inference folder (graph, weights, preprocessing) to ``folder``."""
+        if not self.is_writer:
+            return folder
+        os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(os.path.abspath(folder)))
+        try:
+            fields = export.inference_fields(self.readers)
+            outputs = self.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields)
+            export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config)
+            export.replace_folder(tmp, folder)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        logger.info("exported inference model to %s (outputs: %s)", folder, ", ".join(outputs))
+        return folder
+
+    def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
+        """Save the prediction graph for ``fields`` at ``prefix``; returns the output names in order."""
+        raise NotImplementedError
 
     def restore_model_params(self, params: Mapping[str, Any], source: str) -> None:
         """Load a complete set of model parameters (e.g. the best checkpoint's)."""

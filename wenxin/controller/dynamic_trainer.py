@@ -11,6 +11,20 @@ from wenxin.controller.base_trainer import Batch, BaseTrainer
 from wenxin.controller.checkpoint import rename_state_keys
 
 
+class _PredictGraph(paddle.nn.Layer):
+    """The model in the predict phase, taking one dict of inputs and returning a tuple of
+    outputs in a fixed order (what ``paddle.jit.save`` can trace)."""
+
+    def __init__(self, model: paddle.nn.Layer, output_names: List[str]) -> None:
+        super().__init__()
+        self.model = model
+        self.output_names = output_names
+
+    def forward(self, fields):  # noqa: ANN001, ANN201 (traced by dy2static)
+        outputs = self.model(fields, Phase.PREDICT)
+        return tuple(outputs[name] for name in self.output_names)
+
+
 class BaseDynamicTrainer(BaseTrainer):
     """Eager training: ``paddle.amp.auto_cast`` + ``GradScaler``, gradient accumulation,
     global-norm clipping (in the optimizer) and the shared hook loop."""
@@ -60,6 +74,21 @@ class BaseDynamicTrainer(BaseTrainer):
 
     def end_eval(self) -> None:
         self.model.train()
+
+    # ---- export ---------------------------------------------------------------------------
+    def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
+        """``paddle.jit.save`` of the model in the predict phase, with ``InputSpec``s from the
+        field readers' tensor specs."""
+        specs = {s.name: paddle.static.InputSpec(s.shape, s.dtype, s.name) for f in fields for s in f.tensor_specs()}
+        sample = next(iter(self.eval_loader("dev_reader" if "dev_reader" in self.readers else "train_reader")))
+        self.model.eval()
+        try:
+            with paddle.no_grad():
+                names = sorted(self.model({k: sample[k] for k in specs}, Phase.PREDICT))
+            paddle.jit.save(_PredictGraph(self.model, names), prefix, input_spec=[specs])
+        finally:
+            self.model.train()
+        return names
 
     # ---- state ---------------------------------------------------------------------------
     def _param_names(self) -> Dict[str, str]:

@@ -88,6 +88,7 @@ class BaseStaticTrainer(BaseTrainer):
             value_map = paddle.pir.IrMapping()
             self.eval_program = self.main_program.clone(value_map)
             self.eval_fetch = {k: value_map.look_up(v) for k, v in outputs.items()}
+            self.eval_feeds = {k: value_map.look_up(v) for k, v in feeds.items()}
             self.loss = outputs[InstanceName.LOSS]
             self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.state.max_steps)
             self.optimizer.minimize(self.loss)
@@ -109,6 +110,18 @@ class BaseStaticTrainer(BaseTrainer):
         values = self.executor.run(self.eval_program, feed=self._feed(batch),
                                    fetch_list=[self.eval_fetch[n] for n in names])
         return dict(zip(names, (np.asarray(v) for v in values)))
+
+    # ---- export ---------------------------------------------------------------------------
+    def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
+        """``paddle.static.save_inference_model`` from the evaluation program (dropout off),
+        pruned to the inference fields and the outputs that need no label."""
+        feed_names = [s.name for f in fields for s in f.tensor_specs()]
+        names = sorted(k for k in self.eval_fetch if k not in (InstanceName.LOSS, InstanceName.LABELS))
+        with static_mode():
+            paddle.static.save_inference_model(prefix, [self.eval_feeds[n] for n in feed_names],
+                                               [self.eval_fetch[n] for n in names], self.executor,
+                                               program=self.eval_program)
+        return names
 
     # ---- state ---------------------------------------------------------------------------
     def _read(self, var_name: str) -> np.ndarray:

@@ -4,6 +4,7 @@ from wenxin.controller.hooks.best_model import LoadBestModelHook
 from wenxin.controller.hooks.checkpoint import CheckpointHook
 from wenxin.controller.hooks.early_stopping import EarlyStoppingHook
 from wenxin.controller.hooks.evaluation import EvaluationHook
+from wenxin.controller.hooks.export import InferenceExportHook
 from wenxin.controller.hooks.logger import LoggerHook
 from wenxin.controller.hooks.lr_scheduler import LRSchedulerHook
 from wenxin.controller.hooks.nan_guard import NaNGuardHook
@@ -12,4 +13,4 @@ from wenxin.controller.hooks.timer import IterationTimerHook
 DEFAULT_HOOKS = (IterationTimerHook, LRSchedulerHook, NaNGuardHook, EvaluationHook, LoggerHook, CheckpointHook)
 
 __all__ = ["HookBase", "HookList", "Priority", "DEFAULT_HOOKS", "CheckpointHook", "EarlyStoppingHook",
-           "EvaluationHook", "LoadBestModelHook", "LoggerHook", "LRSchedulerHook", "NaNGuardHook", "IterationTimerHook"]
+           "EvaluationHook", "InferenceExportHook", "LoadBestModelHook", "LoggerHook", "LRSchedulerHook", "NaNGuardHook", "IterationTimerHook"]

@@ -1,0 +1,114 @@
+"""Inference export from both trainers and prediction parity with the trainer's evaluation."""
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import build, task_config
+from wenxin.common.constants import Phase
+from wenxin.inference.predictor import InferenceError, Predictor
+
+
+def trained(tmp_path, data_dir, mode, model_type="BowClassification"):
+    config = task_config(data_dir, str(tmp_path / mode), model_type=model_type, epoch=2, is_eval_test=0)
+    if mode == "static":
+        config["model"]["is_dygraph"] = 0
+        config["trainer"]["type"] = "CustomStaticTrainer"
+    trainer = build(config, tmp_path)
+    trainer.do_train()
+    return trainer
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("model_type", ["BowClassification", "CnnClassification"])
+def test_exported_model_matches_trainer_evaluation(tmp_path, data_dir, mode, model_type):
+    trainer = trained(tmp_path, data_dir, mode, model_type)
+    folder = trainer.export_inference(str(tmp_path / "export" / "model"))
+    moved = str(tmp_path / "moved")
+    shutil.move(folder, moved)  # self-contained: works from anywhere
+    outputs, _ = trainer.collect_outputs("dev_reader", Phase.EVALUATE)
+    with open(os.path.join(data_dir, "dev.tsv"), encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t")[:1] for line in f]
+    predictor = Predictor(moved)
+    results = predictor.predict(rows, batch_size=7)  # batches differ from the trainer's: padding must not matter
+    probs = np.array([r["probs"] for r in results])
+    assert np.abs(probs - outputs["probs"]).max() < 1e-5
+    predicted = np.array([int(r["label"]) for r in results])
+    np.testing.assert_array_equal(predicted, outputs["predictions"])
+    assert sorted(os.listdir(moved)) == ["inference.json", "inference.pdiparams", "preprocess.json", "vocab"]
+
+
+def test_missing_or_corrupt_model_folder(tmp_path, data_dir):
+    with pytest.raises(InferenceError, match="model folder not found"):
+        Predictor(str(tmp_path / "nothing"))
+    folder = trained(tmp_path, data_dir, "dynamic").export_inference(str(tmp_path / "model"))
+    with open(os.path.join(folder, "inference.pdiparams"), "r+b") as f:
+        f.truncate(10)
+    with pytest.raises(InferenceError, match="cannot load the model"):
+        Predictor(folder).predict([["好"]])
+    os.remove(os.path.join(folder, "inference.json"))
+    with pytest.raises(InferenceError, match="not an exported model folder"):
+        Predictor(folder)
+
+
+def test_save_inference_exports_beside_checkpoints_and_cli_export(tmp_path, data_dir):
+    import subprocess
+    import sys
+
+    from conftest import REPO, write_config
+    out = str(tmp_path / "out")
+    config = task_config(data_dir, out, max_steps=6, save_model_step=3, is_eval_test=0, save_inference=True)
+    build(config, tmp_path).do_train()
+    for name in ("step_3", "step_6", "best"):
+        assert os.path.isfile(os.path.join(out, "checkpoints", name, "inference", "preprocess.json"))
+    path = write_config(str(tmp_path / "task.json"), config)
+    target = str(tmp_path / "cli_export")
+    proc = subprocess.run([sys.executable, "-m", "wenxin.cli", "export", "--param_path", path, "--checkpoint",
+                           os.path.join(out, "checkpoints", "step_6"), "--output", target],
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "GLOG_minloglevel": "2"})
+    assert proc.returncode == 0, proc.stderr
+    rows = [["好看的书"], ["太差了"]]
+    expected = Predictor(os.path.join(out, "checkpoints", "step_6", "inference")).predict(rows)
+    got = Predictor(target).predict(rows)
+    assert np.abs(np.array([r["probs"] for r in got]) - np.array([r["probs"] for r in expected])).max() < 1e-6
+    bad = subprocess.run([sys.executable, "-m", "wenxin.cli", "export", "--param_path", path, "--checkpoint",
+                          str(tmp_path / "missing")], cwd=REPO, capture_output=True, text=True)
+    assert bad.returncode == 2 and "checkpoint model file not found" in bad.stderr
+
+
+def test_run_infer_writes_one_prediction_per_line_with_hostile_inputs(tmp_path, data_dir):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    folder = trained(tmp_path, data_dir, "dynamic").export_inference(str(tmp_path / "model"))
+    long_text = "好" * 20000  # truncated to max_seq_len like in training
+    lines = ["这本书很好", "", long_text, "\U00020000\U0002A700", "太差了\t0\textra columns are ignored"]
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = str(tmp_path / "pred" / "out.tsv")
+    infer = {"model_dir": folder, "predict_reader": {"config": {"data_path": str(inputs)}},
+             "output_file": out, "batch_size": 2}
+    (tmp_path / "infer.json").write_text(json.dumps(infer), encoding="utf-8")
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "run_infer.py"), "--param_path",
+                           str(tmp_path / "infer.json")], capture_output=True, text=True,
+                          env={**os.environ, "GLOG_minloglevel": "2"})
+    assert proc.returncode == 0, proc.stderr
+    predictions = open(out, encoding="utf-8").read().splitlines()
+    assert len(predictions) == len(lines)
+    predictor = Predictor(folder)
+    direct = predictor.predict([[line.split("\t")[0]] for line in lines])
+    for line, expected in zip(predictions, direct):
+        label, probability = line.split("\t")
+        assert label == expected["label"] and abs(float(probability) - expected["probability"]) < 1e-6
+        assert 0.5 <= float(probability) <= 1.0
+    limit = predictor.fields[0].max_seq_len
+    assert predictor.predict([[long_text]])[0]["probs"] == pytest.approx(
+        predictor.predict([["好" * limit]])[0]["probs"], abs=1e-6)
+    bad = {**infer, "model_dir": str(tmp_path / "nope")}
+    (tmp_path / "bad.json").write_text(json.dumps(bad), encoding="utf-8")
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "run_infer.py"), "--param_path",
+                           str(tmp_path / "bad.json")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "model folder not found" in proc.stderr

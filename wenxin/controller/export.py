@@ -1,0 +1,59 @@
+"""Inference export: the model graph plus the preprocessing it needs, in one movable folder.
+
+Layout of an export folder::
+
+    inference.json / inference.pdiparams   the graph and weights (paddle.jit.save or
+                                           paddle.static.save_inference_model)
+    preprocess.json                        field reader configs, output names, label names
+    vocab/<field>.txt                      the vocabularies the field readers use
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any, Dict, List, Sequence
+
+from wenxin.data.dataset_reader import BasicDataSetReader
+from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader
+
+MODEL_PREFIX = "inference"
+PREPROCESS_FILE = "preprocess.json"
+FORMAT_VERSION = 1
+
+
+def inference_fields(readers: Dict[str, BasicDataSetReader]) -> List[BaseFieldReader]:
+    """The fields an exported model reads: the predict_reader's if configured, else the train
+    reader's fields that are not labels."""
+    if "predict_reader" in readers:
+        return list(readers["predict_reader"].fields)
+    return [f for f in readers["train_reader"].fields if not isinstance(f, LabelFieldReader)]
+
+
+def label_names(readers: Dict[str, BasicDataSetReader]) -> List[str]:
+    labels = [f for f in readers["train_reader"].fields if isinstance(f, LabelFieldReader)]
+    return list(labels[0].vocab.tokens) if labels and labels[0].vocab else []
+
+
+def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_names: Sequence[str],
+                        labels: Sequence[str], config: Dict[str, Any]) -> None:
+    """Copy vocabs into ``folder/vocab`` and describe the fields with paths relative to ``folder``."""
+    field_configs = []
+    for field in fields:
+        cfg = dict(field.config)
+        if field.save_vocab(os.path.join(folder, "vocab")):
+            cfg["vocab_path"] = os.path.join("vocab", f"{field.name}.txt")
+        field_configs.append(cfg)
+    meta = {"format": FORMAT_VERSION, "task": config.get("task"), "model_type": config["model"]["type"],
+            "fields": field_configs, "outputs": list(output_names), "labels": list(labels),
+            "tensors": [{"name": s.name, "shape": s.shape, "dtype": s.dtype}
+                        for f in fields for s in f.tensor_specs()]}
+    with open(os.path.join(folder, PREPROCESS_FILE), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2, ensure_ascii=False)
+
+
+def replace_folder(tmp: str, final: str) -> None:
+    """Move a finished export into place, replacing an older one."""
+    if os.path.exists(final):
+        shutil.rmtree(final)
+    os.rename(tmp, final)

@@ -1,0 +1,18 @@
+"""Export an inference model beside every checkpoint (``trainer.save_inference``)."""
+from __future__ import annotations
+
+import os
+
+from wenxin.common.registry import RegisterSet
+from wenxin.controller.hooks.base import HookBase, Priority
+
+
+@RegisterSet.hooks.register("InferenceExportHook")
+class InferenceExportHook(HookBase):
+    """After each checkpoint ``<ckpt>`` is written, exports ``<ckpt>/inference``."""
+
+    priority = Priority.LOW
+
+    def after_save(self, name: str, path: str) -> None:
+        if path:
+            self.trainer.export_inference(os.path.join(path, "inference"))

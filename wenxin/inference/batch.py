@@ -1,0 +1,57 @@
+"""Batch prediction over raw text files: ``run_infer.py --param_path infer.json`` / ``wenxin infer``."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List
+
+from wenxin.common.errors import DataError
+from wenxin.config.loader import apply_overrides, read_task_file
+from wenxin.config.schema import Key, validate
+from wenxin.data.dataset_reader import list_data_files
+from wenxin.inference.predictor import Predictor
+
+INFER_SCHEMA = {
+    "model_dir": Key(str, doc="an exported folder (wenxin export / trainer.save_inference)"),
+    "predict_reader": Key(dict, children={"config": Key(dict, children={
+        "data_path": Key(str, doc="a text file or folder; one example per line, fields tab-separated"),
+        "separator": Key(str, "\t"),
+        "has_header": Key(bool, False),
+    })}),
+    "output_file": Key(str, doc="one prediction per input line, in order: label<TAB>probability"),
+    "batch_size": Key(int, 64, minimum=1),
+    "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
+    "num_threads": Key(int, 1, minimum=1),
+}
+
+
+def read_rows(config: Dict[str, Any], n_fields: int) -> List[List[str]]:
+    """Every line becomes a row (empty lines too, so outputs stay aligned with inputs); the first
+    ``n_fields`` columns are used, extra columns (e.g. gold labels) are ignored."""
+    rows: List[List[str]] = []
+    for path in list_data_files(config["data_path"], "predict_reader.config.data_path"):
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f.read().splitlines(), 1):
+                if config["has_header"] and lineno == 1:
+                    continue
+                columns = line.split(config["separator"])
+                if len(columns) < n_fields:
+                    raise DataError(f"{path}:{lineno}: expected at least {n_fields} columns, got {len(columns)}")
+                rows.append(columns[:n_fields])
+    return rows
+
+
+def run_inference(param_path: str, overrides: List[str] = ()) -> str:
+    """Predict every line of the predict_reader's files; returns the output file path."""
+    config = validate(apply_overrides(read_task_file(param_path), overrides), INFER_SCHEMA)
+    predictor = Predictor(config["model_dir"], use_gpu=config["PADDLE_PLACE_TYPE"] == "gpu",
+                          num_threads=config["num_threads"])
+    rows = read_rows(config["predict_reader"]["config"], len(predictor.fields))
+    results = predictor.predict(rows, batch_size=config["batch_size"])
+    out = config["output_file"]
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = f"{out}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in results:
+            f.write(f"{r['label']}\t{r['probability']:.6f}\n")
+    os.replace(tmp, out)  # an interrupted run never leaves a half-written prediction file
+    return out

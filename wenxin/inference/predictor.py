@@ -1,0 +1,106 @@
+"""Predictions from an exported folder with ``paddle.inference``, from raw text to labels."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from wenxin.common.errors import WenxinError
+from wenxin.common.registry import RegisterSet
+from wenxin.controller.export import MODEL_PREFIX, PREPROCESS_FILE
+from wenxin.data.field_reader import BaseFieldReader
+
+
+class InferenceError(WenxinError):
+    """An export folder is missing, incomplete or corrupt, or an input cannot be predicted."""
+
+
+def _model_files(model_dir: str) -> tuple:
+    params = os.path.join(model_dir, f"{MODEL_PREFIX}.pdiparams")
+    for ext in (".json", ".pdmodel"):
+        graph = os.path.join(model_dir, MODEL_PREFIX + ext)
+        if os.path.isfile(graph) and os.path.isfile(params):
+            return graph, params
+    raise InferenceError(f"{model_dir}: not an exported model folder (need {MODEL_PREFIX}.json or "
+                         f".pdmodel, {MODEL_PREFIX}.pdiparams and {PREPROCESS_FILE})")
+
+
+class Predictor:
+    """Runs an exported model on raw rows (one string per inference field).
+
+    Args:
+        model_dir: a folder written by ``export_inference`` (``wenxin export``).
+        use_gpu: run on GPU 0 (needs paddlepaddle-gpu).
+        num_threads: CPU math threads of this predictor.
+    """
+
+    def __init__(self, model_dir: str, use_gpu: bool = False, num_threads: int = 1) -> None:
+        from paddle import inference
+        if not os.path.isdir(model_dir):
+            raise InferenceError(f"model folder not found: {model_dir}")
+        meta_path = os.path.join(model_dir, PREPROCESS_FILE)
+        graph, params = _model_files(model_dir)
+        try:
+            with open(meta_path, encoding="utf-8") as f:
+                self.meta: Dict[str, Any] = json.load(f)
+        except (OSError, ValueError) as e:
+            raise InferenceError(f"{meta_path}: unreadable preprocessing description ({e})") from None
+        self.fields: List[BaseFieldReader] = []
+        for i, cfg in enumerate(self.meta["fields"]):
+            cfg = dict(cfg)
+            if cfg.get("vocab_path"):
+                cfg["vocab_path"] = os.path.join(model_dir, cfg["vocab_path"])
+            cls = RegisterSet.field_readers.get(cfg["reader"]["type"], None, f"{meta_path}: fields[{i}]")
+            self.fields.append(cls(cfg, f"{meta_path}: fields[{i}]"))
+        self.output_names: List[str] = self.meta["outputs"]
+        self.labels: List[str] = self.meta["labels"]
+        config = inference.Config(graph, params)
+        if use_gpu:
+            config.enable_use_gpu(256, 0)
+        else:
+            config.disable_gpu()
+            config.set_cpu_math_library_num_threads(num_threads)
+        config.disable_glog_info()
+        try:
+            self.predictor = inference.create_predictor(config)
+        except Exception as e:  # paddle raises RuntimeError/ValueError for corrupt files
+            raise InferenceError(f"{model_dir}: cannot load the model ({type(e).__name__}: {e})") from None
+        self.input_names = self.predictor.get_input_names()
+
+    def convert(self, rows: Sequence[Sequence[str]]) -> Dict[str, np.ndarray]:
+        """Raw rows -> input arrays, exactly as the training readers do it."""
+        batch: Dict[str, np.ndarray] = {}
+        for col, field in enumerate(self.fields):
+            try:
+                values = [field.convert(row[col]) for row in rows]
+            except (ValueError, IndexError) as e:
+                raise InferenceError(f"field '{field.name}': {e}") from None
+            batch.update(field.collate(values))
+        return batch
+
+    def run(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        for name in self.input_names:
+            handle = self.predictor.get_input_handle(name)
+            handle.reshape(batch[name].shape)
+            handle.copy_from_cpu(batch[name])
+        self.predictor.run()
+        handles = self.predictor.get_output_names()
+        return {name: self.predictor.get_output_handle(h).copy_to_cpu()
+                for name, h in zip(self.output_names, handles)}
+
+    def predict(self, rows: Sequence[Sequence[str]], batch_size: int = 64) -> List[Dict[str, Any]]:
+        """One result per row, in order: ``{"label", "probability", "probs"}`` for classifiers."""
+        results: List[Dict[str, Any]] = []
+        for start in range(0, len(rows), batch_size):
+            outputs = self.run(self.convert(rows[start:start + batch_size]))
+            probs: Optional[np.ndarray] = outputs.get("probs")
+            for i in range(len(rows[start:start + batch_size])):
+                if probs is None:
+                    results.append({k: v[i].tolist() for k, v in outputs.items()})
+                    continue
+                best = int(np.argmax(probs[i]))
+                results.append({"label": self.labels[best] if self.labels else best,
+                                "probability": float(probs[i][best]), "probs": probs[i].tolist()})
+        return results
