@@ -36,6 +36,9 @@ def test_exported_model_matches_trainer_evaluation(tmp_path, data_dir, mode, mod
     assert np.abs(probs - outputs["probs"]).max() < 1e-5
     predicted = np.array([int(r["label"]) for r in results])
     np.testing.assert_array_equal(predicted, outputs["predictions"])
+    exported = {"probs": probs, "predictions": predicted, "labels": outputs["labels"]}
+    trainer_metrics = trainer.model.get_metrics({k: outputs[k] for k in exported}, {}, Phase.EVALUATE)
+    assert trainer.model.get_metrics(exported, {}, Phase.EVALUATE) == pytest.approx(trainer_metrics, abs=1e-9)
     assert sorted(os.listdir(moved)) == ["inference.json", "inference.pdiparams", "preprocess.json", "vocab"]
 
 

@@ -25,6 +25,13 @@ def build_parser() -> argparse.ArgumentParser:
     exporter.add_argument("--output", default="", help="target folder (default: <checkpoint>/inference)")
     inferer = sub.add_parser("infer", help="predict raw text files with an exported model")
     _add_task_args(inferer)
+    server = sub.add_parser("serve", help="serve an exported model over HTTP (JSON)")
+    server.add_argument("--model_dir", required=True, help="an exported inference folder")
+    server.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    server.add_argument("--port", type=int, default=8866)
+    server.add_argument("--workers", type=int, default=2, help="predictors in the pool")
+    server.add_argument("--max_batch", type=int, default=256, help="most inputs in one request")
+    server.add_argument("--max_body_bytes", type=int, default=1 << 20, help="largest request body")
     return parser
 
 
@@ -38,6 +45,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "infer":
             from wenxin.inference.batch import run_inference
             print(run_inference(args.param_path, args.overrides))
+        elif args.command == "serve":
+            from wenxin.inference.server import create_server
+            server, _ = create_server(args.model_dir, args.host, args.port, args.workers, args.max_batch,
+                                      args.max_body_bytes)
+            print(f"serving {args.model_dir} on http://{args.host}:{server.server_port} "
+                  f"(POST /predict, GET /health)", flush=True)
+            try:
+                server.serve_forever()
+            except KeyboardInterrupt:
+                server.server_close()
         elif args.command == "export":
             from wenxin.runner import export
             print(export(args.param_path, args.checkpoint, args.output, args.overrides))
