@@ -18,6 +18,17 @@ def length_mask(seq_lens: paddle.Tensor, max_len: paddle.Tensor | int, dtype: st
     return (positions < seq_lens.unsqueeze(1)).astype(dtype)  # [B, T]
 
 
+def max_over_time(x: paddle.Tensor) -> paddle.Tensor:
+    """``[B, D, T]`` -> ``[B, D]``, the maximum over the last axis.
+
+    Uses max-pooling, whose CPU backward is ~12x faster than ``max()``; except in static graphs
+    with oneDNN (``FLAGS_use_onednn``), where Paddle 3.3's ``adaptive_max_pool1d`` throws, so
+    ``amax`` is used there instead."""
+    if not paddle.in_dynamic_mode() and paddle.get_flags(["FLAGS_use_onednn"])["FLAGS_use_onednn"]:
+        return paddle.amax(x, axis=-1)
+    return F.adaptive_max_pool1d(x, 1).squeeze(-1)
+
+
 class TokenEmbedding(nn.Embedding):
     """An embedding table whose padding row stays zero."""
 
@@ -51,7 +62,7 @@ class BoWEncoder(nn.Layer):
             pooled.append((embedded * mask).sum(axis=1) / count)  # [B, D]
         if self.pooling in ("max", "mean_max"):
             masked = embedded * mask - (1.0 - mask) * 1e4  # padding never wins the max
-            pooled.append(F.adaptive_max_pool1d(masked.transpose([0, 2, 1]), 1).squeeze(-1))  # [B, D]
+            pooled.append(max_over_time(masked.transpose([0, 2, 1])))  # [B, D]
         return pooled[0] if len(pooled) == 1 else paddle.concat(pooled, axis=-1)
 
 
@@ -72,8 +83,7 @@ class CNNEncoder(nn.Layer):
         for conv in self.convs:
             h = F.relu(conv(x))[:, :, :max_len]  # [B, F, T] (even widths give T+1: cut)
             h = h * mask.unsqueeze(1) - (1.0 - mask.unsqueeze(1)) * 1e4  # padding never wins the max
-            # [B, F, T] -> [B, F]; max-pooling, whose backward is ~10x faster on CPU than max()
-            pooled.append(F.adaptive_max_pool1d(h, 1).squeeze(-1))
+            pooled.append(max_over_time(h))  # [B, F, T] -> [B, F]
         return paddle.concat(pooled, axis=1)
 
 
