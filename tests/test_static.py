@@ -110,3 +110,19 @@ def test_static_resume_continues_with_identical_losses(tmp_path, data_dir):
     np.testing.assert_array_equal([got[s] for s in range(1, 46)], [expected[s] for s in range(1, 46)])
     for name, value in full.model_state_dict().items():
         np.testing.assert_array_equal(resumed.model_state_dict()[name], value, err_msg=name)
+
+
+def test_static_max_pooling_runs_under_onednn(tmp_path, data_dir):
+    """Paddle 3.3's adaptive_max_pool1d throws in static graphs with oneDNN; max_over_time avoids it."""
+    import subprocess
+    import sys
+
+    from conftest import REPO, write_config
+    config = static_config(task_config(data_dir, str(tmp_path / "out"), max_steps=3, is_eval_test=0))
+    config["model"]["pooling"] = "mean_max"
+    path = write_config(str(tmp_path / "task.json"), config)
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "FLAGS_use_onednn": "1", "GLOG_minloglevel": "2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "[dev] step 3" in proc.stdout
