@@ -148,3 +148,34 @@ def test_pretrained_errors_name_the_file(tmp_path, data_dir):
     config = task_config(data_dir, str(tmp_path / "c"), load_parameters=unrelated)
     with pytest.raises(CheckpointError, match="no parameter matches the model"):
         build(config, tmp_path)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_dir, sig):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO, write_config
+    out = str(tmp_path / "out")
+    config = task_config(data_dir, out, max_steps=100000, save_model_step=20, train_log_step=1000,
+                         is_eval_test=0, eval_step=1000)
+    path = write_config(str(tmp_path / "task.json"), config)
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "GLOG_minloglevel": "2"})
+    deadline = time.time() + 120
+    while not os.path.isfile(os.path.join(out, "checkpoints", "latest")) and time.time() < deadline:
+        time.sleep(0.05)  # the first periodic checkpoint exists (step_20 itself is soon pruned)
+    proc.send_signal(getattr(signal, sig))
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-2000:]
+    assert f"stopped: received {sig}" in stdout
+    latest = open(os.path.join(out, "checkpoints", "latest")).read()
+    step = int(latest.split("_")[1])
+    assert step >= 20  # the checkpoint of the step it stopped at
+    state = json.load(open(os.path.join(out, "checkpoints", latest, "trainer_state.json")))
+    assert state["global_step"] == step
+    config["trainer"]["resume"] = "auto"
+    assert build(config, tmp_path).state.global_step == step

@@ -11,7 +11,9 @@ import json
 import logging
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -221,6 +223,7 @@ class BaseTrainer:
                     self.mode, s.max_steps, s.steps_per_epoch, s.num_epochs,
                     self.readers["train_reader"].reader_config["batch_size"], self.accumulate)
         self.hooks.call("before_train")
+        previous_handlers = self._catch_stop_signals()
         try:
             while s.global_step < s.max_steps and not s.should_stop:
                 self.train_sampler.set_epoch(s.epoch, s.step_in_epoch * self.accumulate)
@@ -242,10 +245,31 @@ class BaseTrainer:
                     s.step_in_epoch = 0
             self.hooks.call("after_train")
         finally:
+            for sig, handler in previous_handlers.items():
+                signal.signal(sig, handler)
             self.metric_logger.flush()
         if s.stop_reason:
             logger.info("stopped: %s", s.stop_reason)
         return s.metrics
+
+    def _catch_stop_signals(self) -> Dict[int, Any]:
+        """SIGTERM / Ctrl-C: finish the current step, save a checkpoint, and return normally.
+        A second signal while stopping interrupts at once (the checkpoint write is atomic)."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous: Dict[int, Any] = {}
+
+        def on_signal(signum: int, frame: Any) -> None:
+            if self.state.interrupted:
+                raise KeyboardInterrupt(f"second {signal.Signals(signum).name} while stopping")
+            self.state.interrupted = self.state.should_stop = True
+            self.state.stop_reason = (f"received {signal.Signals(signum).name}: checkpoint saved at the "
+                                      f"current step; continue with trainer.resume=auto")
+            logger.warning("received %s: stopping after this step", signal.Signals(signum).name)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+        return previous
 
     # ---- evaluation ----------------------------------------------------------------------
     def evaluate(self, reader_name: str, tag: Optional[str] = None, run_hooks: bool = True) -> Dict[str, float]:

@@ -24,6 +24,7 @@ class TrainState:
     last_data_time: float = 0.0
     nonfinite_loss: bool = False
     should_stop: bool = False
+    interrupted: bool = False  # stopped by SIGTERM/SIGINT: save, but skip the final evaluation
     stop_reason: str = ""
     timing: Dict[str, float] = dataclasses.field(default_factory=dict)
     metrics: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)

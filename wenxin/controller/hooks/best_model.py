@@ -22,7 +22,7 @@ class LoadBestModelHook(HookBase):
 
     def after_train(self) -> None:
         trainer, state = self.trainer, self.trainer.state
-        if state.best_step < 0 or state.best_step == state.global_step:
+        if state.interrupted or state.best_step < 0 or state.best_step == state.global_step:
             return  # no best checkpoint, or the final weights are the best ones
         folder = os.path.join(trainer.checkpoints.root, ckpt.BEST_DIR)
         params = ckpt.load_file(os.path.join(folder, ckpt.MODEL_FILE), "best checkpoint model file")

@@ -25,5 +25,7 @@ class EvaluationHook(IntervalHook):
         self._last_step = self.trainer.state.global_step
 
     def after_train(self) -> None:
+        if self.trainer.state.interrupted:
+            return  # a signal asked to stop: save quickly, evaluate on resume
         if self.readers and self._last_step != self.trainer.state.global_step:
             self.trigger()
