@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterable, List
 import yaml
 
 from wenxin.common.errors import ConfigError
-from wenxin.config.schema import Schema, validate
+from wenxin.config.schema import Schema, validate, validate_value
 from wenxin.config.task_schema import MODEL_BASE, PRETRAINED, ROOT
 
 
@@ -92,6 +92,7 @@ def load_config(path: str, overrides: Iterable[str] = ()) -> Dict[str, Any]:
     config["model"] = dict(config["model"])
     if "type" not in config["model"]:
         raise ConfigError("model.type: required key is missing")
+    validate_value(config["model"]["type"], MODEL_BASE["type"], "model.type")  # needed to find the class
     if config["dataset_reader"].get("train_reader") is None:
         raise ConfigError("dataset_reader.train_reader: required section is missing")
     trainer = config["trainer"]

@@ -39,6 +39,22 @@ def set_seed(seed: int) -> None:
     paddle.seed(seed)
 
 
+class _CurrentStdoutHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stdout`` is at the time of each record (it may be replaced after
+    logging is set up: notebooks, test capture, redirection)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stdout)
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: ANN201
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value) -> None:  # noqa: ANN001
+        pass
+
+
 def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> None:
     """Console logging for the ``wenxin`` logger, plus a file when ``log_file`` is given."""
     root = logging.getLogger("wenxin")
@@ -46,7 +62,7 @@ def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> Non
     root.propagate = False
     formatter = logging.Formatter(LOG_FORMAT)
     if not any(getattr(h, "_wenxin_console", False) for h in root.handlers):
-        console = logging.StreamHandler(sys.stdout)
+        console = _CurrentStdoutHandler()
         console.setFormatter(formatter)
         console._wenxin_console = True  # type: ignore[attr-defined]
         root.addHandler(console)

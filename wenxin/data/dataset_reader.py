@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import paddle
 
-from wenxin.common.errors import DataError
+from wenxin.common.errors import ConfigError, DataError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.field_reader import BaseFieldReader, TensorSpec
 from wenxin.data.sampler import ResumableBatchSampler
@@ -58,6 +58,8 @@ class BasicDataSetReader:
         self.key_path = f"dataset_reader.{name}"
         self.reader_config: Dict[str, Any] = config["config"]
         self.fields: List[BaseFieldReader] = []
+        if not config["fields"]:
+            raise ConfigError(f"{self.key_path}.fields: at least one field is needed")
         for i, field in enumerate(config["fields"]):
             path = f"{self.key_path}.fields[{i}]"
             cls = RegisterSet.field_readers.get(field["reader"]["type"], scope, f"{path}.reader.type")
