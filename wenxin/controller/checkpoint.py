@@ -121,9 +121,13 @@ class CheckpointManager:
         return final
 
     def prune(self) -> None:
-        """Keep the newest ``keep_max`` periodic checkpoints; remove stale temporary folders."""
+        """Keep the newest ``keep_max`` periodic checkpoints; remove stale temporary folders.
+        A checkpoint is renamed to a hidden name before it is deleted, so a crash mid-delete
+        never leaves a half-deleted folder that still looks complete."""
         for step, path in self.step_dirs()[:-self.keep_max]:
-            shutil.rmtree(path, ignore_errors=True)
+            trash = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=self.root)
+            os.rename(path, os.path.join(trash, os.path.basename(path)))
+            shutil.rmtree(trash, ignore_errors=True)
         for name in os.listdir(self.root):
             if name.startswith(".") and (".tmp-" in name or ".old-" in name):
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)

@@ -1,0 +1,101 @@
+"""SIGKILL at random moments (mid-step, mid-save, mid-epoch), resume, and compare with an
+uninterrupted run: the final parameters must be bit-identical, in dynamic and static mode."""
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import paddle
+import pytest
+
+from conftest import REPO, task_config, write_config
+
+STEPS = 300
+
+
+def run_config(data_dir, out, mode):
+    config = task_config(data_dir, out, max_steps=STEPS, save_model_step=7, keep_checkpoint_max=2,
+                         train_log_step=1000, is_eval_dev=0, is_eval_test=0, resume="auto")
+    config["model"]["dropout"] = 0.3
+    if mode == "static":
+        config["model"]["is_dygraph"] = 0
+        config["trainer"]["type"] = "CustomStaticTrainer"
+    return config
+
+
+def start(path):
+    return subprocess.Popen([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "GLOG_minloglevel": "2"})
+
+
+def final_params(out):
+    return paddle.load(os.path.join(out, "checkpoints", f"step_{STEPS}", "model.pdparams"))
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_sigkill_at_random_moments_then_resume_is_exact(tmp_path, data_dir, mode):
+    reference = str(tmp_path / "reference")
+    ref_path = write_config(str(tmp_path / "reference.json"), run_config(data_dir, reference, mode))
+    proc = start(ref_path)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+
+    out = str(tmp_path / "killed")
+    path = write_config(str(tmp_path / "killed.json"), run_config(data_dir, out, mode))
+    rng = random.Random(1234)
+    latest = os.path.join(out, "checkpoints", "latest")
+    kills = 0
+    for _ in range(4):
+        before = open(latest).read() if os.path.isfile(latest) else None
+        proc = start(path)
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:  # wait until this run has saved once
+            if os.path.isfile(latest) and open(latest).read() != before:
+                break
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.4))  # then kill somewhere in a step or a save
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait(timeout=60)
+    assert kills >= 2
+    proc = start(path)  # resume to the end
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    expected, got = final_params(reference), final_params(out)
+    assert sorted(expected) == sorted(got)
+    for name in expected:
+        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(expected[name]), err_msg=name)
+
+
+def test_output_path_that_cannot_be_created(tmp_path, data_dir):
+    from conftest import build
+    from wenxin.common.errors import ConfigError
+    blocker = tmp_path / "file"
+    blocker.write_text("precious", encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"trainer.output_path: cannot create {blocker}/out"):
+        build(task_config(data_dir, str(blocker / "out")), tmp_path)
+    assert blocker.read_text(encoding="utf-8") == "precious"
+
+
+def test_nan_guard_with_amp_skips_and_stops(tmp_path, data_dir):
+    from conftest import build
+    from wenxin.common.constants import InstanceName, Phase
+    from wenxin.common.errors import TrainingError
+    config = task_config(data_dir, str(tmp_path / "out"), use_amp=True, max_steps=20, save_model_step=4,
+                         is_eval_dev=0, is_eval_test=0, max_nan_steps=3)
+    trainer = build(config, tmp_path)
+    forward = trainer.model.forward
+
+    def poisoned(fields, phase):
+        outputs = forward(fields, phase)
+        if phase == Phase.TRAINING and trainer.state.global_step >= 5:
+            outputs[InstanceName.LOSS] = outputs[InstanceName.LOSS] * float("inf")
+        return outputs
+
+    trainer.model.forward = poisoned
+    with pytest.raises(TrainingError, match="NaN/Inf for 3 step\\(s\\) in a row at step 8"):
+        trainer.do_train()
+    assert open(os.path.join(str(tmp_path / "out"), "checkpoints", "latest")).read() == "step_4"
