@@ -1,0 +1,51 @@
+"""A task defined only under tests/ trains through run_trainer.py without touching wenxin/."""
+import json
+import os
+import random
+import subprocess
+import sys
+
+from conftest import REPO, write_config, write_tsv
+
+TASK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_tasks", "keyword_spotting")
+
+
+def rows(n, seed):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        text = "".join(rng.choice("abcdefgh") for _ in range(rng.randint(3, 10)))
+        if rng.random() < 0.5:
+            text += "Z"
+        out.append((" ".join(rng.sample(text, len(text))), int("Z" in text)))  # space-separated letters
+    return out
+
+
+def test_task_outside_the_framework_trains_through_run_trainer(tmp_path):
+    data = str(tmp_path / "data")
+    write_tsv(f"{data}/train.tsv", rows(300, 1))
+    write_tsv(f"{data}/dev.tsv", rows(80, 2))
+    fields = [{"name": "text", "reader": {"type": "TextFieldReader"},
+               "tokenizer": {"type": "WhitespaceTokenizer", "split_char": " ", "lowercase": False}},
+              {"name": "has_keyword", "reader": {"type": "LabelFieldReader"}}]
+    out = str(tmp_path / "out")
+    config = {
+        "task": TASK_DIR,
+        "dataset_reader": {
+            "train_reader": {"fields": fields, "config": {"data_path": f"{data}/train.tsv", "shuffle": True,
+                                                          "batch_size": 16}},
+            "dev_reader": {"fields": fields, "config": {"data_path": f"{data}/dev.tsv", "batch_size": 32}},
+        },
+        "model": {"type": "KeywordModel", "emb_dim": 8, "optimization": {"learning_rate": 0.05}},
+        "trainer": {"type": "CustomDynamicTrainer", "epoch": 3, "is_eval_dev": 1, "metric": "acc",
+                    "output_path": out, "visualdl": False},
+    }
+    path = write_config(str(tmp_path / "task.json"), config)
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                          env={**os.environ, "GLOG_minloglevel": "2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert open(os.path.join(out, "keyword_trainer_ran")).read() == "yes"  # the task's own trainer
+    with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
+        dev = [json.loads(line) for line in f if '"dev"' in line]
+    assert dev[-1]["acc"] >= 0.95 and dev[-1]["examples"] == 80
