@@ -11,7 +11,7 @@ from wenxin.common.task_loader import import_task
 from wenxin.config.loader import load_config, validate_model_section
 from wenxin.config.schema import validate
 from wenxin.controller.base_trainer import BaseTrainer, prepare_output_path
-from wenxin.controller.env import set_seed, setup_device, setup_logging
+from wenxin.controller.env import init_distributed, set_seed, setup_device, setup_logging
 from wenxin.data.dataset_reader import build_readers
 
 logger = logging.getLogger("wenxin")
@@ -40,6 +40,7 @@ def build_trainer(config: Dict[str, Any]) -> BaseTrainer:
     prepare_output_path(cfg)
     setup_logging(os.path.join(cfg["output_path"], "logs", "train.log"))
     setup_device(cfg["PADDLE_PLACE_TYPE"])
+    init_distributed(cfg["PADDLE_IS_FLEET"])
     set_seed(cfg["seed"])
     readers = build_readers(config["dataset_reader"], scope)
     for name, reader in readers.items():

@@ -291,7 +291,8 @@ class BaseTrainer:
                 raise ConfigError(f"dataset_reader.{reader_name}: not configured")
             reader = self.readers[reader_name]
             batch_size = self.trainer_config["eval_batch_size"] or reader.reader_config["batch_size"]
-            sampler = reader.make_sampler(batch_size, shuffle=False, seed=0)
+            sampler = reader.make_sampler(batch_size, shuffle=False, seed=0, rank=self.rank,
+                                          num_replicas=self.world_size, pad=False)  # each rank a shard
             self._eval_loaders[reader_name] = reader.make_loader(sampler)
         return self._eval_loaders[reader_name]
 
@@ -310,9 +311,32 @@ class BaseTrainer:
         finally:
             self.end_eval()
         merged = {k: np.concatenate(v, axis=0) for k, v in chunks.items()}
+        batch_sizes = np.asarray(sizes)
+        if self.world_size > 1:
+            merged, batch_sizes = self._gather_outputs(merged, batch_sizes)
         meta = {"reader": reader_name, "step": self.state.global_step,
-                "batch_sizes": np.asarray(sizes), "num_examples": int(sum(sizes))}
+                "batch_sizes": batch_sizes, "num_examples": int(batch_sizes.sum())}
         return merged, meta
+
+    def _gather_outputs(self, merged: Dict[str, np.ndarray], batch_sizes: np.ndarray
+                        ) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
+        """All ranks' evaluation outputs in the reader's order. Rank r evaluated examples
+        r, r + W, r + 2W, ... (no padding), so per-example outputs are re-interleaved; per-batch
+        outputs (like loss) are concatenated with their batch sizes."""
+        gathered: List[Any] = []
+        paddle.distributed.all_gather_object(gathered, (merged, batch_sizes))
+        total = int(sum(int(sizes.sum()) for _, sizes in gathered))
+        result: Dict[str, np.ndarray] = {}
+        for key in merged:
+            parts = [outputs[key] for outputs, _ in gathered]
+            if all(len(p) == int(sizes.sum()) for p, (_, sizes) in zip(parts, gathered)):
+                full = np.empty((total, *parts[0].shape[1:]), dtype=parts[0].dtype)
+                for rank, part in enumerate(parts):
+                    full[rank::self.world_size] = part
+                result[key] = full
+            else:
+                result[key] = np.concatenate(parts, axis=0)
+        return result, np.concatenate([sizes for _, sizes in gathered])
 
     # ---- checkpoints ---------------------------------------------------------------------
     def save_checkpoint(self, name: str, update_latest: bool = True) -> str:

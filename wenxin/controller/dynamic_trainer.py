@@ -38,13 +38,18 @@ class BaseDynamicTrainer(BaseTrainer):
             self.model, self.optimizer = paddle.amp.decorate(models=self.model, optimizers=self.optimizer,
                                                              level="O2", dtype=self.amp.dtype)
         self.scaler = self.amp.make_scaler()
+        self.train_model: paddle.nn.Layer = self.model
+        if self.world_size > 1:  # data parallel: gradients are averaged across ranks
+            from paddle.distributed import fleet
+            self.train_model = fleet.distributed_model(self.model)
+            self.optimizer = fleet.distributed_optimizer(self.optimizer)
         self.model.train()
 
     def run_step(self, batches: List[Batch]) -> Any:
         losses = []
         for batch in batches:
             with self.amp.autocast():
-                outputs = self.model(batch, Phase.TRAINING)
+                outputs = self.train_model(batch, Phase.TRAINING)
             loss = outputs[InstanceName.LOSS]
             scaled = loss / len(batches) if len(batches) > 1 else loss
             if self.scaler is not None:

@@ -158,10 +158,10 @@ class BasicDataSetReader:
         return len(self.examples)
 
     def make_sampler(self, batch_size: int, shuffle: bool, seed: int, rank: int = 0,
-                     num_replicas: int = 1) -> ResumableBatchSampler:
+                     num_replicas: int = 1, pad: bool = True) -> ResumableBatchSampler:
         return ResumableBatchSampler(len(self.examples), batch_size, shuffle, seed,
                                      drop_last=self.reader_config["drop_last"], rank=rank,
-                                     num_replicas=num_replicas)
+                                     num_replicas=num_replicas, pad=pad)
 
     def make_loader(self, sampler: ResumableBatchSampler) -> paddle.io.DataLoader:
         """A ``paddle.io.DataLoader`` over the converted examples; batches are dicts of tensors."""

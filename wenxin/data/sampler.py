@@ -13,7 +13,8 @@ class ResumableBatchSampler(paddle.io.BatchSampler):
     Unlike ``paddle.io.BatchSampler`` with shuffling, the permutation of an epoch is a pure
     function of the seed and epoch number, and iteration can start at any batch, so a resumed
     run sees exactly the batches an uninterrupted run would. With ``num_replicas > 1`` each rank
-    takes an interleaved shard (padded by wrapping around so that all ranks get the same count).
+    takes an interleaved shard ``order[rank::num_replicas]``, padded by wrapping around so that
+    all ranks get the same count (``pad=False`` for evaluation: no example is repeated).
 
     Args:
         num_samples: dataset size.
@@ -25,7 +26,7 @@ class ResumableBatchSampler(paddle.io.BatchSampler):
     """
 
     def __init__(self, num_samples: int, batch_size: int, shuffle: bool, seed: int,
-                 drop_last: bool = False, rank: int = 0, num_replicas: int = 1) -> None:
+                 drop_last: bool = False, rank: int = 0, num_replicas: int = 1, pad: bool = True) -> None:
         self.num_samples = num_samples
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -33,6 +34,7 @@ class ResumableBatchSampler(paddle.io.BatchSampler):
         self.drop_last = drop_last
         self.rank = rank
         self.num_replicas = num_replicas
+        self.pad = pad  # False for evaluation: shards differ in size but no example repeats
         self.epoch = 0
         self.start_batch = 0
 
@@ -47,8 +49,9 @@ class ResumableBatchSampler(paddle.io.BatchSampler):
         else:
             order = np.arange(self.num_samples)
         if self.num_replicas > 1:
-            per_rank = -(-self.num_samples // self.num_replicas)
-            order = np.resize(order, per_rank * self.num_replicas)  # wrap around to pad
+            if self.pad:
+                per_rank = -(-self.num_samples // self.num_replicas)
+                order = np.resize(order, per_rank * self.num_replicas)  # wrap around to pad
             order = order[self.rank::self.num_replicas]
         return order
 
@@ -58,5 +61,6 @@ class ResumableBatchSampler(paddle.io.BatchSampler):
             yield order[b * self.batch_size:(b + 1) * self.batch_size].tolist()
 
     def __len__(self) -> int:
-        n = -(-self.num_samples // self.num_replicas) if self.num_replicas > 1 else self.num_samples
+        n = len(range(self.rank, self.num_samples, self.num_replicas)) if not self.pad else \
+            -(-self.num_samples // self.num_replicas)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)

@@ -1,0 +1,56 @@
+"""Data parallelism with real processes on CPU (paddle.distributed.launch, gloo)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+import pytest
+
+from conftest import REPO, task_config, write_config
+
+
+def launch(tmp_path, config, nproc):
+    path = write_config(str(tmp_path / f"task_{nproc}.json"), config)
+    if nproc == 1:
+        cmd = [sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path]
+    else:
+        cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
+               "--log_dir", str(tmp_path / "launch_logs"), os.path.join(REPO, "run_trainer.py"),
+               "--param_path", path]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
+                          env={**os.environ, "GLOG_minloglevel": "2"})
+    logs = ""
+    if nproc > 1 and os.path.isdir(tmp_path / "launch_logs"):
+        logs = "".join(open(tmp_path / "launch_logs" / n).read()[-1500:] for n in os.listdir(tmp_path / "launch_logs"))
+    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:] + logs
+
+
+def dev_records(out):
+    with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
+        return [r for r in map(json.loads, f) if r["tag"] == "dev"]
+
+
+def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir):
+    def config(out, batch):
+        c = task_config(data_dir, str(tmp_path / out), max_steps=6, eval_step=3, save_model_step=6,
+                        is_eval_test=0, train_log_step=1)
+        c["model"]["dropout"] = 0.0
+        c["model"]["optimization"] = {"optimizer": "sgd", "learning_rate": 0.5, "lr_scheduler": "constant"}
+        c["dataset_reader"]["train_reader"]["config"]["batch_size"] = batch
+        c["dataset_reader"]["dev_reader"]["config"]["batch_size"] = 7  # shards and batches differ
+        return c
+
+    launch(tmp_path, config("single", 16), 1)
+    launch(tmp_path, config("double", 8), 2)
+    single = paddle.load(str(tmp_path / "single" / "checkpoints" / "step_6" / "model.pdparams"))
+    double = paddle.load(str(tmp_path / "double" / "checkpoints" / "step_6" / "model.pdparams"))
+    for name, value in single.items():
+        np.testing.assert_allclose(np.asarray(double[name]), np.asarray(value), atol=1e-5, err_msg=name)
+    a, b = dev_records(str(tmp_path / "single")), dev_records(str(tmp_path / "double"))
+    # one record per evaluation: only rank 0 writes; metrics are over the whole gathered dev set
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [3, 6]
+    for ra, rb in zip(a, b):
+        assert ra["acc"] == rb["acc"] and ra["f1"] == pytest.approx(rb["f1"])
+        assert ra["loss"] == pytest.approx(rb["loss"], abs=1e-5)
