@@ -32,7 +32,8 @@ def dev_records(out):
         return [r for r in map(json.loads, f) if r["tag"] == "dev"]
 
 
-def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir):
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir, mode):
     def config(out, batch):
         c = task_config(data_dir, str(tmp_path / out), max_steps=6, eval_step=3, save_model_step=6,
                         is_eval_test=0, train_log_step=1)
@@ -40,6 +41,9 @@ def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir):
         c["model"]["optimization"] = {"optimizer": "sgd", "learning_rate": 0.5, "lr_scheduler": "constant"}
         c["dataset_reader"]["train_reader"]["config"]["batch_size"] = batch
         c["dataset_reader"]["dev_reader"]["config"]["batch_size"] = 7  # shards and batches differ
+        if mode == "static":
+            c["model"]["is_dygraph"] = 0
+            c["trainer"]["type"] = "CustomStaticTrainer"
         return c
 
     launch(tmp_path, config("single", 16), 1)

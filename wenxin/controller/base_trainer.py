@@ -29,6 +29,7 @@ from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import export
 from wenxin.controller.amp import AmpSettings
 from wenxin.controller.env import rng_state, set_rng_state
+from wenxin.controller.graph_mode import eager_mode
 from wenxin.controller.hooks import DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook
 from wenxin.controller.hooks.writers import ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, VisualDLWriter
 from wenxin.controller.state import TrainState
@@ -297,8 +298,18 @@ class BaseTrainer:
         return self._eval_loaders[reader_name]
 
     def collect_outputs(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
-        """Run the model over a whole reader; per-example outputs are concatenated, scalar
-        outputs (like ``loss``) become one value per batch, weighted by ``meta_info["batch_sizes"]``."""
+        """Run the model over a whole reader (all ranks' shards, in the reader's order);
+        per-example outputs are concatenated, scalar outputs (like ``loss``) become one value per
+        batch, weighted by ``meta_info["batch_sizes"]``."""
+        merged, batch_sizes = self.run_eval_batches(reader_name, phase)
+        if self.world_size > 1:
+            merged, batch_sizes = self._gather_outputs(merged, batch_sizes)
+        meta = {"reader": reader_name, "step": self.state.global_step,
+                "batch_sizes": batch_sizes, "num_examples": int(batch_sizes.sum())}
+        return merged, meta
+
+    def run_eval_batches(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
+        """This rank's outputs over its shard of a reader, and the batch sizes."""
         chunks: Dict[str, List[np.ndarray]] = collections.defaultdict(list)
         sizes: List[int] = []
         self.begin_eval()
@@ -310,13 +321,7 @@ class BaseTrainer:
                     chunks[key].append(value.reshape(1) if value.ndim == 0 else value)
         finally:
             self.end_eval()
-        merged = {k: np.concatenate(v, axis=0) for k, v in chunks.items()}
-        batch_sizes = np.asarray(sizes)
-        if self.world_size > 1:
-            merged, batch_sizes = self._gather_outputs(merged, batch_sizes)
-        meta = {"reader": reader_name, "step": self.state.global_step,
-                "batch_sizes": batch_sizes, "num_examples": int(batch_sizes.sum())}
-        return merged, meta
+        return {k: np.concatenate(v, axis=0) for k, v in chunks.items()}, np.asarray(sizes)
 
     def _gather_outputs(self, merged: Dict[str, np.ndarray], batch_sizes: np.ndarray
                         ) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
@@ -324,7 +329,8 @@ class BaseTrainer:
         r, r + W, r + 2W, ... (no padding), so per-example outputs are re-interleaved; per-batch
         outputs (like loss) are concatenated with their batch sizes."""
         gathered: List[Any] = []
-        paddle.distributed.all_gather_object(gathered, (merged, batch_sizes))
+        with eager_mode():  # collectives on Python objects need eager mode, also in a static loop
+            paddle.distributed.all_gather_object(gathered, (merged, batch_sizes))
         total = int(sum(int(sizes.sum()) for _, sizes in gathered))
         result: Dict[str, np.ndarray] = {}
         for key in merged:

@@ -9,9 +9,8 @@ checkpoint of one mode loads in the other.
 """
 from __future__ import annotations
 
-import contextlib
 import warnings
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import paddle
@@ -20,20 +19,7 @@ from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.controller.base_trainer import Batch, BaseTrainer
 from wenxin.controller.checkpoint import rename_state_keys
-
-
-@contextlib.contextmanager
-def static_mode() -> Iterator[None]:
-    """Paddle's static mode for the duration of the block; the previous mode is restored, so a
-    static trainer never leaves the process in static mode for other (eager) code."""
-    was_dynamic = paddle.in_dynamic_mode()
-    if was_dynamic:
-        paddle.enable_static()
-    try:
-        yield
-    finally:
-        if was_dynamic:
-            paddle.disable_static()
+from wenxin.controller.graph_mode import static_mode
 
 
 def _set_inference_mode(program: paddle.static.Program) -> None:
@@ -71,9 +57,9 @@ class BaseStaticTrainer(BaseTrainer):
         with static_mode():
             return super().train_loop()
 
-    def collect_outputs(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+    def run_eval_batches(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
         with static_mode():
-            return super().collect_outputs(reader_name, phase)
+            return super().run_eval_batches(reader_name, phase)
 
     def _build_programs(self) -> None:
         self.main_program = paddle.static.Program()
@@ -91,11 +77,24 @@ class BaseStaticTrainer(BaseTrainer):
             self.eval_feeds = {k: value_map.look_up(v) for k, v in feeds.items()}
             self.loss = outputs[InstanceName.LOSS]
             self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.state.max_steps)
-            self.optimizer.minimize(self.loss)
+            if self.world_size > 1:
+                self._minimize_data_parallel()
+            else:
+                self.optimizer.minimize(self.loss)
         _set_inference_mode(self.eval_program)
         self.feed_names = [s.name for s in specs]
         # structured name ("fc.weight") <-> program variable name ("linear_2.w_0")
         self.var_names = {k: v.name for k, v in self.model.state_dict().items()}
+
+    def _minimize_data_parallel(self) -> None:
+        """Data parallelism inside the program: gradients are all-reduced and averaged across
+        ranks before the optimizer applies them. (Paddle 3.3's ``fleet.distributed_optimizer``
+        calls the old-IR ``Program.clone(for_test=...)`` and fails on PIR programs.)"""
+        params_grads = self.optimizer.backward(self.loss)
+        for _, grad in params_grads:
+            paddle.distributed.all_reduce(grad)
+        averaged = [(p, g / self.world_size) for p, g in params_grads]
+        self.optimizer.apply_gradients(averaged)
 
     def _feed(self, batch: Batch) -> Dict[str, Any]:
         return {name: batch[name] for name in self.feed_names if name in batch}
