@@ -58,3 +58,22 @@ def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir, mode):
     for ra, rb in zip(a, b):
         assert ra["acc"] == rb["acc"] and ra["f1"] == pytest.approx(rb["f1"])
         assert ra["loss"] == pytest.approx(rb["loss"], abs=1e-5)
+
+
+def test_all_ranks_resume_from_the_same_checkpoint(tmp_path, data_dir):
+    def config(out, max_steps, resume="none"):
+        c = task_config(data_dir, str(tmp_path / out), max_steps=max_steps, save_model_step=3,
+                        is_eval_dev=0, is_eval_test=0, resume=resume)
+        c["model"]["dropout"] = 0.0
+        c["model"]["optimization"] = {"optimizer": "sgd", "learning_rate": 0.5, "lr_scheduler": "constant"}
+        return c
+
+    launch(tmp_path, config("straight", 6), 2)
+    launch(tmp_path, config("resumed", 3), 2)
+    launch(tmp_path, config("resumed", 6, resume="auto"), 2)  # both ranks load checkpoints/step_3
+    straight = paddle.load(str(tmp_path / "straight" / "checkpoints" / "step_6" / "model.pdparams"))
+    resumed = paddle.load(str(tmp_path / "resumed" / "checkpoints" / "step_6" / "model.pdparams"))
+    for name, value in straight.items():
+        np.testing.assert_allclose(np.asarray(resumed[name]), np.asarray(value), atol=1e-6, err_msg=name)
+    log = "".join(open(tmp_path / "launch_logs" / n).read() for n in os.listdir(tmp_path / "launch_logs"))
+    assert log.count("resumed from") >= 2  # every rank restored the checkpoint
