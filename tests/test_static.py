@@ -126,3 +126,37 @@ def test_static_max_pooling_runs_under_onednn(tmp_path, data_dir):
                           env={**os.environ, "FLAGS_use_onednn": "1", "GLOG_minloglevel": "2"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "[dev] step 3" in proc.stdout
+
+
+def test_static_gradient_accumulation_equals_larger_batch(tmp_path, data_dir):
+    from test_optimization import plain_sgd
+
+    def config(out, batch, accumulate):
+        c = static_config(plain_sgd(task_config(data_dir, str(tmp_path / out), max_steps=4, is_eval_dev=0,
+                                                is_eval_test=0, gradient_accumulation_steps=accumulate,
+                                                save_model_step=2)))
+        c["dataset_reader"]["train_reader"]["config"]["batch_size"] = batch
+        c["model"]["optimization"]["max_grad_norm"] = 0.05  # clipping applies to the accumulated gradient
+        return c
+
+    big = build(config("big", 16, 1), tmp_path)
+    init = str(tmp_path / "init.pdparams")
+    paddle.save(big.model_state_dict(), init)
+    small_cfg = config("small", 8, 2)
+    small_cfg["trainer"]["load_parameters"] = init
+    small = build(small_cfg, tmp_path)
+    big.do_train()
+    small.do_train()
+    assert small.state.global_step == 4
+    before = paddle.load(init)
+    changed = False
+    for name, value in big.model_state_dict().items():
+        np.testing.assert_allclose(small.model_state_dict()[name], value, atol=1e-6, err_msg=name)
+        changed |= not np.allclose(value, before[name])
+    assert changed
+    # the gradient buffers are not part of checkpoints, and a checkpoint resumes in dynamic mode
+    ckpt = os.path.join(str(tmp_path / "small"), "checkpoints", "step_4")
+    assert not any("@GRAD_BUFFER" in k for k in paddle.load(os.path.join(ckpt, "optimizer.pdopt")))
+    dynamic_cfg = task_config(data_dir, str(tmp_path / "dyn"), max_steps=6, is_eval_dev=0, is_eval_test=0,
+                              load_checkpoint=ckpt)
+    assert build(plain_sgd(dynamic_cfg), tmp_path).state.global_step == 4

@@ -22,6 +22,9 @@ from wenxin.controller.checkpoint import rename_state_keys
 from wenxin.controller.graph_mode import static_mode
 
 
+GRAD_BUFFER_SUFFIX = "@GRAD_BUFFER"
+
+
 def _set_inference_mode(program: paddle.static.Program) -> None:
     """Switch ops with an ``is_test`` attribute (dropout, batch norm) to inference behaviour."""
     for op in program.global_block().ops:
@@ -40,9 +43,6 @@ class BaseStaticTrainer(BaseTrainer):
         if self.amp.enabled:
             raise ConfigError("trainer.use_amp: AMP is not supported by the static trainer yet; "
                               "use model.is_dygraph=1 for AMP")
-        if self.accumulate > 1:
-            raise ConfigError("trainer.gradient_accumulation_steps: accumulation is not supported by the "
-                              "static trainer yet; use model.is_dygraph=1")
         self.place = paddle.CPUPlace() if paddle.get_device() == "cpu" else paddle.CUDAPlace(
             int(paddle.get_device().split(":")[1]))
         with static_mode(), warnings.catch_warnings():
@@ -77,8 +77,8 @@ class BaseStaticTrainer(BaseTrainer):
             self.eval_feeds = {k: value_map.look_up(v) for k, v in feeds.items()}
             self.loss = outputs[InstanceName.LOSS]
             self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.state.max_steps)
-            if self.world_size > 1:
-                self._minimize_data_parallel()
+            if self.world_size > 1 or self.accumulate > 1:
+                self._minimize_in_parts()
             else:
                 self.optimizer.minimize(self.loss)
         _set_inference_mode(self.eval_program)
@@ -86,23 +86,47 @@ class BaseStaticTrainer(BaseTrainer):
         # structured name ("fc.weight") <-> program variable name ("linear_2.w_0")
         self.var_names = {k: v.name for k, v in self.model.state_dict().items()}
 
-    def _minimize_data_parallel(self) -> None:
-        """Data parallelism inside the program: gradients are all-reduced and averaged across
-        ranks before the optimizer applies them. (Paddle 3.3's ``fleet.distributed_optimizer``
-        calls the old-IR ``Program.clone(for_test=...)`` and fails on PIR programs.)"""
+    def _minimize_in_parts(self) -> None:
+        """Backward, then (gradient accumulation) add the gradients into persistable buffers, and
+        (data parallelism) all-reduce them, before the optimizer applies them.
+
+        With accumulation, the program up to the buffer update is cloned as ``micro_program`` and
+        run for the first k-1 batches of a step; the main program runs the k-th batch and applies
+        the buffers' mean, then zeroes them. So each batch is forwarded once and memory stays
+        that of one batch. (Paddle 3.3's ``GradientMergeOptimizer`` and static
+        ``fleet.distributed_optimizer`` do not support PIR programs.)"""
         params_grads = self.optimizer.backward(self.loss)
-        for _, grad in params_grads:
-            paddle.distributed.all_reduce(grad)
-        averaged = [(p, g / self.world_size) for p, g in params_grads]
-        self.optimizer.apply_gradients(averaged)
+        if self.accumulate > 1:
+            buffers = []
+            for param, grad in params_grads:
+                buffer = paddle.pir.core.create_persistable_value(
+                    dtype=param.dtype, shape=param.shape, name=f"{param.name}{GRAD_BUFFER_SUFFIX}",
+                    initializer=paddle.nn.initializer.Constant(0.0))
+                paddle.assign(buffer + grad, output=buffer)
+                buffers.append((param, buffer))
+            value_map = paddle.pir.IrMapping()
+            self.micro_program = self.main_program.clone(value_map)
+            self.micro_loss = value_map.look_up(self.loss)
+            params_grads = [(param, buffer / self.accumulate) for param, buffer in buffers]
+        if self.world_size > 1:
+            for _, grad in params_grads:
+                paddle.distributed.all_reduce(grad)
+            params_grads = [(param, grad / self.world_size) for param, grad in params_grads]
+        self.optimizer.apply_gradients(params_grads)
+        if self.accumulate > 1:
+            for _, buffer in buffers:
+                paddle.assign(paddle.zeros_like(buffer), output=buffer)
 
     def _feed(self, batch: Batch) -> Dict[str, Any]:
         return {name: batch[name] for name in self.feed_names if name in batch}
 
     def run_step(self, batches: List[Batch]) -> Any:
-        (loss,) = self.executor.run(self.main_program, feed=self._feed(batches[0]), fetch_list=[self.loss])
-        self.state.nonfinite_loss = self.should_check_loss() and not bool(np.isfinite(loss).all())
-        return float(loss)
+        losses = [self.executor.run(self.micro_program, feed=self._feed(batch), fetch_list=[self.micro_loss])[0]
+                  for batch in batches[:-1]]  # gradient accumulation: all but the last batch
+        losses.append(self.executor.run(self.main_program, feed=self._feed(batches[-1]), fetch_list=[self.loss])[0])
+        loss = float(np.mean(losses))
+        self.state.nonfinite_loss = self.should_check_loss() and not np.isfinite(loss)
+        return loss
 
     def eval_step(self, batch: Batch, phase: str) -> Dict[str, np.ndarray]:
         names = list(self.eval_fetch)
@@ -139,14 +163,18 @@ class BaseStaticTrainer(BaseTrainer):
         for name, value in state.items():
             self._write(self.var_names[name], value)
 
+    def _optimizer_var_names(self) -> List[str]:
+        """Optimizer state in the scope; gradient buffers are left out (zero at every step end)."""
+        return [n for n in self.main_program.state_dict("opt", self.scope) if not n.endswith(GRAD_BUFFER_SUFFIX)]
+
     def optimizer_state_dict(self) -> Dict[str, Any]:
-        state = {name: np.array(t) for name, t in self.main_program.state_dict("opt", self.scope).items()}
+        state = {name: self._read(name) for name in self._optimizer_var_names()}
         return rename_state_keys(state, {var: name for name, var in self.var_names.items()})
 
     def set_optimizer_state_dict(self, state: Mapping[str, Any]) -> None:
         internal = rename_state_keys({k: v for k, v in state.items() if not isinstance(v, Mapping)},
                                 self.var_names)
-        expected = set(self.main_program.state_dict("opt", self.scope))
+        expected = set(self._optimizer_var_names())
         missing = expected - set(internal)
         if missing:
             raise ValueError(f"missing optimizer state: {', '.join(sorted(missing)[:5])}")
