@@ -403,7 +403,7 @@ class BaseTrainer:
             fields = export.inference_fields(self.readers)
             outputs = self.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields)
             export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config)
-            export.replace_folder(tmp, folder)
+            ckpt.replace_folder(tmp, folder)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

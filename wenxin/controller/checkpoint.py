@@ -58,6 +58,23 @@ def _replace_file(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _set_aside(path: str) -> str:
+    """Rename ``path`` into a new hidden sibling folder (atomic) and return that folder."""
+    parent, name = os.path.split(os.path.abspath(path))
+    trash = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
+    os.rename(path, os.path.join(trash, name))
+    return trash
+
+
+def replace_folder(tmp: str, final: str) -> None:
+    """Move the finished folder ``tmp`` to ``final``. An existing ``final`` is renamed aside first
+    and deleted only after the new one is in place, so a crash never leaves neither."""
+    trash = _set_aside(final) if os.path.exists(final) else None
+    os.rename(tmp, final)
+    if trash:
+        shutil.rmtree(trash, ignore_errors=True)
+
+
 def is_complete(folder: str) -> bool:
     """A checkpoint is complete when its trainer state (written last) parses."""
     try:
@@ -105,13 +122,7 @@ class CheckpointManager:
             write(tmp)
             _fsync_tree(tmp)
             final = os.path.join(self.root, name)
-            if os.path.exists(final):  # same step saved again (e.g. end of training): swap
-                old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=self.root)
-                os.rename(final, os.path.join(old, name))
-                os.rename(tmp, final)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(tmp, final)
+            replace_folder(tmp, final)  # the same step saved again (e.g. at the end) replaces it
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -125,9 +136,7 @@ class CheckpointManager:
         A checkpoint is renamed to a hidden name before it is deleted, so a crash mid-delete
         never leaves a half-deleted folder that still looks complete."""
         for step, path in self.step_dirs()[:-self.keep_max]:
-            trash = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=self.root)
-            os.rename(path, os.path.join(trash, os.path.basename(path)))
-            shutil.rmtree(trash, ignore_errors=True)
+            shutil.rmtree(_set_aside(path), ignore_errors=True)
         for name in os.listdir(self.root):
             if name.startswith(".") and (".tmp-" in name or ".old-" in name):
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)

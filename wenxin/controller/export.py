@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Any, Dict, List, Sequence
 
 from wenxin.data.dataset_reader import BasicDataSetReader
@@ -50,10 +49,3 @@ def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_n
                         for f in fields for s in f.tensor_specs()]}
     with open(os.path.join(folder, PREPROCESS_FILE), "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2, ensure_ascii=False)
-
-
-def replace_folder(tmp: str, final: str) -> None:
-    """Move a finished export into place, replacing an older one."""
-    if os.path.exists(final):
-        shutil.rmtree(final)
-    os.rename(tmp, final)
