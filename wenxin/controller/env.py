@@ -33,16 +33,13 @@ def setup_device(place_type: str) -> str:
     return device
 
 
-def init_distributed(use_fleet: bool) -> int:
+def init_distributed(use_fleet: bool) -> None:
     """Initialize ``paddle.distributed.fleet`` (collective mode) when asked to
     (``trainer.PADDLE_IS_FLEET``) or when launched by ``paddle.distributed.launch`` with more than
-    one process; returns the world size."""
-    world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
-    if use_fleet or world > 1:
+    one process."""
+    if use_fleet or int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
         from paddle.distributed import fleet
         fleet.init(is_collective=True)
-        return paddle.distributed.get_world_size()
-    return 1
 
 
 def set_seed(seed: int) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import paddle
+from paddle.base.data_feeder import convert_dtype
 
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
@@ -151,10 +152,10 @@ class BaseStaticTrainer(BaseTrainer):
         return np.array(self.scope.find_var(var_name).get_tensor())
 
     def _write(self, var_name: str, value: Any) -> None:
-        var = self.scope.find_var(var_name)
+        tensor = self.scope.find_var(var_name).get_tensor()
         array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-        tensor = var.get_tensor()
-        tensor.set(array.astype(np.array(tensor).dtype), self.place)
+        dtype = convert_dtype(tensor._dtype())  # noqa: SLF001  (no copy of the tensor, unlike np.array)
+        tensor.set(array.astype(dtype, copy=False), self.place)
 
     def model_state_dict(self) -> Dict[str, Any]:
         return {name: self._read(var) for name, var in self.var_names.items()}
