@@ -9,6 +9,7 @@ class InstanceName:
     PREDICTIONS = "predictions"
     PROBS = "probs"
     LABELS = "labels"
+    SCORES = "scores"
 
 
 class Phase:

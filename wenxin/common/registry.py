@@ -69,3 +69,4 @@ class RegisterSet:
     tokenizers = Registry("tokenizer")
     trainers = Registry("trainer")
     hooks = Registry("hook")
+    result_formats = Registry("result format")

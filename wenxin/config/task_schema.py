@@ -20,11 +20,17 @@ TOKENIZER: Schema = {
 FIELD: Schema = {
     "name": Key(str, doc="field name; tensors are named after it"),
     "data_type": Key(str, "string", choices=["string", "int", "float"]),
-    "reader": Key(dict, children={"type": Key(str, doc="TextFieldReader, LabelFieldReader, ScalarFieldReader")}),
+    "reader": Key(dict, children={"type": Key(str, doc="TextFieldReader, LabelFieldReader, "
+                                                            "SequenceLabelFieldReader, ScalarFieldReader")}),
     "tokenizer": Key((dict, type(None)), None, children=TOKENIZER),
     "need_convert": Key(bool, True, doc="convert tokens to ids through the vocab"),
     "vocab_path": Key(str, "", doc="vocab / label-map file; empty: built from the training data"),
     "max_seq_len": Key(int, 128, minimum=1),
+    "pad_to_max_seq_len": Key(bool, False, doc="pad every batch to max_seq_len (a fixed length in static graphs)"),
+    "special_tokens": Key(list, [], items=Key(str), doc="extra tokens put in a built vocab after "
+                                                         "[PAD] and [UNK], e.g. [\"[MASK]\"]"),
+    "align_with": Key(str, "", doc="SequenceLabelFieldReader: the text field whose tokens the tags "
+                                   "label; every line must have one tag per token"),
     "truncation_type": Key(int, 0, choices=[0, 1, 2], doc="0 keep head, 1 keep tail, 2 keep both ends"),
     "padding_id": Key(int, 0, minimum=0),
     "min_freq": Key(int, 1, minimum=1, doc="vocab building: drop rarer tokens"),

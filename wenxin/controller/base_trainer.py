@@ -49,6 +49,20 @@ def batch_size_of(batch: Batch) -> int:
     return int(shape[0])
 
 
+def _pad_to_common_shape(arrays: List[np.ndarray]) -> List[np.ndarray]:
+    """Zero-pad every axis but the first to the largest size among ``arrays``."""
+    if len({a.shape[1:] for a in arrays}) <= 1:
+        return arrays
+    target = np.max([a.shape[1:] for a in arrays], axis=0)
+    return [np.pad(a, [(0, 0)] + [(0, int(t) - n) for t, n in zip(target, a.shape[1:])]) for a in arrays]
+
+
+def concat_ragged(arrays: List[np.ndarray]) -> np.ndarray:
+    """Concatenate along the first axis; batches of different sequence lengths (``[B, T_b]``)
+    are zero-padded to the longest first."""
+    return np.concatenate(_pad_to_common_shape(arrays), axis=0)
+
+
 def prepare_output_path(cfg: Dict[str, Any], is_writer: bool = True) -> None:
     """Create ``trainer.output_path``; never train over an earlier run's checkpoints unless
     asked to resume it, and fail clearly when the folder cannot be used."""
@@ -172,8 +186,8 @@ class BaseTrainer:
         (a tensor or float) and sets ``state.nonfinite_loss`` when it checked and found NaN/Inf."""
         raise NotImplementedError
 
-    def eval_step(self, batch: Batch, phase: str) -> Dict[str, np.ndarray]:
-        """The model's outputs for one batch, as numpy arrays."""
+    def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
+        """The model's outputs for one batch of ``reader_name``, as numpy arrays."""
         raise NotImplementedError
 
     def begin_eval(self) -> None: ...
@@ -315,13 +329,13 @@ class BaseTrainer:
         self.begin_eval()
         try:
             for batch in self.eval_loader(reader_name):
-                outputs = self.eval_step(batch, phase)
+                outputs = self.eval_step(batch, phase, reader_name)
                 sizes.append(batch_size_of(batch))
                 for key, value in outputs.items():
                     chunks[key].append(value.reshape(1) if value.ndim == 0 else value)
         finally:
             self.end_eval()
-        return {k: np.concatenate(v, axis=0) for k, v in chunks.items()}, np.asarray(sizes)
+        return {k: concat_ragged(v) for k, v in chunks.items()}, np.asarray(sizes)
 
     def _gather_outputs(self, merged: Dict[str, np.ndarray], batch_sizes: np.ndarray
                         ) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
@@ -336,12 +350,13 @@ class BaseTrainer:
         for key in merged:
             parts = [outputs[key] for outputs, _ in gathered]
             if all(len(p) == int(sizes.sum()) for p, (_, sizes) in zip(parts, gathered)):
+                parts = _pad_to_common_shape(parts)
                 full = np.empty((total, *parts[0].shape[1:]), dtype=parts[0].dtype)
                 for rank, part in enumerate(parts):
                     full[rank::self.world_size] = part
                 result[key] = full
             else:
-                result[key] = np.concatenate(parts, axis=0)
+                result[key] = concat_ragged(parts)
         return result, np.concatenate([sizes for _, sizes in gathered])
 
     # ---- checkpoints ---------------------------------------------------------------------
@@ -402,7 +417,8 @@ class BaseTrainer:
         try:
             fields = export.inference_fields(self.readers)
             outputs = self.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields)
-            export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config)
+            export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config,
+                                      self.model.prediction_format)
             ckpt.replace_folder(tmp, folder)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -69,7 +69,7 @@ class BaseDynamicTrainer(BaseTrainer):
         self.optimizer.clear_grad(set_to_zero=False)
         return loss
 
-    def eval_step(self, batch: Batch, phase: str) -> Dict[str, np.ndarray]:
+    def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
         with paddle.no_grad():
             outputs = self.model(batch, phase)
         return {k: v.numpy() for k, v in outputs.items() if isinstance(v, paddle.Tensor)}

@@ -35,7 +35,7 @@ def label_names(readers: Dict[str, BasicDataSetReader]) -> List[str]:
 
 
 def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_names: Sequence[str],
-                        labels: Sequence[str], config: Dict[str, Any]) -> None:
+                        labels: Sequence[str], config: Dict[str, Any], result_format: str = "classification") -> None:
     """Copy vocabs into ``folder/vocab`` and describe the fields with paths relative to ``folder``."""
     field_configs = []
     for field in fields:
@@ -45,6 +45,7 @@ def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_n
         field_configs.append(cfg)
     meta = {"format": FORMAT_VERSION, "task": config.get("task"), "model_type": config["model"]["type"],
             "fields": field_configs, "outputs": list(output_names), "labels": list(labels),
+            "result_format": result_format,
             "tensors": [{"name": s.name, "shape": s.shape, "dtype": s.dtype}
                         for f in fields for s in f.tensor_specs()]}
     with open(os.path.join(folder, PREPROCESS_FILE), "w", encoding="utf-8") as f:

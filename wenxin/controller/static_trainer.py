@@ -9,6 +9,7 @@ checkpoint of one mode loads in the other.
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -18,12 +19,34 @@ from paddle.base.data_feeder import convert_dtype
 
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
+from wenxin.controller import export
 from wenxin.controller.base_trainer import Batch, BaseTrainer
 from wenxin.controller.checkpoint import rename_state_keys
 from wenxin.controller.graph_mode import static_mode
+from wenxin.data.field_reader import TensorSpec
 
 
 GRAD_BUFFER_SUFFIX = "@GRAD_BUFFER"
+EXPORT_VARIANT = "predict"  # the evaluation program of the exported model's inputs
+
+
+@dataclasses.dataclass
+class _EvalProgram:
+    """A forward-only program, the values it can fetch by output name, and its inputs."""
+
+    program: paddle.static.Program
+    fetch: Dict[str, Any]
+    feed_names: List[str]
+
+
+def _prune(program: paddle.static.Program, targets: List[Any]) -> None:
+    """Remove, in place, the ops that ``targets`` do not depend on (inputs included)."""
+    from paddle.static.pir_io import pir_prune_with_input
+    pir_prune_with_input(program, [], targets)
+
+
+def _feed_names(program: paddle.static.Program) -> List[str]:
+    return [op.attrs()["name"] for op in program.global_block().ops if op.name() == "pd_op.data"]
 
 
 def _set_inference_mode(program: paddle.static.Program) -> None:
@@ -63,29 +86,77 @@ class BaseStaticTrainer(BaseTrainer):
             return super().run_eval_batches(reader_name, phase)
 
     def _build_programs(self) -> None:
+        """One program holds the training forward and, for every distinct set of input tensors
+        the evaluation readers and the export need, a forward in evaluation mode. It is cloned
+        into pruned evaluation programs; then the main program is pruned to the training forward
+        and the optimizer is added."""
         self.main_program = paddle.static.Program()
         self.startup_program = paddle.static.Program()
         self.main_program.random_seed = self.startup_program.random_seed = self.trainer_config["seed"]
-        specs = self.readers["train_reader"].tensor_specs()
+        data: Dict[str, Any] = {}  # one paddle.static.data per tensor name, shared by the forwards
         with paddle.static.program_guard(self.main_program, self.startup_program):
             self.model = self.model_builder()
-            feeds = {s.name: paddle.static.data(s.name, s.shape, s.dtype) for s in specs}
             self.model.train()
-            outputs = self.model(feeds, Phase.TRAINING)
+            train_specs = self.readers["train_reader"].tensor_specs()
+            outputs = self.model(self._data(data, train_specs, "train_reader"), Phase.TRAINING)
+            self.feed_names = _feed_names(self.main_program)
+            train_ops = set(self.main_program.global_block().ops)
+            self.model.eval()
+            forwards: Dict[Tuple[str, ...], Dict[str, Any]] = {}
+            self._eval_variant_of: Dict[str, Tuple[str, ...]] = {}
+            for reader_name, specs in self._eval_spec_sets().items():
+                phase = Phase.PREDICT if reader_name == EXPORT_VARIANT else Phase.EVALUATE
+                key = (phase, *sorted(s.name for s in specs))
+                if key not in forwards:
+                    forwards[key] = self.model(self._data(data, specs, reader_name), phase)
+                self._eval_variant_of[reader_name] = key
+            self.model.train()
             value_map = paddle.pir.IrMapping()
-            self.eval_program = self.main_program.clone(value_map)
-            self.eval_fetch = {k: value_map.look_up(v) for k, v in outputs.items()}
-            self.eval_feeds = {k: value_map.look_up(v) for k, v in feeds.items()}
+            evaluation = self.main_program.clone(value_map)
+            self._eval_programs = {key: self._pruned_clone(evaluation, {k: value_map.look_up(v) for k, v in outs.items()})
+                                   for key, outs in forwards.items()}
+            block = self.main_program.global_block()
+            for op in reversed(block.ops):  # drop the evaluation forwards again (data ops sit first)
+                if op not in train_ops:
+                    block.remove_op(op)
             self.loss = outputs[InstanceName.LOSS]
             self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.state.max_steps)
             if self.world_size > 1 or self.accumulate > 1:
                 self._minimize_in_parts()
             else:
                 self.optimizer.minimize(self.loss)
-        _set_inference_mode(self.eval_program)
-        self.feed_names = [s.name for s in specs]
         # structured name ("fc.weight") <-> program variable name ("linear_2.w_0")
         self.var_names = {k: v.name for k, v in self.model.state_dict().items()}
+
+    @staticmethod
+    def _data(data: Dict[str, Any], specs: List[TensorSpec], reader_name: str) -> Dict[str, Any]:
+        """``paddle.static.data`` for ``specs``, reusing those already made for the same name."""
+        for s in specs:
+            if s.name not in data:
+                data[s.name] = paddle.static.data(s.name, s.shape, s.dtype)
+            elif list(data[s.name].shape) != list(s.shape) or convert_dtype(data[s.name].dtype) != s.dtype:
+                raise ConfigError(f"dataset_reader.{reader_name}: tensor '{s.name}' {s.shape} {s.dtype} differs "
+                                  f"from the train_reader's {list(data[s.name].shape)} "
+                                  f"{convert_dtype(data[s.name].dtype)}")
+        return {s.name: data[s.name] for s in specs}
+
+    def _eval_spec_sets(self) -> Dict[str, List[TensorSpec]]:
+        """Input tensors by evaluated reader, plus those of the exported model (``predict``)."""
+        sets = {name: self.readers[name].tensor_specs() for name in ("dev_reader", "test_reader")
+                if name in self.readers}
+        if not sets:
+            sets["train_reader"] = self.readers["train_reader"].tensor_specs()
+        sets[EXPORT_VARIANT] = [s for f in export.inference_fields(self.readers) for s in f.tensor_specs()]
+        return sets
+
+    @staticmethod
+    def _pruned_clone(program: paddle.static.Program, fetch: Dict[str, Any]) -> "_EvalProgram":
+        value_map = paddle.pir.IrMapping()
+        clone = program.clone(value_map)
+        fetch = {k: value_map.look_up(v) for k, v in fetch.items()}
+        _prune(clone, list(fetch.values()))
+        _set_inference_mode(clone)
+        return _EvalProgram(clone, fetch, _feed_names(clone))
 
     def _minimize_in_parts(self) -> None:
         """Backward, then (gradient accumulation) add the gradients into persistable buffers, and
@@ -118,33 +189,44 @@ class BaseStaticTrainer(BaseTrainer):
             for _, buffer in buffers:
                 paddle.assign(paddle.zeros_like(buffer), output=buffer)
 
-    def _feed(self, batch: Batch) -> Dict[str, Any]:
-        return {name: batch[name] for name in self.feed_names if name in batch}
+    def _feed(self, batch: Batch, names: List[str]) -> Dict[str, Any]:
+        return {name: batch[name] for name in names}
 
     def run_step(self, batches: List[Batch]) -> Any:
-        losses = [self.executor.run(self.micro_program, feed=self._feed(batch), fetch_list=[self.micro_loss])[0]
+        losses = [self.executor.run(self.micro_program, feed=self._feed(batch, self.feed_names),
+                                    fetch_list=[self.micro_loss])[0]
                   for batch in batches[:-1]]  # gradient accumulation: all but the last batch
-        losses.append(self.executor.run(self.main_program, feed=self._feed(batches[-1]), fetch_list=[self.loss])[0])
+        losses.append(self.executor.run(self.main_program, feed=self._feed(batches[-1], self.feed_names),
+                                        fetch_list=[self.loss])[0])
         loss = float(np.mean(losses))
         self.state.nonfinite_loss = self.should_check_loss() and not np.isfinite(loss)
         return loss
 
-    def eval_step(self, batch: Batch, phase: str) -> Dict[str, np.ndarray]:
-        names = list(self.eval_fetch)
-        values = self.executor.run(self.eval_program, feed=self._feed(batch),
-                                   fetch_list=[self.eval_fetch[n] for n in names])
+    def eval_program(self, reader_name: str) -> _EvalProgram:
+        """The evaluation program for a reader's inputs (``predict``: the exported model's)."""
+        return self._eval_programs[self._eval_variant_of.get(reader_name, self._eval_variant_of[
+            "dev_reader" if "dev_reader" in self._eval_variant_of else "train_reader"])]
+
+    def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
+        evaluation = self.eval_program(reader_name)
+        names = list(evaluation.fetch)
+        values = self.executor.run(evaluation.program, feed=self._feed(batch, evaluation.feed_names),
+                                   fetch_list=[evaluation.fetch[n] for n in names])
         return dict(zip(names, (np.asarray(v) for v in values)))
 
     # ---- export ---------------------------------------------------------------------------
     def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
-        """``paddle.static.save_inference_model`` from the evaluation program (dropout off),
-        pruned to the inference fields and the outputs that need no label."""
-        feed_names = [s.name for f in fields for s in f.tensor_specs()]
-        names = sorted(k for k in self.eval_fetch if k not in (InstanceName.LOSS, InstanceName.LABELS))
+        """``paddle.static.save_inference_model`` from the prediction-phase forward (dropout
+        off), pruned to the inference fields and its outputs."""
+        evaluation = self.eval_program(EXPORT_VARIANT)
+        names = sorted(k for k in evaluation.fetch if k not in (InstanceName.LOSS, InstanceName.LABELS))
+        feeds = {op.result(0).name: op.result(0) for op in evaluation.program.global_block().ops
+                 if op.name() == "pd_op.data"}
+        feed_names = [s.name for f in fields for s in f.tensor_specs() if s.name in feeds]
         with static_mode():
-            paddle.static.save_inference_model(prefix, [self.eval_feeds[n] for n in feed_names],
-                                               [self.eval_fetch[n] for n in names], self.executor,
-                                               program=self.eval_program)
+            paddle.static.save_inference_model(prefix, [feeds[n] for n in feed_names],
+                                               [evaluation.fetch[n] for n in names], self.executor,
+                                               program=evaluation.program)
         return names
 
     # ---- state ---------------------------------------------------------------------------

@@ -64,6 +64,12 @@ class BasicDataSetReader:
             path = f"{self.key_path}.fields[{i}]"
             cls = RegisterSet.field_readers.get(field["reader"]["type"], scope, f"{path}.reader.type")
             self.fields.append(cls(field, path, scope=scope))
+        self.names = [f.name for f in self.fields]
+        for field in self.fields:
+            other = field.config.get("align_with")
+            if other and other not in self.names:
+                raise ConfigError(f"{field.path}.align_with: no field named '{other}' in this reader "
+                                  f"(fields: {', '.join(self.names)})")
         self.examples: List[Tuple[Any, ...]] = []
         self.raw_examples: List[List[str]] = []
         self.bad_lines = 0
@@ -117,6 +123,9 @@ class BasicDataSetReader:
         for path, lineno, columns in lines:
             try:
                 example = tuple(field.convert(text) for field, text in zip(self.fields, columns))
+                by_name = dict(zip(self.names, example))
+                for field in self.fields:
+                    field.check_example(by_name)
             except ValueError as e:
                 self._bad_line(path, lineno, str(e))
                 continue

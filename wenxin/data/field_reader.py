@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -59,6 +59,10 @@ class BaseFieldReader:
         """One raw column -> a per-example value; raises ValueError for malformed input."""
         raise NotImplementedError
 
+    def check_example(self, example: Dict[str, Any]) -> None:
+        """Check this field's value against the others of one example (by field name);
+        raises ValueError when they do not fit together."""
+
     def collate(self, values: List[Any]) -> Dict[str, np.ndarray]:
         """Per-example values -> batch arrays named after ``tensor_specs``."""
         raise NotImplementedError
@@ -97,14 +101,18 @@ class TextFieldReader(BaseFieldReader):
         if config["vocab_path"]:
             self.vocab = Vocab.load(config["vocab_path"], self.tokenizer.unk_token)
             self._check_padding()
+            missing = [t for t in config["special_tokens"] if t not in self.vocab]
+            if missing:
+                raise ConfigError(f"{path}.special_tokens: {missing} not in {config['vocab_path']}")
 
     @property
     def needs_fit(self) -> bool:
         return self.vocab is None and self.config["need_convert"]
 
     def fit(self, columns: Iterable[str]) -> None:
-        self.vocab = Vocab.build((self.tokenizer.tokenize(c) for c in columns),
-                                 specials=(PAD_TOKEN, self.tokenizer.unk_token),
+        specials = [PAD_TOKEN, self.tokenizer.unk_token]
+        specials += [t for t in self.config["special_tokens"] if t not in specials]
+        self.vocab = Vocab.build((self.tokenizer.tokenize(c) for c in columns), specials=specials,
                                  unk_token=self.tokenizer.unk_token,
                                  min_freq=self.config["min_freq"], max_size=self.config["max_vocab_size"])
         self._check_padding()
@@ -137,15 +145,11 @@ class TextFieldReader(BaseFieldReader):
         return np.asarray(self.truncate(ids), dtype=np.int64)
 
     def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:
-        lengths = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
-        width = max(1, int(lengths.max()) if len(values) else 1)
-        ids = np.full((len(values), width), self.padding_id, dtype=np.int64)  # [B, T]
-        for row, v in enumerate(values):
-            ids[row, :len(v)] = v
+        ids, lengths = pad_sequences(values, self.padding_id, self.max_seq_len if self.config["pad_to_max_seq_len"] else 0)
         return {self.name: ids, f"{self.name}_{InstanceName.SEQ_LENS}": lengths}
 
     def tensor_specs(self) -> List[TensorSpec]:
-        return [TensorSpec(self.name, [-1, -1], "int64"),
+        return [TensorSpec(self.name, [-1, self.max_seq_len if self.config["pad_to_max_seq_len"] else -1], "int64"),
                 TensorSpec(f"{self.name}_{InstanceName.SEQ_LENS}", [-1], "int64")]
 
     def info(self) -> Dict[str, Any]:
@@ -191,6 +195,59 @@ class LabelFieldReader(BaseFieldReader):
     def info(self) -> Dict[str, Any]:
         return {"num_labels": len(self.vocab) if self.vocab else 0,
                 "labels": list(self.vocab.tokens) if self.vocab else []}
+
+
+@RegisterSet.field_readers.register("SequenceLabelFieldReader")
+class SequenceLabelFieldReader(LabelFieldReader):
+    """One tag per token (``B M E S``, ``B-PER I-PER O``) -> tag ids ``[batch, seq_len]`` int64,
+    padded with tag 0 (models mask padding by the text field's lengths).
+
+    Tags are split by the field's tokenizer (whitespace by default) and truncated like a text field
+    of the same ``max_seq_len``; with ``align_with``, a line whose tag count differs from that text
+    field's token count is malformed."""
+
+    def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
+        super().__init__(config, path, scope)
+        self.tokenizer = build_tokenizer(config.get("tokenizer") or {"type": "WhitespaceTokenizer",
+                                                                      "lowercase": False}, path, scope)
+        self.max_seq_len: int = config["max_seq_len"]
+
+    def fit(self, columns: Iterable[str]) -> None:
+        tags = {t for c in columns for t in self.tokenizer.tokenize(c)}
+        self.vocab = Vocab(sorted(tags))
+
+    def convert(self, text: str) -> np.ndarray:
+        assert self.vocab is not None, "tag map is built before conversion"
+        ids = []
+        for tag in self.tokenizer.tokenize(text)[:self.max_seq_len]:
+            idx = self.vocab.lookup(tag)
+            if idx is None:
+                raise ValueError(f"tag {tag!r} is not in the tag map {self.vocab.tokens[:20]}")
+            ids.append(idx)
+        return np.asarray(ids, dtype=np.int64)
+
+    def check_example(self, example: Dict[str, Any]) -> None:
+        other = self.config["align_with"]
+        if other and len(example[self.name]) != len(example[other]):
+            raise ValueError(f"{len(example[self.name])} tags in '{self.name}' for "
+                             f"{len(example[other])} tokens in '{other}'")
+
+    def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:
+        ids, _ = pad_sequences(values, 0, self.max_seq_len if self.config["pad_to_max_seq_len"] else 0)
+        return {self.name: ids}
+
+    def tensor_specs(self) -> List[TensorSpec]:
+        return [TensorSpec(self.name, [-1, self.max_seq_len if self.config["pad_to_max_seq_len"] else -1], "int64")]
+
+
+def pad_sequences(values: List[np.ndarray], padding_id: int, width: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+    """Id sequences -> ``[batch, width]`` padded ids (``width`` 0: the longest) and ``[batch]`` lengths."""
+    lengths = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+    width = width or max(1, int(lengths.max()) if len(values) else 1)
+    ids = np.full((len(values), width), padding_id, dtype=np.int64)  # [B, T]
+    for row, v in enumerate(values):
+        ids[row, :len(v)] = v
+    return ids, lengths
 
 
 @RegisterSet.field_readers.register("ScalarFieldReader")

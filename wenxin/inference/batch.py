@@ -17,7 +17,8 @@ INFER_SCHEMA = {
         "separator": Key(str, "\t"),
         "has_header": Key(bool, False),
     })}),
-    "output_file": Key(str, doc="one prediction per input line, in order: label<TAB>probability"),
+    "output_file": Key(str, doc="one prediction per input line, in order; classifiers write "
+                                "label<TAB>probability (see README for other result formats)"),
     "batch_size": Key(int, 64, minimum=1),
     "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
     "num_threads": Key(int, 1, minimum=1),
@@ -52,6 +53,6 @@ def run_inference(param_path: str, overrides: List[str] = ()) -> str:
     tmp = f"{out}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         for r in results:
-            f.write(f"{r['label']}\t{r['probability']:.6f}\n")
+            f.write(predictor.result_format.line(r) + "\n")
     os.replace(tmp, out)  # an interrupted run never leaves a half-written prediction file
     return out

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
@@ -11,6 +11,7 @@ from wenxin.common.errors import WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.controller.export import MODEL_PREFIX, PREPROCESS_FILE
 from wenxin.data.field_reader import BaseFieldReader
+from wenxin.inference.formatters import ResultFormat
 
 
 class InferenceError(WenxinError):
@@ -56,6 +57,12 @@ class Predictor:
             self.fields.append(cls(cfg, f"{meta_path}: fields[{i}]"))
         self.output_names: List[str] = self.meta["outputs"]
         self.labels: List[str] = self.meta["labels"]
+        format_name = self.meta.get("result_format", "classification")
+        try:
+            format_cls = RegisterSet.result_formats.get(format_name, None, f"{meta_path}: result_format")
+        except WenxinError as e:
+            raise InferenceError(str(e)) from None
+        self.result_format: ResultFormat = format_cls(self.labels, self.fields)
         config = inference.Config(graph, params)
         if use_gpu:
             config.enable_use_gpu(256, 0)
@@ -91,16 +98,11 @@ class Predictor:
                 for name, h in zip(self.output_names, handles)}
 
     def predict(self, rows: Sequence[Sequence[str]], batch_size: int = 64) -> List[Dict[str, Any]]:
-        """One result per row, in order: ``{"label", "probability", "probs"}`` for classifiers."""
+        """One result per row, in order, in the model's result format (for classifiers
+        ``{"label", "probability", "probs"}``)."""
         results: List[Dict[str, Any]] = []
         for start in range(0, len(rows), batch_size):
-            outputs = self.run(self.convert(rows[start:start + batch_size]))
-            probs: Optional[np.ndarray] = outputs.get("probs")
-            for i in range(len(rows[start:start + batch_size])):
-                if probs is None:
-                    results.append({k: v[i].tolist() for k, v in outputs.items()})
-                    continue
-                best = int(np.argmax(probs[i]))
-                results.append({"label": self.labels[best] if self.labels else best,
-                                "probability": float(probs[i][best]), "probs": probs[i].tolist()})
+            chunk = rows[start:start + batch_size]
+            batch = self.convert(chunk)
+            results.extend(self.result_format.results(self.run(batch), batch, chunk))
         return results

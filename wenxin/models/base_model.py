@@ -22,6 +22,9 @@ class BaseModel(paddle.nn.Layer):
     """
 
     config_schema: Schema = {}
+    #: how exported predictions are reported: a registered result format (classification,
+    #: tagging, score, raw; see ``wenxin.inference.formatters``)
+    prediction_format: str = "classification"
 
     def __init__(self, model_params: Dict[str, Any], data_info: Dict[str, Dict[str, Any]]) -> None:
         super().__init__()

@@ -100,6 +100,10 @@ class RNNEncoder(nn.Layer):
         self.output_dim = 2 * hidden_size
         self.pool = BoWEncoder(self.output_dim)
 
+    def states(self, embedded: paddle.Tensor, seq_lens: paddle.Tensor) -> paddle.Tensor:
+        """Per-token outputs of both directions ``[B, T, 2H]`` (zeros past each length)."""
+        outputs, _ = self.rnn(embedded, sequence_length=seq_lens.astype("int32"))
+        return outputs
+
     def forward(self, embedded: paddle.Tensor, seq_lens: paddle.Tensor) -> paddle.Tensor:
-        outputs, _ = self.rnn(embedded, sequence_length=seq_lens.astype("int32"))  # [B, T, 2H]
-        return self.pool(outputs, seq_lens)  # [B, 2H]
+        return self.pool(self.states(embedded, seq_lens), seq_lens)  # [B, T, 2H] -> [B, 2H]

@@ -1,0 +1,96 @@
+"""Result formats: turn an exported model's output arrays into per-example results (the JSON the
+service answers) and lines (what ``wenxin infer`` writes). A model names its format in
+``BaseModel.prediction_format``; the export records it in ``preprocess.json``."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence
+
+import numpy as np
+
+from wenxin.common.constants import InstanceName
+from wenxin.common.registry import RegisterSet
+from wenxin.data.field_reader import BaseFieldReader, TextFieldReader
+from wenxin.metrics.chunking import extract_chunks
+
+
+class ResultFormat:
+    """Builds one result dict per input row, and writes a result as one line of text.
+
+    Args:
+        labels: label (or tag) names by id, from the export.
+        fields: the inference field readers.
+    """
+
+    def __init__(self, labels: Sequence[str], fields: Sequence[BaseFieldReader]) -> None:
+        self.labels = list(labels)
+        self.fields = list(fields)
+
+    def results(self, outputs: Dict[str, np.ndarray], batch: Dict[str, np.ndarray],
+                rows: Sequence[Sequence[str]]) -> List[Dict[str, Any]]:
+        raise NotImplementedError
+
+    def line(self, result: Dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def label(self, idx: int) -> Any:
+        return self.labels[idx] if self.labels else idx
+
+
+@RegisterSet.result_formats.register("classification")
+class ClassificationFormat(ResultFormat):
+    """``{"label", "probability", "probs"}``; line ``label<TAB>probability``."""
+
+    def results(self, outputs, batch, rows):  # noqa: ANN001, ANN201
+        probs = outputs[InstanceName.PROBS]  # [B, C]
+        best = probs.argmax(axis=-1)
+        return [{"label": self.label(int(b)), "probability": float(p[b]), "probs": p.tolist()}
+                for p, b in zip(probs, best)]
+
+    def line(self, result: Dict[str, Any]) -> str:
+        return f"{result['label']}\t{result['probability']:.6f}"
+
+
+@RegisterSet.result_formats.register("tagging")
+class TaggingFormat(ResultFormat):
+    """``{"tags": [...], "chunks": [{"text", "type", "start", "end"}]}`` over the first text
+    field's tokens; line: the tags, a tab, then the chunks (``text`` or ``text/TYPE``)."""
+
+    def results(self, outputs, batch, rows):  # noqa: ANN001, ANN201
+        text = next(i for i, f in enumerate(self.fields) if isinstance(f, TextFieldReader))
+        field = self.fields[text]
+        lengths = batch[f"{field.name}_{InstanceName.SEQ_LENS}"]
+        results = []
+        for row, tag_ids, length in zip(rows, outputs[InstanceName.PREDICTIONS], lengths):
+            tokens = field.tokenizer.split(row[text])[:int(length)]
+            tags = [str(self.label(int(t))) for t in tag_ids[:int(length)]]
+            chunks = [{"text": "".join(tokens[s:e + 1]), "type": kind, "start": s, "end": e}
+                      for kind, s, e in extract_chunks(tags)]
+            results.append({"tags": tags, "chunks": chunks})
+        return results
+
+    def line(self, result: Dict[str, Any]) -> str:
+        chunks = (c["text"] + (f"/{c['type']}" if c["type"] else "") for c in result["chunks"])
+        return " ".join(result["tags"]) + "\t" + " ".join(chunks)
+
+
+@RegisterSet.result_formats.register("score")
+class ScoreFormat(ResultFormat):
+    """``{"score"}`` (e.g. a matching model's similarity); line: the score."""
+
+    def results(self, outputs, batch, rows):  # noqa: ANN001, ANN201
+        return [{"score": float(s)} for s in outputs[InstanceName.SCORES].reshape(len(rows))]
+
+    def line(self, result: Dict[str, Any]) -> str:
+        return f"{result['score']:.6f}"
+
+
+@RegisterSet.result_formats.register("raw")
+class RawFormat(ResultFormat):
+    """Every output of the example as lists; line: the outputs as JSON."""
+
+    def results(self, outputs, batch, rows):  # noqa: ANN001, ANN201
+        return [{k: v[i].tolist() for k, v in outputs.items()} for i in range(len(rows))]
+
+    def line(self, result: Dict[str, Any]) -> str:
+        import json
+        return json.dumps(result, ensure_ascii=False)

@@ -1,0 +1,83 @@
+"""``TextEncoder``: one configurable text encoder (ids -> token states and a pooled vector) that
+any task's model can use, so tasks choose BoW, CNN, BiLSTM/BiGRU or a transformer in task.json."""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import paddle
+import paddle.nn as nn
+
+from wenxin.common.errors import ConfigError
+from wenxin.config.schema import Key, Schema
+from wenxin.models.modules import BoWEncoder, CNNEncoder, RNNEncoder, TokenEmbedding
+from wenxin.models.transformer import TRANSFORMER_SCHEMA, TransformerEncoder
+
+SEQUENCE_ENCODERS = ("lstm", "gru", "transformer")  # those with per-token states
+
+ENCODER_SCHEMA: Schema = {
+    "type": Key(str, "gru", choices=["bow", "cnn", "lstm", "gru", "transformer"]),
+    "emb_dim": Key(int, 128, minimum=1, doc="bow/cnn/lstm/gru: embedding width"),
+    "hidden_size": Key(int, 128, minimum=1, doc="lstm/gru: units per direction"),
+    "num_layers": Key(int, 1, minimum=1, doc="lstm/gru: stacked layers"),
+    "num_filters": Key(int, 128, minimum=1, doc="cnn: filters per width"),
+    "filter_sizes": Key(list, [2, 3, 4], items=Key(int, minimum=1), doc="cnn: filter widths"),
+    "pooling": Key(str, "mean", choices=["mean", "max", "mean_max"], doc="bow: pooling"),
+    "dropout": Key(float, 0.0, minimum=0.0, maximum=1.0, doc="lstm/gru: between stacked layers"),
+    "transformer": Key(dict, {}, children=TRANSFORMER_SCHEMA, doc="transformer: its settings"),
+}
+
+
+class TextEncoder(nn.Layer):
+    """Embeds and encodes ids ``[B, T]`` with lengths ``[B]``.
+
+    ``forward`` returns ``(states, pooled)``: token states ``[B, T, state_dim]`` (None for bow
+    and cnn, which have none) and a sentence vector ``[B, output_dim]``.
+
+    Args:
+        config: ``ENCODER_SCHEMA`` values.
+        text_info: the text field's ``info()`` (``vocab_size``, ``padding_id``, ``max_seq_len``).
+        key_path: the config key of ``config``, for errors.
+    """
+
+    def __init__(self, config: Dict[str, Any], text_info: Dict[str, Any], key_path: str = "model.encoder") -> None:
+        super().__init__()
+        self.kind = config["type"]
+        vocab_size, padding_id = text_info["vocab_size"], text_info["padding_id"]
+        self.state_dim: Optional[int] = None
+        if self.kind == "transformer":
+            settings = config["transformer"]
+            if text_info.get("max_seq_len", 0) > settings["max_position"]:
+                raise ConfigError(f"{key_path}.transformer.max_position: {settings['max_position']} is less "
+                                  f"than the text field's max_seq_len {text_info['max_seq_len']}")
+            self.transformer = TransformerEncoder(vocab_size, padding_id, settings)
+            self.state_dim = self.output_dim = self.transformer.output_dim
+            return
+        emb_dim = config["emb_dim"]
+        self.embedding = TokenEmbedding(vocab_size, emb_dim, padding_id)
+        if self.kind == "bow":
+            self.encoder: nn.Layer = BoWEncoder(emb_dim, config["pooling"])
+        elif self.kind == "cnn":
+            self.encoder = CNNEncoder(emb_dim, config["num_filters"], config["filter_sizes"])
+        else:
+            self.encoder = RNNEncoder(emb_dim, config["hidden_size"], config["num_layers"], self.kind,
+                                      config["dropout"])
+            self.state_dim = self.encoder.output_dim
+        self.output_dim = self.encoder.output_dim
+
+    def forward(self, ids: paddle.Tensor, seq_lens: paddle.Tensor) -> Tuple[Optional[paddle.Tensor], paddle.Tensor]:
+        if self.kind == "transformer":
+            return self.transformer(ids, seq_lens)
+        embedded = self.embedding(ids)  # [B, T, E]
+        if isinstance(self.encoder, RNNEncoder):
+            states = self.encoder.states(embedded, seq_lens)  # [B, T, 2H]
+            return states, self.encoder.pool(states, seq_lens)
+        return None, self.encoder(embedded, seq_lens)
+
+
+def text_field_info(data_info: Dict[str, Dict[str, Any]], field: str, key: str) -> Dict[str, Any]:
+    """The named text field's ``info()``, or a ConfigError naming ``key``."""
+    info = data_info.get(field)
+    if not info or not info.get("vocab_size"):
+        raise ConfigError(f"{key}: '{field}' is not a text field of the train_reader "
+                          f"(fields: {', '.join(data_info)})")
+    return info
