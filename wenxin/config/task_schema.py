@@ -25,10 +25,14 @@ FIELD: Schema = {
     "tokenizer": Key((dict, type(None)), None, children=TOKENIZER),
     "need_convert": Key(bool, True, doc="convert tokens to ids through the vocab"),
     "vocab_path": Key(str, "", doc="vocab / label-map file; empty: built from the training data"),
+    "vocab_from": Key(str, "", doc="use the vocab of this train_reader field (built from both "
+                                   "columns), e.g. text_b from text_a for a shared encoder"),
     "max_seq_len": Key(int, 128, minimum=1),
     "pad_to_max_seq_len": Key(bool, False, doc="pad every batch to max_seq_len (a fixed length in static graphs)"),
     "special_tokens": Key(list, [], items=Key(str), doc="extra tokens put in a built vocab after "
                                                          "[PAD] and [UNK], e.g. [\"[MASK]\"]"),
+    "is_label": Key((bool, type(None)), None, doc="a gold answer, not an input of the exported model "
+                                                  "(null: true for Label/SequenceLabelFieldReader)"),
     "align_with": Key(str, "", doc="SequenceLabelFieldReader: the text field whose tokens the tags "
                                    "label; every line must have one tag per token"),
     "truncation_type": Key(int, 0, choices=[0, 1, 2], doc="0 keep head, 1 keep tail, 2 keep both ends"),

@@ -22,11 +22,13 @@ FORMAT_VERSION = 1
 
 
 def inference_fields(readers: Dict[str, BasicDataSetReader]) -> List[BaseFieldReader]:
-    """The fields an exported model reads: the predict_reader's if configured, else the train
-    reader's fields that are not labels."""
+    """The fields an exported model reads: the predict_reader's if configured, else the
+    non-label fields of the dev reader (or, without one, of the train reader). A model trained
+    on other inputs than it predicts from (pairwise matching) reads its evaluation inputs."""
     if "predict_reader" in readers:
         return list(readers["predict_reader"].fields)
-    return [f for f in readers["train_reader"].fields if not isinstance(f, LabelFieldReader)]
+    source = readers.get("dev_reader") or readers["train_reader"]
+    return [f for f in source.fields if not f.is_label]
 
 
 def label_names(readers: Dict[str, BasicDataSetReader]) -> List[str]:

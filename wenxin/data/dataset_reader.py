@@ -108,17 +108,7 @@ class BasicDataSetReader:
         """Read and convert all examples; fields without a vocab share the train reader's."""
         lines = self.read_lines()
         lines = self._sample(lines)
-        for col, field in enumerate(self.fields):
-            if not field.needs_fit:
-                continue
-            source = train_reader.field(field.name) if train_reader is not None else None
-            if source is not None:
-                field.share_vocab(source)
-            elif train_reader is None:
-                field.fit(columns[col] for _, _, columns in lines)
-            else:
-                raise DataError(f"{field.path}: field '{field.name}' has no vocab_path and the "
-                                f"train_reader has no such field to share one with")
+        self._fit_vocabs(lines, train_reader)
         keep_raw = self.reader_config["need_generate_examples"]
         for path, lineno, columns in lines:
             try:
@@ -138,6 +128,32 @@ class BasicDataSetReader:
             raise DataError(f"{self.key_path}.config.data_path: no usable examples in "
                             f"{self.reader_config['data_path']}")
         return self
+
+    def _fit_vocabs(self, lines: List[RawLine], train_reader: Optional["BasicDataSetReader"]) -> None:
+        """Fields without a vocab file get one: the train reader builds it from the columns of
+        the field and of every field naming it in ``vocab_from``; other readers share the train
+        reader's field of that name."""
+        for col, field in enumerate(self.fields):
+            if not field.needs_fit:
+                continue
+            owner = field.config.get("vocab_from") or field.name
+            if train_reader is not None:
+                source = train_reader.field(owner)
+                if source is None:
+                    raise DataError(f"{field.path}: field '{field.name}' has no vocab_path and the "
+                                    f"train_reader has no field '{owner}' to share one with")
+                field.share_vocab(source)
+            elif owner == field.name:
+                sharing = [i for i, f in enumerate(self.fields)
+                           if (f.config.get("vocab_from") or f.name) == owner and f.needs_fit]
+                field.fit(columns[i] for _, _, columns in lines for i in sharing)
+        for field in self.fields:
+            owner = field.config.get("vocab_from")
+            if owner and train_reader is None and field.needs_fit:
+                source = self.field(owner)
+                if source is None or source is field:
+                    raise ConfigError(f"{field.path}.vocab_from: no other field named '{owner}' in this reader")
+                field.share_vocab(source)
 
     def _sample(self, lines: List[RawLine]) -> List[RawLine]:
         rate = self.reader_config["sampling_rate"]

@@ -48,6 +48,12 @@ class BaseFieldReader:
         """True when the vocab must be built from training data."""
         return False
 
+    @property
+    def is_label(self) -> bool:
+        """A gold answer (read to train and evaluate), not an input of the exported model."""
+        flag = self.config.get("is_label")
+        return isinstance(self, LabelFieldReader) if flag is None else bool(flag)
+
     def fit(self, columns: Iterable[str]) -> None:
         """Build the vocab from the training column."""
 
@@ -154,7 +160,9 @@ class TextFieldReader(BaseFieldReader):
 
     def info(self) -> Dict[str, Any]:
         return {"vocab_size": len(self.vocab) if self.vocab else 0, "padding_id": self.padding_id,
-                "max_seq_len": self.max_seq_len}
+                "max_seq_len": self.max_seq_len, "vocab_from": self.config.get("vocab_from") or self.name,
+                "token_ids": {t: self.vocab.lookup(t) for t in self.config["special_tokens"]} if self.vocab else {},
+                "num_special": 2 + len(self.config["special_tokens"])}
 
 
 @RegisterSet.field_readers.register("LabelFieldReader")

@@ -81,3 +81,16 @@ def text_field_info(data_info: Dict[str, Dict[str, Any]], field: str, key: str) 
         raise ConfigError(f"{key}: '{field}' is not a text field of the train_reader "
                           f"(fields: {', '.join(data_info)})")
     return info
+
+
+def shared_vocab_info(data_info: Dict[str, Dict[str, Any]], fields_by_key: Dict[str, str]) -> Dict[str, Any]:
+    """The info of text fields that one encoder reads (``{"model.text_a_field": "text_a", ...}``):
+    they must share one vocab (``vocab_from``), or their ids would mean different tokens."""
+    infos = {key: text_field_info(data_info, name, key) for key, name in fields_by_key.items()}
+    (first_key, first), *others = infos.items()
+    for key, info in others:
+        if info.get("vocab_from") != first.get("vocab_from"):
+            raise ConfigError(f"{key}: '{fields_by_key[key]}' has its own vocab, but the shared encoder "
+                              f"reads it like '{fields_by_key[first_key]}': set \"vocab_from\": "
+                              f"\"{first.get('vocab_from')}\" on that field in every reader")
+    return first
