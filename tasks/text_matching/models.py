@@ -1,0 +1,121 @@
+"""Matching models: one shared text encoder applied to both texts of a pair."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import numpy as np
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+from wenxin.common.constants import InstanceName, Phase
+from wenxin.common.errors import ConfigError
+from wenxin.common.registry import RegisterSet
+from wenxin.config.schema import Key
+from wenxin.metrics.classification import accuracy, binary_auc
+from wenxin.models.base_model import BaseModel
+from wenxin.models.encoders import ENCODER_SCHEMA, TextEncoder, shared_vocab_info
+
+
+def _encode(encoder: TextEncoder, fields: Dict[str, paddle.Tensor], name: str) -> paddle.Tensor:
+    """The pooled vector ``[B, D]`` of text field ``name``."""
+    return encoder(fields[name], fields[f"{name}_{InstanceName.SEQ_LENS}"])[1]
+
+
+@RegisterSet.models.register("PointwiseMatching")
+class PointwiseMatching(BaseModel):
+    """Classifies a pair: ``[u, v, |u - v|, u * v]`` of the two encodings -> MLP -> softmax.
+    Outputs ``probs``, ``predictions`` and, with labels, ``loss`` and ``labels``."""
+
+    config_schema = {
+        "text_a_field": Key(str, "text_a"),
+        "text_b_field": Key(str, "text_b"),
+        "label_field": Key(str, "label"),
+        "encoder": Key(dict, {}, children=ENCODER_SCHEMA, doc="shared by both texts"),
+        "hidden_size": Key(int, 128, minimum=1),
+        "dropout": Key(float, 0.1, minimum=0.0, maximum=1.0),
+    }
+
+    def structure(self) -> None:
+        p = self.model_params
+        self.a, self.b, self.label_field = p["text_a_field"], p["text_b_field"], p["label_field"]
+        info = shared_vocab_info(self.data_info, {"model.text_a_field": self.a, "model.text_b_field": self.b})
+        self.num_labels = self.data_info.get(self.label_field, {}).get("num_labels", 0)
+        if self.num_labels < 2:
+            raise ConfigError(f"model.label_field: '{self.label_field}' has {self.num_labels} labels; need 2 or more")
+        self.encoder = TextEncoder(p["encoder"], info)
+        self.fc = nn.Linear(4 * self.encoder.output_dim, p["hidden_size"])
+        self.dropout = nn.Dropout(p["dropout"])
+        self.output_layer = nn.Linear(p["hidden_size"], self.num_labels)
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        u, v = _encode(self.encoder, fields_dict, self.a), _encode(self.encoder, fields_dict, self.b)  # [B, D]
+        features = paddle.concat([u, v, paddle.abs(u - v), u * v], axis=-1)  # [B, 4D]
+        logits = self.output_layer(self.dropout(paddle.tanh(self.fc(features)))).astype("float32")  # [B, C]
+        probs = F.softmax(logits, axis=-1)
+        outputs = {InstanceName.PROBS: probs, InstanceName.PREDICTIONS: paddle.argmax(probs, axis=-1)}
+        if phase != Phase.PREDICT and self.label_field in fields_dict:
+            labels = fields_dict[self.label_field]  # [B]
+            outputs[InstanceName.LOSS] = F.cross_entropy(logits, labels.unsqueeze(-1)).mean()
+            outputs[InstanceName.LABELS] = labels
+        return outputs
+
+    def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
+        labels = outputs[InstanceName.LABELS]
+        metrics = {"acc": accuracy(labels, outputs[InstanceName.PREDICTIONS])}
+        if self.num_labels == 2:
+            metrics["auc"] = binary_auc(labels, outputs[InstanceName.PROBS][:, 1])
+        if InstanceName.LOSS in outputs:
+            metrics["loss"] = float(np.average(outputs[InstanceName.LOSS], weights=meta_info["batch_sizes"]))
+        return metrics
+
+
+@RegisterSet.models.register("PairwiseMatching")
+class PairwiseMatching(BaseModel):
+    """Scores a (query, title) pair by the cosine of their encodings, mapped to [0, 1].
+
+    Training reads triples (``query``, ``pos_title``, ``neg_title``) and minimizes the margin
+    loss ``max(0, margin - cos(q, pos) + cos(q, neg))``. Evaluation and prediction read pairs
+    (``query``, ``title`` and, to evaluate, a 0/1 ``label``): ``scores`` ``[B]`` in [0, 1], AUC,
+    and accuracy with ``score > 0.5`` (a positive cosine) as "matches"."""
+
+    config_schema = {
+        "query_field": Key(str, "query"),
+        "pos_field": Key(str, "pos_title", doc="training: the matching text"),
+        "neg_field": Key(str, "neg_title", doc="training: the non-matching text"),
+        "title_field": Key(str, "title", doc="evaluation and prediction: the text to score"),
+        "label_field": Key(str, "label", doc="evaluation: 1 matches, 0 does not"),
+        "encoder": Key(dict, {}, children=ENCODER_SCHEMA, doc="shared by all texts"),
+        "margin": Key(float, 0.1, minimum=0.0),
+    }
+    prediction_format = "score"
+
+    def structure(self) -> None:
+        p = self.model_params
+        info = shared_vocab_info(self.data_info, {f"model.{k}": p[k] for k in ("query_field", "pos_field", "neg_field")})
+        self.encoder = TextEncoder(p["encoder"], info)
+
+    def _similarity(self, fields: Dict[str, paddle.Tensor], other: str) -> paddle.Tensor:
+        query = _encode(self.encoder, fields, self.model_params["query_field"])
+        return F.cosine_similarity(query, _encode(self.encoder, fields, other), axis=-1)  # [B]
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        p = self.model_params
+        if phase == Phase.TRAINING:
+            positive = self._similarity(fields_dict, p["pos_field"])
+            negative = self._similarity(fields_dict, p["neg_field"])
+            loss = F.relu(p["margin"] - positive + negative).mean()
+            return {InstanceName.LOSS: loss, InstanceName.SCORES: (positive + 1.0) / 2.0}
+        if p["title_field"] not in fields_dict:
+            raise ConfigError(f"PairwiseMatching: evaluation and prediction read pairs: the reader needs "
+                              f"fields '{p['query_field']}' and '{p['title_field']}' (and '{p['label_field']}')")
+        scores = (self._similarity(fields_dict, p["title_field"]) + 1.0) / 2.0  # [B] in [0, 1]
+        outputs = {InstanceName.SCORES: scores, InstanceName.PREDICTIONS: (scores > 0.5).astype("int64")}
+        if phase != Phase.PREDICT and p["label_field"] in fields_dict:
+            outputs[InstanceName.LABELS] = fields_dict[p["label_field"]]
+        return outputs
+
+    def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
+        labels = outputs[InstanceName.LABELS]
+        return {"acc": accuracy(labels, outputs[InstanceName.PREDICTIONS]),
+                "auc": binary_auc(labels, outputs[InstanceName.SCORES])}
