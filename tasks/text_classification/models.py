@@ -14,6 +14,7 @@ from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import Key
 from wenxin.metrics.classification import accuracy, binary_auc, precision_recall_f1
 from wenxin.models.base_model import BaseModel
+from wenxin.models.encoders import ENCODER_SCHEMA, TextEncoder
 from wenxin.models.modules import BoWEncoder, CNNEncoder, RNNEncoder, TokenEmbedding
 
 
@@ -39,20 +40,28 @@ class BaseClassification(BaseModel):
         if self.num_labels < 2:
             raise ConfigError(f"model.num_labels: need at least 2 classes, found {self.num_labels} "
                               f"(set num_labels or add a label field named '{self.label_field}')")
-        emb_dim = p["embedding"]["emb_dim"]
-        self.embedding = TokenEmbedding(text_info["vocab_size"], emb_dim, text_info["padding_id"])
-        self.encoder = self.build_encoder(emb_dim)
+        self.encoder = self.build_encoder(text_info)
         self.fc = nn.Linear(self.encoder.output_dim, p["hidden_size"])
         self.dropout = nn.Dropout(p["dropout"])
         self.output_layer = nn.Linear(p["hidden_size"], self.num_labels)
 
-    def build_encoder(self, emb_dim: int) -> nn.Layer:
+    def build_encoder(self, text_info: Dict[str, Any]) -> nn.Layer:
+        """The encoder (with an ``output_dim``); embedding-based ones also set ``self.embedding``."""
         raise NotImplementedError
+
+    def _embedding(self, text_info: Dict[str, Any]) -> int:
+        emb_dim = self.model_params["embedding"]["emb_dim"]
+        self.embedding = TokenEmbedding(text_info["vocab_size"], emb_dim, text_info["padding_id"])
+        return emb_dim
+
+    def encode(self, ids: paddle.Tensor, seq_lens: paddle.Tensor) -> paddle.Tensor:
+        """ids ``[B, T]`` -> ``[B, H_enc]``."""
+        return self.encoder(self.embedding(ids), seq_lens)
 
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
         ids = fields_dict[self.text_field]  # [B, T]
         seq_lens = fields_dict[f"{self.text_field}_{InstanceName.SEQ_LENS}"]  # [B]
-        encoded = self.encoder(self.embedding(ids), seq_lens)  # [B, H_enc]
+        encoded = self.encode(ids, seq_lens)  # [B, H_enc]
         hidden = self.dropout(paddle.tanh(self.fc(encoded)))  # [B, H]
         logits = self.output_layer(hidden).astype("float32")  # [B, C]
         probs = F.softmax(logits, axis=-1)
@@ -83,7 +92,8 @@ class BowClassification(BaseClassification):
                      "token_dropout": Key(float, 0.0, minimum=0.0, maximum=0.95,
                                           doc="drop tokens from the bag while training")}
 
-    def build_encoder(self, emb_dim: int) -> nn.Layer:
+    def build_encoder(self, text_info: Dict[str, Any]) -> nn.Layer:
+        emb_dim = self._embedding(text_info)
         return BoWEncoder(emb_dim, self.model_params["pooling"], self.model_params["token_dropout"])
 
 
@@ -95,7 +105,8 @@ class CnnClassification(BaseClassification):
                      "num_filters": Key(int, 128, minimum=1),
                      "filter_sizes": Key(list, [2, 3, 4], items=Key(int, minimum=1))}
 
-    def build_encoder(self, emb_dim: int) -> nn.Layer:
+    def build_encoder(self, text_info: Dict[str, Any]) -> nn.Layer:
+        emb_dim = self._embedding(text_info)
         return CNNEncoder(emb_dim, self.model_params["num_filters"], self.model_params["filter_sizes"])
 
 
@@ -108,6 +119,33 @@ class LstmClassification(BaseClassification):
                      "num_layers": Key(int, 1, minimum=1),
                      "cell": Key(str, "lstm", choices=["lstm", "gru"])}
 
-    def build_encoder(self, emb_dim: int) -> nn.Layer:
+    def build_encoder(self, text_info: Dict[str, Any]) -> nn.Layer:
         p = self.model_params
+        emb_dim = self._embedding(text_info)
         return RNNEncoder(emb_dim, p["rnn_hidden_size"], p["num_layers"], p["cell"], p["dropout"])
+
+
+@RegisterSet.models.register("EncoderClassification")
+class EncoderClassification(BaseClassification):
+    """Any ``TextEncoder`` (``encoder.type``: bow, cnn, lstm, gru, transformer), its pooled vector
+    -> MLP -> softmax. The encoder owns its embeddings (``embedding`` is unused), so a pretrained
+    transformer loads as a whole: ``prefix_map: {"ernie.": "encoder.transformer."}``."""
+
+    config_schema = {**BaseClassification.config_schema,
+                     "encoder": Key(dict, {}, children=ENCODER_SCHEMA)}
+
+    def build_encoder(self, text_info: Dict[str, Any]) -> nn.Layer:
+        return TextEncoder(self.model_params["encoder"], text_info)
+
+    def encode(self, ids: paddle.Tensor, seq_lens: paddle.Tensor) -> paddle.Tensor:
+        return self.encoder(ids, seq_lens)[1]
+
+
+@RegisterSet.models.register("ErnieClassification")
+class ErnieClassification(EncoderClassification):
+    """``EncoderClassification`` with the ERNIE-style transformer encoder by default."""
+
+    config_schema = {**BaseClassification.config_schema,
+                     "encoder": Key(dict, {}, children={**ENCODER_SCHEMA, "type": Key(
+                         str, "transformer", choices=ENCODER_SCHEMA["type"].choices)})}
+

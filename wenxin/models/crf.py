@@ -59,41 +59,8 @@ class LinearChainCrf(nn.Layer):
         return paddle.logsumexp(alpha, axis=1) - gold
 
     def decode(self, emissions: paddle.Tensor, seq_lens: paddle.Tensor) -> paddle.Tensor:
-        """Best tag sequences ``[B, T]`` (int64; positions past a sequence's length are 0).
-
-        Eager mode uses Paddle's ``viterbi_decode`` kernel; a static graph unrolls the recursion
-        over its fixed length (Paddle 3.3 infers no shape or dtype for the kernel's path there)."""
+        """Best tag sequences ``[B, T']`` (int64), T' the batch's longest length; 0 past each
+        sequence's length. (Paddle 3.3 infers no static shape for it: do not compute on it in a graph.)"""
         scores = self._with_boundaries(emissions, seq_lens)  # [B, T, N]
-        max_len = paddle.shape(emissions)[1]
-        mask = length_mask(seq_lens, max_len, "int64")  # [B, T]
-        if not paddle.in_dynamic_mode():
-            return self.unrolled_decode(scores, mask)
         _, path = paddle.text.viterbi_decode(scores, self.transitions, seq_lens, include_bos_eos_tag=False)
-        if path.shape[1] < emissions.shape[1]:  # the path covers the longest sequence: pad it to T
-            padding = paddle.zeros([path.shape[0], emissions.shape[1] - path.shape[1]], dtype=path.dtype)
-            path = paddle.concat([path, padding], axis=1)
-        return path * mask
-
-    def unrolled_decode(self, scores: paddle.Tensor, mask: paddle.Tensor) -> paddle.Tensor:
-        """Viterbi over ``[B, T, N]`` scores (boundaries included) with a ``[B, T]`` int64 mask,
-        as a Python loop over the time steps. Padding steps keep each tag (identity pointers)."""
-        max_len = scores.shape[1]
-        if max_len is None or max_len < 0:
-            raise ConfigError("LinearChainCrf: a static graph needs a fixed sequence length: set "
-                              "pad_to_max_seq_len: true on the text and tag fields")
-        transitions = self.transitions.unsqueeze(0)  # [1, N, N]
-        identity = paddle.arange(self.num_tags, dtype="int64").unsqueeze(0)  # [1, N]
-        alpha = scores[:, 0]  # [B, N] best score of a path ending in each tag
-        pointers = []
-        for t in range(1, max_len):
-            candidates = alpha.unsqueeze(-1) + transitions  # [B, N_from, N_to]
-            keep = mask[:, t:t + 1]  # [B, 1]
-            step = candidates.max(axis=1) + scores[:, t]  # [B, N]
-            alpha = paddle.where(keep.astype("bool"), step, alpha)
-            pointers.append(paddle.where(keep.astype("bool"), candidates.argmax(axis=1), identity))  # [B, N]
-        best = alpha.argmax(axis=1)  # [B]
-        path = [best]
-        for pointer in reversed(pointers):
-            best = paddle.take_along_axis(pointer, best.unsqueeze(-1), axis=1).squeeze(-1)
-            path.append(best)
-        return paddle.stack(path[::-1], axis=1) * mask  # [B, T]
+        return path
