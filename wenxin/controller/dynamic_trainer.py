@@ -1,6 +1,7 @@
 """``BaseDynamicTrainer``: eager execution of the shared training loop."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
@@ -104,7 +105,9 @@ class BaseDynamicTrainer(BaseTrainer):
         return dict(self.model.state_dict())
 
     def set_model_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.model.set_state_dict(dict(state))
+        with warnings.catch_warnings():  # a partial warm start is reported by LoadReport instead
+            warnings.filterwarnings("ignore", message="Skip loading for")
+            self.model.set_state_dict(dict(state))
 
     def optimizer_state_dict(self) -> Dict[str, Any]:
         return rename_state_keys(self.optimizer.state_dict(), self._param_names())
