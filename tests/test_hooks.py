@@ -129,3 +129,28 @@ def test_load_best_at_end_restores_best_weights(tmp_path, data_dir):
     import json
     tags = [json.loads(line)["tag"] for line in open(os.path.join(out, "logs", "metrics.jsonl"))]
     assert tags[-2:] == ["best_dev", "best_test"]
+
+
+def test_progress_bar_draws_on_request_and_stays_off_without_a_terminal(tmp_path, data_dir, capsys):
+    config = task_config(data_dir, str(tmp_path / "on"), max_steps=20, progress_bar="on")
+    build(config, tmp_path).do_train()
+    err = capsys.readouterr().err
+    assert "[train] 100%|" in err and "20/20" in err and "it/s" in err
+    assert "[dev]" in err  # the evaluation bar (erased once evaluation ends)
+    config = task_config(data_dir, str(tmp_path / "auto"), max_steps=20)  # auto; pytest's stderr is no tty
+    build(config, tmp_path).do_train()
+    assert "it/s" not in capsys.readouterr().err
+
+
+def test_progress_bar_redraws_at_most_every_interval():
+    import io
+    from wenxin.controller.progress import ProgressBar
+    stream = io.StringIO()
+    bar = ProgressBar(100000, "train", stream=stream, min_interval=0.2)
+    calls = []
+    for step in range(1, 100001):
+        bar.update(step, lambda: calls.append(1) or "loss 1")
+    assert bar.draws <= 5 and len(calls) == bar.draws  # the final step always draws
+    assert "100000/100000" in stream.getvalue()
+    bar.close()
+    assert ProgressBar.active is None

@@ -142,6 +142,8 @@ TRAINER: Schema = {
     "load_checkpoint": Key(str, "", doc="checkpoint folder to resume from"),
     "resume": Key(str, "none", choices=["none", "auto"], doc="auto: resume from the latest complete checkpoint"),
     "visualdl": Key(bool, True, doc="also log scalars to VisualDL (output_path/vdl)"),
+    "progress_bar": Key(str, "auto", choices=["auto", "on", "off"],
+                        doc="progress bars with ETA for training and evaluation; auto: when stderr is a terminal"),
     "hooks": Key(list, [], items=Key(dict, children=HOOK), doc="extra hooks (see README)"),
     "extra_param": Key(dict, {}, open_keys=True),
 }

@@ -30,8 +30,10 @@ from wenxin.controller import export
 from wenxin.controller.amp import AmpSettings
 from wenxin.controller.env import rng_state, set_rng_state
 from wenxin.controller.graph_mode import eager_mode
-from wenxin.controller.hooks import DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook
+from wenxin.controller.hooks import (DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook,
+                                     ProgressBarHook)
 from wenxin.controller.hooks.writers import ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, VisualDLWriter
+from wenxin.controller.progress import ProgressBar, progress_enabled
 from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BasicDataSetReader
 from wenxin.models.base_model import BaseModel
@@ -165,6 +167,9 @@ class BaseTrainer:
             self.register_hook(LoadBestModelHook())
         if self.trainer_config["save_inference"]:
             self.register_hook(InferenceExportHook())
+        self.show_progress = self.is_writer and progress_enabled(self.trainer_config["progress_bar"])
+        if self.show_progress:
+            self.register_hook(ProgressBarHook())
         for i, spec in enumerate(self.trainer_config["hooks"]):
             path = f"trainer.hooks[{i}]"
             cls = RegisterSet.hooks.get(spec["type"], self.scope, f"{path}.type")
@@ -326,15 +331,21 @@ class BaseTrainer:
         """This rank's outputs over its shard of a reader, and the batch sizes."""
         chunks: Dict[str, List[np.ndarray]] = collections.defaultdict(list)
         sizes: List[int] = []
+        loader = self.eval_loader(reader_name)
+        bar = ProgressBar(len(loader), reader_name.replace("_reader", "")) if self.show_progress else None
         self.begin_eval()
         try:
-            for batch in self.eval_loader(reader_name):
+            for batch in loader:
                 outputs = self.eval_step(batch, phase, reader_name)
                 sizes.append(batch_size_of(batch))
                 for key, value in outputs.items():
                     chunks[key].append(value.reshape(1) if value.ndim == 0 else value)
+                if bar is not None:
+                    bar.update(len(sizes))
         finally:
             self.end_eval()
+            if bar is not None:
+                bar.close(keep=False)
         return {k: concat_ragged(v) for k, v in chunks.items()}, np.asarray(sizes)
 
     def _gather_outputs(self, merged: Dict[str, np.ndarray], batch_sizes: np.ndarray

@@ -63,6 +63,12 @@ class _CurrentStdoutHandler(logging.StreamHandler):
     def stream(self, value) -> None:  # noqa: ANN001
         pass
 
+    def emit(self, record: logging.LogRecord) -> None:
+        from wenxin.controller.progress import ProgressBar
+        if ProgressBar.active is not None:
+            ProgressBar.active.clear()  # the bar redraws below the record at its next update
+        super().emit(record)
+
 
 def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> None:
     """Console logging for the ``wenxin`` logger, plus a file when ``log_file`` is given."""
