@@ -21,13 +21,15 @@ FIELD: Schema = {
     "name": Key(str, doc="field name; tensors are named after it"),
     "data_type": Key(str, "string", choices=["string", "int", "float"]),
     "reader": Key(dict, children={"type": Key(str, doc="TextFieldReader, LabelFieldReader, "
-                                                            "SequenceLabelFieldReader, ScalarFieldReader")}),
+                                                            "SequenceLabelFieldReader, ScalarFieldReader, "
+                                                            "FloatVectorFieldReader")}),
     "tokenizer": Key((dict, type(None)), None, children=TOKENIZER),
     "need_convert": Key(bool, True, doc="convert tokens to ids through the vocab"),
     "vocab_path": Key(str, "", doc="vocab / label-map file; empty: built from the training data"),
     "vocab_from": Key(str, "", doc="use the vocab of this train_reader field (built from both "
                                    "columns), e.g. text_b from text_a for a shared encoder"),
     "max_seq_len": Key(int, 128, minimum=1),
+    "dim": Key(int, 0, minimum=0, doc="FloatVectorFieldReader: the vector length"),
     "pad_to_max_seq_len": Key(bool, False, doc="pad every batch to max_seq_len (a fixed length in static graphs)"),
     "special_tokens": Key(list, [], items=Key(str), doc="extra tokens put in a built vocab after "
                                                          "[PAD] and [UNK], e.g. [\"[MASK]\"]"),

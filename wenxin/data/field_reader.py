@@ -248,6 +248,34 @@ class SequenceLabelFieldReader(LabelFieldReader):
         return [TensorSpec(self.name, [-1, self.max_seq_len if self.config["pad_to_max_seq_len"] else -1], "int64")]
 
 
+@RegisterSet.field_readers.register("FloatVectorFieldReader")
+class FloatVectorFieldReader(BaseFieldReader):
+    """A fixed-length vector of numbers separated by ``tokenizer.split_char`` (a space by default)
+    -> ``[batch, dim]`` float32, e.g. the features of a tabular example."""
+
+    def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
+        super().__init__(config, path, scope)
+        self.dim: int = config["dim"]
+        if self.dim < 1:
+            raise ConfigError(f"{path}.dim: FloatVectorFieldReader needs the vector length (dim >= 1)")
+        self.separator = (config.get("tokenizer") or {}).get("split_char", " ") or None
+
+    def convert(self, text: str) -> np.ndarray:
+        values = text.split(self.separator)
+        if len(values) != self.dim:
+            raise ValueError(f"field '{self.name}': expected {self.dim} numbers, got {len(values)}")
+        return np.asarray(values, dtype=np.float32)
+
+    def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:
+        return {self.name: np.stack(values) if values else np.zeros((0, self.dim), np.float32)}
+
+    def tensor_specs(self) -> List[TensorSpec]:
+        return [TensorSpec(self.name, [-1, self.dim], "float32")]
+
+    def info(self) -> Dict[str, Any]:
+        return {"dim": self.dim}
+
+
 def pad_sequences(values: List[np.ndarray], padding_id: int, width: int = 0) -> Tuple[np.ndarray, np.ndarray]:
     """Id sequences -> ``[batch, width]`` padded ids (``width`` 0: the longest) and ``[batch]`` lengths."""
     lengths = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
