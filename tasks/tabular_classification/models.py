@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-import numpy as np
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
@@ -12,7 +11,7 @@ from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import Key
-from wenxin.metrics.classification import accuracy, binary_auc
+from wenxin.metrics.classification import classifier_metrics
 from wenxin.models.base_model import BaseModel
 
 
@@ -54,10 +53,4 @@ class MlpClassification(BaseModel):
         return outputs
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
-        labels = outputs[InstanceName.LABELS]
-        metrics = {"acc": accuracy(labels, outputs[InstanceName.PREDICTIONS])}
-        if self.num_labels == 2:
-            metrics["auc"] = binary_auc(labels, outputs[InstanceName.PROBS][:, 1])
-        if InstanceName.LOSS in outputs:
-            metrics["loss"] = float(np.average(outputs[InstanceName.LOSS], weights=meta_info["batch_sizes"]))
-        return metrics
+        return classifier_metrics(outputs, meta_info["batch_sizes"], self.num_labels, macro_f1=False)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-import numpy as np
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
@@ -12,7 +11,7 @@ from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import Key
-from wenxin.metrics.classification import accuracy, binary_auc, precision_recall_f1
+from wenxin.metrics.classification import classifier_metrics
 from wenxin.models.base_model import BaseModel
 from wenxin.models.encoders import ENCODER_SCHEMA, TextEncoder
 from wenxin.models.modules import BoWEncoder, CNNEncoder, RNNEncoder, TokenEmbedding
@@ -73,14 +72,7 @@ class BaseClassification(BaseModel):
         return outputs
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
-        labels, predictions = outputs[InstanceName.LABELS], outputs[InstanceName.PREDICTIONS]
-        metrics = {"acc": accuracy(labels, predictions),
-                   **precision_recall_f1(labels, predictions, self.num_labels)}
-        if self.num_labels == 2:
-            metrics["auc"] = binary_auc(labels, outputs[InstanceName.PROBS][:, 1])
-        if InstanceName.LOSS in outputs:
-            metrics["loss"] = float(np.average(outputs[InstanceName.LOSS], weights=meta_info["batch_sizes"]))
-        return metrics
+        return classifier_metrics(outputs, meta_info["batch_sizes"], self.num_labels)
 
 
 @RegisterSet.models.register("BowClassification")

@@ -48,3 +48,19 @@ def binary_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     for s, e in zip(starts, ends):
         ranks[order[s:e]] = (s + e + 1) / 2.0
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def classifier_metrics(outputs: Dict[str, np.ndarray], batch_sizes: np.ndarray, num_classes: int,
+                       macro_f1: bool = True) -> Dict[str, float]:
+    """The usual metrics of a softmax classifier's accumulated outputs (``labels``,
+    ``predictions``, ``probs`` and, when present, per-batch ``loss``): accuracy, macro P/R/F1,
+    AUC for two classes, and the mean loss weighted by ``batch_sizes``."""
+    labels, predictions = outputs["labels"], outputs["predictions"]
+    metrics = {"acc": accuracy(labels, predictions)}
+    if macro_f1:
+        metrics.update(precision_recall_f1(labels, predictions, num_classes))
+    if num_classes == 2:
+        metrics["auc"] = binary_auc(labels, outputs["probs"][:, 1])
+    if "loss" in outputs:
+        metrics["loss"] = float(np.average(outputs["loss"], weights=batch_sizes))
+    return metrics
