@@ -70,7 +70,7 @@ class PairwiseMatching(BaseModel):
     Training reads triples (``query``, ``pos_title``, ``neg_title``) and minimizes the margin
     loss ``max(0, margin - cos(q, pos) + cos(q, neg))``. Evaluation and prediction read pairs
     (``query``, ``title`` and, to evaluate, a 0/1 ``label``): ``scores`` ``[B]`` in [0, 1], AUC,
-    and accuracy with ``score > 0.5`` (a positive cosine) as "matches"."""
+    and accuracy with ``score > threshold`` (default 0.5: a positive cosine) as "matches"."""
 
     config_schema = {
         "query_field": Key(str, "query"),
@@ -80,6 +80,9 @@ class PairwiseMatching(BaseModel):
         "label_field": Key(str, "label", doc="evaluation: 1 matches, 0 does not"),
         "encoder": Key(dict, {}, children=ENCODER_SCHEMA, doc="shared by all texts"),
         "margin": Key(float, 0.1, minimum=0.0),
+        "threshold": Key(float, 0.5, minimum=0.0, maximum=1.0,
+                         doc="score above which a pair is predicted to match (for acc); margin "
+                             "training does not calibrate scores, so pick it on dev data"),
     }
     prediction_format = "score"
 
@@ -103,7 +106,8 @@ class PairwiseMatching(BaseModel):
             raise ConfigError(f"PairwiseMatching: evaluation and prediction read pairs: the reader needs "
                               f"fields '{p['query_field']}' and '{p['title_field']}' (and '{p['label_field']}')")
         scores = (self._similarity(fields_dict, p["title_field"]) + 1.0) / 2.0  # [B] in [0, 1]
-        outputs = {InstanceName.SCORES: scores, InstanceName.PREDICTIONS: (scores > 0.5).astype("int64")}
+        predictions = (scores > self.model_params["threshold"]).astype("int64")
+        outputs = {InstanceName.SCORES: scores, InstanceName.PREDICTIONS: predictions}
         if phase != Phase.PREDICT and p["label_field"] in fields_dict:
             outputs[InstanceName.LABELS] = fields_dict[p["label_field"]]
         return outputs
