@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -295,7 +296,9 @@ def data_share(config_path: str, steps: int = 60) -> Dict[str, float]:
     from wenxin.config.loader import load_config
     from wenxin.runner import build_trainer
     with tempfile.TemporaryDirectory() as out:
+        logging.getLogger("wenxin").setLevel(logging.WARNING)
         config = load_config(config_path, [f"trainer.output_path={out}", f"trainer.max_steps={steps}",
+                                           f"trainer.train_log_step={LOG_EVERY}",
                                            "trainer.is_eval_dev=false", "trainer.is_eval_test=false",
                                            "trainer.pre_train_model=[]", "trainer.progress_bar=off",
                                            "trainer.load_best_at_end=false", "trainer.save_inference=false"])
@@ -316,6 +319,22 @@ def child(variant: str, workload: str, data: str, python: str) -> Optional[float
             return float(line.split()[1])
     sys.stderr.write(f"{variant}/{workload} failed:\n{result.stderr[-2000:]}\n")
     return None
+
+
+def print_table(workloads: List[str], variants: List[str], results: Dict[tuple, List[float]], rounds: int) -> None:
+    print(f"paddle {paddle.__version__}, {os.cpu_count()} CPUs, {rounds} rounds, median steps/s "
+          f"(min-max over rounds below); ratios to the plain loop of the same kind\n")
+    print("| workload | " + " | ".join(variants) + " | wenxin-dyn / eager | wenxin-st / static |")
+    print("|---|" + "---|" * (len(variants) + 2))
+    for name in workloads:
+        runs = {v: results[(name, v)] for v in variants if (name, v) in results}
+        medians = {v: statistics.median(r) for v, r in runs.items()}
+        cells = [f"{medians[v]:.2f} ({min(runs[v]):.2f}-{max(runs[v]):.2f})" if v in runs else "failed"
+                 for v in variants]
+
+        def ratio(a: str, b: str) -> str:
+            return f"{medians[a] / medians[b]:.3f}" if a in medians and b in medians else "-"
+        print(f"| {name} | " + " | ".join(cells) + f" | {ratio('wenxin-dyn', 'eager')} | {ratio('wenxin-st', 'static')} |")
 
 
 def main() -> None:
@@ -347,15 +366,8 @@ def main() -> None:
                 if rate is not None:
                     results.setdefault((name, variant), []).append(rate)
         print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr)
-    print(f"paddle {paddle.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds, median steps/s "
-          f"(ratio to the plain loop of the same kind: eager for dynamic ones, static for static ones)\n")
-    print("| workload | " + " | ".join(variants) + " | wenxin-dyn / eager | wenxin-st / static |")
-    print("|---|" + "---|" * (len(variants) + 2))
-    for name in args.workloads:
-        medians = {v: statistics.median(results[(name, v)]) for v in variants if (name, v) in results}
-        cells = [f"{medians[v]:.2f}" if v in medians else "failed" for v in variants]
-        ratio = lambda a, b: f"{medians[a] / medians[b]:.3f}" if a in medians and b in medians else "-"  # noqa: E731
-        print(f"| {name} | " + " | ".join(cells) + f" | {ratio('wenxin-dyn', 'eager')} | {ratio('wenxin-st', 'static')} |")
+    if args.rounds:
+        print_table(args.workloads, variants, results, args.rounds)
     if args.examples:
         print("\n| example config | data ms/step | step ms | data share |\n|---|---|---|---|")
         for config in sorted(os.listdir(os.path.join(REPO, "examples"))):

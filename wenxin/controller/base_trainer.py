@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 import warnings
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import numpy as np
 import paddle
@@ -97,6 +97,7 @@ class BaseTrainer:
     """
 
     mode: str = ""
+    numpy_batches: bool = False  # batches as numpy arrays instead of tensors (the static trainer)
 
     def __init__(self, config: Dict[str, Any], model_builder: Callable[[], BaseModel],
                  readers: Dict[str, BasicDataSetReader], scope: Optional[str] = None) -> None:
@@ -115,7 +116,7 @@ class BaseTrainer:
         self.checkpoints = ckpt.CheckpointManager(self.output_path, self.trainer_config["keep_checkpoint_max"])
         prepare_output_path(self.trainer_config, self.is_writer)
         self._setup_train_data()
-        self._eval_loaders: Dict[str, paddle.io.DataLoader] = {}
+        self._eval_loaders: Dict[str, Iterable[Batch]] = {}
         self.metric_logger = MetricLogger(self._make_writers())
         self.hooks = HookList()
         self._setup_hooks()
@@ -131,7 +132,7 @@ class BaseTrainer:
         self.train_sampler = reader.make_sampler(rc["batch_size"], rc["shuffle"], cfg["seed"],
                                                  rank=self.rank if distribute else 0,
                                                  num_replicas=self.world_size if distribute else 1)
-        self.train_loader = reader.make_loader(self.train_sampler)
+        self.train_loader = reader.make_loader(self.train_sampler, self.numpy_batches)
         steps_per_epoch = len(self.train_sampler) // self.accumulate
         if steps_per_epoch == 0:
             raise ConfigError(f"trainer.gradient_accumulation_steps: {self.accumulate} is more than the "
@@ -305,7 +306,7 @@ class BaseTrainer:
             self.hooks.call("after_eval", reader_name, metrics)
         return metrics
 
-    def eval_loader(self, reader_name: str) -> paddle.io.DataLoader:
+    def eval_loader(self, reader_name: str) -> Iterable[Batch]:
         if reader_name not in self._eval_loaders:
             if reader_name not in self.readers:
                 raise ConfigError(f"dataset_reader.{reader_name}: not configured")
@@ -313,7 +314,7 @@ class BaseTrainer:
             batch_size = self.trainer_config["eval_batch_size"] or reader.reader_config["batch_size"]
             sampler = reader.make_sampler(batch_size, shuffle=False, seed=0, rank=self.rank,
                                           num_replicas=self.world_size, pad=False)  # each rank a shard
-            self._eval_loaders[reader_name] = reader.make_loader(sampler)
+            self._eval_loaders[reader_name] = reader.make_loader(sampler, self.numpy_batches)
         return self._eval_loaders[reader_name]
 
     def collect_outputs(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:

@@ -62,6 +62,7 @@ class BaseStaticTrainer(BaseTrainer):
     added by ``minimize``."""
 
     mode = "static"
+    numpy_batches = True  # the Executor takes numpy arrays
 
     def setup_execution(self) -> None:
         if self.amp.enabled:

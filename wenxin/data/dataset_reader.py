@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
@@ -42,6 +42,28 @@ class _ExampleDataset(paddle.io.Dataset):
         return len(self.examples)
 
 
+class _NumpyBatches:
+    """Iterates a batch sampler, collating each batch to numpy arrays."""
+
+    def __init__(self, reader: "BasicDataSetReader", sampler: ResumableBatchSampler) -> None:
+        self.reader, self.sampler = reader, sampler
+
+    def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
+        reader, examples = self.reader, self.reader.examples
+        columns = reader.columns()
+        for indices in self.sampler:
+            batch: Dict[str, np.ndarray] = {}
+            for col, field in enumerate(reader.fields):
+                if col in columns:  # fixed-shape values: select rows
+                    batch[field.name] = columns[col][indices]
+                else:
+                    batch.update(field.collate([examples[i][col] for i in indices]))
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
 @RegisterSet.dataset_readers.register("BasicDataSetReader")
 class BasicDataSetReader:
     """Reads TSV lines whose columns are the configured fields, in order.
@@ -65,6 +87,7 @@ class BasicDataSetReader:
             cls = RegisterSet.field_readers.get(field["reader"]["type"], scope, f"{path}.reader.type")
             self.fields.append(cls(field, path, scope=scope))
         self.names = [f.name for f in self.fields]
+        self._columns: Optional[Dict[int, np.ndarray]] = None
         for field in self.fields:
             other = field.config.get("align_with")
             if other and other not in self.names:
@@ -175,6 +198,16 @@ class BasicDataSetReader:
     def tensor_specs(self) -> List[TensorSpec]:
         return [spec for field in self.fields for spec in field.tensor_specs()]
 
+    def columns(self) -> Dict[int, np.ndarray]:
+        """Column arrays of the fixed-shape fields, by field position (built once)."""
+        if self._columns is None:
+            self._columns = {}
+            for col, field in enumerate(self.fields):
+                column = field.column([e[col] for e in self.examples])
+                if column is not None:
+                    self._columns[col] = column
+        return self._columns
+
     def data_info(self) -> Dict[str, Dict[str, Any]]:
         """Per-field sizes for the model: ``{"text_a": {"vocab_size": ...}, "label": {...}}``."""
         return {f.name: f.info() for f in self.fields}
@@ -188,8 +221,15 @@ class BasicDataSetReader:
                                      drop_last=self.reader_config["drop_last"], rank=rank,
                                      num_replicas=num_replicas, pad=pad)
 
-    def make_loader(self, sampler: ResumableBatchSampler) -> paddle.io.DataLoader:
-        """A ``paddle.io.DataLoader`` over the converted examples; batches are dicts of tensors."""
+    def make_loader(self, sampler: ResumableBatchSampler, numpy_batches: bool = False) -> Iterable[Dict[str, Any]]:
+        """Batches of the converted examples in ``sampler``'s order, as dicts.
+
+        By default a ``paddle.io.DataLoader`` that yields tensors. With ``numpy_batches`` (the
+        static trainer, whose Executor takes numpy arrays) and no worker processes, the batches
+        are collated numpy arrays, made in the calling thread: no tensor conversion and no
+        prefetch thread competing for the interpreter lock."""
+        if numpy_batches and self.reader_config["num_workers"] == 0:
+            return _NumpyBatches(self, sampler)
         return paddle.io.DataLoader(_ExampleDataset(self.examples), batch_sampler=sampler,
                                     collate_fn=self.collate, num_workers=self.reader_config["num_workers"],
                                     return_list=True)

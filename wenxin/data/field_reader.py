@@ -76,6 +76,12 @@ class BaseFieldReader:
     def tensor_specs(self) -> List[TensorSpec]:
         raise NotImplementedError
 
+    def column(self, values: List[Any]) -> Optional[np.ndarray]:
+        """All examples' values as one array whose rows are this field's single tensor, when its
+        values have a fixed shape (labels, scalars, vectors); batches are then row selections.
+        None for fields that need padding per batch."""
+        return None
+
     def info(self) -> Dict[str, Any]:
         """Sizes a model needs (vocab size, padding id, number of labels)."""
         return {}
@@ -197,6 +203,9 @@ class LabelFieldReader(BaseFieldReader):
     def collate(self, values: List[int]) -> Dict[str, np.ndarray]:
         return {self.name: np.asarray(values, dtype=np.int64)}
 
+    def column(self, values: List[int]) -> Optional[np.ndarray]:
+        return np.asarray(values, dtype=np.int64)
+
     def tensor_specs(self) -> List[TensorSpec]:
         return [TensorSpec(self.name, [-1], "int64")]
 
@@ -267,7 +276,10 @@ class FloatVectorFieldReader(BaseFieldReader):
         return np.asarray(values, dtype=np.float32)
 
     def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:
-        return {self.name: np.stack(values) if values else np.zeros((0, self.dim), np.float32)}
+        return {self.name: self.column(values)}
+
+    def column(self, values: List[np.ndarray]) -> Optional[np.ndarray]:
+        return np.stack(values) if values else np.zeros((0, self.dim), np.float32)
 
     def tensor_specs(self) -> List[TensorSpec]:
         return [TensorSpec(self.name, [-1, self.dim], "float32")]
@@ -295,6 +307,9 @@ class ScalarFieldReader(BaseFieldReader):
 
     def collate(self, values: List[float]) -> Dict[str, np.ndarray]:
         return {self.name: np.asarray(values, dtype=self._dtype())}
+
+    def column(self, values: List[float]) -> Optional[np.ndarray]:
+        return np.asarray(values, dtype=self._dtype())
 
     def _dtype(self) -> str:
         return "int64" if self.config["data_type"] == "int" else "float32"
