@@ -53,4 +53,4 @@ class MlpClassification(BaseModel):
         return outputs
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
-        return classifier_metrics(outputs, meta_info["batch_sizes"], self.num_labels, macro_f1=False)
+        return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels, macro_f1=False)

@@ -72,7 +72,7 @@ class BaseClassification(BaseModel):
         return outputs
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
-        return classifier_metrics(outputs, meta_info["batch_sizes"], self.num_labels)
+        return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels)
 
 
 @RegisterSet.models.register("BowClassification")

@@ -243,6 +243,9 @@ class SequenceLabelFieldReader(LabelFieldReader):
             ids.append(idx)
         return np.asarray(ids, dtype=np.int64)
 
+    def column(self, values: List[np.ndarray]) -> Optional[np.ndarray]:
+        return None  # tag sequences are padded per batch
+
     def check_example(self, example: Dict[str, Any]) -> None:
         other = self.config["align_with"]
         if other and len(example[self.name]) != len(example[other]):

@@ -50,7 +50,7 @@ def binary_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
-def classifier_metrics(outputs: Dict[str, np.ndarray], batch_sizes: np.ndarray, num_classes: int,
+def classifier_metrics(outputs: Dict[str, np.ndarray], batch_sizes: Optional[np.ndarray], num_classes: int,
                        macro_f1: bool = True) -> Dict[str, float]:
     """The usual metrics of a softmax classifier's accumulated outputs (``labels``,
     ``predictions``, ``probs`` and, when present, per-batch ``loss``): accuracy, macro P/R/F1,
