@@ -113,3 +113,13 @@ def test_mask_token_must_be_in_the_vocab(tmp_path, text_dir):
     config["dataset_reader"]["train_reader"]["fields"][0]["special_tokens"] = []
     with pytest.raises(ConfigError, match=r"model.mask_token: '\[MASK\]' is not in the vocab.*special_tokens"):
         build(config, tmp_path)
+
+
+def test_pretrained_encoder_exports_sentence_vectors(tmp_path, text_dir):
+    from wenxin.inference.predictor import Predictor
+    trainer = build(pretrain_config(text_dir, str(tmp_path / "pre"), "static"), tmp_path)
+    trainer.do_train()
+    predictor = Predictor(trainer.export_inference(str(tmp_path / "export")))
+    results = predictor.predict([["这本书很好"], ["质量差"]])
+    assert [len(r["pooled"]) for r in results] == [ENCODER["hidden_size"]] * 2
+    assert predictor.result_format.line(results[0]).startswith('{"pooled": [')

@@ -51,3 +51,14 @@ def test_wrong_vector_length_names_the_line(tmp_path, tab_dir):
         f.write("1 2 3\t0\n")
     with pytest.raises(DataError, match=r"dev.tsv:101: field 'features': expected 8 numbers, got 3"):
         build(tabular_config(tab_dir, str(tmp_path / "out")), tmp_path)
+
+
+def test_exported_mlp_predicts_like_the_trainer(tmp_path, tab_dir):
+    from wenxin.inference.predictor import Predictor
+    trainer = build(tabular_config(tab_dir, str(tmp_path / "out")), tmp_path)
+    trainer.do_train()
+    outputs, _ = trainer.collect_outputs("dev_reader", "evaluate")
+    predictor = Predictor(trainer.export_inference(str(tmp_path / "export")))
+    rows = [[line.split("\t")[0]] for line in open(os.path.join(tab_dir, "dev.tsv"), encoding="utf-8")]
+    probs = np.array([r["probs"] for r in predictor.predict(rows)])
+    np.testing.assert_allclose(probs, outputs["probs"], atol=1e-5)
