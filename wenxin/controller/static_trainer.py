@@ -1,9 +1,10 @@
 """``BaseStaticTrainer``: static-graph (PIR Program + Executor) execution of the shared loop.
 
-The same model Layer as in eager mode is called once under ``paddle.static.program_guard`` with
-``paddle.static.data`` inputs derived from the field readers' tensor specs. The evaluation
-program is a clone of the forward pass taken before the optimizer is added, with dropout-like
-ops switched to inference (``is_test``). Parameters and optimizer state live in the Executor's
+The same model Layer as in eager mode is called under ``paddle.static.program_guard`` with
+``paddle.static.data`` inputs derived from the field readers' tensor specs: once for training,
+and once in evaluation mode for each distinct set of evaluation (and export) inputs. Those
+evaluation forwards are cloned into pruned programs before the optimizer is added, and removed
+from the training program. Parameters and optimizer state live in the Executor's
 scope; checkpoints name them by structured parameter names, like the dynamic trainer, so a
 checkpoint of one mode loads in the other.
 """
@@ -45,8 +46,9 @@ def _prune(program: paddle.static.Program, targets: List[Any]) -> None:
     pir_prune_with_input(program, [], targets)
 
 
-def _feed_names(program: paddle.static.Program) -> List[str]:
-    return [op.attrs()["name"] for op in program.global_block().ops if op.name() == "pd_op.data"]
+def _data_values(program: paddle.static.Program) -> Dict[str, Any]:
+    """The program's inputs (``pd_op.data`` results) by feed name."""
+    return {op.attrs()["name"]: op.result(0) for op in program.global_block().ops if op.name() == "pd_op.data"}
 
 
 def _set_inference_mode(program: paddle.static.Program) -> None:
@@ -100,7 +102,7 @@ class BaseStaticTrainer(BaseTrainer):
             self.model.train()
             train_specs = self.readers["train_reader"].tensor_specs()
             outputs = self.model(self._data(data, train_specs, "train_reader"), Phase.TRAINING)
-            self.feed_names = _feed_names(self.main_program)
+            self.feed_names = list(_data_values(self.main_program))
             train_ops = set(self.main_program.global_block().ops)
             self.model.eval()
             forwards: Dict[Tuple[str, ...], Dict[str, Any]] = {}
@@ -157,7 +159,7 @@ class BaseStaticTrainer(BaseTrainer):
         fetch = {k: value_map.look_up(v) for k, v in fetch.items()}
         _prune(clone, list(fetch.values()))
         _set_inference_mode(clone)
-        return _EvalProgram(clone, fetch, _feed_names(clone))
+        return _EvalProgram(clone, fetch, list(_data_values(clone)))
 
     def _minimize_in_parts(self) -> None:
         """Backward, then (gradient accumulation) add the gradients into persistable buffers, and
@@ -221,8 +223,7 @@ class BaseStaticTrainer(BaseTrainer):
         off), pruned to the inference fields and its outputs."""
         evaluation = self.eval_program(EXPORT_VARIANT)
         names = sorted(k for k in evaluation.fetch if k not in (InstanceName.LOSS, InstanceName.LABELS))
-        feeds = {op.result(0).name: op.result(0) for op in evaluation.program.global_block().ops
-                 if op.name() == "pd_op.data"}
+        feeds = _data_values(evaluation.program)
         feed_names = [s.name for f in fields for s in f.tensor_specs() if s.name in feeds]
         with static_mode():
             paddle.static.save_inference_model(prefix, [feeds[n] for n in feed_names],

@@ -49,16 +49,8 @@ class _NumpyBatches:
         self.reader, self.sampler = reader, sampler
 
     def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
-        reader, examples = self.reader, self.reader.examples
-        columns = reader.columns()
         for indices in self.sampler:
-            batch: Dict[str, np.ndarray] = {}
-            for col, field in enumerate(reader.fields):
-                if col in columns:  # fixed-shape values: select rows
-                    batch[field.name] = columns[col][indices]
-                else:
-                    batch.update(field.collate([examples[i][col] for i in indices]))
-            yield batch
+            yield self.reader.collate_rows(indices)
 
     def __len__(self) -> int:
         return len(self.sampler)
@@ -193,6 +185,18 @@ class BasicDataSetReader:
         batch: Dict[str, np.ndarray] = {}
         for col, field in enumerate(self.fields):
             batch.update(field.collate([e[col] for e in examples]))
+        return batch
+
+    def collate_rows(self, indices: Sequence[int]) -> Dict[str, np.ndarray]:
+        """``collate`` of the examples at ``indices``; fixed-shape fields select rows of their
+        column array instead of stacking per-example values."""
+        columns = self.columns()
+        batch: Dict[str, np.ndarray] = {}
+        for col, field in enumerate(self.fields):
+            if col in columns:
+                batch[field.name] = columns[col][indices]
+            else:
+                batch.update(field.collate([self.examples[i][col] for i in indices]))
         return batch
 
     def tensor_specs(self) -> List[TensorSpec]:

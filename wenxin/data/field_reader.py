@@ -157,11 +157,11 @@ class TextFieldReader(BaseFieldReader):
         return np.asarray(self.truncate(ids), dtype=np.int64)
 
     def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:
-        ids, lengths = pad_sequences(values, self.padding_id, self.max_seq_len if self.config["pad_to_max_seq_len"] else 0)
+        ids, lengths = pad_sequences(values, self.padding_id, fixed_length(self.config))
         return {self.name: ids, f"{self.name}_{InstanceName.SEQ_LENS}": lengths}
 
     def tensor_specs(self) -> List[TensorSpec]:
-        return [TensorSpec(self.name, [-1, self.max_seq_len if self.config["pad_to_max_seq_len"] else -1], "int64"),
+        return [TensorSpec(self.name, [-1, fixed_length(self.config) or -1], "int64"),
                 TensorSpec(f"{self.name}_{InstanceName.SEQ_LENS}", [-1], "int64")]
 
     def info(self) -> Dict[str, Any]:
@@ -253,11 +253,11 @@ class SequenceLabelFieldReader(LabelFieldReader):
                              f"{len(example[other])} tokens in '{other}'")
 
     def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:
-        ids, _ = pad_sequences(values, 0, self.max_seq_len if self.config["pad_to_max_seq_len"] else 0)
+        ids, _ = pad_sequences(values, 0, fixed_length(self.config))
         return {self.name: ids}
 
     def tensor_specs(self) -> List[TensorSpec]:
-        return [TensorSpec(self.name, [-1, self.max_seq_len if self.config["pad_to_max_seq_len"] else -1], "int64")]
+        return [TensorSpec(self.name, [-1, fixed_length(self.config) or -1], "int64")]
 
 
 @RegisterSet.field_readers.register("FloatVectorFieldReader")
@@ -289,6 +289,12 @@ class FloatVectorFieldReader(BaseFieldReader):
 
     def info(self) -> Dict[str, Any]:
         return {"dim": self.dim}
+
+
+def fixed_length(config: Dict[str, Any]) -> int:
+    """The padded length of a sequence field: ``max_seq_len`` with ``pad_to_max_seq_len``, else 0
+    (each batch's longest)."""
+    return config["max_seq_len"] if config["pad_to_max_seq_len"] else 0
 
 
 def pad_sequences(values: List[np.ndarray], padding_id: int, width: int = 0) -> Tuple[np.ndarray, np.ndarray]:
