@@ -48,7 +48,9 @@ def test_gradient_clipping_bounds_the_update(tmp_path, data_dir):
     assert update_norm(0.0) > 1e-2  # unclipped
 
 
-def test_bf16_autocast_trains(tmp_path, data_dir):
+def test_amp_config_trains_in_eager_mode(tmp_path, data_dir):
+    """The eager AMP path (auto_cast around the forward). On a CPU Paddle turns it off itself and
+    the run computes in float32 (tests/test_static_amp.py checks the warning); on a GPU it casts."""
     config = task_config(data_dir, str(tmp_path / "amp"), use_amp=True, epoch=4)
     config["model"]["optimization"]["learning_rate"] = 0.02
     trainer = build(config, tmp_path)
@@ -57,7 +59,8 @@ def test_bf16_autocast_trains(tmp_path, data_dir):
     assert metrics["dev_reader"]["acc"] >= 0.9
 
 
-def test_bf16_o2_trains(tmp_path, data_dir):
+def test_amp_o2_config_trains_in_eager_mode(tmp_path, data_dir):
+    """O2 adds paddle.amp.decorate of model and optimizer (a no-op on CPU, as above)."""
     config = task_config(data_dir, str(tmp_path / "o2"), use_amp=True, amp_level="O2", epoch=4)
     config["model"]["optimization"]["learning_rate"] = 0.02
     metrics = build(config, tmp_path).do_train()

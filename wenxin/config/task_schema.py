@@ -129,6 +129,8 @@ TRAINER: Schema = {
     "amp_dtype": Key(str, "auto", choices=["auto", "float16", "bfloat16"],
                      doc="auto: float16 on GPU, bfloat16 on CPU"),
     "amp_level": Key(str, "O1", choices=["O1", "O2"]),
+    "amp_custom_white_list": Key(list, [], items=Key(str), doc="extra ops to compute in low precision"),
+    "amp_custom_black_list": Key(list, [], items=Key(str), doc="ops to keep in float32"),
     "use_loss_scaling": Key((bool, type(None)), None, doc="GradScaler on; null: only for float16"),
     "use_dynamic_loss_scaling": Key(bool, True),
     "init_loss_scaling": Key(float, 32768.0, minimum=1.0),

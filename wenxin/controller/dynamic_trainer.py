@@ -71,7 +71,7 @@ class BaseDynamicTrainer(BaseTrainer):
         return loss
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
-        with paddle.no_grad():
+        with paddle.no_grad(), self.amp.eval_autocast():
             outputs = self.model(batch, phase)
         return {k: v.numpy() for k, v in outputs.items() if isinstance(v, paddle.Tensor)}
 

@@ -67,9 +67,8 @@ class BaseStaticTrainer(BaseTrainer):
     numpy_batches = True  # the Executor takes numpy arrays
 
     def setup_execution(self) -> None:
-        if self.amp.enabled:
-            raise ConfigError("trainer.use_amp: AMP is not supported by the static trainer yet; "
-                              "use model.is_dygraph=1 for AMP")
+        if self.amp.unavailable_reason(self.mode):  # logged by BaseTrainer
+            self.amp = self.amp.disabled()
         self.place = paddle.CPUPlace() if paddle.get_device() == "cpu" else paddle.CUDAPlace(
             int(paddle.get_device().split(":")[1]))
         with static_mode(), warnings.catch_warnings():
@@ -99,9 +98,12 @@ class BaseStaticTrainer(BaseTrainer):
         data: Dict[str, Any] = {}  # one paddle.static.data per tensor name, shared by the forwards
         with paddle.static.program_guard(self.main_program, self.startup_program):
             self.model = self.model_builder()
+            if self.amp.enabled and self.amp.level == "O2":  # parameters in low precision
+                self.model = paddle.amp.decorate(models=self.model, level="O2", dtype=self.amp.dtype)
             self.model.train()
             train_specs = self.readers["train_reader"].tensor_specs()
-            outputs = self.model(self._data(data, train_specs, "train_reader"), Phase.TRAINING)
+            with self.amp.autocast():
+                outputs = self.model(self._data(data, train_specs, "train_reader"), Phase.TRAINING)
             self.feed_names = list(_data_values(self.main_program))
             train_ops = set(self.main_program.global_block().ops)
             self.model.eval()
@@ -111,7 +113,8 @@ class BaseStaticTrainer(BaseTrainer):
                 phase = Phase.PREDICT if reader_name == EXPORT_VARIANT else Phase.EVALUATE
                 key = (phase, *sorted(s.name for s in specs))
                 if key not in forwards:
-                    forwards[key] = self.model(self._data(data, specs, reader_name), phase)
+                    with self.amp.eval_autocast():
+                        forwards[key] = self.model(self._data(data, specs, reader_name), phase)
                 self._eval_variant_of[reader_name] = key
             self.model.train()
             value_map = paddle.pir.IrMapping()
@@ -124,10 +127,12 @@ class BaseStaticTrainer(BaseTrainer):
                     block.remove_op(op)
             self.loss = outputs[InstanceName.LOSS]
             self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.state.max_steps)
+            objective = self._mixed_precision() if self.amp.enabled else self.loss
             if self.world_size > 1 or self.accumulate > 1:
-                self._minimize_in_parts()
+                self._minimize_in_parts(objective)
             else:
-                self.optimizer.minimize(self.loss)
+                self.optimizer.minimize(objective)
+            self._scaler_vars = self._find_scaler_vars()
         # structured name ("fc.weight") <-> program variable name ("linear_2.w_0")
         self.var_names = {k: v.name for k, v in self.model.state_dict().items()}
 
@@ -161,7 +166,45 @@ class BaseStaticTrainer(BaseTrainer):
         _set_inference_mode(clone)
         return _EvalProgram(clone, fetch, list(_data_values(clone)))
 
-    def _minimize_in_parts(self) -> None:
+    def _mixed_precision(self) -> Any:
+        """Wrap the optimizer for mixed precision and return the loss to differentiate.
+
+        With float16 and loss scaling, the loss is multiplied by a persistable loss scale; the
+        optimizer unscales the gradients, skips the update when any is NaN/Inf, and (dynamic
+        scaling) updates the scale by the ``incr_every_n_steps`` / ``decr_every_n_nan_or_inf``
+        rules. bfloat16 has float32's range and is not scaled (as in eager mode)."""
+        settings = self.amp.scaler_kwargs
+        scaling = self.amp.use_loss_scaling and self.amp.dtype == "float16"
+        self.optimizer = paddle.static.amp.decorate(
+            self.optimizer, level=self.amp.level, dtype=self.amp.dtype,
+            init_loss_scaling=settings["init_loss_scaling"] if scaling else 1.0,
+            use_dynamic_loss_scaling=scaling and settings["use_dynamic_loss_scaling"],
+            incr_every_n_steps=settings["incr_every_n_steps"],
+            decr_every_n_nan_or_inf=settings["decr_every_n_nan_or_inf"],
+            incr_ratio=settings["incr_ratio"], decr_ratio=settings["decr_ratio"])
+        loss = self.loss.astype("float32")
+        if not scaling:
+            return loss
+        loss_scaling = paddle.pir.core.create_persistable_value(
+            dtype="float32", shape=[1], name=paddle.utils.unique_name.generate("loss_scaling"),
+            initializer=paddle.nn.initializer.Constant(settings["init_loss_scaling"]))
+        # Under PIR the mixed-precision optimizer takes its scale from a GradScaler, which sets
+        # this attribute in GradScaler.minimize (Paddle 3.3); set here, backward and
+        # apply_gradients can also be called apart (gradient accumulation, all-reduce)
+        self.optimizer._loss_scaling = loss_scaling  # noqa: SLF001
+        return loss * loss_scaling
+
+    def _find_scaler_vars(self) -> Dict[str, str]:
+        """The persistable loss-scaling variables by ``GradScaler.state_dict`` key (empty
+        without loss scaling)."""
+        optimizer = self.optimizer
+        if getattr(optimizer, "_loss_scaling", None) is None:
+            return {}
+        roles = {"scale": optimizer._loss_scaling, "incr_count": getattr(optimizer, "_num_good_steps", None),  # noqa: SLF001
+                 "decr_count": getattr(optimizer, "_num_bad_steps", None)}
+        return {role: value.name for role, value in roles.items() if value is not None}
+
+    def _minimize_in_parts(self, objective: Any) -> None:
         """Backward, then (gradient accumulation) add the gradients into persistable buffers, and
         (data parallelism) all-reduce them, before the optimizer applies them.
 
@@ -170,7 +213,7 @@ class BaseStaticTrainer(BaseTrainer):
         the buffers' mean, then zeroes them. So each batch is forwarded once and memory stays
         that of one batch. (Paddle 3.3's ``GradientMergeOptimizer`` and static
         ``fleet.distributed_optimizer`` do not support PIR programs.)"""
-        params_grads = self.optimizer.backward(self.loss)
+        params_grads = self.optimizer.backward(objective)
         if self.accumulate > 1:
             buffers = []
             for param, grad in params_grads:
@@ -250,7 +293,9 @@ class BaseStaticTrainer(BaseTrainer):
 
     def _optimizer_var_names(self) -> List[str]:
         """Optimizer state in the scope; gradient buffers are left out (zero at every step end)."""
-        return [n for n in self.main_program.state_dict("opt", self.scope) if not n.endswith(GRAD_BUFFER_SUFFIX)]
+        scaler_vars = set(self._scaler_vars.values())
+        return [n for n in self.main_program.state_dict("opt", self.scope)
+                if not n.endswith(GRAD_BUFFER_SUFFIX) and n not in scaler_vars]
 
     def optimizer_state_dict(self) -> Dict[str, Any]:
         state = {name: self._read(name) for name in self._optimizer_var_names()}
@@ -267,4 +312,26 @@ class BaseStaticTrainer(BaseTrainer):
             self._write(name, internal[name])
 
     def scaler_state_dict(self) -> Optional[Dict[str, Any]]:
-        return None
+        """The loss-scaling state in ``paddle.amp.GradScaler.state_dict``'s layout, so either
+        mode can resume it."""
+        if not self._scaler_vars:
+            return None
+        settings = self.amp.scaler_kwargs
+        state: Dict[str, Any] = {key: settings[key] for key in
+                                 ("incr_ratio", "decr_ratio", "incr_every_n_steps", "decr_every_n_nan_or_inf")}
+        state["use_dynamic_loss_scaling"] = "incr_count" in self._scaler_vars
+        state["scale"] = self._read(self._scaler_vars["scale"]).reshape([1])
+        for key in ("incr_count", "decr_count"):
+            state[key] = int(self._read(self._scaler_vars[key])[0]) if key in self._scaler_vars else 0
+        return state
+
+    def set_scaler_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
+        if not self._scaler_vars or not state:
+            return
+        self._write(self._scaler_vars["scale"], np.asarray(state["scale"], dtype=np.float32).reshape([1]))
+        for key in ("incr_count", "decr_count"):
+            if key in self._scaler_vars:
+                self._write(self._scaler_vars[key], np.array([state.get(key, 0)], dtype=np.int32))
+
+    def loss_scale(self) -> Optional[float]:
+        return float(self._read(self._scaler_vars["scale"])[0]) if self._scaler_vars else None
