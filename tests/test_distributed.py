@@ -1,6 +1,7 @@
 """Data parallelism with real processes on CPU (paddle.distributed.launch, gloo)."""
 import json
 import os
+import pickle
 import subprocess
 import sys
 
@@ -11,14 +12,27 @@ import pytest
 from conftest import REPO, task_config, write_config
 
 
-def launch(tmp_path, config, nproc):
+FLOAT16_ON_CPU = """# run_trainer.py with float16 AMP allowed on CPU (see tests/test_static_amp.py)
+import runpy, sys
+import wenxin.controller.amp as amp
+amp.float16_kernels_available = lambda place_type: True
+sys.argv[0] = {script!r}
+runpy.run_path({script!r}, run_name="__main__")
+"""
+
+
+def launch(tmp_path, config, nproc, float16_on_cpu=False):
     path = write_config(str(tmp_path / f"task_{nproc}.json"), config)
+    script = os.path.join(REPO, "run_trainer.py")
+    if float16_on_cpu:
+        wrapper = tmp_path / "run_trainer_fp16.py"
+        wrapper.write_text(FLOAT16_ON_CPU.format(script=script), encoding="utf-8")
+        script = str(wrapper)
     if nproc == 1:
-        cmd = [sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path]
+        cmd = [sys.executable, script, "--param_path", path]
     else:
         cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
-               "--log_dir", str(tmp_path / "launch_logs"), os.path.join(REPO, "run_trainer.py"),
-               "--param_path", path]
+               "--log_dir", str(tmp_path / "launch_logs"), script, "--param_path", path]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
                           env={**os.environ, "GLOG_minloglevel": "2"})
     logs = ""
@@ -32,22 +46,28 @@ def dev_records(out):
         return [r for r in map(json.loads, f) if r["tag"] == "dev"]
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "static"])
-def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir, mode):
-    def config(out, batch):
+@pytest.mark.parametrize("mode,accumulate,amp", [("dynamic", 1, False), ("static", 1, False),
+                                                  ("dynamic", 2, False), ("static", 2, True)])
+def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir, mode, accumulate, amp):
+    """2 ranks x batch B/accumulate x accumulate == 1 rank x batch 2B. The static AMP case runs
+    float16 loss scaling with float32 compute: every rank must skip or apply the same steps."""
+    def config(out, batch, steps_accumulated=1):
         c = task_config(data_dir, str(tmp_path / out), max_steps=6, eval_step=3, save_model_step=6,
-                        is_eval_test=0, train_log_step=1)
+                        is_eval_test=0, train_log_step=1, gradient_accumulation_steps=steps_accumulated)
         c["model"]["dropout"] = 0.0
         c["model"]["optimization"] = {"optimizer": "sgd", "learning_rate": 0.5, "lr_scheduler": "constant"}
         c["dataset_reader"]["train_reader"]["config"]["batch_size"] = batch
+        if amp:
+            c["trainer"].update(use_amp=True, amp_dtype="float16", init_loss_scaling=1024.0, incr_every_n_steps=2,
+                                amp_custom_black_list=["matmul", "matmul_v2", "lookup_table_v2", "embedding"])
         c["dataset_reader"]["dev_reader"]["config"]["batch_size"] = 7  # shards and batches differ
         if mode == "static":
             c["model"]["is_dygraph"] = 0
             c["trainer"]["type"] = "CustomStaticTrainer"
         return c
 
-    launch(tmp_path, config("single", 16), 1)
-    launch(tmp_path, config("double", 8), 2)
+    launch(tmp_path, config("single", 16), 1, float16_on_cpu=amp)
+    launch(tmp_path, config("double", 8 // accumulate, accumulate), 2, float16_on_cpu=amp)
     single = paddle.load(str(tmp_path / "single" / "checkpoints" / "step_6" / "model.pdparams"))
     double = paddle.load(str(tmp_path / "double" / "checkpoints" / "step_6" / "model.pdparams"))
     for name, value in single.items():
@@ -58,6 +78,10 @@ def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir, mode):
     for ra, rb in zip(a, b):
         assert ra["acc"] == rb["acc"] and ra["f1"] == pytest.approx(rb["f1"])
         assert ra["loss"] == pytest.approx(rb["loss"], abs=1e-5)
+    if amp:  # the scale doubled every 2 good steps on every rank
+        for out in ("single", "double"):
+            with open(tmp_path / out / "checkpoints" / "step_6" / "extra.pdstate", "rb") as f:
+                assert float(pickle.load(f)["scaler"]["scale"][0]) == 8192.0
 
 
 def test_all_ranks_resume_from_the_same_checkpoint(tmp_path, data_dir):
