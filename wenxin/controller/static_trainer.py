@@ -24,6 +24,7 @@ from wenxin.controller import export
 from wenxin.controller.base_trainer import Batch, BaseTrainer
 from wenxin.controller.checkpoint import rename_state_keys
 from wenxin.controller.graph_mode import static_mode
+from wenxin.controller.program_runner import ProgramRunner
 from wenxin.data.field_reader import TensorSpec
 
 
@@ -38,6 +39,7 @@ class _EvalProgram:
     program: paddle.static.Program
     fetch: Dict[str, Any]
     feed_names: List[str]
+    runner: Optional[ProgramRunner] = None  # made on first use
 
 
 def _prune(program: paddle.static.Program, targets: List[Any]) -> None:
@@ -78,6 +80,11 @@ class BaseStaticTrainer(BaseTrainer):
             self.executor = paddle.static.Executor(self.place)
             self.executor.run(self.startup_program)
         self.scope = paddle.static.global_scope()
+        with static_mode():
+            self._train_runner = ProgramRunner(self.executor, self.main_program, self.feed_names, [self.loss],
+                                               self.scope)
+            self._micro_runner = (ProgramRunner(self.executor, self.micro_program, self.feed_names,
+                                                [self.micro_loss], self.scope) if self.accumulate > 1 else None)
 
     def train_loop(self) -> Dict[str, Dict[str, float]]:
         with static_mode():
@@ -235,16 +242,11 @@ class BaseStaticTrainer(BaseTrainer):
             for _, buffer in buffers:
                 paddle.assign(paddle.zeros_like(buffer), output=buffer)
 
-    def _feed(self, batch: Batch, names: List[str]) -> Dict[str, Any]:
-        return {name: batch[name] for name in names}
-
     def run_step(self, batches: List[Batch]) -> Any:
-        losses = [self.executor.run(self.micro_program, feed=self._feed(batch, self.feed_names),
-                                    fetch_list=[self.micro_loss])[0]
-                  for batch in batches[:-1]]  # gradient accumulation: all but the last batch
-        losses.append(self.executor.run(self.main_program, feed=self._feed(batches[-1], self.feed_names),
-                                        fetch_list=[self.loss])[0])
-        loss = float(np.mean(losses))
+        # gradient accumulation: the micro program takes all but the last batch
+        losses = [self._micro_runner.run(batch)[0] for batch in batches[:-1]] if len(batches) > 1 else []
+        losses.append(self._train_runner.run(batches[-1])[0])
+        loss = float(losses[0]) if len(losses) == 1 else float(np.mean(losses))
         self.state.nonfinite_loss = self.should_check_loss() and not np.isfinite(loss)
         return loss
 
@@ -255,10 +257,10 @@ class BaseStaticTrainer(BaseTrainer):
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
         evaluation = self.eval_program(reader_name)
-        names = list(evaluation.fetch)
-        values = self.executor.run(evaluation.program, feed=self._feed(batch, evaluation.feed_names),
-                                   fetch_list=[evaluation.fetch[n] for n in names])
-        return dict(zip(names, (np.asarray(v) for v in values)))
+        if evaluation.runner is None:
+            evaluation.runner = ProgramRunner(self.executor, evaluation.program, evaluation.feed_names,
+                                              list(evaluation.fetch.values()), self.scope)
+        return dict(zip(evaluation.fetch, (np.asarray(v) for v in evaluation.runner.run(batch))))
 
     # ---- export ---------------------------------------------------------------------------
     def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
