@@ -1,6 +1,7 @@
 """``BaseDynamicTrainer``: eager execution of the shared training loop."""
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -59,7 +60,11 @@ class BaseDynamicTrainer(BaseTrainer):
                 scaled.backward()
             losses.append(loss.detach())
         loss = losses[0] if len(losses) == 1 else paddle.stack(losses).mean()
-        self.state.nonfinite_loss = self.should_check_loss() and not bool(paddle.isfinite(loss).all())
+        if self.should_check_loss():  # one device-to-host read, which the logger then reuses
+            loss = float(loss)
+            self.state.nonfinite_loss = not math.isfinite(loss)
+        else:
+            self.state.nonfinite_loss = False
         if self.state.nonfinite_loss:
             pass  # skip the update; the NaN guard decides whether to stop
         elif self.scaler is not None:

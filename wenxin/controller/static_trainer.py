@@ -6,7 +6,9 @@ and once in evaluation mode for each distinct set of evaluation (and export) inp
 evaluation forwards are cloned into pruned programs before the optimizer is added, and removed
 from the training program. Parameters and optimizer state live in the Executor's
 scope; checkpoints name them by structured parameter names, like the dynamic trainer, so a
-checkpoint of one mode loads in the other.
+checkpoint of one mode loads in the other. Each program runs through a ``ProgramRunner``,
+which skips ``Executor.run``'s per-call program lookup. With ``trainer.use_amp`` the training
+forward is built under ``paddle.amp.auto_cast`` and float16 loss scaling is part of the program.
 """
 from __future__ import annotations
 
