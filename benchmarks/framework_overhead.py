@@ -50,7 +50,7 @@ WORKLOADS: Dict[str, Dict[str, Any]] = {
             "model": {"type": "BowClassification", **TEXT_MODEL}},
     "cnn": {"data": "text", "batch": 32, "steps": 40, "warmup": 5,
             "model": {"type": "CnnClassification", **TEXT_MODEL, "num_filters": 128, "filter_sizes": [2, 3, 4]}},
-    "transformer": {"data": "text", "batch": 32, "steps": 20, "warmup": 3,
+    "transformer": {"data": "text", "batch": 32, "steps": 40, "warmup": 3,
                     "model": {"type": "ErnieClassification", "hidden_size": 128, "dropout": 0.1,
                               "encoder": {"transformer": {"hidden_size": 128, "num_layers": 2, "num_heads": 4,
                                                           "max_position": SEQ_LEN}}}},
