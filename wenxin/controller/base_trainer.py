@@ -111,9 +111,9 @@ class BaseTrainer:
         self.rank, self.world_size = paddle.distributed.get_rank(), paddle.distributed.get_world_size()
         self.is_writer = self.rank == 0
         self.amp = AmpSettings.from_config(self.trainer_config)
-        amp_unavailable = self.amp.unavailable_reason(self.mode)
-        if amp_unavailable:
-            logger.warning("trainer.use_amp: %s; this run computes in float32", amp_unavailable)
+        self.amp_unavailable = self.amp.unavailable_reason(self.mode)  # None where AMP computes
+        if self.amp_unavailable:
+            logger.warning("trainer.use_amp: %s; this run computes in float32", self.amp_unavailable)
         self.state = TrainState()
         self.lr_scheduler: Optional[paddle.optimizer.lr.LRScheduler] = None
         self.checkpoints = ckpt.CheckpointManager(self.output_path, self.trainer_config["keep_checkpoint_max"])

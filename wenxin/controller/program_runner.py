@@ -59,10 +59,11 @@ class ProgramRunner:
             self._lr_dtype = np.dtype(convert_dtype(self._lr_tensor._dtype()))  # noqa: SLF001
 
     def run(self, feed: Mapping[str, Any]) -> List[np.ndarray]:
+        """One run on ``feed`` (a batch; only the program's inputs are taken from it)."""
+        feed_dict: Dict[str, Any] = {name: feed[name] for name in self.feed_names}
         if self._interpreter is None:
             with paddle.static.scope_guard(self.scope):
-                return self.executor.run(self.program, feed=dict(feed), fetch_list=self.fetch_list)
-        feed_dict: Dict[str, Any] = {name: feed[name] for name in self.feed_names}
+                return self.executor.run(self.program, feed=feed_dict, fetch_list=self.fetch_list)
         self.executor._pir_feed_data(self._cached_program, feed_dict, self.scope, self._data_ops)  # noqa: SLF001
         if self._lr_tensor is not None:
             self._lr_tensor.set(np.full(self._lr_tensor.shape(), self._lr_scheduler(), self._lr_dtype),

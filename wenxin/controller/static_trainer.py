@@ -71,7 +71,7 @@ class BaseStaticTrainer(BaseTrainer):
     numpy_batches = True  # the Executor takes numpy arrays
 
     def setup_execution(self) -> None:
-        if self.amp.unavailable_reason(self.mode):  # logged by BaseTrainer
+        if self.amp_unavailable:  # logged by BaseTrainer; build float32 programs
             self.amp = self.amp.disabled()
         self.place = paddle.CPUPlace() if paddle.get_device() == "cpu" else paddle.CUDAPlace(
             int(paddle.get_device().split(":")[1]))
@@ -246,9 +246,9 @@ class BaseStaticTrainer(BaseTrainer):
 
     def run_step(self, batches: List[Batch]) -> Any:
         # gradient accumulation: the micro program takes all but the last batch
-        losses = [self._micro_runner.run(batch)[0] for batch in batches[:-1]] if len(batches) > 1 else []
+        losses = [self._micro_runner.run(batch)[0] for batch in batches[:-1]]
         losses.append(self._train_runner.run(batches[-1])[0])
-        loss = float(losses[0]) if len(losses) == 1 else float(np.mean(losses))
+        loss = float(np.mean(losses))
         self.state.nonfinite_loss = self.should_check_loss() and not np.isfinite(loss)
         return loss
 
