@@ -10,7 +10,7 @@ Workloads (deterministic synthetic data, 2 classes):
     transformer  ErnieClassification: 2 layers, hidden 128, 4 heads, seq len 128, batch 32
     mlp          tabular: 64 features, batch 256, MlpClassification (256, 256)
 
-Variants, each in a fresh process, interleaved over rounds (median steps/s is reported):
+Variants (median steps/s and paired ratios are reported):
     eager        a plain loop: paddle.io.DataLoader, model, backward, AdamW step, loss printed every 10 steps
     static       a plain Program/Executor loop fetching the loss every step, printed every 10 steps
     wenxin-dyn   run_trainer's dynamic trainer with its defaults (hooks, logging every 10 steps, VisualDL)
@@ -20,9 +20,12 @@ Variants, each in a fresh process, interleaved over rounds (median steps/s is re
                  is not a dependency; install it in a separate venv, see benchmarks/README.md)
 
 Every variant trains the same model class (the wenxin model is a paddle.nn.Layer) with AdamW, so
-the differences are the training loop's. The clock runs from the end of the warm-up steps to the
-last step's end. With --examples, it also measures the share of data loading in the step time of
-the example configs.
+the differences are the training loop's. Timing is paced (see paced.py): in each round, every
+variant of a workload runs in its own process, and after the warm-up steps the processes take
+turns running one window of steps each (a multiple of the 10-step logging interval, so every
+window holds the same logging work). Ratios are medians over windows of the paired window times,
+which cancels the machine's drift. With --examples, it also measures the share of data loading in
+the step time of the example configs.
 """
 from __future__ import annotations
 
@@ -31,13 +34,13 @@ import json
 import logging
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import paddle
+
+from paced import PacedClock, paired_ratio, run_paced_round
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -45,21 +48,31 @@ os.environ.setdefault("GLOG_minloglevel", "2")
 
 VOCAB, SEQ_LEN, FEATURES, SEED = 30000, 128, 64, 0
 TEXT_MODEL = {"dropout": 0.1, "hidden_size": 128, "embedding": {"emb_dim": 128}}
+# window: timed steps per turn (a multiple of LOG_EVERY); windows: turns per round
 WORKLOADS: Dict[str, Dict[str, Any]] = {
-    "bow": {"data": "text", "batch": 32, "steps": 100, "warmup": 10,
+    "bow": {"data": "text", "batch": 32, "warmup": 10, "window": 10, "windows": 10,
             "model": {"type": "BowClassification", **TEXT_MODEL}},
-    "cnn": {"data": "text", "batch": 32, "steps": 40, "warmup": 5,
+    "cnn": {"data": "text", "batch": 32, "warmup": 5, "window": 10, "windows": 4,
             "model": {"type": "CnnClassification", **TEXT_MODEL, "num_filters": 128, "filter_sizes": [2, 3, 4]}},
-    "transformer": {"data": "text", "batch": 32, "steps": 40, "warmup": 3,
+    "transformer": {"data": "text", "batch": 32, "warmup": 3, "window": 10, "windows": 4,
                     "model": {"type": "ErnieClassification", "hidden_size": 128, "dropout": 0.1,
                               "encoder": {"transformer": {"hidden_size": 128, "num_layers": 2, "num_heads": 4,
                                                           "max_position": SEQ_LEN}}}},
-    "mlp": {"data": "tabular", "batch": 256, "steps": 100, "warmup": 10,
+    "mlp": {"data": "tabular", "batch": 256, "warmup": 10, "window": 50, "windows": 10,
             "model": {"type": "MlpClassification", "hidden_sizes": [256, 256], "dropout": 0.1}},
 }
 VARIANTS = ["eager", "static", "wenxin-dyn", "wenxin-st", "hapi", "paddlenlp"]
 LOG_EVERY = 10
 LEARNING_RATE = 1e-3
+
+
+def total_steps(name: str) -> int:
+    w = WORKLOADS[name]
+    return w["warmup"] + w["window"] * w["windows"]
+
+
+def new_clock(name: str) -> PacedClock:
+    return PacedClock(WORKLOADS[name]["warmup"], WORKLOADS[name]["window"])
 
 
 # ---- data -------------------------------------------------------------------------------------
@@ -102,7 +115,7 @@ def task_config(name: str, data: str, mode: str, output: str) -> Dict[str, Any]:
             "model": {**w["model"], "is_dygraph": int(mode == "dynamic"),
                       "optimization": {"learning_rate": LEARNING_RATE}},
             "trainer": {"type": "CustomDynamicTrainer" if mode == "dynamic" else "CustomStaticTrainer",
-                        "output_path": output, "max_steps": w["warmup"] + w["steps"],
+                        "output_path": output, "max_steps": total_steps(name),
                         "train_log_step": LOG_EVERY, "progress_bar": "off"}}
 
 
@@ -127,21 +140,8 @@ def build_model(name: str, data: str):  # noqa: ANN201
     return lambda: model_cls(config["model"], info), arrays
 
 
-class Clock:
-    """Step-end times; ``rate(warmup)`` is the steps/s after the warm-up steps."""
-
-    def __init__(self) -> None:
-        self.times: List[float] = []
-
-    def tick(self) -> None:
-        self.times.append(time.perf_counter())
-
-    def rate(self, warmup: int) -> float:
-        return (len(self.times) - warmup) / (self.times[-1] - self.times[warmup - 1])
-
-
 # ---- variants (each runs in its own process) ----------------------------------------------------
-def run_wenxin(name: str, data: str, mode: str) -> float:
+def run_wenxin(name: str, data: str, mode: str) -> None:
     from wenxin.config.loader import load_config
     from wenxin.controller.hooks import HookBase
     from wenxin.runner import build_trainer
@@ -152,7 +152,7 @@ def run_wenxin(name: str, data: str, mode: str) -> float:
         def after_step(self) -> None:
             clock.tick()
 
-    clock = Clock()
+    clock = new_clock(name)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "task.json")
         with open(path, "w", encoding="utf-8") as f:
@@ -160,7 +160,6 @@ def run_wenxin(name: str, data: str, mode: str) -> float:
         trainer = build_trainer(load_config(path))
         trainer.register_hook(StepClock())
         trainer.do_train()
-    return clock.rate(WORKLOADS[name]["warmup"])
 
 
 class ArrayDataset(paddle.io.Dataset):
@@ -177,7 +176,7 @@ class ArrayDataset(paddle.io.Dataset):
         return len(self.arrays["label"])
 
 
-def run_eager(name: str, data: str) -> float:
+def run_eager(name: str, data: str) -> None:
     make_model, arrays = build_model(name, data)
     paddle.seed(SEED)
     model = make_model()
@@ -185,7 +184,7 @@ def run_eager(name: str, data: str) -> float:
     names = list(arrays)
     loader = paddle.io.DataLoader(ArrayDataset(arrays, names), batch_size=WORKLOADS[name]["batch"],
                                   shuffle=True, drop_last=True)
-    clock = Clock()
+    clock = new_clock(name)
     model.train()
     for step, batch in enumerate(loader, 1):
         loss = model(dict(zip(names, batch)), "training")["loss"]
@@ -195,10 +194,9 @@ def run_eager(name: str, data: str) -> float:
         if step % LOG_EVERY == 0:
             print(f"step {step}: loss {float(loss):.4f}")
         clock.tick()
-    return clock.rate(WORKLOADS[name]["warmup"])
 
 
-def run_static(name: str, data: str) -> float:
+def run_static(name: str, data: str) -> None:
     import numpy as np
     make_model, arrays = build_model(name, data)
     paddle.enable_static()
@@ -213,17 +211,16 @@ def run_static(name: str, data: str) -> float:
     executor.run(startup)
     batch = WORKLOADS[name]["batch"]
     order = np.random.RandomState(SEED).permutation(len(arrays["label"]))
-    clock = Clock()
+    clock = new_clock(name)
     for step in range(1, len(order) // batch + 1):
         rows = order[(step - 1) * batch:step * batch]
         value, = executor.run(main, feed={k: v[rows] for k, v in arrays.items()}, fetch_list=[loss])
         if step % LOG_EVERY == 0:
             print(f"step {step}: loss {float(value):.4f}")
         clock.tick()
-    return clock.rate(WORKLOADS[name]["warmup"])
 
 
-def run_hapi(name: str, data: str) -> float:
+def run_hapi(name: str, data: str) -> None:
     make_model, arrays = build_model(name, data)
     paddle.seed(SEED)
     names = list(arrays)
@@ -240,7 +237,7 @@ def run_hapi(name: str, data: str) -> float:
         def on_train_batch_end(self, step, logs=None) -> None:  # noqa: ANN001
             clock.tick()
 
-    clock = Clock()
+    clock = new_clock(name)
     network = Network()
     specs = [paddle.static.InputSpec([None, *arrays[n].shape[1:]], str(arrays[n].dtype), n) for n in names]
     model = paddle.Model(network, inputs=specs)
@@ -248,10 +245,9 @@ def run_hapi(name: str, data: str) -> float:
                   loss=lambda loss: loss)
     model.fit(ArrayDataset(arrays, names), batch_size=WORKLOADS[name]["batch"], epochs=1, shuffle=True,
               drop_last=True, verbose=2, callbacks=[Ticks()])
-    return clock.rate(WORKLOADS[name]["warmup"])
 
 
-def run_paddlenlp(name: str, data: str) -> float:
+def run_paddlenlp(name: str, data: str) -> None:
     import numpy as np
     from paddlenlp.trainer import Trainer, TrainerCallback, TrainingArguments
     make_model, arrays = build_model(name, data)
@@ -274,17 +270,16 @@ def run_paddlenlp(name: str, data: str) -> float:
     def collate(features):  # noqa: ANN001, ANN202
         return {n: paddle.to_tensor(np.stack([f[n] for f in features])) for n in names}
 
-    clock = Clock()
+    clock = new_clock(name)
     w = WORKLOADS[name]
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(output_dir=out, per_device_train_batch_size=w["batch"], learning_rate=LEARNING_RATE,
-                                 max_steps=w["warmup"] + w["steps"], seed=SEED, save_strategy="no",
+                                 max_steps=total_steps(name), seed=SEED, save_strategy="no",
                                  dataloader_drop_last=True, report_to=[])
         Trainer(model=Network(), args=args, train_dataset=rows, data_collator=collate, callbacks=[Ticks()]).train()
-    return clock.rate(w["warmup"])
 
 
-RUNNERS: Dict[str, Callable[[str, str], float]] = {
+RUNNERS: Dict[str, Callable[[str, str], None]] = {
     "eager": run_eager, "static": run_static, "hapi": run_hapi, "paddlenlp": run_paddlenlp,
     "wenxin-dyn": lambda n, d: run_wenxin(n, d, "dynamic"), "wenxin-st": lambda n, d: run_wenxin(n, d, "static"),
 }
@@ -310,31 +305,56 @@ def data_share(config_path: str, steps: int = 60) -> Dict[str, float]:
     return {"data_ms": data * 1000, "step_ms": step * 1000, "share": data / step}
 
 
-# ---- the parent: rounds of child processes -------------------------------------------------------
-def child(variant: str, workload: str, data: str, python: str) -> Optional[float]:
-    command = [python, os.path.abspath(__file__), "--child", variant, workload, "--data", data]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
-    for line in reversed(result.stdout.splitlines()):
-        if line.startswith("RESULT "):
-            return float(line.split()[1])
-    sys.stderr.write(f"{variant}/{workload} failed:\n{result.stderr[-2000:]}\n")
-    return None
+# ---- the parent: paced rounds ----------------------------------------------------------------------
+Windows = Dict[Tuple[str, str], List[List[float]]]  # (workload, variant) -> per round, window seconds
+COMPARISONS = [("wenxin-dyn", "eager"), ("wenxin-dyn", "hapi"), ("wenxin-dyn", "paddlenlp"),
+               ("wenxin-st", "static"), ("wenxin-st", "hapi"), ("wenxin-st", "paddlenlp")]
 
 
-def print_table(workloads: List[str], variants: List[str], results: Dict[tuple, List[float]], rounds: int) -> None:
-    print(f"paddle {paddle.__version__}, {os.cpu_count()} CPUs, {rounds} rounds, median steps/s "
-          f"(min-max over rounds below); ratios to the plain loop of the same kind\n")
-    print("| workload | " + " | ".join(variants) + " | wenxin-dyn / eager | wenxin-st / static |")
-    print("|---|" + "---|" * (len(variants) + 2))
+def steps_per_second(name: str, rounds: List[List[float]]) -> Tuple[float, float, float]:
+    """Median steps/s over all windows, and the lowest and highest round median."""
+    window = WORKLOADS[name]["window"]
+    per_round = [window / statistics.median(r) for r in rounds if r]
+    return window / statistics.median([d for r in rounds for d in r]), min(per_round), max(per_round)
+
+
+def speedup(results: Windows, name: str, variant: str, base: str) -> Optional[Tuple[float, float, float]]:
+    """``variant``'s speed over ``base``'s: the median over all paired windows, and the lowest
+    and highest round median."""
+    if (name, variant) not in results or (name, base) not in results:
+        return None
+    rounds = list(zip(results[(name, base)], results[(name, variant)]))
+    per_round = [r for r in (paired_ratio(b, v) for b, v in rounds) if r is not None]
+    pairs = [b / v for base_r, var_r in rounds for b, v in zip(base_r, var_r)]
+    return (statistics.median(pairs), min(per_round), max(per_round)) if pairs else None
+
+
+def print_tables(workloads: List[str], variants: List[str], results: Windows, rounds: int) -> None:
+    print(f"paddle {paddle.__version__}, {os.cpu_count()} CPUs, {rounds} rounds of paced windows; "
+          f"steps/s: median over all windows (lowest-highest round median)\n")
+    print("| workload | " + " | ".join(variants) + " |")
+    print("|---|" + "---|" * len(variants))
     for name in workloads:
-        runs = {v: results[(name, v)] for v in variants if (name, v) in results}
-        medians = {v: statistics.median(r) for v, r in runs.items()}
-        cells = [f"{medians[v]:.2f} ({min(runs[v]):.2f}-{max(runs[v]):.2f})" if v in runs else "failed"
-                 for v in variants]
-
-        def ratio(a: str, b: str) -> str:
-            return f"{medians[a] / medians[b]:.3f}" if a in medians and b in medians else "-"
-        print(f"| {name} | " + " | ".join(cells) + f" | {ratio('wenxin-dyn', 'eager')} | {ratio('wenxin-st', 'static')} |")
+        cells = []
+        for variant in variants:
+            runs = results.get((name, variant), [])
+            if any(runs):
+                median, low, high = steps_per_second(name, runs)
+                cells.append(f"{median:.2f} ({low:.2f}-{high:.2f})")
+            else:
+                cells.append("failed")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    comparisons = [(v, b) for v, b in COMPARISONS if v in variants and b in variants]
+    print("\nSpeed-ups, paired by window: median of base time / variant time over all windows "
+          "(lowest-highest round median); above 1: the first is faster\n")
+    print("| workload | " + " | ".join(f"{v} / {b}" for v, b in comparisons) + " |")
+    print("|---|" + "---|" * len(comparisons))
+    for name in workloads:
+        cells = []
+        for variant, base in comparisons:
+            found = speedup(results, name, variant, base)
+            cells.append(f"{found[0]:.3f} ({found[1]:.3f}-{found[2]:.3f})" if found else "-")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -342,32 +362,47 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
+    parser.add_argument("--windows", type=int, default=0, help="windows per round (default: the workload's)")
     parser.add_argument("--paddlenlp-python", default="", help="a python with paddlenlp installed")
     parser.add_argument("--examples", action="store_true", help="also measure data loading in examples/")
+    parser.add_argument("--json", default="", help="also write every window's seconds to this JSON file")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "WORKLOAD"), help=argparse.SUPPRESS)
     parser.add_argument("--data", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.windows:
+        for w in WORKLOADS.values():
+            w["windows"] = args.windows
     if args.child:
-        print(f"RESULT {RUNNERS[args.child[0]](args.child[1], args.data)}")
+        RUNNERS[args.child[0]](args.child[1], args.data)
         return
     variants = [v for v in args.variants if v != "paddlenlp" or args.paddlenlp_python]
     root = tempfile.mkdtemp(prefix="wenxin-bench-")
-    folders = {}
+    results: Windows = {}
     for name in args.workloads:
-        w = WORKLOADS[name]
-        folders[name] = os.path.join(root, name)
-        make_data(folders[name], w["data"], w["batch"] * (w["warmup"] + w["steps"]))
-    results: Dict[tuple, List[float]] = {}
+        make_data(os.path.join(root, name), WORKLOADS[name]["data"], WORKLOADS[name]["batch"] * total_steps(name))
     for round_index in range(args.rounds):
         for name in args.workloads:
+            logs = os.path.join(root, f"logs-{round_index + 1}-{name}")
+            os.makedirs(logs)
+            commands = {}
             for variant in variants:
                 python = args.paddlenlp_python if variant == "paddlenlp" else sys.executable
-                rate = child(variant, name, folders[name], python)
-                if rate is not None:
-                    results.setdefault((name, variant), []).append(rate)
+                commands[variant] = [python, os.path.abspath(__file__), "--child", variant, name,
+                                     "--data", os.path.join(root, name)]
+                if args.windows:
+                    commands[variant] += ["--windows", str(args.windows)]
+            windows, failures = run_paced_round(commands, WORKLOADS[name]["windows"], logs, REPO, first=round_index)
+            for message in failures:
+                sys.stderr.write(message + "\n")
+            for variant, durations in windows.items():
+                results.setdefault((name, variant), []).append(durations)
         print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr)
     if args.rounds:
-        print_table(args.workloads, variants, results, args.rounds)
+        print_tables(args.workloads, variants, results, args.rounds)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"paddle": paddle.__version__, "workloads": {n: WORKLOADS[n] for n in args.workloads},
+                       "window_seconds": {f"{n}/{v}": rounds for (n, v), rounds in results.items()}}, f, indent=1)
     if args.examples:
         print("\n| example config | data ms/step | step ms | data share |\n|---|---|---|---|")
         for config in sorted(os.listdir(os.path.join(REPO, "examples"))):
