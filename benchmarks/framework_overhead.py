@@ -404,11 +404,17 @@ def main() -> None:
             json.dump({"paddle": paddle.__version__, "workloads": {n: WORKLOADS[n] for n in args.workloads},
                        "window_seconds": {f"{n}/{v}": rounds for (n, v), rounds in results.items()}}, f, indent=1)
     if args.examples:
+        from wenxin.common.errors import DataError
         print("\n| example config | data ms/step | step ms | data share |\n|---|---|---|---|")
         for config in sorted(os.listdir(os.path.join(REPO, "examples"))):
-            if config.endswith(".json"):
+            if not config.endswith(".json"):
+                continue
+            try:
                 share = data_share(os.path.join(REPO, "examples", config))
-                print(f"| {config} | {share['data_ms']:.2f} | {share['step_ms']:.1f} | {share['share'] * 100:.1f}% |")
+            except DataError as error:  # the example's data has not been prepared
+                print(f"| {config} | - | - | not run: {error} |")
+                continue
+            print(f"| {config} | {share['data_ms']:.2f} | {share['step_ms']:.1f} | {share['share'] * 100:.1f}% |")
 
 
 if __name__ == "__main__":
