@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import paddle
 
-from paced import PacedClock, paired_ratio, run_paced_round
+from paced import PacedClock, paired_ratio, run_paced_round, window_ratios
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -331,7 +331,7 @@ def speedup(results: Windows, name: str, variant: str, base: str) -> Optional[Tu
         return None
     rounds = list(zip(results[(name, base)], results[(name, variant)]))
     per_round = [r for r in (paired_ratio(b, v) for b, v in rounds) if r is not None]
-    pairs = [b / v for base_r, var_r in rounds for b, v in zip(base_r, var_r)]
+    pairs = [ratio for b, v in rounds for ratio in window_ratios(b, v)]
     return (statistics.median(pairs), min(per_round), max(per_round)) if pairs else None
 
 

@@ -132,8 +132,12 @@ def run_paced_round(commands: Dict[str, Sequence[str]], windows: int, log_folder
     return durations, failures
 
 
+def window_ratios(base: Sequence[float], other: Sequence[float]) -> List[float]:
+    """``base[i] / other[i]`` for the windows both finished: above 1 where ``other`` is faster."""
+    return [b / o for b, o in zip(base, other)]
+
+
 def paired_ratio(base: Sequence[float], other: Sequence[float]) -> Optional[float]:
-    """Median of ``base[i] / other[i]`` over the windows both finished: above 1 when ``other``
-    is faster. ``None`` without a pair."""
-    pairs = [b / o for b, o in zip(base, other)]
+    """Median of :func:`window_ratios`; ``None`` without a pair."""
+    pairs = window_ratios(base, other)
     return statistics.median(pairs) if pairs else None
