@@ -29,6 +29,30 @@ def test_hooks_run_in_priority_order_stable_for_ties():
     assert log == ["first", "normal-1", "normal-2", "low"]
 
 
+def test_events_call_only_the_hooks_that_handle_them():
+    log = []
+
+    class StepOnly(HookBase):
+        def after_step(self):
+            log.append("step")
+
+    class Interval(Recorder):  # inherits its handler from a subclass of HookBase
+        pass
+
+    hooks = HookList()
+    hooks.add(StepOnly())
+    hooks.add(Interval("interval", log, Priority.LOW))
+    hooks.add(HookBase())
+    assert [getattr(h, "__self__", None).__class__.__name__ for h in hooks._handlers["after_step"]] == [
+        "StepOnly", "Interval"]
+    assert hooks._handlers["before_step"] == [] and hooks._handlers["after_eval"] == []
+    hooks.call("after_step")
+    hooks.call("before_step")
+    assert log == ["step", "interval"]
+    with pytest.raises(KeyError):
+        hooks.call("after_stpe")  # a misspelt event is an error, not a silent no-op
+
+
 def test_default_hooks_and_event_order_in_a_run(tmp_path, data_dir):
     events = []
 

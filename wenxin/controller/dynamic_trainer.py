@@ -11,6 +11,7 @@ import paddle
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.controller.base_trainer import Batch, BaseTrainer
 from wenxin.controller.checkpoint import rename_state_keys
+from wenxin.controller.state import loss_value
 
 
 class _PredictGraph(paddle.nn.Layer):
@@ -61,7 +62,7 @@ class BaseDynamicTrainer(BaseTrainer):
             losses.append(loss.detach())
         loss = losses[0] if len(losses) == 1 else paddle.stack(losses).mean()
         if self.should_check_loss():  # one device-to-host read, which the logger then reuses
-            loss = float(loss)
+            loss = loss_value(loss)
             self.state.nonfinite_loss = not math.isfinite(loss)
         else:
             self.state.nonfinite_loss = False

@@ -8,6 +8,7 @@ import numpy as np
 from wenxin.common.registry import RegisterSet
 from wenxin.controller.hooks.base import HookBase, Priority
 from wenxin.controller.hooks.timer import IterationTimerHook
+from wenxin.controller.state import loss_value
 
 
 @RegisterSet.hooks.register("LoggerHook")
@@ -31,7 +32,7 @@ class LoggerHook(HookBase):
             return
         if not self._losses:
             return
-        losses = np.array([float(x) for x in self._losses])
+        losses = np.array([loss_value(x) for x in self._losses])
         self._losses = []
         scalars = {"epoch": state.epoch + 1, "loss": float(losses.mean()), "lr": self.trainer.current_lr()}
         scaler_value = self.trainer.loss_scale()

@@ -6,6 +6,7 @@ from typing import Optional
 from wenxin.common.registry import RegisterSet
 from wenxin.controller.hooks.base import HookBase, Priority
 from wenxin.controller.progress import ProgressBar
+from wenxin.controller.state import loss_value
 
 
 @RegisterSet.hooks.register("ProgressBarHook")
@@ -21,7 +22,7 @@ class ProgressBarHook(HookBase):
 
     def _postfix(self) -> str:
         loss = self.trainer.state.last_loss
-        return f"loss {float(loss):.4g}" if loss is not None else ""
+        return f"loss {loss_value(loss):.4g}" if loss is not None else ""
 
     def after_step(self) -> None:
         if self.bar is not None:
