@@ -32,8 +32,7 @@ from wenxin.controller.env import rng_state, set_rng_state
 from wenxin.controller.graph_mode import eager_mode
 from wenxin.controller.hooks import (DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook,
                                      ProgressBarHook)
-from wenxin.controller.hooks.writers import (BackgroundWriter, ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter,
-                                            VisualDLWriter)
+from wenxin.controller.hooks.writers import ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, VisualDLWriter
 from wenxin.controller.progress import ProgressBar, progress_enabled
 from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BasicDataSetReader
@@ -162,7 +161,7 @@ class BaseTrainer:
         if self.is_writer:
             writers.append(JsonlWriter(os.path.join(self.output_path, "logs", "metrics.jsonl")))
             if self.trainer_config["visualdl"]:
-                writers.append(BackgroundWriter(VisualDLWriter(os.path.join(self.output_path, "vdl"))))
+                writers.append(VisualDLWriter(os.path.join(self.output_path, "vdl")))
         return writers
 
     def _setup_hooks(self) -> None:
