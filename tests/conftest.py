@@ -94,3 +94,36 @@ def build(config: Dict[str, Any], tmp_path, overrides: Optional[List[str]] = Non
     from wenxin.runner import build_trainer
     path = write_config(str(tmp_path / f"task_{random.random():.8f}.json"), copy.deepcopy(config))
     return build_trainer(load_config(path, overrides or []))
+
+
+def assert_one_error_block(code: int, out: str, err: str, expected: Any = ()) -> List[str]:
+    """A command that refused its input: exit 2, stderr is exactly one ``error:`` block (one line,
+    or a header and indented problem lines) holding every ``expected`` text, no traceback, and
+    no training started. Returns the block's lines."""
+    assert code == 2, (code, out[-2000:], err[-2000:])
+    lines = err.strip().splitlines()
+    assert lines and lines[0].startswith("error: "), err[-3000:]
+    assert all(line.startswith("  ") for line in lines[1:]), err[-3000:]
+    assert "Traceback" not in err and "Traceback" not in out
+    assert "training (" not in out
+    for text in ([expected] if isinstance(expected, str) else expected):
+        assert text in err, (text, err)
+    return lines
+
+
+@pytest.fixture
+def hang_guard():
+    """Fails a test (instead of hanging CI) if it runs longer than the given seconds."""
+    import signal
+
+    def on_alarm(signum, frame):
+        raise TimeoutError("the case hung")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+
+    def arm(seconds: int = 60) -> None:
+        signal.alarm(seconds)
+
+    yield arm
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)

@@ -7,7 +7,7 @@ import paddle
 import pytest
 
 from conftest import build, task_config
-from wenxin.common.errors import CheckpointError
+from wenxin.common.errors import CheckpointError, ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.controller.hooks import HookBase
 
@@ -95,7 +95,7 @@ def test_corrupt_checkpoint_gives_clear_error_and_keeps_files(tmp_path, data_dir
     assert model_file in str(info.value) and "corrupt" in str(info.value)
     assert os.path.getsize(model_file) == 100
     config["trainer"]["load_checkpoint"] = str(tmp_path / "missing")
-    with pytest.raises(CheckpointError, match="checkpoint folder not found"):
+    with pytest.raises(ConfigError, match="trainer.load_checkpoint: checkpoint folder not found"):
         build(config, tmp_path)
 
 
@@ -136,7 +136,7 @@ def test_pretrained_loading_reports_missing_unexpected_and_mismatched(tmp_path, 
 
 def test_pretrained_errors_name_the_file(tmp_path, data_dir):
     config = task_config(data_dir, str(tmp_path / "a"), pre_train_model=str(tmp_path / "none.pdparams"))
-    with pytest.raises(CheckpointError, match="pretrained params file not found: .*none.pdparams"):
+    with pytest.raises(ConfigError, match="trainer.pre_train_model.0..params_path: pretrained params file not found: .*none.pdparams"):
         build(config, tmp_path)
     garbage = tmp_path / "garbage.pdparams"
     garbage.write_bytes(b"not a pickle at all")

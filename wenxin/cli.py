@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from wenxin.common.errors import WenxinError
+from wenxin.common.errors import WenxinError, format_error
 from wenxin.controller.env import quiet_paddle
 
 
@@ -59,8 +59,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             from wenxin.runner import export
             print(export(args.param_path, args.checkpoint, args.output, args.overrides))
     except WenxinError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(format_error(e), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

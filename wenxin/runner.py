@@ -5,11 +5,8 @@ import logging
 import os
 from typing import Any, Dict, Iterable, Tuple
 
-from wenxin.common.errors import ConfigError
-from wenxin.common.registry import RegisterSet
-from wenxin.common.task_loader import import_task
-from wenxin.config.loader import load_config, validate_model_section
-from wenxin.config.schema import validate
+from wenxin.config.loader import load_config
+from wenxin.config.task_check import resolve_task
 from wenxin.controller.base_trainer import BaseTrainer, prepare_output_path
 from wenxin.controller.env import init_distributed, set_seed, setup_device, setup_logging
 from wenxin.data.dataset_reader import build_readers
@@ -19,18 +16,8 @@ logger = logging.getLogger("wenxin")
 
 def resolve_classes(config: Dict[str, Any]) -> Tuple[str, type, type]:
     """Import the task and check every registered name and model/hook key before any work."""
-    scope = import_task(config["task"], config.get("_source", ""))
-    model_cls = RegisterSet.models.get(config["model"]["type"], scope, "model.type")
-    config["model"] = validate_model_section(config["model"], model_cls.config_schema)
-    trainer_cls = RegisterSet.trainers.get(config["trainer"]["type"], scope, "trainer.type")
-    wanted = "dynamic" if config["model"]["is_dygraph"] else "static"
-    if getattr(trainer_cls, "mode", "") != wanted:
-        raise ConfigError(f"trainer.type: '{config['trainer']['type']}' is a {trainer_cls.mode or 'unknown'}-"
-                          f"mode trainer but model.is_dygraph={config['model']['is_dygraph']} asks for {wanted}")
-    for i, spec in enumerate(config["trainer"]["hooks"]):
-        hook_cls = RegisterSet.hooks.get(spec["type"], scope, f"trainer.hooks[{i}].type")
-        validate(spec["params"], hook_cls.config_schema, f"trainer.hooks[{i}].params")
-    return scope, model_cls, trainer_cls
+    classes = resolve_task(config)
+    return classes.scope, classes.model_cls, classes.trainer_cls
 
 
 def build_trainer(config: Dict[str, Any]) -> BaseTrainer:

@@ -1,12 +1,28 @@
 """Errors that the framework raises for bad user input.
 
 Every error names what the user must fix: the JSON key path, the file and line, or the
-checkpoint path. Entry points catch ``WenxinError`` and print its message without a traceback.
+checkpoint path. Entry points catch ``WenxinError`` and print it without a traceback: one
+``error:`` line, or, when a check found several problems at once, an ``error:`` header followed
+by one line per problem (``format_error``).
 """
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, List, Optional, Sequence
 
 
 class WenxinError(Exception):
-    """Base class of all user-facing errors."""
+    """Base class of all user-facing errors.
+
+    Args:
+        message: the problem (used when ``problems`` is empty).
+        problems: several independent problems found by one check, each naming its key path,
+            ``file:line`` or path.
+    """
+
+    def __init__(self, message: str = "", problems: Sequence[str] = ()) -> None:
+        self.problems: List[str] = list(problems) or [message]
+        super().__init__("\n".join(self.problems))
 
 
 class ConfigError(WenxinError):
@@ -23,3 +39,55 @@ class CheckpointError(WenxinError):
 
 class TrainingError(WenxinError):
     """Training cannot continue (for example the loss became NaN/Inf)."""
+
+
+class Problems:
+    """Collects the problems of a check, so that one run reports all of them.
+
+    ``add`` records one; ``catch()`` records the problems of a ``WenxinError`` raised inside it
+    and lets the check go on; ``raise_if_any`` raises them together as one error.
+    """
+
+    def __init__(self) -> None:
+        self.messages: List[str] = []
+        self._keys: set = set()
+
+    def add(self, message: str, key: Optional[str] = None) -> None:
+        """Record ``message``; with ``key`` (a key path), only the first problem of that key is kept."""
+        if key is not None:
+            if key in self._keys:
+                return
+            self._keys.add(key)
+        if message not in self.messages:
+            self.messages.append(message)
+
+    def __bool__(self) -> bool:
+        return bool(self.messages)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    @contextlib.contextmanager
+    def catch(self) -> Iterator[None]:
+        try:
+            yield
+        except WenxinError as e:
+            for message in e.problems:
+                self.add(message)
+
+    def raise_if_any(self, error_type: type = ConfigError) -> None:
+        if self.messages:
+            raise error_type(problems=self.messages)
+
+
+def format_error(error: WenxinError) -> str:
+    """The text entry points print: ``error: <problem>``, or a header and one problem a line."""
+    problems = error.problems
+    if len(problems) == 1:
+        return f"error: {problems[0]}"
+    lines = [f"error: {len(problems)} problems:"]
+    for problem in problems:
+        first, *rest = problem.splitlines() or [""]
+        lines.append(f"  - {first}")
+        lines.extend(f"    {line}" for line in rest)
+    return "\n".join(lines)

@@ -70,3 +70,5 @@ class RegisterSet:
     trainers = Registry("trainer")
     hooks = Registry("hook")
     result_formats = Registry("result format")
+    optimizers = Registry("optimizer")
+    lr_schedulers = Registry("LR scheduler")

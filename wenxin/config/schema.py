@@ -1,19 +1,23 @@
 """A small schema language for task files: types, defaults, choices, bounds and nesting.
 
-``validate(value, schema, path)`` returns a copy with defaults filled in, or raises
-``ConfigError`` naming the JSON key path (``trainer.eval_step``) of the first problem.
+``validate(value, schema, path)`` returns a copy with defaults filled in (also inside nested
+objects that were left out), or raises ``ConfigError`` listing every problem, each with its JSON
+key path (``trainer.eval_step``). With a ``Problems`` collector it records the problems there
+instead and goes on, so that a caller can check several sections before reporting.
 """
 from __future__ import annotations
 
 import copy
 import difflib
+import math
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from wenxin.common.errors import ConfigError
+from wenxin.common.errors import Problems
 
 REQUIRED = object()
 _TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "string", dict: "object",
                list: "list", type(None): "null"}
+INT64_MAX = 2**63 - 1
 
 
 class Key:
@@ -21,19 +25,22 @@ class Key:
 
     Args:
         types: accepted Python types (``float`` also accepts ints; ``bool`` accepts 0/1).
-        default: value used when the key is absent; ``REQUIRED`` makes it mandatory.
+        default: value used when the key is absent; ``REQUIRED`` makes it mandatory. An absent
+            nested object (``children``) is filled in from its own keys' defaults.
         choices: allowed values.
-        minimum / maximum: inclusive numeric bounds.
+        minimum / maximum: inclusive numeric bounds (integers are always within int64).
         children: schema of a nested object.
         items: schema (a ``Key``) of each element of a list.
         open_keys: a nested object whose keys are not checked.
+        non_empty: a string that must not be empty.
         doc: one line shown in the README reference.
     """
 
     def __init__(self, types: Tuple[type, ...] | type, default: Any = REQUIRED, *,
                  choices: Optional[Sequence[Any]] = None, minimum: Optional[float] = None,
                  maximum: Optional[float] = None, children: Optional["Schema"] = None,
-                 items: Optional["Key"] = None, open_keys: bool = False, doc: str = "") -> None:
+                 items: Optional["Key"] = None, open_keys: bool = False, non_empty: bool = False,
+                 doc: str = "") -> None:
         self.types = types if isinstance(types, tuple) else (types,)
         self.default = default
         self.choices = choices
@@ -42,22 +49,34 @@ class Key:
         self.children = children
         self.items = items
         self.open_keys = open_keys
+        self.non_empty = non_empty
         self.doc = doc
 
 
 Schema = Dict[str, Key]
 
 
+class _Invalid(Exception):
+    """One problem with one value (internal: turned into a ``Problems`` entry)."""
+
+
 def _type_name(value: Any) -> str:
     return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
-def _coerce(value: Any, key: Key, path: str) -> Any:
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _coerce(value: Any, key: Key) -> Any:
     """Check the type of ``value``; returns it, converted where the conversion is lossless."""
     for t in key.types:
         if t is bool and (isinstance(value, bool) or (type(value) is int and value in (0, 1))):
             return bool(value)
         if t is float and type(value) in (int, float):
+            if not math.isfinite(value):
+                raise _Invalid(f"{value!r} is not a finite number")
             return float(value)
         if t is int and type(value) is int:
             return value
@@ -66,7 +85,7 @@ def _coerce(value: Any, key: Key, path: str) -> Any:
         if t not in (bool, int, float) and isinstance(value, t):
             return value
     expected = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in key.types)
-    raise ConfigError(f"{path}: expected {expected}, got {_type_name(value)} {value!r}")
+    raise _Invalid(f"expected {expected}, got {_type_name(value)} {_short(value)}")
 
 
 def suggest(name: str, known: Sequence[str]) -> str:
@@ -74,45 +93,100 @@ def suggest(name: str, known: Sequence[str]) -> str:
     return f" (did you mean '{hint[0]}'?)" if hint else ""
 
 
-def validate(value: Any, schema: Schema, path: str = "") -> Dict[str, Any]:
-    """Validate an object against ``schema`` and fill in defaults."""
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path or '<root>'}: expected object, got {_type_name(value)} {value!r}")
-    for name in value:
-        if name not in schema:
-            known = sorted(schema)
-            raise ConfigError(f"{_join(path, name)}: unknown key{suggest(name, known)}; "
-                              f"allowed keys: {', '.join(known)}")
-    result: Dict[str, Any] = {}
-    for name, key in schema.items():
-        key_path = _join(path, name)
-        if name not in value:
-            if key.default is REQUIRED:
-                raise ConfigError(f"{key_path}: required key is missing")
-            result[name] = copy.deepcopy(key.default)
-            continue
-        result[name] = validate_value(value[name], key, key_path)
+def validate(value: Any, schema: Schema, path: str = "", problems: Optional[Problems] = None) -> Dict[str, Any]:
+    """Validate an object against ``schema`` and fill in defaults.
+
+    Without ``problems``, raises ``ConfigError`` with every problem found; with it, records them
+    there and returns what it could check (a bad value is replaced by its default, a bad
+    required value is left out)."""
+    own = problems if problems is not None else Problems()
+    result = _validate_object(value, schema, path, own)
+    if problems is None:
+        own.raise_if_any()
     return result
 
 
-def validate_value(value: Any, key: Key, path: str) -> Any:
+def _validate_object(value: Any, schema: Schema, path: str, problems: Problems) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        problems.add(f"{path or '<root>'}: expected object, got {_type_name(value)} {_short(value)}", key=path)
+        value = {}
+    for name in value:
+        if name not in schema:
+            known = sorted(schema)
+            problems.add(f"{_join(path, name)}: unknown key{suggest(str(name), known)}; "
+                         f"allowed keys: {', '.join(known)}", key=_join(path, name))
+    result: Dict[str, Any] = {}
+    for name, key in schema.items():
+        key_path = _join(path, name)
+        if name in value:
+            checked = _validate_value(value[name], key, key_path, problems)
+            if checked is not _MISSING:
+                result[name] = checked
+                continue
+        elif key.default is REQUIRED:
+            problems.add(f"{key_path}: required key is missing", key=key_path)
+            continue
+        default = _default(key, key_path, problems)
+        if default is not _MISSING:
+            result[name] = default
+    return result
+
+
+_MISSING = object()
+
+
+def _default(key: Key, path: str, problems: Problems) -> Any:
+    """The default of ``key``; an object default is completed from its children's defaults."""
+    if key.default is REQUIRED:
+        return _MISSING
+    default = copy.deepcopy(key.default)
+    if isinstance(default, dict) and key.children is not None and not key.open_keys:
+        return _validate_object(default, key.children, path, problems)
+    return default
+
+
+def validate_value(value: Any, key: Key, path: str, problems: Optional[Problems] = None) -> Any:
+    """Check one value against ``key``; raises ``ConfigError`` (or records into ``problems``)."""
+    own = problems if problems is not None else Problems()
+    result = _validate_value(value, key, path, own)
+    if problems is None:
+        own.raise_if_any()
+    return None if result is _MISSING else result
+
+
+def _validate_value(value: Any, key: Key, path: str, problems: Problems) -> Any:
+    """The checked value, or ``_MISSING`` after recording a problem."""
     if value is None and type(None) in key.types:
         return None
-    value = _coerce(value, key, path)
-    if key.choices is not None and value not in key.choices:
-        raise ConfigError(f"{path}: {value!r} is not one of {list(key.choices)}"
-                          f"{suggest(str(value), [str(c) for c in key.choices])}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if key.minimum is not None and value < key.minimum:
-            raise ConfigError(f"{path}: {value!r} is below the minimum {key.minimum}")
-        if key.maximum is not None and value > key.maximum:
-            raise ConfigError(f"{path}: {value!r} is above the maximum {key.maximum}")
+    try:
+        value = _coerce(value, key)
+        _check_range(value, key)
+    except _Invalid as e:
+        problems.add(f"{path}: {e}", key=path)
+        return _MISSING
     if isinstance(value, dict) and key.children is not None and not key.open_keys:
-        return validate(value, key.children, path)
+        return _validate_object(value, key.children, path, problems)
     if isinstance(value, list) and key.items is not None:
-        return [validate_value(v, key.items, f"{path}[{i}]") for i, v in enumerate(value)]
+        checked = [_validate_value(v, key.items, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+        return [v for v in checked if v is not _MISSING]
     return copy.deepcopy(value)
 
 
-def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
+def _check_range(value: Any, key: Key) -> None:
+    if key.choices is not None and value not in key.choices:
+        raise _Invalid(f"{_short(value)} is not one of {list(key.choices)}"
+                       f"{suggest(str(value), [str(c) for c in key.choices])}")
+    if key.non_empty and isinstance(value, str) and not value:
+        raise _Invalid("must not be empty")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if key.minimum is not None and value < key.minimum:
+            raise _Invalid(f"{_short(value)} is below the minimum {key.minimum}")
+        maximum = key.maximum if key.maximum is not None else (INT64_MAX if isinstance(value, int) else None)
+        if maximum is not None and value > maximum:
+            raise _Invalid(f"{_short(value)} is above the maximum {maximum}")
+        if isinstance(value, int) and value < -INT64_MAX - 1:
+            raise _Invalid(f"{_short(value)} is below the minimum {-INT64_MAX - 1}")
+
+
+def _join(path: str, name: Any) -> str:
+    return f"{path}.{name}" if path else str(name)

@@ -53,7 +53,7 @@ READER_CONFIG: Schema = {
     "need_generate_examples": Key(bool, False, doc="keep raw examples beside the tensors"),
     "drop_last": Key(bool, False),
     "has_header": Key(bool, False, doc="skip the first line of each file"),
-    "separator": Key(str, "\t"),
+    "separator": Key(str, "\t", non_empty=True),
     "skip_bad_lines": Key(bool, False, doc="skip and count malformed lines instead of failing"),
     "num_workers": Key(int, 0, minimum=0, doc="paddle.io.DataLoader worker processes"),
 }
@@ -72,9 +72,10 @@ DATASET_READER: Schema = {
 
 OPTIMIZATION: Schema = {
     "learning_rate": Key(float, 1e-3, minimum=0.0),
-    "optimizer": Key(str, "adamw", choices=["adamw", "adam", "sgd", "momentum"]),
+    "optimizer": Key(str, "adamw", doc="a registered optimizer: adamw, adam, sgd, momentum"),
     "lr_scheduler": Key(str, "linear_warmup_decay",
-                        choices=["constant", "linear_warmup_decay", "cosine_warmup_decay"]),
+                        doc="a registered schedule after warmup: constant, linear_warmup_decay, "
+                            "cosine_warmup_decay"),
     "warmup_steps": Key(int, 0, minimum=0),
     "warmup_proportion": Key(float, 0.0, minimum=0.0, maximum=1.0),
     "end_learning_rate": Key(float, 0.0, minimum=0.0, doc="learning rate reached at the last step"),
@@ -108,7 +109,7 @@ TRAINER: Schema = {
     "type": Key(str, "CustomDynamicTrainer"),
     "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
     "PADDLE_IS_FLEET": Key(bool, False),
-    "seed": Key(int, 42, minimum=0),
+    "seed": Key(int, 42, minimum=0, maximum=2**32 - 1),
     "epoch": Key(int, 1, minimum=1),
     "max_steps": Key(int, -1, doc="> 0: stop after this many optimizer steps (overrides epoch)"),
     "gradient_accumulation_steps": Key(int, 1, minimum=1),

@@ -1,12 +1,27 @@
-"""Optimizers and learning-rate schedules (with warmup) built from ``model.optimization``."""
+"""Optimizers and learning-rate schedules (with warmup) built from ``model.optimization``.
+
+Both are registries (``RegisterSet.optimizers`` / ``RegisterSet.lr_schedulers``): adding one
+means registering a builder function under the name a task file uses, e.g.::
+
+    @RegisterSet.optimizers.register("lamb")
+    def lamb(opt, parameters, learning_rate, grad_clip, decay_filter): ...
+
+Weight decay never applies to biases and normalization scales (``decay_filter``), whatever the
+optimizer: AdamW decays decoupled from the gradient (``apply_decay_param_fun``); the others add
+L2 decay to the gradient through each decayed parameter's own regularizer, which Paddle honours
+in both graph modes.
+"""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import paddle
 from paddle.optimizer import lr as lr_sched
 
 from wenxin.common.errors import ConfigError
+from wenxin.common.registry import RegisterSet
+
+DecayFilter = Callable[[str], bool]
 
 
 def warmup_steps_of(opt: Dict[str, Any], total_steps: int) -> int:
@@ -15,19 +30,33 @@ def warmup_steps_of(opt: Dict[str, Any], total_steps: int) -> int:
     return opt["warmup_steps"] or int(opt["warmup_proportion"] * total_steps)
 
 
-def build_lr_scheduler(opt: Dict[str, Any], total_steps: int) -> lr_sched.LRScheduler:
-    """Linear warmup from 0 to ``learning_rate`` then constant / linear / cosine decay."""
+# ---- LR schedules after warmup: (optimization config, base lr, decay steps) -> schedule or float ----
+@RegisterSet.lr_schedulers.register("constant")
+def constant(opt: Dict[str, Any], base: float, decay_steps: int) -> Any:
+    """The learning rate stays at ``learning_rate``."""
+    return base
+
+
+@RegisterSet.lr_schedulers.register("linear_warmup_decay")
+def linear_decay(opt: Dict[str, Any], base: float, decay_steps: int) -> Any:
+    """Linear decay to ``end_learning_rate`` at the last step."""
+    return lr_sched.PolynomialDecay(base, decay_steps, end_lr=opt["end_learning_rate"], power=1.0)
+
+
+@RegisterSet.lr_schedulers.register("cosine_warmup_decay")
+def cosine_decay(opt: Dict[str, Any], base: float, decay_steps: int) -> Any:
+    """Half a cosine from ``learning_rate`` down to ``end_learning_rate`` at the last step."""
+    return lr_sched.CosineAnnealingDecay(base, T_max=decay_steps, eta_min=opt["end_learning_rate"])
+
+
+def build_lr_scheduler(opt: Dict[str, Any], total_steps: int, scope: Optional[str] = None) -> lr_sched.LRScheduler:
+    """Linear warmup from 0 to ``learning_rate``, then the registered schedule ``lr_scheduler``."""
     base, warmup = opt["learning_rate"], warmup_steps_of(opt, total_steps)
     decay_steps = max(1, total_steps - warmup)
-    kind = opt["lr_scheduler"]
-    if kind == "constant":
-        after: Any = base
-    elif kind == "linear_warmup_decay":
-        after = lr_sched.PolynomialDecay(base, decay_steps, end_lr=opt["end_learning_rate"], power=1.0)
-    else:
-        after = lr_sched.CosineAnnealingDecay(base, T_max=decay_steps, eta_min=opt["end_learning_rate"])
+    make = RegisterSet.lr_schedulers.get(opt["lr_scheduler"], scope, "model.optimization.lr_scheduler")
+    after = make(opt, base, decay_steps)
     if warmup == 0:
-        return after if isinstance(after, lr_sched.LRScheduler) else lr_sched.LambdaDecay(base, _one)
+        return after if isinstance(after, lr_sched.LRScheduler) else lr_sched.LambdaDecay(after, _one)
     return lr_sched.LinearWarmup(after, warmup_steps=warmup, start_lr=0.0, end_lr=base)
 
 
@@ -35,27 +64,51 @@ def _one(_: int) -> float:
     return 1.0
 
 
+# ---- optimizers: (optimization config, parameters, lr, clip, decay filter) -> optimizer ----------
+def _l2_decay(params: List[Any], weight_decay: float, decay_filter: Optional[DecayFilter]) -> None:
+    """L2 decay on the parameters that ``decay_filter`` selects, none on the others."""
+    regularizer = paddle.regularizer.L2Decay(weight_decay) if weight_decay else None
+    for p in params:
+        p.regularizer = regularizer if decay_filter is None or decay_filter(p.name) else None
+
+
+@RegisterSet.optimizers.register("adamw")
+def adamw(opt: Dict[str, Any], params: List[Any], lr: Any, clip: Any,
+          decay_filter: Optional[DecayFilter]) -> paddle.optimizer.Optimizer:
+    return paddle.optimizer.AdamW(learning_rate=lr, parameters=params, beta1=opt["beta1"], beta2=opt["beta2"],
+                                  epsilon=opt["epsilon"], weight_decay=opt["weight_decay"],
+                                  apply_decay_param_fun=decay_filter, grad_clip=clip)
+
+
+@RegisterSet.optimizers.register("adam")
+def adam(opt: Dict[str, Any], params: List[Any], lr: Any, clip: Any,
+         decay_filter: Optional[DecayFilter]) -> paddle.optimizer.Optimizer:
+    _l2_decay(params, opt["weight_decay"], decay_filter)
+    return paddle.optimizer.Adam(learning_rate=lr, parameters=params, beta1=opt["beta1"], beta2=opt["beta2"],
+                                 epsilon=opt["epsilon"], grad_clip=clip)
+
+
+@RegisterSet.optimizers.register("sgd")
+def sgd(opt: Dict[str, Any], params: List[Any], lr: Any, clip: Any,
+        decay_filter: Optional[DecayFilter]) -> paddle.optimizer.Optimizer:
+    _l2_decay(params, opt["weight_decay"], decay_filter)
+    return paddle.optimizer.SGD(learning_rate=lr, parameters=params, grad_clip=clip)
+
+
+@RegisterSet.optimizers.register("momentum")
+def momentum(opt: Dict[str, Any], params: List[Any], lr: Any, clip: Any,
+             decay_filter: Optional[DecayFilter]) -> paddle.optimizer.Optimizer:
+    _l2_decay(params, opt["weight_decay"], decay_filter)
+    return paddle.optimizer.Momentum(learning_rate=lr, momentum=opt["momentum"], parameters=params,
+                                     grad_clip=clip)
+
+
 def build_optimizer(opt: Dict[str, Any], parameters: Iterable[paddle.Tensor], total_steps: int,
-                    decay_filter: Optional[Callable[[str], bool]] = None
+                    decay_filter: Optional[DecayFilter] = None, scope: Optional[str] = None
                     ) -> Tuple[paddle.optimizer.Optimizer, lr_sched.LRScheduler]:
-    """The optimizer named by ``opt["optimizer"]`` with global-norm clipping and weight decay."""
-    scheduler = build_lr_scheduler(opt, total_steps)
+    """The registered optimizer ``opt["optimizer"]`` with global-norm clipping, weight decay
+    (not on biases and norm scales) and the LR schedule."""
+    scheduler = build_lr_scheduler(opt, total_steps, scope)
     clip = paddle.nn.ClipGradByGlobalNorm(opt["max_grad_norm"]) if opt["max_grad_norm"] > 0 else None
-    params = list(parameters)
-    kind, wd = opt["optimizer"], opt["weight_decay"]
-    if kind == "adamw":
-        optimizer: paddle.optimizer.Optimizer = paddle.optimizer.AdamW(
-            learning_rate=scheduler, parameters=params, beta1=opt["beta1"], beta2=opt["beta2"],
-            epsilon=opt["epsilon"], weight_decay=wd, apply_decay_param_fun=decay_filter, grad_clip=clip)
-    elif kind == "adam":
-        optimizer = paddle.optimizer.Adam(
-            learning_rate=scheduler, parameters=params, beta1=opt["beta1"], beta2=opt["beta2"],
-            epsilon=opt["epsilon"], weight_decay=paddle.regularizer.L2Decay(wd) if wd else None, grad_clip=clip)
-    elif kind == "sgd":
-        optimizer = paddle.optimizer.SGD(learning_rate=scheduler, parameters=params, grad_clip=clip,
-                                         weight_decay=paddle.regularizer.L2Decay(wd) if wd else None)
-    else:
-        optimizer = paddle.optimizer.Momentum(learning_rate=scheduler, momentum=opt["momentum"],
-                                              parameters=params, grad_clip=clip,
-                                              weight_decay=paddle.regularizer.L2Decay(wd) if wd else None)
-    return optimizer, scheduler
+    make = RegisterSet.optimizers.get(opt["optimizer"], scope, "model.optimization.optimizer")
+    return make(opt, list(parameters), scheduler, clip, decay_filter), scheduler

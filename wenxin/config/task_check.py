@@ -1,0 +1,170 @@
+"""The checks of a task file that need the task package: registered names, the model's and the
+hooks' own keys, the paths the config names, and limits that need several keys at once.
+
+``check_task`` records every problem into a ``Problems`` collector, so that ``load_config``
+reports them all in one run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import traceback
+from typing import Any, Dict, Optional
+
+from wenxin.common.errors import ConfigError, Problems
+from wenxin.common.registry import RegisterSet
+from wenxin.config.schema import validate, validate_value
+from wenxin.config.task_schema import MODEL_BASE
+
+# A padded batch of more int64 values than this (2 GiB) cannot be what the user meant.
+MAX_BATCH_VALUES = 1 << 28
+READER_NAMES = ("train_reader", "dev_reader", "test_reader", "predict_reader")
+EVAL_FLAGS = (("dev_reader", "is_eval_dev"), ("test_reader", "is_eval_test"))
+
+
+@dataclasses.dataclass
+class TaskClasses:
+    """What a task file resolves to."""
+
+    scope: str
+    model_cls: type
+    trainer_cls: type
+
+
+def check_task(config: Dict[str, Any], problems: Problems) -> Optional[TaskClasses]:
+    """Check a schema-validated config (in place: the model section gets its defaults,
+    ``pre_train_model`` its list form); returns the resolved classes when the task loaded."""
+    from wenxin.config.loader import normalize_pretrained, validate_model_section
+    trainer = config.get("trainer", {})
+    dataset = config.get("dataset_reader", {})
+    model = config.get("model")
+    if "dataset_reader" in config and dataset.get("train_reader") is None:
+        problems.add("dataset_reader.train_reader: required section is missing", key="dataset_reader.train_reader")
+    if "pre_train_model" in trainer:
+        trainer["pre_train_model"] = normalize_pretrained(trainer["pre_train_model"], problems)
+    if trainer.get("load_checkpoint") and trainer.get("resume") == "auto":
+        problems.add("trainer.resume: 'auto' cannot be combined with trainer.load_checkpoint")
+    for reader, flag in EVAL_FLAGS:
+        if trainer.get(flag) and "dataset_reader" in config and dataset.get(reader) is None:
+            problems.add(f"trainer.{flag}: set, but dataset_reader.{reader} is not configured")
+    _check_readers(dataset, trainer, problems)
+    _check_paths(trainer, problems)
+
+    model_type = None
+    if isinstance(model, dict):
+        if "type" not in model:
+            problems.add("model.type: required key is missing", key="model.type")
+        else:
+            model_type = validate_value(model["type"], MODEL_BASE["type"], "model.type", problems)
+    classes = None
+    scope = _import_task(config, problems) if "task" in config else None
+    if scope is not None and model_type is not None:
+        classes = _resolve(config, scope, model_type, problems)
+    if isinstance(model, dict):
+        if classes is not None:
+            with problems.catch():
+                config["model"] = validate_model_section(model, classes.model_cls.config_schema, problems)
+        else:  # the model class is unknown: check the keys every model shares
+            base = {k: v for k, v in model.items() if k in MODEL_BASE}
+            config["model"] = {**model, **validate(base, MODEL_BASE, "model", problems)}
+        _check_optimization(config["model"].get("optimization"), scope, problems)
+    return classes
+
+
+def _import_task(config: Dict[str, Any], problems: Problems) -> Optional[str]:
+    from wenxin.common.task_loader import import_task
+    try:
+        return import_task(config["task"], config.get("_source", ""))
+    except ConfigError as e:
+        for message in e.problems:
+            problems.add(message, key="task")
+    except Exception as e:  # noqa: BLE001 (the task's own code failed to import)
+        frames = [f for f in traceback.extract_tb(sys.exc_info()[2]) if "wenxin/" not in f.filename.replace(os.sep, "/")
+                  or "/tasks/" in f.filename.replace(os.sep, "/")]
+        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        problems.add(f"task: importing task package '{config['task']}' failed{where}: {type(e).__name__}: {e}",
+                     key="task")
+    return None
+
+
+def _resolve(config: Dict[str, Any], scope: str, model_type: str, problems: Problems) -> Optional[TaskClasses]:
+    model_cls = trainer_cls = None
+    with problems.catch():
+        model_cls = RegisterSet.models.get(model_type, scope, "model.type")
+    trainer = config.get("trainer", {})
+    if "type" in trainer:
+        with problems.catch():
+            trainer_cls = RegisterSet.trainers.get(trainer["type"], scope, "trainer.type")
+    model = config.get("model", {})
+    if trainer_cls is not None and isinstance(model.get("is_dygraph", 1), int):
+        wanted = "dynamic" if model.get("is_dygraph", 1) else "static"
+        if getattr(trainer_cls, "mode", "") != wanted:
+            problems.add(f"trainer.type: '{trainer['type']}' is a {getattr(trainer_cls, 'mode', '') or 'unknown'}-"
+                         f"mode trainer but model.is_dygraph={model.get('is_dygraph', 1)} asks for {wanted}",
+                         key="trainer.type")
+    for i, spec in enumerate(trainer.get("hooks", [])):
+        if "type" not in spec:
+            continue
+        hook_cls = None
+        with problems.catch():
+            hook_cls = RegisterSet.hooks.get(spec["type"], scope, f"trainer.hooks[{i}].type")
+        if hook_cls is not None:
+            validate(spec.get("params", {}), hook_cls.config_schema, f"trainer.hooks[{i}].params", problems)
+    if model_cls is None or trainer_cls is None:
+        return None
+    return TaskClasses(scope, model_cls, trainer_cls)
+
+
+def _check_optimization(opt: Any, scope: Optional[str], problems: Problems) -> None:
+    if not isinstance(opt, dict):
+        return
+    import wenxin.controller.optimization  # noqa: F401  (registers the built-in optimizers and schedules)
+    for key, registry in (("optimizer", RegisterSet.optimizers), ("lr_scheduler", RegisterSet.lr_schedulers)):
+        if key in opt:
+            with problems.catch():
+                registry.get(opt[key], scope, f"model.optimization.{key}")
+    if opt.get("warmup_steps") and opt.get("warmup_proportion"):
+        problems.add("model.optimization: set warmup_steps or warmup_proportion, not both")
+
+
+def _check_readers(dataset: Dict[str, Any], trainer: Dict[str, Any], problems: Problems) -> None:
+    """Data and vocab files exist; padded batches fit in memory."""
+    for name in READER_NAMES:
+        reader = dataset.get(name)
+        if not isinstance(reader, dict):
+            continue
+        path = f"dataset_reader.{name}"
+        rc = reader.get("config", {})
+        data_path = rc.get("data_path")
+        if data_path and not os.path.exists(data_path):
+            problems.add(f"{path}.config.data_path: data file not found: {data_path}")
+        batch = max(rc.get("batch_size", 1), trainer.get("eval_batch_size", 0) if name != "train_reader" else 0)
+        for i, field in enumerate(reader.get("fields", [])):
+            vocab = field.get("vocab_path")
+            if vocab and not os.path.isfile(vocab):
+                problems.add(f"{path}.fields[{i}].vocab_path: vocab file not found: {vocab}")
+            if field.get("pad_to_max_seq_len") and batch * field.get("max_seq_len", 1) > MAX_BATCH_VALUES:
+                problems.add(f"{path}.fields[{i}].max_seq_len: {field['max_seq_len']} padded for every one of "
+                             f"{batch} examples is more than {MAX_BATCH_VALUES} values a batch; "
+                             f"lower max_seq_len or the batch size")
+
+
+def _check_paths(trainer: Dict[str, Any], problems: Problems) -> None:
+    for i, entry in enumerate(trainer.get("pre_train_model", [])):
+        params = entry.get("params_path") if isinstance(entry, dict) else None
+        if params and not os.path.exists(params):
+            problems.add(f"trainer.pre_train_model[{i}].params_path: pretrained params file not found: {params}")
+    if trainer.get("load_parameters") and not os.path.exists(trainer["load_parameters"]):
+        problems.add(f"trainer.load_parameters: params file not found: {trainer['load_parameters']}")
+    if trainer.get("load_checkpoint") and not os.path.isdir(trainer["load_checkpoint"]):
+        problems.add(f"trainer.load_checkpoint: checkpoint folder not found: {trainer['load_checkpoint']}")
+
+
+def resolve_task(config: Dict[str, Any]) -> TaskClasses:
+    """The task's classes for a config ``load_config`` accepted (raises on any problem)."""
+    problems = Problems()
+    classes = check_task(config, problems)
+    problems.raise_if_any()
+    assert classes is not None
+    return classes
