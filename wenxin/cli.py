@@ -6,7 +6,7 @@ import sys
 from typing import List, Optional
 
 from wenxin.common.errors import WenxinError, format_error
-from wenxin.controller.env import quiet_paddle
+from wenxin.controller.env import quiet_paddle, watch_thread_failures
 
 
 def _add_task_args(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     quiet_paddle()
+    watch_thread_failures()
     try:
         if args.command == "train":
             from wenxin.runner import train

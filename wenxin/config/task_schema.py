@@ -56,6 +56,8 @@ READER_CONFIG: Schema = {
     "separator": Key(str, "\t", non_empty=True),
     "skip_bad_lines": Key(bool, False, doc="skip and count malformed lines instead of failing"),
     "num_workers": Key(int, 0, minimum=0, doc="paddle.io.DataLoader worker processes"),
+    "max_line_bytes": Key(int, 512 << 10, minimum=16, doc="a longer line is malformed (an error naming "
+                                                          "file:line, or skipped with skip_bad_lines)"),
 }
 
 READER: Schema = {

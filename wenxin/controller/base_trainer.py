@@ -16,19 +16,19 @@ import tempfile
 import threading
 import time
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import paddle
 
 from wenxin.common.constants import Phase
-from wenxin.common.errors import CheckpointError, ConfigError
+from wenxin.common.errors import CheckpointError, ConfigError, DataError, WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import export
 from wenxin.controller.amp import AmpSettings
-from wenxin.controller.env import rng_state, set_rng_state
+from wenxin.controller.env import last_thread_failure, rng_state, set_rng_state
 from wenxin.controller.graph_mode import eager_mode
 from wenxin.controller.hooks import (DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook,
                                      ProgressBarHook)
@@ -257,7 +257,7 @@ class BaseTrainer:
                 while s.step_in_epoch < s.steps_per_epoch and s.global_step < s.max_steps and not s.should_stop:
                     self.hooks.call("before_step")
                     start = time.perf_counter()
-                    group = [next(batches) for _ in range(self.accumulate)]
+                    group = self._next_batches(batches)
                     s.last_data_time = time.perf_counter() - start
                     s.last_loss = self.run_step(group)
                     s.global_step += 1
@@ -275,6 +275,17 @@ class BaseTrainer:
         if s.stop_reason:
             logger.info("stopped: %s", s.stop_reason)
         return s.metrics
+
+    def _next_batches(self, batches: Iterator[Batch]) -> List[Batch]:
+        """The next ``accumulate`` training batches; a loader that fails ends the run with an
+        ``error:`` naming the reader, never a wait."""
+        try:
+            return [next(batches) for _ in range(self.accumulate)]
+        except (WenxinError, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001 (DataLoader workers raise many types)
+            cause = last_thread_failure() or f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            raise DataError(f"dataset_reader.train_reader: loading a batch failed ({cause})") from None
 
     def _catch_stop_signals(self) -> Dict[int, Any]:
         """SIGTERM / Ctrl-C: finish the current step, save a checkpoint, and return normally.

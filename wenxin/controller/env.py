@@ -5,7 +5,8 @@ import logging
 import os
 import random
 import sys
-from typing import Any, Dict
+import threading
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import paddle
@@ -89,6 +90,29 @@ def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> Non
         handler = logging.FileHandler(log_file, encoding="utf-8")
         handler.setFormatter(formatter)
         root.addHandler(handler)
+
+
+_thread_failures: List[BaseException] = []
+
+
+def watch_thread_failures() -> None:
+    """Keep exceptions of background threads (a DataLoader's reader thread) for the main thread
+    to report as part of its one error, instead of printing their tracebacks to stderr."""
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None:
+            _thread_failures.append(args.exc_value)
+            logging.getLogger("wenxin").debug("thread %s failed: %r", getattr(args.thread, "name", "?"), args.exc_value)
+
+    threading.excepthook = hook
+
+
+def last_thread_failure() -> Optional[str]:
+    """The last line of the newest background-thread exception (its own message), if any."""
+    if not _thread_failures:
+        return None
+    error = _thread_failures[-1]
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(error).__name__
 
 
 def rng_state() -> Dict[str, Any]:

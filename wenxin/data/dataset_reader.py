@@ -1,6 +1,7 @@
 """Dataset readers: read TSV files into converted examples and serve batches."""
 from __future__ import annotations
 
+import collections
 import logging
 import os
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -8,14 +9,17 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 import paddle
 
-from wenxin.common.errors import ConfigError, DataError
+from wenxin.common.errors import ConfigError, DataError, WenxinError
 from wenxin.common.registry import RegisterSet
-from wenxin.data.field_reader import BaseFieldReader, TensorSpec
+from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, SequenceLabelFieldReader, TensorSpec, \
+    UnknownLabelError
+from wenxin.data.lines import iter_lines
 from wenxin.data.sampler import ResumableBatchSampler
 
 logger = logging.getLogger(__name__)
 
 RawLine = Tuple[str, int, List[str]]  # (file, line number, columns)
+RARE_LABEL_COUNT = 3  # a label seen this often or less in a training set of 50+ lines is suspicious
 
 
 def list_data_files(data_path: str, key_path: str) -> List[str]:
@@ -28,6 +32,8 @@ def list_data_files(data_path: str, key_path: str) -> List[str]:
         if not files:
             raise DataError(f"{key_path}: folder has no data files: {data_path}")
         return files
+    if os.path.exists(data_path):
+        raise DataError(f"{key_path}: not a regular file or folder (a FIFO or a device?): {data_path}")
     raise DataError(f"{key_path}: data file not found: {data_path}")
 
 
@@ -42,15 +48,30 @@ class _ExampleDataset(paddle.io.Dataset):
         return len(self.examples)
 
 
-class _NumpyBatches:
-    """Iterates a batch sampler, collating each batch to numpy arrays."""
+class _MainThreadBatches:
+    """Iterates a batch sampler, collating each batch in the calling thread: numpy arrays, or
+    tensors for the eager trainer.
 
-    def __init__(self, reader: "BasicDataSetReader", sampler: ResumableBatchSampler) -> None:
-        self.reader, self.sampler = reader, sampler
+    A batch that cannot be assembled (too large for memory, say) is a ``DataError`` raised where
+    the loop asks for it. ``paddle.io.DataLoader`` collates in a thread of its own, and when that
+    thread dies the training loop waits for a batch forever, deaf even to SIGTERM. Collating here
+    costs the step well under a millisecond for the example configs."""
 
-    def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
+    def __init__(self, reader: "BasicDataSetReader", sampler: ResumableBatchSampler, as_tensors: bool) -> None:
+        self.reader, self.sampler, self.as_tensors = reader, sampler, as_tensors
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
         for indices in self.sampler:
-            yield self.reader.collate_rows(indices)
+            try:
+                batch: Dict[str, Any] = self.reader.collate_rows(indices)
+            except WenxinError:
+                raise
+            except Exception as e:  # noqa: BLE001 (numpy raises MemoryError, ValueError, ...)
+                raise DataError(f"{self.reader.key_path}: cannot assemble a batch of {len(indices)} examples "
+                                f"({type(e).__name__}: {e})") from None
+            if self.as_tensors:
+                batch = {name: paddle.to_tensor(array) for name, array in batch.items()}
+            yield batch
 
     def __len__(self) -> int:
         return len(self.sampler)
@@ -91,17 +112,19 @@ class BasicDataSetReader:
 
     # ---- reading -------------------------------------------------------------------------
     def read_lines(self) -> List[RawLine]:
-        """All lines of the data files, split into columns; checks the column count."""
+        """All lines of the data files, split into columns; checks the column count. Files are
+        read a line at a time (``wenxin.data.lines``); blank lines are skipped."""
         cfg = self.reader_config
         lines: List[RawLine] = []
         n_fields = len(self.fields)
-        for path in list_data_files(cfg["data_path"], f"{self.key_path}.config.data_path"):
-            with open(path, encoding="utf-8", errors="strict") as f:
-                try:
-                    content = f.read().splitlines()
-                except UnicodeDecodeError as e:
-                    raise DataError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
-            for lineno, line in enumerate(content, 1):
+        files = list_data_files(cfg["data_path"], f"{self.key_path}.config.data_path")
+        seen_any = False
+        for path in files:
+            for lineno, line, problem in iter_lines(path, cfg["max_line_bytes"]):
+                seen_any = True
+                if problem is not None:
+                    self._bad_line(path, lineno, problem)
+                    continue
                 if (cfg["has_header"] and lineno == 1) or not line.strip():
                     continue
                 columns = line.split(cfg["separator"])
@@ -110,6 +133,9 @@ class BasicDataSetReader:
                     self._bad_line(path, lineno, f"expected {n_fields} columns ({names}), got {len(columns)}")
                     continue
                 lines.append((path, lineno, columns))
+        if not seen_any:
+            raise DataError(f"{self.key_path}.config.data_path: {', '.join(files)}: "
+                            f"{'the file is' if len(files) == 1 else 'the files are'} empty")
         return lines
 
     def _bad_line(self, path: str, lineno: int, problem: str) -> None:
@@ -131,6 +157,8 @@ class BasicDataSetReader:
                 by_name = dict(zip(self.names, example))
                 for field in self.fields:
                     field.check_example(by_name)
+            except UnknownLabelError as e:
+                raise DataError(f"{path}:{lineno}: {e}") from None
             except ValueError as e:
                 self._bad_line(path, lineno, str(e))
                 continue
@@ -139,10 +167,36 @@ class BasicDataSetReader:
                 self.raw_examples.append(columns)
         if self.bad_lines:
             logger.warning("%s: skipped %d malformed lines", self.name, self.bad_lines)
+        if train_reader is None:
+            self._report_labels(lines)
         if not self.examples:
+            skipped = f" ({self.bad_lines} malformed lines skipped)" if self.bad_lines else ""
             raise DataError(f"{self.key_path}.config.data_path: no usable examples in "
-                            f"{self.reader_config['data_path']}")
+                            f"{self.reader_config['data_path']}{skipped}")
         return self
+
+    def _report_labels(self, lines: List[RawLine]) -> None:
+        """Log each label map with its counts, and warn about labels so rare that they are more
+        likely a stray header, an empty label or a typo (``01``) than a class."""
+        for col, field in enumerate(self.fields):
+            if not isinstance(field, LabelFieldReader) or isinstance(field, SequenceLabelFieldReader) \
+                    or field.vocab is None:
+                continue
+            counts = collections.Counter(e[col] for e in self.examples)
+            first: Dict[str, Tuple[str, int]] = {}
+            for path, lineno, columns in lines:
+                first.setdefault(columns[col].strip(), (path, lineno))
+            names = field.vocab.tokens
+            logger.info("%s: label map of '%s' (%d labels): %s", self.name, field.name, len(names),
+                        ", ".join(f"{i}={name!r} x{counts.get(i, 0)}" for i, name in enumerate(names)))
+            if len(self.examples) < 50:
+                continue
+            for i, name in enumerate(names):
+                if counts.get(i, 0) <= RARE_LABEL_COUNT:
+                    where = "{}:{}".format(*first[name]) if name in first else "no line"
+                    logger.warning("%s: label %r of '%s' occurs in only %d of %d lines (first at %s): a stray "
+                                   "header, an empty label or a typo adds a class silently", self.name, name,
+                                   field.name, counts.get(i, 0), len(self.examples), where)
 
     def _fit_vocabs(self, lines: List[RawLine], train_reader: Optional["BasicDataSetReader"]) -> None:
         """Fields without a vocab file get one: the train reader builds it from the columns of
@@ -226,14 +280,13 @@ class BasicDataSetReader:
                                      num_replicas=num_replicas, pad=pad)
 
     def make_loader(self, sampler: ResumableBatchSampler, numpy_batches: bool = False) -> Iterable[Dict[str, Any]]:
-        """Batches of the converted examples in ``sampler``'s order, as dicts.
+        """Batches of the converted examples in ``sampler``'s order, as dicts of tensors (numpy
+        arrays with ``numpy_batches``: the static trainer's Executor takes them).
 
-        By default a ``paddle.io.DataLoader`` that yields tensors. With ``numpy_batches`` (the
-        static trainer, whose Executor takes numpy arrays) and no worker processes, the batches
-        are collated numpy arrays, made in the calling thread: no tensor conversion and no
-        prefetch thread competing for the interpreter lock."""
-        if numpy_batches and self.reader_config["num_workers"] == 0:
-            return _NumpyBatches(self, sampler)
+        Without worker processes the batches are collated in the calling thread (see
+        ``_MainThreadBatches``); with ``num_workers`` a ``paddle.io.DataLoader`` runs them."""
+        if self.reader_config["num_workers"] == 0:
+            return _MainThreadBatches(self, sampler, as_tensors=not numpy_batches)
         return paddle.io.DataLoader(_ExampleDataset(self.examples), batch_sampler=sampler,
                                     collate_fn=self.collate, num_workers=self.reader_config["num_workers"],
                                     return_list=True)

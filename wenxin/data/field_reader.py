@@ -19,6 +19,11 @@ from wenxin.data.tokenizers import BaseTokenizer
 from wenxin.data.vocab import PAD_TOKEN, Vocab
 
 
+class UnknownLabelError(ValueError):
+    """A label or tag outside the label map: an error even with ``skip_bad_lines`` (skipping it
+    would silently evaluate on fewer examples, or train without a class)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
     """Name, shape (-1 for a dynamic size) and dtype of one input tensor."""
@@ -197,7 +202,8 @@ class LabelFieldReader(BaseFieldReader):
         assert self.vocab is not None, "label map is built before conversion"
         idx = self.vocab.lookup(label)
         if idx is None:
-            raise ValueError(f"label {label!r} is not in the label map {self.vocab.tokens[:10]}")
+            raise UnknownLabelError(f"label {label!r} is not in the label map {self.vocab.tokens[:10]}"
+                                    f"{' ...' if len(self.vocab) > 10 else ''} (the training labels)")
         return idx
 
     def collate(self, values: List[int]) -> Dict[str, np.ndarray]:
@@ -239,7 +245,8 @@ class SequenceLabelFieldReader(LabelFieldReader):
         for tag in self.tokenizer.tokenize(text)[:self.max_seq_len]:
             idx = self.vocab.lookup(tag)
             if idx is None:
-                raise ValueError(f"tag {tag!r} is not in the tag map {self.vocab.tokens[:20]}")
+                raise UnknownLabelError(f"tag {tag!r} is not in the tag map {self.vocab.tokens[:20]} "
+                                        f"(the training tags)")
             ids.append(idx)
         return np.asarray(ids, dtype=np.int64)
 
@@ -276,7 +283,13 @@ class FloatVectorFieldReader(BaseFieldReader):
         values = text.split(self.separator)
         if len(values) != self.dim:
             raise ValueError(f"field '{self.name}': expected {self.dim} numbers, got {len(values)}")
-        return np.asarray(values, dtype=np.float32)
+        try:
+            vector = np.asarray(values, dtype=np.float32)
+        except ValueError as e:
+            raise ValueError(f"field '{self.name}': {e}") from None
+        if not np.isfinite(vector).all():
+            raise ValueError(f"field '{self.name}': NaN or Inf among the numbers (or beyond float32)")
+        return vector
 
     def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:
         return {self.name: self.column(values)}
@@ -312,7 +325,15 @@ class ScalarFieldReader(BaseFieldReader):
     """A number (``data_type`` int or float) -> ``[batch]`` int64 or float32."""
 
     def convert(self, text: str) -> float:
-        return int(text) if self.config["data_type"] == "int" else float(text)
+        try:
+            value: float = int(text) if self.config["data_type"] == "int" else float(text)
+        except ValueError:
+            raise ValueError(f"field '{self.name}': {text[:40]!r} is not a{'n int' if self.config['data_type'] == 'int' else ' number'}") from None
+        if self.config["data_type"] == "int" and not -2**63 <= value < 2**63:
+            raise ValueError(f"field '{self.name}': {value} is outside int64")
+        if self.config["data_type"] != "int" and not (np.isfinite(value) and abs(value) <= np.finfo(np.float32).max):
+            raise ValueError(f"field '{self.name}': {text[:40]!r} is not a finite float32 number")
+        return value
 
     def collate(self, values: List[float]) -> Dict[str, np.ndarray]:
         return {self.name: np.asarray(values, dtype=self._dtype())}

@@ -6,6 +6,7 @@ import os
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from wenxin.common.errors import DataError
+from wenxin.data.lines import iter_lines
 
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
@@ -60,12 +61,13 @@ class Vocab:
         if not os.path.isfile(path):
             raise DataError(f"vocab file not found: {path}")
         tokens = []
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                token = line.rstrip("\n").split("\t")[0]
-                if not token:
-                    raise DataError(f"{path}:{lineno}: empty token in vocab file")
-                tokens.append(token)
+        for lineno, line, problem in iter_lines(path):
+            if problem is not None:
+                raise DataError(f"{path}:{lineno}: {problem}")
+            token = line.split("\t")[0]
+            if not token:
+                raise DataError(f"{path}:{lineno}: empty token in vocab file")
+            tokens.append(token)
         if not tokens:
             raise DataError(f"vocab file is empty: {path}")
         if unk_token is not None and unk_token not in tokens:

@@ -8,13 +8,15 @@ from wenxin.common.errors import DataError
 from wenxin.config.loader import apply_overrides, read_task_file
 from wenxin.config.schema import Key, validate
 from wenxin.data.dataset_reader import list_data_files
+from wenxin.data.lines import DEFAULT_MAX_LINE_BYTES, iter_lines
 from wenxin.inference.predictor import Predictor
 
 INFER_SCHEMA = {
     "model_dir": Key(str, doc="an exported folder (wenxin export / trainer.save_inference)"),
     "predict_reader": Key(dict, children={"config": Key(dict, children={
         "data_path": Key(str, doc="a text file or folder; one example per line, fields tab-separated"),
-        "separator": Key(str, "\t"),
+        "separator": Key(str, "\t", non_empty=True),
+        "max_line_bytes": Key(int, DEFAULT_MAX_LINE_BYTES, minimum=16, doc="a longer line is an error"),
         "has_header": Key(bool, False),
     })}),
     "output_file": Key(str, doc="one prediction per input line, in order; classifiers write "
@@ -30,14 +32,15 @@ def read_rows(config: Dict[str, Any], n_fields: int) -> List[List[str]]:
     ``n_fields`` columns are used, extra columns (e.g. gold labels) are ignored."""
     rows: List[List[str]] = []
     for path in list_data_files(config["data_path"], "predict_reader.config.data_path"):
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f.read().splitlines(), 1):
-                if config["has_header"] and lineno == 1:
-                    continue
-                columns = line.split(config["separator"])
-                if len(columns) < n_fields:
-                    raise DataError(f"{path}:{lineno}: expected at least {n_fields} columns, got {len(columns)}")
-                rows.append(columns[:n_fields])
+        for lineno, line, problem in iter_lines(path, config["max_line_bytes"]):
+            if problem is not None:
+                raise DataError(f"{path}:{lineno}: {problem}")
+            if config["has_header"] and lineno == 1:
+                continue
+            columns = line.split(config["separator"])
+            if len(columns) < n_fields:
+                raise DataError(f"{path}:{lineno}: expected at least {n_fields} columns, got {len(columns)}")
+            rows.append(columns[:n_fields])
     return rows
 
 

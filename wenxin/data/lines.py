@@ -1,0 +1,60 @@
+"""Reading the lines of a data file one at a time, the same way everywhere.
+
+A line ends at ``\\n`` only (a ``\\r`` before it is removed), never at U+2028, U+2029, ``\\x0b``,
+``\\x0c``, ``\\x1c``-``\\x1e`` or ``\\x85``, which ``str.splitlines()`` and text-mode files treat as
+line breaks: a review containing one of them stays one example, so outputs stay aligned with
+inputs. A UTF-8 BOM at the start of a file is removed. Files are read line by line in binary
+mode, so a huge line or a binary file is reported by ``file:line`` without being read whole.
+"""
+from __future__ import annotations
+
+import codecs
+from typing import Iterator, NamedTuple, Optional
+
+from wenxin.common.errors import DataError
+
+DEFAULT_MAX_LINE_BYTES = 512 << 10
+_CHUNK = 1 << 20
+_UTF16_32_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+
+class Line(NamedTuple):
+    """One line of a file: its number (from 1), its text, or why it cannot be used."""
+
+    lineno: int
+    text: Optional[str]
+    problem: Optional[str] = None
+
+
+def iter_lines(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[Line]:
+    """Every line of ``path``; a line that is too long, holds a NUL byte or is not UTF-8 comes
+    with a ``problem`` instead of text (the caller reports or skips it)."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (closed below; a generator)
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror}") from None
+    with f:
+        lineno = 0
+        while True:
+            raw = f.readline(max_line_bytes + 1)
+            if not raw:
+                return
+            lineno += 1
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):  # skip the rest of the line, a chunk at a time
+                    raw = f.readline(_CHUNK)
+                yield Line(lineno, None, f"line longer than {max_line_bytes} bytes (reader key max_line_bytes)")
+                continue
+            if raw.endswith(b"\n"):
+                raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            elif lineno == 1 and raw.startswith(_UTF16_32_BOMS):
+                raise DataError(f"{path}: the file is UTF-16/UTF-32 encoded; data files must be UTF-8")
+            if b"\x00" in raw:
+                yield Line(lineno, None, "binary data (a NUL byte), not a line of UTF-8 text")
+                continue
+            try:
+                yield Line(lineno, raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                yield Line(lineno, None, f"not valid UTF-8 ({e.reason} at byte {e.start} of the line)")
