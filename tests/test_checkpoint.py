@@ -86,7 +86,7 @@ def test_corrupt_checkpoint_gives_clear_error_and_keeps_files(tmp_path, data_dir
     out = str(tmp_path / "out")
     config = task_config(data_dir, out, max_steps=5, is_eval_dev=0, is_eval_test=0)
     build(config, tmp_path).do_train()
-    model_file = os.path.join(out, "checkpoints", "step_5", "model.pdparams")
+    model_file = os.path.join(out, "checkpoints", "step_5", "model.safetensors")
     with open(model_file, "r+b") as f:
         f.truncate(100)
     config["trainer"]["load_checkpoint"] = os.path.join(out, "checkpoints", "step_5")
@@ -104,6 +104,14 @@ def test_checkpoint_of_a_different_model_is_refused(tmp_path, data_dir):
     build(task_config(data_dir, out, max_steps=3, is_eval_dev=0, is_eval_test=0), tmp_path).do_train()
     config = task_config(data_dir, str(tmp_path / "cnn"), model_type="CnnClassification",
                          load_checkpoint=os.path.join(out, "checkpoints", "step_3"))
+    with pytest.raises(CheckpointError) as info:
+        build(config, tmp_path)
+    message = str(info.value)
+    assert "of another run" in message and "model.type: checkpoint 'BowClassification', now 'CnnClassification'" \
+        in message
+    config = task_config(data_dir, str(tmp_path / "wide"),  # same type, other shapes
+                         load_checkpoint=os.path.join(out, "checkpoints", "step_3"))
+    config["model"]["hidden_size"] = 32
     with pytest.raises(CheckpointError) as info:
         build(config, tmp_path)
     message = str(info.value)

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from conftest import build, task_config, write_config
-from wenxin.common.errors import ConfigError, DataError
+from wenxin.common.errors import ConfigError
 from wenxin.config.loader import apply_overrides, load_config
 from wenxin.runner import resolve_classes
 

@@ -8,10 +8,9 @@ import sys
 import time
 
 import numpy as np
-import paddle
 import pytest
 
-from conftest import REPO, task_config, write_config
+from conftest import REPO, checkpoint_params, task_config, write_config
 
 STEPS = 300
 
@@ -33,7 +32,7 @@ def start(path):
 
 
 def final_params(out):
-    return paddle.load(os.path.join(out, "checkpoints", f"step_{STEPS}", "model.pdparams"))
+    return checkpoint_params(os.path.join(out, "checkpoints", f"step_{STEPS}"))
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])

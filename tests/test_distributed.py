@@ -1,15 +1,13 @@
 """Data parallelism with real processes on CPU (paddle.distributed.launch, gloo)."""
 import json
 import os
-import pickle
 import subprocess
 import sys
 
 import numpy as np
-import paddle
 import pytest
 
-from conftest import REPO, task_config, write_config
+from conftest import REPO, checkpoint_params, checkpoint_state, task_config, write_config
 
 
 FLOAT16_ON_CPU = """# run_trainer.py with float16 AMP allowed on CPU (see tests/test_static_amp.py)
@@ -68,8 +66,8 @@ def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir, mode, ac
 
     launch(tmp_path, config("single", 16), 1, float16_on_cpu=amp)
     launch(tmp_path, config("double", 8 // accumulate, accumulate), 2, float16_on_cpu=amp)
-    single = paddle.load(str(tmp_path / "single" / "checkpoints" / "step_6" / "model.pdparams"))
-    double = paddle.load(str(tmp_path / "double" / "checkpoints" / "step_6" / "model.pdparams"))
+    single = checkpoint_params(tmp_path / "single" / "checkpoints" / "step_6")
+    double = checkpoint_params(tmp_path / "double" / "checkpoints" / "step_6")
     for name, value in single.items():
         np.testing.assert_allclose(np.asarray(double[name]), np.asarray(value), atol=1e-5, err_msg=name)
     a, b = dev_records(str(tmp_path / "single")), dev_records(str(tmp_path / "double"))
@@ -80,8 +78,7 @@ def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir, mode, ac
         assert ra["loss"] == pytest.approx(rb["loss"], abs=1e-5)
     if amp:  # the scale doubled every 2 good steps on every rank
         for out in ("single", "double"):
-            with open(tmp_path / out / "checkpoints" / "step_6" / "extra.pdstate", "rb") as f:
-                assert float(pickle.load(f)["scaler"]["scale"][0]) == 8192.0
+            assert float(checkpoint_state(tmp_path / out / "checkpoints" / "step_6")["scaler"]["scale"][0]) == 8192.0
 
 
 def test_all_ranks_resume_from_the_same_checkpoint(tmp_path, data_dir):
@@ -95,8 +92,8 @@ def test_all_ranks_resume_from_the_same_checkpoint(tmp_path, data_dir):
     launch(tmp_path, config("straight", 6), 2)
     launch(tmp_path, config("resumed", 3), 2)
     launch(tmp_path, config("resumed", 6, resume="auto"), 2)  # both ranks load checkpoints/step_3
-    straight = paddle.load(str(tmp_path / "straight" / "checkpoints" / "step_6" / "model.pdparams"))
-    resumed = paddle.load(str(tmp_path / "resumed" / "checkpoints" / "step_6" / "model.pdparams"))
+    straight = checkpoint_params(tmp_path / "straight" / "checkpoints" / "step_6")
+    resumed = checkpoint_params(tmp_path / "resumed" / "checkpoints" / "step_6")
     for name, value in straight.items():
         np.testing.assert_allclose(np.asarray(resumed[name]), np.asarray(value), atol=1e-6, err_msg=name)
     log = "".join(open(tmp_path / "launch_logs" / n).read() for n in os.listdir(tmp_path / "launch_logs"))

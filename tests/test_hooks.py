@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import build, task_config
+from conftest import build, checkpoint_params, task_config
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import TrainingError
 from wenxin.controller.hooks import HookBase, HookList, Priority
@@ -138,15 +138,13 @@ def test_load_best_at_end_restores_best_weights(tmp_path, data_dir):
 
     trainer.register_hook(Capture())
     metrics = trainer.do_train()
-    import paddle
-    best = paddle.load(os.path.join(out, "checkpoints", "best", "model.pdparams"))
+    best = checkpoint_params(os.path.join(out, "checkpoints", "best"))
     # deterministic run whose dev accuracy peaks before the end, so there is something to restore
     assert trainer.state.best_step != trainer.state.global_step
     for name, value in trainer.model.state_dict().items():
         np.testing.assert_array_equal(value.numpy(), np.asarray(best[name]))
     assert any(not np.array_equal(captured["final"][n], np.asarray(best[n])) for n in best)
-    final_ckpt = paddle.load(os.path.join(out, "checkpoints", f"step_{trainer.state.global_step}",
-                                          "model.pdparams"))
+    final_ckpt = checkpoint_params(os.path.join(out, "checkpoints", f"step_{trainer.state.global_step}"))
     for name, value in captured["final"].items():  # the step checkpoint keeps the final weights
         np.testing.assert_array_equal(np.asarray(final_ckpt[name]), value)
     assert metrics["dev_reader"][trainer.trainer_config["metric"]] == trainer.state.best_metric

@@ -14,7 +14,6 @@ import pytest
 
 from conftest import assert_one_error_block, task_config
 from wenxin.cli import main
-from wenxin.config.schema import REQUIRED
 from wenxin.config.task_schema import FIELD, OPTIMIZATION, READER_CONFIG, TOKENIZER, TRAINER
 
 
@@ -133,6 +132,12 @@ MUTATIONS = {
     "reader-null": (_set(TR, None), "dataset_reader.train_reader"),
     "hooks-item-not-object": (_set("trainer.hooks", [5]), "trainer.hooks[0]"),
     "vocab-is-folder": (_set(f"{F0}.vocab_path", "/"), f"{F0_KEY}.vocab_path"),
+    # found by evaluating one dev batch before the first step, not after an epoch
+    "metric-not-a-dev-metric": (_set("trainer.metric", "f2"), "trainer.metric: 'f2' is not a dev metric"),
+    "early-stopping-metric": (_set("trainer.hooks", [{"type": "EarlyStoppingHook", "params": {"metric": "bleu"}}]),
+                              "EarlyStoppingHook metric 'bleu' is not a dev metric"),
+    "both-metrics": (_both(_set("trainer.metric", "f2"), _set("trainer.hooks", [
+        {"type": "EarlyStoppingHook", "params": {"metric": "bleu"}}])), ["'f2'", "'bleu'"]),
     "load-parameters-missing": (_set("trainer.load_parameters", "/no/params"), "trainer.load_parameters"),
 }
 

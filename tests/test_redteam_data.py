@@ -2,7 +2,6 @@
 prediction. Each case ends in one ``error:`` block naming ``file:line`` (exit 2, no traceback, no
 hang), or is read correctly: lines end at ``\\n`` only, a BOM is dropped, rare labels are warned
 about, and unknown dev/test labels are errors."""
-import json
 import os
 import tracemalloc
 

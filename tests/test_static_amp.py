@@ -10,13 +10,12 @@ given the skip flag).
 from __future__ import annotations
 
 import os
-import pickle
 
 import numpy as np
 import paddle
 import pytest
 
-from conftest import build, task_config, write_tsv
+from conftest import build, checkpoint_state, task_config, write_tsv
 from test_tabular import make_tabular, tabular_config
 from wenxin.controller.hooks.base import HookBase
 
@@ -98,8 +97,7 @@ def test_loss_scale_is_checkpointed_and_resumed_exactly(tmp_path, float16_on_cpu
     out = str(tmp_path / "out")
     config = scaled_config(str(tmp_path / "d"), out, rows, max_nan_steps=3, save_model_step=5, **fp16_scaling())
     full, steps = train(config, tmp_path)
-    with open(os.path.join(out, "checkpoints", "step_5", "extra.pdstate"), "rb") as f:
-        saved = pickle.load(f)["scaler"]
+    saved = checkpoint_state(os.path.join(out, "checkpoints", "step_5"))["scaler"]
     assert float(saved["scale"][0]) == steps[4][1] and saved["incr_count"] == 1 and saved["decr_count"] == 0
     assert set(saved) == {"scale", "incr_ratio", "decr_ratio", "incr_every_n_steps", "decr_every_n_nan_or_inf",
                           "incr_count", "decr_count", "use_dynamic_loss_scaling"}  # GradScaler.state_dict's

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, Iterable, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 from wenxin.config.loader import load_config
 from wenxin.config.task_check import resolve_task
-from wenxin.controller.base_trainer import BaseTrainer, prepare_output_path
+from wenxin.controller.base_trainer import BaseTrainer, prepare_output_path, resume_checkpoint
+from wenxin.controller.checkpoint import VOCAB_DIR
 from wenxin.controller.env import init_distributed, set_seed, setup_device, setup_logging
 from wenxin.data.dataset_reader import build_readers
 
@@ -20,8 +21,9 @@ def resolve_classes(config: Dict[str, Any]) -> Tuple[str, type, type]:
     return classes.scope, classes.model_cls, classes.trainer_cls
 
 
-def build_trainer(config: Dict[str, Any]) -> BaseTrainer:
-    """Everything a run needs, in order; bad input fails before training starts."""
+def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None) -> BaseTrainer:
+    """Everything a run needs, in order; bad input fails before training starts. A resumed run
+    (or ``vocab_checkpoint``) takes the vocabularies saved in its checkpoint."""
     scope, model_cls, trainer_cls = resolve_classes(config)
     cfg = config["trainer"]
     prepare_output_path(cfg)
@@ -29,7 +31,10 @@ def build_trainer(config: Dict[str, Any]) -> BaseTrainer:
     setup_device(cfg["PADDLE_PLACE_TYPE"])
     init_distributed(cfg["PADDLE_IS_FLEET"])
     set_seed(cfg["seed"])
-    readers = build_readers(config["dataset_reader"], scope)
+    config["_resume_from"] = resume_checkpoint(cfg)  # its vocabularies, not rebuilt ones
+    vocab_source = config["_resume_from"] or vocab_checkpoint
+    saved_vocabs = os.path.join(vocab_source, VOCAB_DIR) if vocab_source and os.path.isdir(vocab_source) else None
+    readers = build_readers(config["dataset_reader"], scope, saved_vocab_dir=saved_vocabs)
     for name, reader in readers.items():
         logger.info("%s: %d examples from %s", name, len(reader), reader.reader_config["data_path"])
     data_info = readers["train_reader"].data_info()
@@ -52,11 +57,11 @@ def export(param_path: str, checkpoint: str, output: str = "", overrides: Iterab
     from wenxin.controller import checkpoint as ckpt
     config = load_config(param_path, overrides)
     params_file = ckpt.resolve_params_file(checkpoint)
-    params = ckpt.load_file(params_file, "checkpoint model file")
+    params = ckpt.load_model_params(checkpoint, "checkpoint model file")
     with tempfile.TemporaryDirectory() as scratch:
         config["trainer"].update(output_path=scratch, resume="none", load_checkpoint="", load_parameters="",
                                  pre_train_model=[], visualdl=False)
-        trainer = build_trainer(config)
+        trainer = build_trainer(config, vocab_checkpoint=checkpoint)
         trainer.restore_model_params(params, params_file)
         target = output or os.path.join(checkpoint if os.path.isdir(checkpoint) else
                                         os.path.dirname(checkpoint), "inference")

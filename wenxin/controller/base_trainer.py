@@ -22,7 +22,7 @@ import numpy as np
 import paddle
 
 from wenxin.common.constants import Phase
-from wenxin.common.errors import CheckpointError, ConfigError, DataError, WenxinError
+from wenxin.common.errors import CheckpointError, ConfigError, DataError, Problems, WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
@@ -36,6 +36,7 @@ from wenxin.controller.hooks.writers import ConsoleWriter, JsonlWriter, MetricLo
 from wenxin.controller.progress import ProgressBar, progress_enabled
 from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BasicDataSetReader
+from wenxin.data.vocab import Vocab
 from wenxin.models.base_model import BaseModel
 
 logger = logging.getLogger("wenxin")
@@ -82,6 +83,26 @@ def prepare_output_path(cfg: Dict[str, Any], is_writer: bool = True) -> None:
     if manager.has_checkpoints() and cfg["resume"] != "auto" and not cfg["load_checkpoint"]:
         raise ConfigError(f"trainer.output_path: {path} already holds checkpoints of an earlier run; "
                           f"set trainer.resume=auto to continue it, or choose another output_path")
+
+
+class _FirstBatch:
+    """The first batch of a loader, as a loader of one batch."""
+
+    def __init__(self, loader: Iterable[Batch]) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Batch]:
+        for batch in self.loader:
+            yield batch
+            return
+
+    def __len__(self) -> int:
+        return 1
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return lines[0].strip() if lines else ""
 
 
 class BaseTrainer:
@@ -243,10 +264,11 @@ class BaseTrainer:
     def train_loop(self) -> Dict[str, Dict[str, float]]:
         """Run until ``max_steps`` or a hook asks to stop; returns the last metrics by reader."""
         s = self.state
+        self.hooks.call("before_train")
+        self.preflight()
         logger.info("training (%s): %d steps, %d per epoch, %d epochs, batch %d x %d accumulation",
                     self.mode, s.max_steps, s.steps_per_epoch, s.num_epochs,
                     self.readers["train_reader"].reader_config["batch_size"], self.accumulate)
-        self.hooks.call("before_train")
         previous_handlers = self._catch_stop_signals()
         try:
             while s.global_step < s.max_steps and not s.should_stop:
@@ -275,6 +297,54 @@ class BaseTrainer:
         if s.stop_reason:
             logger.info("stopped: %s", s.stop_reason)
         return s.metrics
+
+    def preflight(self) -> None:
+        """Before the first step, meet what training would otherwise meet only at its first
+        evaluation or save: one batch of each evaluated reader goes through the task's
+        ``do_evaluate``, every hook checks the metrics it will need (``check_metrics``), and with
+        ``save_inference`` the model is exported to a scratch folder. All problems are reported
+        together. The RNG states are put back, so the run trains exactly as without this."""
+        problems = Problems()
+        saved = rng_state()
+        try:
+            for name in self.eval_readers():
+                metrics = self._evaluate_first_batch(name, problems)
+                if metrics is None:
+                    continue
+                for hook in self.hooks.hooks:
+                    with problems.catch():
+                        hook.check_metrics(name, metrics)
+            if self.trainer_config["save_inference"] and self.is_writer and not problems:
+                with problems.catch(), tempfile.TemporaryDirectory(prefix="wenxin-export-check-") as scratch:
+                    try:
+                        self.export_inference(os.path.join(scratch, "inference"), quiet=True)
+                    except (WenxinError, KeyboardInterrupt):
+                        raise
+                    except Exception as e:  # noqa: BLE001 (Paddle's exporters raise many types)
+                        raise ConfigError(f"trainer.save_inference: exporting this model fails ({type(e).__name__}: "
+                                          f"{_first_line(e)})") from None
+        finally:
+            set_rng_state(saved)
+        problems.raise_if_any()
+
+    def _evaluate_first_batch(self, reader_name: str, problems: Problems) -> Optional[Dict[str, float]]:
+        """The task's metrics over the first batch of ``reader_name`` (None after a problem)."""
+        loader = self.eval_loader(reader_name)
+        self._eval_loaders[reader_name] = _FirstBatch(loader)
+        phase = Phase.EVALUATE if reader_name == "dev_reader" else Phase.TEST
+        try:
+            return self.do_evaluate(reader_name, phase, self.state.global_step)
+        except WenxinError as e:
+            for message in e.problems:
+                problems.add(message)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # noqa: BLE001 (the task's code; reported instead of after an epoch)
+            problems.add(f"dataset_reader.{reader_name}: evaluating its first batch before training failed "
+                         f"({type(e).__name__}: {_first_line(e)})")
+        finally:
+            self._eval_loaders[reader_name] = loader
+        return None
 
     def _next_batches(self, batches: Iterator[Batch]) -> List[Batch]:
         """The next ``accumulate`` training batches; a loader that fails ends the run with an
@@ -396,33 +466,70 @@ class BaseTrainer:
                  "sampler_seed": self.train_sampler.seed}
         trainer_state = {**self.state.to_dict(), "mode": self.mode, "time": time.time()}
 
+        def write_vocabs(folder: str) -> None:
+            for field in self.readers["train_reader"].fields:
+                field.save_vocab(folder)
+
         def write(folder: str) -> None:
             ckpt.write_checkpoint(folder, self.model_state_dict(), self.optimizer_state_dict(), extra,
-                                  trainer_state, self.config)
+                                  trainer_state, self.config, write_vocabs)
 
         path = self.checkpoints.save(name, write, update_latest=update_latest)
         self.hooks.call("after_save", name, path)
         return path
 
     def load_checkpoint(self, folder: str) -> None:
-        """Restore model, optimizer, LR schedule, scaler, RNG, hook state and progress."""
+        """Restore model, optimizer, LR schedule, scaler, RNG, hook state and progress from a
+        verified checkpoint; one with another model, optimizer or vocabulary is refused."""
         parts = ckpt.read_checkpoint(folder)
+        self._refuse_different_run(folder, parts["config"])
         self._load_model_params(parts["model"], folder, strict=True)
         try:
             self.set_optimizer_state_dict(parts["optimizer"])
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (Paddle raises many types for a state that does not fit)
             raise CheckpointError(f"{folder}: optimizer state does not fit this model/optimizer ({e})") from None
         extra = parts["extra"]
-        if self.lr_scheduler is not None and extra.get("lr_scheduler"):
-            with warnings.catch_warnings():  # LinearWarmup restores its nested schedule, yet warns
-                warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
-                self.lr_scheduler.set_state_dict(extra["lr_scheduler"])
-        self.set_scaler_state_dict(extra.get("scaler"))
-        self.hooks.set_state_dict(extra.get("hooks") or {})
-        set_rng_state(extra["rng"])
+        try:
+            if self.lr_scheduler is not None and extra.get("lr_scheduler"):
+                with warnings.catch_warnings():  # LinearWarmup restores its nested schedule, yet warns
+                    warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
+                    self.lr_scheduler.set_state_dict(extra["lr_scheduler"])
+            self.set_scaler_state_dict(extra.get("scaler"))
+            self.hooks.set_state_dict(extra.get("hooks") or {})
+            set_rng_state(extra["rng"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            raise CheckpointError(f"checkpoint extra state is malformed: "
+                                  f"{os.path.join(folder, ckpt.EXTRA_STATE + '.json')} ({type(e).__name__}: {e})") from None
         self.state.load(parts["trainer_state"])
         logger.info("resumed from %s at step %d (epoch %d, step %d in epoch)", folder,
                     self.state.global_step, self.state.epoch + 1, self.state.step_in_epoch)
+
+    def _refuse_different_run(self, folder: str, saved: Dict[str, Any]) -> None:
+        """A checkpoint continues only the run it came from: the same model type, optimizer and
+        vocabularies. Lists every difference."""
+        differences = []
+        saved_model = saved.get("model") if isinstance(saved.get("model"), dict) else {}
+        model = self.config["model"]
+        if saved_model.get("type") != model["type"]:
+            differences.append(f"model.type: checkpoint {saved_model.get('type')!r}, now {model['type']!r}")
+        saved_opt = (saved_model.get("optimization") or {}).get("optimizer", "adamw")
+        if saved_opt != model["optimization"]["optimizer"]:
+            differences.append(f"model.optimization.optimizer: checkpoint {saved_opt!r}, "
+                               f"now {model['optimization']['optimizer']!r}")
+        vocab_dir = os.path.join(folder, ckpt.VOCAB_DIR)
+        for field in self.readers["train_reader"].fields:
+            path = os.path.join(vocab_dir, f"{field.name}.txt")
+            if field.vocab is None or not os.path.isfile(path):
+                continue
+            saved_tokens = Vocab.load(path).tokens
+            if saved_tokens != field.vocab.tokens:
+                first = next((i for i, (a, b) in enumerate(zip(saved_tokens, field.vocab.tokens)) if a != b),
+                             min(len(saved_tokens), len(field.vocab.tokens)))
+                differences.append(f"vocabulary of '{field.name}': checkpoint {len(saved_tokens)} tokens, now "
+                                   f"{len(field.vocab.tokens)}; first difference at id {first}")
+        if differences:
+            raise CheckpointError(f"{folder}: this checkpoint is of another run; differences:\n  "
+                                  + "\n  ".join(differences))
 
     def _load_model_params(self, loaded: Mapping[str, Any], source: str, strict: bool = False,
                            prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
@@ -434,7 +541,7 @@ class BaseTrainer:
         return report
 
     # ---- export ---------------------------------------------------------------------------
-    def export_inference(self, folder: str) -> str:
+    def export_inference(self, folder: str, quiet: bool = False) -> str:
         """Write a self-contained inference folder (graph, weights, preprocessing) to ``folder``."""
         if not self.is_writer:
             return folder
@@ -449,7 +556,8 @@ class BaseTrainer:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        logger.info("exported inference model to %s (outputs: %s)", folder, ", ".join(outputs))
+        if not quiet:
+            logger.info("exported inference model to %s (outputs: %s)", folder, ", ".join(outputs))
         return folder
 
     def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
@@ -461,9 +569,10 @@ class BaseTrainer:
         self._load_model_params(params, source, strict=True)
 
     def load_pretrained(self, params_path: str, prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
-        """Warm-start from a params file (or checkpoint folder); logs what matched and what did not."""
+        """Warm-start from a params file (or checkpoint folder); logs what matched and what did not.
+        A ``.pdparams`` file is unpickled by Paddle: name only files you trust."""
         path = ckpt.resolve_params_file(params_path)
-        report = self._load_model_params(ckpt.load_file(path, "pretrained params file"), path,
+        report = self._load_model_params(ckpt.load_model_params(params_path, "pretrained params file"), path,
                                          prefix_map=prefix_map)
         if not report.loaded:
             raise CheckpointError(f"{path}: no parameter matches the model:\n{report.summary()}")
@@ -476,18 +585,29 @@ class BaseTrainer:
             self.load_pretrained(entry["params_path"], entry["prefix_map"])
         if cfg["load_parameters"]:
             self.load_pretrained(cfg["load_parameters"])
-        if cfg["load_checkpoint"]:
-            self.load_checkpoint(cfg["load_checkpoint"])
+        resume_from = self.config["_resume_from"] if "_resume_from" in self.config else resume_checkpoint(cfg)
+        if resume_from:
+            self.load_checkpoint(resume_from)
         elif cfg["resume"] == "auto":
-            latest = self.checkpoints.latest()
-            if latest:
-                self.load_checkpoint(latest)
-            else:
-                logger.info("resume=auto: no checkpoint in %s, starting fresh", self.checkpoints.root)
+            logger.info("resume=auto: no checkpoint in %s, starting fresh", self.checkpoints.root)
         if self.is_writer:
-            with open(os.path.join(self.output_path, "config.json"), "w", encoding="utf-8") as f:
-                json.dump({k: v for k, v in self.config.items() if not k.startswith("_")}, f,
-                          indent=2, ensure_ascii=False)
-            vocab_dir = os.path.join(self.output_path, "vocab")
-            for field in self.readers["train_reader"].fields:
-                field.save_vocab(vocab_dir)
+            try:
+                with open(os.path.join(self.output_path, "config.json"), "w", encoding="utf-8") as f:
+                    json.dump({k: v for k, v in self.config.items() if not k.startswith("_")}, f,
+                              indent=2, ensure_ascii=False)
+                vocab_dir = os.path.join(self.output_path, "vocab")
+                for field in self.readers["train_reader"].fields:
+                    field.save_vocab(vocab_dir)
+            except OSError as e:
+                raise ConfigError(f"trainer.output_path: cannot write to {self.output_path} "
+                                  f"({e.strerror or e})") from None
+
+
+def resume_checkpoint(cfg: Dict[str, Any]) -> Optional[str]:
+    """The checkpoint a run continues: ``load_checkpoint``, or with ``resume: auto`` the newest
+    one in ``output_path`` whose checksums match (damaged ones are skipped with a warning)."""
+    if cfg["load_checkpoint"]:
+        return cfg["load_checkpoint"]
+    if cfg["resume"] == "auto":
+        return ckpt.CheckpointManager(cfg["output_path"], cfg["keep_checkpoint_max"]).latest()
+    return None

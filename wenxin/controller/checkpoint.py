@@ -1,21 +1,27 @@
-"""Checkpoint folders: atomic writes, discovery, retention, and parameter loading with reports.
+"""Checkpoint folders: atomic writes, checksums, discovery, retention, and parameter loading
+with reports.
 
 Layout under ``<output_path>/checkpoints``::
 
-    step_<N>/            model.pdparams, optimizer.pdopt, extra.pdstate (scheduler, scaler,
-                         RNG, hooks), trainer_state.json (written last), config.json
+    step_<N>/            model.safetensors                 parameters by structured name
+                         optimizer.json/.safetensors      optimizer state (JSON + arrays)
+                         extra.json/.safetensors          LR schedule, loss scaler, RNG, hooks
+                         trainer_state.json, config.json, vocab/<field>.txt
+                         manifest.json                    SHA-256 of every file above (last)
     best/                a copy of the best checkpoint by the configured metric
     latest               the name of the newest complete checkpoint
 
-A checkpoint is written to a hidden temporary folder and renamed into place, and ``latest`` is
-replaced last, so a crash never leaves a half-written checkpoint that looks complete.
+Nothing in a checkpoint is executed on load: state is JSON and safetensors, never pickle. A
+checkpoint is written to a hidden temporary folder, its manifest last, and renamed into place,
+and ``latest`` is replaced after that, so a crash never leaves a half-written checkpoint that
+looks complete. Loading verifies every checksum and names a damaged file.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
-import pickle
 import re
 import shutil
 import tempfile
@@ -25,22 +31,27 @@ import numpy as np
 import paddle
 
 from wenxin.common.errors import CheckpointError
+from wenxin.controller.state_io import load_arrays, load_state, save_arrays, save_state
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("wenxin")
 
-MODEL_FILE = "model.pdparams"
-OPTIMIZER_FILE = "optimizer.pdopt"
-EXTRA_FILE = "extra.pdstate"
+MODEL_FILE = "model.safetensors"
+LEGACY_MODEL_FILE = "model.pdparams"  # Paddle's pickle format: only for foreign, trusted files
+OPTIMIZER_STATE = "optimizer"
+EXTRA_STATE = "extra"
 STATE_FILE = "trainer_state.json"
 CONFIG_FILE = "config.json"
+VOCAB_DIR = "vocab"
+MANIFEST_FILE = "manifest.json"
 LATEST_FILE = "latest"
 BEST_DIR = "best"
+FORMAT = 2
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
 def _fsync_tree(folder: str) -> None:
-    for name in os.listdir(folder):
-        with open(os.path.join(folder, name), "rb") as f:
+    for rel in _files_of(folder) + [MANIFEST_FILE]:
+        with open(os.path.join(folder, rel), "rb") as f:
             os.fsync(f.fileno())
 
 
@@ -75,13 +86,79 @@ def replace_folder(tmp: str, final: str) -> None:
         shutil.rmtree(trash, ignore_errors=True)
 
 
-def is_complete(folder: str) -> bool:
-    """A checkpoint is complete when its trainer state (written last) parses."""
+def _files_of(folder: str) -> List[str]:
+    """Every file below ``folder`` (relative paths, sorted), the manifest excepted."""
+    found = []
+    for root, _, names in os.walk(folder):
+        for name in names:
+            rel = os.path.relpath(os.path.join(root, name), folder)
+            if rel != MANIFEST_FILE:
+                found.append(rel)
+    return sorted(found)
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def write_manifest(folder: str) -> None:
+    """Record the size and SHA-256 of every file of a finished checkpoint (written last)."""
+    files = {rel: {"bytes": os.path.getsize(os.path.join(folder, rel)), "sha256": _sha256(os.path.join(folder, rel))}
+             for rel in _files_of(folder)}
+    _write_json(os.path.join(folder, MANIFEST_FILE), {"format": FORMAT, "files": files})
+
+
+def read_manifest(folder: str) -> Dict[str, Dict[str, Any]]:
+    path = os.path.join(folder, MANIFEST_FILE)
     try:
-        with open(os.path.join(folder, STATE_FILE), encoding="utf-8") as f:
-            return isinstance(json.load(f), dict)
-    except (OSError, ValueError):
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        if os.path.isfile(os.path.join(folder, "extra.pdstate")):
+            raise CheckpointError(f"{folder}: a checkpoint of an older wenxin (pickle files); it cannot be "
+                                  f"resumed, but trainer.load_parameters can take its "
+                                  f"{LEGACY_MODEL_FILE}") from None
+        raise CheckpointError(f"checkpoint is incomplete (no {MANIFEST_FILE}): {folder}") from None
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint manifest is unreadable: {path} ({type(e).__name__})") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, dict) and isinstance(v.get("sha256"), str)
+                                              and isinstance(v.get("bytes"), int) for v in files.values()):
+        raise CheckpointError(f"checkpoint manifest is malformed: {path}")
+    return files
+
+
+def verify(folder: str) -> None:
+    """Check every file against the manifest; the first damaged or missing one is named."""
+    if not os.path.isdir(folder):
+        raise CheckpointError(f"checkpoint folder not found: {folder}")
+    for rel, expected in read_manifest(folder).items():
+        path = os.path.join(folder, rel)
+        if os.path.isabs(rel) or rel.startswith(".."):
+            raise CheckpointError(f"checkpoint manifest names a file outside the checkpoint: {rel} ({folder})")
+        if not os.path.isfile(path):
+            raise CheckpointError(f"checkpoint file is missing: {path}")
+        if os.path.getsize(path) != expected["bytes"] or _sha256(path) != expected["sha256"]:
+            raise CheckpointError(f"checkpoint file is damaged (its checksum does not match the manifest): {path}")
+
+
+def is_complete(folder: str) -> bool:
+    """A checkpoint is complete when its manifest (written last) parses."""
+    try:
+        read_manifest(folder)
+        return True
+    except CheckpointError:
         return False
+
+
+def is_valid(folder: str) -> Optional[str]:
+    """None when every checksum of ``folder`` matches, else what is wrong."""
+    try:
+        verify(folder)
+        return None
+    except CheckpointError as e:
+        return str(e)
 
 
 class CheckpointManager:
@@ -104,30 +181,54 @@ class CheckpointManager:
         return sorted(found)
 
     def latest(self) -> Optional[str]:
-        """The newest complete checkpoint: the ``latest`` marker if valid, else a scan."""
+        """The newest complete checkpoint whose checksums match: the ``latest`` marker if it
+        names one, else the newest ``step_<N>``. Damaged ones are skipped with a warning."""
+        candidates: List[str] = []
         marker = os.path.join(self.root, LATEST_FILE)
         if os.path.isfile(marker):
-            with open(marker, encoding="utf-8") as f:
-                path = os.path.join(self.root, f.read().strip())
-            if is_complete(path):
+            try:
+                with open(marker, encoding="utf-8") as f:
+                    name = f.read(256).strip()
+                if _STEP_DIR.match(name) or name == BEST_DIR:
+                    candidates.append(os.path.join(self.root, name))
+            except (OSError, UnicodeDecodeError):
+                pass
+        candidates += [path for _, path in reversed(self.step_dirs())]
+        for path in dict.fromkeys(candidates):
+            if not os.path.isdir(path):
+                continue
+            problem = is_valid(path)
+            if problem is None:
                 return path
-        dirs = self.step_dirs()
-        return dirs[-1][1] if dirs else None
+            logger.warning("resume: skipping a damaged checkpoint: %s", problem)
+        return None
 
     def save(self, name: str, write: Callable[[str], None], update_latest: bool = True) -> str:
         """Write a checkpoint via ``write(tmp_folder)``, then move it into place atomically."""
-        os.makedirs(self.root, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=self.root)
+        final = os.path.join(self.root, name)
+        tmp = ""
         try:
+            os.makedirs(self.root, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=self.root)
             write(tmp)
+            write_manifest(tmp)
             _fsync_tree(tmp)
-            final = os.path.join(self.root, name)
             replace_folder(tmp, final)  # the same step saved again (e.g. at the end) replaces it
+        except OSError as e:  # a full disk, a quota: no partial checkpoint, the earlier ones stay
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError(f"{final}: cannot write the checkpoint ({e.strerror or e}); "
+                                  f"earlier checkpoints are kept") from None
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise
         if update_latest:
-            _replace_file(os.path.join(self.root, LATEST_FILE), name)
+            try:
+                _replace_file(os.path.join(self.root, LATEST_FILE), name)
+            except OSError as e:
+                raise CheckpointError(f"{os.path.join(self.root, LATEST_FILE)}: cannot write ({e.strerror or e}); "
+                                      f"the checkpoint {final} is complete") from None
             self.prune()
         return final
 
@@ -142,51 +243,103 @@ class CheckpointManager:
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
 
     def has_checkpoints(self) -> bool:
-        return bool(self.step_dirs()) or os.path.isdir(os.path.join(self.root, BEST_DIR))
+        """Any checkpoint folder, complete or not, of this or an older wenxin."""
+        if not os.path.isdir(self.root):
+            return False
+        return any(_STEP_DIR.match(n) or n == BEST_DIR for n in os.listdir(self.root))
 
 
 def write_checkpoint(folder: str, model_state: Mapping[str, Any], optimizer_state: Mapping[str, Any],
                      extra: Mapping[str, Any], trainer_state: Mapping[str, Any],
-                     config: Mapping[str, Any]) -> None:
-    paddle.save(dict(model_state), os.path.join(folder, MODEL_FILE))
-    paddle.save(dict(optimizer_state), os.path.join(folder, OPTIMIZER_FILE))
-    with open(os.path.join(folder, EXTRA_FILE), "wb") as f:  # RNG states are not tensors: plain pickle
-        pickle.dump(dict(extra), f, protocol=4)
+                     config: Mapping[str, Any], write_vocabs: Optional[Callable[[str], None]] = None) -> None:
+    """Write every part of a checkpoint into ``folder`` (the manager adds the manifest)."""
+    save_arrays(os.path.join(folder, MODEL_FILE), model_state)
+    save_state(folder, OPTIMIZER_STATE, dict(optimizer_state))
+    save_state(folder, EXTRA_STATE, dict(extra))
+    if write_vocabs is not None:
+        write_vocabs(os.path.join(folder, VOCAB_DIR))
     _write_json(os.path.join(folder, CONFIG_FILE), {k: v for k, v in config.items() if not k.startswith("_")})
-    _write_json(os.path.join(folder, STATE_FILE), trainer_state)  # last: marks completeness
+    _write_json(os.path.join(folder, STATE_FILE), dict(trainer_state))
 
 
-def load_file(path: str, what: str, plain_pickle: bool = False) -> Any:
-    """``paddle.load`` (or ``pickle.load``) with a clear error for missing, truncated or corrupt files."""
+# The progress counters a checkpoint must hold, and their types.
+_TRAINER_STATE_TYPES = {"global_step": int, "epoch": int, "step_in_epoch": int, "best_step": int,
+                        "best_metric": (float, int, type(None))}
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"{what} not found: {path}") from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{what} is corrupt or unreadable: {path} ({type(e).__name__})") from None
+
+
+def read_trainer_state(folder: str) -> Dict[str, Any]:
+    path = os.path.join(folder, STATE_FILE)
+    state = _read_json(path, "checkpoint trainer state")
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint trainer state is malformed: {path} (not an object)")
+    for key, types in _TRAINER_STATE_TYPES.items():
+        value = state.get(key)
+        if key not in state or isinstance(value, bool) or not isinstance(value, types) or \
+                (isinstance(value, int) and key != "best_step" and value < 0):
+            raise CheckpointError(f"checkpoint trainer state is malformed: {path} ({key}: {value!r})")
+    return state
+
+
+def read_config(folder: str) -> Dict[str, Any]:
+    config = _read_json(os.path.join(folder, CONFIG_FILE), "checkpoint config")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"checkpoint config is malformed: {os.path.join(folder, CONFIG_FILE)}")
+    return config
+
+
+def read_checkpoint(folder: str) -> Dict[str, Any]:
+    """All parts of a checkpoint folder, after its checksums are verified."""
+    verify(folder)
+    return {"model": load_arrays(os.path.join(folder, MODEL_FILE), "checkpoint model file"),
+            "optimizer": load_state(folder, OPTIMIZER_STATE, "checkpoint optimizer state"),
+            "extra": load_state(folder, EXTRA_STATE, "checkpoint extra state"),
+            "trainer_state": read_trainer_state(folder),
+            "config": read_config(folder)}
+
+
+def load_model_params(path: str, what: str = "checkpoint model file") -> Dict[str, Any]:
+    """Parameters from a checkpoint folder (verified), a ``.safetensors`` file, or a Paddle
+    ``.pdparams`` file. ``.pdparams`` is Paddle's pickle format: loading one runs whatever it
+    holds, so only foreign files the user chose (``pre_train_model``) are read that way."""
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, MANIFEST_FILE)):
+            verify(path)
+            return load_arrays(os.path.join(path, MODEL_FILE), what)
+        if os.path.isfile(os.path.join(path, MODEL_FILE)):
+            return load_arrays(os.path.join(path, MODEL_FILE), what)
+        path = os.path.join(path, LEGACY_MODEL_FILE)
+    if path.endswith(".safetensors"):
+        return load_arrays(path, what)
+    return load_file(path, what)
+
+
+def load_file(path: str, what: str) -> Any:
+    """``paddle.load`` of a foreign params file, with a clear error for missing, truncated or
+    corrupt files. It unpickles: use it only for files the user trusts."""
     if not os.path.isfile(path):
         raise CheckpointError(f"{what} not found: {path}")
     try:
-        if plain_pickle:
-            with open(path, "rb") as f:
-                return pickle.load(f)
         return paddle.load(path)
     except Exception as e:  # paddle and pickle raise many types for corrupt files
         raise CheckpointError(f"{what} is corrupt or unreadable: {path} ({type(e).__name__}: {e})") from None
 
 
-def read_checkpoint(folder: str) -> Dict[str, Any]:
-    """All parts of a checkpoint folder, checked for completeness."""
-    if not os.path.isdir(folder):
-        raise CheckpointError(f"checkpoint folder not found: {folder}")
-    if not is_complete(folder):
-        raise CheckpointError(f"checkpoint is incomplete (no readable {STATE_FILE}): {folder}")
-    with open(os.path.join(folder, STATE_FILE), encoding="utf-8") as f:
-        state = json.load(f)
-    return {"model": load_file(os.path.join(folder, MODEL_FILE), "checkpoint model file"),
-            "optimizer": load_file(os.path.join(folder, OPTIMIZER_FILE), "checkpoint optimizer file"),
-            "extra": load_file(os.path.join(folder, EXTRA_FILE), "checkpoint state file", plain_pickle=True),
-            "trainer_state": state}
-
-
 def resolve_params_file(path: str) -> str:
-    """A params file, or a checkpoint folder (its model file)."""
+    """A params file, or a checkpoint folder (its model file, or a legacy ``model.pdparams``)."""
     if os.path.isdir(path):
-        return os.path.join(path, MODEL_FILE)
+        if os.path.isfile(os.path.join(path, MODEL_FILE)) or not os.path.isfile(os.path.join(path, LEGACY_MODEL_FILE)):
+            return os.path.join(path, MODEL_FILE)
+        return os.path.join(path, LEGACY_MODEL_FILE)
     return path
 
 

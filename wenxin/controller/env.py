@@ -12,6 +12,7 @@ import numpy as np
 import paddle
 
 from wenxin.common.errors import ConfigError
+from wenxin.compat.rng import generator_states, set_generator_states
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -116,10 +117,14 @@ def last_thread_failure() -> Optional[str]:
 
 
 def rng_state() -> Dict[str, Any]:
-    return {"paddle": paddle.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Paddle's, NumPy's and Python's random states, as values a checkpoint stores without pickle
+    (JSON, tuples and arrays)."""
+    return {"paddle": generator_states(), "numpy": np.random.get_state(), "python": random.getstate()}
 
 
 def set_rng_state(state: Dict[str, Any]) -> None:
-    paddle.set_rng_state(state["paddle"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    set_generator_states(state["paddle"])
+    numpy_state = state["numpy"]
+    np.random.set_state((numpy_state[0], np.asarray(numpy_state[1], dtype=np.uint32), *numpy_state[2:]))
+    python_state = state["python"]
+    random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))

@@ -145,11 +145,13 @@ class BasicDataSetReader:
         if self.bad_lines <= 5:
             logger.warning("%s:%d: skipped: %s", path, lineno, problem)
 
-    def load(self, train_reader: Optional["BasicDataSetReader"] = None) -> "BasicDataSetReader":
-        """Read and convert all examples; fields without a vocab share the train reader's."""
+    def load(self, train_reader: Optional["BasicDataSetReader"] = None,
+             saved_vocab_dir: Optional[str] = None) -> "BasicDataSetReader":
+        """Read and convert all examples; fields without a vocab share the train reader's. The
+        train reader fits its vocabs, or, resuming, takes those in ``saved_vocab_dir``."""
         lines = self.read_lines()
         lines = self._sample(lines)
-        self._fit_vocabs(lines, train_reader)
+        self._fit_vocabs(lines, train_reader, saved_vocab_dir)
         keep_raw = self.reader_config["need_generate_examples"]
         for path, lineno, columns in lines:
             try:
@@ -198,7 +200,8 @@ class BasicDataSetReader:
                                    "header, an empty label or a typo adds a class silently", self.name, name,
                                    field.name, counts.get(i, 0), len(self.examples), where)
 
-    def _fit_vocabs(self, lines: List[RawLine], train_reader: Optional["BasicDataSetReader"]) -> None:
+    def _fit_vocabs(self, lines: List[RawLine], train_reader: Optional["BasicDataSetReader"],
+                    saved_vocab_dir: Optional[str] = None) -> None:
         """Fields without a vocab file get one: the train reader builds it from the columns of
         the field and of every field naming it in ``vocab_from``; other readers share the train
         reader's field of that name."""
@@ -213,6 +216,10 @@ class BasicDataSetReader:
                                     f"train_reader has no field '{owner}' to share one with")
                 field.share_vocab(source)
             elif owner == field.name:
+                saved = os.path.join(saved_vocab_dir, f"{owner}.txt") if saved_vocab_dir else ""
+                if saved and os.path.isfile(saved):
+                    field.use_saved_vocab(saved)
+                    continue
                 sharing = [i for i, f in enumerate(self.fields)
                            if (f.config.get("vocab_from") or f.name) == owner and f.needs_fit]
                 field.fit(columns[i] for _, _, columns in lines for i in sharing)
@@ -293,9 +300,10 @@ class BasicDataSetReader:
 
 
 def build_readers(dataset_config: Dict[str, Any], scope: Optional[str],
-                  names: Sequence[str] = ("train_reader", "dev_reader", "test_reader")
-                  ) -> Dict[str, BasicDataSetReader]:
-    """Build and load the configured readers; the train reader is loaded first and fits vocabs."""
+                  names: Sequence[str] = ("train_reader", "dev_reader", "test_reader"),
+                  saved_vocab_dir: Optional[str] = None) -> Dict[str, BasicDataSetReader]:
+    """Build and load the configured readers; the train reader is loaded first and fits vocabs
+    (or takes those saved in ``saved_vocab_dir``, when a run resumes)."""
     readers: Dict[str, BasicDataSetReader] = {}
     train: Optional[BasicDataSetReader] = None
     for name in names:
@@ -304,7 +312,10 @@ def build_readers(dataset_config: Dict[str, Any], scope: Optional[str],
             continue
         cls = RegisterSet.dataset_readers.get(config["type"], scope, f"dataset_reader.{name}.type")
         reader = cls(config, name, scope)
-        reader.load(train_reader=train if name != "train_reader" else None)
+        if name == "train_reader":
+            reader.load(saved_vocab_dir=saved_vocab_dir)
+        else:
+            reader.load(train_reader=train)
         if name == "train_reader":
             train = reader
         readers[name] = reader

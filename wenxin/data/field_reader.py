@@ -62,6 +62,12 @@ class BaseFieldReader:
     def fit(self, columns: Iterable[str]) -> None:
         """Build the vocab from the training column."""
 
+    def use_saved_vocab(self, path: str) -> None:
+        """Take the vocab a run saved (``<output>/vocab`` or a checkpoint's) instead of fitting
+        one, so a resumed run keeps its token ids even if the training data changed."""
+        self.vocab = Vocab.load(path, getattr(getattr(self, "tokenizer", None), "unk_token", None)
+                                if isinstance(self, TextFieldReader) else None)
+
     def share_vocab(self, other: "BaseFieldReader") -> None:
         """Use the vocab fitted by the training reader's field of the same name."""
         self.vocab = other.vocab

@@ -58,6 +58,10 @@ class HookBase:
     def before_save(self, name: str) -> None: ...
     def after_save(self, name: str, path: str) -> None: ...
 
+    def check_metrics(self, reader_name: str, metrics: Dict[str, float]) -> None:
+        """Called before the first step with the metrics one batch of ``reader_name`` gives;
+        raise ``ConfigError`` when a metric this hook will need is not among them."""
+
     def state_dict(self) -> Optional[Dict[str, Any]]:
         return None
 

@@ -25,7 +25,7 @@ class LoadBestModelHook(HookBase):
         if state.interrupted or state.best_step < 0 or state.best_step == state.global_step:
             return  # no best checkpoint, or the final weights are the best ones
         folder = os.path.join(trainer.checkpoints.root, ckpt.BEST_DIR)
-        params = ckpt.load_file(os.path.join(folder, ckpt.MODEL_FILE), "best checkpoint model file")
+        params = ckpt.load_model_params(folder, "best checkpoint model file")
         trainer.restore_model_params(params, folder)
         logger.info("loaded the best checkpoint (step %d, dev %s %.6g) from %s", state.best_step,
                     trainer.trainer_config["metric"], state.best_metric, folder)

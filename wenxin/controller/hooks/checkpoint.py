@@ -35,6 +35,12 @@ class CheckpointHook(IntervalHook):
     def after_train(self) -> None:
         self.trigger()
 
+    def check_metrics(self, reader_name: str, metrics: Dict[str, float]) -> None:
+        cfg = self.trainer.trainer_config
+        if reader_name == "dev_reader" and cfg["save_best"] and cfg["metric"] not in metrics:
+            raise ConfigError(f"trainer.metric: '{cfg['metric']}' is not a dev metric; "
+                              f"available: {', '.join(sorted(metrics))}")
+
     def after_eval(self, reader_name: str, metrics: Dict[str, float]) -> None:
         cfg, state = self.trainer.trainer_config, self.trainer.state
         if reader_name != "dev_reader" or not cfg["save_best"]:

@@ -42,6 +42,11 @@ class EarlyStoppingHook(HookBase):
         if not cfg["is_eval_dev"]:
             raise ConfigError("trainer.hooks: EarlyStoppingHook needs trainer.is_eval_dev = 1")
 
+    def check_metrics(self, reader_name: str, metrics: Dict[str, float]) -> None:
+        if reader_name == "dev_reader" and self.metric not in metrics:
+            raise ConfigError(f"trainer.hooks: EarlyStoppingHook metric '{self.metric}' is not a dev "
+                              f"metric; available: {', '.join(sorted(metrics))}")
+
     def after_eval(self, reader_name: str, metrics: Dict[str, float]) -> None:
         if reader_name != "dev_reader":
             return
