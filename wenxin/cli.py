@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import List, Optional
 
@@ -39,6 +40,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     quiet_paddle()
     watch_thread_failures()
+    logging.raiseExceptions = False  # a log file on a full disk must not print tracebacks
     try:
         if args.command == "train":
             from wenxin.runner import train

@@ -84,7 +84,8 @@ def format_error(error: WenxinError) -> str:
     """The text entry points print: ``error: <problem>``, or a header and one problem a line."""
     problems = error.problems
     if len(problems) == 1:
-        return f"error: {problems[0]}"
+        first, *rest = problems[0].splitlines() or [""]
+        return "\n".join([f"error: {first}", *(f"  {line}" for line in rest)])
     lines = [f"error: {len(problems)} problems:"]
     for problem in problems:
         first, *rest = problem.splitlines() or [""]

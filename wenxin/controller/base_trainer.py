@@ -535,6 +535,9 @@ class BaseTrainer:
                            prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
         current = self.model_state_dict()
         matched, report = ckpt.match_parameters(current, loaded, source, prefix_map)
+        bad = [name for name, value in matched.items() if not np.isfinite(value).all()]
+        if bad:
+            raise CheckpointError(f"{source}: parameters hold NaN/Inf: {', '.join(bad[:5])}")
         if strict and (report.missing or report.mismatched or report.unexpected):
             raise CheckpointError(f"{source}: checkpoint does not match the model:\n{report.summary()}")
         self.set_model_state_dict(matched)
@@ -545,16 +548,22 @@ class BaseTrainer:
         """Write a self-contained inference folder (graph, weights, preprocessing) to ``folder``."""
         if not self.is_writer:
             return folder
-        os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(os.path.abspath(folder)))
+        tmp = ""
         try:
+            os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(os.path.abspath(folder)))
             fields = export.inference_fields(self.readers)
             outputs = self.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields)
             export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config,
                                       self.model.prediction_format)
             ckpt.replace_folder(tmp, folder)
+        except OSError as e:  # a full disk: no partial export, an earlier one stays
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError(f"{folder}: cannot write the inference model ({e.strerror or e})") from None
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise
         if not quiet:
             logger.info("exported inference model to %s (outputs: %s)", folder, ", ".join(outputs))
@@ -607,7 +616,13 @@ def resume_checkpoint(cfg: Dict[str, Any]) -> Optional[str]:
     """The checkpoint a run continues: ``load_checkpoint``, or with ``resume: auto`` the newest
     one in ``output_path`` whose checksums match (damaged ones are skipped with a warning)."""
     if cfg["load_checkpoint"]:
+        ckpt.verify(cfg["load_checkpoint"])  # before its vocabularies are used
         return cfg["load_checkpoint"]
     if cfg["resume"] == "auto":
-        return ckpt.CheckpointManager(cfg["output_path"], cfg["keep_checkpoint_max"]).latest()
+        manager = ckpt.CheckpointManager(cfg["output_path"], cfg["keep_checkpoint_max"])
+        latest = manager.latest()
+        if latest is None and manager.has_checkpoints():  # never train over damaged results
+            raise CheckpointError(f"trainer.resume: no usable checkpoint in {manager.root}: every one is damaged "
+                                  f"or incomplete (see the warnings); move them away to start afresh")
+        return latest
     return None

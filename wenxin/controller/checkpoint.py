@@ -129,10 +129,22 @@ def read_manifest(folder: str) -> Dict[str, Dict[str, Any]]:
     return files
 
 
+_verified: Dict[str, Tuple[int, int]] = {}  # folder -> (mtime_ns, size) of the manifest it was verified with
+
+
 def verify(folder: str) -> None:
-    """Check every file against the manifest; the first damaged or missing one is named."""
+    """Check every file against the manifest; the first damaged or missing one is named. A
+    folder verified before in this process, whose manifest is unchanged, is not hashed again."""
     if not os.path.isdir(folder):
         raise CheckpointError(f"checkpoint folder not found: {folder}")
+    key = os.path.realpath(folder)
+    try:
+        stat = os.stat(os.path.join(folder, MANIFEST_FILE))
+        if _verified.get(key) == (stat.st_mtime_ns, stat.st_size):
+            return
+    except OSError:
+        pass
+    _verified.pop(key, None)
     for rel, expected in read_manifest(folder).items():
         path = os.path.join(folder, rel)
         if os.path.isabs(rel) or rel.startswith(".."):
@@ -141,6 +153,7 @@ def verify(folder: str) -> None:
             raise CheckpointError(f"checkpoint file is missing: {path}")
         if os.path.getsize(path) != expected["bytes"] or _sha256(path) != expected["sha256"]:
             raise CheckpointError(f"checkpoint file is damaged (its checksum does not match the manifest): {path}")
+    _verified[key] = (stat.st_mtime_ns, stat.st_size)
 
 
 def is_complete(folder: str) -> bool:

@@ -29,7 +29,14 @@ def as_numpy(value: Any) -> np.ndarray:
 
 
 def save_arrays(path: str, arrays: Mapping[str, Any]) -> None:
-    save_file({name: as_numpy(value) for name, value in arrays.items()}, path)
+    _save_file({name: as_numpy(value) for name, value in arrays.items()}, path)
+
+
+def _save_file(arrays: Dict[str, np.ndarray], path: str) -> None:
+    try:
+        save_file(arrays, path)
+    except SafetensorError as e:  # safetensors reports a full disk as its own error type
+        raise OSError(str(e).replace("Error while serializing: ", "")) from None
 
 
 def load_arrays(path: str, what: str) -> Dict[str, np.ndarray]:
@@ -86,7 +93,7 @@ def save_state(folder: str, name: str, value: Any) -> None:
     arrays: Dict[str, np.ndarray] = {}
     tree = _encode(value, arrays, "")
     if arrays:
-        save_file(arrays, os.path.join(folder, f"{name}.safetensors"))
+        _save_file(arrays, os.path.join(folder, f"{name}.safetensors"))
     with open(os.path.join(folder, f"{name}.json"), "w", encoding="utf-8") as f:
         json.dump({"format": 1, "has_arrays": bool(arrays), "value": tree}, f, ensure_ascii=False)
 

@@ -60,13 +60,17 @@ class Vocab:
         """One token per line (``token`` or ``token<TAB>anything``); the line number is the id."""
         if not os.path.isfile(path):
             raise DataError(f"vocab file not found: {path}")
-        tokens = []
+        tokens: List[str] = []
+        seen: Dict[str, int] = {}
         for lineno, line, problem in iter_lines(path):
             if problem is not None:
                 raise DataError(f"{path}:{lineno}: {problem}")
             token = line.split("\t")[0]
             if not token:
                 raise DataError(f"{path}:{lineno}: empty token in vocab file")
+            if token in seen:
+                raise DataError(f"{path}:{lineno}: token {token!r} repeats line {seen[token]}")
+            seen[token] = lineno
             tokens.append(token)
         if not tokens:
             raise DataError(f"vocab file is empty: {path}")

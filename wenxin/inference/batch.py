@@ -52,10 +52,15 @@ def run_inference(param_path: str, overrides: List[str] = ()) -> str:
     rows = read_rows(config["predict_reader"]["config"], len(predictor.fields))
     results = predictor.predict(rows, batch_size=config["batch_size"])
     out = config["output_file"]
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     tmp = f"{out}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in results:
-            f.write(predictor.result_format.line(r) + "\n")
-    os.replace(tmp, out)  # an interrupted run never leaves a half-written prediction file
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in results:
+                f.write(predictor.result_format.line(r) + "\n")
+        os.replace(tmp, out)  # an interrupted run never leaves a half-written prediction file
+    except OSError as e:  # a full disk: no partial file, an earlier output stays
+        if os.path.isfile(tmp):
+            os.remove(tmp)
+        raise DataError(f"output_file: cannot write {out} ({e.strerror or e}); nothing was written") from None
     return out

@@ -7,6 +7,8 @@ import os
 import time
 from typing import BinaryIO, Dict, List, Optional
 
+from wenxin.common.errors import TrainingError
+
 logger = logging.getLogger("wenxin")
 
 
@@ -47,8 +49,11 @@ class JsonlWriter(MetricWriter):
 
     def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
         record = {"tag": tag, "step": step, "time": round(time.time(), 3), **scalars}
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        except OSError as e:
+            raise TrainingError(f"{self.path}: cannot write the metrics log ({e.strerror or e})") from None
 
 
 class VisualDLWriter(MetricWriter):
@@ -92,8 +97,14 @@ class VisualDLWriter(MetricWriter):
         for name, value in scalars.items():
             if isinstance(value, (int, float)) and value == value:  # skip NaN
                 record = self._scalar(tag=f"{tag}/{name}", value=float(value), step=step, walltime=walltime)
-                self._records.write(record.SerializeToString())
-        self._file.flush()
+                try:
+                    self._records.write(record.SerializeToString())
+                except OSError as e:
+                    raise TrainingError(f"{self.path}: cannot write VisualDL records ({e.strerror or e})") from None
+        try:
+            self._file.flush()
+        except OSError as e:
+            raise TrainingError(f"{self.path}: cannot write VisualDL records ({e.strerror or e})") from None
 
 
 class MetricLogger:
