@@ -122,7 +122,7 @@ def test_folder_data_path_header_and_invalid_utf8(tmp_path):
     reader = BasicDataSetReader(reader_config(str(folder), has_header=True), "train_reader").load()
     assert len(reader) == 2
     binary = tmp_path / "bin.tsv"
-    binary.write_bytes(b"\xff\xfe bad\t1\n")
+    binary.write_bytes(b"\xff\xfd bad\t1\n")
     with pytest.raises(DataError, match=f"{binary}:1: not valid UTF-8"):
         BasicDataSetReader(reader_config(str(binary)), "train_reader").load()
     empty = tmp_path / "empty"

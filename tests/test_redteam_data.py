@@ -187,9 +187,9 @@ def test_a_batch_that_cannot_be_assembled_ends_the_run(tmp_path, data_dir, mode,
     import sys
     from conftest import REPO
     config = task_config(data_dir, str(tmp_path / "out"))
-    for reader in config["dataset_reader"].values():
-        reader["fields"][0]["reader"]["type"] = "ExplodingTextFieldReader"
-        reader["config"]["num_workers"] = workers
+    train = config["dataset_reader"]["train_reader"]  # evaluation works: the loop meets the batch
+    train["fields"][0]["reader"]["type"] = "ExplodingTextFieldReader"
+    train["config"]["num_workers"] = workers
     if mode == "static":
         config["model"]["is_dygraph"] = 0
         config["trainer"]["type"] = "CustomStaticTrainer"
@@ -200,3 +200,19 @@ def test_a_batch_that_cannot_be_assembled_ends_the_run(tmp_path, data_dir, mode,
                           env={**os.environ, "GLOG_minloglevel": "2"})
     assert_one_error_block(proc.returncode, proc.stdout, proc.stderr, ["dataset_reader.train_reader",
                                                                        "Unable to allocate"], started=True)
+
+
+def test_an_evaluation_batch_that_cannot_be_assembled_fails_before_training(tmp_path, data_dir):
+    """The dev reader's first batch is evaluated before the first step (preflight)."""
+    import subprocess
+    import sys
+    from conftest import REPO
+    config = task_config(data_dir, str(tmp_path / "out"))
+    config["dataset_reader"]["dev_reader"]["fields"][0]["reader"]["type"] = "ExplodingTextFieldReader"
+    script = tmp_path / "run.py"
+    script.write_text(EXPLODING_RUN.format(repo=REPO))
+    proc = subprocess.run([sys.executable, str(script), write_config(str(tmp_path / "task.json"), config)],
+                          capture_output=True, text=True, timeout=240, env={**os.environ, "GLOG_minloglevel": "2"})
+    assert_one_error_block(proc.returncode, proc.stdout, proc.stderr, ["dataset_reader.dev_reader",
+                                                                       "Unable to allocate"])
+    assert not os.path.exists(tmp_path / "out" / "checkpoints")

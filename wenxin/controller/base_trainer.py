@@ -341,7 +341,7 @@ class BaseTrainer:
             raise
         except Exception as e:  # noqa: BLE001 (the task's code; reported instead of after an epoch)
             problems.add(f"dataset_reader.{reader_name}: evaluating its first batch before training failed "
-                         f"({type(e).__name__}: {_first_line(e)})")
+                         f"({last_thread_failure() or f'{type(e).__name__}: {_first_line(e)}'})")
         finally:
             self._eval_loaders[reader_name] = loader
         return None
@@ -354,7 +354,7 @@ class BaseTrainer:
         except (WenxinError, KeyboardInterrupt):
             raise
         except Exception as e:  # noqa: BLE001 (DataLoader workers raise many types)
-            cause = last_thread_failure() or f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            cause = last_thread_failure() or f"{type(e).__name__}: {_first_line(e)}"
             raise DataError(f"dataset_reader.train_reader: loading a batch failed ({cause})") from None
 
     def _catch_stop_signals(self) -> Dict[int, Any]:
