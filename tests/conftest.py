@@ -141,3 +141,82 @@ def checkpoint_state(folder: str, name: str = "extra") -> Dict[str, Any]:
     """A checkpoint's extra (``"extra"``) or optimizer (``"optimizer"``) state."""
     from wenxin.controller.state_io import load_state
     return load_state(str(folder), name, name)
+
+
+# ---- helpers shared by several test modules ---------------------------------------------------------
+from wenxin.common.registry import RegisterSet  # noqa: E402
+from wenxin.controller.hooks import HookBase  # noqa: E402
+
+
+@RegisterSet.hooks.register("StopAtStepHook")
+class StopAtStepHook(HookBase):
+    """Test hook: asks the trainer to stop after a given step (a clean interruption)."""
+
+    from wenxin.config.schema import Key
+    config_schema = {"step": Key(int)}
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def after_step(self) -> None:
+        if self.trainer.state.global_step == self.step:
+            self.trainer.state.should_stop = True
+            self.trainer.state.stop_reason = f"test stop at {self.step}"
+
+
+
+def losses_of(out: str) -> Dict[int, float]:
+    """The logged training loss of each step of a run (from its metrics.jsonl)."""
+    with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    return {r["step"]: r["loss"] for r in records if r["tag"] == "train"}
+
+
+def resume_config(data_dir, out, **extra):
+    config = task_config(data_dir, out, epoch=3, train_log_step=1, save_model_step=7, is_eval_test=0,
+                         eval_step=10, **extra)
+    config["model"]["dropout"] = 0.3  # dropout makes the RNG state part of what must resume
+    return config
+
+
+def plain_sgd(config, lr=0.1, **opt):
+    config["model"]["dropout"] = 0.0
+    config["model"]["optimization"] = {"optimizer": "sgd", "learning_rate": lr, "lr_scheduler": "constant", **opt}
+    config["dataset_reader"]["train_reader"]["config"]["shuffle"] = False
+    return config
+
+
+
+def make_tabular(n: int, seed: int, dim: int = 8) -> List[tuple]:
+    """Separable tabular rows: ``"x1 x2 ... xd"`` and a label from the first two features."""
+    import numpy as np
+    rng = np.random.RandomState(seed)
+    x = rng.randn(n, dim)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(int)
+    return [(" ".join(f"{v:.4f}" for v in row), label) for row, label in zip(x, y)]
+
+
+def tabular_config(folder, output, mode="dynamic", dim=8):
+    fields = [{"name": "features", "reader": {"type": "FloatVectorFieldReader"}, "dim": dim},
+              {"name": "label", "data_type": "int", "reader": {"type": "LabelFieldReader"}}]
+    return {"task": "tabular_classification",
+            "dataset_reader": {
+                "train_reader": {"fields": fields, "config": {"data_path": os.path.join(folder, "train.tsv"),
+                                                              "shuffle": True, "batch_size": 32}},
+                "dev_reader": {"fields": fields, "config": {"data_path": os.path.join(folder, "dev.tsv"),
+                                                            "batch_size": 64}}},
+            "model": {"type": "MlpClassification", "hidden_sizes": [32], "is_dygraph": int(mode == "dynamic"),
+                      "optimization": {"learning_rate": 0.01}},
+            "trainer": {"type": "CustomDynamicTrainer" if mode == "dynamic" else "CustomStaticTrainer",
+                        "epoch": 5, "is_eval_dev": 1, "output_path": output, "visualdl": False}}
+
+
+
+
+@pytest.fixture
+def tab_dir(tmp_path) -> str:
+    """Generated tabular train/dev data (8 features, 2 classes)."""
+    folder = str(tmp_path / "tab")
+    write_tsv(os.path.join(folder, "train.tsv"), make_tabular(400, 1))
+    write_tsv(os.path.join(folder, "dev.tsv"), make_tabular(100, 2))
+    return folder

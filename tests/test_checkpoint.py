@@ -6,43 +6,12 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import build, task_config
+from conftest import build, losses_of, resume_config, task_config
 from wenxin.common.errors import CheckpointError, ConfigError
-from wenxin.common.registry import RegisterSet
-from wenxin.controller.hooks import HookBase
-
-
-@RegisterSet.hooks.register("StopAtStepHook")
-class StopAtStepHook(HookBase):
-    """Test hook: asks the trainer to stop after a given step (a clean interruption)."""
-
-    from wenxin.config.schema import Key
-    config_schema = {"step": Key(int)}
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def after_step(self) -> None:
-        if self.trainer.state.global_step == self.step:
-            self.trainer.state.should_stop = True
-            self.trainer.state.stop_reason = f"test stop at {self.step}"
-
-
-def losses_of(out):
-    with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
-        records = [json.loads(line) for line in f]
-    return {r["step"]: r["loss"] for r in records if r["tag"] == "train"}
 
 
 def params_of(trainer):
     return {k: v.numpy().copy() for k, v in trainer.model.state_dict().items()}
-
-
-def resume_config(data_dir, out, **extra):
-    config = task_config(data_dir, out, epoch=3, train_log_step=1, save_model_step=7, is_eval_test=0,
-                         eval_step=10, **extra)
-    config["model"]["dropout"] = 0.3  # dropout makes the RNG state part of what must resume
-    return config
 
 
 @pytest.mark.parametrize("stop_at", [17, 30])  # mid-epoch (15 steps/epoch) and exactly at an epoch end

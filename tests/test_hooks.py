@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import build, checkpoint_params, task_config
+from conftest import build, checkpoint_params, tabular_config, task_config
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import TrainingError
 from wenxin.controller.hooks import HookBase, HookList, Priority
@@ -176,3 +176,55 @@ def test_progress_bar_redraws_at_most_every_interval():
     assert "100000/100000" in stream.getvalue()
     bar.close()
     assert ProgressBar.active is None
+
+
+def _poison_batches(trainer, steps):
+    """Overflowing features in the training batches of ``steps``: the first layer's sums reach
+    +-Inf and the next layer turns them into NaN, so the loss is NaN in either mode (NaN inputs
+    themselves would be zeroed by the ReLU)."""
+    import paddle
+    original = trainer._next_batches
+
+    def next_batches(batches):
+        group = original(batches)
+        if trainer.state.global_step + 1 in steps:
+            for batch in group:
+                features = np.full(tuple(batch["features"].shape), np.finfo(np.float32).max, dtype="float32")
+                batch["features"] = features if trainer.numpy_batches else paddle.to_tensor(features)
+        return group
+
+    trainer._next_batches = next_batches
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_nan_guard_skips_the_update_in_both_modes(tmp_path, tab_dir, mode, accumulate):
+    """Steps 6 and 7 have NaN losses: their updates are skipped (parameters and optimizer state
+    exactly as after step 5), training goes on, and ends like a run that never saw them."""
+    out = str(tmp_path / "out")
+    config = tabular_config(tab_dir, out, mode)
+    config["trainer"].update(max_steps=12, save_model_step=5, is_eval_dev=0, max_nan_steps=3,
+                             gradient_accumulation_steps=accumulate)
+    trainer = build(config, tmp_path)
+    _poison_batches(trainer, {6, 7})
+    seen = {}
+
+    class Watch(HookBase):
+        def after_step(self):
+            step = self.trainer.state.global_step
+            if step in (5, 7):
+                seen[step] = ({k: np.array(v) for k, v in self.trainer.model_state_dict().items()},
+                              {k: np.array(v) for k, v in self.trainer.optimizer_state_dict().items()
+                               if not isinstance(v, dict)})
+            if step in (6, 7):
+                seen[f"nonfinite{step}"] = self.trainer.state.nonfinite_loss
+
+    trainer.register_hook(Watch())
+    trainer.do_train()
+    assert seen["nonfinite6"] and seen["nonfinite7"]
+    for part in (0, 1):
+        assert seen[5][part].keys() == seen[7][part].keys()
+        for name in seen[5][part]:
+            np.testing.assert_array_equal(seen[7][part][name], seen[5][part][name], err_msg=name)
+    assert trainer.state.global_step == 12
+    assert all(np.isfinite(np.asarray(v)).all() for v in trainer.model_state_dict().values())

@@ -4,18 +4,11 @@ import os
 import numpy as np
 import pytest
 
-from conftest import build, checkpoint_state, task_config
+from conftest import build, checkpoint_state, plain_sgd, task_config
 
 
 def params_of(trainer):
     return {k: v.numpy().astype("float32").copy() for k, v in trainer.model.state_dict().items()}
-
-
-def plain_sgd(config, lr=0.1, **opt):
-    config["model"]["dropout"] = 0.0
-    config["model"]["optimization"] = {"optimizer": "sgd", "learning_rate": lr, "lr_scheduler": "constant", **opt}
-    config["dataset_reader"]["train_reader"]["config"]["shuffle"] = False
-    return config
 
 
 def test_gradient_accumulation_equals_larger_batch(tmp_path, data_dir):

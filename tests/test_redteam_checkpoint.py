@@ -384,7 +384,7 @@ def test_a_really_full_disk(tmp_path, data_dir):
         from wenxin.controller.checkpoint import is_valid
         assert is_valid(os.path.join(root, "step_5")) is None
     finally:
-        subprocess.run(["umount", str(mount)], capture_output=True)
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)  # -l: the log file may still be open
 
 
 def test_cases_count():

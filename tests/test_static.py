@@ -93,8 +93,7 @@ def test_static_mode_requires_static_trainer(tmp_path, data_dir):
 
 
 def test_static_resume_continues_with_identical_losses(tmp_path, data_dir):
-    from test_checkpoint import losses_of as step_losses
-    from test_checkpoint import resume_config  # also registers StopAtStepHook
+    from conftest import losses_of as step_losses, resume_config
 
     def config_for(out):
         return static_config(resume_config(data_dir, str(tmp_path / out)))  # dropout 0.3, shuffling
@@ -132,7 +131,7 @@ def test_static_max_pooling_runs_under_onednn(tmp_path, data_dir):
 
 
 def test_static_gradient_accumulation_equals_larger_batch(tmp_path, data_dir):
-    from test_optimization import plain_sgd
+    from conftest import plain_sgd
 
     def config(out, batch, accumulate):
         c = static_config(plain_sgd(task_config(data_dir, str(tmp_path / out), max_steps=4, is_eval_dev=0,

@@ -15,8 +15,7 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import build, checkpoint_state, task_config, write_tsv
-from test_tabular import make_tabular, tabular_config
+from conftest import build, checkpoint_state, make_tabular, tabular_config, task_config, write_tsv
 from wenxin.controller.hooks.base import HookBase
 
 FLOAT32_COMPUTE = ["matmul", "matmul_v2", "linear", "mul"]  # Paddle's op names (legacy ones included)

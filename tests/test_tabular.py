@@ -6,38 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from conftest import build, write_tsv
+from conftest import build, tabular_config
 from wenxin.common.errors import DataError
-
-
-def make_tabular(n, seed, dim=8):
-    rng = np.random.RandomState(seed)
-    x = rng.randn(n, dim)
-    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(int)
-    return [(" ".join(f"{v:.4f}" for v in row), label) for row, label in zip(x, y)]
-
-
-def tabular_config(folder, output, mode="dynamic", dim=8):
-    fields = [{"name": "features", "reader": {"type": "FloatVectorFieldReader"}, "dim": dim},
-              {"name": "label", "data_type": "int", "reader": {"type": "LabelFieldReader"}}]
-    return {"task": "tabular_classification",
-            "dataset_reader": {
-                "train_reader": {"fields": fields, "config": {"data_path": os.path.join(folder, "train.tsv"),
-                                                              "shuffle": True, "batch_size": 32}},
-                "dev_reader": {"fields": fields, "config": {"data_path": os.path.join(folder, "dev.tsv"),
-                                                            "batch_size": 64}}},
-            "model": {"type": "MlpClassification", "hidden_sizes": [32], "is_dygraph": int(mode == "dynamic"),
-                      "optimization": {"learning_rate": 0.01}},
-            "trainer": {"type": "CustomDynamicTrainer" if mode == "dynamic" else "CustomStaticTrainer",
-                        "epoch": 5, "is_eval_dev": 1, "output_path": output, "visualdl": False}}
-
-
-@pytest.fixture
-def tab_dir(tmp_path):
-    folder = str(tmp_path / "tab")
-    write_tsv(os.path.join(folder, "train.tsv"), make_tabular(400, 1))
-    write_tsv(os.path.join(folder, "dev.tsv"), make_tabular(100, 2))
-    return folder
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])

@@ -64,6 +64,10 @@ class BaseDynamicTrainer(BaseTrainer):
         if self.should_check_loss():  # one device-to-host read, which the logger then reuses
             loss = loss_value(loss)
             self.state.nonfinite_loss = not math.isfinite(loss)
+            if self.world_size > 1:  # every rank skips the same steps (the gradients were all-reduced)
+                flag = paddle.to_tensor([1.0 if self.state.nonfinite_loss else 0.0])
+                paddle.distributed.all_reduce(flag)
+                self.state.nonfinite_loss = flag.item() > 0
         else:
             self.state.nonfinite_loss = False
         if self.state.nonfinite_loss:

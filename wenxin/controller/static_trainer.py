@@ -83,8 +83,8 @@ class BaseStaticTrainer(BaseTrainer):
             self.executor.run(self.startup_program)
         self.scope = paddle.static.global_scope()
         with static_mode():
-            self._train_runner = ProgramRunner(self.executor, self.main_program, self.feed_names, [self.loss],
-                                               self.scope)
+            self._train_runner = ProgramRunner(self.executor, self.main_program, self.feed_names,
+                                               [self.loss, self.nonfinite_flag], self.scope)
             self._micro_runner = (ProgramRunner(self.executor, self.micro_program, self.feed_names,
                                                 [self.micro_loss], self.scope) if self.accumulate > 1 else None)
 
@@ -137,10 +137,7 @@ class BaseStaticTrainer(BaseTrainer):
             self.loss = outputs[InstanceName.LOSS]
             self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.state.max_steps)
             objective = self._mixed_precision() if self.amp.enabled else self.loss
-            if self.world_size > 1 or self.accumulate > 1:
-                self._minimize_in_parts(objective)
-            else:
-                self.optimizer.minimize(objective)
+            self._minimize(objective)
             self._scaler_vars = self._find_scaler_vars()
         # structured name ("fc.weight") <-> program variable name ("linear_2.w_0")
         self.var_names = {k: v.name for k, v in self.model.state_dict().items()}
@@ -213,16 +210,22 @@ class BaseStaticTrainer(BaseTrainer):
                  "decr_count": getattr(optimizer, "_num_bad_steps", None)}
         return {role: value.name for role, value in roles.items() if value is not None}
 
-    def _minimize_in_parts(self, objective: Any) -> None:
+    def _minimize(self, objective: Any) -> None:
         """Backward, then (gradient accumulation) add the gradients into persistable buffers, and
-        (data parallelism) all-reduce them, before the optimizer applies them.
+        (data parallelism) all-reduce them, before the optimizer applies them; a step whose loss
+        is NaN/Inf (on any rank, in any micro-batch) skips the update, as in eager mode.
 
         With accumulation, the program up to the buffer update is cloned as ``micro_program`` and
         run for the first k-1 batches of a step; the main program runs the k-th batch and applies
         the buffers' mean, then zeroes them. So each batch is forwarded once and memory stays
         that of one batch. (Paddle 3.3's ``GradientMergeOptimizer`` and static
-        ``fleet.distributed_optimizer`` do not support PIR programs.)"""
+        ``fleet.distributed_optimizer`` do not support PIR programs.)
+
+        The skip is a ``cond`` around the optimizer's ops, so parameters and every accumulator
+        stay exactly as they were. With float16 loss scaling the mixed-precision optimizer skips
+        overflowing steps itself (and lowers the scale), so no ``cond`` is added there."""
         params_grads = self.optimizer.backward(objective)
+        bad = 1.0 - paddle.isfinite(self.loss.astype("float32")).all().astype("float32")  # 1: NaN/Inf loss
         if self.accumulate > 1:
             buffers = []
             for param, grad in params_grads:
@@ -231,25 +234,46 @@ class BaseStaticTrainer(BaseTrainer):
                     initializer=paddle.nn.initializer.Constant(0.0))
                 paddle.assign(buffer + grad, output=buffer)
                 buffers.append((param, buffer))
+            bad_buffer = paddle.pir.core.create_persistable_value(
+                dtype="float32", shape=[], name=f"nonfinite_losses{GRAD_BUFFER_SUFFIX}",
+                initializer=paddle.nn.initializer.Constant(0.0))
+            paddle.assign(bad_buffer + bad, output=bad_buffer)
             value_map = paddle.pir.IrMapping()
             self.micro_program = self.main_program.clone(value_map)
             self.micro_loss = value_map.look_up(self.loss)
             params_grads = [(param, buffer / self.accumulate) for param, buffer in buffers]
+            bad = bad_buffer + 0.0
         if self.world_size > 1:
             for _, grad in params_grads:
                 paddle.distributed.all_reduce(grad)
             params_grads = [(param, grad / self.world_size) for param, grad in params_grads]
-        self.optimizer.apply_gradients(params_grads)
+            paddle.distributed.all_reduce(bad)  # every rank skips the same steps
+        self.nonfinite_flag = bad
+        if self._scaler_vars_expected():
+            self.optimizer.apply_gradients(params_grads)
+        else:
+            def update() -> Any:
+                self.optimizer.apply_gradients(params_grads)
+                return paddle.zeros([1])
+
+            paddle.static.nn.cond(bad == 0.0, update, lambda: paddle.zeros([1]))
         if self.accumulate > 1:
             for _, buffer in buffers:
                 paddle.assign(paddle.zeros_like(buffer), output=buffer)
+            paddle.assign(paddle.zeros_like(bad_buffer), output=bad_buffer)
+
+    def _scaler_vars_expected(self) -> bool:
+        """Whether the program scales the loss (float16 AMP), whose optimizer skips overflows itself."""
+        return self.amp.enabled and self.amp.use_loss_scaling and self.amp.dtype == "float16"
 
     def run_step(self, batches: List[Batch]) -> Any:
         # gradient accumulation: the micro program takes all but the last batch
         losses = [self._micro_runner.run(batch)[0] for batch in batches[:-1]]
-        losses.append(self._train_runner.run(batches[-1])[0])
+        loss, nonfinite = self._train_runner.run(batches[-1])
+        losses.append(loss)
         loss = float(np.mean(losses))
-        self.state.nonfinite_loss = self.should_check_loss() and not np.isfinite(loss)
+        # the program skipped the update already; the NaN guard counts what it skipped
+        self.state.nonfinite_loss = self.should_check_loss() and float(np.asarray(nonfinite).reshape(-1)[0]) > 0
         return loss
 
     def eval_program(self, reader_name: str) -> _EvalProgram:
@@ -298,8 +322,12 @@ class BaseStaticTrainer(BaseTrainer):
     def _optimizer_var_names(self) -> List[str]:
         """Optimizer state in the scope; gradient buffers are left out (zero at every step end)."""
         scaler_vars = set(self._scaler_vars.values())
-        return [n for n in self.main_program.state_dict("opt", self.scope)
-                if not n.endswith(GRAD_BUFFER_SUFFIX) and n not in scaler_vars]
+        # the persistable values the startup program creates, other than parameters (the
+        # optimizer's ops sit inside the NaN guard's cond, where Program.state_dict does not look)
+        created = [op.attrs()["output_name"] for op in self.startup_program.global_block().ops
+                   if op.name() == "builtin.shadow_output"]
+        return [n for n in created if not n.endswith(GRAD_BUFFER_SUFFIX) and n not in scaler_vars
+                and self.scope.find_var(n) is not None]
 
     def optimizer_state_dict(self) -> Dict[str, Any]:
         state = {name: self._read(name) for name in self._optimizer_var_names()}
