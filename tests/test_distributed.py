@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, checkpoint_params, checkpoint_state, task_config, write_config
+from conftest import REPO, checkpoint_params, checkpoint_state, losses_of, task_config, write_config
 
 
 FLOAT16_ON_CPU = """# run_trainer.py with float16 AMP allowed on CPU (see tests/test_static_amp.py)
@@ -76,6 +76,15 @@ def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir, mode, ac
     for ra, rb in zip(a, b):
         assert ra["acc"] == rb["acc"] and ra["f1"] == pytest.approx(rb["f1"])
         assert ra["loss"] == pytest.approx(rb["loss"], abs=1e-5)
+    # the logged training loss is the mean over ranks: the loss of the whole 2B examples
+    train_a, train_b = losses_of(str(tmp_path / "single")), losses_of(str(tmp_path / "double"))
+    assert sorted(train_a) == sorted(train_b) == [1, 2, 3, 4, 5, 6]
+    for step, loss in train_a.items():
+        assert train_b[step] == pytest.approx(loss, abs=1e-5), step
+    # only rank 0 writes train.log: each record once
+    lines = open(tmp_path / "double" / "logs" / "train.log", encoding="utf-8").read().splitlines()
+    step_lines = [line.split(": ", 1)[1] for line in lines if "[train] step" in line]
+    assert len(step_lines) == 6 and len(set(step_lines)) == 6
     if amp:  # the scale doubled every 2 good steps on every rank
         for out in ("single", "double"):
             assert float(checkpoint_state(tmp_path / out / "checkpoints" / "step_6")["scaler"]["scale"][0]) == 8192.0
@@ -98,3 +107,28 @@ def test_all_ranks_resume_from_the_same_checkpoint(tmp_path, data_dir):
         np.testing.assert_allclose(np.asarray(resumed[name]), np.asarray(value), atol=1e-6, err_msg=name)
     log = "".join(open(tmp_path / "launch_logs" / n).read() for n in os.listdir(tmp_path / "launch_logs"))
     assert log.count("resumed from") >= 2  # every rank restored the checkpoint
+
+
+def test_micro_batches_do_not_all_reduce(tmp_path, data_dir):
+    """Eager data parallelism with accumulation: every micro-batch but the last runs under the
+    model's ``no_sync()`` (the test replaces the distributed model by a recorder)."""
+    import contextlib
+    from conftest import build
+    trainer = build(task_config(data_dir, str(tmp_path / "out"), max_steps=1, is_eval_dev=0, is_eval_test=0,
+                                gradient_accumulation_steps=3), tmp_path)
+    model, entered = trainer.train_model, []
+
+    class Recorder:
+        def __call__(self, *args):
+            return model(*args)
+
+        @contextlib.contextmanager
+        def no_sync(self):
+            entered.append(trainer.state.global_step)
+            yield
+
+    trainer.train_model, trainer.world_size = Recorder(), 2
+    trainer.mean_over_ranks = lambda value: value
+    trainer.should_check_loss = lambda: False  # no collective in this single process
+    trainer.do_train()
+    assert entered == [0, 0]  # micro-batches 1 and 2 of step 1; the 3rd all-reduces

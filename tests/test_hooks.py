@@ -29,7 +29,7 @@ def test_hooks_run_in_priority_order_stable_for_ties():
     assert log == ["first", "normal-1", "normal-2", "low"]
 
 
-def test_events_call_only_the_hooks_that_handle_them():
+def test_events_call_only_the_hooks_that_handle_them(monkeypatch):
     log = []
 
     class StepOnly(HookBase):
@@ -43,11 +43,15 @@ def test_events_call_only_the_hooks_that_handle_them():
     hooks.add(StepOnly())
     hooks.add(Interval("interval", log, Priority.LOW))
     hooks.add(HookBase())
-    assert [getattr(h, "__self__", None).__class__.__name__ for h in hooks._handlers["after_step"]] == [
-        "StepOnly", "Interval"]
-    assert hooks._handlers["before_step"] == [] and hooks._handlers["after_eval"] == []
+
+    def never(self, *args):
+        raise AssertionError("an event a hook does not handle was dispatched to it")
+
+    for event in ("before_step", "after_eval", "after_step"):  # HookBase's own no-ops
+        monkeypatch.setattr(HookBase, event, never)
     hooks.call("after_step")
     hooks.call("before_step")
+    hooks.call("after_eval", "dev_reader", {})
     assert log == ["step", "interval"]
     with pytest.raises(KeyError):
         hooks.call("after_stpe")  # a misspelt event is an error, not a silent no-op
@@ -228,3 +232,19 @@ def test_nan_guard_skips_the_update_in_both_modes(tmp_path, tab_dir, mode, accum
             np.testing.assert_array_equal(seen[7][part][name], seen[5][part][name], err_msg=name)
     assert trainer.state.global_step == 12
     assert all(np.isfinite(np.asarray(v)).all() for v in trainer.model_state_dict().values())
+
+
+def test_two_hooks_of_one_class_keep_their_own_state_across_a_resume(tmp_path, data_dir):
+    out = str(tmp_path / "out")
+    hooks = [{"type": "EarlyStoppingHook", "params": {"metric": "acc", "patience": 50}},
+             {"type": "EarlyStoppingHook", "params": {"metric": "loss", "mode": "min", "patience": 50}}]
+    config = task_config(data_dir, out, max_steps=6, eval_step=2, save_model_step=6, is_eval_test=0, hooks=hooks)
+    first = build(config, tmp_path)
+    first.do_train()
+    acc_hook, loss_hook = [h for h in first.hooks.hooks if type(h).__name__ == "EarlyStoppingHook"]
+    assert acc_hook.best != loss_hook.best  # an accuracy and a loss
+    config["trainer"].update(max_steps=8, resume="auto")
+    resumed = build(config, tmp_path)
+    again = [h for h in resumed.hooks.hooks if type(h).__name__ == "EarlyStoppingHook"]
+    assert [(h.metric, h.best, h.bad_evals) for h in again] == [
+        ("acc", acc_hook.best, acc_hook.bad_evals), ("loss", loss_hook.best, loss_hook.bad_evals)]

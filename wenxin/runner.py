@@ -27,7 +27,8 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
     scope, model_cls, trainer_cls = resolve_classes(config)
     cfg = config["trainer"]
     prepare_output_path(cfg)
-    setup_logging(os.path.join(cfg["output_path"], "logs", "train.log"))
+    rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))  # set by paddle.distributed.launch
+    setup_logging(os.path.join(cfg["output_path"], "logs", "train.log") if rank == 0 else None)
     setup_device(cfg["PADDLE_PLACE_TYPE"])
     init_distributed(cfg["PADDLE_IS_FLEET"])
     set_seed(cfg["seed"])

@@ -242,6 +242,15 @@ class BaseTrainer:
 
     def set_scaler_state_dict(self, state: Optional[Dict[str, Any]]) -> None: ...
 
+    def mean_over_ranks(self, value: float) -> float:
+        """The mean of ``value`` over all ranks (itself in a single process)."""
+        if self.world_size == 1:
+            return value
+        with eager_mode():  # collectives on eager tensors, also in a static loop
+            tensor = paddle.to_tensor([value], dtype="float64")
+            paddle.distributed.all_reduce(tensor)
+            return float(tensor.item()) / self.world_size
+
     def current_lr(self) -> float:
         return float(self.lr_scheduler.get_lr()) if self.lr_scheduler is not None else 0.0
 

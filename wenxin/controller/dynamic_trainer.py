@@ -1,6 +1,7 @@
 """``BaseDynamicTrainer``: eager execution of the shared training loop."""
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from typing import Any, Dict, List, Mapping, Optional
@@ -50,15 +51,18 @@ class BaseDynamicTrainer(BaseTrainer):
 
     def run_step(self, batches: List[Batch]) -> Any:
         losses = []
-        for batch in batches:
-            with self.amp.autocast():
-                outputs = self.train_model(batch, Phase.TRAINING)
-            loss = outputs[InstanceName.LOSS]
-            scaled = loss / len(batches) if len(batches) > 1 else loss
-            if self.scaler is not None:
-                self.scaler.scale(scaled).backward()
-            else:
-                scaled.backward()
+        for i, batch in enumerate(batches):
+            # data parallel with accumulation: only the last micro-batch all-reduces the gradients
+            last = i == len(batches) - 1
+            with contextlib.nullcontext() if last or self.world_size == 1 else self.train_model.no_sync():
+                with self.amp.autocast():
+                    outputs = self.train_model(batch, Phase.TRAINING)
+                loss = outputs[InstanceName.LOSS]
+                scaled = loss / len(batches) if len(batches) > 1 else loss
+                if self.scaler is not None:
+                    self.scaler.scale(scaled).backward()
+                else:
+                    scaled.backward()
             losses.append(loss.detach())
         loss = losses[0] if len(losses) == 1 else paddle.stack(losses).mean()
         if self.should_check_loss():  # one device-to-host read, which the logger then reuses

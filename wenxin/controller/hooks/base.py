@@ -124,15 +124,26 @@ class HookList:
     def find(self, cls: type) -> Optional[HookBase]:
         return next((h for h in self.hooks if isinstance(h, cls)), None)
 
+    def _keyed(self) -> List[tuple]:
+        """(key, hook) with one key per hook instance: its class name and, for a second or later
+        hook of the same class, its position among them (``EarlyStoppingHook#2``)."""
+        seen: Dict[str, int] = {}
+        keyed = []
+        for hook in self.hooks:
+            name = type(hook).__name__
+            seen[name] = seen.get(name, 0) + 1
+            keyed.append((name if seen[name] == 1 else f"{name}#{seen[name]}", hook))
+        return keyed
+
     def state_dict(self) -> Dict[str, Any]:
         states = {}
-        for hook in self.hooks:
+        for key, hook in self._keyed():
             state = hook.state_dict()
             if state is not None:
-                states[type(hook).__name__] = state
+                states[key] = state
         return states
 
     def set_state_dict(self, states: Dict[str, Any]) -> None:
-        for hook in self.hooks:
-            if type(hook).__name__ in states:
-                hook.set_state_dict(states[type(hook).__name__])
+        for key, hook in self._keyed():
+            if key in states:
+                hook.set_state_dict(states[key])

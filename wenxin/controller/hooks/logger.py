@@ -34,7 +34,8 @@ class LoggerHook(HookBase):
             return
         losses = np.array([loss_value(x) for x in self._losses])
         self._losses = []
-        scalars = {"epoch": state.epoch + 1, "loss": float(losses.mean()), "lr": self.trainer.current_lr()}
+        loss = self.trainer.mean_over_ranks(float(losses.mean()))  # every rank's batches
+        scalars = {"epoch": state.epoch + 1, "loss": loss, "lr": self.trainer.current_lr()}
         scaler_value = self.trainer.loss_scale()
         if scaler_value is not None:
             scalars["loss_scale"] = scaler_value
