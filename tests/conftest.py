@@ -15,6 +15,10 @@ os.environ.setdefault("GLOG_v", "0")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "slow: takes over ~20 s; a fast local loop skips them with -m 'not slow'")
+
+
 POSITIVE = list("好棒赞优美爱喜乐")
 NEGATIVE = list("差烂坏丑慢贵怒悲")
 NEUTRAL = list("的了是在我有这个书买东西质量")

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from typing import Dict, List, Tuple
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = os.path.join(REPO, "benchmarks")
 sys.path.insert(0, BENCHMARKS)
@@ -77,6 +79,7 @@ def test_paired_ratio():
     assert paired_ratio([], []) is None
 
 
+@pytest.mark.slow
 def test_framework_overhead_runs_every_variant():
     variants = ["eager", "static", "wenxin-dyn", "wenxin-st", "hapi"]
     result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "framework_overhead.py"), "--rounds", "1",

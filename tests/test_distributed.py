@@ -90,6 +90,7 @@ def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir, mode, ac
             assert float(checkpoint_state(tmp_path / out / "checkpoints" / "step_6")["scaler"]["scale"][0]) == 8192.0
 
 
+@pytest.mark.slow
 def test_all_ranks_resume_from_the_same_checkpoint(tmp_path, data_dir):
     def config(out, max_steps, resume="none"):
         c = task_config(data_dir, str(tmp_path / out), max_steps=max_steps, save_model_step=3,

@@ -30,6 +30,7 @@ def test_data_preparation_is_reproducible(tmp_path):
     assert 0.75 < stats["train"] / (stats["train"] + stats["dev"] + stats["test"]) < 0.85
 
 
+@pytest.mark.slow
 def test_main_example_reaches_target_accuracy(tmp_path):
     data = str(tmp_path / "sentiment")
     subprocess.run([sys.executable, os.path.join(REPO, "examples", "prepare_sentiment_data.py"),

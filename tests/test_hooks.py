@@ -172,12 +172,15 @@ def test_progress_bar_redraws_at_most_every_interval():
     import io
     from wenxin.controller.progress import ProgressBar
     stream = io.StringIO()
-    bar = ProgressBar(100000, "train", stream=stream, min_interval=0.2)
+    now = [100.0]
+    bar = ProgressBar(1000, "train", stream=stream, min_interval=0.2, clock=lambda: now[0])
     calls = []
-    for step in range(1, 100001):
-        bar.update(step, lambda: calls.append(1) or "loss 1")
-    assert bar.draws <= 5 and len(calls) == bar.draws  # the final step always draws
-    assert "100000/100000" in stream.getvalue()
+    for step in range(1, 1001):
+        now[0] += 0.001  # 1 ms a step: 1 s in all, so a redraw every 200 steps
+        bar.update(step, lambda: calls.append(step) or "loss 1")
+    assert calls == [1, 201, 401, 601, 801, 1000]  # the first, one per 0.2 s, and the final step
+    assert bar.draws == len(calls)
+    assert "1000/1000 [0:00:01<0:00:00, 1000.0 it/s] loss 1" in stream.getvalue()
     bar.close()
     assert ProgressBar.active is None
 

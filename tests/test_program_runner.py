@@ -6,7 +6,7 @@ import paddle
 import pytest
 
 from wenxin.controller.graph_mode import static_mode
-from wenxin.controller.program_runner import ProgramRunner
+from wenxin.compat.program_runner import ProgramRunner
 
 
 def build(seed: int = 3):
@@ -81,3 +81,58 @@ def test_runner_keeps_paddles_feed_checks():
         runner = ProgramRunner(executor, main, ["x", "y"], [loss], scope)
         with pytest.raises(ValueError, match="x"):
             runner.run({"x": np.zeros([8, 5], "float32"), "y": np.zeros([8, 1], "float32")})
+
+
+def test_a_learning_rate_the_runner_cannot_set_makes_it_fall_back(monkeypatch, caplog):
+    """As if another Paddle version kept the learning rate elsewhere: setting it would not reach
+    the program, and the fast path would train with a frozen learning rate."""
+    with static_mode():
+        main, loss, _, _, scope, executor = build()
+        real = ProgramRunner._set_learning_rate
+
+        def lost(self, value=None):  # writes a copy the program never reads
+            self._lr_tensor = paddle.base.core.DenseTensor()
+            real(self, value)
+
+        monkeypatch.setattr(ProgramRunner, "_set_learning_rate", lost)
+        runner = ProgramRunner(executor, main, ["x", "y"], [loss], scope, has_lr_schedule=True)
+        assert not runner.fast
+    assert "Executor.run" in caplog.text
+
+
+def test_a_read_only_program_whose_fast_outputs_differ_falls_back():
+    """The first run of an evaluation program is compared with Executor.run's; on a difference
+    the runner returns Executor.run's outputs and uses it from then on."""
+    with static_mode():
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [-1, 4], "float32")
+            out = paddle.nn.Linear(4, 2)(x)
+        scope, executor = paddle.static.Scope(), paddle.static.Executor(paddle.CPUPlace())
+        with paddle.static.scope_guard(scope):
+            executor.run(startup)
+        runner = ProgramRunner(executor, main, ["x"], [out], scope, read_only=True)
+        assert runner.fast
+
+        class Skewed:  # as if the fast path fed or fetched the wrong thing
+            def __init__(self, inner):
+                self.inner = inner
+
+            def run(self, names, flag):
+                return [np.asarray(v) + 1.0 for v in self.inner.run(names, flag)]
+
+        runner._interpreter = Skewed(runner._interpreter)  # noqa: SLF001
+        feed = {"x": np.ones([3, 4], "float32")}
+        first = runner.run(feed)
+        assert not runner.fast
+        with paddle.static.scope_guard(scope):
+            expected = executor.run(main, feed=feed, fetch_list=[out])
+        np.testing.assert_array_equal(first[0], expected[0])
+
+
+def test_fast_path_switched_off_runs_executor(monkeypatch):
+    with static_mode():
+        main, loss, _, _, scope, executor = build()
+        runner = ProgramRunner(executor, main, ["x", "y"], [loss], scope, fast=False)
+        assert not runner.fast
+        assert np.isfinite(runner.run(next(batches(1)))[0]).all()

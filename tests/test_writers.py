@@ -48,3 +48,26 @@ def test_loss_value_reads_tensors_numpy_and_floats(dtype):
     assert loss_value(np.float32(0.25)) == 0.25 and loss_value(np.array(0.75)) == 0.75
     assert loss_value(3) == 3.0 and isinstance(loss_value(3), float)
     assert np.isnan(loss_value(paddle.to_tensor(float("nan"))))
+
+
+def test_visualdl_fast_path_can_be_switched_off(tmp_path, data_dir):
+    from visualdl import LogReader
+    from wenxin.compat.visualdl import LogWriterRecords
+    out = str(tmp_path / "out")
+    config = task_config(data_dir, out, max_steps=10, train_log_step=5, visualdl=True, is_eval_dev=0, is_eval_test=0,
+                         fast_paths={"visualdl_records": False})
+    trainer = build(config, tmp_path)
+    writer = next(w for w in trainer.metric_logger.writers if isinstance(w, VisualDLWriter))
+    assert isinstance(writer._records, LogWriterRecords)  # noqa: SLF001
+    trainer.do_train()
+    files = os.listdir(os.path.join(out, "vdl"))
+    losses = LogReader(file_path=os.path.join(out, "vdl", files[0])).get_data("scalar", "train/loss")
+    assert [r.id for r in losses] == [5, 10]
+
+
+def test_visualdl_records_that_do_not_read_back_fall_back_to_logwriter(tmp_path, monkeypatch):
+    import wenxin.compat.visualdl as compat_vdl
+    monkeypatch.setattr(compat_vdl, "_records_verified", {})
+    monkeypatch.setattr(compat_vdl.RecordFile, "write", lambda self, values, step: None)  # records lost
+    writer = VisualDLWriter(str(tmp_path))
+    assert isinstance(writer._records, compat_vdl.LogWriterRecords)  # noqa: SLF001

@@ -1,3 +1,44 @@
 """Everything wenxin takes from Paddle's and VisualDL's private or unstable internals, in one
-place: each use is checked against the public behaviour it replaces, and each fast path has a
-config switch that turns it off (``trainer.compat``)."""
+place (nothing else in wenxin reaches into them):
+
+- ``program_runner``: the static trainer's step runner, which skips ``Executor.run``'s per-call
+  program lookup through Executor internals;
+- ``visualdl``: VisualDL records written on the training thread with VisualDL's record builders
+  and framing;
+- ``rng``: Paddle's generator states through their pickle protocol, as JSON.
+
+Each fast path is checked where it starts against the public behaviour it replaces, falls back
+to the public API when the check fails, and can be turned off in the task file
+(``trainer.fast_paths``). The versions they were tested with are ``TESTED``; others log a
+warning once.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Dict, Tuple
+
+logger = logging.getLogger("wenxin")
+
+# package -> (lowest tested, first untested) version; the requirements carry the same bounds
+TESTED: Dict[str, Tuple[str, str]] = {"paddle": ("3.0", "3.4"), "visualdl": ("2.5", "2.6")}
+_warned: set = set()
+
+
+def _version_tuple(text: str) -> Tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def warn_if_untested(package: str, version: str) -> bool:
+    """Log once when ``version`` of ``package`` is outside the tested range; True if tested."""
+    low, high = TESTED[package]
+    tested = _version_tuple(low) <= _version_tuple(version) < _version_tuple(high)
+    if not tested and package not in _warned:
+        _warned.add(package)
+        logger.warning("%s %s is outside the versions wenxin's fast paths were tested with (%s to below %s); "
+                       "they check themselves and fall back if they disagree (trainer.fast_paths turns them off)",
+                       package, version, low, high)
+    return tested

@@ -8,8 +8,8 @@ import json
 from typing import List
 
 from wenxin.config.schema import REQUIRED, Key
-from wenxin.config.task_schema import FIELD, HOOK, MODEL_BASE, OPTIMIZATION, PRETRAINED, READER, READER_CONFIG, \
-    TOKENIZER, TRAINER
+from wenxin.config.task_schema import FAST_PATHS, FIELD, HOOK, MODEL_BASE, OPTIMIZATION, PRETRAINED, READER, \
+    READER_CONFIG, TOKENIZER, TRAINER
 
 SECTIONS = [
     ("dataset_reader.<train_reader|dev_reader|test_reader|predict_reader>", READER),
@@ -21,6 +21,7 @@ SECTIONS = [
     ("trainer", TRAINER),
     ("trainer.hooks[i]", HOOK),
     ("trainer.pre_train_model[i]", PRETRAINED),
+    ("trainer.fast_paths", FAST_PATHS),
 ]
 
 

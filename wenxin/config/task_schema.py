@@ -107,6 +107,12 @@ PRETRAINED: Schema = {
     "prefix_map": Key(dict, {}, open_keys=True, doc="rename: {'old.prefix': 'new.prefix'}"),
 }
 
+FAST_PATHS: Schema = {
+    "program_runner": Key(bool, True, doc="static steps skip Executor.run's per-call program lookup"),
+    "visualdl_records": Key(bool, True, doc="VisualDL records written on the training thread "
+                                            "(false: visualdl.LogWriter)"),
+}
+
 TRAINER: Schema = {
     "type": Key(str, "CustomDynamicTrainer"),
     "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
@@ -152,6 +158,8 @@ TRAINER: Schema = {
     "progress_bar": Key(str, "auto", choices=["auto", "on", "off"],
                         doc="progress bars with ETA for training and evaluation; auto: when stderr is a terminal"),
     "hooks": Key(list, [], items=Key(dict, children=HOOK), doc="extra hooks (see README)"),
+    "fast_paths": Key(dict, {}, children=FAST_PATHS, doc="switches for the fast paths through Paddle's and "
+                                                         "VisualDL's internals (wenxin/compat)"),
     "extra_param": Key(dict, {}, open_keys=True),
 }
 

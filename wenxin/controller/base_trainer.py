@@ -182,7 +182,8 @@ class BaseTrainer:
         if self.is_writer:
             writers.append(JsonlWriter(os.path.join(self.output_path, "logs", "metrics.jsonl")))
             if self.trainer_config["visualdl"]:
-                writers.append(VisualDLWriter(os.path.join(self.output_path, "vdl")))
+                writers.append(VisualDLWriter(os.path.join(self.output_path, "vdl"),
+                                              fast=self.trainer_config["fast_paths"]["visualdl_records"]))
         return writers
 
     def _setup_hooks(self) -> None:

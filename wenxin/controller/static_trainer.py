@@ -26,7 +26,7 @@ from wenxin.controller import export
 from wenxin.controller.base_trainer import Batch, BaseTrainer
 from wenxin.controller.checkpoint import rename_state_keys
 from wenxin.controller.graph_mode import static_mode
-from wenxin.controller.program_runner import ProgramRunner
+from wenxin.compat.program_runner import ProgramRunner
 from wenxin.data.field_reader import TensorSpec
 
 
@@ -83,10 +83,13 @@ class BaseStaticTrainer(BaseTrainer):
             self.executor.run(self.startup_program)
         self.scope = paddle.static.global_scope()
         with static_mode():
+            fast = self.trainer_config["fast_paths"]["program_runner"]
             self._train_runner = ProgramRunner(self.executor, self.main_program, self.feed_names,
-                                               [self.loss, self.nonfinite_flag], self.scope)
+                                               [self.loss, self.nonfinite_flag], self.scope, fast=fast,
+                                               has_lr_schedule=self.lr_scheduler is not None)
             self._micro_runner = (ProgramRunner(self.executor, self.micro_program, self.feed_names,
-                                                [self.micro_loss], self.scope) if self.accumulate > 1 else None)
+                                                [self.micro_loss], self.scope, fast=fast)
+                                  if self.accumulate > 1 else None)
 
     def train_loop(self) -> Dict[str, Dict[str, float]]:
         with static_mode():
@@ -285,7 +288,8 @@ class BaseStaticTrainer(BaseTrainer):
         evaluation = self.eval_program(reader_name)
         if evaluation.runner is None:
             evaluation.runner = ProgramRunner(self.executor, evaluation.program, evaluation.feed_names,
-                                              list(evaluation.fetch.values()), self.scope)
+                                              list(evaluation.fetch.values()), self.scope, read_only=True,
+                                              fast=self.trainer_config["fast_paths"]["program_runner"])
         return dict(zip(evaluation.fetch, (np.asarray(v) for v in evaluation.runner.run(batch))))
 
     # ---- export ---------------------------------------------------------------------------

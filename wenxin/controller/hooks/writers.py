@@ -5,7 +5,7 @@ import json
 import logging
 import os
 import time
-from typing import BinaryIO, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from wenxin.common.errors import TrainingError
 
@@ -59,52 +59,26 @@ class JsonlWriter(MetricWriter):
 class VisualDLWriter(MetricWriter):
     """Scalars to VisualDL as ``<tag>/<name>`` (view with ``visualdl --logdir <folder>``).
 
-    It writes VisualDL's own records (``visualdl.component.base_component``) in VisualDL's
-    framing (``RecordWriter``) to a ``vdlrecords.*.log`` file on the training thread, flushing
-    each record, so a crash keeps every earlier one. That costs about 60 µs per record.
-    ``visualdl.LogWriter`` hands each scalar to its writer thread instead; on a 2-core machine
-    the GIL's thread switches cost the training thread about 1 ms per record, even when
-    ``add_scalar`` is called from another thread of ours: 7% of a small model's step time at
-    the default log interval (benchmarks/README.md).
+    By default the records are written on the training thread (``wenxin.compat.visualdl``),
+    about 60 µs a record; with ``fast=False`` (``trainer.fast_paths.visualdl_records``) through
+    ``visualdl.LogWriter``, whose writer thread costs a 2-core machine about 1 ms a record.
     """
 
-    def __init__(self, logdir: str) -> None:
-        # imported lazily: VisualDL is slow to import
-        from visualdl.component.base_component import meta_data, scalar
-        from visualdl.writer.record_writer import RecordWriter
-        os.makedirs(logdir, exist_ok=True)
-        self._scalar = scalar
-        self._file = self._new_file(logdir)
-        self.path = self._file.name
-        self._records = RecordWriter(self._file)
-        self._records.write(meta_data(display_name="").SerializeToString())
-        self._file.flush()
-
-    @staticmethod
-    def _new_file(logdir: str) -> BinaryIO:
-        """A new ``vdlrecords.<seconds>.<pid>[.<n>].log`` (each run keeps its own file, as with
-        ``LogWriter``; a resumed run adds one beside the earlier ones)."""
-        stem = os.path.join(logdir, f"vdlrecords.{int(time.time()):010d}.{os.getpid()}")
-        for n in range(1000):
-            try:
-                return open(f"{stem}.{n}.log" if n else f"{stem}.log", "xb")  # noqa: SIM115
-            except FileExistsError:
-                continue
-        raise OSError(f"cannot create a new VisualDL record file in {logdir}")
+    def __init__(self, logdir: str, fast: bool = True) -> None:
+        from wenxin.compat.visualdl import open_records
+        self._records = open_records(logdir, fast)
+        self.path = self._records.path
 
     def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
-        walltime = round(time.time() * 1000)
-        for name, value in scalars.items():
-            if isinstance(value, (int, float)) and value == value:  # skip NaN
-                record = self._scalar(tag=f"{tag}/{name}", value=float(value), step=step, walltime=walltime)
-                try:
-                    self._records.write(record.SerializeToString())
-                except OSError as e:
-                    raise TrainingError(f"{self.path}: cannot write VisualDL records ({e.strerror or e})") from None
+        values = {f"{tag}/{name}": float(value) for name, value in scalars.items()
+                  if isinstance(value, (int, float)) and value == value}  # skip NaN
         try:
-            self._file.flush()
+            self._records.write(values, step)
         except OSError as e:
             raise TrainingError(f"{self.path}: cannot write VisualDL records ({e.strerror or e})") from None
+
+    def flush(self) -> None:
+        self._records.flush()
 
 
 class MetricLogger:
