@@ -88,9 +88,10 @@ def test_run_infer_writes_one_prediction_per_line_with_hostile_inputs(tmp_path, 
     from conftest import REPO
     folder = trained(tmp_path, data_dir, "dynamic").export_inference(str(tmp_path / "model"))
     long_text = "好" * 20000  # truncated to max_seq_len like in training
-    lines = ["这本书很好", "", long_text, "\U00020000\U0002A700", "太差了\t0\textra columns are ignored"]
+    lines = ["这本书很好", "", long_text, "\U00020000\U0002A700", "太差了\t0\textra columns are ignored",
+             "好\u2028差", "棒\u2029了", "a\x85b", "c\x0bd\x0ce", "f\x1cg\x1dh\x1ei", "j\rk"]  # one line each
     inputs = tmp_path / "in.txt"
-    inputs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    inputs.write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode("utf-8"))  # a BOM and CRLF
     out = str(tmp_path / "pred" / "out.tsv")
     infer = {"model_dir": folder, "predict_reader": {"config": {"data_path": str(inputs)}},
              "output_file": out, "batch_size": 2}
@@ -99,7 +100,7 @@ def test_run_infer_writes_one_prediction_per_line_with_hostile_inputs(tmp_path, 
                            str(tmp_path / "infer.json")], capture_output=True, text=True,
                           env={**os.environ, "GLOG_minloglevel": "2"})
     assert proc.returncode == 0, proc.stderr
-    predictions = open(out, encoding="utf-8").read().splitlines()
+    predictions = open(out, encoding="utf-8", newline="\n").read().split("\n")[:-1]
     assert len(predictions) == len(lines)
     predictor = Predictor(folder)
     direct = predictor.predict([[line.split("\t")[0]] for line in lines])

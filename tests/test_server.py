@@ -93,3 +93,13 @@ def test_concurrent_clients_get_their_own_answers(served):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_line_separators_inside_texts_keep_one_prediction_per_text(served):
+    """The service never splits a text: U+2028, U+2029, \\x85, \\x0b, \\x0c and \\r stay inside it."""
+    folder, port = served
+    texts = ["好\u2028棒", "差\u2029了", "a\x85b", "c\x0bd", "e\x0cf", "g\rh", "好\n差"]
+    status, result = request(port, "POST", "/predict", {"texts": texts})
+    assert status == 200 and len(result["predictions"]) == len(texts)
+    expected = Predictor(folder).predict([[t] for t in texts])
+    assert [p["label"] for p in result["predictions"]] == [e["label"] for e in expected]
