@@ -346,3 +346,28 @@ def test_utf8_bom_task_file_is_read(tmp_path, data_dir, capsys):
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(config, ensure_ascii=False).encode("utf-8"))
     code, out, err = run_cli(str(path), capsys)
     assert code == 0, err[-3000:]
+
+
+def test_a_model_that_cannot_be_exported_fails_before_training(tmp_path, data_dir):
+    """With save_inference, the export is tried on a scratch folder before the first step."""
+    import importlib
+    from conftest import build
+    from wenxin.common.constants import Phase
+    from wenxin.common.errors import ConfigError
+    from wenxin.common.registry import RegisterSet
+    from wenxin.common.task_loader import import_task
+    models = importlib.import_module(import_task("text_classification") + ".models")
+
+    @RegisterSet.models.register("UnexportableBow")
+    class UnexportableBow(models.BowClassification):
+        def forward(self, fields_dict, phase):
+            if phase == Phase.PREDICT:
+                raise RuntimeError("this model has no prediction graph")
+            return super().forward(fields_dict, phase)
+
+    out = str(tmp_path / "out")
+    config = task_config(data_dir, out, model_type="UnexportableBow", save_inference=True)
+    trainer = build(config, tmp_path)
+    with pytest.raises(ConfigError, match="trainer.save_inference: exporting this model fails .*no prediction graph"):
+        trainer.do_train()
+    assert trainer.state.global_step == 0 and not os.path.exists(os.path.join(out, "checkpoints"))

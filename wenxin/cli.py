@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
+import threading
 import sys
 from typing import List, Optional
 
 from wenxin.common.errors import WenxinError, format_error
-from wenxin.controller.env import quiet_paddle, watch_thread_failures
+from wenxin.common.process import Terminated, end_on_sigterm, load_paddle, quiet_paddle, watch_thread_failures
 
 
 def _add_task_args(parser: argparse.ArgumentParser) -> None:
@@ -39,9 +41,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     quiet_paddle()
+    saved = (threading.excepthook, signal.getsignal(signal.SIGTERM), logging.raiseExceptions)
     watch_thread_failures()
+    end_on_sigterm()
     logging.raiseExceptions = False  # a log file on a full disk must not print tracebacks
     try:
+        return _run(args)
+    finally:  # called in-process (tests, notebooks): leave the process as it was
+        threading.excepthook, logging.raiseExceptions = saved[0], saved[2]
+        if threading.current_thread() is threading.main_thread() and saved[1] is not None:
+            signal.signal(signal.SIGTERM, saved[1])
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        load_paddle()
         if args.command == "train":
             from wenxin.runner import train
             train(args.param_path, args.overrides)
@@ -67,6 +81,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("error: terminated (SIGTERM)", file=sys.stderr)
+        return 143
     return 0
 
 

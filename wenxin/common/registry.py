@@ -7,6 +7,7 @@ then the framework's built-in class, then a class registered exactly once anywhe
 from __future__ import annotations
 
 import difflib
+import importlib
 from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
 from wenxin.common.errors import ConfigError
@@ -14,6 +15,19 @@ from wenxin.common.errors import ConfigError
 T = TypeVar("T")
 
 BUILTIN_SCOPE = "wenxin"
+# Modules whose import registers the built-in classes of every registry.
+BUILTIN_MODULES = ("wenxin.data.tokenizers", "wenxin.data.field_reader", "wenxin.data.dataset_reader",
+                   "wenxin.controller.hooks", "wenxin.controller.optimization", "wenxin.inference.formatters")
+_builtins_loaded = False
+
+
+def load_builtins() -> None:
+    """Import the modules that register wenxin's built-in classes (once)."""
+    global _builtins_loaded
+    if not _builtins_loaded:
+        _builtins_loaded = True
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
 
 
 def scope_of(module_name: str) -> str:
@@ -40,11 +54,13 @@ class Registry:
         return decorator
 
     def names(self, scope: Optional[str] = None) -> List[str]:
+        load_builtins()
         return sorted(k for k, entries in self._entries.items()
                       if any(s in (scope, BUILTIN_SCOPE) for s, _ in entries))
 
     def get(self, name: str, scope: Optional[str] = None, key_path: str = "") -> type:
         """Return the class registered as ``name``, preferring ``scope`` over built-ins."""
+        load_builtins()
         entries = dict(self._entries.get(name, []))
         if scope in entries:
             return entries[scope]

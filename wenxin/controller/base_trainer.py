@@ -28,7 +28,8 @@ from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import export
 from wenxin.controller.amp import AmpSettings
-from wenxin.controller.env import last_thread_failure, rng_state, set_rng_state
+from wenxin.common.process import last_thread_failure
+from wenxin.controller.env import rng_state, set_rng_state
 from wenxin.controller.graph_mode import eager_mode
 from wenxin.controller.hooks import (DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook,
                                      ProgressBarHook)

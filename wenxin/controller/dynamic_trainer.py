@@ -10,6 +10,7 @@ import numpy as np
 import paddle
 
 from wenxin.common.constants import InstanceName, Phase
+from wenxin.compat.paddle_internals import grad_scaler_scale
 from wenxin.controller.base_trainer import Batch, BaseTrainer
 from wenxin.controller.checkpoint import rename_state_keys
 from wenxin.controller.state import loss_value
@@ -147,4 +148,4 @@ class BaseDynamicTrainer(BaseTrainer):
         (GradScaler only scales float16 on GPU/XPU; on CPU it passes gradients through)."""
         if self.scaler is None or not self.scaler.is_enable():
             return None
-        return float(self.scaler._scale)  # noqa: SLF001  (Paddle exposes no public getter)
+        return grad_scaler_scale(self.scaler)

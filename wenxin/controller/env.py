@@ -5,8 +5,7 @@ import logging
 import os
 import random
 import sys
-import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict
 
 import numpy as np
 import paddle
@@ -15,12 +14,6 @@ from wenxin.common.errors import ConfigError
 from wenxin.compat.rng import generator_states, set_generator_states
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-def quiet_paddle() -> None:
-    """Silence Paddle's glog chatter unless the user asked for it."""
-    os.environ.setdefault("GLOG_minloglevel", "2")
-    os.environ.setdefault("GLOG_v", "0")
 
 
 def setup_device(place_type: str) -> str:
@@ -91,29 +84,6 @@ def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> Non
         handler = logging.FileHandler(log_file, encoding="utf-8")
         handler.setFormatter(formatter)
         root.addHandler(handler)
-
-
-_thread_failures: List[BaseException] = []
-
-
-def watch_thread_failures() -> None:
-    """Keep exceptions of background threads (a DataLoader's reader thread) for the main thread
-    to report as part of its one error, instead of printing their tracebacks to stderr."""
-    def hook(args: threading.ExceptHookArgs) -> None:
-        if args.exc_value is not None:
-            _thread_failures.append(args.exc_value)
-            logging.getLogger("wenxin").debug("thread %s failed: %r", getattr(args.thread, "name", "?"), args.exc_value)
-
-    threading.excepthook = hook
-
-
-def last_thread_failure() -> Optional[str]:
-    """The last line of the newest background-thread exception (its own message), if any."""
-    if not _thread_failures:
-        return None
-    error = _thread_failures[-1]
-    lines = [line for line in str(error).strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else type(error).__name__
 
 
 def rng_state() -> Dict[str, Any]:

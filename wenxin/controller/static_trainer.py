@@ -18,7 +18,6 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import paddle
-from paddle.base.data_feeder import convert_dtype
 
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
@@ -26,6 +25,8 @@ from wenxin.controller import export
 from wenxin.controller.base_trainer import Batch, BaseTrainer
 from wenxin.controller.checkpoint import rename_state_keys
 from wenxin.controller.graph_mode import static_mode
+from wenxin.compat.paddle_internals import dense_tensor_dtype, dtype_name, prune_program, static_scaler_values, \
+    use_static_loss_scaling
 from wenxin.compat.program_runner import ProgramRunner
 from wenxin.data.field_reader import TensorSpec
 
@@ -46,8 +47,7 @@ class _EvalProgram:
 
 def _prune(program: paddle.static.Program, targets: List[Any]) -> None:
     """Remove, in place, the ops that ``targets`` do not depend on (inputs included)."""
-    from paddle.static.pir_io import pir_prune_with_input
-    pir_prune_with_input(program, [], targets)
+    prune_program(program, targets)
 
 
 def _data_values(program: paddle.static.Program) -> Dict[str, Any]:
@@ -151,10 +151,10 @@ class BaseStaticTrainer(BaseTrainer):
         for s in specs:
             if s.name not in data:
                 data[s.name] = paddle.static.data(s.name, s.shape, s.dtype)
-            elif list(data[s.name].shape) != list(s.shape) or convert_dtype(data[s.name].dtype) != s.dtype:
+            elif list(data[s.name].shape) != list(s.shape) or dtype_name(data[s.name].dtype) != s.dtype:
                 raise ConfigError(f"dataset_reader.{reader_name}: tensor '{s.name}' {s.shape} {s.dtype} differs "
                                   f"from the train_reader's {list(data[s.name].shape)} "
-                                  f"{convert_dtype(data[s.name].dtype)}")
+                                  f"{dtype_name(data[s.name].dtype)}")
         return {s.name: data[s.name] for s in specs}
 
     def _eval_spec_sets(self) -> Dict[str, List[TensorSpec]]:
@@ -197,21 +197,13 @@ class BaseStaticTrainer(BaseTrainer):
         loss_scaling = paddle.pir.core.create_persistable_value(
             dtype="float32", shape=[1], name=paddle.utils.unique_name.generate("loss_scaling"),
             initializer=paddle.nn.initializer.Constant(settings["init_loss_scaling"]))
-        # Under PIR the mixed-precision optimizer takes its scale from a GradScaler, which sets
-        # this attribute in GradScaler.minimize (Paddle 3.3); set here, backward and
-        # apply_gradients can also be called apart (gradient accumulation, all-reduce)
-        self.optimizer._loss_scaling = loss_scaling  # noqa: SLF001
+        use_static_loss_scaling(self.optimizer, loss_scaling)  # see wenxin.compat.paddle_internals
         return loss * loss_scaling
 
     def _find_scaler_vars(self) -> Dict[str, str]:
         """The persistable loss-scaling variables by ``GradScaler.state_dict`` key (empty
         without loss scaling)."""
-        optimizer = self.optimizer
-        if getattr(optimizer, "_loss_scaling", None) is None:
-            return {}
-        roles = {"scale": optimizer._loss_scaling, "incr_count": getattr(optimizer, "_num_good_steps", None),  # noqa: SLF001
-                 "decr_count": getattr(optimizer, "_num_bad_steps", None)}
-        return {role: value.name for role, value in roles.items() if value is not None}
+        return {role: value.name for role, value in static_scaler_values(self.optimizer).items()}
 
     def _minimize(self, objective: Any) -> None:
         """Backward, then (gradient accumulation) add the gradients into persistable buffers, and
@@ -313,7 +305,7 @@ class BaseStaticTrainer(BaseTrainer):
     def _write(self, var_name: str, value: Any) -> None:
         tensor = self.scope.find_var(var_name).get_tensor()
         array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-        dtype = convert_dtype(tensor._dtype())  # noqa: SLF001  (no copy of the tensor, unlike np.array)
+        dtype = dense_tensor_dtype(tensor)
         tensor.set(array.astype(dtype, copy=False), self.place)
 
     def model_state_dict(self) -> Dict[str, Any]:

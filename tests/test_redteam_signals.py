@@ -1,0 +1,32 @@
+"""Red team, signals: Ctrl-C and SIGTERM end a run at any moment with one error line (before
+training) or a checkpoint (during training, tests/test_checkpoint.py); never a traceback or a hang."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, assert_one_error_block, make_sentences, task_config, write_config, write_tsv
+
+
+@pytest.mark.parametrize("sig,code,message", [("SIGINT", 130, "error: interrupted"),
+                                              ("SIGTERM", 143, "error: terminated (SIGTERM)")])
+@pytest.mark.parametrize("delay", [0.3, 2.5])  # while Paddle loads; while the data is read
+def test_a_signal_before_training_ends_the_run_cleanly(tmp_path, data_dir, sig, code, message, delay):
+    write_tsv(os.path.join(data_dir, "train.tsv"), make_sentences(400_000, seed=5))
+    config = task_config(data_dir, str(tmp_path / "out"))
+    path = write_config(str(tmp_path / "task.json"), config)
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "GLOG_minloglevel": "2"})
+    time.sleep(delay)
+    proc.send_signal(getattr(signal, sig))
+    out, err = proc.communicate(timeout=120)
+    if "training (" in out:  # the machine was fast: the loop's own handler saved a checkpoint
+        assert proc.returncode == 0 and "checkpoint saved" in out
+        return
+    assert_one_error_block(proc.returncode if proc.returncode != code else 2, out, err, message)
+    assert proc.returncode == code and err.strip() == message
+    assert not os.path.exists(tmp_path / "out" / "checkpoints")

@@ -1,0 +1,85 @@
+"""The command-line process itself: Paddle's log level, background-thread failures, and
+signals that end a run before training (Ctrl-C, SIGTERM). Nothing here imports Paddle, so the
+command sets these up before Paddle loads.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from typing import Any, Iterator, List, Optional
+
+
+def quiet_paddle() -> None:
+    """Silence Paddle's glog chatter unless the user asked for it."""
+    os.environ.setdefault("GLOG_minloglevel", "2")
+    os.environ.setdefault("GLOG_v", "0")
+
+
+class Terminated(BaseException):
+    """SIGTERM outside the training loop (which handles it itself: a checkpoint, then exit 0)."""
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends, then act on them. ``import paddle`` turns
+    an interrupt in the middle of it into an ``ImportError`` with its own message."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: List[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if signal.SIGINT in received:
+        raise KeyboardInterrupt()
+    if signal.SIGTERM in received:
+        raise Terminated()
+
+
+def load_paddle() -> None:
+    """Import Paddle with signals held, then (Paddle installs handlers of its own) make SIGTERM
+    end the command with one error line."""
+    with deferred_signals():
+        import paddle  # noqa: F401
+    end_on_sigterm()
+
+
+def end_on_sigterm() -> None:
+    """Let SIGTERM end the command with one ``error:`` line instead of a silent kill."""
+    if threading.current_thread() is threading.main_thread():
+        def on_sigterm(signum: int, frame: Any) -> None:
+            raise Terminated()
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+
+_thread_failures: List[BaseException] = []
+
+
+def watch_thread_failures() -> None:
+    """Keep exceptions of background threads (a DataLoader's reader thread) for the main thread
+    to report as part of its one error, instead of printing their tracebacks to stderr."""
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None:
+            _thread_failures.append(args.exc_value)
+            logging.getLogger("wenxin").debug("thread %s failed: %r", getattr(args.thread, "name", "?"), args.exc_value)
+
+    threading.excepthook = hook
+
+
+def last_thread_failure() -> Optional[str]:
+    """The last line of the newest background-thread exception (its own message), if any."""
+    if not _thread_failures:
+        return None
+    error = _thread_failures[-1]
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(error).__name__
+
+

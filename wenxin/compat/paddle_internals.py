@@ -1,0 +1,51 @@
+"""Small Paddle internals the trainers need, each because Paddle 3.3 has no public way:
+
+- ``grad_scaler_scale``: ``GradScaler``'s current loss scale (no public getter);
+- ``use_static_loss_scaling`` / ``static_scaler_values``: the static mixed-precision optimizer
+  takes its loss scale from a ``GradScaler`` under PIR, setting ``_loss_scaling`` in
+  ``GradScaler.minimize``; setting it here lets backward and ``apply_gradients`` be called apart
+  (gradient accumulation, all-reduce), and the scale and its counters are checkpointed;
+- ``prune_program``: ``paddle.static.pir_io.pir_prune_with_input`` (evaluation programs);
+- ``dtype_name``: a dtype as numpy's name (``paddle.base.data_feeder.convert_dtype``), and a
+  ``DenseTensor``'s dtype without copying it (``_dtype()``).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import paddle
+from paddle.base.data_feeder import convert_dtype
+
+
+def grad_scaler_scale(scaler: paddle.amp.GradScaler) -> float:
+    return float(scaler._scale)  # noqa: SLF001
+
+
+def use_static_loss_scaling(optimizer: Any, loss_scaling: Any) -> None:
+    optimizer._loss_scaling = loss_scaling  # noqa: SLF001
+
+
+def static_scaler_values(optimizer: Any) -> Dict[str, Any]:
+    """The loss-scaling values of a static mixed-precision optimizer by ``GradScaler.state_dict``
+    key (empty without loss scaling)."""
+    if getattr(optimizer, "_loss_scaling", None) is None:
+        return {}
+    roles = {"scale": optimizer._loss_scaling, "incr_count": getattr(optimizer, "_num_good_steps", None),  # noqa: SLF001
+             "decr_count": getattr(optimizer, "_num_bad_steps", None)}
+    return {role: value for role, value in roles.items() if value is not None}
+
+
+def prune_program(program: paddle.static.Program, targets: List[Any]) -> None:
+    """Remove, in place, the ops that ``targets`` do not depend on (inputs included)."""
+    from paddle.static.pir_io import pir_prune_with_input
+    pir_prune_with_input(program, [], targets)
+
+
+def dtype_name(dtype: Any) -> str:
+    """A Paddle dtype as numpy's name (``"float32"``)."""
+    return convert_dtype(dtype)
+
+
+def dense_tensor_dtype(tensor: Any) -> str:
+    """The dtype of a scope's ``DenseTensor``, without copying it as ``np.array`` would."""
+    return convert_dtype(tensor._dtype())  # noqa: SLF001
