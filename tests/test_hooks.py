@@ -203,15 +203,17 @@ def _poison_batches(trainer, steps):
     trainer._next_batches = next_batches
 
 
+@pytest.mark.parametrize("optimizer", ["adamw", "momentum"])  # a skip in Adam's ops, a cond around others
 @pytest.mark.parametrize("accumulate", [1, 2])
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
-def test_nan_guard_skips_the_update_in_both_modes(tmp_path, tab_dir, mode, accumulate):
+def test_nan_guard_skips_the_update_in_both_modes(tmp_path, tab_dir, mode, accumulate, optimizer):
     """Steps 6 and 7 have NaN losses: their updates are skipped (parameters and optimizer state
     exactly as after step 5), training goes on, and ends like a run that never saw them."""
     out = str(tmp_path / "out")
     config = tabular_config(tab_dir, out, mode)
     config["trainer"].update(max_steps=12, save_model_step=5, is_eval_dev=0, max_nan_steps=3,
                              gradient_accumulation_steps=accumulate)
+    config["model"]["optimization"].update(optimizer=optimizer, weight_decay=0.01)
     trainer = build(config, tmp_path)
     _poison_batches(trainer, {6, 7})
     seen = {}

@@ -25,8 +25,8 @@ from wenxin.controller import export
 from wenxin.controller.base_trainer import Batch, BaseTrainer
 from wenxin.controller.checkpoint import rename_state_keys
 from wenxin.controller.graph_mode import static_mode
-from wenxin.compat.paddle_internals import dense_tensor_dtype, dtype_name, prune_program, static_scaler_values, \
-    use_static_loss_scaling
+from wenxin.compat.paddle_internals import dense_tensor_dtype, dtype_name, prune_program, skip_update_when, \
+    static_scaler_values, use_static_loss_scaling
 from wenxin.compat.program_runner import ProgramRunner
 from wenxin.data.field_reader import TensorSpec
 
@@ -216,9 +216,10 @@ class BaseStaticTrainer(BaseTrainer):
         that of one batch. (Paddle 3.3's ``GradientMergeOptimizer`` and static
         ``fleet.distributed_optimizer`` do not support PIR programs.)
 
-        The skip is a ``cond`` around the optimizer's ops, so parameters and every accumulator
-        stay exactly as they were. With float16 loss scaling the mixed-precision optimizer skips
-        overflowing steps itself (and lowers the scale), so no ``cond`` is added there."""
+        Adam and AdamW skip through their ops' own ``found_inf`` input; other optimizers' ops sit
+        in a ``cond``. Either way parameters and every accumulator stay exactly as they were. With
+        float16 loss scaling the mixed-precision optimizer skips overflowing steps itself (and
+        lowers the scale)."""
         params_grads = self.optimizer.backward(objective)
         bad = 1.0 - paddle.isfinite(self.loss.astype("float32")).all().astype("float32")  # 1: NaN/Inf loss
         if self.accumulate > 1:
@@ -244,7 +245,7 @@ class BaseStaticTrainer(BaseTrainer):
             params_grads = [(param, grad / self.world_size) for param, grad in params_grads]
             paddle.distributed.all_reduce(bad)  # every rank skips the same steps
         self.nonfinite_flag = bad
-        if self._scaler_vars_expected():
+        if self._scaler_vars_expected() or skip_update_when(self.optimizer, paddle.reshape(bad > 0.0, [1])):
             self.optimizer.apply_gradients(params_grads)
         else:
             def update() -> Any:
