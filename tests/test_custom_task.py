@@ -5,6 +5,8 @@ import random
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, write_config, write_tsv
 
 TASK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_tasks", "keyword_spotting")
@@ -49,3 +51,38 @@ def test_task_outside_the_framework_trains_through_run_trainer(tmp_path):
     with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
         dev = [json.loads(line) for line in f if '"dev"' in line]
     assert dev[-1]["acc"] >= 0.95 and dev[-1]["examples"] == 80
+
+
+@pytest.mark.parametrize("trainer_type,is_dygraph", [("CustomDynamicTrainer", 1), ("CustomStaticTrainer", 0),
+                                                     ("CustomTrainer", 0)])
+def test_a_task_of_models_only_trains_with_the_built_in_trainers(tmp_path, trainer_type, is_dygraph):
+    """No trainers of its own: the built-in trainers run it (``CustomTrainer`` is ERNIE-kit's name
+    for the static one)."""
+    import shutil
+    from conftest import build
+    task = tmp_path / "models_only_task"
+    task.mkdir()
+    shutil.copy(os.path.join(TASK_DIR, "model.py"), task / "model.py")
+    (task / "__init__.py").write_text("from . import model  # noqa: F401\n")
+    data = str(tmp_path / "data")
+    write_tsv(f"{data}/train.tsv", rows(300, 1))
+    write_tsv(f"{data}/dev.tsv", rows(80, 2))
+    fields = [{"name": "text", "reader": {"type": "TextFieldReader"},
+               "tokenizer": {"type": "WhitespaceTokenizer", "split_char": " ", "lowercase": False}},
+              {"name": "has_keyword", "reader": {"type": "LabelFieldReader"}}]
+    config = {
+        "task": str(task),
+        "dataset_reader": {
+            "train_reader": {"fields": fields, "config": {"data_path": f"{data}/train.tsv", "shuffle": True,
+                                                          "batch_size": 16}},
+            "dev_reader": {"fields": fields, "config": {"data_path": f"{data}/dev.tsv", "batch_size": 32}},
+        },
+        "model": {"type": "KeywordModel", "emb_dim": 8, "is_dygraph": is_dygraph,
+                  "optimization": {"learning_rate": 0.05}},
+        "trainer": {"type": trainer_type, "epoch": 3, "is_eval_dev": 1, "output_path": str(tmp_path / "out"),
+                    "visualdl": False},
+    }
+    trainer = build(config, tmp_path)
+    assert type(trainer).__module__ == "wenxin.controller.task_trainers"
+    assert trainer.mode == ("dynamic" if is_dygraph else "static")
+    assert trainer.do_train()["dev_reader"]["acc"] >= 0.95
