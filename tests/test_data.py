@@ -160,3 +160,16 @@ def test_sampler_is_seeded_and_resumable():
     ranks = [ResumableBatchSampler(10, 2, True, 7, rank=r, num_replicas=2) for r in range(2)]
     shards = [sorted(i for batch in s for i in batch) for s in ranks]
     assert sorted(shards[0] + shards[1]) == list(range(10))
+
+
+def test_vocab_files_with_erniekit_token_id_lines(tmp_path):
+    from wenxin.data.vocab import Vocab
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\t0\n[CLS]\t1\n[UNK]\t2\n好\t3\n", encoding="utf-8")  # ids are the line numbers
+    vocab = Vocab.load(str(path), "[UNK]")
+    assert vocab.tokens == ["[PAD]", "[CLS]", "[UNK]", "好"] and vocab.unk_id == 2
+    path.write_text("好\t3\n[UNK]\t1\n[PAD]\t0\n坏\t2\n", encoding="utf-8")  # explicit ids in another order
+    vocab = Vocab.load(str(path), "[UNK]")
+    assert vocab.tokens == ["[PAD]", "[UNK]", "坏", "好"] and vocab.lookup("好") == 3 and vocab.unk_id == 1
+    path.write_text("[PAD]\t120\n[UNK]\t7\n好\t7\n", encoding="utf-8")  # counts, not ids: line numbers
+    assert Vocab.load(str(path), "[UNK]").tokens == ["[PAD]", "[UNK]", "好"]

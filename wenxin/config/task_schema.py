@@ -25,7 +25,8 @@ FIELD: Schema = {
                                                             "FloatVectorFieldReader")}),
     "tokenizer": Key((dict, type(None)), None, children=TOKENIZER),
     "need_convert": Key(bool, True, doc="convert tokens to ids through the vocab"),
-    "vocab_path": Key(str, "", doc="vocab / label-map file; empty: built from the training data"),
+    "vocab_path": Key(str, "", doc="vocab / label-map file, one token a line (or ERNIE-kit's token<TAB>id); "
+                                   "empty: built from the training data"),
     "vocab_from": Key(str, "", doc="use the vocab of this train_reader field (built from both "
                                    "columns), e.g. text_b from text_a for a shared encoder"),
     "max_seq_len": Key(int, 128, minimum=1),

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import collections
+import logging
 import os
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from wenxin.common.errors import DataError
 from wenxin.data.lines import iter_lines
+
+logger = logging.getLogger("wenxin")
 
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
@@ -57,15 +60,20 @@ class Vocab:
 
     @classmethod
     def load(cls, path: str, unk_token: Optional[str] = None) -> "Vocab":
-        """One token per line (``token`` or ``token<TAB>anything``); the line number is the id."""
+        """One token per line: ``token``, or ``token<TAB>id`` as ERNIE-kit writes them, or
+        ``token<TAB>anything``. The id is the second column when the second columns are exactly
+        the ids 0..N-1 (in any order); otherwise it is the line number (0-based)."""
         if not os.path.isfile(path):
             raise DataError(f"vocab file not found: {path}")
         tokens: List[str] = []
+        seconds: List[str] = []
         seen: Dict[str, int] = {}
         for lineno, line, problem in iter_lines(path):
             if problem is not None:
                 raise DataError(f"{path}:{lineno}: {problem}")
-            token = line.split("\t")[0]
+            columns = line.split("\t")
+            token = columns[0]
+            seconds.append(columns[1].strip() if len(columns) > 1 else "")
             if not token:
                 raise DataError(f"{path}:{lineno}: empty token in vocab file")
             if token in seen:
@@ -74,11 +82,31 @@ class Vocab:
             tokens.append(token)
         if not tokens:
             raise DataError(f"vocab file is empty: {path}")
+        tokens = _ordered_by_explicit_ids(tokens, seconds, path)
         if unk_token is not None and unk_token not in tokens:
             raise DataError(f"{path}: vocab has no unknown token {unk_token!r}")
         return cls(tokens, unk_token)
 
     def save(self, path: str) -> None:
+        """One token per line, in id order (the line number is the id)."""
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(t + "\n" for t in self.tokens)
+
+
+def _ordered_by_explicit_ids(tokens: List[str], seconds: List[str], path: str) -> List[str]:
+    """Tokens in id order, when the second columns hold the ids 0..N-1 (ERNIE-kit's
+    ``token<TAB>id``); unchanged when they hold something else (counts, or nothing)."""
+    if not all(s.isdigit() for s in seconds):
+        return tokens
+    ids = [int(s) for s in seconds]
+    if ids == list(range(len(tokens))):
+        return tokens
+    if sorted(ids) != list(range(len(tokens))):
+        logger.warning("%s: the second column is not the ids 0..%d (repeated or missing ids); ids are the "
+                       "line numbers", path, len(tokens) - 1)
+        return tokens
+    ordered = [""] * len(tokens)
+    for token, index in zip(tokens, ids):
+        ordered[index] = token
+    return ordered
