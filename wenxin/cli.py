@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     exporter.add_argument("--output", default="", help="target folder (default: <checkpoint>/inference)")
     inferer = sub.add_parser("infer", help="predict raw text files with an exported model")
     _add_task_args(inferer)
+    migrator = sub.add_parser("migrate", help="translate an ERNIE-kit task file into a native wenxin one")
+    migrator.add_argument("param_path", help="the ERNIE-kit task file (JSON or YAML)")
+    migrator.add_argument("-o", "--output", default="", help="write the native task file here (default: print it)")
     server = sub.add_parser("serve", help="serve an exported model over HTTP (JSON)")
     server.add_argument("--model_dir", required=True, help="an exported inference folder")
     server.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
@@ -72,6 +75,9 @@ def _run(args: argparse.Namespace) -> int:
                 server.serve_forever()
             except KeyboardInterrupt:
                 server.server_close()
+        elif args.command == "migrate":
+            from wenxin.runner import migrate
+            migrate(args.param_path, args.output)
         elif args.command == "export":
             from wenxin.runner import export
             print(export(args.param_path, args.checkpoint, args.output, args.overrides))

@@ -29,6 +29,8 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
     prepare_output_path(cfg)
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))  # set by paddle.distributed.launch
     setup_logging(os.path.join(cfg["output_path"], "logs", "train.log") if rank == 0 else None)
+    for note in config.get("_translations", []):
+        logger.info("ERNIE-kit task file: %s", note)
     setup_device(cfg["PADDLE_PLACE_TYPE"])
     init_distributed(cfg["PADDLE_IS_FLEET"])
     set_seed(cfg["seed"])
@@ -67,3 +69,38 @@ def export(param_path: str, checkpoint: str, output: str = "", overrides: Iterab
         target = output or os.path.join(checkpoint if os.path.isdir(checkpoint) else
                                         os.path.dirname(checkpoint), "inference")
         return trainer.export_inference(target)
+
+
+def migrate(param_path: str, output: str = "") -> Dict[str, Any]:
+    """Translate an ERNIE-kit task file into the native format: writes it to ``output`` (or prints
+    it) and lists each translation made, one line each, on stderr."""
+    import json
+    import sys
+
+    from wenxin.common.errors import ConfigError
+    from wenxin.compat import erniekit
+    from wenxin.config.document import check_values, plain, read_document
+    from wenxin.common.errors import Problems
+    raw = read_document(param_path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{param_path}: the top level must be an object")
+    problems = Problems()
+    check_values(raw, problems)
+    problems.raise_if_any()
+    if not erniekit.is_erniekit(raw):
+        raise ConfigError(f"{param_path}: already a native wenxin task file (it has no ERNIE-kit markers, "
+                          f"or it names its task)")
+    config, notes = erniekit.translate(plain(raw), param_path)
+    text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+    for note in notes:
+        print(f"translated: {note}", file=sys.stderr)
+    if output:
+        try:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise ConfigError(f"{output}: cannot write the native task file ({e.strerror or e})") from None
+        print(output)
+    else:
+        print(text, end="")
+    return config

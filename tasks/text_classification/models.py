@@ -141,3 +141,61 @@ class ErnieClassification(EncoderClassification):
                      "encoder": Key(dict, {}, children={**ENCODER_SCHEMA, "type": Key(
                          str, "transformer", choices=ENCODER_SCHEMA["type"].choices)})}
 
+
+
+@RegisterSet.models.register("ErnieKitBowClassification")
+class ErnieKitBowClassification(BaseModel):
+    """ERNIE-kit's ``BowClassification`` network, which ERNIE-kit task files select (see
+    ``wenxin.compat.erniekit``): the sum of the tokens' embeddings, two tanh layers (``hid_dim``,
+    ``hid_dim2``) and a softmax. wenxin's own ``BowClassification`` mean/max-pools n-gram bags into
+    one hidden layer. Unlike ERNIE-kit, padding is left out of the sum, so a text's vector does not
+    depend on the batch it is in."""
+
+    config_schema = {
+        "text_field": Key(str, "text_a"),
+        "label_field": Key(str, "label"),
+        "vocab_size": Key(int, 0, minimum=0, doc="rows of the embedding table (0: the vocab's size); "
+                                                 "at least the vocab's size"),
+        "num_labels": Key(int, 0, minimum=0, doc="0: from the label field"),
+        "emb_dim": Key(int, 128, minimum=1),
+        "hid_dim": Key(int, 128, minimum=1),
+        "hid_dim2": Key(int, 96, minimum=1),
+    }
+
+    def structure(self) -> None:
+        p = self.model_params
+        text_info = self.data_info.get(p["text_field"])
+        if not text_info or not text_info.get("vocab_size"):
+            raise ConfigError(f"model.text_field: '{p['text_field']}' is not a text field of the train_reader")
+        vocab_size = p["vocab_size"] or text_info["vocab_size"]
+        if vocab_size < text_info["vocab_size"]:
+            raise ConfigError(f"model.vocab_size: {vocab_size} is smaller than the vocab of "
+                              f"'{p['text_field']}' ({text_info['vocab_size']} tokens)")
+        self.num_labels = p["num_labels"] or self.data_info.get(p["label_field"], {}).get("num_labels", 0)
+        found = self.data_info.get(p["label_field"], {}).get("num_labels", 0)
+        if found and p["num_labels"] and found > p["num_labels"]:
+            raise ConfigError(f"model.num_labels: {p['num_labels']}, but the training data has {found} labels")
+        if self.num_labels < 2:
+            raise ConfigError(f"model.num_labels: need at least 2 classes, found {self.num_labels}")
+        self.embedding = TokenEmbedding(vocab_size, p["emb_dim"], text_info["padding_id"])
+        self.encoder = BoWEncoder(p["emb_dim"], pooling="sum")
+        self.fc_1 = nn.Linear(p["emb_dim"], p["hid_dim"])
+        self.fc_2 = nn.Linear(p["hid_dim"], p["hid_dim2"])
+        self.fc_prediction = nn.Linear(p["hid_dim2"], self.num_labels)
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        p = self.model_params
+        ids = fields_dict[p["text_field"]]  # [B, T]
+        bag = self.encoder(self.embedding(ids), fields_dict[f"{p['text_field']}_{InstanceName.SEQ_LENS}"])  # [B, E]
+        hidden = paddle.tanh(self.fc_2(paddle.tanh(self.fc_1(bag))))  # [B, H2]
+        logits = self.fc_prediction(hidden).astype("float32")  # [B, C]
+        probs = F.softmax(logits, axis=-1)
+        outputs = {InstanceName.PROBS: probs, InstanceName.PREDICTIONS: paddle.argmax(probs, axis=-1)}
+        if phase != Phase.PREDICT and p["label_field"] in fields_dict:
+            labels = fields_dict[p["label_field"]]  # [B]
+            outputs[InstanceName.LOSS] = F.cross_entropy(logits, labels.reshape([-1, 1])).mean()
+            outputs[InstanceName.LABELS] = labels
+        return outputs
+
+    def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
+        return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels)

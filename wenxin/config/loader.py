@@ -91,15 +91,22 @@ def load_config(path: str, overrides: Iterable[str] = ()) -> Dict[str, Any]:
 
     Relative data paths are kept relative to the working directory, as in Wenxin.
     """
+    from wenxin.compat import erniekit
     from wenxin.config.task_check import check_task
     raw = read_document(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be an object")
     problems = Problems()
+    translations: List[str] = []
+    if erniekit.is_erniekit(raw):  # an ERNIE-kit task file: onto the native schema first
+        check_values(raw, problems)
+        problems.raise_if_any()
+        raw, translations = erniekit.translate(plain(raw), path)
     apply_overrides(raw, overrides, problems)
     check_values(raw, problems)
     config = validate(plain(raw), ROOT, "", problems)
     config["_source"] = os.path.abspath(path)
+    config["_translations"] = translations
     check_task(config, problems)
     problems.raise_if_any()
     return config

@@ -37,15 +37,15 @@ class TokenEmbedding(nn.Embedding):
 
 
 class BoWEncoder(nn.Layer):
-    """Pools the embeddings of the real tokens: ``mean``, ``max`` or both concatenated
-    (``mean_max``). ``[B, T, D]`` -> ``[B, D]`` (``[B, 2D]`` for ``mean_max``).
+    """Pools the embeddings of the real tokens: ``mean``, ``max``, both concatenated
+    (``mean_max``) or ``sum``. ``[B, T, D]`` -> ``[B, D]`` (``[B, 2D]`` for ``mean_max``).
 
     ``token_dropout`` drops whole tokens from the bag while training (a regularizer for
     bag-of-n-gram models, which otherwise memorize rare n-grams)."""
 
     def __init__(self, emb_dim: int, pooling: str = "mean", token_dropout: float = 0.0) -> None:
         super().__init__()
-        if pooling not in ("mean", "max", "mean_max"):
+        if pooling not in ("mean", "max", "mean_max", "sum"):
             raise ValueError(f"unknown pooling {pooling!r}")
         self.pooling = pooling
         self.token_dropout = token_dropout
@@ -57,6 +57,8 @@ class BoWEncoder(nn.Layer):
             keep = (paddle.rand(paddle.shape(mask), dtype=mask.dtype) >= self.token_dropout).astype(mask.dtype)
             mask = mask * keep  # [B, T, 1]
         pooled = []
+        if self.pooling == "sum":
+            pooled.append((embedded * mask).sum(axis=1))  # [B, D]
         if self.pooling in ("mean", "mean_max"):
             count = paddle.clip(mask.sum(axis=1), min=1.0)  # [B, 1] tokens kept
             pooled.append((embedded * mask).sum(axis=1) / count)  # [B, D]

@@ -1,0 +1,153 @@
+"""ERNIE-kit task files run as they are (issue 17, in progress): our own configs in ERNIE-kit's
+format, with data laid out as ERNIE-kit's tasks lay it out."""
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, make_sentences
+from wenxin.compat.erniekit import is_erniekit, translate
+
+
+def erniekit_field(name, reader, tokenizer=None, vocab="", convert=True):
+    return {"name": name, "data_type": "string" if tokenizer else "int", "reader": {"type": reader},
+            "tokenizer": tokenizer, "need_convert": convert, "vocab_path": vocab, "max_seq_len": 512,
+            "truncation_type": 0, "padding_id": 0, "embedding": None}
+
+
+def cls_bow_config(epoch=5):
+    """A task file written the way ERNIE-kit's cls_bow_ch.json is."""
+    text = erniekit_field("text_a", "CustomTextFieldReader",
+                          {"type": "CustomTokenizer", "split_char": " ", "unk_token": "[UNK]", "params": None},
+                          "./data/dict/vocab.txt")
+    label = erniekit_field("label", "ScalarFieldReader", convert=False)
+
+    def reader(name, folder, reader_epoch, distribute):
+        return {"name": name, "type": "BasicDataSetReader", "fields": copy.deepcopy([text, label]),
+                "config": {"data_path": f"./data/{folder}", "shuffle": False, "batch_size": 32, "epoch": reader_epoch,
+                           "sampling_rate": 1.0, "need_data_distribute": distribute,
+                           "need_generate_examples": False, "key_tag": False}}
+
+    return {
+        "dataset_reader": {"train_reader": reader("train_reader", "train_data", epoch, True),
+                           "test_reader": reader("test_reader", "test_data", 1, False),
+                           "dev_reader": reader("dev_reader", "dev_data", 1, False)},
+        "model": {"type": "BowClassification", "is_dygraph": 1, "optimization": {"learning_rate": 0.02},
+                  "vocab_size": 40, "num_labels": 2},
+        "trainer": {"type": "CustomDynamicTrainer", "PADDLE_PLACE_TYPE": "cpu", "PADDLE_IS_FLEET": 0,
+                    "train_log_step": 20, "is_eval_dev": 0, "is_eval_test": 1, "eval_step": 100,
+                    "save_model_step": 10000, "load_parameters": "", "load_checkpoint": "", "pre_train_model": [],
+                    "output_path": "./output/cls_bow_ch", "extra_param": {"meta": {"job_type": "text_classification"}}},
+    }
+
+
+def erniekit_tree(root):
+    """data/{train,dev,test}_data/*.txt (space-separated words<TAB>label), data/dict/vocab.txt
+    (token<TAB>id, ERNIE-kit's specials first), and a decoy ``text_classification`` package of the
+    user's own that must never be imported."""
+    words = set()
+    for folder, seed, n in (("train_data", 1, 240), ("dev_data", 2, 60), ("test_data", 3, 60)):
+        os.makedirs(root / "data" / folder)
+        rows = [(" ".join(text), label) for text, label in make_sentences(n, seed)]
+        words.update(w for text, _ in rows for w in text.split(" "))
+        (root / "data" / folder / f"{folder.split('_')[0]}.txt").write_text(
+            "".join(f"{t}\t{label}\n" for t, label in rows), encoding="utf-8")
+    os.makedirs(root / "data" / "dict")
+    tokens = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"] + sorted(words)
+    (root / "data" / "dict" / "vocab.txt").write_text("".join(f"{t}\t{i}\n" for i, t in enumerate(tokens)),
+                                                      encoding="utf-8")
+    decoy = root / "text_classification"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise RuntimeError('the user tree package was imported')\n")
+    (root / "tasks").mkdir()
+    os.symlink(decoy, root / "tasks" / "text_classification")
+    return len(tokens)
+
+
+def run(root, args, script="run_trainer.py"):
+    return subprocess.run([sys.executable, os.path.join(REPO, script), *args], cwd=str(root), capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "GLOG_minloglevel": "2"})
+
+
+def test_erniekit_bow_classification_trains_unchanged(tmp_path):
+    vocab_size = erniekit_tree(tmp_path)
+    config = cls_bow_config()
+    config["model"]["vocab_size"] = vocab_size
+    (tmp_path / "cls_bow_ch.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    proc = run(tmp_path, ["--param_path", "cls_bow_ch.json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stdout
+    assert "ERNIE-kit task file: task: 'text_classification'" in log  # the built-in, not the decoy
+    assert "model.type: BowClassification -> ErnieKitBowClassification" in log
+    assert "dataset_reader.train_reader.config.epoch -> trainer.epoch (5)" in log
+    records = [json.loads(line) for line in open(tmp_path / "output" / "cls_bow_ch" / "logs" / "metrics.jsonl")]
+    test = [r for r in records if r["tag"] == "test"]
+    assert test and test[-1]["acc"] >= 0.9
+    assert max(r["step"] for r in records) == 5 * 8  # 5 epochs of 240 / 32 batches
+
+
+def test_translation_of_each_key():
+    config, notes = translate(cls_bow_config(epoch=3))
+    assert config["task"].endswith(os.path.join("tasks", "text_classification"))
+    assert config["trainer"]["epoch"] == 3
+    for reader in config["dataset_reader"].values():
+        assert "epoch" not in reader["config"] and "key_tag" not in reader["config"]
+        text, label = reader["fields"]
+        assert text["reader"]["type"] == "TextFieldReader"
+        assert text["tokenizer"]["type"] == "WhitespaceTokenizer" and text["tokenizer"]["lowercase"] is False
+        assert label["reader"]["type"] == "LabelFieldReader"
+    assert config["model"]["type"] == "ErnieKitBowClassification"
+    raw = cls_bow_config()
+    raw["trainer"].update(ramdom_seed=7, save_inference_model=1, is_do_train=1)
+    config, notes = translate(raw)
+    assert config["trainer"]["seed"] == 7 and config["trainer"]["save_inference"] is True
+    assert "is_do_train" not in config["trainer"] and any("is_do_train" in n for n in notes)
+
+
+def test_keys_wenxin_cannot_honour_are_reported_together():
+    from wenxin.common.errors import ConfigError
+    raw = cls_bow_config()
+    raw["trainer"]["is_do_train"] = 0
+    raw["trainer"]["extra_param"]["meta"]["job_type"] = "text_generation"
+    raw["dataset_reader"]["train_reader"]["config"]["key_tag"] = True
+    raw["dataset_reader"]["dev_reader"]["fields"][0]["reader"]["type"] = "ErnieTextFieldReader"
+    with pytest.raises(ConfigError) as info:
+        translate(raw)
+    assert len(info.value.problems) == 4
+
+
+def test_native_files_are_not_translated():
+    raw = cls_bow_config()
+    raw["task"] = "text_classification"
+    assert not is_erniekit(raw) and is_erniekit(cls_bow_config())
+
+
+def test_migrate_writes_a_native_file_that_trains_to_the_same_parameters(tmp_path):
+    import numpy as np
+    from conftest import checkpoint_params
+    vocab_size = erniekit_tree(tmp_path)
+    config = cls_bow_config(epoch=2)
+    config["model"]["vocab_size"] = vocab_size
+    (tmp_path / "cls_bow_ch.json").write_text(json.dumps(config), encoding="utf-8")
+    proc = run(tmp_path, ["migrate", "cls_bow_ch.json", "-o", "native.json"], script="wenxin/cli.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "translated: model.type: BowClassification -> ErnieKitBowClassification" in proc.stderr
+    native = json.loads((tmp_path / "native.json").read_text())
+    assert "task" in native and not is_erniekit(native)
+    native["trainer"]["output_path"] = "./output/native"
+    (tmp_path / "native.json").write_text(json.dumps(native), encoding="utf-8")
+    for path in ("cls_bow_ch.json", "native.json"):
+        proc = run(tmp_path, ["--param_path", path])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = max(int(n.split("_")[1]) for n in os.listdir(tmp_path / "output" / "native" / "checkpoints")
+                if n.startswith("step_"))
+    original = checkpoint_params(tmp_path / "output" / "cls_bow_ch" / "checkpoints" / f"step_{steps}")
+    migrated = checkpoint_params(tmp_path / "output" / "native" / "checkpoints" / f"step_{steps}")
+    assert original.keys() == migrated.keys()
+    for name in original:
+        np.testing.assert_array_equal(original[name], migrated[name], err_msg=name)
+    proc = run(tmp_path, ["migrate", "native.json"], script="wenxin/cli.py")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "already a native" in proc.stderr

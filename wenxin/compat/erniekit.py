@@ -1,0 +1,170 @@
+"""ERNIE-kit task files, translated onto wenxin's own schema (the one place that knows them).
+
+An ERNIE-kit task file has no ``task`` key: ``trainer.extra_param.meta.job_type`` names the task,
+readers carry ``epoch`` and ``key_tag``, and fields use ERNIE-kit's reader and tokenizer names.
+``translate`` returns the equivalent native config and one line per translation it made (``wenxin
+migrate`` prints them; a run logs them once). Keys wenxin cannot honour are reported together as
+one ``ConfigError``, never dropped silently.
+
+Translated so far (issue 17 is in progress): the trainer, reader and field keys below, and the
+text-classification BoW job (``BowClassification`` becomes ``ErnieKitBowClassification``, ERNIE-kit's
+own network; wenxin's ``BowClassification`` is a different one).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+from wenxin.common.errors import Problems
+from wenxin.config.document import plain
+
+BUILTIN_TASKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tasks")
+JOB_TYPES = ("text_classification", "sequence_labeling", "text_matching")
+READER_NAMES = ("train_reader", "dev_reader", "test_reader", "predict_reader")
+
+# ERNIE-kit field readers and tokenizers -> wenxin's, with the settings that give ERNIE-kit's behaviour
+FIELD_READERS = {"CustomTextFieldReader": "TextFieldReader", "TextFieldReader": "TextFieldReader"}
+TOKENIZERS = {"CustomTokenizer": {"type": "WhitespaceTokenizer", "lowercase": False}}
+NEEDS_WORDPIECE = ("ErnieTextFieldReader", "ErnieSeqlabelLabelFieldReader", "ErnieClassificationFieldReader",
+                   "FullTokenizer", "ErnieClassificationDataSetReader")
+# (job type, ERNIE-kit model type) -> wenxin model type, where the networks differ
+MODEL_TYPES = {("text_classification", "BowClassification"): "ErnieKitBowClassification"}
+# keys ERNIE-kit accepted that change nothing in wenxin
+IGNORED_TRAINER_KEYS = ("is_do_train",)
+
+
+def is_erniekit(raw: Dict[str, Any]) -> bool:
+    """Whether a parsed task file is in ERNIE-kit's format (no ``task`` key, ERNIE-kit markers)."""
+    if "task" in raw or not isinstance(raw, dict):
+        return False
+    if _job_type(raw) is not None:
+        return True
+    for reader in _readers(raw):
+        config = reader.get("config") if isinstance(reader.get("config"), dict) else {}
+        if "epoch" in config or "key_tag" in config:
+            return True
+        for field in reader.get("fields") or []:
+            if isinstance(field, dict) and _type_of(field.get("reader")) in (*FIELD_READERS, *NEEDS_WORDPIECE):
+                return True
+    return False
+
+
+def translate(raw: Dict[str, Any], source: str = "") -> Tuple[Dict[str, Any], List[str]]:
+    """The native config of an ERNIE-kit task file, and the translations made (one line each)."""
+    config = plain(raw)  # a copy in which no two places share an object
+    notes: List[str] = []
+    problems = Problems()
+    job = _job_type(config)
+    if job not in JOB_TYPES:
+        problems.add(f"trainer.extra_param.meta.job_type: {job!r} does not name a task wenxin has "
+                      f"(one of {', '.join(JOB_TYPES)}); an ERNIE-kit task file names its task there")
+    else:
+        config["task"] = os.path.join(BUILTIN_TASKS, job)
+        notes.append(f"task: {job!r} from trainer.extra_param.meta.job_type: wenxin's built-in task "
+                     f"({config['task']}), never a folder of that name in your tree")
+    trainer = config.setdefault("trainer", {})
+    if isinstance(trainer, dict):
+        _translate_trainer(trainer, notes, problems)
+    for name in READER_NAMES:
+        reader = (config.get("dataset_reader") or {}).get(name)
+        if isinstance(reader, dict):
+            _translate_reader(name, reader, trainer, notes, problems)
+    model = config.get("model")
+    if isinstance(model, dict) and job in JOB_TYPES:
+        _translate_model(job, model, notes)
+    problems.raise_if_any()
+    return config, notes
+
+
+def _translate_trainer(trainer: Dict[str, Any], notes: List[str], problems: Problems) -> None:
+    if "ramdom_seed" in trainer:  # ERNIE-kit's spelling
+        trainer["seed"] = trainer.pop("ramdom_seed")
+        notes.append("trainer.ramdom_seed -> trainer.seed")
+    if "save_inference_model" in trainer:
+        trainer["save_inference"] = bool(trainer.pop("save_inference_model"))
+        notes.append("trainer.save_inference_model -> trainer.save_inference")
+    for key in IGNORED_TRAINER_KEYS:
+        if key in trainer:
+            value = trainer.pop(key)
+            if value in (0, False):
+                problems.add(f"trainer.{key}: {value!r} (evaluate without training) is not supported; "
+                             f"use wenxin export / run_infer.py on a checkpoint")
+            else:
+                notes.append(f"trainer.{key}: {value!r}, training runs (as always)")
+
+
+def _translate_reader(name: str, reader: Dict[str, Any], trainer: Dict[str, Any], notes: List[str],
+                      problems: Problems) -> None:
+    path = f"dataset_reader.{name}"
+    config = reader.get("config") if isinstance(reader.get("config"), dict) else {}
+    if "epoch" in config:
+        epoch = config.pop("epoch")
+        if name == "train_reader":
+            if "epoch" in trainer and trainer["epoch"] != epoch:
+                notes.append(f"{path}.config.epoch: {epoch!r} ignored: trainer.epoch {trainer['epoch']!r} is set")
+            else:
+                trainer["epoch"] = epoch
+                notes.append(f"{path}.config.epoch -> trainer.epoch ({epoch!r})")
+        else:
+            notes.append(f"{path}.config.epoch: dropped (only the train reader's counts)")
+    if "key_tag" in config:
+        if config.pop("key_tag") not in (False, 0, None):
+            problems.add(f"{path}.config.key_tag: true is not supported (ERNIE-kit's basic reader ignores it too; "
+                         f"remove it or set it to false)")
+    if config.get("extra_params"):
+        problems.add(f"{path}.config.extra_params: {sorted(config['extra_params'])} cannot be honoured")
+    config.pop("extra_params", None)
+    if reader.get("type") in NEEDS_WORDPIECE:
+        problems.add(f"{path}.type: {reader['type']!r} needs the WordPiece tokenizer (not yet in wenxin)")
+    for i, field in enumerate(reader.get("fields") or []):
+        if isinstance(field, dict):
+            _translate_field(f"{path}.fields[{i}]", field, notes, problems)
+
+
+def _translate_field(path: str, field: Dict[str, Any], notes: List[str], problems: Problems) -> None:
+    kind = _type_of(field.get("reader"))
+    if kind in NEEDS_WORDPIECE or _type_of(field.get("tokenizer")) in NEEDS_WORDPIECE:
+        problems.add(f"{path}: {kind or field['tokenizer']['type']!r} needs the WordPiece tokenizer "
+                     f"(not yet in wenxin)")
+        return
+    if kind in FIELD_READERS and FIELD_READERS[kind] != kind:
+        field["reader"]["type"] = FIELD_READERS[kind]
+        notes.append(f"{path}.reader.type: {kind} -> {FIELD_READERS[kind]}")
+    tokenizer = field.get("tokenizer")
+    if isinstance(tokenizer, dict) and tokenizer.get("type") in TOKENIZERS:
+        replacement = TOKENIZERS[tokenizer["type"]]
+        notes.append(f"{path}.tokenizer.type: {tokenizer['type']} -> {replacement['type']} "
+                     f"(split on split_char, no lower-casing)")
+        tokenizer.update(replacement)
+    if kind == "ScalarFieldReader" and field.get("name") == "label":
+        field["reader"]["type"] = "LabelFieldReader"
+        field.pop("data_type", None)
+        notes.append(f"{path}: ScalarFieldReader label -> LabelFieldReader (a label map built from the training "
+                     f"labels, sorted numerically: 0..N-1 keep their ids; an unknown dev/test label is an error)")
+    if field.get("need_convert") is False and field["reader"].get("type") == "LabelFieldReader":
+        field.pop("need_convert")
+
+
+def _translate_model(job: str, model: Dict[str, Any], notes: List[str]) -> None:
+    wenxin_type = MODEL_TYPES.get((job, model.get("type")))
+    if wenxin_type:
+        notes.append(f"model.type: {model['type']} -> {wenxin_type} (ERNIE-kit's network; wenxin's "
+                     f"{model['type']} is another one)")
+        model["type"] = wenxin_type
+
+
+def _readers(raw: Dict[str, Any]) -> List[Dict[str, Any]]:
+    dataset = raw.get("dataset_reader") if isinstance(raw.get("dataset_reader"), dict) else {}
+    return [r for r in dataset.values() if isinstance(r, dict)]
+
+
+def _type_of(spec: Any) -> Optional[str]:
+    return spec.get("type") if isinstance(spec, dict) else None
+
+
+def _job_type(raw: Dict[str, Any]) -> Optional[str]:
+    trainer = raw.get("trainer") if isinstance(raw.get("trainer"), dict) else {}
+    extra = trainer.get("extra_param") if isinstance(trainer.get("extra_param"), dict) else {}
+    meta = extra.get("meta") if isinstance(extra.get("meta"), dict) else {}
+    job = meta.get("job_type")
+    return job if isinstance(job, str) else None
