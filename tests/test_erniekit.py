@@ -87,6 +87,13 @@ def test_erniekit_bow_classification_trains_unchanged(tmp_path):
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["acc"] >= 0.9
     assert max(r["step"] for r in records) == 5 * 8  # 5 epochs of 240 / 32 batches
+    out = tmp_path / "output" / "cls_bow_ch"  # where an ERNIE-kit user looks
+    assert sorted(os.listdir(out / "save_checkpoints")) == ["checkpoints_step_40", "latest"]
+    assert sorted(os.listdir(out / "save_inference_model")) == ["inference_step_40"]
+    assert {"inference.json", "inference.pdiparams", "preprocess.json"} <= set(
+        os.listdir(out / "save_inference_model" / "inference_step_40"))
+    again = run(tmp_path, ["--param_path", "cls_bow_ch.json"])  # never over an earlier run
+    assert again.returncode == 2 and "trainer.resume=auto" in again.stderr and "move" in again.stderr
 
 
 def test_translation_of_each_key():
@@ -142,10 +149,9 @@ def test_migrate_writes_a_native_file_that_trains_to_the_same_parameters(tmp_pat
     for path in ("cls_bow_ch.json", "native.json"):
         proc = run(tmp_path, ["--param_path", path])
         assert proc.returncode == 0, proc.stderr[-3000:]
-    steps = max(int(n.split("_")[1]) for n in os.listdir(tmp_path / "output" / "native" / "checkpoints")
-                if n.startswith("step_"))
-    original = checkpoint_params(tmp_path / "output" / "cls_bow_ch" / "checkpoints" / f"step_{steps}")
-    migrated = checkpoint_params(tmp_path / "output" / "native" / "checkpoints" / f"step_{steps}")
+    steps = 2 * 8
+    original = checkpoint_params(tmp_path / "output" / "cls_bow_ch" / "save_checkpoints" / f"checkpoints_step_{steps}")
+    migrated = checkpoint_params(tmp_path / "output" / "native" / "save_checkpoints" / f"checkpoints_step_{steps}")
     assert original.keys() == migrated.keys()
     for name in original:
         np.testing.assert_array_equal(original[name], migrated[name], err_msg=name)

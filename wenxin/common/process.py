@@ -5,6 +5,7 @@ command sets these up before Paddle loads.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import signal
@@ -47,7 +48,7 @@ def load_paddle() -> None:
     """Import Paddle with signals held, then (Paddle installs handlers of its own) make SIGTERM
     end the command with one error line."""
     with deferred_signals():
-        import paddle  # noqa: F401
+        importlib.import_module("paddle")
     end_on_sigterm()
 
 

@@ -65,6 +65,9 @@ def translate(raw: Dict[str, Any], source: str = "") -> Tuple[Dict[str, Any], Li
     trainer = config.setdefault("trainer", {})
     if isinstance(trainer, dict):
         _translate_trainer(trainer, notes, problems)
+        trainer.setdefault("output_layout", "erniekit")
+        notes.append("trainer.output_layout: erniekit (checkpoints in save_checkpoints/checkpoints_step_<N>, "
+                     "an inference model in save_inference_model/inference_step_<N> at every save)")
     for name in READER_NAMES:
         reader = (config.get("dataset_reader") or {}).get(name)
         if isinstance(reader, dict):

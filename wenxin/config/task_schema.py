@@ -159,6 +159,9 @@ TRAINER: Schema = {
     "progress_bar": Key(str, "auto", choices=["auto", "on", "off"],
                         doc="progress bars with ETA for training and evaluation; auto: when stderr is a terminal"),
     "hooks": Key(list, [], items=Key(dict, children=HOOK), doc="extra hooks (see README)"),
+    "output_layout": Key(str, "wenxin", choices=["wenxin", "erniekit"],
+                         doc="erniekit: checkpoints in save_checkpoints/checkpoints_step_<N> and an inference model "
+                             "in save_inference_model/inference_step_<N> at every save (set for ERNIE-kit task files)"),
     "fast_paths": Key(dict, {}, children=FAST_PATHS, doc="switches for the fast paths through Paddle's and "
                                                          "VisualDL's internals (wenxin/compat)"),
     "extra_param": Key(dict, {}, open_keys=True),

@@ -80,10 +80,11 @@ def prepare_output_path(cfg: Dict[str, Any], is_writer: bool = True) -> None:
             raise ConfigError(f"trainer.output_path: cannot create {path}: {e.strerror}") from None
         if not os.access(path, os.W_OK):
             raise ConfigError(f"trainer.output_path: folder is not writable: {path}")
-    manager = ckpt.CheckpointManager(path, cfg["keep_checkpoint_max"])
+    manager = ckpt.CheckpointManager.for_trainer(cfg)
     if manager.has_checkpoints() and cfg["resume"] != "auto" and not cfg["load_checkpoint"]:
         raise ConfigError(f"trainer.output_path: {path} already holds checkpoints of an earlier run; "
-                          f"set trainer.resume=auto to continue it, or choose another output_path")
+                          f"to continue it set trainer.resume=auto (--set trainer.resume=auto); to start "
+                          f"afresh choose another output_path or move {path} away")
 
 
 class _FirstBatch:
@@ -138,7 +139,7 @@ class BaseTrainer:
             logger.warning("trainer.use_amp: %s; this run computes in float32", self.amp_unavailable)
         self.state = TrainState()
         self.lr_scheduler: Optional[paddle.optimizer.lr.LRScheduler] = None
-        self.checkpoints = ckpt.CheckpointManager(self.output_path, self.trainer_config["keep_checkpoint_max"])
+        self.checkpoints = ckpt.CheckpointManager.for_trainer(self.trainer_config)
         prepare_output_path(self.trainer_config, self.is_writer)
         self._setup_train_data()
         self._eval_loaders: Dict[str, Iterable[Batch]] = {}
@@ -192,7 +193,7 @@ class BaseTrainer:
             self.register_hook(cls())
         if self.trainer_config["load_best_at_end"]:
             self.register_hook(LoadBestModelHook())
-        if self.trainer_config["save_inference"]:
+        if self.trainer_config["save_inference"] or self.trainer_config["output_layout"] == "erniekit":
             self.register_hook(InferenceExportHook())
         self.show_progress = self.is_writer and progress_enabled(self.trainer_config["progress_bar"])
         if self.show_progress:
@@ -630,7 +631,7 @@ def resume_checkpoint(cfg: Dict[str, Any]) -> Optional[str]:
         ckpt.verify(cfg["load_checkpoint"])  # before its vocabularies are used
         return cfg["load_checkpoint"]
     if cfg["resume"] == "auto":
-        manager = ckpt.CheckpointManager(cfg["output_path"], cfg["keep_checkpoint_max"])
+        manager = ckpt.CheckpointManager.for_trainer(cfg)
         latest = manager.latest()
         if latest is None and manager.has_checkpoints():  # never train over damaged results
             raise CheckpointError(f"trainer.resume: no usable checkpoint in {manager.root}: every one is damaged "

@@ -46,7 +46,10 @@ MANIFEST_FILE = "manifest.json"
 LATEST_FILE = "latest"
 BEST_DIR = "best"
 FORMAT = 2
-_STEP_DIR = re.compile(r"^step_(\d+)$")
+# Where checkpoints and exports go, by trainer.output_layout: (checkpoint folder, step-folder
+# prefix, export folder or "" for <checkpoint>/inference, export prefix)
+LAYOUTS = {"wenxin": ("checkpoints", "step_", "", ""),
+           "erniekit": ("save_checkpoints", "checkpoints_step_", "save_inference_model", "inference_step_")}
 
 
 def _fsync_tree(folder: str) -> None:
@@ -175,11 +178,30 @@ def is_valid(folder: str) -> Optional[str]:
 
 
 class CheckpointManager:
-    """Saves, lists, prunes and finds checkpoints under ``<output_path>/checkpoints``."""
+    """Saves, lists, prunes and finds checkpoints under ``<output_path>/checkpoints`` (ERNIE-kit's
+    layout: ``<output_path>/save_checkpoints/checkpoints_step_<N>``)."""
 
-    def __init__(self, output_path: str, keep_max: int) -> None:
-        self.root = os.path.join(output_path, "checkpoints")
+    def __init__(self, output_path: str, keep_max: int, layout: str = "wenxin") -> None:
+        folder, self.prefix, exports, self.export_prefix = LAYOUTS[layout]
+        self.root = os.path.join(output_path, folder)
+        self.export_root = os.path.join(output_path, exports) if exports else ""
         self.keep_max = keep_max
+        self._step_dir = re.compile(rf"^{re.escape(self.prefix)}(\d+)$")
+
+    @classmethod
+    def for_trainer(cls, cfg: Mapping[str, Any]) -> "CheckpointManager":
+        """The manager of a ``trainer`` config section."""
+        return cls(cfg["output_path"], cfg["keep_checkpoint_max"], cfg.get("output_layout", "wenxin"))
+
+    def step_name(self, step: int) -> str:
+        return f"{self.prefix}{step}"
+
+    def export_folder(self, name: str, checkpoint: str) -> str:
+        """Where the inference model of checkpoint ``name`` (at ``checkpoint``) is exported."""
+        if not self.export_root:
+            return os.path.join(checkpoint, "inference")
+        step = self._step_dir.match(name)
+        return os.path.join(self.export_root, f"{self.export_prefix}{step.group(1)}" if step else f"inference_{name}")
 
     def step_dirs(self) -> List[Tuple[int, str]]:
         """(step, path) of complete periodic checkpoints, oldest first."""
@@ -187,7 +209,7 @@ class CheckpointManager:
             return []
         found = []
         for name in os.listdir(self.root):
-            m = _STEP_DIR.match(name)
+            m = self._step_dir.match(name)
             path = os.path.join(self.root, name)
             if m and is_complete(path):
                 found.append((int(m.group(1)), path))
@@ -202,7 +224,7 @@ class CheckpointManager:
             try:
                 with open(marker, encoding="utf-8") as f:
                     name = f.read(256).strip()
-                if _STEP_DIR.match(name) or name == BEST_DIR:
+                if self._step_dir.match(name) or name == BEST_DIR:
                     candidates.append(os.path.join(self.root, name))
             except (OSError, UnicodeDecodeError):
                 pass
@@ -257,9 +279,11 @@ class CheckpointManager:
 
     def has_checkpoints(self) -> bool:
         """Any checkpoint folder, complete or not, of this or an older wenxin."""
+        if self.export_root and os.path.isdir(self.export_root) and os.listdir(self.export_root):
+            return True
         if not os.path.isdir(self.root):
             return False
-        return any(_STEP_DIR.match(n) or n == BEST_DIR for n in os.listdir(self.root))
+        return any(self._step_dir.match(n) or n == BEST_DIR for n in os.listdir(self.root))
 
 
 def write_checkpoint(folder: str, model_state: Mapping[str, Any], optimizer_state: Mapping[str, Any],

@@ -29,7 +29,7 @@ class CheckpointHook(IntervalHook):
     def trigger(self) -> None:
         step = self.trainer.state.global_step
         if step != self._last_saved:
-            self.trainer.save_checkpoint(f"step_{step}")
+            self.trainer.save_checkpoint(self.trainer.checkpoints.step_name(step))
             self._last_saved = step
 
     def after_train(self) -> None:
