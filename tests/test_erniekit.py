@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import REPO, make_sentences
@@ -42,6 +43,22 @@ def cls_bow_config(epoch=5):
                     "save_model_step": 10000, "load_parameters": "", "load_checkpoint": "", "pre_train_model": [],
                     "output_path": "./output/cls_bow_ch", "extra_param": {"meta": {"job_type": "text_classification"}}},
     }
+
+
+def cls_bow_infer_config():
+    """A prediction file written the way ERNIE-kit's cls_bow_ch_infer.json is."""
+    text = erniekit_field("text_a", "CustomTextFieldReader",
+                          {"type": "CustomTokenizer", "split_char": " ", "unk_token": "[UNK]", "params": None},
+                          "./data/dict/vocab.txt")
+    return {"dataset_reader": {"predict_reader": {
+                "name": "predict_reader", "type": "BasicDataSetReader", "fields": [text],
+                "config": {"data_path": "./data/predict_data", "shuffle": False, "batch_size": 8, "epoch": 1,
+                           "sampling_rate": 1.0, "need_data_distribute": False, "need_generate_examples": True,
+                           "key_tag": False}}},
+            "inference": {"type": "CustomInference", "output_path": "./output/predict_result.txt",
+                          "PADDLE_PLACE_TYPE": "cpu", "num_labels": 2, "thread_num": 2,
+                          "inference_model_path": "./output/cls_bow_ch/save_inference_model/inference_step_40/",
+                          "extra_param": {"meta": {"job_type": "text_classification"}}}}
 
 
 def erniekit_tree(root):
@@ -95,6 +112,27 @@ def test_erniekit_bow_classification_trains_unchanged(tmp_path):
     again = run(tmp_path, ["--param_path", "cls_bow_ch.json"])  # never over an earlier run
     assert again.returncode == 2 and "trainer.resume=auto" in again.stderr and "move" in again.stderr
 
+    # ERNIE-kit's infer file, as it is: predictions in ERNIE-kit's format
+    texts = [" ".join(text) for text, _ in make_sentences(12, seed=9)]
+    os.makedirs(tmp_path / "data" / "predict_data")
+    (tmp_path / "data" / "predict_data" / "infer.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    (tmp_path / "cls_bow_ch_infer.json").write_text(json.dumps(cls_bow_infer_config()), encoding="utf-8")
+    proc = run(tmp_path, ["--param_path", "cls_bow_ch_infer.json"], script="run_infer.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (tmp_path / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(lines) == len(texts)
+    from wenxin.inference.predictor import Predictor
+    expected = Predictor(str(out / "save_inference_model" / "inference_step_40")).predict([[t] for t in texts])
+    for line, text, result in zip(lines, texts, expected):
+        written_text, probs = line.split("\t")
+        assert written_text == text
+        np.testing.assert_allclose(json.loads(probs), result["probs"], rtol=1e-6)
+    bad = cls_bow_infer_config()
+    bad["inference"]["num_labels"] = 3
+    (tmp_path / "bad_infer.json").write_text(json.dumps(bad), encoding="utf-8")
+    proc = run(tmp_path, ["--param_path", "bad_infer.json"], script="run_infer.py")
+    assert proc.returncode == 2 and "num_labels: 3, but the model" in proc.stderr
+
 
 def test_translation_of_each_key():
     config, notes = translate(cls_bow_config(epoch=3))
@@ -133,7 +171,6 @@ def test_native_files_are_not_translated():
 
 
 def test_migrate_writes_a_native_file_that_trains_to_the_same_parameters(tmp_path):
-    import numpy as np
     from conftest import checkpoint_params
     vocab_size = erniekit_tree(tmp_path)
     config = cls_bow_config(epoch=2)

@@ -171,3 +171,49 @@ def _job_type(raw: Dict[str, Any]) -> Optional[str]:
     meta = extra.get("meta") if isinstance(extra.get("meta"), dict) else {}
     job = meta.get("job_type")
     return job if isinstance(job, str) else None
+
+
+def is_erniekit_infer(raw: Dict[str, Any]) -> bool:
+    """Whether a parsed infer file is ERNIE-kit's (an ``inference`` section, no ``model_dir``)."""
+    return isinstance(raw, dict) and isinstance(raw.get("inference"), dict) and "model_dir" not in raw
+
+
+def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
+    """The native infer config of an ERNIE-kit infer file, and the translations made. Predictions
+    are written in ERNIE-kit's format for the task (``output_format: erniekit``)."""
+    problems = Problems()
+    notes: List[str] = []
+    inference = raw["inference"]
+    reader = ((raw.get("dataset_reader") or {}).get("predict_reader") or {})
+    reader_config = reader.get("config") if isinstance(reader.get("config"), dict) else {}
+    native: Dict[str, Any] = {"output_format": "erniekit",
+                              "predict_reader": {"config": {"separator": "\t"}}}
+    for key, target in (("inference_model_path", "model_dir"), ("output_path", "output_file"),
+                        ("thread_num", "num_threads"), ("PADDLE_PLACE_TYPE", "PADDLE_PLACE_TYPE"),
+                        ("num_labels", "num_labels")):
+        if key in inference:
+            native[target] = inference[key]
+            notes.append(f"inference.{key} -> {target}")
+    native.setdefault("output_file", "./output/predict_result.txt")  # ERNIE-kit's default
+    if inference.get("type", "CustomInference") != "CustomInference":
+        problems.add(f"inference.type: {inference['type']!r} is not supported (CustomInference is)")
+    extra = set(inference) - {"type", "inference_model_path", "output_path", "thread_num", "PADDLE_PLACE_TYPE",
+                              "num_labels", "extra_param"}
+    for key in sorted(extra):
+        problems.add(f"inference.{key}: not an ERNIE-kit inference key wenxin knows")
+    if "data_path" in reader_config:
+        native["predict_reader"]["config"]["data_path"] = reader_config["data_path"]
+    if "batch_size" in reader_config:
+        native["batch_size"] = reader_config["batch_size"]
+    if reader_config.get("key_tag") not in (None, False, 0):
+        problems.add("dataset_reader.predict_reader.config.key_tag: true is not supported")
+    if reader_config.get("extra_params"):
+        problems.add("dataset_reader.predict_reader.config.extra_params: cannot be honoured")
+    names = [f.get("name") for f in reader.get("fields") or [] if isinstance(f, dict)]
+    if names:
+        native["field_names"] = names
+        notes.append(f"dataset_reader.predict_reader.fields {names}: checked against the exported model's "
+                     f"(which carries its own preprocessing)")
+    notes.append("output_format: erniekit (each line: the input columns, then the result)")
+    problems.raise_if_any()
+    return native, notes

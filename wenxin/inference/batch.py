@@ -4,12 +4,16 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List
 
-from wenxin.common.errors import DataError
+import logging
+
+from wenxin.common.errors import DataError, Problems
 from wenxin.config.loader import apply_overrides, read_task_file
 from wenxin.config.schema import Key, validate
 from wenxin.data.dataset_reader import list_data_files
 from wenxin.data.lines import DEFAULT_MAX_LINE_BYTES, iter_lines
 from wenxin.inference.predictor import Predictor
+
+logger = logging.getLogger("wenxin")
 
 INFER_SCHEMA = {
     "model_dir": Key(str, doc="an exported folder (wenxin export / trainer.save_inference)"),
@@ -24,6 +28,11 @@ INFER_SCHEMA = {
     "batch_size": Key(int, 64, minimum=1),
     "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
     "num_threads": Key(int, 1, minimum=1),
+    "output_format": Key(str, "wenxin", choices=["wenxin", "erniekit"],
+                         doc="erniekit: ERNIE-kit's lines (the input columns, then the task's result; the "
+                             "default for ERNIE-kit infer files)"),
+    "num_labels": Key(int, 0, minimum=0, doc="checked against the model's labels (0: not checked)"),
+    "field_names": Key(list, [], items=Key(str), doc="checked against the model's input fields (empty: not checked)"),
 }
 
 
@@ -44,20 +53,42 @@ def read_rows(config: Dict[str, Any], n_fields: int) -> List[List[str]]:
     return rows
 
 
+def _check_against_model(config: Dict[str, Any], predictor: Predictor) -> None:
+    """The infer file's ``num_labels`` and ``field_names``, where given, must be the model's."""
+    problems = Problems()
+    labels = len(predictor.labels)
+    if config["num_labels"] and labels and config["num_labels"] != labels:
+        problems.add(f"num_labels: {config['num_labels']}, but the model in {config['model_dir']} has {labels} labels")
+    names = [f.name for f in predictor.fields]
+    if config["field_names"] and config["field_names"] != names:
+        problems.add(f"predict_reader.fields: {config['field_names']}, but the model in {config['model_dir']} "
+                     f"reads {names}")
+    problems.raise_if_any()
+
+
 def run_inference(param_path: str, overrides: List[str] = ()) -> str:
     """Predict every line of the predict_reader's files; returns the output file path."""
-    config = validate(apply_overrides(read_task_file(param_path), overrides), INFER_SCHEMA)
+    from wenxin.compat import erniekit
+    raw = read_task_file(param_path)
+    if erniekit.is_erniekit_infer(raw):
+        raw, notes = erniekit.translate_infer(raw)
+        for note in notes:
+            logger.info("ERNIE-kit infer file: %s", note)
+    config = validate(apply_overrides(raw, overrides), INFER_SCHEMA)
     predictor = Predictor(config["model_dir"], use_gpu=config["PADDLE_PLACE_TYPE"] == "gpu",
                           num_threads=config["num_threads"])
+    _check_against_model(config, predictor)
     rows = read_rows(config["predict_reader"]["config"], len(predictor.fields))
     results = predictor.predict(rows, batch_size=config["batch_size"])
+    erniekit_lines = config["output_format"] == "erniekit"
     out = config["output_file"]
     tmp = f"{out}.tmp"
     try:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as f:
-            for r in results:
-                f.write(predictor.result_format.line(r) + "\n")
+            for r, row in zip(results, rows):
+                f.write((predictor.result_format.erniekit_line(r, row) if erniekit_lines
+                         else predictor.result_format.line(r)) + "\n")
         os.replace(tmp, out)  # an interrupted run never leaves a half-written prediction file
     except OSError as e:  # a full disk: no partial file, an earlier output stays
         if os.path.isfile(tmp):

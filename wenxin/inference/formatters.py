@@ -32,6 +32,12 @@ class ResultFormat:
     def line(self, result: Dict[str, Any]) -> str:
         raise NotImplementedError
 
+    def erniekit_line(self, result: Dict[str, Any], row: Sequence[str]) -> str:
+        """The line ERNIE-kit's inference wrote for this task (``output_format: erniekit``)."""
+        from wenxin.inference.predictor import InferenceError
+        raise InferenceError(f"ERNIE-kit's output format for {type(self).__name__} results is not supported yet; "
+                             f"use output_format: wenxin")
+
     def label(self, idx: int) -> Any:
         return self.labels[idx] if self.labels else idx
 
@@ -48,6 +54,11 @@ class ClassificationFormat(ResultFormat):
 
     def line(self, result: Dict[str, Any]) -> str:
         return f"{result['label']}\t{result['probability']:.6f}"
+
+    def erniekit_line(self, result: Dict[str, Any], row: Sequence[str]) -> str:
+        """ERNIE-kit's classification line: the input columns, then the class probabilities as a
+        Python list."""
+        return "\t".join(row) + "\t" + str(result["probs"])
 
 
 @RegisterSet.result_formats.register("tagging")
