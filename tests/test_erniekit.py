@@ -194,3 +194,21 @@ def test_migrate_writes_a_native_file_that_trains_to_the_same_parameters(tmp_pat
         np.testing.assert_array_equal(original[name], migrated[name], err_msg=name)
     proc = run(tmp_path, ["migrate", "native.json"], script="wenxin/cli.py")
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "already a native" in proc.stderr
+
+
+def test_optimization_keys():
+    raw = cls_bow_config()
+    raw["model"]["optimization"] = {"learning_rate": 0.1, "use_lr_decay": True, "use_default_decay": False,
+                                    "warmup_steps": 3, "max_train_steps": 100, "init_loss_scaling": 128.0,
+                                    "incr_every_n_steps": 100, "decr_every_n_nan_or_inf": 2, "incr_ratio": 2.0,
+                                    "decr_ratio": 0.8, "use_dynamic_loss_scaling": True}
+    config, notes = translate(raw)
+    opt, trainer = config["model"]["optimization"], config["trainer"]
+    assert opt == {"learning_rate": 0.1, "lr_scheduler": "linear_warmup_decay", "warmup_steps": 3,
+                   "optimizer": "adam"}
+    assert (trainer["init_loss_scaling"], trainer["incr_every_n_steps"], trainer["decr_every_n_nan_or_inf"],
+            trainer["incr_ratio"], trainer["decr_ratio"], trainer["use_dynamic_loss_scaling"]) == (
+        128.0, 100, 2, 2.0, 0.8, True)
+    raw["model"]["optimization"] = {"use_lr_decay": False}
+    opt = translate(raw)[0]["model"]["optimization"]
+    assert opt == {"lr_scheduler": "constant", "optimizer": "adam", "learning_rate": 2e-5}  # ERNIE-kit's BoW defaults

@@ -29,6 +29,11 @@ NEEDS_WORDPIECE = ("ErnieTextFieldReader", "ErnieSeqlabelLabelFieldReader", "Ern
                    "FullTokenizer", "ErnieClassificationDataSetReader")
 # (job type, ERNIE-kit model type) -> wenxin model type, where the networks differ
 MODEL_TYPES = {("text_classification", "BowClassification"): "ErnieKitBowClassification"}
+# ERNIE-kit networks it trained with plain Adam at a constant learning rate (2e-5 unless set)
+PLAIN_ADAM_MODELS = ("ErnieKitBowClassification",)
+# ERNIE-kit's loss-scaling keys, which it read from model.optimization and wenxin from trainer
+LOSS_SCALING_KEYS = ("init_loss_scaling", "incr_every_n_steps", "decr_every_n_nan_or_inf", "incr_ratio",
+                     "decr_ratio", "use_dynamic_loss_scaling")
 # keys ERNIE-kit accepted that change nothing in wenxin
 IGNORED_TRAINER_KEYS = ("is_do_train",)
 
@@ -74,6 +79,8 @@ def translate(raw: Dict[str, Any], source: str = "") -> Tuple[Dict[str, Any], Li
             _translate_reader(name, reader, trainer, notes, problems)
     model = config.get("model")
     if isinstance(model, dict) and job in JOB_TYPES:
+        if isinstance(model.get("optimization", {}), dict) and isinstance(trainer, dict):
+            _translate_optimization(model.setdefault("optimization", {}), trainer, notes)
         _translate_model(job, model, notes)
     problems.raise_if_any()
     return config, notes
@@ -154,6 +161,34 @@ def _translate_model(job: str, model: Dict[str, Any], notes: List[str]) -> None:
         notes.append(f"model.type: {model['type']} -> {wenxin_type} (ERNIE-kit's network; wenxin's "
                      f"{model['type']} is another one)")
         model["type"] = wenxin_type
+    if wenxin_type in PLAIN_ADAM_MODELS:  # ERNIE-kit's non-ERNIE models: Adam, a constant learning rate
+        opt = model.setdefault("optimization", {})
+        if isinstance(opt, dict):
+            for key, value in (("optimizer", "adam"), ("lr_scheduler", "constant"), ("learning_rate", 2e-5)):
+                if key not in opt:
+                    opt[key] = value
+                    notes.append(f"model.optimization.{key}: {value!r} (what ERNIE-kit used for {wenxin_type})")
+
+
+def _translate_optimization(opt: Dict[str, Any], trainer: Dict[str, Any], notes: List[str]) -> None:
+    """``model.optimization``: the loss-scaling keys belong to wenxin's ``trainer``; the decay
+    switches become an LR schedule."""
+    for key in LOSS_SCALING_KEYS:
+        if key in opt:
+            value = opt.pop(key)
+            if key not in trainer:
+                trainer[key] = value
+                notes.append(f"model.optimization.{key} -> trainer.{key}")
+    if "use_lr_decay" in opt:
+        decay = opt.pop("use_lr_decay")
+        opt["lr_scheduler"] = "linear_warmup_decay" if decay else "constant"
+        notes.append(f"model.optimization.use_lr_decay: {decay!r} -> lr_scheduler {opt['lr_scheduler']!r}")
+    if "use_default_decay" in opt:
+        opt.pop("use_default_decay")
+        notes.append("model.optimization.use_default_decay: dropped (ERNIE-kit reads it but nothing uses it)")
+    if "max_train_steps" in opt:
+        opt.pop("max_train_steps")
+        notes.append("model.optimization.max_train_steps: dropped (the schedule decays over the run's own steps)")
 
 
 def _readers(raw: Dict[str, Any]) -> List[Dict[str, Any]]:
