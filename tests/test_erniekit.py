@@ -212,3 +212,96 @@ def test_optimization_keys():
     raw["model"]["optimization"] = {"use_lr_decay": False}
     opt = translate(raw)[0]["model"]["optimization"]
     assert opt == {"lr_scheduler": "constant", "optimizer": "adam", "learning_rate": 2e-5}  # ERNIE-kit's BoW defaults
+
+
+def matching_tree(root):
+    """ERNIE-kit's text-matching layout: pairwise training triples, labelled dev/test pairs."""
+    import random
+    rng = random.Random(4)
+    by_label = {0: [], 1: []}
+    for text, label in make_sentences(600, seed=11):
+        by_label[label].append(" ".join(text))
+    words = {w for texts in by_label.values() for t in texts for w in t.split(" ")}
+
+    def pick(label):
+        return rng.choice(by_label[label])
+
+    triples = [(pick(y), pick(y), pick(1 - y)) for y in (rng.randint(0, 1) for _ in range(400))]
+    files = {"train_data_pairwise_tokenized": triples}
+    for name in ("dev_data_tokenized", "test_data_tokenized"):
+        rows = []
+        for _ in range(80):
+            y, same = rng.randint(0, 1), rng.randint(0, 1)
+            rows.append((pick(y), pick(y if same else 1 - y), same))
+        files[name] = rows
+    for folder, rows in files.items():
+        os.makedirs(root / "data" / folder)
+        (root / "data" / folder / "part-0").write_text("".join("\t".join(map(str, r)) + "\n" for r in rows),
+                                                     encoding="utf-8")
+    os.makedirs(root / "data" / "dict")
+    tokens = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"] + sorted(words)
+    (root / "data" / "dict" / "vocab.txt").write_text("".join(f"{t}\t{i}\n" for i, t in enumerate(tokens)),
+                                                      encoding="utf-8")
+    return len(tokens)
+
+
+def mtch_bow_pairwise_config(vocab_size):
+    """A task file written the way ERNIE-kit's mtch_bow_pairwise_ch.json is."""
+    def text(name):
+        return erniekit_field(name, "CustomTextFieldReader", {"type": "CustomTokenizer", "split_char": " ",
+                                                              "unk_token": "[UNK]", "params": None},
+                              "./data/dict/vocab.txt")
+
+    def reader(name, folder, names, distribute):
+        fields = [text(n) for n in names] + ([] if "text_c" in names else
+                                              [erniekit_field("label", "ScalarFieldReader", convert=False)])
+        return {"name": name, "type": "BasicDataSetReader", "fields": fields,
+                "config": {"data_path": f"./data/{folder}", "shuffle": False, "batch_size": 16, "epoch": 3,
+                           "sampling_rate": 1.0, "need_data_distribute": distribute, "need_generate_examples": False,
+                           "key_tag": False}}
+
+    return {"dataset_reader": {
+                "train_reader": reader("train_reader", "train_data_pairwise_tokenized", ["text_a", "text_b", "text_c"],
+                                       True),
+                "test_reader": reader("test_reader", "test_data_tokenized", ["text_a", "text_b"], False),
+                "dev_reader": reader("dev_reader", "dev_data_tokenized", ["text_a", "text_b"], False)},
+            "model": {"type": "BowMatchingPairwise", "is_dygraph": 1, "optimization": {"learning_rate": 0.01},
+                      "vocab_size": vocab_size},
+            "trainer": {"type": "CustomDynamicTrainer", "PADDLE_PLACE_TYPE": "cpu", "PADDLE_IS_FLEET": 0,
+                        "train_log_step": 20, "is_eval_dev": 1, "is_eval_test": 1, "eval_step": 100,
+                        "save_model_step": 10000000, "load_parameters": "", "load_checkpoint": "",
+                        "pre_train_model": [], "output_path": "./output/mtch_bow_pairwise_ch",
+                        "extra_param": {"meta": {"job_type": "text_matching"}}}}
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_erniekit_bow_pairwise_matching_trains_and_predicts_unchanged(tmp_path, mode):
+    config = mtch_bow_pairwise_config(matching_tree(tmp_path))
+    args = [] if mode == "dynamic" else ["--set", "model.is_dygraph=0", "--set", "trainer.type=CustomTrainer"]
+    (tmp_path / "mtch_bow_pairwise_ch.json").write_text(json.dumps(config), encoding="utf-8")
+    proc = run(tmp_path, ["--param_path", "mtch_bow_pairwise_ch.json", *args])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "model.type: BowMatchingPairwise -> ErnieKitBowMatchingPairwise" in proc.stdout
+    out = tmp_path / "output" / "mtch_bow_pairwise_ch"
+    records = [json.loads(line) for line in open(out / "logs" / "metrics.jsonl")]
+    test = [r for r in records if r["tag"] == "test"][-1]
+    assert test["auc"] >= 0.7, test
+    steps = 3 * 25  # 3 epochs of 400 triples in batches of 16
+    exported = out / "save_inference_model" / f"inference_step_{steps}"
+    pairs = [line.split("\t")[:2] for line in open(tmp_path / "data" / "test_data_tokenized" / "part-0",
+                                                   encoding="utf-8").read().splitlines()]
+    os.makedirs(tmp_path / "data" / "predict_data")
+    (tmp_path / "data" / "predict_data" / "pairs.txt").write_text("".join(f"{a}\t{b}\n" for a, b in pairs),
+                                                                  encoding="utf-8")
+    infer = cls_bow_infer_config()
+    infer["dataset_reader"]["predict_reader"]["fields"] = [
+        dict(infer["dataset_reader"]["predict_reader"]["fields"][0]),
+        {**infer["dataset_reader"]["predict_reader"]["fields"][0], "name": "text_b"}]
+    infer["inference"].update(inference_model_path=str(exported), output_path="./output/pairs_result.txt")
+    infer["inference"]["extra_param"]["meta"]["job_type"] = "text_matching"
+    (tmp_path / "infer.json").write_text(json.dumps(infer), encoding="utf-8")
+    proc = run(tmp_path, ["--param_path", "infer.json"], script="run_infer.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (tmp_path / "output" / "pairs_result.txt").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(pairs) and all(line.split("\t")[:2] == pair for line, pair in zip(lines, pairs))
+    assert all(abs(sum(json.loads(line.split("\t")[2])) - 1.0) < 1e-5 for line in lines)

@@ -14,6 +14,7 @@ from wenxin.config.schema import Key
 from wenxin.metrics.classification import accuracy, binary_auc, classifier_metrics
 from wenxin.models.base_model import BaseModel
 from wenxin.models.encoders import ENCODER_SCHEMA, TextEncoder, shared_vocab_info
+from wenxin.models.modules import BoWEncoder, TokenEmbedding
 
 
 def _encode(encoder: TextEncoder, fields: Dict[str, paddle.Tensor], name: str) -> paddle.Tensor:
@@ -116,3 +117,61 @@ class PairwiseMatching(BaseModel):
         labels = outputs[InstanceName.LABELS]
         return {"acc": accuracy(labels, outputs[InstanceName.PREDICTIONS]),
                 "auc": binary_auc(labels, outputs[InstanceName.SCORES])}
+
+
+@RegisterSet.models.register("ErnieKitBowMatchingPairwise")
+class ErnieKitBowMatchingPairwise(BaseModel):
+    """ERNIE-kit's ``BowMatchingPairwise`` network, which ERNIE-kit task files select (see
+    ``wenxin.compat.erniekit``). Each text: the sum of its tokens' embeddings -> softsign ->
+    linear -> ReLU, one embedding table for all texts. Trained on (query ``text_a``, matching
+    ``text_b``, non-matching ``text_c``) with the margin ranking loss on cosines (margin 0.1);
+    evaluated and exported on (``text_a``, ``text_b``) pairs as ``[1 - s, s]`` with
+    ``s = (cos + 1) / 2``, against a 0/1 ``label``. Padding is left out of the sums."""
+
+    config_schema = {
+        "vocab_size": Key(int, 0, minimum=0, doc="rows of the embedding table (0: the vocab's size)"),
+        "emb_dim": Key(int, 128, minimum=1),
+        "hid_dim": Key(int, 128, minimum=1),
+        "margin": Key(float, 0.1, minimum=0.0),
+    }
+    FIELDS = ("text_a", "text_b", "text_c")
+
+    def structure(self) -> None:
+        p = self.model_params
+        sizes = {name: self.data_info[name]["vocab_size"] for name in self.FIELDS
+                 if self.data_info.get(name, {}).get("vocab_size")}
+        if "text_a" not in sizes:
+            raise ConfigError("dataset_reader.train_reader: ErnieKitBowMatchingPairwise reads text fields "
+                              "text_a, text_b and text_c")
+        if len(set(sizes.values())) > 1:
+            raise ConfigError(f"dataset_reader.train_reader: the texts share one embedding table, but their vocabs "
+                              f"differ in size: {sizes}")
+        vocab_size = p["vocab_size"] or sizes["text_a"]
+        if vocab_size < sizes["text_a"]:
+            raise ConfigError(f"model.vocab_size: {vocab_size} is smaller than the vocab ({sizes['text_a']} tokens)")
+        self.embedding = TokenEmbedding(vocab_size, p["emb_dim"], self.data_info["text_a"]["padding_id"])
+        self.pool = BoWEncoder(p["emb_dim"], pooling="sum")
+        self.fc = nn.Linear(p["emb_dim"], p["hid_dim"])
+
+    def _encode(self, fields: Dict[str, paddle.Tensor], name: str) -> paddle.Tensor:
+        summed = self.pool(self.embedding(fields[name]), fields[f"{name}_{InstanceName.SEQ_LENS}"])  # [B, E]
+        return F.relu(self.fc(F.softsign(summed)))  # [B, H]
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        query = self._encode(fields_dict, "text_a")
+        positive = F.cosine_similarity(query, self._encode(fields_dict, "text_b"), axis=1)  # [B]
+        if phase == Phase.TRAINING:
+            negative = F.cosine_similarity(query, self._encode(fields_dict, "text_c"), axis=1)  # [B]
+            loss = F.relu(self.model_params["margin"] - positive + negative).mean()
+            return {InstanceName.LOSS: loss}
+        score = ((positive + 1.0) / 2.0).reshape([-1, 1])  # [B, 1]
+        probs = paddle.concat([1.0 - score, score], axis=-1)  # [B, 2]
+        outputs = {InstanceName.PROBS: probs, InstanceName.PREDICTIONS: paddle.argmax(probs, axis=-1)}
+        if phase != Phase.PREDICT and "label" in fields_dict:
+            labels = fields_dict["label"]  # [B]
+            outputs[InstanceName.LOSS] = F.nll_loss(paddle.log(paddle.clip(probs, min=1e-12)), labels)
+            outputs[InstanceName.LABELS] = labels
+        return outputs
+
+    def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
+        return classifier_metrics(outputs, meta_info.get("batch_sizes"), 2)

@@ -28,9 +28,10 @@ TOKENIZERS = {"CustomTokenizer": {"type": "WhitespaceTokenizer", "lowercase": Fa
 NEEDS_WORDPIECE = ("ErnieTextFieldReader", "ErnieSeqlabelLabelFieldReader", "ErnieClassificationFieldReader",
                    "FullTokenizer", "ErnieClassificationDataSetReader")
 # (job type, ERNIE-kit model type) -> wenxin model type, where the networks differ
-MODEL_TYPES = {("text_classification", "BowClassification"): "ErnieKitBowClassification"}
+MODEL_TYPES = {("text_classification", "BowClassification"): "ErnieKitBowClassification",
+               ("text_matching", "BowMatchingPairwise"): "ErnieKitBowMatchingPairwise"}
 # ERNIE-kit networks it trained with plain Adam at a constant learning rate (2e-5 unless set)
-PLAIN_ADAM_MODELS = ("ErnieKitBowClassification",)
+PLAIN_ADAM_MODELS = ("ErnieKitBowClassification", "ErnieKitBowMatchingPairwise")
 # ERNIE-kit's loss-scaling keys, which it read from model.optimization and wenxin from trainer
 LOSS_SCALING_KEYS = ("init_loss_scaling", "incr_every_n_steps", "decr_every_n_nan_or_inf", "incr_ratio",
                      "decr_ratio", "use_dynamic_loss_scaling")
@@ -73,10 +74,12 @@ def translate(raw: Dict[str, Any], source: str = "") -> Tuple[Dict[str, Any], Li
         trainer.setdefault("output_layout", "erniekit")
         notes.append("trainer.output_layout: erniekit (checkpoints in save_checkpoints/checkpoints_step_<N>, "
                      "an inference model in save_inference_model/inference_step_<N> at every save)")
+    train = (config.get("dataset_reader") or {}).get("train_reader") or {}
+    train_labels = any(isinstance(f, dict) and f.get("name") == "label" for f in train.get("fields") or [])
     for name in READER_NAMES:
         reader = (config.get("dataset_reader") or {}).get(name)
         if isinstance(reader, dict):
-            _translate_reader(name, reader, trainer, notes, problems)
+            _translate_reader(name, reader, trainer, notes, problems, train_labels)
     model = config.get("model")
     if isinstance(model, dict) and job in JOB_TYPES:
         if isinstance(model.get("optimization", {}), dict) and isinstance(trainer, dict):
@@ -104,7 +107,7 @@ def _translate_trainer(trainer: Dict[str, Any], notes: List[str], problems: Prob
 
 
 def _translate_reader(name: str, reader: Dict[str, Any], trainer: Dict[str, Any], notes: List[str],
-                      problems: Problems) -> None:
+                      problems: Problems, train_labels: bool) -> None:
     path = f"dataset_reader.{name}"
     config = reader.get("config") if isinstance(reader.get("config"), dict) else {}
     if "epoch" in config:
@@ -128,10 +131,11 @@ def _translate_reader(name: str, reader: Dict[str, Any], trainer: Dict[str, Any]
         problems.add(f"{path}.type: {reader['type']!r} needs the WordPiece tokenizer (not yet in wenxin)")
     for i, field in enumerate(reader.get("fields") or []):
         if isinstance(field, dict):
-            _translate_field(f"{path}.fields[{i}]", field, notes, problems)
+            _translate_field(f"{path}.fields[{i}]", field, notes, problems, train_labels)
 
 
-def _translate_field(path: str, field: Dict[str, Any], notes: List[str], problems: Problems) -> None:
+def _translate_field(path: str, field: Dict[str, Any], notes: List[str], problems: Problems,
+                     train_labels: bool) -> None:
     kind = _type_of(field.get("reader"))
     if kind in NEEDS_WORDPIECE or _type_of(field.get("tokenizer")) in NEEDS_WORDPIECE:
         problems.add(f"{path}: {kind or field['tokenizer']['type']!r} needs the WordPiece tokenizer "
@@ -146,11 +150,14 @@ def _translate_field(path: str, field: Dict[str, Any], notes: List[str], problem
         notes.append(f"{path}.tokenizer.type: {tokenizer['type']} -> {replacement['type']} "
                      f"(split on split_char, no lower-casing)")
         tokenizer.update(replacement)
-    if kind == "ScalarFieldReader" and field.get("name") == "label":
+    if kind == "ScalarFieldReader" and field.get("name") == "label" and train_labels:
         field["reader"]["type"] = "LabelFieldReader"
         field.pop("data_type", None)
         notes.append(f"{path}: ScalarFieldReader label -> LabelFieldReader (a label map built from the training "
                      f"labels, sorted numerically: 0..N-1 keep their ids; an unknown dev/test label is an error)")
+    elif kind == "ScalarFieldReader" and field.get("name") == "label":  # e.g. pairwise matching's dev labels
+        field.setdefault("is_label", True)
+        notes.append(f"{path}: ScalarFieldReader label: a gold answer, not an input of the exported model")
     if field.get("need_convert") is False and field["reader"].get("type") == "LabelFieldReader":
         field.pop("need_convert")
 
