@@ -85,8 +85,10 @@ def erniekit_tree(root):
 
 
 def run(root, args, script="run_trainer.py"):
+    """A script of this checkout (``wenxin/cli.py`` for ``wenxin ...``), importing this checkout's wenxin."""
+    env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, os.path.join(REPO, script), *args], cwd=str(root), capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "GLOG_minloglevel": "2"})
+                          text=True, timeout=600, env=env)
 
 
 def test_erniekit_bow_classification_trains_unchanged(tmp_path):

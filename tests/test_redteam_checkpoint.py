@@ -306,7 +306,8 @@ def test_full_disk_during_run_infer(tmp_path, monkeypatch):
     from wenxin.inference import batch
 
     class FakePredictor:
-        fields = [object()]
+        fields = [type("Field", (), {"name": "text_a"})()]
+        labels = ["0", "1"]
 
         class result_format:
             @staticmethod
