@@ -23,25 +23,31 @@ def rows(n, seed):
     return out
 
 
-def test_task_outside_the_framework_trains_through_run_trainer(tmp_path):
+def keyword_config(tmp_path, task, trainer_type="CustomDynamicTrainer", is_dygraph=1):
+    """The keyword-spotting task over generated data in ``tmp_path/data``."""
     data = str(tmp_path / "data")
     write_tsv(f"{data}/train.tsv", rows(300, 1))
     write_tsv(f"{data}/dev.tsv", rows(80, 2))
     fields = [{"name": "text", "reader": {"type": "TextFieldReader"},
                "tokenizer": {"type": "WhitespaceTokenizer", "split_char": " ", "lowercase": False}},
               {"name": "has_keyword", "reader": {"type": "LabelFieldReader"}}]
-    out = str(tmp_path / "out")
-    config = {
-        "task": TASK_DIR,
+    return {
+        "task": task,
         "dataset_reader": {
             "train_reader": {"fields": fields, "config": {"data_path": f"{data}/train.tsv", "shuffle": True,
                                                           "batch_size": 16}},
             "dev_reader": {"fields": fields, "config": {"data_path": f"{data}/dev.tsv", "batch_size": 32}},
         },
-        "model": {"type": "KeywordModel", "emb_dim": 8, "optimization": {"learning_rate": 0.05}},
-        "trainer": {"type": "CustomDynamicTrainer", "epoch": 3, "is_eval_dev": 1, "metric": "acc",
-                    "output_path": out, "visualdl": False},
+        "model": {"type": "KeywordModel", "emb_dim": 8, "is_dygraph": is_dygraph,
+                  "optimization": {"learning_rate": 0.05}},
+        "trainer": {"type": trainer_type, "epoch": 3, "is_eval_dev": 1, "metric": "acc",
+                    "output_path": str(tmp_path / "out"), "visualdl": False},
     }
+
+
+def test_task_outside_the_framework_trains_through_run_trainer(tmp_path):
+    out = str(tmp_path / "out")
+    config = keyword_config(tmp_path, TASK_DIR)
     path = write_config(str(tmp_path / "task.json"), config)
     proc = subprocess.run([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
                           capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
@@ -64,24 +70,7 @@ def test_a_task_of_models_only_trains_with_the_built_in_trainers(tmp_path, train
     task.mkdir()
     shutil.copy(os.path.join(TASK_DIR, "model.py"), task / "model.py")
     (task / "__init__.py").write_text("from . import model  # noqa: F401\n")
-    data = str(tmp_path / "data")
-    write_tsv(f"{data}/train.tsv", rows(300, 1))
-    write_tsv(f"{data}/dev.tsv", rows(80, 2))
-    fields = [{"name": "text", "reader": {"type": "TextFieldReader"},
-               "tokenizer": {"type": "WhitespaceTokenizer", "split_char": " ", "lowercase": False}},
-              {"name": "has_keyword", "reader": {"type": "LabelFieldReader"}}]
-    config = {
-        "task": str(task),
-        "dataset_reader": {
-            "train_reader": {"fields": fields, "config": {"data_path": f"{data}/train.tsv", "shuffle": True,
-                                                          "batch_size": 16}},
-            "dev_reader": {"fields": fields, "config": {"data_path": f"{data}/dev.tsv", "batch_size": 32}},
-        },
-        "model": {"type": "KeywordModel", "emb_dim": 8, "is_dygraph": is_dygraph,
-                  "optimization": {"learning_rate": 0.05}},
-        "trainer": {"type": trainer_type, "epoch": 3, "is_eval_dev": 1, "output_path": str(tmp_path / "out"),
-                    "visualdl": False},
-    }
+    config = keyword_config(tmp_path, str(task), trainer_type, is_dygraph)
     trainer = build(config, tmp_path)
     assert type(trainer).__module__ == "wenxin.controller.task_trainers"
     assert trainer.mode == ("dynamic" if is_dygraph else "static")

@@ -79,18 +79,12 @@ def migrate(param_path: str, output: str = "") -> Dict[str, Any]:
 
     from wenxin.common.errors import ConfigError
     from wenxin.compat import erniekit
-    from wenxin.config.document import check_values, plain, read_document
-    from wenxin.common.errors import Problems
-    raw = read_document(param_path)
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{param_path}: the top level must be an object")
-    problems = Problems()
-    check_values(raw, problems)
-    problems.raise_if_any()
+    from wenxin.config.loader import read_task_file
+    raw = read_task_file(param_path)
     if not erniekit.is_erniekit(raw):
         raise ConfigError(f"{param_path}: already a native wenxin task file (it has no ERNIE-kit markers, "
                           f"or it names its task)")
-    config, notes = erniekit.translate(plain(raw), param_path)
+    config, notes = erniekit.translate(raw, param_path)
     text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
     for note in notes:
         print(f"translated: {note}", file=sys.stderr)
