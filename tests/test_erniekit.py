@@ -307,3 +307,19 @@ def test_erniekit_bow_pairwise_matching_trains_and_predicts_unchanged(tmp_path, 
     lines = (tmp_path / "output" / "pairs_result.txt").read_text(encoding="utf-8").splitlines()
     assert len(lines) == len(pairs) and all(line.split("\t")[:2] == pair for line, pair in zip(lines, pairs))
     assert all(abs(sum(json.loads(line.split("\t")[2])) - 1.0) < 1e-5 for line in lines)
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_erniekit_cnn_classification_trains_unchanged(tmp_path, mode):
+    config = cls_bow_config(epoch=4)
+    config["model"].update(type="CNNClassification", vocab_size=erniekit_tree(tmp_path), filter_sizes=[2, 3],
+                           hid_dim=32, hid_dim2=16, emb_dim=32)
+    if mode == "static":
+        config["model"]["is_dygraph"] = 0
+        config["trainer"]["type"] = "CustomTrainer"
+    (tmp_path / "cls_cnn_ch.json").write_text(json.dumps(config), encoding="utf-8")
+    proc = run(tmp_path, ["--param_path", "cls_cnn_ch.json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "model.type: CNNClassification -> ErnieKitCnnClassification" in proc.stdout
+    records = [json.loads(line) for line in open(tmp_path / "output" / "cls_bow_ch" / "logs" / "metrics.jsonl")]
+    assert [r for r in records if r["tag"] == "test"][-1]["acc"] >= 0.85

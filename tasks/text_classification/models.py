@@ -164,6 +164,15 @@ class ErnieKitBowClassification(BaseModel):
 
     def structure(self) -> None:
         p = self.model_params
+        self._embedding_and_labels()
+        self.encoder = BoWEncoder(p["emb_dim"], pooling="sum")
+        self.fc_1 = nn.Linear(p["emb_dim"], p["hid_dim"])
+        self.fc_2 = nn.Linear(p["hid_dim"], p["hid_dim2"])
+        self.fc_prediction = nn.Linear(p["hid_dim2"], self.num_labels)
+
+    def _embedding_and_labels(self) -> None:
+        """The embedding table (``vocab_size`` rows, checked against the vocab) and ``num_labels``."""
+        p = self.model_params
         text_info = self.data_info.get(p["text_field"])
         if not text_info or not text_info.get("vocab_size"):
             raise ConfigError(f"model.text_field: '{p['text_field']}' is not a text field of the train_reader")
@@ -178,10 +187,6 @@ class ErnieKitBowClassification(BaseModel):
         if self.num_labels < 2:
             raise ConfigError(f"model.num_labels: need at least 2 classes, found {self.num_labels}")
         self.embedding = TokenEmbedding(vocab_size, p["emb_dim"], text_info["padding_id"])
-        self.encoder = BoWEncoder(p["emb_dim"], pooling="sum")
-        self.fc_1 = nn.Linear(p["emb_dim"], p["hid_dim"])
-        self.fc_2 = nn.Linear(p["hid_dim"], p["hid_dim2"])
-        self.fc_prediction = nn.Linear(p["hid_dim2"], self.num_labels)
 
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
         p = self.model_params
@@ -189,13 +194,45 @@ class ErnieKitBowClassification(BaseModel):
         bag = self.encoder(self.embedding(ids), fields_dict[f"{p['text_field']}_{InstanceName.SEQ_LENS}"])  # [B, E]
         hidden = paddle.tanh(self.fc_2(paddle.tanh(self.fc_1(bag))))  # [B, H2]
         logits = self.fc_prediction(hidden).astype("float32")  # [B, C]
+        return self.outputs(logits, fields_dict, phase)
+
+    def outputs(self, logits: paddle.Tensor, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        """Probabilities, predictions and (with labels) the loss of ``logits`` ``[B, C]``."""
         probs = F.softmax(logits, axis=-1)
         outputs = {InstanceName.PROBS: probs, InstanceName.PREDICTIONS: paddle.argmax(probs, axis=-1)}
-        if phase != Phase.PREDICT and p["label_field"] in fields_dict:
-            labels = fields_dict[p["label_field"]]  # [B]
+        label_field = self.model_params["label_field"]
+        if phase != Phase.PREDICT and label_field in fields_dict:
+            labels = fields_dict[label_field]  # [B]
             outputs[InstanceName.LOSS] = F.cross_entropy(logits, labels.reshape([-1, 1])).mean()
             outputs[InstanceName.LABELS] = labels
         return outputs
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels)
+
+
+@RegisterSet.models.register("ErnieKitCnnClassification")
+class ErnieKitCnnClassification(ErnieKitBowClassification):
+    """ERNIE-kit's ``CNNClassification`` network, which ERNIE-kit task files select: convolutions
+    of the ``filter_sizes`` widths with ``hid_dim`` filters each and tanh, max-pooled over time,
+    then a linear layer to ``hid_dim2`` (no activation, as in ERNIE-kit) and a softmax. Unlike
+    ERNIE-kit, convolutions are padded and the padding never wins the max, so a text's vector
+    does not depend on its batch. (wenxin's ``CnnClassification`` has ReLU and one tanh layer.)"""
+
+    config_schema = {**{k: v for k, v in ErnieKitBowClassification.config_schema.items() if k != "hid_dim2"},
+                     "hid_dim2": Key(int, 96, minimum=1),
+                     "filter_sizes": Key(list, [3], items=Key(int, minimum=1))}
+
+    def structure(self) -> None:
+        p = self.model_params
+        self._embedding_and_labels()
+        self.encoder = CNNEncoder(p["emb_dim"], p["hid_dim"], p["filter_sizes"], activation="tanh")
+        self.fc_1 = nn.Linear(self.encoder.output_dim, p["hid_dim2"])
+        self.fc_prediction = nn.Linear(p["hid_dim2"], self.num_labels)
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        p = self.model_params
+        ids = fields_dict[p["text_field"]]  # [B, T]
+        pooled = self.encoder(self.embedding(ids), fields_dict[f"{p['text_field']}_{InstanceName.SEQ_LENS}"])  # [B, F]
+        logits = self.fc_prediction(self.fc_1(pooled)).astype("float32")  # [B, C]
+        return self.outputs(logits, fields_dict, phase)

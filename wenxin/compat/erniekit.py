@@ -29,9 +29,10 @@ NEEDS_WORDPIECE = ("ErnieTextFieldReader", "ErnieSeqlabelLabelFieldReader", "Ern
                    "FullTokenizer", "ErnieClassificationDataSetReader")
 # (job type, ERNIE-kit model type) -> wenxin model type, where the networks differ
 MODEL_TYPES = {("text_classification", "BowClassification"): "ErnieKitBowClassification",
+               ("text_classification", "CNNClassification"): "ErnieKitCnnClassification",
                ("text_matching", "BowMatchingPairwise"): "ErnieKitBowMatchingPairwise"}
 # ERNIE-kit networks it trained with plain Adam at a constant learning rate (2e-5 unless set)
-PLAIN_ADAM_MODELS = ("ErnieKitBowClassification", "ErnieKitBowMatchingPairwise")
+PLAIN_ADAM_MODELS = ("ErnieKitBowClassification", "ErnieKitCnnClassification", "ErnieKitBowMatchingPairwise")
 # ERNIE-kit's loss-scaling keys, which it read from model.optimization and wenxin from trainer
 LOSS_SCALING_KEYS = ("init_loss_scaling", "incr_every_n_steps", "decr_every_n_nan_or_inf", "incr_ratio",
                      "decr_ratio", "use_dynamic_loss_scaling")

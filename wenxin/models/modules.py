@@ -69,13 +69,14 @@ class BoWEncoder(nn.Layer):
 
 
 class CNNEncoder(nn.Layer):
-    """Parallel 1-D convolutions of several widths, ReLU, max-pooled over time.
+    """Parallel 1-D convolutions of several widths, ReLU (or ``tanh``), max-pooled over time.
     ``[B, T, D]`` -> ``[B, num_filters * len(filter_sizes)]``."""
 
-    def __init__(self, emb_dim: int, num_filters: int, filter_sizes: Sequence[int]) -> None:
+    def __init__(self, emb_dim: int, num_filters: int, filter_sizes: Sequence[int], activation: str = "relu") -> None:
         super().__init__()
         self.convs = nn.LayerList([nn.Conv1D(emb_dim, num_filters, k, padding=k // 2) for k in filter_sizes])
         self.output_dim = num_filters * len(filter_sizes)
+        self.activation = {"relu": F.relu, "tanh": paddle.tanh}[activation]
 
     def forward(self, embedded: paddle.Tensor, seq_lens: paddle.Tensor) -> paddle.Tensor:
         x = embedded.transpose([0, 2, 1])  # [B, D, T]
@@ -83,7 +84,7 @@ class CNNEncoder(nn.Layer):
         mask = length_mask(seq_lens, max_len, embedded.dtype)  # [B, T]
         pooled: List[paddle.Tensor] = []
         for conv in self.convs:
-            h = F.relu(conv(x))[:, :, :max_len]  # [B, F, T] (even widths give T+1: cut)
+            h = self.activation(conv(x))[:, :, :max_len]  # [B, F, T] (even widths give T+1: cut)
             h = h * mask.unsqueeze(1) - (1.0 - mask.unsqueeze(1)) * 1e4  # padding never wins the max
             pooled.append(max_over_time(h))  # [B, F, T] -> [B, F]
         return paddle.concat(pooled, axis=1)
