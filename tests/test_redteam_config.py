@@ -138,6 +138,10 @@ MUTATIONS = {
                               "EarlyStoppingHook metric 'bleu' is not a dev metric"),
     "both-metrics": (_both(_set("trainer.metric", "f2"), _set("trainer.hooks", [
         {"type": "EarlyStoppingHook", "params": {"metric": "bleu"}}])), ["'f2'", "'bleu'"]),
+    "output-path-empty": (_set("trainer.output_path", ""), "trainer.output_path: must not be empty"),
+    "data-path-empty": (_set(f"{TR}.config.data_path", ""), f"{TR}.config.data_path: must not be empty"),
+    "field-name-empty": (_set(f"{F0}.name", ""), f"{F0_KEY}.name: must not be empty"),
+    "task-empty": (_set("task", ""), "task: must not be empty"),
     "load-parameters-missing": (_set("trainer.load_parameters", "/no/params"), "trainer.load_parameters"),
 }
 

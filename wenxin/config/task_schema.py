@@ -18,7 +18,7 @@ TOKENIZER: Schema = {
 }
 
 FIELD: Schema = {
-    "name": Key(str, doc="field name; tensors are named after it"),
+    "name": Key(str, non_empty=True, doc="field name; tensors are named after it"),
     "data_type": Key(str, "string", choices=["string", "int", "float"]),
     "reader": Key(dict, children={"type": Key(str, doc="TextFieldReader, LabelFieldReader, "
                                                             "SequenceLabelFieldReader, ScalarFieldReader, "
@@ -46,7 +46,7 @@ FIELD: Schema = {
 }
 
 READER_CONFIG: Schema = {
-    "data_path": Key(str, doc="a TSV file or a folder of them (one column per field)"),
+    "data_path": Key(str, non_empty=True, doc="a TSV file or a folder of them (one column per field)"),
     "shuffle": Key(bool, False),
     "batch_size": Key(int, 32, minimum=1),
     "sampling_rate": Key(float, 1.0, minimum=0.0, maximum=1.0),
@@ -91,7 +91,7 @@ OPTIMIZATION: Schema = {
 }
 
 MODEL_BASE: Schema = {
-    "type": Key(str, doc="registered model class"),
+    "type": Key(str, non_empty=True, doc="registered model class"),
     "is_dygraph": Key(int, 1, choices=[0, 1], doc="1 eager (dynamic), 0 static graph"),
     "optimization": Key(dict, {}, children=OPTIMIZATION),
 }
@@ -150,7 +150,7 @@ TRAINER: Schema = {
     "decr_ratio": Key(float, 0.5, minimum=0.0, maximum=1.0),
     "nan_check_step": Key(int, 1, minimum=0, doc="check the loss for NaN/Inf every N steps (0: off); each check reads the loss on the host (on a GPU, a larger N lets the host run ahead)"),
     "max_nan_steps": Key(int, 1, minimum=1, doc="stop after this many non-finite losses in a row"),
-    "output_path": Key(str, "./output"),
+    "output_path": Key(str, "./output", non_empty=True),
     "pre_train_model": Key((list, str), [], doc="params files to warm-start from (see README)"),
     "load_parameters": Key(str, "", doc="model parameters to start from (no optimizer state)"),
     "load_checkpoint": Key(str, "", doc="checkpoint folder to resume from"),
@@ -168,7 +168,7 @@ TRAINER: Schema = {
 }
 
 ROOT: Schema = {
-    "task": Key(str, doc="task package: a name under tasks/ or a path to a task folder"),
+    "task": Key(str, non_empty=True, doc="task package: a name under tasks/ or a path to a task folder"),
     "dataset_reader": Key(dict, children=DATASET_READER),
     "model": Key(dict, open_keys=True),  # checked against MODEL_BASE + the model's own keys
     "trainer": Key(dict, {}, children=TRAINER),

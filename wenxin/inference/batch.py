@@ -16,14 +16,14 @@ from wenxin.inference.predictor import Predictor
 logger = logging.getLogger("wenxin")
 
 INFER_SCHEMA = {
-    "model_dir": Key(str, doc="an exported folder (wenxin export / trainer.save_inference)"),
+    "model_dir": Key(str, non_empty=True, doc="an exported folder (wenxin export / trainer.save_inference)"),
     "predict_reader": Key(dict, children={"config": Key(dict, children={
-        "data_path": Key(str, doc="a text file or folder; one example per line, fields tab-separated"),
+        "data_path": Key(str, non_empty=True, doc="a text file or folder; one example per line, fields tab-separated"),
         "separator": Key(str, "\t", non_empty=True),
         "max_line_bytes": Key(int, DEFAULT_MAX_LINE_BYTES, minimum=16, doc="a longer line is an error"),
         "has_header": Key(bool, False),
     })}),
-    "output_file": Key(str, doc="one prediction per input line, in order; classifiers write "
+    "output_file": Key(str, non_empty=True, doc="one prediction per input line, in order; classifiers write "
                                 "label<TAB>probability (see README for other result formats)"),
     "batch_size": Key(int, 64, minimum=1),
     "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
