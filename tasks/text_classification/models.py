@@ -1,7 +1,7 @@
 """Text classifiers: embeddings -> BoW / CNN / BiLSTM encoder -> MLP -> softmax."""
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import paddle
 import paddle.nn as nn
@@ -15,6 +15,32 @@ from wenxin.metrics.classification import classifier_metrics
 from wenxin.models.base_model import BaseModel
 from wenxin.models.encoders import ENCODER_SCHEMA, TextEncoder
 from wenxin.models.modules import BoWEncoder, CNNEncoder, RNNEncoder, TokenEmbedding
+
+
+def text_and_labels(model: BaseModel) -> Tuple[Dict[str, Any], int]:
+    """The text field's sizes and the number of classes of a classifier (``model.text_field``,
+    ``model.num_labels`` or the label field's), checked."""
+    p, info = model.model_params, model.data_info
+    text_info = info.get(p["text_field"])
+    if not text_info or not text_info.get("vocab_size"):
+        raise ConfigError(f"model.text_field: '{p['text_field']}' is not a text field of the train_reader")
+    num_labels = p["num_labels"] or info.get(p["label_field"], {}).get("num_labels", 0)
+    if num_labels < 2:
+        raise ConfigError(f"model.num_labels: need at least 2 classes, found {num_labels} "
+                          f"(set num_labels or add a label field named '{p['label_field']}')")
+    return text_info, num_labels
+
+
+def classification_outputs(logits: paddle.Tensor, fields_dict: Dict[str, paddle.Tensor], label_field: str,
+                           phase: str) -> Dict[str, paddle.Tensor]:
+    """Probabilities, predictions and (with labels) the loss and labels of ``logits`` ``[B, C]``."""
+    probs = F.softmax(logits, axis=-1)
+    outputs = {InstanceName.PROBS: probs, InstanceName.PREDICTIONS: paddle.argmax(probs, axis=-1)}
+    if phase != Phase.PREDICT and label_field in fields_dict:
+        labels = fields_dict[label_field]  # [B]
+        outputs[InstanceName.LOSS] = F.cross_entropy(logits, labels.reshape([-1, 1])).mean()
+        outputs[InstanceName.LABELS] = labels
+    return outputs
 
 
 class BaseClassification(BaseModel):
@@ -32,13 +58,7 @@ class BaseClassification(BaseModel):
     def structure(self) -> None:
         p = self.model_params
         self.text_field, self.label_field = p["text_field"], p["label_field"]
-        text_info = self.data_info.get(self.text_field)
-        if not text_info or not text_info.get("vocab_size"):
-            raise ConfigError(f"model.text_field: '{self.text_field}' is not a text field of the train_reader")
-        self.num_labels = p["num_labels"] or self.data_info.get(self.label_field, {}).get("num_labels", 0)
-        if self.num_labels < 2:
-            raise ConfigError(f"model.num_labels: need at least 2 classes, found {self.num_labels} "
-                              f"(set num_labels or add a label field named '{self.label_field}')")
+        text_info, self.num_labels = text_and_labels(self)
         self.encoder = self.build_encoder(text_info)
         self.fc = nn.Linear(self.encoder.output_dim, p["hidden_size"])
         self.dropout = nn.Dropout(p["dropout"])
@@ -63,13 +83,7 @@ class BaseClassification(BaseModel):
         encoded = self.encode(ids, seq_lens)  # [B, H_enc]
         hidden = self.dropout(paddle.tanh(self.fc(encoded)))  # [B, H]
         logits = self.output_layer(hidden).astype("float32")  # [B, C]
-        probs = F.softmax(logits, axis=-1)
-        outputs = {InstanceName.PROBS: probs, InstanceName.PREDICTIONS: paddle.argmax(probs, axis=-1)}
-        if phase != Phase.PREDICT and self.label_field in fields_dict:
-            labels = fields_dict[self.label_field]  # [B]
-            outputs[InstanceName.LOSS] = F.cross_entropy(logits, labels.reshape([-1, 1])).mean()
-            outputs[InstanceName.LABELS] = labels
-        return outputs
+        return classification_outputs(logits, fields_dict, self.label_field, phase)
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels)
@@ -173,19 +187,14 @@ class ErnieKitBowClassification(BaseModel):
     def _embedding_and_labels(self) -> None:
         """The embedding table (``vocab_size`` rows, checked against the vocab) and ``num_labels``."""
         p = self.model_params
-        text_info = self.data_info.get(p["text_field"])
-        if not text_info or not text_info.get("vocab_size"):
-            raise ConfigError(f"model.text_field: '{p['text_field']}' is not a text field of the train_reader")
+        text_info, self.num_labels = text_and_labels(self)
         vocab_size = p["vocab_size"] or text_info["vocab_size"]
         if vocab_size < text_info["vocab_size"]:
             raise ConfigError(f"model.vocab_size: {vocab_size} is smaller than the vocab of "
                               f"'{p['text_field']}' ({text_info['vocab_size']} tokens)")
-        self.num_labels = p["num_labels"] or self.data_info.get(p["label_field"], {}).get("num_labels", 0)
         found = self.data_info.get(p["label_field"], {}).get("num_labels", 0)
         if found and p["num_labels"] and found > p["num_labels"]:
             raise ConfigError(f"model.num_labels: {p['num_labels']}, but the training data has {found} labels")
-        if self.num_labels < 2:
-            raise ConfigError(f"model.num_labels: need at least 2 classes, found {self.num_labels}")
         self.embedding = TokenEmbedding(vocab_size, p["emb_dim"], text_info["padding_id"])
 
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
@@ -194,18 +203,7 @@ class ErnieKitBowClassification(BaseModel):
         bag = self.encoder(self.embedding(ids), fields_dict[f"{p['text_field']}_{InstanceName.SEQ_LENS}"])  # [B, E]
         hidden = paddle.tanh(self.fc_2(paddle.tanh(self.fc_1(bag))))  # [B, H2]
         logits = self.fc_prediction(hidden).astype("float32")  # [B, C]
-        return self.outputs(logits, fields_dict, phase)
-
-    def outputs(self, logits: paddle.Tensor, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
-        """Probabilities, predictions and (with labels) the loss of ``logits`` ``[B, C]``."""
-        probs = F.softmax(logits, axis=-1)
-        outputs = {InstanceName.PROBS: probs, InstanceName.PREDICTIONS: paddle.argmax(probs, axis=-1)}
-        label_field = self.model_params["label_field"]
-        if phase != Phase.PREDICT and label_field in fields_dict:
-            labels = fields_dict[label_field]  # [B]
-            outputs[InstanceName.LOSS] = F.cross_entropy(logits, labels.reshape([-1, 1])).mean()
-            outputs[InstanceName.LABELS] = labels
-        return outputs
+        return classification_outputs(logits, fields_dict, p["label_field"], phase)
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels)
@@ -235,4 +233,4 @@ class ErnieKitCnnClassification(ErnieKitBowClassification):
         ids = fields_dict[p["text_field"]]  # [B, T]
         pooled = self.encoder(self.embedding(ids), fields_dict[f"{p['text_field']}_{InstanceName.SEQ_LENS}"])  # [B, F]
         logits = self.fc_prediction(self.fc_1(pooled)).astype("float32")  # [B, C]
-        return self.outputs(logits, fields_dict, phase)
+        return classification_outputs(logits, fields_dict, p["label_field"], phase)

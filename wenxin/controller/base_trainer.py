@@ -24,6 +24,7 @@ import paddle
 from wenxin.common.constants import Phase
 from wenxin.common.errors import CheckpointError, ConfigError, DataError, Problems, WenxinError
 from wenxin.common.registry import RegisterSet
+from wenxin.config.task_check import EVAL_FLAGS
 from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import export
@@ -43,7 +44,6 @@ from wenxin.models.base_model import BaseModel
 logger = logging.getLogger("wenxin")
 
 Batch = Dict[str, Any]
-EVAL_FLAGS = (("dev_reader", "is_eval_dev"), ("test_reader", "is_eval_test"))
 
 
 def batch_size_of(batch: Batch) -> int:
@@ -105,6 +105,12 @@ class _FirstBatch:
 def _first_line(error: BaseException) -> str:
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
     return lines[0].strip() if lines else ""
+
+
+def _failure(error: BaseException) -> str:
+    """What failed: a background thread's own exception (a DataLoader's, which the main thread
+    sees only as a dead queue), else ``error``'s type and first line."""
+    return last_thread_failure() or f"{type(error).__name__}: {_first_line(error)}"
 
 
 class BaseTrainer:
@@ -353,7 +359,7 @@ class BaseTrainer:
             raise
         except Exception as e:  # noqa: BLE001 (the task's code; reported instead of after an epoch)
             problems.add(f"dataset_reader.{reader_name}: evaluating its first batch before training failed "
-                         f"({last_thread_failure() or f'{type(e).__name__}: {_first_line(e)}'})")
+                         f"({_failure(e)})")
         finally:
             self._eval_loaders[reader_name] = loader
         return None
@@ -366,8 +372,7 @@ class BaseTrainer:
         except (WenxinError, KeyboardInterrupt):
             raise
         except Exception as e:  # noqa: BLE001 (DataLoader workers raise many types)
-            cause = last_thread_failure() or f"{type(e).__name__}: {_first_line(e)}"
-            raise DataError(f"dataset_reader.train_reader: loading a batch failed ({cause})") from None
+            raise DataError(f"dataset_reader.train_reader: loading a batch failed ({_failure(e)})") from None
 
     def _catch_stop_signals(self) -> Dict[int, Any]:
         """SIGTERM / Ctrl-C: finish the current step, save a checkpoint, and return normally.
@@ -478,13 +483,9 @@ class BaseTrainer:
                  "sampler_seed": self.train_sampler.seed}
         trainer_state = {**self.state.to_dict(), "mode": self.mode, "time": time.time()}
 
-        def write_vocabs(folder: str) -> None:
-            for field in self.readers["train_reader"].fields:
-                field.save_vocab(folder)
-
         def write(folder: str) -> None:
             ckpt.write_checkpoint(folder, self.model_state_dict(), self.optimizer_state_dict(), extra,
-                                  trainer_state, self.config, write_vocabs)
+                                  trainer_state, self.config, self.save_vocabs)
 
         path = self.checkpoints.save(name, write, update_latest=update_latest)
         self.hooks.call("after_save", name, path)
@@ -585,6 +586,11 @@ class BaseTrainer:
         """Save the prediction graph for ``fields`` at ``prefix``; returns the output names in order."""
         raise NotImplementedError
 
+    def save_vocabs(self, folder: str) -> None:
+        """Write the training fields' vocabularies and label maps into ``folder``."""
+        for field in self.readers["train_reader"].fields:
+            field.save_vocab(folder)
+
     def restore_model_params(self, params: Mapping[str, Any], source: str) -> None:
         """Load a complete set of model parameters (e.g. the best checkpoint's)."""
         self._load_model_params(params, source, strict=True)
@@ -616,9 +622,7 @@ class BaseTrainer:
                 with open(os.path.join(self.output_path, "config.json"), "w", encoding="utf-8") as f:
                     json.dump({k: v for k, v in self.config.items() if not k.startswith("_")}, f,
                               indent=2, ensure_ascii=False)
-                vocab_dir = os.path.join(self.output_path, "vocab")
-                for field in self.readers["train_reader"].fields:
-                    field.save_vocab(vocab_dir)
+                self.save_vocabs(os.path.join(self.output_path, "vocab"))
             except OSError as e:
                 raise ConfigError(f"trainer.output_path: cannot write to {self.output_path} "
                                   f"({e.strerror or e})") from None

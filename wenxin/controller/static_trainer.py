@@ -183,7 +183,7 @@ class BaseStaticTrainer(BaseTrainer):
         scaling) updates the scale by the ``incr_every_n_steps`` / ``decr_every_n_nan_or_inf``
         rules. bfloat16 has float32's range and is not scaled (as in eager mode)."""
         settings = self.amp.scaler_kwargs
-        scaling = self.amp.use_loss_scaling and self.amp.dtype == "float16"
+        scaling = self._scales_loss()
         self.optimizer = paddle.static.amp.decorate(
             self.optimizer, level=self.amp.level, dtype=self.amp.dtype,
             init_loss_scaling=settings["init_loss_scaling"] if scaling else 1.0,
@@ -245,7 +245,7 @@ class BaseStaticTrainer(BaseTrainer):
             params_grads = [(param, grad / self.world_size) for param, grad in params_grads]
             paddle.distributed.all_reduce(bad)  # every rank skips the same steps
         self.nonfinite_flag = bad
-        if self._scaler_vars_expected() or skip_update_when(self.optimizer, paddle.reshape(bad > 0.0, [1])):
+        if self._scales_loss() or skip_update_when(self.optimizer, paddle.reshape(bad > 0.0, [1])):
             self.optimizer.apply_gradients(params_grads)
         else:
             def update() -> Any:
@@ -258,7 +258,7 @@ class BaseStaticTrainer(BaseTrainer):
                 paddle.assign(paddle.zeros_like(buffer), output=buffer)
             paddle.assign(paddle.zeros_like(bad_buffer), output=bad_buffer)
 
-    def _scaler_vars_expected(self) -> bool:
+    def _scales_loss(self) -> bool:
         """Whether the program scales the loss (float16 AMP), whose optimizer skips overflows itself."""
         return self.amp.enabled and self.amp.use_loss_scaling and self.amp.dtype == "float16"
 
