@@ -25,6 +25,7 @@ from wenxin.common.constants import Phase
 from wenxin.common.errors import CheckpointError, ConfigError, DataError, Problems, WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.task_check import EVAL_FLAGS
+from wenxin.compat import pretrained
 from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import export
@@ -596,11 +597,14 @@ class BaseTrainer:
         self._load_model_params(params, source, strict=True)
 
     def load_pretrained(self, params_path: str, prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
-        """Warm-start from a params file (or checkpoint folder); logs what matched and what did not.
-        A ``.pdparams`` file is unpickled by Paddle: name only files you trust."""
-        path = ckpt.resolve_params_file(params_path)
-        report = self._load_model_params(ckpt.load_model_params(params_path, "pretrained params file"), path,
-                                         prefix_map=prefix_map)
+        """Warm-start from a params file, a checkpoint folder, or a PaddleNLP / ERNIE-kit model
+        folder (ERNIE/BERT weights are renamed to ``ernie.*``, see ``wenxin.compat.pretrained``);
+        logs what matched and what did not. A ``.pdparams`` file (or ERNIE-kit ``params`` file)
+        is unpickled by Paddle: name only files you trust."""
+        params, path, layout = pretrained.load_pretrained_params(params_path)
+        if layout != "wenxin":
+            path = f"{path} ({layout} layout)"
+        report = self._load_model_params(params, path, prefix_map=prefix_map)
         if not report.loaded:
             raise CheckpointError(f"{path}: no parameter matches the model:\n{report.summary()}")
         logger.info(report.summary())

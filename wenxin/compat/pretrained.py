@@ -1,0 +1,215 @@
+"""Pretrained ERNIE/BERT weights in the layouts people download them in, renamed to wenxin's
+encoder names (``ernie.`` + PaddleNLP's ``ErnieModel`` names, see ``wenxin.models.ernie``).
+
+Layouts:
+- **PaddleNLP / PaddleFormers**: a folder with ``model_state.pdparams`` or ``model.safetensors``
+  (and ``config.json`` / ``model_config.json``). Names are bare (``embeddings.*``), or carry the
+  task model's prefix (``ernie.``, ``bert.``).
+- **ERNIE-kit model hub**: ``<model>_dir/params``, either a folder of one tensor file per
+  parameter (``paddle.static`` ``save_vars``, read here without unpickling) or one pickled dict,
+  with the names ``erniekit/modules/ernie.py`` gives its parameters (``word_embedding``,
+  ``encoder_layer_0_multi_head_att_query_fc.w_0``, ...), and ``ernie_config.json``.
+
+Names that belong to neither an ERNIE encoder (a task head, say) pass through unchanged, so the
+load report lists them as unexpected.
+"""
+from __future__ import annotations
+
+import os
+import re
+import struct
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+
+from wenxin.common.errors import CheckpointError
+
+ENCODER_PREFIX = "ernie."  # where wenxin's ERNIE task models keep their encoder
+PADDLENLP_FILES = ("model.safetensors", "model_state.pdparams")
+ENCODER_ROOTS = ("embeddings.", "encoder.", "pooler.")
+FOREIGN_PREFIXES = ("ernie.", "bert.", "roberta.")
+
+_ERNIEKIT_NAMES = {
+    "word_embedding": "embeddings.word_embeddings.weight",
+    "pos_embedding": "embeddings.position_embeddings.weight",
+    "sent_embedding": "embeddings.token_type_embeddings.weight",
+    "task_embedding": "embeddings.task_type_embeddings.weight",
+    "pre_encoder_layer_norm_scale": "embeddings.layer_norm.weight",
+    "pre_encoder_layer_norm_bias": "embeddings.layer_norm.bias",
+    "pooled_fc.w_0": "pooler.dense.weight",
+    "pooled_fc.b_0": "pooler.dense.bias",
+}
+_ERNIEKIT_LAYER_MODULES = {
+    "multi_head_att_query_fc": "self_attn.q_proj", "multi_head_att_key_fc": "self_attn.k_proj",
+    "multi_head_att_value_fc": "self_attn.v_proj", "multi_head_att_output_fc": "self_attn.out_proj",
+    "ffn_fc_0": "linear1", "ffn_fc_1": "linear2",
+}
+_ERNIEKIT_LAYER = re.compile(r"^encoder_layer_(\d+)_(?:(post_att|post_ffn)_layer_norm_(scale|bias)|"
+                             r"(multi_head_att_(?:query|key|value|output)_fc|ffn_fc_[01])\.([wb])_0)$")
+
+# Paddle's VarType codes of the dtypes a parameter file may hold
+_DTYPES = {0: np.bool_, 1: np.int16, 2: np.int32, 3: np.int64, 4: np.float16, 5: np.float32, 6: np.float64,
+           20: np.uint8, 21: np.int8}
+
+
+def erniekit_to_paddlenlp(name: str) -> Optional[str]:
+    """PaddleNLP's name of one ERNIE-kit parameter, or None for names that are not the encoder's."""
+    if name in _ERNIEKIT_NAMES:
+        return _ERNIEKIT_NAMES[name]
+    match = _ERNIEKIT_LAYER.match(name)
+    if not match:
+        return None
+    index, norm, norm_kind, module, kind = match.groups()
+    if norm:
+        return f"encoder.layers.{index}.{'norm1' if norm == 'post_att' else 'norm2'}." \
+               f"{'weight' if norm_kind == 'scale' else 'bias'}"
+    return f"encoder.layers.{index}.{_ERNIEKIT_LAYER_MODULES[module]}.{'weight' if kind == 'w' else 'bias'}"
+
+
+def to_wenxin_names(params: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
+    """Rename a PaddleNLP, BERT or ERNIE-kit state dict to ``ernie.<PaddleNLP name>``; returns
+    the renamed dict and the layout found (``erniekit``, ``paddlenlp`` or ``wenxin`` when nothing
+    needed renaming)."""
+    if "word_embedding" in params or any(_ERNIEKIT_LAYER.match(n) for n in params):
+        renamed = {}
+        for name, value in params.items():
+            new = erniekit_to_paddlenlp(name)
+            renamed[ENCODER_PREFIX + new if new else name] = value
+        return renamed, "erniekit"
+    if any(name.startswith(ENCODER_ROOTS) for name in params):  # a bare ErnieModel / BertModel
+        return {(ENCODER_PREFIX + n if n.startswith(ENCODER_ROOTS) else n): v for n, v in params.items()}, "paddlenlp"
+    renamed, layout = {}, "wenxin"
+    for name, value in params.items():
+        for prefix in FOREIGN_PREFIXES[1:]:  # bert.embeddings... -> ernie.embeddings...
+            if name.startswith(prefix) and name[len(prefix):].startswith(ENCODER_ROOTS):
+                name, layout = ENCODER_PREFIX + name[len(prefix):], "paddlenlp"
+                break
+        renamed[name] = value
+    return renamed, layout
+
+
+def find_weights(path: str) -> Optional[str]:
+    """The weights of a pretrained-model folder: PaddleNLP's ``model.safetensors`` or
+    ``model_state.pdparams``, or ERNIE-kit's ``params``; None when the folder has none of them."""
+    if not os.path.isdir(path):
+        return None
+    for name in PADDLENLP_FILES + ("params",):
+        if os.path.exists(os.path.join(path, name)):
+            return os.path.join(path, name)
+    return None
+
+
+def is_tensor_folder(path: str) -> bool:
+    """A folder of one Paddle tensor file per parameter (ERNIE-kit's ``params``)."""
+    if not os.path.isdir(path):
+        return False
+    names = [n for n in os.listdir(path) if not n.startswith(".")]
+    return bool(names) and all(os.path.isfile(os.path.join(path, n)) for n in names) \
+        and not any(n.endswith((".json", ".txt", ".pdparams", ".safetensors", ".pdmodel")) for n in names)
+
+
+def read_tensor_folder(folder: str) -> Dict[str, np.ndarray]:
+    """Every tensor file of ``folder``, named by its file name."""
+    return {name: read_tensor_file(os.path.join(folder, name))
+            for name in sorted(os.listdir(folder)) if not name.startswith(".")}
+
+
+def read_tensor_file(path: str) -> np.ndarray:
+    """One tensor in Paddle's ``save_dense_tensor`` format (what ``paddle.static.save_vars`` and
+    ERNIE-kit's ``params`` folders hold), read with numpy, so a foreign file is never unpickled:
+    ``uint32`` version 0, ``uint64`` LoD levels (each a ``uint64`` byte size and offsets),
+    ``uint32`` version 0, ``int32`` size of a ``TensorDesc`` protobuf (data type, dims), the data."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        return _parse_tensor(data)
+    except (ValueError, struct.error, KeyError) as e:
+        raise CheckpointError(f"{path}: not a Paddle tensor file ({e})") from None
+
+
+def _parse_tensor(data: bytes) -> np.ndarray:
+    version, levels = struct.unpack_from("<IQ", data, 0)
+    if version != 0 or levels > 16:
+        raise ValueError(f"version {version}, {levels} LoD levels")
+    offset = 12
+    for _ in range(levels):
+        (size,) = struct.unpack_from("<Q", data, offset)
+        offset += 8 + size
+    tensor_version, desc_size = struct.unpack_from("<Ii", data, offset)
+    offset += 8
+    if tensor_version != 0 or not 0 < desc_size < 4096:
+        raise ValueError(f"tensor version {tensor_version}, description of {desc_size} bytes")
+    dtype_code, dims = _parse_tensor_desc(data[offset:offset + desc_size])
+    offset += desc_size
+    if dtype_code not in _DTYPES:
+        raise ValueError(f"unsupported data type code {dtype_code}")
+    dtype = np.dtype(_DTYPES[dtype_code])
+    count = int(np.prod(dims)) if dims else 1
+    if any(d < 0 for d in dims) or len(data) - offset != count * dtype.itemsize:
+        raise ValueError(f"shape {dims} of {dtype} needs {count * dtype.itemsize} bytes, "
+                         f"the file has {len(data) - offset}")
+    return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(dims).copy()
+
+
+def _parse_tensor_desc(desc: bytes) -> Tuple[int, list]:
+    """``TensorDesc { required Type data_type = 1; repeated int64 dims = 2; }`` (packed or not)."""
+    pos, dtype_code, dims = 0, -1, []
+
+    def varint() -> int:
+        nonlocal pos
+        shift = result = 0
+        while True:
+            if pos >= len(desc):
+                raise ValueError("truncated tensor description")
+            byte = desc[pos]
+            pos += 1
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return result
+            shift += 7
+            if shift > 63:
+                raise ValueError("malformed varint in tensor description")
+
+    while pos < len(desc):
+        key = varint()
+        field, wire = key >> 3, key & 7
+        if field == 1 and wire == 0:
+            dtype_code = varint()
+        elif field == 2 and wire == 0:
+            dims.append(_signed(varint()))
+        elif field == 2 and wire == 2:
+            end = pos + varint()
+            while pos < end:
+                dims.append(_signed(varint()))
+        else:
+            raise ValueError(f"unexpected field {field} in tensor description")
+    return dtype_code, dims
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def load_pretrained_params(path: str) -> Tuple[Dict[str, Any], str, str]:
+    """Parameters of ``trainer.pre_train_model[].params_path``, renamed to wenxin's names.
+
+    ``path`` is a wenxin checkpoint folder or params file, a PaddleNLP model folder, an ERNIE-kit
+    ``<model>_dir`` or its ``params`` (folder or file). Returns (params, the file or folder
+    read, the layout found)."""
+    from wenxin.controller import checkpoint as ckpt  # the trainer's own formats
+
+    source = find_weights(path) or path
+    if is_tensor_folder(source):
+        params: Mapping[str, Any] = read_tensor_folder(source)
+    elif os.path.isdir(source):
+        source = ckpt.resolve_params_file(source)
+        params = ckpt.load_model_params(path, "pretrained params file")
+    else:
+        params = ckpt.load_model_params(source, "pretrained params file")
+    if not isinstance(params, Mapping):
+        raise CheckpointError(f"{source}: not a parameter dict (got {type(params).__name__})")
+    renamed, layout = to_wenxin_names(params)
+    return renamed, source, layout
