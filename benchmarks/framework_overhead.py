@@ -7,7 +7,7 @@ and PaddleNLP's ``Trainer``, on the same synthetic workloads, in one run.
 Workloads (deterministic synthetic data, 2 classes):
     bow          text classification, vocab 30000, seq len 128, batch 32, BowClassification
     cnn          the same data, CnnClassification (128 filters of widths 2, 3, 4)
-    transformer  ErnieClassification: 2 layers, hidden 128, 4 heads, seq len 128, batch 32
+    transformer  TransformerClassification: 2 layers, hidden 128, 4 heads, seq len 128, batch 32
     mlp          tabular: 64 features, batch 256, MlpClassification (256, 256)
     tiny         tabular: 64 features, batch 32, MlpClassification (16): the loop's own cost per step
                  (only when named in --workloads)
@@ -57,7 +57,7 @@ WORKLOADS: Dict[str, Dict[str, Any]] = {
     "cnn": {"data": "text", "batch": 32, "warmup": 5, "window": 10, "windows": 4,
             "model": {"type": "CnnClassification", **TEXT_MODEL, "num_filters": 128, "filter_sizes": [2, 3, 4]}},
     "transformer": {"data": "text", "batch": 32, "warmup": 3, "window": 10, "windows": 4,
-                    "model": {"type": "ErnieClassification", "hidden_size": 128, "dropout": 0.1,
+                    "model": {"type": "TransformerClassification", "hidden_size": 128, "dropout": 0.1,
                               "encoder": {"transformer": {"hidden_size": 128, "num_layers": 2, "num_heads": 4,
                                                           "max_position": SEQ_LEN}}}},
     "mlp": {"data": "tabular", "batch": 256, "warmup": 10, "window": 50, "windows": 10,

@@ -5,6 +5,7 @@ import copy
 import json
 import os
 import random
+import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
@@ -84,6 +85,14 @@ def data_dir(tmp_path) -> str:
     write_tsv(os.path.join(folder, "dev.tsv"), make_sentences(60, seed=2))
     write_tsv(os.path.join(folder, "test.tsv"), make_sentences(60, seed=3))
     return folder
+
+
+def run_script(cwd: Any, args: List[str], script: str = "run_trainer.py") -> subprocess.CompletedProcess:
+    """A script of this checkout (``wenxin/cli.py`` for ``wenxin ...``) run in ``cwd``, importing
+    this checkout's wenxin."""
+    env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, os.path.join(REPO, script), *args], cwd=str(cwd), capture_output=True,
+                          text=True, timeout=600, env=env)
 
 
 def write_config(path: str, config: Dict[str, Any]) -> str:

@@ -24,7 +24,8 @@ TOLERANCE = 1e-5
 
 
 def encoder_params(folder: str) -> dict:
-    params, _, _ = pretrained.load_pretrained_params(os.path.join(FIXTURES, folder))
+    names = ["ernie." + n for n in ErnieEncoder(ErnieConfig.from_file(os.path.join(FIXTURES, "paddlenlp"))).state_dict()]
+    params, _, _ = pretrained.load_pretrained_params(os.path.join(FIXTURES, folder), names)
     return {name[len("ernie."):]: np.asarray(value.numpy() if hasattr(value, "numpy") else value)
             for name, value in params.items()}
 
@@ -138,7 +139,19 @@ def test_damaged_tensor_files_are_named(tmp_path):
     target = folder / "pooled_fc.w_0"
     target.write_bytes(target.read_bytes()[:-7])
     with pytest.raises(CheckpointError, match=r"pooled_fc.w_0: not a Paddle tensor file \(shape \[48, 48\]"):
-        pretrained.load_pretrained_params(str(folder))
+        pretrained.load_pretrained_params(str(folder), [])
     target.write_bytes(b"\x00" * 3)
     with pytest.raises(CheckpointError, match="pooled_fc.w_0: not a Paddle tensor file"):
-        pretrained.load_pretrained_params(str(folder))
+        pretrained.load_pretrained_params(str(folder), [])
+
+
+def test_a_models_own_names_are_kept(tmp_path):
+    """A wenxin model whose layers are called ``encoder.*`` or ``embeddings.*`` loads its own
+    params unchanged: names are renamed only when that matches more of the model."""
+    path = str(tmp_path / "own.pdparams")
+    paddle.save({"encoder.convs.0.weight": np.ones([2, 2], "float32"), "embeddings.weight": np.ones([3], "float32")},
+                path)
+    params, _, layout = pretrained.load_pretrained_params(path, ["encoder.convs.0.weight", "embeddings.weight"])
+    assert layout == "wenxin" and sorted(params) == ["embeddings.weight", "encoder.convs.0.weight"]
+    params, _, layout = pretrained.load_pretrained_params(path, ["ernie.encoder.convs.0.weight"])
+    assert layout == "paddlenlp" and "ernie.encoder.convs.0.weight" in params

@@ -3,13 +3,11 @@ format, with data laid out as ERNIE-kit's tasks lay it out."""
 import copy
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO, make_sentences
+from conftest import make_sentences, run_script
 from wenxin.compat.erniekit import is_erniekit, translate
 
 
@@ -84,11 +82,7 @@ def erniekit_tree(root):
     return len(tokens)
 
 
-def run(root, args, script="run_trainer.py"):
-    """A script of this checkout (``wenxin/cli.py`` for ``wenxin ...``), importing this checkout's wenxin."""
-    env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, os.path.join(REPO, script), *args], cwd=str(root), capture_output=True,
-                          text=True, timeout=600, env=env)
+run = run_script
 
 
 def test_erniekit_bow_classification_trains_unchanged(tmp_path):

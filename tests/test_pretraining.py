@@ -46,7 +46,7 @@ def finetune_config(folder, output, vocab, pretrained=None):
                 "config": {"data_path": os.path.join(folder, f"{name}.tsv"), "shuffle": shuffle, "batch_size": 16}}
     return {"task": "text_classification",
             "dataset_reader": {"train_reader": reader("train", True), "dev_reader": reader("dev", False)},
-            "model": {"type": "ErnieClassification", "encoder": {"transformer": ENCODER}, "hidden_size": 32,
+            "model": {"type": "TransformerClassification", "encoder": {"transformer": ENCODER}, "hidden_size": 32,
                       "optimization": {"learning_rate": 0.002}},
             "trainer": {"epoch": 1, "is_eval_dev": 1, "output_path": output, "visualdl": False,
                         "pre_train_model": pretrained or []}}

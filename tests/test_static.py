@@ -30,7 +30,7 @@ def test_static_trainer_learns(tmp_path, data_dir, model_type):
     assert paddle.in_dynamic_mode()  # the static trainer does not leave the process in static mode
 
 
-@pytest.mark.parametrize("model_type", ["BowClassification", "CnnClassification", "ErnieClassification"])
+@pytest.mark.parametrize("model_type", ["BowClassification", "CnnClassification", "TransformerClassification"])
 def test_dynamic_static_parity(tmp_path, data_dir, model_type):
     """Same seed, initial weights and batches: losses agree within 1e-5 for 20 steps, with
     warmup, linear decay, weight decay and global-norm clipping on."""
@@ -38,7 +38,7 @@ def test_dynamic_static_parity(tmp_path, data_dir, model_type):
         config = task_config(data_dir, str(tmp_path / name), model_type=model_type, max_steps=20,
                              train_log_step=1, is_eval_dev=0, is_eval_test=0)
         config["model"]["dropout"] = 0.0  # dropout masks come from different generators per mode
-        if model_type == "ErnieClassification":
+        if model_type == "TransformerClassification":
             config["model"]["encoder"] = {"transformer": {"hidden_size": 16, "num_heads": 2, "num_layers": 1,
                                                           "dropout": 0.0, "attention_dropout": 0.0}}
         config["model"]["optimization"].update(learning_rate=0.01, warmup_steps=5, max_grad_norm=0.5,

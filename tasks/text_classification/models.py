@@ -14,6 +14,7 @@ from wenxin.config.schema import Key
 from wenxin.metrics.classification import classifier_metrics
 from wenxin.models.base_model import BaseModel
 from wenxin.models.encoders import ENCODER_SCHEMA, TextEncoder
+from wenxin.models.ernie_task import ErnieTaskModel
 from wenxin.models.modules import BoWEncoder, CNNEncoder, RNNEncoder, TokenEmbedding
 
 
@@ -147,14 +148,46 @@ class EncoderClassification(BaseClassification):
         return self.encoder(ids, seq_lens)[1]
 
 
-@RegisterSet.models.register("ErnieClassification")
-class ErnieClassification(EncoderClassification):
-    """``EncoderClassification`` with the ERNIE-style transformer encoder by default."""
+@RegisterSet.models.register("TransformerClassification")
+class TransformerClassification(EncoderClassification):
+    """``EncoderClassification`` with wenxin's transformer encoder (trained from scratch, or
+    warm-started from ``ErnieMaskedLM`` pretraining) by default. For a downloaded ERNIE/BERT
+    model, use ``ErnieClassification``."""
 
     config_schema = {**BaseClassification.config_schema,
                      "encoder": Key(dict, {}, children={**ENCODER_SCHEMA, "type": Key(
                          str, "transformer", choices=ENCODER_SCHEMA["type"].choices)})}
 
+
+@RegisterSet.models.register("ErnieClassification")
+class ErnieClassification(ErnieTaskModel):
+    """A pretrained ERNIE/BERT encoder (``model.encoder_config``) and one linear layer on its
+    pooled ``[CLS]`` vector, as ERNIE-kit's ``ErnieClassification`` and PaddleNLP's
+    ``ErnieForSequenceClassification`` (whose ``classifier.*`` weights also load). The text
+    field is an ``ErnieTextFieldReader`` (one text, or a pair with ``pair_with``)."""
+
+    config_schema = {**ErnieTaskModel.config_schema,
+                     "text_field": Key(str, "text_a", doc="name of the ErnieTextFieldReader field"),
+                     "label_field": Key(str, "label", doc="name of the label field"),
+                     "num_labels": Key(int, 0, minimum=0, doc="0: from the label field"),
+                     "dropout": Key(float, 0.1, minimum=0.0, maximum=1.0, doc="on the pooled vector")}
+
+    def structure(self) -> None:
+        p = self.model_params
+        config = self.build_encoder()
+        self.ernie_field(p["text_field"], "model.text_field")
+        _, self.num_labels = text_and_labels(self)
+        self.dropout = nn.Dropout(p["dropout"])
+        self.classifier = nn.Linear(config.hidden_size, self.num_labels, weight_attr=paddle.ParamAttr(
+            initializer=nn.initializer.TruncatedNormal(0.0, config.initializer_range)))
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        _, pooled = self.encode(fields_dict, self.model_params["text_field"])  # [B, H]
+        logits = self.classifier(self.dropout(pooled)).astype("float32")  # [B, C]
+        return classification_outputs(logits, fields_dict, self.model_params["label_field"], phase)
+
+    def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
+        return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels)
 
 
 @RegisterSet.models.register("ErnieKitBowClassification")

@@ -16,7 +16,8 @@ T = TypeVar("T")
 
 BUILTIN_SCOPE = "wenxin"
 # Modules whose import registers the built-in classes of every registry.
-BUILTIN_MODULES = ("wenxin.data.tokenizers", "wenxin.data.field_reader", "wenxin.data.dataset_reader",
+BUILTIN_MODULES = ("wenxin.data.tokenizers", "wenxin.data.wordpiece", "wenxin.data.field_reader",
+                   "wenxin.data.ernie_fields", "wenxin.data.dataset_reader",
                    "wenxin.controller.hooks", "wenxin.controller.optimization", "wenxin.controller.task_trainers",
                    "wenxin.inference.formatters")
 _builtins_loaded = False

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -193,12 +193,14 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def load_pretrained_params(path: str) -> Tuple[Dict[str, Any], str, str]:
-    """Parameters of ``trainer.pre_train_model[].params_path``, renamed to wenxin's names.
+def load_pretrained_params(path: str, model_names: Iterable[str]) -> Tuple[Dict[str, Any], str, str]:
+    """Parameters of ``trainer.pre_train_model[].params_path`` under the model's names.
 
     ``path`` is a wenxin checkpoint folder or params file, a PaddleNLP model folder, an ERNIE-kit
-    ``<model>_dir`` or its ``params`` (folder or file). Returns (params, the file or folder
-    read, the layout found)."""
+    ``<model>_dir`` or its ``params`` (folder or file). ERNIE/BERT names are renamed to
+    ``ernie.*`` when that matches more of ``model_names`` than the names as saved (a wenxin
+    model's own ``encoder.*`` stays as it is). Returns (params, the file or folder read, the
+    layout: ``erniekit``, ``paddlenlp`` or ``wenxin``)."""
     from wenxin.controller import checkpoint as ckpt  # the trainer's own formats
 
     source = find_weights(path) or path
@@ -212,4 +214,7 @@ def load_pretrained_params(path: str) -> Tuple[Dict[str, Any], str, str]:
     if not isinstance(params, Mapping):
         raise CheckpointError(f"{source}: not a parameter dict (got {type(params).__name__})")
     renamed, layout = to_wenxin_names(params)
+    wanted = set(model_names)
+    if layout != "wenxin" and len(wanted.intersection(renamed)) <= len(wanted.intersection(params)):
+        return dict(params), source, "wenxin"
     return renamed, source, layout

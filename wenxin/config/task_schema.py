@@ -8,12 +8,17 @@ from __future__ import annotations
 from wenxin.config.schema import Key, Schema
 
 TOKENIZER: Schema = {
-    "type": Key(str, "CharTokenizer", doc="registered tokenizer: CharTokenizer, WhitespaceTokenizer"),
+    "type": Key(str, "CharTokenizer", doc="registered tokenizer: CharTokenizer, WhitespaceTokenizer, "
+                                          "FullTokenizer (WordPiece over a pretrained model's vocab.txt)"),
     "split_char": Key(str, " ", doc="separator used by WhitespaceTokenizer"),
     "unk_token": Key(str, "[UNK]", doc="token for out-of-vocabulary pieces"),
     "lowercase": Key(bool, True, doc="lower-case text before tokenizing"),
     "ngram": Key(int, 1, minimum=1, maximum=5,
                  doc="also emit joined n-grams of up to N consecutive tokens (for bag-of-words models)"),
+    "strip_accents": Key((bool, type(None)), None, doc="FullTokenizer: drop accents (null: when lower-casing)"),
+    "split_symbols": Key(bool, True, doc="FullTokenizer: symbols such as emoji are tokens of their own "
+                                         "(PaddleNLP 2.8; false: inside words, as ERNIE-kit and BERT)"),
+    "max_input_chars_per_word": Key(int, 100, minimum=1, doc="FullTokenizer: longer words become unk_token"),
     "params": Key((dict, type(None)), None, open_keys=True, doc="extra tokenizer arguments"),
 }
 
@@ -38,6 +43,8 @@ FIELD: Schema = {
                                                   "(null: true for Label/SequenceLabelFieldReader)"),
     "align_with": Key(str, "", doc="SequenceLabelFieldReader: the text field whose tokens the tags "
                                    "label; every line must have one tag per token"),
+    "pair_with": Key(str, "", doc="ErnieTextFieldReader: the field whose column is the second text of a "
+                                  "pair, encoded with this one as [CLS] a [SEP] b [SEP]"),
     "truncation_type": Key(int, 0, choices=[0, 1, 2], doc="0 keep head, 1 keep tail, 2 keep both ends"),
     "padding_id": Key(int, 0, minimum=0),
     "min_freq": Key(int, 1, minimum=1, doc="vocab building: drop rarer tokens"),

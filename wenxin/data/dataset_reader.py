@@ -12,7 +12,7 @@ import paddle
 from wenxin.common.errors import ConfigError, DataError, WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, SequenceLabelFieldReader, TensorSpec, \
-    UnknownLabelError
+    UnknownLabelError, convert_row, link_pairs
 from wenxin.data.lines import iter_lines
 from wenxin.data.sampler import ResumableBatchSampler
 
@@ -99,6 +99,7 @@ class BasicDataSetReader:
             path = f"{self.key_path}.fields[{i}]"
             cls = RegisterSet.field_readers.get(field["reader"]["type"], scope, f"{path}.reader.type")
             self.fields.append(cls(field, path, scope=scope))
+        self.fields = link_pairs(self.fields)
         self.names = [f.name for f in self.fields]
         self._columns: Optional[Dict[int, np.ndarray]] = None
         for field in self.fields:
@@ -155,7 +156,7 @@ class BasicDataSetReader:
         keep_raw = self.reader_config["need_generate_examples"]
         for path, lineno, columns in lines:
             try:
-                example = tuple(field.convert(text) for field, text in zip(self.fields, columns))
+                example = convert_row(self.fields, columns)
                 by_name = dict(zip(self.names, example))
                 for field in self.fields:
                     field.check_example(by_name)

@@ -65,12 +65,17 @@ class BaseFieldReader:
     def use_saved_vocab(self, path: str) -> None:
         """Take the vocab a run saved (``<output>/vocab`` or a checkpoint's) instead of fitting
         one, so a resumed run keeps its token ids even if the training data changed."""
-        self.vocab = Vocab.load(path, getattr(getattr(self, "tokenizer", None), "unk_token", None)
-                                if isinstance(self, TextFieldReader) else None)
+        tokenizer = getattr(self, "tokenizer", None)
+        self.vocab = Vocab.load(path, tokenizer.unk_token if isinstance(self, TextFieldReader) else None)
+        if tokenizer is not None:
+            tokenizer.bind_vocab(self.vocab)
 
     def share_vocab(self, other: "BaseFieldReader") -> None:
         """Use the vocab fitted by the training reader's field of the same name."""
         self.vocab = other.vocab
+        tokenizer = getattr(self, "tokenizer", None)
+        if tokenizer is not None and self.vocab is not None:
+            tokenizer.bind_vocab(self.vocab)
 
     def convert(self, text: str) -> Any:
         """One raw column -> a per-example value; raises ValueError for malformed input."""
@@ -121,12 +126,16 @@ class TextFieldReader(BaseFieldReader):
         self.tokenizer = build_tokenizer(config.get("tokenizer"), path, scope)
         self.max_seq_len: int = config["max_seq_len"]
         self.padding_id: int = config["padding_id"]
+        if self.tokenizer.needs_vocab and not config["vocab_path"]:
+            raise ConfigError(f"{path}.vocab_path: {type(self.tokenizer).__name__} splits text by a given vocab: "
+                              f"set vocab_path to the pretrained model's vocab.txt")
         if config["vocab_path"]:
             self.vocab = Vocab.load(config["vocab_path"], self.tokenizer.unk_token)
             self._check_padding()
             missing = [t for t in config["special_tokens"] if t not in self.vocab]
             if missing:
                 raise ConfigError(f"{path}.special_tokens: {missing} not in {config['vocab_path']}")
+            self.tokenizer.bind_vocab(self.vocab)
 
     @property
     def needs_fit(self) -> bool:
@@ -360,3 +369,55 @@ def _is_int(text: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+class PairColumn(BaseFieldReader):
+    """Stands in for a field whose column another field reads as the second text of a pair
+    (``pair_with``): it has no tensors of its own."""
+
+    def __init__(self, config: Dict[str, Any], path: str, owner: str) -> None:
+        super().__init__(config, path)
+        self.owner = owner
+
+    @property
+    def is_label(self) -> bool:
+        return False
+
+    def convert(self, text: str) -> None:
+        return None
+
+    def collate(self, values: List[Any]) -> Dict[str, np.ndarray]:
+        return {}
+
+    def tensor_specs(self) -> List[TensorSpec]:
+        return []
+
+
+def link_pairs(fields: List[BaseFieldReader]) -> List[BaseFieldReader]:
+    """Fields whose config names ``pair_with`` read that field's column as their second text;
+    the partner becomes a ``PairColumn``. Returns the fields with partners replaced."""
+    names = [f.name for f in fields]
+    linked = list(fields)
+    for field in fields:
+        partner = field.config.get("pair_with")
+        if not partner:
+            continue
+        if not hasattr(field, "convert_pair"):
+            raise ConfigError(f"{field.path}.pair_with: {field.config['reader']['type']} does not read pairs "
+                              f"(ErnieTextFieldReader does)")
+        if partner not in names or partner == field.name:
+            raise ConfigError(f"{field.path}.pair_with: no other field named '{partner}' in this reader "
+                              f"(fields: {', '.join(names)})")
+        index = names.index(partner)
+        if isinstance(linked[index], PairColumn) or linked[index].config.get("pair_with"):
+            raise ConfigError(f"{field.path}.pair_with: '{partner}' is already part of a pair")
+        linked[index] = PairColumn(fields[index].config, fields[index].path, owner=field.name)
+        field.pair_index = index  # type: ignore[attr-defined]
+    return linked
+
+
+def convert_row(fields: List[BaseFieldReader], columns: List[str]) -> Tuple[Any, ...]:
+    """One row's columns -> per-field values; a field with a pair reads its partner's column too."""
+    return tuple(field.convert_pair(text, columns[field.pair_index])  # type: ignore[attr-defined]
+                 if getattr(field, "pair_index", None) is not None else field.convert(text)
+                 for field, text in zip(fields, columns))

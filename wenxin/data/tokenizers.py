@@ -3,14 +3,20 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List
 
 from wenxin.common.registry import RegisterSet
+
+if TYPE_CHECKING:
+    from wenxin.data.vocab import Vocab
 
 
 class BaseTokenizer:
     """Splits text into tokens. Subclasses implement ``split``; ``tokenize`` adds n-grams
-    (``ngram: 2`` turns ``[a, b, c]`` into ``[a, b, c, ab, bc]``)."""
+    (``ngram: 2`` turns ``[a, b, c]`` into ``[a, b, c, ab, bc]``). A tokenizer that splits by a
+    given vocab (WordPiece) sets ``needs_vocab`` and receives the field's vocab in ``bind_vocab``."""
+
+    needs_vocab = False
 
     def __init__(self, config: Dict[str, Any]) -> None:
         self.config = config
@@ -21,6 +27,9 @@ class BaseTokenizer:
     def normalize(self, text: str) -> str:
         text = unicodedata.normalize("NFKC", text)  # full-width latin/digits -> half-width
         return text.lower() if self.lowercase else text
+
+    def bind_vocab(self, vocab: "Vocab") -> None:
+        """Take the field's vocab (only tokenizers with ``needs_vocab`` use it)."""
 
     def split(self, text: str) -> List[str]:
         raise NotImplementedError

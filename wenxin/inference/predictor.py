@@ -10,7 +10,7 @@ import numpy as np
 from wenxin.common.errors import WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.controller.export import MODEL_PREFIX, PREPROCESS_FILE
-from wenxin.data.field_reader import BaseFieldReader
+from wenxin.data.field_reader import BaseFieldReader, convert_row, link_pairs
 from wenxin.inference.formatters import ResultFormat
 
 
@@ -55,6 +55,7 @@ class Predictor:
                 cfg["vocab_path"] = os.path.join(model_dir, cfg["vocab_path"])
             cls = RegisterSet.field_readers.get(cfg["reader"]["type"], None, f"{meta_path}: fields[{i}]")
             self.fields.append(cls(cfg, f"{meta_path}: fields[{i}]"))
+        self.fields = link_pairs(self.fields)
         self.output_names: List[str] = self.meta["outputs"]
         self.labels: List[str] = self.meta["labels"]
         format_name = self.meta.get("result_format", "classification")
@@ -78,13 +79,18 @@ class Predictor:
 
     def convert(self, rows: Sequence[Sequence[str]]) -> Dict[str, np.ndarray]:
         """Raw rows -> input arrays, exactly as the training readers do it."""
+        examples = []
+        for row in rows:
+            try:
+                if len(row) < len(self.fields):
+                    raise ValueError(f"expected {len(self.fields)} columns "
+                                     f"({', '.join(f.name for f in self.fields)}), got {len(row)}")
+                examples.append(convert_row(self.fields, list(row)))
+            except (ValueError, IndexError) as e:
+                raise InferenceError(str(e)) from None
         batch: Dict[str, np.ndarray] = {}
         for col, field in enumerate(self.fields):
-            try:
-                values = [field.convert(row[col]) for row in rows]
-            except (ValueError, IndexError) as e:
-                raise InferenceError(f"field '{field.name}': {e}") from None
-            batch.update(field.collate(values))
+            batch.update(field.collate([example[col] for example in examples]))
         return batch
 
     def run(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:

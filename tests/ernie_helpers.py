@@ -1,0 +1,90 @@
+"""Small random-init ERNIE models written in the layouts people download (PaddleNLP, ERNIE-kit),
+and task configs that fine-tune them."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List
+
+import numpy as np
+import paddle
+
+from conftest import NEGATIVE, NEUTRAL, POSITIVE
+from wenxin.compat import pretrained
+from wenxin.models.ernie import ErnieConfig, ErnieEncoder
+
+SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
+PIECES = sorted(set(POSITIVE + NEGATIVE + NEUTRAL)) + list("abcdefghijklmnopqrstuvwxyz0123456789") + \
+    [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz0123456789"] + list(",.!?，。！？") + ["good", "bad", "##ood"]
+TINY = {"vocab_size": 160, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 64, "max_position_embeddings": 64, "type_vocab_size": 4, "use_task_id": True,
+        "task_type_vocab_size": 3, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02, "layer_norm_eps": 1e-12,
+        "pad_token_id": 0, "model_type": "ernie"}
+
+
+def erniekit_names(num_layers: int) -> Dict[str, str]:
+    """PaddleNLP name -> ERNIE-kit name, for every parameter of a ``num_layers`` encoder."""
+    names = ["word_embedding", "pos_embedding", "sent_embedding", "task_embedding", "pre_encoder_layer_norm_scale",
+             "pre_encoder_layer_norm_bias", "pooled_fc.w_0", "pooled_fc.b_0"]
+    for i in range(num_layers):
+        names += [f"encoder_layer_{i}_{part}_layer_norm_{kind}" for part in ("post_att", "post_ffn")
+                  for kind in ("scale", "bias")]
+        names += [f"encoder_layer_{i}_{module}.{kind}_0" for module in
+                  ("multi_head_att_query_fc", "multi_head_att_key_fc", "multi_head_att_value_fc",
+                   "multi_head_att_output_fc", "ffn_fc_0", "ffn_fc_1") for kind in ("w", "b")]
+    return {pretrained.erniekit_to_paddlenlp(n): n for n in names}
+
+
+def make_ernie_model(folder: str, layout: str = "paddlenlp", seed: int = 7) -> Dict[str, np.ndarray]:
+    """A random-init ERNIE 3.0-shaped model folder: PaddleNLP's (``config.json``,
+    ``model_state.pdparams``) or ERNIE-kit's (``ernie_config.json``, ``params/``), with ``vocab.txt``.
+    Returns the weights under PaddleNLP's names."""
+    os.makedirs(folder, exist_ok=True)
+    paddle.seed(seed)
+    encoder = ErnieEncoder(ErnieConfig.from_dict(TINY, "test"))
+    weights = {name: value.numpy() for name, value in encoder.state_dict().items()}
+    with open(os.path.join(folder, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.writelines(t + "\n" for t in SPECIALS + PIECES)
+    if layout == "paddlenlp":
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump({**TINY, "architectures": ["ErnieModel"]}, f, indent=2)
+        paddle.save({name: paddle.to_tensor(value) for name, value in weights.items()},
+                    os.path.join(folder, "model_state.pdparams"))
+    else:
+        from paddle.base import core
+        config = {k: v for k, v in TINY.items() if k not in ("layer_norm_eps", "model_type", "type_vocab_size")}
+        with open(os.path.join(folder, "ernie_config.json"), "w") as f:
+            json.dump({**config, "sent_type_vocab_size": TINY["type_vocab_size"]}, f, indent=2)
+        os.makedirs(os.path.join(folder, "params"), exist_ok=True)
+        names = erniekit_names(TINY["num_hidden_layers"])
+        for name, value in weights.items():
+            tensor = core.DenseTensor()
+            tensor.set(value, paddle.CPUPlace())
+            core.save_dense_tensor(tensor, os.path.join(folder, "params", names[name]))
+    return weights
+
+
+def ernie_text(name: str, model_dir: str, max_seq_len: int = 24, **extra: Any) -> Dict[str, Any]:
+    return {"name": name, "data_type": "string", "reader": {"type": "ErnieTextFieldReader"},
+            "vocab_path": os.path.join(model_dir, "vocab.txt"), "max_seq_len": max_seq_len, **extra}
+
+
+def ernie_config(data_dir: str, model_dir: str, output: str, model: Dict[str, Any], task: str,
+                 fields: List[Dict[str, Any]], mode: str = "dynamic", epoch: int = 2,
+                 layout: str = "paddlenlp", **trainer: Any) -> Dict[str, Any]:
+    """A fine-tuning config over ``data_dir/{train,dev}.tsv``, warm-started from ``model_dir``."""
+    def reader(name: str, shuffle: bool) -> Dict[str, Any]:
+        return {"type": "BasicDataSetReader", "fields": fields,
+                "config": {"data_path": os.path.join(data_dir, f"{name}.tsv"), "shuffle": shuffle, "batch_size": 16}}
+    params = model_dir if layout == "paddlenlp" else os.path.join(model_dir, "params")
+    return {
+        "task": task,
+        "dataset_reader": {"train_reader": reader("train", True), "dev_reader": reader("dev", False)},
+        "model": {"is_dygraph": int(mode == "dynamic"), "encoder_config": model_dir,
+                  "optimization": {"learning_rate": 0.002, "warmup_proportion": 0.1, "weight_decay": 0.01,
+                                   "max_grad_norm": 1.0}, **model},
+        "trainer": {"type": "CustomDynamicTrainer" if mode == "dynamic" else "CustomStaticTrainer", "epoch": epoch,
+                    "train_log_step": 10, "is_eval_dev": 1, "output_path": output, "visualdl": False,
+                    "pre_train_model": [{"name": "tiny_ernie", "params_path": params}], **trainer},
+    }

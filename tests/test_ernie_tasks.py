@@ -1,0 +1,125 @@
+"""Fine-tuning random-init ERNIE checkpoints (PaddleNLP and ERNIE-kit layouts) through the ERNIE
+task models in both graph modes; exports predict raw text as the trainer evaluates it."""
+from __future__ import annotations
+
+import json
+import re
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import build, make_sentences, run_script, write_config, write_tsv
+from ernie_helpers import ernie_config, ernie_text, make_ernie_model
+from wenxin.common.constants import Phase
+from wenxin.common.errors import ConfigError
+from wenxin.inference.predictor import Predictor
+
+LABEL = {"name": "label", "data_type": "int", "reader": {"type": "LabelFieldReader"}}
+
+
+@pytest.fixture(scope="module")
+def ernie_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ernie")
+    make_ernie_model(str(folder / "paddlenlp"), "paddlenlp")
+    make_ernie_model(str(folder / "erniekit"), "erniekit")
+    write_tsv(str(folder / "data" / "train.tsv"), make_sentences(240, seed=1))
+    write_tsv(str(folder / "data" / "dev.tsv"), make_sentences(60, seed=2))
+    return folder
+
+
+def classification(ernie_dir, tmp_path, mode, layout="paddlenlp", **trainer):
+    model_dir = str(ernie_dir / layout)
+    config = ernie_config(str(ernie_dir / "data"), model_dir, str(tmp_path / "out"),
+                          {"type": "ErnieClassification"}, "text_classification",
+                          [ernie_text("text_a", model_dir), LABEL], mode=mode, epoch=8, layout=layout, **trainer)
+    return config
+
+
+def assert_export_matches_evaluation(trainer, folder, rows, atol=1e-5):
+    outputs, _ = trainer.collect_outputs("dev_reader", Phase.EVALUATE)
+    results = Predictor(folder).predict(rows, batch_size=7)  # other batches: padding must not matter
+    probs = np.array([r["probs"] for r in results])
+    assert np.abs(probs - outputs["probs"]).max() < atol
+    np.testing.assert_array_equal(np.array([int(r["label"]) for r in results]), outputs["predictions"])
+    return outputs
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("layout", ["paddlenlp", "erniekit"])
+def test_ernie_classification_fine_tunes_and_exports(tmp_path, ernie_dir, mode, layout, capfd):
+    trainer = build(classification(ernie_dir, tmp_path, mode, layout), tmp_path)
+    report = capfd.readouterr().out
+    assert "loaded 40 parameters" in report and f"({layout} layout)" in report
+    assert "missing in file (2, keep their init): classifier.weight, classifier.bias" in report
+    assert "unexpected" not in report
+    trainer.do_train()
+    metrics = trainer.evaluate("dev_reader")
+    assert metrics["acc"] > 0.8, metrics
+    folder = trainer.export_inference(str(tmp_path / "export"))
+    moved = str(tmp_path / "moved")
+    shutil.move(folder, moved)  # the export carries the WordPiece vocab and tokenizer settings
+    with open(ernie_dir / "data" / "dev.tsv", encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t")[:1] for line in f]
+    assert_export_matches_evaluation(trainer, moved, rows)
+    with open(os.path.join(moved, "preprocess.json"), encoding="utf-8") as f:
+        field = json.load(f)["fields"][0]
+    assert field["tokenizer"]["type"] == "FullTokenizer" and field["vocab_path"] == "vocab/text_a.txt"
+
+
+def test_sentence_pairs_fine_tune_and_predict_raw_pairs(tmp_path, ernie_dir):
+    """[CLS] a [SEP] b [SEP] with token types from two columns (pair_with), through run_infer."""
+    rows = []
+    for i, (text, label) in enumerate(make_sentences(300, seed=5)):
+        other, other_label = make_sentences(1, seed=1000 + i)[0]
+        rows.append((text, other, int(label == other_label)))
+    write_tsv(str(tmp_path / "pairs" / "train.tsv"), rows[:240])
+    write_tsv(str(tmp_path / "pairs" / "dev.tsv"), rows[240:])
+    model_dir = str(ernie_dir / "paddlenlp")
+    fields = [ernie_text("text_a", model_dir, max_seq_len=40, pair_with="text_b"),
+              ernie_text("text_b", model_dir, max_seq_len=40), LABEL]
+    config = ernie_config(str(tmp_path / "pairs"), model_dir, str(tmp_path / "out"), {"type": "ErnieClassification"},
+                          "text_classification", fields, epoch=3, save_inference=True)
+    trainer = build(config, tmp_path)
+    batch = next(iter(trainer.readers["dev_reader"].make_loader(
+        trainer.readers["dev_reader"].make_sampler(4, False, 0), numpy_batches=True)))
+    assert set(batch) == {"text_a", "text_a_sent_ids", "text_a_pos_ids", "text_a_seq_lens", "label"}
+    first = batch["text_a"][0][:batch["text_a_seq_lens"][0]]
+    seps = np.flatnonzero(first == 2)  # [SEP]
+    assert first[0] == 1 and len(seps) == 2 and seps[-1] == len(first) - 1
+    np.testing.assert_array_equal(batch["text_a_sent_ids"][0][:len(first)],
+                                  [0] * (seps[0] + 1) + [1] * (len(first) - seps[0] - 1))
+    trainer.do_train()
+    infer = {"model_dir": str(tmp_path / "out" / "checkpoints" / "best" / "inference"),
+             "predict_reader": {"config": {"data_path": str(tmp_path / "pairs" / "dev.tsv")}},
+             "output_file": str(tmp_path / "predictions.txt")}
+    done = run_script(tmp_path, ["--param_path", write_config(str(tmp_path / "infer.json"), infer)], "run_infer.py")
+    assert done.returncode == 0, done.stderr
+    with open(tmp_path / "predictions.txt", encoding="utf-8") as f:
+        predicted = [line.split("\t")[0] for line in f]
+    outputs, _ = trainer.collect_outputs("dev_reader", Phase.EVALUATE)
+    assert [int(p) for p in predicted] == outputs["predictions"].tolist()
+
+
+def test_ernie_fields_and_models_check_what_they_are_given(tmp_path, ernie_dir):
+    model_dir = str(ernie_dir / "paddlenlp")
+    base = classification(ernie_dir, tmp_path, "dynamic")
+    cases = [
+        ("dataset_reader.train_reader.fields[0].vocab_path: ErnieTextFieldReader needs the pretrained model's vocab.txt",
+         lambda c: c["dataset_reader"]["train_reader"]["fields"][0].update(vocab_path="")),
+        ("model.encoder_config: ", lambda c: c["model"].update(encoder_config=str(tmp_path))),
+        ("max_seq_len 100 of 'text_a' is more than the encoder's max_position_embeddings 64",
+         lambda c: [r["fields"][0].update(max_seq_len=100) for r in c["dataset_reader"].values()]),
+        ("'text_a' is not an ErnieTextFieldReader field",
+         lambda c: [r["fields"][0].update(reader={"type": "TextFieldReader"}, tokenizer=None)
+                    for r in c["dataset_reader"].values()]),
+        ("pair_with: no other field named 'text_b'",
+         lambda c: c["dataset_reader"]["train_reader"]["fields"][0].update(pair_with="text_b")),
+    ]
+    for expected, change in cases:
+        config = json.loads(json.dumps(base))
+        change(config)
+        with pytest.raises(ConfigError, match=re.escape(expected)):
+            build(config, tmp_path)
+    assert os.path.isdir(model_dir)

@@ -1,0 +1,64 @@
+"""``ErnieTaskModel``: the base of task models on a pretrained ERNIE/BERT encoder."""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import paddle
+
+from wenxin.common.constants import InstanceName
+from wenxin.common.errors import ConfigError
+from wenxin.config.schema import REQUIRED, Key
+from wenxin.data.ernie_fields import POS_IDS, SENT_IDS
+from wenxin.models.base_model import BaseModel
+from wenxin.models.ernie import ErnieConfig, ErnieEncoder
+
+ENCODER_KEYS = {
+    "encoder_config": Key(str, REQUIRED, non_empty=True,
+                          doc="the pretrained model's config: its folder, or config.json / model_config.json "
+                              "(PaddleNLP) / ernie_config.json (ERNIE-kit)"),
+    "hidden_dropout_prob": Key((float, type(None)), None, minimum=0.0, maximum=1.0,
+                               doc="override the config's dropout while fine-tuning (null: the config's)"),
+}
+
+
+class ErnieTaskModel(BaseModel):
+    """Keeps the encoder at ``self.ernie``, where pretrained weights load (``ernie.*``: see
+    ``wenxin.compat.pretrained``), and checks that text fields fit it."""
+
+    config_schema = dict(ENCODER_KEYS)
+
+    def build_encoder(self) -> ErnieConfig:
+        """``self.ernie`` from ``model.encoder_config``; returns its config."""
+        p = self.model_params
+        try:
+            config = ErnieConfig.from_file(p["encoder_config"])
+        except ConfigError as e:
+            raise ConfigError(f"model.encoder_config: {e}") from None
+        if p.get("hidden_dropout_prob") is not None:
+            config.hidden_dropout_prob = p["hidden_dropout_prob"]
+        self.ernie = ErnieEncoder(config)
+        return config
+
+    def ernie_field(self, name: str, key: str) -> Dict[str, Any]:
+        """The info of text field ``name`` (named by config key ``key``), checked against the encoder."""
+        info = self.data_info.get(name)
+        if not info or not info.get("ernie_inputs"):
+            ernie_fields = [n for n, i in self.data_info.items() if i.get("ernie_inputs")]
+            raise ConfigError(f"{key}: '{name}' is not an ErnieTextFieldReader field of the train_reader "
+                              f"(those: {', '.join(ernie_fields) or 'none'})")
+        config = self.ernie.config
+        if info["vocab_size"] > config.vocab_size:
+            raise ConfigError(f"{key}: the vocab of '{name}' has {info['vocab_size']} tokens, more than the "
+                              f"encoder's vocab_size {config.vocab_size} (model.encoder_config): another "
+                              f"model's vocab.txt?")
+        if info["max_seq_len"] > config.max_position_embeddings:
+            raise ConfigError(f"{key}: max_seq_len {info['max_seq_len']} of '{name}' is more than the encoder's "
+                              f"max_position_embeddings {config.max_position_embeddings}")
+        return info
+
+    def encode(self, fields_dict: Dict[str, paddle.Tensor], name: str,
+               task_ids: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """Token states ``[B, T, H]`` and pooled vector ``[B, H]`` of ERNIE text field ``name``."""
+        return self.ernie(fields_dict[name], fields_dict[f"{name}_{InstanceName.SEQ_LENS}"],
+                          token_type_ids=fields_dict.get(f"{name}_{SENT_IDS}"),
+                          position_ids=fields_dict.get(f"{name}_{POS_IDS}"), task_type_ids=task_ids)
