@@ -36,28 +36,29 @@ def erniekit_names(num_layers: int) -> Dict[str, str]:
     return {pretrained.erniekit_to_paddlenlp(n): n for n in names}
 
 
-def make_ernie_model(folder: str, layout: str = "paddlenlp", seed: int = 7) -> Dict[str, np.ndarray]:
+def make_ernie_model(folder: str, layout: str = "paddlenlp", seed: int = 7, **shape: Any) -> Dict[str, np.ndarray]:
     """A random-init ERNIE 3.0-shaped model folder: PaddleNLP's (``config.json``,
     ``model_state.pdparams``) or ERNIE-kit's (``ernie_config.json``, ``params/``), with ``vocab.txt``.
     Returns the weights under PaddleNLP's names."""
     os.makedirs(folder, exist_ok=True)
     paddle.seed(seed)
-    encoder = ErnieEncoder(ErnieConfig.from_dict(TINY, "test"))
+    tiny = {**TINY, **shape}
+    encoder = ErnieEncoder(ErnieConfig.from_dict(tiny, "test"))
     weights = {name: value.numpy() for name, value in encoder.state_dict().items()}
     with open(os.path.join(folder, "vocab.txt"), "w", encoding="utf-8") as f:
         f.writelines(t + "\n" for t in SPECIALS + PIECES)
     if layout == "paddlenlp":
         with open(os.path.join(folder, "config.json"), "w") as f:
-            json.dump({**TINY, "architectures": ["ErnieModel"]}, f, indent=2)
+            json.dump({**tiny, "architectures": ["ErnieModel"]}, f, indent=2)
         paddle.save({name: paddle.to_tensor(value) for name, value in weights.items()},
                     os.path.join(folder, "model_state.pdparams"))
     else:
         from paddle.base import core
-        config = {k: v for k, v in TINY.items() if k not in ("layer_norm_eps", "model_type", "type_vocab_size")}
+        config = {k: v for k, v in tiny.items() if k not in ("layer_norm_eps", "model_type", "type_vocab_size")}
         with open(os.path.join(folder, "ernie_config.json"), "w") as f:
-            json.dump({**config, "sent_type_vocab_size": TINY["type_vocab_size"]}, f, indent=2)
+            json.dump({**config, "sent_type_vocab_size": tiny["type_vocab_size"]}, f, indent=2)
         os.makedirs(os.path.join(folder, "params"), exist_ok=True)
-        names = erniekit_names(TINY["num_hidden_layers"])
+        names = erniekit_names(tiny["num_hidden_layers"])
         for name, value in weights.items():
             tensor = core.DenseTensor()
             tensor.set(value, paddle.CPUPlace())

@@ -317,3 +317,82 @@ def test_erniekit_cnn_classification_trains_unchanged(tmp_path, mode):
     assert "model.type: CNNClassification -> ErnieKitCnnClassification" in proc.stdout
     records = [json.loads(line) for line in open(tmp_path / "output" / "cls_bow_ch" / "logs" / "metrics.jsonl")]
     assert [r for r in records if r["tag"] == "test"][-1]["acc"] >= 0.85
+
+
+def cls_ernie_config(epoch=8):
+    """A task file written the way ERNIE-kit's cls_ernie_fc_ch.json is, over models_hub/."""
+    hub = "./models_hub/ernie_3.0_base_ch_dir"
+    text = erniekit_field("text_a", "ErnieTextFieldReader",
+                          {"type": "FullTokenizer", "split_char": " ", "unk_token": "[UNK]"}, f"{hub}/vocab.txt")
+    label = erniekit_field("label", "ScalarFieldReader", convert=False)
+    label["max_seq_len"] = 1
+
+    def reader(name, folder, reader_epoch, distribute):
+        return {"name": name, "type": "BasicDataSetReader", "fields": copy.deepcopy([text, label]),
+                "config": {"data_path": f"./data/{folder}", "shuffle": False, "batch_size": 16, "epoch": reader_epoch,
+                           "sampling_rate": 1.0, "need_data_distribute": distribute, "need_generate_examples": False}}
+
+    return {
+        "dataset_reader": {"train_reader": reader("train_reader", "train_data", epoch, True),
+                           "test_reader": reader("test_reader", "test_data", 1, False)},
+        "model": {"type": "ErnieClassification", "is_dygraph": 1,
+                  "optimization": {"learning_rate": 2e-3, "use_lr_decay": True, "warmup_steps": 0,
+                                   "warmup_proportion": 0.1, "weight_decay": 0.01, "use_dynamic_loss_scaling": False,
+                                   "init_loss_scaling": 128, "incr_every_n_steps": 100, "decr_every_n_nan_or_inf": 2,
+                                   "incr_ratio": 2.0, "decr_ratio": 0.8},
+                  "embedding": {"config_path": f"{hub}/ernie_config.json"}, "num_labels": 2},
+        "trainer": {"type": "CustomDynamicTrainer", "PADDLE_PLACE_TYPE": "cpu", "PADDLE_IS_FLEET": 0,
+                    "train_log_step": 10, "use_amp": True, "is_eval_dev": 0, "is_eval_test": 1, "eval_step": 100,
+                    "save_model_step": 200, "load_parameters": "", "load_checkpoint": "",
+                    "pre_train_model": [{"name": "ernie_3.0_base_ch", "params_path": f"{hub}/params"}],
+                    "output_path": "./output/cls_ernie_3.0_base_fc_ch_dy",
+                    "extra_param": {"meta": {"job_type": "text_classification"}}},
+    }
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_erniekit_ernie_classification_runs_unchanged(tmp_path, mode):
+    """cls_ernie_fc_ch.json over an ERNIE-kit model hub folder (params/, ernie_config.json,
+    vocab.txt): trains, exports and predicts with ERNIE-kit's infer file."""
+    from ernie_helpers import make_ernie_model
+    erniekit_tree(tmp_path)
+    make_ernie_model(str(tmp_path / "models_hub" / "ernie_3.0_base_ch_dir"), "erniekit", max_position_embeddings=512)
+    for folder in ("train_data", "test_data"):  # ERNIE-kit's ERNIE data: raw text, no spaces between words
+        path = next((tmp_path / "data" / folder).iterdir())
+        path.write_text("".join(line.replace(" ", "") + "\n" for line in path.read_text("utf-8").splitlines()),
+                        encoding="utf-8")
+    config = cls_ernie_config()
+    if mode == "static":
+        config["model"]["is_dygraph"] = 0
+        config["trainer"]["type"] = "CustomTrainer"
+    (tmp_path / "cls_ernie_fc_ch.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    proc = run(tmp_path, ["--param_path", "cls_ernie_fc_ch.json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stdout
+    assert "model.embedding.config_path -> model.encoder_config" in log
+    assert "loaded 40 parameters from ./models_hub/ernie_3.0_base_ch_dir/params (erniekit layout)" in log
+    assert "missing in file (2, keep their init): classifier.weight, classifier.bias" in log
+    out = tmp_path / "output" / "cls_ernie_3.0_base_fc_ch_dy"
+    records = [json.loads(line) for line in open(out / "logs" / "metrics.jsonl")]
+    test = [r for r in records if r["tag"] == "test"]
+    assert test and test[-1]["acc"] >= 0.9, test
+    step = max(r["step"] for r in records)
+    infer = {"dataset_reader": {"predict_reader": {
+                 "name": "predict_reader", "type": "BasicDataSetReader",
+                 "fields": [cls_ernie_config()["dataset_reader"]["train_reader"]["fields"][0]],
+                 "config": {"data_path": "./data/predict_data", "shuffle": False, "batch_size": 8, "epoch": 1,
+                            "sampling_rate": 1.0, "need_data_distribute": False, "need_generate_examples": True}}},
+             "inference": {"type": "CustomInference", "output_path": "./output/predict_result.txt",
+                           "PADDLE_PLACE_TYPE": "cpu", "num_labels": 2, "thread_num": 2,
+                           "inference_model_path": f"./output/cls_ernie_3.0_base_fc_ch_dy/save_inference_model/"
+                                                   f"inference_step_{step}/",
+                           "extra_param": {"meta": {"job_type": "text_classification"}}}}
+    texts = ["".join(text) for text, _ in make_sentences(12, seed=9)] + ["Hello 😀 world！", "ＡＢＣ e\u0301"]
+    os.makedirs(tmp_path / "data" / "predict_data")
+    (tmp_path / "data" / "predict_data" / "infer.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    (tmp_path / "cls_ernie_fc_ch_infer.json").write_text(json.dumps(infer), encoding="utf-8")
+    proc = run(tmp_path, ["--param_path", "cls_ernie_fc_ch_infer.json"], script="run_infer.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (tmp_path / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert [line.split("\t")[0] for line in lines] == texts
+    assert all(abs(sum(json.loads(line.split("\t")[1])) - 1) < 1e-5 for line in lines)

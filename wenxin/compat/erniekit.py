@@ -25,8 +25,13 @@ READER_NAMES = ("train_reader", "dev_reader", "test_reader", "predict_reader")
 # ERNIE-kit field readers and tokenizers -> wenxin's, with the settings that give ERNIE-kit's behaviour
 FIELD_READERS = {"CustomTextFieldReader": "TextFieldReader", "TextFieldReader": "TextFieldReader"}
 TOKENIZERS = {"CustomTokenizer": {"type": "WhitespaceTokenizer", "lowercase": False}}
-NEEDS_WORDPIECE = ("ErnieTextFieldReader", "ErnieSeqlabelLabelFieldReader", "ErnieClassificationFieldReader",
-                   "FullTokenizer", "ErnieClassificationDataSetReader")
+ERNIE_FIELD_READERS = ("ErnieTextFieldReader", "ErnieClassificationFieldReader")
+# ERNIE-kit names wenxin does not have yet
+NOT_YET = ("ErnieSeqlabelLabelFieldReader",)
+# ERNIE-kit's dataset readers whose behaviour wenxin's BasicDataSetReader has (pairs: pair_with)
+DATASET_READERS = {"ErnieClassificationDataSetReader": "BasicDataSetReader"}
+# ERNIE-kit's models on a pretrained ERNIE: embedding.config_path names the encoder's config
+ERNIE_MODELS = ("ErnieClassification",)
 # (job type, ERNIE-kit model type) -> wenxin model type, where the networks differ
 MODEL_TYPES = {("text_classification", "BowClassification"): "ErnieKitBowClassification",
                ("text_classification", "CNNClassification"): "ErnieKitCnnClassification",
@@ -51,7 +56,8 @@ def is_erniekit(raw: Dict[str, Any]) -> bool:
         if "epoch" in config or "key_tag" in config:
             return True
         for field in reader.get("fields") or []:
-            if isinstance(field, dict) and _type_of(field.get("reader")) in (*FIELD_READERS, *NEEDS_WORDPIECE):
+            if isinstance(field, dict) and _type_of(field.get("reader")) in (*FIELD_READERS, *ERNIE_FIELD_READERS,
+                                                                             *NOT_YET):
                 return True
     return False
 
@@ -128,19 +134,37 @@ def _translate_reader(name: str, reader: Dict[str, Any], trainer: Dict[str, Any]
     if config.get("extra_params"):
         problems.add(f"{path}.config.extra_params: {sorted(config['extra_params'])} cannot be honoured")
     config.pop("extra_params", None)
-    if reader.get("type") in NEEDS_WORDPIECE:
-        problems.add(f"{path}.type: {reader['type']!r} needs the WordPiece tokenizer (not yet in wenxin)")
+    if reader.get("type") in DATASET_READERS:
+        notes.append(f"{path}.type: {reader['type']} -> {DATASET_READERS[reader['type']]}")
+        reader["type"] = DATASET_READERS[reader["type"]]
+    fields = [f for f in reader.get("fields") or [] if isinstance(f, dict)]
     for i, field in enumerate(reader.get("fields") or []):
         if isinstance(field, dict):
             _translate_field(f"{path}.fields[{i}]", field, notes, problems, train_labels)
+    _pair_ernie_fields(path, fields, notes)
+
+
+def _pair_ernie_fields(path: str, fields: List[Dict[str, Any]], notes: List[str]) -> None:
+    """ERNIE-kit's ``ErnieClassificationFieldReader`` fields are encoded together, as
+    ``[CLS] a [SEP] b [SEP]``: the first reads the second's column (``pair_with``)."""
+    joined = [f for f in fields if f.get("_joined")]
+    for field in fields:
+        field.pop("_joined", None)
+    if len(joined) == 2:
+        joined[0]["pair_with"] = joined[1]["name"]
+        notes.append(f"{path}: ErnieClassificationFieldReader '{joined[0]['name']}' and '{joined[1]['name']}' -> "
+                     f"one ErnieTextFieldReader pair ([CLS] {joined[0]['name']} [SEP] {joined[1]['name']} [SEP]): "
+                     f"\"pair_with\": \"{joined[1]['name']}\"")
 
 
 def _translate_field(path: str, field: Dict[str, Any], notes: List[str], problems: Problems,
                      train_labels: bool) -> None:
     kind = _type_of(field.get("reader"))
-    if kind in NEEDS_WORDPIECE or _type_of(field.get("tokenizer")) in NEEDS_WORDPIECE:
-        problems.add(f"{path}: {kind or field['tokenizer']['type']!r} needs the WordPiece tokenizer "
-                     f"(not yet in wenxin)")
+    if kind in NOT_YET:
+        problems.add(f"{path}.reader.type: {kind!r} is not in wenxin yet")
+        return
+    if kind in ERNIE_FIELD_READERS:
+        _translate_ernie_field(path, field, kind, notes, problems)
         return
     if kind in FIELD_READERS and FIELD_READERS[kind] != kind:
         field["reader"]["type"] = FIELD_READERS[kind]
@@ -163,7 +187,41 @@ def _translate_field(path: str, field: Dict[str, Any], notes: List[str], problem
         field.pop("need_convert")
 
 
+def _translate_ernie_field(path: str, field: Dict[str, Any], kind: str, notes: List[str],
+                           problems: Problems) -> None:
+    if kind == "ErnieClassificationFieldReader":
+        field["reader"]["type"] = "ErnieTextFieldReader"
+        field["_joined"] = True
+    tokenizer = field.get("tokenizer")
+    if not isinstance(tokenizer, dict):
+        return
+    params = tokenizer.pop("params", None) or {}
+    if not isinstance(params, dict):
+        params = {}
+    if params.get("use_sentence_piece_vocab"):
+        problems.add(f"{path}.tokenizer.params.use_sentence_piece_vocab: SentencePiece vocabularies "
+                     f"(ERNIE-M) are not supported; FullTokenizer reads WordPiece vocab.txt files")
+    for key in sorted(set(params) - {"use_sentence_piece_vocab", "do_lower_case"}):
+        problems.add(f"{path}.tokenizer.params.{key}: not a FullTokenizer setting wenxin knows")
+    if tokenizer.get("type") == "FullTokenizer":
+        tokenizer.setdefault("lowercase", bool(params.get("do_lower_case", True)))
+        tokenizer.setdefault("split_symbols", False)
+        notes.append(f"{path}.tokenizer: FullTokenizer as ERNIE-kit's (lowercase {tokenizer['lowercase']}, "
+                     f"symbols such as emoji kept inside words: split_symbols false)")
+
+
 def _translate_model(job: str, model: Dict[str, Any], notes: List[str]) -> None:
+    if model.get("type") in ERNIE_MODELS:
+        embedding = model.pop("embedding", None)
+        if isinstance(embedding, dict) and "config_path" in embedding and "encoder_config" not in model:
+            model["encoder_config"] = embedding["config_path"]
+            notes.append(f"model.embedding.config_path -> model.encoder_config ({embedding['config_path']!r})")
+        opt = model.setdefault("optimization", {})
+        if isinstance(opt, dict):  # ERNIE-kit's ERNIE models: AdamW, epsilon 1e-6, global-norm clip 1.0
+            for key, value in (("optimizer", "adamw"), ("epsilon", 1e-6), ("max_grad_norm", 1.0)):
+                if key not in opt:
+                    opt[key] = value
+                    notes.append(f"model.optimization.{key}: {value!r} (what ERNIE-kit used for {model['type']})")
     wenxin_type = MODEL_TYPES.get((job, model.get("type")))
     if wenxin_type:
         notes.append(f"model.type: {model['type']} -> {wenxin_type} (ERNIE-kit's network; wenxin's "

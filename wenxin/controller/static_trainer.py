@@ -274,8 +274,10 @@ class BaseStaticTrainer(BaseTrainer):
 
     def eval_program(self, reader_name: str) -> _EvalProgram:
         """The evaluation program for a reader's inputs (``predict``: the exported model's)."""
-        return self._eval_programs[self._eval_variant_of.get(reader_name, self._eval_variant_of[
-            "dev_reader" if "dev_reader" in self._eval_variant_of else "train_reader"])]
+        variants = self._eval_variant_of  # a reader without a program of its own uses an evaluated one's
+        key = variants.get(reader_name) or next(variants[name] for name in ("dev_reader", "test_reader", "train_reader")
+                                                if name in variants)
+        return self._eval_programs[key]
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
         evaluation = self.eval_program(reader_name)
