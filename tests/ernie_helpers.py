@@ -89,3 +89,29 @@ def ernie_config(data_dir: str, model_dir: str, output: str, model: Dict[str, An
                     "train_log_step": 10, "is_eval_dev": 1, "output_path": output, "visualdl": False,
                     "pre_train_model": [{"name": "tiny_ernie", "params_path": params}], **trainer},
     }
+
+
+def make_tagged(n: int, seed: int, sep: str = " ") -> List[tuple]:
+    """Sentences of words separated by ``sep`` with one BIO tag per word: POSITIVE characters are
+    PER names, NEGATIVE ones LOC names, the English word ``goods`` (two pieces: good ##s) an ORG."""
+    import random
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        words: List[str] = []
+        tags: List[str] = []
+        for _ in range(rng.randint(1, 3)):
+            chunk = [rng.choice(NEUTRAL) for _ in range(rng.randint(1, 3))]  # chunks never touch
+            words += chunk
+            tags += ["O"] * len(chunk)
+            kind = rng.random()
+            if kind < 0.8:
+                pool, label = (POSITIVE, "PER") if kind < 0.4 else (NEGATIVE, "LOC")
+                chunk = [rng.choice(pool) for _ in range(rng.randint(1, 3))]
+                words += chunk
+                tags += [f"B-{label}"] + [f"I-{label}"] * (len(chunk) - 1)
+            else:
+                words.append("goods")
+                tags.append("B-ORG")
+        rows.append((sep.join(words), sep.join(tags)))
+    return rows

@@ -154,10 +154,13 @@ def test_keys_wenxin_cannot_honour_are_reported_together():
     raw["trainer"]["is_do_train"] = 0
     raw["trainer"]["extra_param"]["meta"]["job_type"] = "text_generation"
     raw["dataset_reader"]["train_reader"]["config"]["key_tag"] = True
-    raw["dataset_reader"]["dev_reader"]["fields"][0]["reader"]["type"] = "ErnieTextFieldReader"
+    raw["dataset_reader"]["dev_reader"]["fields"][0].update(
+        reader={"type": "ErnieTextFieldReader"},
+        tokenizer={"type": "FullTokenizer", "params": {"use_sentence_piece_vocab": True}})  # ERNIE-M's
     with pytest.raises(ConfigError) as info:
         translate(raw)
     assert len(info.value.problems) == 4
+    assert "SentencePiece vocabularies (ERNIE-M) are not supported" in str(info.value)
 
 
 def test_native_files_are_not_translated():
@@ -396,3 +399,82 @@ def test_erniekit_ernie_classification_runs_unchanged(tmp_path, mode):
     lines = (tmp_path / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert [line.split("\t")[0] for line in lines] == texts
     assert all(abs(sum(json.loads(line.split("\t")[1])) - 1) < 1e-5 for line in lines)
+
+
+def seqlab_ernie_config(sep="\x02"):
+    """A task file written the way ERNIE-kit's seqlab_ernie_fc_ch.json is, with \\x02 separators."""
+    hub = "./models_hub/ernie_3.0_base_ch_dir"
+    text = erniekit_field("text_a", "ErnieTextFieldReader",
+                          {"type": "FullTokenizer", "split_char": sep, "unk_token": "[UNK]", "params": None},
+                          f"{hub}/vocab.txt")
+    label = erniekit_field("label", "ErnieSeqlabelLabelFieldReader",
+                           {"type": "CustomTokenizer", "split_char": sep, "unk_token": "O", "params": None},
+                           "./dict/vocab_label_map.txt")
+    label["data_type"] = "string"
+
+    def reader(name, folder, reader_epoch, distribute):
+        return {"name": name, "type": "BasicDataSetReader", "fields": copy.deepcopy([text, label]),
+                "config": {"data_path": f"./data/{folder}", "shuffle": False, "batch_size": 16, "epoch": reader_epoch,
+                           "sampling_rate": 1.0, "need_data_distribute": distribute, "need_generate_examples": False}}
+
+    return {
+        "dataset_reader": {"train_reader": reader("train_reader", "train_data", 10, True),
+                           "test_reader": reader("test_reader", "test_data", 1, False),
+                           "dev_reader": reader("dev_reader", "dev_data", 1, False)},
+        "model": {"type": "ErnieFcSeqLabel", "is_dygraph": 1,
+                  "optimization": {"learning_rate": 1e-2, "use_lr_decay": True, "warmup_steps": 0,
+                                   "warmup_proportion": 0.1, "weight_decay": 0.01, "use_dynamic_loss_scaling": False,
+                                   "init_loss_scaling": 128, "incr_every_n_steps": 100, "decr_every_n_nan_or_inf": 2,
+                                   "incr_ratio": 2.0, "decr_ratio": 0.8},
+                  "embedding": {"config_path": f"{hub}/ernie_config.json"}, "vocab_path": "./dict/vocab_label_map.txt"},
+        "trainer": {"type": "CustomDynamicTrainer", "PADDLE_PLACE_TYPE": "cpu", "PADDLE_IS_FLEET": 0,
+                    "train_log_step": 10, "use_amp": False, "is_eval_dev": 1, "is_eval_test": 1, "eval_step": 1000,
+                    "save_model_step": 10000, "load_parameters": "", "load_checkpoint": "",
+                    "pre_train_model": [{"name": "ernie_3.0_base_ch", "params_path": f"{hub}/params"}],
+                    "output_path": "./output/seqlab_ernie_3.0_base_fc_ch",
+                    "extra_param": {"meta": {"job_type": "sequence_labeling"}}},
+    }
+
+
+def test_erniekit_ernie_sequence_labeling_runs_unchanged(tmp_path):
+    """seqlab_ernie_fc_ch.json with \\x02-separated words and tags, ERNIE-kit's label map
+    (tag<TAB>id), trained, exported and predicted with ERNIE-kit's output lines."""
+    from ernie_helpers import make_ernie_model, make_tagged
+    make_ernie_model(str(tmp_path / "models_hub" / "ernie_3.0_base_ch_dir"), "erniekit", max_position_embeddings=512)
+    for folder, seed, n in (("train_data", 1, 300), ("dev_data", 2, 60), ("test_data", 3, 60)):
+        os.makedirs(tmp_path / "data" / folder)
+        rows = make_tagged(n, seed, sep="\x02")
+        (tmp_path / "data" / folder / "part-0").write_text("".join(f"{t}\t{g}\n" for t, g in rows), encoding="utf-8")
+    os.makedirs(tmp_path / "dict")
+    tag_map = ["B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "O"]  # ERNIE-kit's example map
+    (tmp_path / "dict" / "vocab_label_map.txt").write_text("".join(f"{t}\t{i}\n" for i, t in enumerate(tag_map)))
+    (tmp_path / "seqlab_ernie_fc_ch.json").write_text(json.dumps(seqlab_ernie_config(), indent=2), encoding="utf-8")
+    proc = run(tmp_path, ["--param_path", "seqlab_ernie_fc_ch.json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "model.vocab_path: dropped (the tags are those of the label field's vocab_path)" in proc.stdout
+    out = tmp_path / "output" / "seqlab_ernie_3.0_base_fc_ch"
+    records = [json.loads(line) for line in open(out / "logs" / "metrics.jsonl")]
+    test = [r for r in records if r["tag"] == "test"]
+    assert test and test[-1]["f1"] > 0.8, test
+    step = max(r["step"] for r in records)
+    predict = [t for t, _ in make_tagged(10, seed=9, sep="\x02")]
+    os.makedirs(tmp_path / "data" / "predict_data")
+    (tmp_path / "data" / "predict_data" / "infer.txt").write_text("\n".join(predict) + "\n", encoding="utf-8")
+    infer = {"dataset_reader": {"predict_reader": {
+                 "name": "predict_reader", "type": "BasicDataSetReader",
+                 "fields": [seqlab_ernie_config()["dataset_reader"]["train_reader"]["fields"][0]],
+                 "config": {"data_path": "./data/predict_data", "shuffle": False, "batch_size": 8, "epoch": 1,
+                            "sampling_rate": 1.0, "need_data_distribute": False, "need_generate_examples": True}}},
+             "inference": {"type": "CustomInference", "output_path": "./output/predict_result.txt",
+                           "PADDLE_PLACE_TYPE": "cpu", "thread_num": 2,
+                           "inference_model_path": f"./output/seqlab_ernie_3.0_base_fc_ch/save_inference_model/"
+                                                   f"inference_step_{step}/",
+                           "extra_param": {"meta": {"job_type": "sequence_labeling"}}}}
+    (tmp_path / "seqlab_ernie_fc_ch_infer.json").write_text(json.dumps(infer), encoding="utf-8")
+    proc = run(tmp_path, ["--param_path", "seqlab_ernie_fc_ch_infer.json"], script="run_infer.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (tmp_path / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert [line.split("\t")[0] for line in lines] == predict
+    for line, text in zip(lines, predict):
+        ids = json.loads(line.split("\t")[1])
+        assert len(ids) == len(text.split("\x02")) and all(0 <= i < len(tag_map) for i in ids)

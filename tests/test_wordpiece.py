@@ -48,14 +48,14 @@ def test_single_texts_match_the_reference(key, settings):
 
 def test_truncated_single_texts_match_the_reference():
     for case in REFERENCE["single_truncated"]:
-        ids, types = field(case["max_seq_len"]).convert(case["text"])
+        ids, types, _ = field(case["max_seq_len"]).convert(case["text"])
         assert ids.tolist() == case["ids"], case["text"]
         assert types.tolist() == [0] * len(ids)
 
 
 def test_pairs_match_the_reference_with_token_types_and_longest_first_truncation():
     for case in REFERENCE["pairs"]:
-        ids, types = field(case["max_seq_len"]).convert_pair(case["a"], case["b"])
+        ids, types, _ = field(case["max_seq_len"]).convert_pair(case["a"], case["b"])
         assert (ids.tolist(), types.tolist()) == (case["ids"], case["token_type_ids"]), case
 
 

@@ -16,6 +16,7 @@ from wenxin.metrics.chunking import chunk_f1
 from wenxin.models.base_model import BaseModel
 from wenxin.models.crf import LinearChainCrf
 from wenxin.models.encoders import ENCODER_SCHEMA, SEQUENCE_ENCODERS, TextEncoder, text_field_info
+from wenxin.models.ernie_task import ErnieTaskModel
 from wenxin.models.modules import length_mask
 
 
@@ -40,10 +41,7 @@ class SequenceTagger(BaseModel):
         p = self.model_params
         self.text_field, self.label_field = p["text_field"], p["label_field"]
         text_info = text_field_info(self.data_info, self.text_field, "model.text_field")
-        self.tags = list(self.data_info.get(self.label_field, {}).get("labels", []))
-        if len(self.tags) < 2:
-            raise ConfigError(f"model.label_field: '{self.label_field}' has {len(self.tags)} tags; "
-                              f"a tagger needs a SequenceLabelFieldReader field with at least 2")
+        self.tags = self._tags()
         if p["encoder"]["type"] not in SEQUENCE_ENCODERS:
             raise ConfigError(f"model.encoder.type: a tagger needs per-token states: one of "
                               f"{', '.join(SEQUENCE_ENCODERS)}, not '{p['encoder']['type']}'")
@@ -52,10 +50,22 @@ class SequenceTagger(BaseModel):
         self.emissions = nn.Linear(self.encoder.state_dim, len(self.tags))
         self.crf = LinearChainCrf(len(self.tags)) if p["decoder"] == "crf" else None
 
+    def _tags(self) -> list:
+        tags = list(self.data_info.get(self.label_field, {}).get("labels", []))
+        if len(tags) < 2:
+            raise ConfigError(f"model.label_field: '{self.label_field}' has {len(tags)} tags; "
+                              f"a tagger needs a SequenceLabelFieldReader field with at least 2")
+        return tags
+
+    def token_states(self, fields_dict: Dict[str, paddle.Tensor]) -> paddle.Tensor:
+        """The encoder's states ``[B, T, H]`` of the text field's tokens."""
+        ids = fields_dict[self.text_field]  # [B, T]
+        return self.encoder(ids, fields_dict[f"{self.text_field}_{InstanceName.SEQ_LENS}"])[0]
+
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
         ids = fields_dict[self.text_field]  # [B, T]
         seq_lens = fields_dict[f"{self.text_field}_{InstanceName.SEQ_LENS}"]  # [B]
-        states, _ = self.encoder(ids, seq_lens)  # [B, T, H]
+        states = self.token_states(fields_dict)  # [B, T, H]
         emissions = self.emissions(self.dropout(states)).astype("float32")  # [B, T, N]
         mask = length_mask(seq_lens, paddle.shape(ids)[1], "int64")  # [B, T]
         if self.crf is not None:
@@ -100,3 +110,30 @@ class BiGruSoftmax(SequenceTagger):
     """A bidirectional GRU with an independent softmax per token."""
 
     config_schema = {**SequenceTagger.config_schema, "decoder": Key(str, "softmax", choices=["crf", "softmax"])}
+
+
+@RegisterSet.models.register("ErnieFcSeqLabel")
+class ErnieFcSeqLabel(SequenceTagger, ErnieTaskModel):
+    """A pretrained ERNIE/BERT encoder (``model.encoder_config``) and a per-token linear layer,
+    with a softmax per token (ERNIE-kit's ``ErnieFcSeqLabel``) or a linear-chain CRF
+    (``decoder: crf``). The text field is an ``ErnieTextFieldReader``, the tags an
+    ``ErnieSeqlabelLabelFieldReader`` (word tags spread over word pieces); exported predictions
+    are one tag per word."""
+
+    config_schema = {**ErnieTaskModel.config_schema,
+                     **{k: v for k, v in SequenceTagger.config_schema.items() if k != "encoder"},
+                     "decoder": Key(str, "softmax", choices=["crf", "softmax"])}
+
+    def structure(self) -> None:
+        p = self.model_params
+        self.text_field, self.label_field = p["text_field"], p["label_field"]
+        config = self.build_encoder()
+        self.ernie_field(self.text_field, "model.text_field")
+        self.tags = self._tags()
+        self.dropout = nn.Dropout(p["dropout"])
+        self.emissions = nn.Linear(config.hidden_size, len(self.tags), weight_attr=paddle.ParamAttr(
+            initializer=nn.initializer.TruncatedNormal(0.0, config.initializer_range)))
+        self.crf = LinearChainCrf(len(self.tags)) if p["decoder"] == "crf" else None
+
+    def token_states(self, fields_dict: Dict[str, paddle.Tensor]) -> paddle.Tensor:
+        return self.encode(fields_dict, self.text_field)[0]

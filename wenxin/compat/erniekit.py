@@ -27,11 +27,11 @@ FIELD_READERS = {"CustomTextFieldReader": "TextFieldReader", "TextFieldReader": 
 TOKENIZERS = {"CustomTokenizer": {"type": "WhitespaceTokenizer", "lowercase": False}}
 ERNIE_FIELD_READERS = ("ErnieTextFieldReader", "ErnieClassificationFieldReader")
 # ERNIE-kit names wenxin does not have yet
-NOT_YET = ("ErnieSeqlabelLabelFieldReader",)
+NOT_YET: Tuple[str, ...] = ()
 # ERNIE-kit's dataset readers whose behaviour wenxin's BasicDataSetReader has (pairs: pair_with)
 DATASET_READERS = {"ErnieClassificationDataSetReader": "BasicDataSetReader"}
 # ERNIE-kit's models on a pretrained ERNIE: embedding.config_path names the encoder's config
-ERNIE_MODELS = ("ErnieClassification",)
+ERNIE_MODELS = ("ErnieClassification", "ErnieFcSeqLabel")
 # (job type, ERNIE-kit model type) -> wenxin model type, where the networks differ
 MODEL_TYPES = {("text_classification", "BowClassification"): "ErnieKitBowClassification",
                ("text_classification", "CNNClassification"): "ErnieKitCnnClassification",
@@ -56,8 +56,8 @@ def is_erniekit(raw: Dict[str, Any]) -> bool:
         if "epoch" in config or "key_tag" in config:
             return True
         for field in reader.get("fields") or []:
-            if isinstance(field, dict) and _type_of(field.get("reader")) in (*FIELD_READERS, *ERNIE_FIELD_READERS,
-                                                                             *NOT_YET):
+            if isinstance(field, dict) and _type_of(field.get("reader")) in (
+                    *FIELD_READERS, *ERNIE_FIELD_READERS, "ErnieSeqlabelLabelFieldReader", *NOT_YET):
                 return True
     return False
 
@@ -79,6 +79,9 @@ def translate(raw: Dict[str, Any], source: str = "") -> Tuple[Dict[str, Any], Li
     if isinstance(trainer, dict):
         _translate_trainer(trainer, notes, problems)
         trainer.setdefault("output_layout", "erniekit")
+        if job == "sequence_labeling" and "metric" not in trainer:
+            trainer["metric"] = "f1"
+            notes.append("trainer.metric: 'f1' (chunk F1 picks the best model, as ERNIE-kit reports it)")
         notes.append("trainer.output_layout: erniekit (checkpoints in save_checkpoints/checkpoints_step_<N>, "
                      "an inference model in save_inference_model/inference_step_<N> at every save)")
     train = (config.get("dataset_reader") or {}).get("train_reader") or {}
@@ -216,6 +219,11 @@ def _translate_model(job: str, model: Dict[str, Any], notes: List[str]) -> None:
         if isinstance(embedding, dict) and "config_path" in embedding and "encoder_config" not in model:
             model["encoder_config"] = embedding["config_path"]
             notes.append(f"model.embedding.config_path -> model.encoder_config ({embedding['config_path']!r})")
+        if model.get("type") == "ErnieFcSeqLabel":
+            for key in ("vocab_path", "num_labels"):
+                if key in model:
+                    notes.append(f"model.{key}: dropped (the tags are those of the label field's vocab_path)")
+                    model.pop(key)
         opt = model.setdefault("optimization", {})
         if isinstance(opt, dict):  # ERNIE-kit's ERNIE models: AdamW, epsilon 1e-6, global-norm clip 1.0
             for key, value in (("optimizer", "adamw"), ("epsilon", 1e-6), ("max_grad_norm", 1.0)):

@@ -2,19 +2,21 @@
 types, as ERNIE-kit's ``ErnieTextFieldReader`` writes them."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from wenxin.common.constants import InstanceName
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
-from wenxin.data.field_reader import TensorSpec, TextFieldReader, fixed_length, pad_sequences
+from wenxin.data.field_reader import BaseFieldReader, SequenceLabelFieldReader, TensorSpec, TextFieldReader, \
+    UnknownLabelError, fixed_length, pad_sequences
+from wenxin.data.vocab import Vocab
 
 CLS_TOKEN, SEP_TOKEN = "[CLS]", "[SEP]"
 SENT_IDS, POS_IDS = "sent_ids", "pos_ids"
 
-ErnieExample = Tuple[np.ndarray, np.ndarray]  # (ids [T], token types [T])
+ErnieExample = Tuple[np.ndarray, np.ndarray, List[int]]  # (ids [T], token types [T], pieces per word)
 
 
 def truncate_pair(a: List[int], b: List[int], budget: int) -> Tuple[List[int], List[int]]:
@@ -60,14 +62,25 @@ class ErnieTextFieldReader(TextFieldReader):
         self.cls_id, self.sep_id = self.vocab.token_to_id[CLS_TOKEN], self.vocab.token_to_id[SEP_TOKEN]
         self.pair_index: Optional[int] = None
 
-    def _ids(self, text: str) -> List[int]:
+    def words(self, text: str) -> List[str]:
+        """The text's words: split on the tokenizer's ``split_char`` (a space by default; ``\x02``
+        in ERNIE-kit's tagging data), each then tokenized on its own."""
+        sep = (self.config.get("tokenizer") or {}).get("split_char", " ") or None
+        return [w for w in text.split(sep) if w]
+
+    def word_ids(self, text: str) -> List[List[int]]:
+        """The ids of each word (a word may give several pieces, or none)."""
+        words = self.words(text)
         if not self.config["need_convert"]:
-            return [int(t) for t in text.split()]  # pre-converted ids, e.g. "12 7 311"
-        to_ids = getattr(self.tokenizer, "to_ids", None)
-        if to_ids is not None:
-            return to_ids(text)
+            return [[int(t)] for t in words]  # pre-converted ids, e.g. "12 7 311"
+        to_ids_batch = getattr(self.tokenizer, "to_ids_batch", None)
+        if to_ids_batch is not None:
+            return to_ids_batch(words)
         assert self.vocab is not None
-        return self.vocab.to_ids(self.tokenizer.tokenize(text))
+        return [self.vocab.to_ids(self.tokenizer.tokenize(w)) for w in words]
+
+    def _ids(self, text: str) -> List[int]:
+        return [i for ids in self.word_ids(text) for i in ids]
 
     def _cut(self, ids: List[int], budget: int) -> List[int]:
         kind = self.config["truncation_type"]
@@ -81,15 +94,17 @@ class ErnieTextFieldReader(TextFieldReader):
         return ids[:head] + ids[len(ids) - (budget - head):]
 
     def convert(self, text: str) -> ErnieExample:  # type: ignore[override]
-        ids = [self.cls_id] + self._cut(self._ids(text), self.max_seq_len - 2) + [self.sep_id]
-        return np.asarray(ids, dtype=np.int64), np.zeros(len(ids), dtype=np.int64)
+        pieces = self.word_ids(text)
+        ids = [self.cls_id] + self._cut([i for w in pieces for i in w], self.max_seq_len - 2) + [self.sep_id]
+        # the third value, pieces per word, lets a tag field spread word tags over the pieces
+        return np.asarray(ids, dtype=np.int64), np.zeros(len(ids), dtype=np.int64), [len(w) for w in pieces]
 
     def convert_pair(self, text_a: str, text_b: str) -> ErnieExample:
         a, b = truncate_pair(self._ids(text_a), self._ids(text_b), self.max_seq_len - 3)
         ids = [self.cls_id] + a + [self.sep_id] + b + [self.sep_id]
         types = np.zeros(len(ids), dtype=np.int64)
         types[len(a) + 2:] = 1
-        return np.asarray(ids, dtype=np.int64), types
+        return np.asarray(ids, dtype=np.int64), types, []
 
     def collate(self, values: List[ErnieExample]) -> Dict[str, np.ndarray]:  # type: ignore[override]
         width = fixed_length(self.config)
@@ -108,3 +123,91 @@ class ErnieTextFieldReader(TextFieldReader):
 
     def info(self) -> Dict[str, Any]:
         return {**super().info(), "ernie_inputs": True, "pair": self.pair_index is not None}
+
+
+@RegisterSet.field_readers.register("ErnieSeqlabelLabelFieldReader")
+class ErnieSeqlabelLabelFieldReader(SequenceLabelFieldReader):
+    """One tag per word of an ``ErnieTextFieldReader`` field (``align_with``, default the first),
+    spread over its word pieces -> tag ids ``[B, T]`` aligned with that field's ids.
+
+    The ``[CLS]`` and ``[SEP]`` positions get the outside tag (the tokenizer's ``unk_token`` if it
+    is a tag, as ERNIE-kit does, else ``O``). A word's first piece gets the word's tag, and its
+    other pieces the inside tag of the same type (``B-X`` -> ``I-X`` when ``I-X`` is a tag, else
+    the word's tag), so that pieces form the same chunks as the words. ERNIE-kit itself pairs
+    tags with pieces by position, which is the same where every word is one piece (Chinese
+    characters) and misaligns otherwise. A line whose tag count differs from its word count is
+    malformed."""
+
+    def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
+        super().__init__(config, path, scope)
+        self.text_field: str = config.get("align_with") or ""
+        self.text_reader: Optional[ErnieTextFieldReader] = None
+        self.outside_id = 0
+        if self.vocab is not None:
+            self._set_outside()
+
+    def link(self, fields: List[BaseFieldReader]) -> None:
+        texts = [f for f in fields if isinstance(f, ErnieTextFieldReader)
+                 and (not self.text_field or f.name == self.text_field)]
+        if not texts:
+            raise ConfigError(f"{self.path}.align_with: no ErnieTextFieldReader field "
+                              f"{repr(self.text_field) + ' ' if self.text_field else ''}in this reader to tag")
+        self.text_reader = texts[0]
+        self.text_field = texts[0].name
+
+    def _set_outside(self) -> None:
+        assert self.vocab is not None
+        for tag in (self.tokenizer.unk_token, "O"):
+            if tag in self.vocab:
+                self.outside_id = self.vocab.token_to_id[tag]
+                return
+        raise ConfigError(f"{self.path}: the tag map has no outside tag ({self.tokenizer.unk_token!r} or 'O') "
+                          f"for the [CLS]/[SEP] positions")
+
+    def fit(self, columns: Iterable[str]) -> None:
+        """The training tags, plus ``I-X`` for each ``B-X`` (a word's later pieces need it)."""
+        tags = {t for c in columns for t in self.tokenizer.tokenize(c)}
+        tags |= {f"I-{t[2:]}" for t in tags if t.startswith("B-")}
+        self.vocab = Vocab(sorted(tags))
+        self._set_outside()
+
+    def use_saved_vocab(self, path: str) -> None:
+        super().use_saved_vocab(path)
+        self._set_outside()
+
+    def share_vocab(self, other: BaseFieldReader) -> None:
+        super().share_vocab(other)
+        self._set_outside()
+
+    def convert(self, text: str) -> np.ndarray:
+        assert self.vocab is not None, "tag map is built before conversion"
+        ids = []
+        for tag in self.tokenizer.tokenize(text):
+            idx = self.vocab.lookup(tag)
+            if idx is None:
+                raise UnknownLabelError(f"tag {tag!r} is not in the tag map {self.vocab.tokens[:20]} "
+                                        f"(the training tags)")
+            ids.append(idx)
+        return np.asarray(ids, dtype=np.int64)
+
+    def inside_of(self, tag_id: int) -> int:
+        assert self.vocab is not None
+        tag = self.vocab.tokens[tag_id]
+        if tag.startswith("B-") and f"I-{tag[2:]}" in self.vocab:
+            return self.vocab.token_to_id[f"I-{tag[2:]}"]
+        return tag_id
+
+    def check_example(self, example: Dict[str, Any]) -> None:
+        """Checked in ``combine``, against the text's words."""
+
+    def combine(self, value: np.ndarray, example: Dict[str, Any]) -> np.ndarray:
+        ids, _, pieces_per_word = example[self.text_field]
+        if len(value) != len(pieces_per_word):
+            raise ValueError(f"{len(value)} tags in '{self.name}' for {len(pieces_per_word)} words in "
+                             f"'{self.text_field}'")
+        assert self.text_reader is not None, "linked when the reader was built"
+        tags: List[int] = []
+        for tag, pieces in zip(value.tolist(), pieces_per_word):
+            tags.extend([tag] + [self.inside_of(tag)] * (pieces - 1))
+        tags = self.text_reader._cut(tags, self.text_reader.max_seq_len - 2)  # as the text was cut
+        return np.asarray([self.outside_id] + tags + [self.outside_id], dtype=np.int64)

@@ -85,6 +85,14 @@ class BaseFieldReader:
         """Check this field's value against the others of one example (by field name);
         raises ValueError when they do not fit together."""
 
+    def link(self, fields: List["BaseFieldReader"]) -> None:
+        """Find the other fields of the reader this one works with (called once they all exist)."""
+
+    def combine(self, value: Any, example: Dict[str, Any]) -> Any:
+        """This field's final value given the other fields' values of one example (by name),
+        e.g. word tags spread over a text's word pieces; unchanged by default."""
+        return value
+
     def collate(self, values: List[Any]) -> Dict[str, np.ndarray]:
         """Per-example values -> batch arrays named after ``tensor_specs``."""
         raise NotImplementedError
@@ -395,7 +403,8 @@ class PairColumn(BaseFieldReader):
 
 def link_pairs(fields: List[BaseFieldReader]) -> List[BaseFieldReader]:
     """Fields whose config names ``pair_with`` read that field's column as their second text;
-    the partner becomes a ``PairColumn``. Returns the fields with partners replaced."""
+    the partner becomes a ``PairColumn``. Then each field links to the others it works with
+    (``BaseFieldReader.link``). Returns the fields with partners replaced."""
     names = [f.name for f in fields]
     linked = list(fields)
     for field in fields:
@@ -413,11 +422,16 @@ def link_pairs(fields: List[BaseFieldReader]) -> List[BaseFieldReader]:
             raise ConfigError(f"{field.path}.pair_with: '{partner}' is already part of a pair")
         linked[index] = PairColumn(fields[index].config, fields[index].path, owner=field.name)
         field.pair_index = index  # type: ignore[attr-defined]
+    for field in linked:
+        field.link(linked)
     return linked
 
 
 def convert_row(fields: List[BaseFieldReader], columns: List[str]) -> Tuple[Any, ...]:
-    """One row's columns -> per-field values; a field with a pair reads its partner's column too."""
-    return tuple(field.convert_pair(text, columns[field.pair_index])  # type: ignore[attr-defined]
-                 if getattr(field, "pair_index", None) is not None else field.convert(text)
-                 for field, text in zip(fields, columns))
+    """One row's columns -> per-field values; a field with a pair reads its partner's column too,
+    and each field may then adjust its value to the others' (``combine``)."""
+    values = [field.convert_pair(text, columns[field.pair_index])  # type: ignore[attr-defined]
+              if getattr(field, "pair_index", None) is not None else field.convert(text)
+              for field, text in zip(fields, columns)]
+    by_name = {field.name: value for field, value in zip(fields, values)}
+    return tuple(field.combine(value, by_name) for field, value in zip(fields, values))

@@ -3,7 +3,7 @@ service answers) and lines (what ``wenxin infer`` writes). A model names its for
 ``BaseModel.prediction_format``; the export records it in ``preprocess.json``."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -72,8 +72,13 @@ class TaggingFormat(ResultFormat):
         lengths = batch[f"{field.name}_{InstanceName.SEQ_LENS}"]
         results = []
         for row, tag_ids, length in zip(rows, outputs[InstanceName.PREDICTIONS], lengths):
-            tokens = field.tokenizer.split(row[text])[:int(length)]
-            tags = [str(self.label(int(t))) for t in tag_ids[:int(length)]]
+            if hasattr(field, "word_ids"):  # ERNIE: the tag of each word's first piece, after [CLS]
+                tokens, starts = word_starts(field, row[text], int(length) - 2)
+                tag_ids = [tag_ids[1 + s] for s in starts]
+            else:
+                tokens = field.tokenizer.split(row[text])[:int(length)]
+                tag_ids = tag_ids[:int(length)]
+            tags = [str(self.label(int(t))) for t in tag_ids]
             chunks = [{"text": "".join(tokens[s:e + 1]), "type": kind, "start": s, "end": e}
                       for kind, s, e in extract_chunks(tags)]
             results.append({"tags": tags, "chunks": chunks})
@@ -82,6 +87,23 @@ class TaggingFormat(ResultFormat):
     def line(self, result: Dict[str, Any]) -> str:
         chunks = (c["text"] + (f"/{c['type']}" if c["type"] else "") for c in result["chunks"])
         return " ".join(result["tags"]) + "\t" + " ".join(chunks)
+
+    def erniekit_line(self, result: Dict[str, Any], row: Sequence[str]) -> str:
+        """ERNIE-kit's tagging line: the text, then the tag ids as a Python list. ERNIE-kit lists
+        one id per word piece; this lists one per word (the same where words are one piece)."""
+        ids = {name: i for i, name in enumerate(self.labels)}
+        return row[0] + "\t" + str([ids[t] for t in result["tags"]])
+
+
+def word_starts(field: Any, text: str, pieces_kept: int) -> Tuple[List[str], List[int]]:
+    """The words of ``text`` whose first piece survived truncation, and where those pieces are."""
+    words, starts, position = [], [], 0
+    for word, pieces in zip(field.words(text), field.word_ids(text)):
+        if pieces and position < pieces_kept:
+            words.append(word)
+            starts.append(position)
+        position += len(pieces)
+    return words, starts
 
 
 @RegisterSet.result_formats.register("score")
