@@ -8,6 +8,7 @@ import os
 import shutil
 
 import numpy as np
+import paddle
 import pytest
 
 from conftest import build, make_sentences, run_script, write_config, write_tsv
@@ -27,6 +28,24 @@ def ernie_dir(tmp_path_factory):
     write_tsv(str(folder / "data" / "train.tsv"), make_sentences(240, seed=1))
     write_tsv(str(folder / "data" / "dev.tsv"), make_sentences(60, seed=2))
     return folder
+
+
+@pytest.fixture(scope="module")
+def tuned_dir(ernie_dir, tmp_path_factory):
+    """The random-init model after sentiment fine-tuning, saved in PaddleNLP's layout: a stand-in
+    for a real pretrained model, whose [CLS] vectors already tell texts apart. (Random-init
+    ones are near-identical for every text, and cosine-trained matchers barely move them.)"""
+    folder = tmp_path_factory.mktemp("tuned")
+    trainer = build(classification(ernie_dir, folder, "dynamic"), folder)
+    trainer.do_train()
+    weights = {name[len("ernie."):]: paddle.to_tensor(np.asarray(value))
+               for name, value in trainer.model_state_dict().items() if name.startswith("ernie.")}
+    model = folder / "model"
+    model.mkdir()
+    paddle.save(weights, str(model / "model_state.pdparams"))
+    for name in ("config.json", "vocab.txt"):
+        shutil.copy(ernie_dir / "paddlenlp" / name, model / name)
+    return model
 
 
 def classification(ernie_dir, tmp_path, mode, layout="paddlenlp", **trainer):
@@ -157,3 +176,47 @@ def test_ernie_tagger_fine_tunes_and_exports_word_tags(tmp_path, ernie_dir, mode
         starts = np.cumsum([0] + [2 if w == "goods" else 1 for w in words])[:-1]
         assert result["tags"] == [vocab[predicted[1 + s]] for s in starts]  # first pieces, as evaluated
     assert sum(r["tags"] == gold.split(" ") for r, (_, gold) in zip(results, rows)) > 30  # whole lines right
+
+
+@pytest.mark.parametrize("model_type,mode", [("ErnieMatchingFcPointwise", "dynamic"),
+                                             ("ErnieMatchingFcPointwise", "static"),
+                                             ("ErnieMatchingSiamesePointwise", "dynamic"),
+                                             ("ErnieMatchingSiamesePairwise", "dynamic"),
+                                             ("ErnieMatchingSiamesePairwise", "static")])
+def test_ernie_matching_fine_tunes_and_exports(tmp_path, tuned_dir, model_type, mode):
+    from test_text_matching import make_pairs, make_triples
+
+    def both_positive(n, seed):  # a rule over both texts that a small model learns in a few epochs
+        rows = make_sentences(2 * n, seed)
+        return [(a, b, int(la == lb == 1)) for (a, la), (b, lb) in zip(rows[::2], rows[1::2])]
+
+    pairwise = model_type.endswith("Pairwise")
+    folder = tmp_path / "match"
+    write_tsv(str(folder / "train.tsv"), make_triples(300, 1) if pairwise else both_positive(300, 1))
+    dev_rows = make_pairs(80, 2) if pairwise else both_positive(80, 2)
+    write_tsv(str(folder / "dev.tsv"), dev_rows)
+    model_dir = str(tuned_dir)
+    label = {"name": "label", "data_type": "int", "reader": {"type": "LabelFieldReader"}}
+    if model_type == "ErnieMatchingFcPointwise":
+        train = dev = [ernie_text("text_a", model_dir, 48, pair_with="text_b"), ernie_text("text_b", model_dir, 48),
+                       label]
+    elif model_type == "ErnieMatchingSiamesePointwise":
+        train = dev = [ernie_text("text_a", model_dir), ernie_text("text_b", model_dir), label]
+    else:
+        train = [ernie_text(name, model_dir) for name in ("text_a", "text_b", "text_c")]
+        dev = [ernie_text("text_a", model_dir), ernie_text("text_b", model_dir),
+               {"name": "label", "data_type": "int", "reader": {"type": "ScalarFieldReader"}, "is_label": True}]
+    config = ernie_config(str(folder), model_dir, str(tmp_path / "out"), {"type": model_type}, "text_matching", train,
+                          mode=mode, epoch=6, metric="auc")
+    config["dataset_reader"]["dev_reader"]["fields"] = dev
+    trainer = build(config, tmp_path)
+    metrics = trainer.do_train()["dev_reader"]
+    assert metrics["auc"] > 0.8, metrics
+    outputs, _ = trainer.collect_outputs("dev_reader", Phase.EVALUATE)
+    results = Predictor(trainer.export_inference(str(tmp_path / "export"))).predict(
+        [list(row[:2]) for row in dev_rows], batch_size=9)
+    if pairwise:
+        got, expected = [r["score"] for r in results], outputs["scores"]
+    else:
+        got, expected = [r["probs"][1] for r in results], outputs["probs"][:, 1]
+    assert got == pytest.approx(list(expected), abs=1e-5)

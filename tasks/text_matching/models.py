@@ -14,12 +14,33 @@ from wenxin.config.schema import Key
 from wenxin.metrics.classification import accuracy, binary_auc, classifier_metrics
 from wenxin.models.base_model import BaseModel
 from wenxin.models.encoders import ENCODER_SCHEMA, TextEncoder, shared_vocab_info
+from wenxin.models.ernie_task import ErnieTaskModel
 from wenxin.models.modules import BoWEncoder, TokenEmbedding
 
 
 def _encode(encoder: TextEncoder, fields: Dict[str, paddle.Tensor], name: str) -> paddle.Tensor:
     """The pooled vector ``[B, D]`` of text field ``name``."""
     return encoder(fields[name], fields[f"{name}_{InstanceName.SEQ_LENS}"])[1]
+
+
+def pair_class_outputs(logits: paddle.Tensor, fields_dict: Dict[str, paddle.Tensor], label_field: str,
+                       phase: str) -> Dict[str, paddle.Tensor]:
+    """Probabilities, predictions and (with labels) loss and labels of pair logits ``[B, C]``."""
+    probs = F.softmax(logits, axis=-1)
+    outputs = {InstanceName.PROBS: probs, InstanceName.PREDICTIONS: paddle.argmax(probs, axis=-1)}
+    if phase != Phase.PREDICT and label_field in fields_dict:
+        labels = fields_dict[label_field]  # [B]
+        outputs[InstanceName.LOSS] = F.cross_entropy(logits, labels.unsqueeze(-1)).mean()
+        outputs[InstanceName.LABELS] = labels
+    return outputs
+
+
+def pair_labels(model: BaseModel, label_field: str, configured: int = 0) -> int:
+    """The number of classes of a pointwise matcher (``num_labels`` or the label field's), checked."""
+    num_labels = configured or model.data_info.get(label_field, {}).get("num_labels", 0)
+    if num_labels < 2:
+        raise ConfigError(f"model.label_field: '{label_field}' has {num_labels} labels; need 2 or more")
+    return num_labels
 
 
 @RegisterSet.models.register("PointwiseMatching")
@@ -40,9 +61,7 @@ class PointwiseMatching(BaseModel):
         p = self.model_params
         self.a, self.b, self.label_field = p["text_a_field"], p["text_b_field"], p["label_field"]
         info = shared_vocab_info(self.data_info, {"model.text_a_field": self.a, "model.text_b_field": self.b})
-        self.num_labels = self.data_info.get(self.label_field, {}).get("num_labels", 0)
-        if self.num_labels < 2:
-            raise ConfigError(f"model.label_field: '{self.label_field}' has {self.num_labels} labels; need 2 or more")
+        self.num_labels = pair_labels(self, self.label_field)
         self.encoder = TextEncoder(p["encoder"], info)
         self.fc = nn.Linear(4 * self.encoder.output_dim, p["hidden_size"])
         self.dropout = nn.Dropout(p["dropout"])
@@ -52,13 +71,7 @@ class PointwiseMatching(BaseModel):
         u, v = _encode(self.encoder, fields_dict, self.a), _encode(self.encoder, fields_dict, self.b)  # [B, D]
         features = paddle.concat([u, v, paddle.abs(u - v), u * v], axis=-1)  # [B, 4D]
         logits = self.output_layer(self.dropout(paddle.tanh(self.fc(features)))).astype("float32")  # [B, C]
-        probs = F.softmax(logits, axis=-1)
-        outputs = {InstanceName.PROBS: probs, InstanceName.PREDICTIONS: paddle.argmax(probs, axis=-1)}
-        if phase != Phase.PREDICT and self.label_field in fields_dict:
-            labels = fields_dict[self.label_field]  # [B]
-            outputs[InstanceName.LOSS] = F.cross_entropy(logits, labels.unsqueeze(-1)).mean()
-            outputs[InstanceName.LABELS] = labels
-        return outputs
+        return pair_class_outputs(logits, fields_dict, self.label_field, phase)
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels, macro_f1=False)
@@ -92,9 +105,13 @@ class PairwiseMatching(BaseModel):
         info = shared_vocab_info(self.data_info, {f"model.{k}": p[k] for k in ("query_field", "pos_field", "neg_field")})
         self.encoder = TextEncoder(p["encoder"], info)
 
+    def embed(self, fields: Dict[str, paddle.Tensor], name: str) -> paddle.Tensor:
+        """The vector ``[B, D]`` of text field ``name``."""
+        return _encode(self.encoder, fields, name)
+
     def _similarity(self, fields: Dict[str, paddle.Tensor], other: str) -> paddle.Tensor:
-        query = _encode(self.encoder, fields, self.model_params["query_field"])
-        return F.cosine_similarity(query, _encode(self.encoder, fields, other), axis=-1)  # [B]
+        query = self.embed(fields, self.model_params["query_field"])
+        return F.cosine_similarity(query, self.embed(fields, other), axis=-1)  # [B]
 
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
         p = self.model_params
@@ -104,7 +121,7 @@ class PairwiseMatching(BaseModel):
             loss = F.relu(p["margin"] - positive + negative).mean()
             return {InstanceName.LOSS: loss, InstanceName.SCORES: (positive + 1.0) / 2.0}
         if p["title_field"] not in fields_dict:
-            raise ConfigError(f"PairwiseMatching: evaluation and prediction read pairs: the reader needs "
+            raise ConfigError(f"{type(self).__name__}: evaluation and prediction read pairs: the reader needs "
                               f"fields '{p['query_field']}' and '{p['title_field']}' (and '{p['label_field']}')")
         scores = (self._similarity(fields_dict, p["title_field"]) + 1.0) / 2.0  # [B] in [0, 1]
         predictions = (scores > self.model_params["threshold"]).astype("int64")
@@ -175,3 +192,99 @@ class ErnieKitBowMatchingPairwise(BaseModel):
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         return classifier_metrics(outputs, meta_info.get("batch_sizes"), 2)
+
+
+def _ernie_dense(config: Any, inputs: int, outputs: int) -> nn.Linear:
+    return nn.Linear(inputs, outputs, weight_attr=paddle.ParamAttr(
+        initializer=nn.initializer.TruncatedNormal(0.0, config.initializer_range)))
+
+
+@RegisterSet.models.register("ErnieMatchingFcPointwise")
+class ErnieMatchingFcPointwise(ErnieTaskModel):
+    """ERNIE-kit's ``ErnieMatchingFcPointwise``: the pair encoded together (an
+    ``ErnieTextFieldReader`` with ``pair_with``: ``[CLS] a [SEP] b [SEP]``), its pooled vector ->
+    dropout -> two linear layers -> softmax."""
+
+    config_schema = {**ErnieTaskModel.config_schema,
+                     "text_field": Key(str, "text_a", doc="the ErnieTextFieldReader field holding the pair"),
+                     "label_field": Key(str, "label"),
+                     "num_labels": Key(int, 0, minimum=0, doc="0: from the label field"),
+                     "dropout": Key(float, 0.1, minimum=0.0, maximum=1.0)}
+
+    def structure(self) -> None:
+        p = self.model_params
+        config = self.build_encoder()
+        self.ernie_field(p["text_field"], "model.text_field")
+        self.num_labels = pair_labels(self, p["label_field"], p["num_labels"])
+        self.dropout = nn.Dropout(p["dropout"])
+        self.fc_prediction = _ernie_dense(config, config.hidden_size, self.num_labels)
+        self.fc = nn.Linear(self.num_labels, self.num_labels)
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        _, pooled = self.encode(fields_dict, self.model_params["text_field"])  # [B, H]
+        logits = self.fc(self.fc_prediction(self.dropout(pooled))).astype("float32")  # [B, C]
+        return pair_class_outputs(logits, fields_dict, self.model_params["label_field"], phase)
+
+    def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
+        return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels, macro_f1=False)
+
+
+@RegisterSet.models.register("ErnieMatchingSiamesePointwise")
+class ErnieMatchingSiamesePointwise(ErnieTaskModel):
+    """ERNIE-kit's ``ErnieMatchingSiamesePointwise``: each text encoded on its own by the shared
+    encoder, the two pooled vectors concatenated -> tanh layer -> linear -> softmax."""
+
+    config_schema = {**ErnieTaskModel.config_schema,
+                     "text_a_field": Key(str, "text_a"),
+                     "text_b_field": Key(str, "text_b"),
+                     "label_field": Key(str, "label"),
+                     "num_labels": Key(int, 0, minimum=0, doc="0: from the label field"),
+                     "hidden_size": Key(int, 0, minimum=0, doc="the tanh layer's width (0: the encoder's)")}
+
+    def structure(self) -> None:
+        p = self.model_params
+        config = self.build_encoder()
+        for key in ("text_a_field", "text_b_field"):
+            self.ernie_field(p[key], f"model.{key}")
+        self.num_labels = pair_labels(self, p["label_field"], p["num_labels"])
+        hidden = p["hidden_size"] or config.hidden_size
+        self.concat_fc = _ernie_dense(config, 2 * config.hidden_size, hidden)
+        self.output_layer = _ernie_dense(config, hidden, self.num_labels)
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        p = self.model_params
+        u = self.encode(fields_dict, p["text_a_field"])[1]  # [B, H]
+        v = self.encode(fields_dict, p["text_b_field"])[1]  # [B, H]
+        hidden = paddle.tanh(self.concat_fc(paddle.concat([u, v], axis=-1)))  # [B, hidden]
+        logits = self.output_layer(hidden).astype("float32")  # [B, C]
+        return pair_class_outputs(logits, fields_dict, p["label_field"], phase)
+
+    def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
+        return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels, macro_f1=False)
+
+
+@RegisterSet.models.register("ErnieMatchingSiamesePairwise")
+class ErnieMatchingSiamesePairwise(PairwiseMatching, ErnieTaskModel):
+    """ERNIE-kit's ``ErnieMatchingSiamesePairwise``: ``PairwiseMatching`` (margin loss on the
+    cosines of query/positive and query/negative) over the shared encoder's pooled vectors, with
+    dropout; ERNIE-kit's field names (``text_a`` query, ``text_b`` title, ``text_c`` negative
+    title) and margin (0.2) are the defaults."""
+
+    config_schema = {**ErnieTaskModel.config_schema,
+                     **{k: v for k, v in PairwiseMatching.config_schema.items() if k != "encoder"},
+                     "query_field": Key(str, "text_a"),
+                     "pos_field": Key(str, "text_b", doc="training: the matching text"),
+                     "neg_field": Key(str, "text_c", doc="training: the non-matching text"),
+                     "title_field": Key(str, "text_b", doc="evaluation and prediction: the text to score"),
+                     "margin": Key(float, 0.2, minimum=0.0),
+                     "dropout": Key(float, 0.1, minimum=0.0, maximum=1.0)}
+
+    def structure(self) -> None:
+        p = self.model_params
+        self.build_encoder()
+        for key in ("query_field", "pos_field", "neg_field"):
+            self.ernie_field(p[key], f"model.{key}")
+        self.dropout = nn.Dropout(p["dropout"])
+
+    def embed(self, fields: Dict[str, paddle.Tensor], name: str) -> paddle.Tensor:
+        return self.dropout(self.encode(fields, name)[1])
