@@ -115,3 +115,18 @@ def make_tagged(n: int, seed: int, sep: str = " ") -> List[tuple]:
                 tags.append("B-ORG")
         rows.append((sep.join(words), sep.join(tags)))
     return rows
+
+
+def make_multi_label(n: int, seed: int) -> List[tuple]:
+    """Texts with any of three labels: 0 has a POSITIVE character, 1 a NEGATIVE one, 2 the
+    character 书 (some texts have none)."""
+    import random
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        chars = [rng.choice([c for c in NEUTRAL if c != "书"]) for _ in range(rng.randint(3, 8))]
+        labels = [label for label in range(3) if rng.random() < 0.4]
+        for label in labels:
+            chars.insert(rng.randint(0, len(chars)), rng.choice([POSITIVE, NEGATIVE, ["书"]][label]))
+        rows.append(("".join(chars), " ".join(str(label) for label in labels)))
+    return rows

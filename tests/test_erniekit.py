@@ -478,3 +478,50 @@ def test_erniekit_ernie_sequence_labeling_runs_unchanged(tmp_path):
     for line, text in zip(lines, predict):
         ids = json.loads(line.split("\t")[1])
         assert len(ids) == len(text.split("\x02")) and all(0 <= i < len(tag_map) for i in ids)
+
+
+def test_erniekit_ernie_pointwise_matching_runs_unchanged(tmp_path):
+    """mtch_ernie_fc_pointwise_ch.json: ErnieClassificationDataSetReader with two
+    ErnieClassificationFieldReader fields, encoded together as one pair."""
+    from ernie_helpers import make_ernie_model
+    make_ernie_model(str(tmp_path / "models_hub" / "ernie_3.0_base_ch_dir"), "erniekit", max_position_embeddings=512)
+    rows = make_sentences(720, seed=4)
+    pairs = [(a, b, int(la == lb == 1)) for (a, la), (b, lb) in zip(rows[::2], rows[1::2])]
+    for folder, part in (("train_data_pointwise", pairs[:300]), ("test_data_pointwise", pairs[300:])):
+        os.makedirs(tmp_path / "data" / folder)
+        (tmp_path / "data" / folder / "part-0").write_text("".join(f"{a}\t{b}\t{y}\n" for a, b, y in part), "utf-8")
+    config = cls_ernie_config(epoch=8)
+    config["trainer"]["extra_param"]["meta"]["job_type"] = "text_matching"
+    config["trainer"]["output_path"] = "./output/mtch_ernie_fc_pointwise_ch"
+    config["model"]["type"] = "ErnieMatchingFcPointwise"
+    for reader, folder in (("train_reader", "train_data_pointwise"), ("test_reader", "test_data_pointwise")):
+        spec = config["dataset_reader"][reader]
+        spec["type"] = "ErnieClassificationDataSetReader"
+        spec["config"]["data_path"] = f"./data/{folder}"
+        text_a, label = spec["fields"]
+        text_a["reader"]["type"] = "ErnieClassificationFieldReader"
+        spec["fields"] = [text_a, {**copy.deepcopy(text_a), "name": "text_b"}, label]
+    (tmp_path / "mtch.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    proc = run(tmp_path, ["--param_path", "mtch.json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "one ErnieTextFieldReader pair ([CLS] text_a [SEP] text_b [SEP])" in proc.stdout
+    assert "ErnieClassificationDataSetReader -> BasicDataSetReader" in proc.stdout
+    records = [json.loads(line) for line in open(tmp_path / "output" / "mtch_ernie_fc_pointwise_ch" / "logs" /
+                                                 "metrics.jsonl")]
+    test = [r for r in records if r["tag"] == "test"]
+    assert test and test[-1]["auc"] > 0.8, test
+
+
+def test_erniekit_multi_label_config_translates():
+    """cls_ernie_multi_label_ch.json's model and label field."""
+    config = cls_ernie_config()
+    config["model"].update(type="MultiLabelClassification", num_labels=4,
+                           embedding={"type": "ErnieTokenEmbedding", "emb_dim": 768, "other": "",
+                                      "config_path": "./models_hub/ernie_3.0_base_ch_dir/ernie_config.json"})
+    for reader in config["dataset_reader"].values():
+        reader["fields"][1].update(reader={"type": "MultiLabelFieldReader"}, max_seq_len=4, num_labels=4)
+    native, notes = translate(config)
+    assert native["model"]["encoder_config"] == "./models_hub/ernie_3.0_base_ch_dir/ernie_config.json"
+    assert "embedding" not in native["model"] and native["model"]["num_labels"] == 4
+    assert native["dataset_reader"]["train_reader"]["fields"][1]["reader"]["type"] == "MultiLabelFieldReader"
+    assert native["model"]["optimization"]["optimizer"] == "adamw"

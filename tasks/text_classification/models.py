@@ -11,7 +11,7 @@ from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import Key
-from wenxin.metrics.classification import classifier_metrics
+from wenxin.metrics.classification import classifier_metrics, multi_label_metrics
 from wenxin.models.base_model import BaseModel
 from wenxin.models.encoders import ENCODER_SCHEMA, TextEncoder
 from wenxin.models.ernie_task import ErnieTaskModel
@@ -188,6 +188,52 @@ class ErnieClassification(ErnieTaskModel):
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels)
+
+
+@RegisterSet.models.register("MultiLabelClassification")
+class MultiLabelClassification(ErnieTaskModel):
+    """ERNIE-kit's ``MultiLabelClassification``: a pretrained ERNIE/BERT encoder, one linear
+    layer on the pooled vector and an independent sigmoid per label, trained with binary
+    cross-entropy. The labels are a ``MultiLabelFieldReader`` field; a label is predicted when
+    its probability exceeds ``threshold``."""
+
+    config_schema = {**ErnieTaskModel.config_schema,
+                     "text_field": Key(str, "text_a", doc="name of the ErnieTextFieldReader field"),
+                     "label_field": Key(str, "label", doc="name of the MultiLabelFieldReader field"),
+                     "num_labels": Key(int, 0, minimum=0, doc="0: from the label field"),
+                     "dropout": Key(float, 0.1, minimum=0.0, maximum=1.0, doc="on the pooled vector"),
+                     "threshold": Key(float, 0.5, minimum=0.0, maximum=1.0, doc="probability that predicts a label")}
+    prediction_format = "multi_label"
+
+    def structure(self) -> None:
+        p = self.model_params
+        config = self.build_encoder()
+        self.ernie_field(p["text_field"], "model.text_field")
+        found = self.data_info.get(p["label_field"], {}).get("num_labels", 0)
+        self.num_labels = p["num_labels"] or found
+        if self.num_labels < 1 or (found and found != self.num_labels):
+            raise ConfigError(f"model.num_labels: {p['num_labels']}, but the label field '{p['label_field']}' has "
+                              f"{found} labels" if found else f"model.label_field: '{p['label_field']}' is not a "
+                              f"MultiLabelFieldReader field of the train_reader (or set num_labels)")
+        self.dropout = nn.Dropout(p["dropout"])
+        self.fc_layer = nn.Linear(config.hidden_size, self.num_labels, weight_attr=paddle.ParamAttr(
+            initializer=nn.initializer.TruncatedNormal(0.0, config.initializer_range)))
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        p = self.model_params
+        _, pooled = self.encode(fields_dict, p["text_field"])  # [B, H]
+        logits = self.fc_layer(self.dropout(pooled)).astype("float32")  # [B, C]
+        probs = F.sigmoid(logits)
+        outputs = {InstanceName.PROBS: probs,
+                   InstanceName.PREDICTIONS: (probs > p["threshold"]).astype("int64")}  # [B, C]
+        if phase != Phase.PREDICT and p["label_field"] in fields_dict:
+            labels = fields_dict[p["label_field"]]  # [B, C] multi-hot
+            outputs[InstanceName.LOSS] = F.binary_cross_entropy_with_logits(logits, labels)
+            outputs[InstanceName.LABELS] = labels
+        return outputs
+
+    def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
+        return multi_label_metrics(outputs, meta_info.get("batch_sizes"), self.model_params["threshold"])
 
 
 @RegisterSet.models.register("ErnieKitBowClassification")

@@ -11,8 +11,8 @@ import paddle
 
 from wenxin.common.errors import ConfigError, DataError, WenxinError
 from wenxin.common.registry import RegisterSet
-from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, SequenceLabelFieldReader, TensorSpec, \
-    UnknownLabelError, convert_row, link_pairs
+from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSpec, UnknownLabelError, convert_row, \
+    link_pairs
 from wenxin.data.lines import iter_lines
 from wenxin.data.sampler import ResumableBatchSampler
 
@@ -182,7 +182,7 @@ class BasicDataSetReader:
         """Log each label map with its counts, and warn about labels so rare that they are more
         likely a stray header, an empty label or a typo (``01``) than a class."""
         for col, field in enumerate(self.fields):
-            if not isinstance(field, LabelFieldReader) or isinstance(field, SequenceLabelFieldReader) \
+            if not isinstance(field, LabelFieldReader) or not field.single_label \
                     or field.vocab is None:
                 continue
             counts = collections.Counter(e[col] for e in self.examples)

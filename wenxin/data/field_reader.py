@@ -206,6 +206,8 @@ class LabelFieldReader(BaseFieldReader):
     The label map is loaded from ``vocab_path`` or built from the training labels, sorted.
     """
 
+    single_label = True  # one label per example (the label counts are reported)
+
     def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
         super().__init__(config, path, scope)
         if config["vocab_path"]:
@@ -252,6 +254,8 @@ class SequenceLabelFieldReader(LabelFieldReader):
     of the same ``max_seq_len``; with ``align_with``, a line whose tag count differs from that text
     field's token count is malformed."""
 
+    single_label = False
+
     def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
         super().__init__(config, path, scope)
         self.tokenizer = build_tokenizer(config.get("tokenizer") or {"type": "WhitespaceTokenizer",
@@ -288,6 +292,53 @@ class SequenceLabelFieldReader(LabelFieldReader):
 
     def tensor_specs(self) -> List[TensorSpec]:
         return [TensorSpec(self.name, [-1, fixed_length(self.config) or -1], "int64")]
+
+
+@RegisterSet.field_readers.register("MultiLabelFieldReader")
+class MultiLabelFieldReader(LabelFieldReader):
+    """Any number of labels of one example, separated by ``tokenizer.split_char`` (a space by
+    default; ``0 2``, or names with a ``vocab_path`` label map) -> a multi-hot ``[batch,
+    num_labels]`` float32 row. Labels are the ids ``0..num_labels-1`` when the field sets
+    ``num_labels`` (ERNIE-kit's form), else the label map's or the training data's labels. An
+    empty column means no label."""
+
+    single_label = False
+
+    def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
+        super().__init__(config, path, scope)
+        self.separator = (config.get("tokenizer") or {}).get("split_char", " ") or None
+        if self.vocab is None and config.get("num_labels"):
+            self.vocab = Vocab([str(i) for i in range(config["num_labels"])])
+
+    def fit(self, columns: Iterable[str]) -> None:
+        labels = {label for c in columns for label in c.split(self.separator) if label}
+        if labels and all(_is_int(label) and int(label) >= 0 for label in labels):
+            self.vocab = Vocab([str(i) for i in range(max(int(label) for label in labels) + 1)])
+        else:
+            self.vocab = Vocab(sorted(labels))
+
+    def convert(self, text: str) -> np.ndarray:  # type: ignore[override]
+        assert self.vocab is not None, "label map is built before conversion"
+        row = np.zeros(len(self.vocab), dtype=np.float32)
+        for label in text.split(self.separator):
+            if not label:
+                continue
+            idx = self.vocab.lookup(label.strip())
+            if idx is None:
+                raise UnknownLabelError(f"label {label!r} is not one of the {len(self.vocab)} labels "
+                                        f"{self.vocab.tokens[:10]}{' ...' if len(self.vocab) > 10 else ''}")
+            row[idx] = 1.0
+        return row
+
+    def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:  # type: ignore[override]
+        return {self.name: self.column(values)}
+
+    def column(self, values: List[np.ndarray]) -> Optional[np.ndarray]:  # type: ignore[override]
+        width = len(self.vocab) if self.vocab is not None else 0
+        return np.stack(values) if values else np.zeros((0, width), np.float32)
+
+    def tensor_specs(self) -> List[TensorSpec]:
+        return [TensorSpec(self.name, [-1, len(self.vocab) if self.vocab is not None else -1], "float32")]
 
 
 @RegisterSet.field_readers.register("FloatVectorFieldReader")

@@ -61,6 +61,24 @@ class ClassificationFormat(ResultFormat):
         return "\t".join(row) + "\t" + str(result["probs"])
 
 
+@RegisterSet.result_formats.register("multi_label")
+class MultiLabelFormat(ResultFormat):
+    """``{"labels": [...], "probs": [...]}``: the predicted labels (any number) and every label's
+    probability; line ``label label ...<TAB>probabilities``."""
+
+    def results(self, outputs, batch, rows):  # noqa: ANN001, ANN201
+        return [{"labels": [self.label(i) for i in np.flatnonzero(chosen)], "probs": p.tolist()}
+                for p, chosen in zip(outputs[InstanceName.PROBS], outputs[InstanceName.PREDICTIONS])]
+
+    def line(self, result: Dict[str, Any]) -> str:
+        return " ".join(str(label) for label in result["labels"]) + "\t" + \
+            " ".join(f"{p:.6f}" for p in result["probs"])
+
+    def erniekit_line(self, result: Dict[str, Any], row: Sequence[str]) -> str:
+        """ERNIE-kit's multi-label line: the input columns, then the probabilities as a Python list."""
+        return "\t".join(row) + "\t" + str(result["probs"])
+
+
 @RegisterSet.result_formats.register("tagging")
 class TaggingFormat(ResultFormat):
     """``{"tags": [...], "chunks": [{"text", "type", "start", "end"}]}`` over the first text

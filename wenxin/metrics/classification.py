@@ -64,3 +64,23 @@ def classifier_metrics(outputs: Dict[str, np.ndarray], batch_sizes: Optional[np.
     if "loss" in outputs:
         metrics["loss"] = float(np.average(outputs["loss"], weights=batch_sizes))
     return metrics
+
+
+def multi_label_metrics(outputs: Dict[str, np.ndarray], batch_sizes: Optional[np.ndarray],
+                        threshold: float = 0.5) -> Dict[str, float]:
+    """Metrics of a multi-label classifier's accumulated ``labels`` and ``probs`` ``[N, C]``:
+    ``acc`` (every label of an example right), micro ``precision``/``recall``/``f1`` over all
+    (example, label) decisions, ``macro_f1`` (the mean of the labels' F1), and the mean loss."""
+    gold = outputs["labels"] > 0.5  # [N, C]
+    predicted = outputs["probs"] > threshold  # [N, C]
+    hits = float((gold & predicted).sum())
+    precision = hits / max(float(predicted.sum()), 1.0)
+    recall = hits / max(float(gold.sum()), 1.0)
+    per_label = [2 * float((g & p).sum()) / max(float(g.sum() + p.sum()), 1.0) for g, p in zip(gold.T, predicted.T)]
+    metrics = {"acc": float((gold == predicted).all(axis=1).mean()) if len(gold) else 0.0,
+               "precision": precision, "recall": recall,
+               "f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+               "macro_f1": float(np.mean(per_label)) if per_label else 0.0}
+    if "loss" in outputs:
+        metrics["loss"] = float(np.average(outputs["loss"], weights=batch_sizes))
+    return metrics
