@@ -2,6 +2,7 @@
 task models in both graph modes; exports predict raw text as the trainer evaluates it."""
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import os
@@ -11,7 +12,7 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import build, make_sentences, run_script, write_config, write_tsv
+from conftest import REPO, build, make_sentences, run_script, write_config, write_tsv
 from ernie_helpers import ernie_config, ernie_text, make_ernie_model, make_multi_label, make_tagged
 from wenxin.common.constants import Phase
 from wenxin.common.errors import ConfigError
@@ -110,7 +111,10 @@ def test_sentence_pairs_fine_tune_and_predict_raw_pairs(tmp_path, ernie_dir):
     np.testing.assert_array_equal(batch["text_a_sent_ids"][0][:len(first)],
                                   [0] * (seps[0] + 1) + [1] * (len(first) - seps[0] - 1))
     trainer.do_train()
-    infer = {"model_dir": str(tmp_path / "out" / "checkpoints" / "best" / "inference"),
+    moved = str(tmp_path / "moved")  # self-contained: both texts' vocabularies travel with it
+    shutil.copytree(tmp_path / "out" / "checkpoints" / "best" / "inference", moved)
+    assert sorted(os.listdir(os.path.join(moved, "vocab"))) == ["text_a.txt", "text_b.txt"]
+    infer = {"model_dir": moved,
              "predict_reader": {"config": {"data_path": str(tmp_path / "pairs" / "dev.tsv")}},
              "output_file": str(tmp_path / "predictions.txt")}
     done = run_script(tmp_path, ["--param_path", write_config(str(tmp_path / "infer.json"), infer)], "run_infer.py")
@@ -119,6 +123,20 @@ def test_sentence_pairs_fine_tune_and_predict_raw_pairs(tmp_path, ernie_dir):
         predicted = [line.split("\t")[0] for line in f]
     outputs, _ = trainer.collect_outputs("dev_reader", Phase.EVALUATE)
     assert [int(p) for p in predicted] == outputs["predictions"].tolist()
+    # wenxin serve: raw pairs in, the same answers
+    from wenxin.inference.server import create_server, serve_in_thread
+    server, _ = create_server(str(tmp_path / "out" / "checkpoints" / "best" / "inference"), port=0, workers=1,
+                              max_batch=64, max_body_bytes=1 << 20)
+    serve_in_thread(server)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=30)
+        conn.request("POST", "/predict", body=json.dumps({"rows": [list(r[:2]) for r in rows[240:]]}),
+                     headers={"Content-Type": "application/json"})
+        answer = json.loads(conn.getresponse().read())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [int(r["label"]) for r in answer["predictions"]] == outputs["predictions"].tolist()
 
 
 def test_ernie_fields_and_models_check_what_they_are_given(tmp_path, ernie_dir):
@@ -243,3 +261,25 @@ def test_multi_label_classification_fine_tunes_and_exports(tmp_path, ernie_dir, 
     results = Predictor(trainer.export_inference(str(tmp_path / "export"))).predict([[t] for t, _ in rows], batch_size=7)
     np.testing.assert_allclose([r["probs"] for r in results], outputs["probs"], atol=1e-5)
     assert [[int(x) for x in r["labels"]] for r in results] == [list(np.flatnonzero(p)) for p in outputs["predictions"]]
+
+
+def test_the_ernie3_example_runs_as_the_readme_says(tmp_path):
+    """examples/text_classification_ernie3.json with a model where the README says to put a
+    downloaded one (./models/ernie-3.0-mini-zh, PaddleNLP's layout), on review-shaped data."""
+    make_ernie_model(str(tmp_path / "models" / "ernie-3.0-mini-zh"), "paddlenlp", max_position_embeddings=512)
+    for name, seed, n in (("train", 1, 240), ("dev", 2, 60), ("test", 3, 60)):
+        write_tsv(str(tmp_path / "examples" / "data" / "sentiment" / f"{name}.tsv"), make_sentences(n, seed))
+    shutil.copy(os.path.join(REPO, "examples", "text_classification_ernie3.json"), tmp_path / "task.json")
+    done = run_script(tmp_path, ["--param_path", "task.json", "--set", "trainer.epoch=8",
+                                 "--set", "model.optimization.learning_rate=0.002"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "loaded 40 parameters from ./models/ernie-3.0-mini-zh/model_state.pdparams (paddlenlp layout)" in done.stdout
+    records = [json.loads(line) for line in open(tmp_path / "output" / "text_classification_ernie3" / "logs" /
+                                                 "metrics.jsonl")]
+    assert [r for r in records if r["tag"] == "test"][-1]["acc"] > 0.8
+    infer = {"model_dir": "./output/text_classification_ernie3/checkpoints/best/inference",
+             "predict_reader": {"config": {"data_path": "./examples/data/sentiment/test.tsv"}},
+             "output_file": "./output/predictions.txt"}
+    done = run_script(tmp_path, ["--param_path", write_config(str(tmp_path / "infer.json"), infer)], "run_infer.py")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len((tmp_path / "output" / "predictions.txt").read_text("utf-8").splitlines()) == 60

@@ -510,6 +510,27 @@ def test_erniekit_ernie_pointwise_matching_runs_unchanged(tmp_path):
                                                  "metrics.jsonl")]
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["auc"] > 0.8, test
+    step = max(r["step"] for r in records)
+    os.makedirs(tmp_path / "data" / "predict_data_pointwise")
+    (tmp_path / "data" / "predict_data_pointwise" / "infer.txt").write_text(
+        "".join(f"{a}\t{b}\n" for a, b, _ in pairs[300:320]), "utf-8")
+    fields = config["dataset_reader"]["train_reader"]["fields"][:2]
+    infer = {"dataset_reader": {"predict_reader": {
+                 "name": "predict_reader", "type": "ErnieClassificationDataSetReader", "fields": fields,
+                 "config": {"data_path": "./data/predict_data_pointwise", "shuffle": False, "batch_size": 8,
+                            "epoch": 1, "sampling_rate": 1.0, "need_data_distribute": False,
+                            "need_generate_examples": True}}},
+             "inference": {"type": "CustomInference", "output_path": "./output/predict_result.txt",
+                           "PADDLE_PLACE_TYPE": "cpu", "num_labels": 2, "thread_num": 2,
+                           "inference_model_path": f"./output/mtch_ernie_fc_pointwise_ch/save_inference_model/"
+                                                   f"inference_step_{step}/",
+                           "extra_param": {"meta": {"job_type": "text_matching"}}}}
+    (tmp_path / "mtch_infer.json").write_text(json.dumps(infer), encoding="utf-8")
+    proc = run(tmp_path, ["--param_path", "mtch_infer.json"], script="run_infer.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (tmp_path / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert [line.split("\t")[:2] for line in lines] == [[a, b] for a, b, _ in pairs[300:320]]
+    assert all(len(json.loads(line.split("\t")[2])) == 2 for line in lines)
 
 
 def test_erniekit_multi_label_config_translates():
@@ -525,3 +546,32 @@ def test_erniekit_multi_label_config_translates():
     assert "embedding" not in native["model"] and native["model"]["num_labels"] == 4
     assert native["dataset_reader"]["train_reader"]["fields"][1]["reader"]["type"] == "MultiLabelFieldReader"
     assert native["model"]["optimization"]["optimizer"] == "adamw"
+
+
+def test_erniekit_wordpiece_keys_have_their_effect():
+    """FullTokenizer's params.do_lower_case, and ERNIE-kit's symbol rule, on real token ids."""
+    from wenxin.config.schema import validate
+    from wenxin.config.task_schema import FIELD
+    from wenxin.data.ernie_fields import ErnieTextFieldReader
+    vocab = os.path.join(os.path.dirname(__file__), "fixtures", "ernie", "vocab.txt")
+
+    def field_of(params):
+        config = cls_ernie_config()
+        for reader in config["dataset_reader"].values():
+            reader["fields"][0]["tokenizer"]["params"] = params
+            reader["fields"][0]["vocab_path"] = vocab
+        native, _ = translate(config)
+        spec = native["dataset_reader"]["train_reader"]["fields"][0]
+        return spec, ErnieTextFieldReader(validate(spec, FIELD, "f"), "f")
+
+    spec, lower = field_of(None)
+    assert spec["tokenizer"]["lowercase"] is True and spec["tokenizer"]["split_symbols"] is False
+    cased_spec, cased = field_of({"do_lower_case": False})
+    assert cased_spec["tokenizer"]["lowercase"] is False
+    hello_lower, hello_cased = lower.vocab.token_to_id["hello"], cased.vocab.token_to_id["Hello"]
+    assert lower.convert("Hello")[0].tolist()[1:-1] == [hello_lower]
+    assert cased.convert("Hello")[0].tolist()[1:-1] == [hello_cased]
+    # ERNIE-kit keeps an emoji inside its word (one unknown word); PaddleNLP splits it off
+    assert lower.convert("hello😀")[0].tolist()[1:-1] == [lower.vocab.token_to_id["[UNK]"]]
+    with pytest.raises(Exception, match="params.vocab_size: not a FullTokenizer setting"):
+        field_of({"vocab_size": 3})

@@ -434,9 +434,10 @@ class PairColumn(BaseFieldReader):
     """Stands in for a field whose column another field reads as the second text of a pair
     (``pair_with``): it has no tensors of its own."""
 
-    def __init__(self, config: Dict[str, Any], path: str, owner: str) -> None:
-        super().__init__(config, path)
+    def __init__(self, original: BaseFieldReader, owner: str) -> None:
+        super().__init__(original.config, original.path)
         self.owner = owner
+        self.vocab = original.vocab  # exported with the model, so the partner can be rebuilt there
 
     @property
     def is_label(self) -> bool:
@@ -471,7 +472,7 @@ def link_pairs(fields: List[BaseFieldReader]) -> List[BaseFieldReader]:
         index = names.index(partner)
         if isinstance(linked[index], PairColumn) or linked[index].config.get("pair_with"):
             raise ConfigError(f"{field.path}.pair_with: '{partner}' is already part of a pair")
-        linked[index] = PairColumn(fields[index].config, fields[index].path, owner=field.name)
+        linked[index] = PairColumn(fields[index], owner=field.name)
         field.pair_index = index  # type: ignore[attr-defined]
     for field in linked:
         field.link(linked)
