@@ -66,8 +66,7 @@ def assert_export_matches_evaluation(trainer, folder, rows, atol=1e-5):
     return outputs
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "static"])
-@pytest.mark.parametrize("layout", ["paddlenlp", "erniekit"])
+@pytest.mark.parametrize("layout,mode", [("paddlenlp", "dynamic"), ("erniekit", "static")])
 def test_ernie_classification_fine_tunes_and_exports(tmp_path, ernie_dir, mode, layout, capfd):
     trainer = build(classification(ernie_dir, tmp_path, mode, layout), tmp_path)
     report = capfd.readouterr().out
@@ -162,7 +161,7 @@ def test_ernie_fields_and_models_check_what_they_are_given(tmp_path, ernie_dir):
     assert os.path.isdir(model_dir)
 
 
-@pytest.mark.parametrize("mode,decoder", [("dynamic", "softmax"), ("static", "softmax"), ("dynamic", "crf")])
+@pytest.mark.parametrize("mode,decoder", [("static", "softmax"), ("dynamic", "crf")])
 def test_ernie_tagger_fine_tunes_and_exports_word_tags(tmp_path, ernie_dir, mode, decoder):
     write_tsv(str(tmp_path / "tags" / "train.tsv"), make_tagged(300, seed=1))
     write_tsv(str(tmp_path / "tags" / "dev.tsv"), make_tagged(60, seed=2))
@@ -196,12 +195,14 @@ def test_ernie_tagger_fine_tunes_and_exports_word_tags(tmp_path, ernie_dir, mode
     assert sum(r["tags"] == gold.split(" ") for r, (_, gold) in zip(results, rows)) > 30  # whole lines right
 
 
-@pytest.mark.parametrize("model_type,mode", [("ErnieMatchingFcPointwise", "dynamic"),
-                                             ("ErnieMatchingFcPointwise", "static"),
-                                             ("ErnieMatchingSiamesePointwise", "dynamic"),
-                                             ("ErnieMatchingSiamesePairwise", "dynamic"),
-                                             ("ErnieMatchingSiamesePairwise", "static")])
-def test_ernie_matching_fine_tunes_and_exports(tmp_path, tuned_dir, model_type, mode):
+@pytest.mark.parametrize("model_type,mode,epoch", [("ErnieMatchingFcPointwise", "static", 6),
+                                                   ("ErnieMatchingFcPointwise", "dynamic", 1),
+                                                   ("ErnieMatchingSiamesePointwise", "dynamic", 6),
+                                                   ("ErnieMatchingSiamesePointwise", "static", 1),
+                                                   ("ErnieMatchingSiamesePairwise", "static", 6),
+                                                   ("ErnieMatchingSiamesePairwise", "dynamic", 1)])
+def test_ernie_matching_fine_tunes_and_exports(tmp_path, tuned_dir, model_type, mode, epoch):
+    """Each model learns in one mode; in the other, one epoch shows it trains and exports the same."""
     from test_text_matching import make_pairs, make_triples
 
     def both_positive(n, seed):  # a rule over both texts that a small model learns in a few epochs
@@ -225,11 +226,11 @@ def test_ernie_matching_fine_tunes_and_exports(tmp_path, tuned_dir, model_type, 
         dev = [ernie_text("text_a", model_dir), ernie_text("text_b", model_dir),
                {"name": "label", "data_type": "int", "reader": {"type": "ScalarFieldReader"}, "is_label": True}]
     config = ernie_config(str(folder), model_dir, str(tmp_path / "out"), {"type": model_type}, "text_matching", train,
-                          mode=mode, epoch=6, metric="auc")
+                          mode=mode, epoch=epoch, metric="auc")
     config["dataset_reader"]["dev_reader"]["fields"] = dev
     trainer = build(config, tmp_path)
     metrics = trainer.do_train()["dev_reader"]
-    assert metrics["auc"] > 0.8, metrics
+    assert metrics["auc"] > (0.8 if epoch > 1 else 0.0), metrics
     outputs, _ = trainer.collect_outputs("dev_reader", Phase.EVALUATE)
     results = Predictor(trainer.export_inference(str(tmp_path / "export"))).predict(
         [list(row[:2]) for row in dev_rows], batch_size=9)

@@ -353,7 +353,7 @@ def cls_ernie_config(epoch=8):
     }
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("mode", ["static"])  # dynamic: the sequence labeling and matching jobs below
 def test_erniekit_ernie_classification_runs_unchanged(tmp_path, mode):
     """cls_ernie_fc_ch.json over an ERNIE-kit model hub folder (params/, ernie_config.json,
     vocab.txt): trains, exports and predicts with ERNIE-kit's infer file."""

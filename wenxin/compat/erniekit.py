@@ -6,9 +6,11 @@ readers carry ``epoch`` and ``key_tag``, and fields use ERNIE-kit's reader and t
 migrate`` prints them; a run logs them once). Keys wenxin cannot honour are reported together as
 one ``ConfigError``, never dropped silently.
 
-Translated so far (issue 17 is in progress): the trainer, reader and field keys below, and the
-text-classification BoW job (``BowClassification`` becomes ``ErnieKitBowClassification``, ERNIE-kit's
-own network; wenxin's ``BowClassification`` is a different one).
+Translated: the trainer, optimization, reader and field keys below; the BoW and CNN networks,
+whose names wenxin uses for other networks (``BowClassification`` becomes
+``ErnieKitBowClassification``, ERNIE-kit's network); the ERNIE models, which keep their names, with
+``model.embedding.config_path`` as ``model.encoder_config``; ERNIE-kit's WordPiece settings; and its
+pair readers (two ``ErnieClassificationFieldReader`` fields become one ``pair_with`` pair).
 """
 from __future__ import annotations
 
