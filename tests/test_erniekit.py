@@ -322,6 +322,34 @@ def test_erniekit_cnn_classification_trains_unchanged(tmp_path, mode):
     assert [r for r in records if r["tag"] == "test"][-1]["acc"] >= 0.85
 
 
+def erniekit_reader(name, fields, folder, epoch, distribute, batch_size=16):
+    """A reader section as ERNIE-kit's example files write it."""
+    return {"name": name, "type": "BasicDataSetReader", "fields": copy.deepcopy(fields),
+            "config": {"data_path": f"./data/{folder}", "shuffle": False, "batch_size": batch_size, "epoch": epoch,
+                       "sampling_rate": 1.0, "need_data_distribute": distribute, "need_generate_examples": False}}
+
+
+def erniekit_optimization(learning_rate):
+    """``model.optimization`` as ERNIE-kit's ERNIE examples write it."""
+    return {"learning_rate": learning_rate, "use_lr_decay": True, "warmup_steps": 0, "warmup_proportion": 0.1,
+            "weight_decay": 0.01, "use_dynamic_loss_scaling": False, "init_loss_scaling": 128,
+            "incr_every_n_steps": 100, "decr_every_n_nan_or_inf": 2, "incr_ratio": 2.0, "decr_ratio": 0.8}
+
+
+def erniekit_infer(fields, data_folder, run_folder, step, job, num_labels=None, reader="BasicDataSetReader"):
+    """An infer file as ERNIE-kit's examples write it, for the export of ``run_folder`` at ``step``."""
+    inference = {"type": "CustomInference", "output_path": "./output/predict_result.txt", "PADDLE_PLACE_TYPE": "cpu",
+                 "thread_num": 2,
+                 "inference_model_path": f"./output/{run_folder}/save_inference_model/inference_step_{step}/",
+                 "extra_param": {"meta": {"job_type": job}}}
+    if num_labels is not None:
+        inference["num_labels"] = num_labels
+    predict = erniekit_reader("predict_reader", fields, data_folder, 1, False, batch_size=8)
+    predict["type"] = reader
+    predict["config"]["need_generate_examples"] = True
+    return {"dataset_reader": {"predict_reader": predict}, "inference": inference}
+
+
 def cls_ernie_config(epoch=8):
     """A task file written the way ERNIE-kit's cls_ernie_fc_ch.json is, over models_hub/."""
     hub = "./models_hub/ernie_3.0_base_ch_dir"
@@ -331,18 +359,13 @@ def cls_ernie_config(epoch=8):
     label["max_seq_len"] = 1
 
     def reader(name, folder, reader_epoch, distribute):
-        return {"name": name, "type": "BasicDataSetReader", "fields": copy.deepcopy([text, label]),
-                "config": {"data_path": f"./data/{folder}", "shuffle": False, "batch_size": 16, "epoch": reader_epoch,
-                           "sampling_rate": 1.0, "need_data_distribute": distribute, "need_generate_examples": False}}
+        return erniekit_reader(name, [text, label], folder, reader_epoch, distribute)
 
     return {
         "dataset_reader": {"train_reader": reader("train_reader", "train_data", epoch, True),
                            "test_reader": reader("test_reader", "test_data", 1, False)},
         "model": {"type": "ErnieClassification", "is_dygraph": 1,
-                  "optimization": {"learning_rate": 2e-3, "use_lr_decay": True, "warmup_steps": 0,
-                                   "warmup_proportion": 0.1, "weight_decay": 0.01, "use_dynamic_loss_scaling": False,
-                                   "init_loss_scaling": 128, "incr_every_n_steps": 100, "decr_every_n_nan_or_inf": 2,
-                                   "incr_ratio": 2.0, "decr_ratio": 0.8},
+                  "optimization": erniekit_optimization(2e-3),
                   "embedding": {"config_path": f"{hub}/ernie_config.json"}, "num_labels": 2},
         "trainer": {"type": "CustomDynamicTrainer", "PADDLE_PLACE_TYPE": "cpu", "PADDLE_IS_FLEET": 0,
                     "train_log_step": 10, "use_amp": True, "is_eval_dev": 0, "is_eval_test": 1, "eval_step": 100,
@@ -380,16 +403,8 @@ def test_erniekit_ernie_classification_runs_unchanged(tmp_path, mode):
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["acc"] >= 0.9, test
     step = max(r["step"] for r in records)
-    infer = {"dataset_reader": {"predict_reader": {
-                 "name": "predict_reader", "type": "BasicDataSetReader",
-                 "fields": [cls_ernie_config()["dataset_reader"]["train_reader"]["fields"][0]],
-                 "config": {"data_path": "./data/predict_data", "shuffle": False, "batch_size": 8, "epoch": 1,
-                            "sampling_rate": 1.0, "need_data_distribute": False, "need_generate_examples": True}}},
-             "inference": {"type": "CustomInference", "output_path": "./output/predict_result.txt",
-                           "PADDLE_PLACE_TYPE": "cpu", "num_labels": 2, "thread_num": 2,
-                           "inference_model_path": f"./output/cls_ernie_3.0_base_fc_ch_dy/save_inference_model/"
-                                                   f"inference_step_{step}/",
-                           "extra_param": {"meta": {"job_type": "text_classification"}}}}
+    infer = erniekit_infer([cls_ernie_config()["dataset_reader"]["train_reader"]["fields"][0]], "predict_data",
+                           "cls_ernie_3.0_base_fc_ch_dy", step, "text_classification", num_labels=2)
     texts = ["".join(text) for text, _ in make_sentences(12, seed=9)] + ["Hello 😀 world！", "ＡＢＣ e\u0301"]
     os.makedirs(tmp_path / "data" / "predict_data")
     (tmp_path / "data" / "predict_data" / "infer.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
@@ -413,19 +428,14 @@ def seqlab_ernie_config(sep="\x02"):
     label["data_type"] = "string"
 
     def reader(name, folder, reader_epoch, distribute):
-        return {"name": name, "type": "BasicDataSetReader", "fields": copy.deepcopy([text, label]),
-                "config": {"data_path": f"./data/{folder}", "shuffle": False, "batch_size": 16, "epoch": reader_epoch,
-                           "sampling_rate": 1.0, "need_data_distribute": distribute, "need_generate_examples": False}}
+        return erniekit_reader(name, [text, label], folder, reader_epoch, distribute)
 
     return {
         "dataset_reader": {"train_reader": reader("train_reader", "train_data", 10, True),
                            "test_reader": reader("test_reader", "test_data", 1, False),
                            "dev_reader": reader("dev_reader", "dev_data", 1, False)},
         "model": {"type": "ErnieFcSeqLabel", "is_dygraph": 1,
-                  "optimization": {"learning_rate": 1e-2, "use_lr_decay": True, "warmup_steps": 0,
-                                   "warmup_proportion": 0.1, "weight_decay": 0.01, "use_dynamic_loss_scaling": False,
-                                   "init_loss_scaling": 128, "incr_every_n_steps": 100, "decr_every_n_nan_or_inf": 2,
-                                   "incr_ratio": 2.0, "decr_ratio": 0.8},
+                  "optimization": erniekit_optimization(1e-2),
                   "embedding": {"config_path": f"{hub}/ernie_config.json"}, "vocab_path": "./dict/vocab_label_map.txt"},
         "trainer": {"type": "CustomDynamicTrainer", "PADDLE_PLACE_TYPE": "cpu", "PADDLE_IS_FLEET": 0,
                     "train_log_step": 10, "use_amp": False, "is_eval_dev": 1, "is_eval_test": 1, "eval_step": 1000,
@@ -460,16 +470,8 @@ def test_erniekit_ernie_sequence_labeling_runs_unchanged(tmp_path):
     predict = [t for t, _ in make_tagged(10, seed=9, sep="\x02")]
     os.makedirs(tmp_path / "data" / "predict_data")
     (tmp_path / "data" / "predict_data" / "infer.txt").write_text("\n".join(predict) + "\n", encoding="utf-8")
-    infer = {"dataset_reader": {"predict_reader": {
-                 "name": "predict_reader", "type": "BasicDataSetReader",
-                 "fields": [seqlab_ernie_config()["dataset_reader"]["train_reader"]["fields"][0]],
-                 "config": {"data_path": "./data/predict_data", "shuffle": False, "batch_size": 8, "epoch": 1,
-                            "sampling_rate": 1.0, "need_data_distribute": False, "need_generate_examples": True}}},
-             "inference": {"type": "CustomInference", "output_path": "./output/predict_result.txt",
-                           "PADDLE_PLACE_TYPE": "cpu", "thread_num": 2,
-                           "inference_model_path": f"./output/seqlab_ernie_3.0_base_fc_ch/save_inference_model/"
-                                                   f"inference_step_{step}/",
-                           "extra_param": {"meta": {"job_type": "sequence_labeling"}}}}
+    infer = erniekit_infer([seqlab_ernie_config()["dataset_reader"]["train_reader"]["fields"][0]], "predict_data",
+                           "seqlab_ernie_3.0_base_fc_ch", step, "sequence_labeling")
     (tmp_path / "seqlab_ernie_fc_ch_infer.json").write_text(json.dumps(infer), encoding="utf-8")
     proc = run(tmp_path, ["--param_path", "seqlab_ernie_fc_ch_infer.json"], script="run_infer.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -515,16 +517,8 @@ def test_erniekit_ernie_pointwise_matching_runs_unchanged(tmp_path):
     (tmp_path / "data" / "predict_data_pointwise" / "infer.txt").write_text(
         "".join(f"{a}\t{b}\n" for a, b, _ in pairs[300:320]), "utf-8")
     fields = config["dataset_reader"]["train_reader"]["fields"][:2]
-    infer = {"dataset_reader": {"predict_reader": {
-                 "name": "predict_reader", "type": "ErnieClassificationDataSetReader", "fields": fields,
-                 "config": {"data_path": "./data/predict_data_pointwise", "shuffle": False, "batch_size": 8,
-                            "epoch": 1, "sampling_rate": 1.0, "need_data_distribute": False,
-                            "need_generate_examples": True}}},
-             "inference": {"type": "CustomInference", "output_path": "./output/predict_result.txt",
-                           "PADDLE_PLACE_TYPE": "cpu", "num_labels": 2, "thread_num": 2,
-                           "inference_model_path": f"./output/mtch_ernie_fc_pointwise_ch/save_inference_model/"
-                                                   f"inference_step_{step}/",
-                           "extra_param": {"meta": {"job_type": "text_matching"}}}}
+    infer = erniekit_infer(fields, "predict_data_pointwise", "mtch_ernie_fc_pointwise_ch", step, "text_matching",
+                           num_labels=2, reader="ErnieClassificationDataSetReader")
     (tmp_path / "mtch_infer.json").write_text(json.dumps(infer), encoding="utf-8")
     proc = run(tmp_path, ["--param_path", "mtch_infer.json"], script="run_infer.py")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -15,6 +15,7 @@ from wenxin.metrics.classification import classifier_metrics, multi_label_metric
 from wenxin.models.base_model import BaseModel
 from wenxin.models.encoders import ENCODER_SCHEMA, TextEncoder
 from wenxin.models.ernie_task import ErnieTaskModel
+from wenxin.models.outputs import classification_outputs
 from wenxin.models.modules import BoWEncoder, CNNEncoder, RNNEncoder, TokenEmbedding
 
 
@@ -30,18 +31,6 @@ def text_and_labels(model: BaseModel) -> Tuple[Dict[str, Any], int]:
         raise ConfigError(f"model.num_labels: need at least 2 classes, found {num_labels} "
                           f"(set num_labels or add a label field named '{p['label_field']}')")
     return text_info, num_labels
-
-
-def classification_outputs(logits: paddle.Tensor, fields_dict: Dict[str, paddle.Tensor], label_field: str,
-                           phase: str) -> Dict[str, paddle.Tensor]:
-    """Probabilities, predictions and (with labels) the loss and labels of ``logits`` ``[B, C]``."""
-    probs = F.softmax(logits, axis=-1)
-    outputs = {InstanceName.PROBS: probs, InstanceName.PREDICTIONS: paddle.argmax(probs, axis=-1)}
-    if phase != Phase.PREDICT and label_field in fields_dict:
-        labels = fields_dict[label_field]  # [B]
-        outputs[InstanceName.LOSS] = F.cross_entropy(logits, labels.reshape([-1, 1])).mean()
-        outputs[InstanceName.LABELS] = labels
-    return outputs
 
 
 class BaseClassification(BaseModel):

@@ -15,24 +15,13 @@ from wenxin.metrics.classification import accuracy, binary_auc, classifier_metri
 from wenxin.models.base_model import BaseModel
 from wenxin.models.encoders import ENCODER_SCHEMA, TextEncoder, shared_vocab_info
 from wenxin.models.ernie_task import ErnieTaskModel
+from wenxin.models.outputs import classification_outputs
 from wenxin.models.modules import BoWEncoder, TokenEmbedding
 
 
 def _encode(encoder: TextEncoder, fields: Dict[str, paddle.Tensor], name: str) -> paddle.Tensor:
     """The pooled vector ``[B, D]`` of text field ``name``."""
     return encoder(fields[name], fields[f"{name}_{InstanceName.SEQ_LENS}"])[1]
-
-
-def pair_class_outputs(logits: paddle.Tensor, fields_dict: Dict[str, paddle.Tensor], label_field: str,
-                       phase: str) -> Dict[str, paddle.Tensor]:
-    """Probabilities, predictions and (with labels) loss and labels of pair logits ``[B, C]``."""
-    probs = F.softmax(logits, axis=-1)
-    outputs = {InstanceName.PROBS: probs, InstanceName.PREDICTIONS: paddle.argmax(probs, axis=-1)}
-    if phase != Phase.PREDICT and label_field in fields_dict:
-        labels = fields_dict[label_field]  # [B]
-        outputs[InstanceName.LOSS] = F.cross_entropy(logits, labels.unsqueeze(-1)).mean()
-        outputs[InstanceName.LABELS] = labels
-    return outputs
 
 
 def pair_labels(model: BaseModel, label_field: str, configured: int = 0) -> int:
@@ -71,7 +60,7 @@ class PointwiseMatching(BaseModel):
         u, v = _encode(self.encoder, fields_dict, self.a), _encode(self.encoder, fields_dict, self.b)  # [B, D]
         features = paddle.concat([u, v, paddle.abs(u - v), u * v], axis=-1)  # [B, 4D]
         logits = self.output_layer(self.dropout(paddle.tanh(self.fc(features)))).astype("float32")  # [B, C]
-        return pair_class_outputs(logits, fields_dict, self.label_field, phase)
+        return classification_outputs(logits, fields_dict, self.label_field, phase)
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels, macro_f1=False)
@@ -223,7 +212,7 @@ class ErnieMatchingFcPointwise(ErnieTaskModel):
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
         _, pooled = self.encode(fields_dict, self.model_params["text_field"])  # [B, H]
         logits = self.fc(self.fc_prediction(self.dropout(pooled))).astype("float32")  # [B, C]
-        return pair_class_outputs(logits, fields_dict, self.model_params["label_field"], phase)
+        return classification_outputs(logits, fields_dict, self.model_params["label_field"], phase)
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels, macro_f1=False)
@@ -257,7 +246,7 @@ class ErnieMatchingSiamesePointwise(ErnieTaskModel):
         v = self.encode(fields_dict, p["text_b_field"])[1]  # [B, H]
         hidden = paddle.tanh(self.concat_fc(paddle.concat([u, v], axis=-1)))  # [B, hidden]
         logits = self.output_layer(hidden).astype("float32")  # [B, C]
-        return pair_class_outputs(logits, fields_dict, p["label_field"], phase)
+        return classification_outputs(logits, fields_dict, p["label_field"], phase)
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         return classifier_metrics(outputs, meta_info.get("batch_sizes"), self.num_labels, macro_f1=False)

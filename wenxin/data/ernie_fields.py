@@ -10,7 +10,7 @@ from wenxin.common.constants import InstanceName
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.field_reader import BaseFieldReader, SequenceLabelFieldReader, TensorSpec, TextFieldReader, \
-    UnknownLabelError, fixed_length, pad_sequences
+    fixed_length, pad_sequences
 from wenxin.data.vocab import Vocab
 
 CLS_TOKEN, SEP_TOKEN = "[CLS]", "[SEP]"
@@ -180,15 +180,7 @@ class ErnieSeqlabelLabelFieldReader(SequenceLabelFieldReader):
         self._set_outside()
 
     def convert(self, text: str) -> np.ndarray:
-        assert self.vocab is not None, "tag map is built before conversion"
-        ids = []
-        for tag in self.tokenizer.tokenize(text):
-            idx = self.vocab.lookup(tag)
-            if idx is None:
-                raise UnknownLabelError(f"tag {tag!r} is not in the tag map {self.vocab.tokens[:20]} "
-                                        f"(the training tags)")
-            ids.append(idx)
-        return np.asarray(ids, dtype=np.int64)
+        return self.tag_ids(self.tokenizer.tokenize(text))  # cut in combine, as the text's pieces are
 
     def inside_of(self, tag_id: int) -> int:
         assert self.vocab is not None

@@ -267,9 +267,13 @@ class SequenceLabelFieldReader(LabelFieldReader):
         self.vocab = Vocab(sorted(tags))
 
     def convert(self, text: str) -> np.ndarray:
+        return self.tag_ids(self.tokenizer.tokenize(text)[:self.max_seq_len])
+
+    def tag_ids(self, tags: List[str]) -> np.ndarray:
+        """The ids of ``tags``; a tag outside the tag map is an ``UnknownLabelError``."""
         assert self.vocab is not None, "tag map is built before conversion"
         ids = []
-        for tag in self.tokenizer.tokenize(text)[:self.max_seq_len]:
+        for tag in tags:
             idx = self.vocab.lookup(tag)
             if idx is None:
                 raise UnknownLabelError(f"tag {tag!r} is not in the tag map {self.vocab.tokens[:20]} "
