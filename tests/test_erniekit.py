@@ -1,62 +1,46 @@
-"""ERNIE-kit task files run as they are (issue 17, in progress): our own configs in ERNIE-kit's
-format, with data laid out as ERNIE-kit's tasks lay it out."""
-import copy
+"""ERNIE-kit task files run as they are: this repository's ERNIE-kit-format examples
+(``tasks/<task>/examples/``), run unchanged in folders laid out as ERNIE-kit's tasks are, on small
+generated data."""
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 
-from conftest import make_sentences, run_script
+from conftest import REPO, make_sentences, run_script
 from wenxin.compat.erniekit import is_erniekit, translate
 
 
-def erniekit_field(name, reader, tokenizer=None, vocab="", convert=True):
-    return {"name": name, "data_type": "string" if tokenizer else "int", "reader": {"type": reader},
-            "tokenizer": tokenizer, "need_convert": convert, "vocab_path": vocab, "max_seq_len": 512,
-            "truncation_type": 0, "padding_id": 0, "embedding": None}
+def example(task, name):
+    """One of this repository's ERNIE-kit-format example files, ``tasks/<task>/examples/<name>``."""
+    with open(os.path.join(REPO, "tasks", task, "examples", name), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def task_folder(tmp_path, task):
+    """A folder laid out as an ERNIE-kit task, ``tasks/<task>`` with this repository's examples/
+    (the model hub goes to ``../../models_hub``, as in ERNIE-kit); runs start in it."""
+    folder = tmp_path / "tasks" / task
+    shutil.copytree(os.path.join(REPO, "tasks", task, "examples"), folder / "examples")
+    return folder
+
+
+def hub_model(tmp_path):
+    """A random-init ERNIE 3.0-shaped model in ERNIE-kit's hub layout, where the examples expect it."""
+    from ernie_helpers import make_ernie_model
+    make_ernie_model(str(tmp_path / "models_hub" / "ernie_3.0_base_ch_dir"), "erniekit", max_position_embeddings=512)
 
 
 def cls_bow_config(epoch=5):
-    """A task file written the way ERNIE-kit's cls_bow_ch.json is."""
-    text = erniekit_field("text_a", "CustomTextFieldReader",
-                          {"type": "CustomTokenizer", "split_char": " ", "unk_token": "[UNK]", "params": None},
-                          "./data/dict/vocab.txt")
-    label = erniekit_field("label", "ScalarFieldReader", convert=False)
-
-    def reader(name, folder, reader_epoch, distribute):
-        return {"name": name, "type": "BasicDataSetReader", "fields": copy.deepcopy([text, label]),
-                "config": {"data_path": f"./data/{folder}", "shuffle": False, "batch_size": 32, "epoch": reader_epoch,
-                           "sampling_rate": 1.0, "need_data_distribute": distribute,
-                           "need_generate_examples": False, "key_tag": False}}
-
-    return {
-        "dataset_reader": {"train_reader": reader("train_reader", "train_data", epoch, True),
-                           "test_reader": reader("test_reader", "test_data", 1, False),
-                           "dev_reader": reader("dev_reader", "dev_data", 1, False)},
-        "model": {"type": "BowClassification", "is_dygraph": 1, "optimization": {"learning_rate": 0.02},
-                  "vocab_size": 40, "num_labels": 2},
-        "trainer": {"type": "CustomDynamicTrainer", "PADDLE_PLACE_TYPE": "cpu", "PADDLE_IS_FLEET": 0,
-                    "train_log_step": 20, "is_eval_dev": 0, "is_eval_test": 1, "eval_step": 100,
-                    "save_model_step": 10000, "load_parameters": "", "load_checkpoint": "", "pre_train_model": [],
-                    "output_path": "./output/cls_bow_ch", "extra_param": {"meta": {"job_type": "text_classification"}}},
-    }
+    """cls_bow_ch.json: written the way ERNIE-kit's is."""
+    config = example("text_classification", "cls_bow_ch.json")
+    config["dataset_reader"]["train_reader"]["config"]["epoch"] = epoch
+    return config
 
 
 def cls_bow_infer_config():
-    """A prediction file written the way ERNIE-kit's cls_bow_ch_infer.json is."""
-    text = erniekit_field("text_a", "CustomTextFieldReader",
-                          {"type": "CustomTokenizer", "split_char": " ", "unk_token": "[UNK]", "params": None},
-                          "./data/dict/vocab.txt")
-    return {"dataset_reader": {"predict_reader": {
-                "name": "predict_reader", "type": "BasicDataSetReader", "fields": [text],
-                "config": {"data_path": "./data/predict_data", "shuffle": False, "batch_size": 8, "epoch": 1,
-                           "sampling_rate": 1.0, "need_data_distribute": False, "need_generate_examples": True,
-                           "key_tag": False}}},
-            "inference": {"type": "CustomInference", "output_path": "./output/predict_result.txt",
-                          "PADDLE_PLACE_TYPE": "cpu", "num_labels": 2, "thread_num": 2,
-                          "inference_model_path": "./output/cls_bow_ch/save_inference_model/inference_step_40/",
-                          "extra_param": {"meta": {"job_type": "text_classification"}}}}
+    return example("text_classification", "cls_bow_ch_infer.json")
 
 
 def erniekit_tree(root):
@@ -86,36 +70,33 @@ run = run_script
 
 
 def test_erniekit_bow_classification_trains_unchanged(tmp_path):
-    vocab_size = erniekit_tree(tmp_path)
-    config = cls_bow_config()
-    config["model"]["vocab_size"] = vocab_size
-    (tmp_path / "cls_bow_ch.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    proc = run(tmp_path, ["--param_path", "cls_bow_ch.json"])
+    root = task_folder(tmp_path, "text_classification")
+    assert erniekit_tree(root) <= cls_bow_config()["model"]["vocab_size"]
+    proc = run(root, ["--param_path", "examples/cls_bow_ch.json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = proc.stdout
     assert "ERNIE-kit task file: task: 'text_classification'" in log  # the built-in, not the decoy
     assert "model.type: BowClassification -> ErnieKitBowClassification" in log
     assert "dataset_reader.train_reader.config.epoch -> trainer.epoch (5)" in log
-    records = [json.loads(line) for line in open(tmp_path / "output" / "cls_bow_ch" / "logs" / "metrics.jsonl")]
+    records = [json.loads(line) for line in open(root / "output" / "cls_bow_ch" / "logs" / "metrics.jsonl")]
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["acc"] >= 0.9
     assert max(r["step"] for r in records) == 5 * 8  # 5 epochs of 240 / 32 batches
-    out = tmp_path / "output" / "cls_bow_ch"  # where an ERNIE-kit user looks
+    out = root / "output" / "cls_bow_ch"  # where an ERNIE-kit user looks
     assert sorted(os.listdir(out / "save_checkpoints")) == ["checkpoints_step_40", "latest"]
     assert sorted(os.listdir(out / "save_inference_model")) == ["inference_step_40"]
     assert {"inference.json", "inference.pdiparams", "preprocess.json"} <= set(
         os.listdir(out / "save_inference_model" / "inference_step_40"))
-    again = run(tmp_path, ["--param_path", "cls_bow_ch.json"])  # never over an earlier run
+    again = run(root, ["--param_path", "examples/cls_bow_ch.json"])  # never over an earlier run
     assert again.returncode == 2 and "trainer.resume=auto" in again.stderr and "move" in again.stderr
 
     # ERNIE-kit's infer file, as it is: predictions in ERNIE-kit's format
     texts = [" ".join(text) for text, _ in make_sentences(12, seed=9)]
-    os.makedirs(tmp_path / "data" / "predict_data")
-    (tmp_path / "data" / "predict_data" / "infer.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
-    (tmp_path / "cls_bow_ch_infer.json").write_text(json.dumps(cls_bow_infer_config()), encoding="utf-8")
-    proc = run(tmp_path, ["--param_path", "cls_bow_ch_infer.json"], script="run_infer.py")
+    os.makedirs(root / "data" / "predict_data")
+    (root / "data" / "predict_data" / "infer.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    proc = run(root, ["--param_path", "examples/cls_bow_ch_infer.json"], script="run_infer.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (tmp_path / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    lines = (root / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert len(lines) == len(texts)
     from wenxin.inference.predictor import Predictor
     expected = Predictor(str(out / "save_inference_model" / "inference_step_40")).predict([[t] for t in texts])
@@ -125,8 +106,8 @@ def test_erniekit_bow_classification_trains_unchanged(tmp_path):
         np.testing.assert_allclose(json.loads(probs), result["probs"], rtol=1e-6)
     bad = cls_bow_infer_config()
     bad["inference"]["num_labels"] = 3
-    (tmp_path / "bad_infer.json").write_text(json.dumps(bad), encoding="utf-8")
-    proc = run(tmp_path, ["--param_path", "bad_infer.json"], script="run_infer.py")
+    (root / "bad_infer.json").write_text(json.dumps(bad), encoding="utf-8")
+    proc = run(root, ["--param_path", "bad_infer.json"], script="run_infer.py")
     assert proc.returncode == 2 and "num_labels: 3, but the model" in proc.stderr
 
 
@@ -244,238 +225,118 @@ def matching_tree(root):
     return len(tokens)
 
 
-def mtch_bow_pairwise_config(vocab_size):
-    """A task file written the way ERNIE-kit's mtch_bow_pairwise_ch.json is."""
-    def text(name):
-        return erniekit_field(name, "CustomTextFieldReader", {"type": "CustomTokenizer", "split_char": " ",
-                                                              "unk_token": "[UNK]", "params": None},
-                              "./data/dict/vocab.txt")
-
-    def reader(name, folder, names, distribute):
-        fields = [text(n) for n in names] + ([] if "text_c" in names else
-                                              [erniekit_field("label", "ScalarFieldReader", convert=False)])
-        return {"name": name, "type": "BasicDataSetReader", "fields": fields,
-                "config": {"data_path": f"./data/{folder}", "shuffle": False, "batch_size": 16, "epoch": 3,
-                           "sampling_rate": 1.0, "need_data_distribute": distribute, "need_generate_examples": False,
-                           "key_tag": False}}
-
-    return {"dataset_reader": {
-                "train_reader": reader("train_reader", "train_data_pairwise_tokenized", ["text_a", "text_b", "text_c"],
-                                       True),
-                "test_reader": reader("test_reader", "test_data_tokenized", ["text_a", "text_b"], False),
-                "dev_reader": reader("dev_reader", "dev_data_tokenized", ["text_a", "text_b"], False)},
-            "model": {"type": "BowMatchingPairwise", "is_dygraph": 1, "optimization": {"learning_rate": 0.01},
-                      "vocab_size": vocab_size},
-            "trainer": {"type": "CustomDynamicTrainer", "PADDLE_PLACE_TYPE": "cpu", "PADDLE_IS_FLEET": 0,
-                        "train_log_step": 20, "is_eval_dev": 1, "is_eval_test": 1, "eval_step": 100,
-                        "save_model_step": 10000000, "load_parameters": "", "load_checkpoint": "",
-                        "pre_train_model": [], "output_path": "./output/mtch_bow_pairwise_ch",
-                        "extra_param": {"meta": {"job_type": "text_matching"}}}}
-
-
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_erniekit_bow_pairwise_matching_trains_and_predicts_unchanged(tmp_path, mode):
-    config = mtch_bow_pairwise_config(matching_tree(tmp_path))
+    root = task_folder(tmp_path, "text_matching")
+    assert matching_tree(root) <= example("text_matching", "mtch_bow_pairwise_ch.json")["model"]["vocab_size"]
     args = [] if mode == "dynamic" else ["--set", "model.is_dygraph=0", "--set", "trainer.type=CustomTrainer"]
-    (tmp_path / "mtch_bow_pairwise_ch.json").write_text(json.dumps(config), encoding="utf-8")
-    proc = run(tmp_path, ["--param_path", "mtch_bow_pairwise_ch.json", *args])
+    proc = run(root, ["--param_path", "examples/mtch_bow_pairwise_ch.json", *args])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "model.type: BowMatchingPairwise -> ErnieKitBowMatchingPairwise" in proc.stdout
-    out = tmp_path / "output" / "mtch_bow_pairwise_ch"
+    out = root / "output" / "mtch_bow_pairwise_ch"
     records = [json.loads(line) for line in open(out / "logs" / "metrics.jsonl")]
     test = [r for r in records if r["tag"] == "test"][-1]
     assert test["auc"] >= 0.7, test
-    steps = 3 * 25  # 3 epochs of 400 triples in batches of 16
-    exported = out / "save_inference_model" / f"inference_step_{steps}"
-    pairs = [line.split("\t")[:2] for line in open(tmp_path / "data" / "test_data_tokenized" / "part-0",
+    assert max(r["step"] for r in records) == 3 * 25  # 3 epochs of 400 triples in batches of 16: the infer file's
+    pairs = [line.split("\t")[:2] for line in open(root / "data" / "test_data_tokenized" / "part-0",
                                                    encoding="utf-8").read().splitlines()]
-    os.makedirs(tmp_path / "data" / "predict_data")
-    (tmp_path / "data" / "predict_data" / "pairs.txt").write_text("".join(f"{a}\t{b}\n" for a, b in pairs),
-                                                                  encoding="utf-8")
-    infer = cls_bow_infer_config()
-    infer["dataset_reader"]["predict_reader"]["fields"] = [
-        dict(infer["dataset_reader"]["predict_reader"]["fields"][0]),
-        {**infer["dataset_reader"]["predict_reader"]["fields"][0], "name": "text_b"}]
-    infer["inference"].update(inference_model_path=str(exported), output_path="./output/pairs_result.txt")
-    infer["inference"]["extra_param"]["meta"]["job_type"] = "text_matching"
-    (tmp_path / "infer.json").write_text(json.dumps(infer), encoding="utf-8")
-    proc = run(tmp_path, ["--param_path", "infer.json"], script="run_infer.py")
+    os.makedirs(root / "data" / "predict_data")
+    (root / "data" / "predict_data" / "pairs.txt").write_text("".join(f"{a}\t{b}\n" for a, b in pairs),
+                                                              encoding="utf-8")
+    proc = run(root, ["--param_path", "examples/mtch_bow_pairwise_ch_infer.json"], script="run_infer.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (tmp_path / "output" / "pairs_result.txt").read_text(encoding="utf-8").splitlines()
+    lines = (root / "output" / "predict_result.txt").read_text(encoding="utf-8").splitlines()
     assert len(lines) == len(pairs) and all(line.split("\t")[:2] == pair for line, pair in zip(lines, pairs))
     assert all(abs(sum(json.loads(line.split("\t")[2])) - 1.0) < 1e-5 for line in lines)
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_erniekit_cnn_classification_trains_unchanged(tmp_path, mode):
-    config = cls_bow_config(epoch=4)
-    config["model"].update(type="CNNClassification", vocab_size=erniekit_tree(tmp_path), filter_sizes=[2, 3],
-                           hid_dim=32, hid_dim2=16, emb_dim=32)
-    if mode == "static":
-        config["model"]["is_dygraph"] = 0
-        config["trainer"]["type"] = "CustomTrainer"
-    (tmp_path / "cls_cnn_ch.json").write_text(json.dumps(config), encoding="utf-8")
-    proc = run(tmp_path, ["--param_path", "cls_cnn_ch.json"])
+    root = task_folder(tmp_path, "text_classification")
+    erniekit_tree(root)
+    args = [] if mode == "dynamic" else ["--set", "model.is_dygraph=0", "--set", "trainer.type=CustomTrainer"]
+    proc = run(root, ["--param_path", "examples/cls_cnn_ch.json", *args])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "model.type: CNNClassification -> ErnieKitCnnClassification" in proc.stdout
-    records = [json.loads(line) for line in open(tmp_path / "output" / "cls_bow_ch" / "logs" / "metrics.jsonl")]
+    records = [json.loads(line) for line in open(root / "output" / "cls_cnn_ch" / "logs" / "metrics.jsonl")]
     assert [r for r in records if r["tag"] == "test"][-1]["acc"] >= 0.85
 
 
-def erniekit_reader(name, fields, folder, epoch, distribute, batch_size=16):
-    """A reader section as ERNIE-kit's example files write it."""
-    return {"name": name, "type": "BasicDataSetReader", "fields": copy.deepcopy(fields),
-            "config": {"data_path": f"./data/{folder}", "shuffle": False, "batch_size": batch_size, "epoch": epoch,
-                       "sampling_rate": 1.0, "need_data_distribute": distribute, "need_generate_examples": False}}
-
-
-def erniekit_optimization(learning_rate):
-    """``model.optimization`` as ERNIE-kit's ERNIE examples write it."""
-    return {"learning_rate": learning_rate, "use_lr_decay": True, "warmup_steps": 0, "warmup_proportion": 0.1,
-            "weight_decay": 0.01, "use_dynamic_loss_scaling": False, "init_loss_scaling": 128,
-            "incr_every_n_steps": 100, "decr_every_n_nan_or_inf": 2, "incr_ratio": 2.0, "decr_ratio": 0.8}
-
-
-def erniekit_infer(fields, data_folder, run_folder, step, job, num_labels=None, reader="BasicDataSetReader"):
-    """An infer file as ERNIE-kit's examples write it, for the export of ``run_folder`` at ``step``."""
-    inference = {"type": "CustomInference", "output_path": "./output/predict_result.txt", "PADDLE_PLACE_TYPE": "cpu",
-                 "thread_num": 2,
-                 "inference_model_path": f"./output/{run_folder}/save_inference_model/inference_step_{step}/",
-                 "extra_param": {"meta": {"job_type": job}}}
-    if num_labels is not None:
-        inference["num_labels"] = num_labels
-    predict = erniekit_reader("predict_reader", fields, data_folder, 1, False, batch_size=8)
-    predict["type"] = reader
-    predict["config"]["need_generate_examples"] = True
-    return {"dataset_reader": {"predict_reader": predict}, "inference": inference}
-
-
 def cls_ernie_config(epoch=8):
-    """A task file written the way ERNIE-kit's cls_ernie_fc_ch.json is, over models_hub/."""
-    hub = "./models_hub/ernie_3.0_base_ch_dir"
-    text = erniekit_field("text_a", "ErnieTextFieldReader",
-                          {"type": "FullTokenizer", "split_char": " ", "unk_token": "[UNK]"}, f"{hub}/vocab.txt")
-    label = erniekit_field("label", "ScalarFieldReader", convert=False)
-    label["max_seq_len"] = 1
+    """cls_ernie_fc_ch.json: written the way ERNIE-kit's is, over ../../models_hub."""
+    config = example("text_classification", "cls_ernie_fc_ch.json")
+    config["dataset_reader"]["train_reader"]["config"]["epoch"] = epoch
+    return config
 
-    def reader(name, folder, reader_epoch, distribute):
-        return erniekit_reader(name, [text, label], folder, reader_epoch, distribute)
 
-    return {
-        "dataset_reader": {"train_reader": reader("train_reader", "train_data", epoch, True),
-                           "test_reader": reader("test_reader", "test_data", 1, False)},
-        "model": {"type": "ErnieClassification", "is_dygraph": 1,
-                  "optimization": erniekit_optimization(2e-3),
-                  "embedding": {"config_path": f"{hub}/ernie_config.json"}, "num_labels": 2},
-        "trainer": {"type": "CustomDynamicTrainer", "PADDLE_PLACE_TYPE": "cpu", "PADDLE_IS_FLEET": 0,
-                    "train_log_step": 10, "use_amp": True, "is_eval_dev": 0, "is_eval_test": 1, "eval_step": 100,
-                    "save_model_step": 200, "load_parameters": "", "load_checkpoint": "",
-                    "pre_train_model": [{"name": "ernie_3.0_base_ch", "params_path": f"{hub}/params"}],
-                    "output_path": "./output/cls_ernie_3.0_base_fc_ch_dy",
-                    "extra_param": {"meta": {"job_type": "text_classification"}}},
-    }
+def ernie_data(root, folders):
+    """ERNIE-kit's ERNIE classification data: raw text (no spaces between words), a label."""
+    for folder, seed, n in folders:
+        os.makedirs(root / "data" / folder)
+        (root / "data" / folder / "part-0").write_text(
+            "".join(f"{text}\t{label}\n" for text, label in make_sentences(n, seed)), encoding="utf-8")
 
 
 @pytest.mark.parametrize("mode", ["static"])  # dynamic: the sequence labeling and matching jobs below
 def test_erniekit_ernie_classification_runs_unchanged(tmp_path, mode):
     """cls_ernie_fc_ch.json over an ERNIE-kit model hub folder (params/, ernie_config.json,
     vocab.txt): trains, exports and predicts with ERNIE-kit's infer file."""
-    from ernie_helpers import make_ernie_model
-    erniekit_tree(tmp_path)
-    make_ernie_model(str(tmp_path / "models_hub" / "ernie_3.0_base_ch_dir"), "erniekit", max_position_embeddings=512)
-    for folder in ("train_data", "test_data"):  # ERNIE-kit's ERNIE data: raw text, no spaces between words
-        path = next((tmp_path / "data" / folder).iterdir())
-        path.write_text("".join(line.replace(" ", "") + "\n" for line in path.read_text("utf-8").splitlines()),
-                        encoding="utf-8")
-    config = cls_ernie_config()
-    if mode == "static":
-        config["model"]["is_dygraph"] = 0
-        config["trainer"]["type"] = "CustomTrainer"
-    (tmp_path / "cls_ernie_fc_ch.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    proc = run(tmp_path, ["--param_path", "cls_ernie_fc_ch.json"])
+    root = task_folder(tmp_path, "text_classification")
+    hub_model(tmp_path)
+    ernie_data(root, [("train_data", 1, 240), ("test_data", 3, 60)])
+    args = [] if mode == "dynamic" else ["--set", "model.is_dygraph=0", "--set", "trainer.type=CustomTrainer"]
+    proc = run(root, ["--param_path", "examples/cls_ernie_fc_ch.json", *args])
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = proc.stdout
     assert "model.embedding.config_path -> model.encoder_config" in log
-    assert "loaded 40 parameters from ./models_hub/ernie_3.0_base_ch_dir/params (erniekit layout)" in log
+    assert "loaded 40 parameters from ../../models_hub/ernie_3.0_base_ch_dir/params (erniekit layout)" in log
     assert "missing in file (2, keep their init): classifier.weight, classifier.bias" in log
-    out = tmp_path / "output" / "cls_ernie_3.0_base_fc_ch_dy"
+    out = root / "output" / "cls_ernie_3.0_base_fc_ch_dy"
     records = [json.loads(line) for line in open(out / "logs" / "metrics.jsonl")]
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["acc"] >= 0.9, test
-    step = max(r["step"] for r in records)
-    infer = erniekit_infer([cls_ernie_config()["dataset_reader"]["train_reader"]["fields"][0]], "predict_data",
-                           "cls_ernie_3.0_base_fc_ch_dy", step, "text_classification", num_labels=2)
-    texts = ["".join(text) for text, _ in make_sentences(12, seed=9)] + ["Hello 😀 world！", "ＡＢＣ e\u0301"]
-    os.makedirs(tmp_path / "data" / "predict_data")
-    (tmp_path / "data" / "predict_data" / "infer.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
-    (tmp_path / "cls_ernie_fc_ch_infer.json").write_text(json.dumps(infer), encoding="utf-8")
-    proc = run(tmp_path, ["--param_path", "cls_ernie_fc_ch_infer.json"], script="run_infer.py")
+    assert max(r["step"] for r in records) == 120  # the infer file's inference_step_120
+    texts = [text for text, _ in make_sentences(12, seed=9)] + ["Hello 😀 world！", "ＡＢＣ e\u0301"]
+    os.makedirs(root / "data" / "predict_data")
+    (root / "data" / "predict_data" / "infer.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    proc = run(root, ["--param_path", "examples/cls_ernie_fc_ch_infer.json"], script="run_infer.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (tmp_path / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    lines = (root / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert [line.split("\t")[0] for line in lines] == texts
     assert all(abs(sum(json.loads(line.split("\t")[1])) - 1) < 1e-5 for line in lines)
 
 
-def seqlab_ernie_config(sep="\x02"):
-    """A task file written the way ERNIE-kit's seqlab_ernie_fc_ch.json is, with \\x02 separators."""
-    hub = "./models_hub/ernie_3.0_base_ch_dir"
-    text = erniekit_field("text_a", "ErnieTextFieldReader",
-                          {"type": "FullTokenizer", "split_char": sep, "unk_token": "[UNK]", "params": None},
-                          f"{hub}/vocab.txt")
-    label = erniekit_field("label", "ErnieSeqlabelLabelFieldReader",
-                           {"type": "CustomTokenizer", "split_char": sep, "unk_token": "O", "params": None},
-                           "./dict/vocab_label_map.txt")
-    label["data_type"] = "string"
-
-    def reader(name, folder, reader_epoch, distribute):
-        return erniekit_reader(name, [text, label], folder, reader_epoch, distribute)
-
-    return {
-        "dataset_reader": {"train_reader": reader("train_reader", "train_data", 10, True),
-                           "test_reader": reader("test_reader", "test_data", 1, False),
-                           "dev_reader": reader("dev_reader", "dev_data", 1, False)},
-        "model": {"type": "ErnieFcSeqLabel", "is_dygraph": 1,
-                  "optimization": erniekit_optimization(1e-2),
-                  "embedding": {"config_path": f"{hub}/ernie_config.json"}, "vocab_path": "./dict/vocab_label_map.txt"},
-        "trainer": {"type": "CustomDynamicTrainer", "PADDLE_PLACE_TYPE": "cpu", "PADDLE_IS_FLEET": 0,
-                    "train_log_step": 10, "use_amp": False, "is_eval_dev": 1, "is_eval_test": 1, "eval_step": 1000,
-                    "save_model_step": 10000, "load_parameters": "", "load_checkpoint": "",
-                    "pre_train_model": [{"name": "ernie_3.0_base_ch", "params_path": f"{hub}/params"}],
-                    "output_path": "./output/seqlab_ernie_3.0_base_fc_ch",
-                    "extra_param": {"meta": {"job_type": "sequence_labeling"}}},
-    }
+def seqlab_ernie_config():
+    return example("sequence_labeling", "seqlab_ernie_fc_ch.json")
 
 
 def test_erniekit_ernie_sequence_labeling_runs_unchanged(tmp_path):
     """seqlab_ernie_fc_ch.json with \\x02-separated words and tags, ERNIE-kit's label map
     (tag<TAB>id), trained, exported and predicted with ERNIE-kit's output lines."""
-    from ernie_helpers import make_ernie_model, make_tagged
-    make_ernie_model(str(tmp_path / "models_hub" / "ernie_3.0_base_ch_dir"), "erniekit", max_position_embeddings=512)
+    from ernie_helpers import make_tagged
+    root = task_folder(tmp_path, "sequence_labeling")
+    hub_model(tmp_path)
     for folder, seed, n in (("train_data", 1, 300), ("dev_data", 2, 60), ("test_data", 3, 60)):
-        os.makedirs(tmp_path / "data" / folder)
+        os.makedirs(root / "data" / folder)
         rows = make_tagged(n, seed, sep="\x02")
-        (tmp_path / "data" / folder / "part-0").write_text("".join(f"{t}\t{g}\n" for t, g in rows), encoding="utf-8")
-    os.makedirs(tmp_path / "dict")
+        (root / "data" / folder / "part-0").write_text("".join(f"{t}\t{g}\n" for t, g in rows), encoding="utf-8")
+    os.makedirs(root / "dict")
     tag_map = ["B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "O"]  # ERNIE-kit's example map
-    (tmp_path / "dict" / "vocab_label_map.txt").write_text("".join(f"{t}\t{i}\n" for i, t in enumerate(tag_map)))
-    (tmp_path / "seqlab_ernie_fc_ch.json").write_text(json.dumps(seqlab_ernie_config(), indent=2), encoding="utf-8")
-    proc = run(tmp_path, ["--param_path", "seqlab_ernie_fc_ch.json"])
+    (root / "dict" / "vocab_label_map.txt").write_text("".join(f"{t}\t{i}\n" for i, t in enumerate(tag_map)))
+    proc = run(root, ["--param_path", "examples/seqlab_ernie_fc_ch.json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "model.vocab_path: dropped (the tags are those of the label field's vocab_path)" in proc.stdout
-    out = tmp_path / "output" / "seqlab_ernie_3.0_base_fc_ch"
+    out = root / "output" / "seqlab_ernie_3.0_base_fc_ch"
     records = [json.loads(line) for line in open(out / "logs" / "metrics.jsonl")]
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["f1"] > 0.8, test
-    step = max(r["step"] for r in records)
+    assert max(r["step"] for r in records) == 190  # the infer file's inference_step_190
     predict = [t for t, _ in make_tagged(10, seed=9, sep="\x02")]
-    os.makedirs(tmp_path / "data" / "predict_data")
-    (tmp_path / "data" / "predict_data" / "infer.txt").write_text("\n".join(predict) + "\n", encoding="utf-8")
-    infer = erniekit_infer([seqlab_ernie_config()["dataset_reader"]["train_reader"]["fields"][0]], "predict_data",
-                           "seqlab_ernie_3.0_base_fc_ch", step, "sequence_labeling")
-    (tmp_path / "seqlab_ernie_fc_ch_infer.json").write_text(json.dumps(infer), encoding="utf-8")
-    proc = run(tmp_path, ["--param_path", "seqlab_ernie_fc_ch_infer.json"], script="run_infer.py")
+    os.makedirs(root / "data" / "predict_data")
+    (root / "data" / "predict_data" / "infer.txt").write_text("\n".join(predict) + "\n", encoding="utf-8")
+    proc = run(root, ["--param_path", "examples/seqlab_ernie_fc_ch_infer.json"], script="run_infer.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (tmp_path / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    lines = (root / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert [line.split("\t")[0] for line in lines] == predict
     for line, text in zip(lines, predict):
         ids = json.loads(line.split("\t")[1])
@@ -485,61 +346,58 @@ def test_erniekit_ernie_sequence_labeling_runs_unchanged(tmp_path):
 def test_erniekit_ernie_pointwise_matching_runs_unchanged(tmp_path):
     """mtch_ernie_fc_pointwise_ch.json: ErnieClassificationDataSetReader with two
     ErnieClassificationFieldReader fields, encoded together as one pair."""
-    from ernie_helpers import make_ernie_model
-    make_ernie_model(str(tmp_path / "models_hub" / "ernie_3.0_base_ch_dir"), "erniekit", max_position_embeddings=512)
+    root = task_folder(tmp_path, "text_matching")
+    hub_model(tmp_path)
     rows = make_sentences(720, seed=4)
     pairs = [(a, b, int(la == lb == 1)) for (a, la), (b, lb) in zip(rows[::2], rows[1::2])]
     for folder, part in (("train_data_pointwise", pairs[:300]), ("test_data_pointwise", pairs[300:])):
-        os.makedirs(tmp_path / "data" / folder)
-        (tmp_path / "data" / folder / "part-0").write_text("".join(f"{a}\t{b}\t{y}\n" for a, b, y in part), "utf-8")
-    config = cls_ernie_config(epoch=8)
-    config["trainer"]["extra_param"]["meta"]["job_type"] = "text_matching"
-    config["trainer"]["output_path"] = "./output/mtch_ernie_fc_pointwise_ch"
-    config["model"]["type"] = "ErnieMatchingFcPointwise"
-    for reader, folder in (("train_reader", "train_data_pointwise"), ("test_reader", "test_data_pointwise")):
-        spec = config["dataset_reader"][reader]
-        spec["type"] = "ErnieClassificationDataSetReader"
-        spec["config"]["data_path"] = f"./data/{folder}"
-        text_a, label = spec["fields"]
-        text_a["reader"]["type"] = "ErnieClassificationFieldReader"
-        spec["fields"] = [text_a, {**copy.deepcopy(text_a), "name": "text_b"}, label]
-    (tmp_path / "mtch.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    proc = run(tmp_path, ["--param_path", "mtch.json"])
+        os.makedirs(root / "data" / folder)
+        (root / "data" / folder / "part-0").write_text("".join(f"{a}\t{b}\t{y}\n" for a, b, y in part), "utf-8")
+    proc = run(root, ["--param_path", "examples/mtch_ernie_fc_pointwise_ch.json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "one ErnieTextFieldReader pair ([CLS] text_a [SEP] text_b [SEP])" in proc.stdout
     assert "ErnieClassificationDataSetReader -> BasicDataSetReader" in proc.stdout
-    records = [json.loads(line) for line in open(tmp_path / "output" / "mtch_ernie_fc_pointwise_ch" / "logs" /
+    records = [json.loads(line) for line in open(root / "output" / "mtch_ernie_fc_pointwise_ch" / "logs" /
                                                  "metrics.jsonl")]
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["auc"] > 0.8, test
-    step = max(r["step"] for r in records)
-    os.makedirs(tmp_path / "data" / "predict_data_pointwise")
-    (tmp_path / "data" / "predict_data_pointwise" / "infer.txt").write_text(
+    assert max(r["step"] for r in records) == 152  # the infer file's inference_step_152
+    os.makedirs(root / "data" / "predict_data_pointwise")
+    (root / "data" / "predict_data_pointwise" / "infer.txt").write_text(
         "".join(f"{a}\t{b}\n" for a, b, _ in pairs[300:320]), "utf-8")
-    fields = config["dataset_reader"]["train_reader"]["fields"][:2]
-    infer = erniekit_infer(fields, "predict_data_pointwise", "mtch_ernie_fc_pointwise_ch", step, "text_matching",
-                           num_labels=2, reader="ErnieClassificationDataSetReader")
-    (tmp_path / "mtch_infer.json").write_text(json.dumps(infer), encoding="utf-8")
-    proc = run(tmp_path, ["--param_path", "mtch_infer.json"], script="run_infer.py")
+    proc = run(root, ["--param_path", "examples/mtch_ernie_fc_pointwise_ch_infer.json"], script="run_infer.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (tmp_path / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    lines = (root / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert [line.split("\t")[:2] for line in lines] == [[a, b] for a, b, _ in pairs[300:320]]
     assert all(len(json.loads(line.split("\t")[2])) == 2 for line in lines)
 
 
-def test_erniekit_multi_label_config_translates():
-    """cls_ernie_multi_label_ch.json's model and label field."""
-    config = cls_ernie_config()
-    config["model"].update(type="MultiLabelClassification", num_labels=4,
-                           embedding={"type": "ErnieTokenEmbedding", "emb_dim": 768, "other": "",
-                                      "config_path": "./models_hub/ernie_3.0_base_ch_dir/ernie_config.json"})
-    for reader in config["dataset_reader"].values():
-        reader["fields"][1].update(reader={"type": "MultiLabelFieldReader"}, max_seq_len=4, num_labels=4)
-    native, notes = translate(config)
-    assert native["model"]["encoder_config"] == "./models_hub/ernie_3.0_base_ch_dir/ernie_config.json"
-    assert "embedding" not in native["model"] and native["model"]["num_labels"] == 4
-    assert native["dataset_reader"]["train_reader"]["fields"][1]["reader"]["type"] == "MultiLabelFieldReader"
-    assert native["model"]["optimization"]["optimizer"] == "adamw"
+def test_erniekit_multi_label_classification_runs_unchanged(tmp_path):
+    """cls_ernie_multi_label_ch.json: MultiLabelFieldReader labels (``0 2``), sigmoid outputs, and
+    ERNIE-kit's infer lines (the text, then the probabilities)."""
+    from ernie_helpers import make_multi_label
+    root = task_folder(tmp_path, "text_classification")
+    hub_model(tmp_path)
+    for folder, seed, n in (("train_data", 1, 240), ("test_data", 3, 60)):
+        os.makedirs(root / "data" / "multi_label_data" / folder)
+        (root / "data" / "multi_label_data" / folder / "part-0").write_text(
+            "".join(f"{text}\t{labels}\n" for text, labels in make_multi_label(n, seed)), encoding="utf-8")
+    proc = run(root, ["--param_path", "examples/cls_ernie_multi_label_ch.json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "model.embedding.config_path -> model.encoder_config" in proc.stdout
+    records = [json.loads(line) for line in open(root / "output" / "cls_ernie_3.0_base_multi_label" / "logs" /
+                                                 "metrics.jsonl")]
+    test = [r for r in records if r["tag"] == "test"][-1]
+    assert test["f1"] > 0.7 and test["precision"] > 0.8, test  # all labels everywhere: precision ~0.43
+    assert max(r["step"] for r in records) == 240  # the infer file's inference_step_240
+    texts = [text for text, _ in make_multi_label(10, seed=9)]
+    os.makedirs(root / "data" / "predict_data")
+    (root / "data" / "predict_data" / "infer.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    proc = run(root, ["--param_path", "examples/cls_ernie_multi_label_ch_infer.json"], script="run_infer.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (root / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert [line.split("\t")[0] for line in lines] == texts
+    assert all(len(json.loads(line.split("\t")[1])) == 3 for line in lines)
 
 
 def test_erniekit_wordpiece_keys_have_their_effect():
