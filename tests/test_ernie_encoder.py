@@ -155,3 +155,17 @@ def test_a_models_own_names_are_kept(tmp_path):
     assert layout == "wenxin" and sorted(params) == ["embeddings.weight", "encoder.convs.0.weight"]
     params, _, layout = pretrained.load_pretrained_params(path, ["ernie.encoder.convs.0.weight"])
     assert layout == "paddlenlp" and "ernie.encoder.convs.0.weight" in params
+
+
+def test_erniekit_params_as_one_pickled_file(tmp_path):
+    """ERNIE-kit's dynamic-graph trainer also wrote ``params`` as one ``paddle.save`` dict."""
+    folder = tmp_path / "ernie_dir"
+    folder.mkdir()
+    tensors = pretrained.read_tensor_folder(os.path.join(FIXTURES, "erniekit", "params"))
+    paddle.save({name: paddle.to_tensor(value) for name, value in tensors.items()}, str(folder / "params"))
+    names = ["ernie." + n for n in encoder_params("paddlenlp")]
+    params, source, layout = pretrained.load_pretrained_params(str(folder), names)
+    assert layout == "erniekit" and source == str(folder / "params") and set(params) == set(names)
+    reference = encoder_params("paddlenlp")
+    for name in reference:
+        np.testing.assert_array_equal(np.asarray(params["ernie." + name]), reference[name])

@@ -150,6 +150,10 @@ def test_ernie_fields_and_models_check_what_they_are_given(tmp_path, ernie_dir):
         ("'text_a' is not an ErnieTextFieldReader field",
          lambda c: [r["fields"][0].update(reader={"type": "TextFieldReader"}, tokenizer=None)
                     for r in c["dataset_reader"].values()]),
+        ("the vocab of 'text_a' has 249 tokens, more than the encoder's vocab_size 160 (model.encoder_config): "
+         "another model's vocab.txt?",
+         lambda c: [r["fields"][0].update(vocab_path=os.path.join(REPO, "tests", "fixtures", "ernie", "vocab.txt"))
+                    for r in c["dataset_reader"].values()]),
         ("pair_with: no other field named 'text_b'",
          lambda c: c["dataset_reader"]["train_reader"]["fields"][0].update(pair_with="text_b")),
     ]
