@@ -9,6 +9,8 @@ import numpy as np
 from wenxin.common.constants import InstanceName
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
+from wenxin.config.schema import validate
+from wenxin.config.task_schema import TOKENIZER
 from wenxin.data.field_reader import BaseFieldReader, SequenceLabelFieldReader, TensorSpec, TextFieldReader, \
     fixed_length, pad_sequences
 from wenxin.data.vocab import Vocab
@@ -44,11 +46,8 @@ class ErnieTextFieldReader(TextFieldReader):
     """
 
     def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
-        if not config.get("tokenizer"):
-            config = {**config, "tokenizer": {"type": "FullTokenizer", "split_char": " ", "unk_token": "[UNK]",
-                                              "lowercase": True, "ngram": 1, "strip_accents": None,
-                                              "split_symbols": True, "max_input_chars_per_word": 100,
-                                              "params": None}}
+        if not config.get("tokenizer"):  # FullTokenizer with its schema defaults
+            config = {**config, "tokenizer": validate({"type": "FullTokenizer"}, TOKENIZER, f"{path}.tokenizer")}
         if not config.get("vocab_path"):
             raise ConfigError(f"{path}.vocab_path: ErnieTextFieldReader needs the pretrained model's vocab.txt")
         super().__init__(config, path, scope)
