@@ -1,9 +1,16 @@
 """Install wenxin: ``pip install -e .`` (CPU paddle) or ``pip install -e .[gpu]`` guidance in README."""
 import os
+import re
 
 from setuptools import find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def version() -> str:
+    """The one version, ``wenxin.__version__`` (read without importing wenxin)."""
+    with open(os.path.join(HERE, "wenxin", "__init__.py"), encoding="utf-8") as f:
+        return re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 
 
 def requirements(name: str) -> list:
@@ -13,7 +20,7 @@ def requirements(name: str) -> list:
 
 setup(
     name="wenxin",
-    version="0.1.0",
+    version=version(),
     description="A dual static/dynamic graph task framework on PaddlePaddle",
     long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
     long_description_content_type="text/markdown",

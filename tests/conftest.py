@@ -110,11 +110,11 @@ def build(config: Dict[str, Any], tmp_path, overrides: Optional[List[str]] = Non
 
 
 def assert_one_error_block(code: int, out: str, err: str, expected: Any = (), started: bool = False) -> List[str]:
-    """A command that refused its input: exit 2, stderr is exactly one ``error:`` block (one line,
-    or a header and indented problem lines) holding every ``expected`` text, no traceback, and
-    (unless ``started``: a problem only a running loop can meet) no training started. Returns
-    the block's lines."""
-    assert code == 2, (code, out[-2000:], err[-2000:])
+    """A command that refused its input: exit 2, 3 or 4 (a task-file, data or checkpoint problem),
+    stderr is exactly one ``error:`` block (one line, or a header and indented problem lines)
+    holding every ``expected`` text, no traceback, and (unless ``started``: a problem only a
+    running loop can meet) no training started. Returns the block's lines."""
+    assert code in (2, 3, 4), (code, out[-2000:], err[-2000:])
     lines = err.strip().splitlines()
     assert lines and lines[0].startswith("error: "), err[-3000:]
     assert all(line.startswith("  ") for line in lines[1:]), err[-3000:]

@@ -147,7 +147,7 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_dir, sig):
         time.sleep(0.05)  # the first periodic checkpoint exists (step_20 itself is soon pruned)
     proc.send_signal(getattr(signal, sig))
     stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr[-2000:]
+    assert proc.returncode == 75, stderr[-2000:]  # preempted after saving: resumable, not success
     assert f"stopped: received {sig}" in stdout
     latest = open(os.path.join(out, "checkpoints", "latest")).read()
     step = int(latest.split("_")[1])

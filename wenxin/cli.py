@@ -8,7 +8,8 @@ import threading
 import sys
 from typing import List, Optional
 
-from wenxin.common.errors import WenxinError, format_error
+from wenxin.common.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, WenxinError, \
+    exit_status, format_error
 from wenxin.common.process import Terminated, end_on_sigterm, load_paddle, quiet_paddle, watch_thread_failures
 
 
@@ -18,8 +19,28 @@ def _add_task_args(parser: argparse.ArgumentParser) -> None:
                         help="override a config value, e.g. --set trainer.epoch=3 (repeatable)")
 
 
+EXIT_CODES_HELP = ("exit status: 0 done, 2 usage or task-file error, 3 data error, 4 checkpoint error, "
+                   "75 stopped by a signal after saving a checkpoint (resume with trainer.resume=auto), "
+                   "130/143 interrupted/terminated before training")
+
+
+def version_line() -> str:
+    """``wenxin <version>``, with the installed Paddle build (read without importing Paddle)."""
+    from importlib import metadata
+
+    from wenxin import __version__
+    builds = []
+    for name in ("paddlepaddle", "paddlepaddle-gpu"):
+        try:
+            builds.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return f"wenxin {__version__} ({', '.join(builds) or 'Paddle not installed'})"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="wenxin", description="wenxin task framework")
+    parser = argparse.ArgumentParser(prog="wenxin", description="wenxin task framework", epilog=EXIT_CODES_HELP)
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
     _add_task_args(sub.add_parser("train", help="train (and evaluate) a task"))
     exporter = sub.add_parser("export", help="export a checkpoint as a self-contained inference folder")
@@ -42,7 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run_command(build_parser().parse_args(argv))
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command with wenxin's signal and thread-failure handling; returns the exit status."""
     quiet_paddle()
     saved = (threading.excepthook, signal.getsignal(signal.SIGTERM), logging.raiseExceptions)
     watch_thread_failures()
@@ -61,7 +86,9 @@ def _run(args: argparse.Namespace) -> int:
         load_paddle()
         if args.command == "train":
             from wenxin.runner import train
-            train(args.param_path, args.overrides)
+            _, preempted = train(args.param_path, args.overrides)
+            if preempted:
+                return EXIT_PREEMPTED
         elif args.command == "infer":
             from wenxin.inference.batch import run_inference
             print(run_inference(args.param_path, args.overrides))
@@ -83,24 +110,33 @@ def _run(args: argparse.Namespace) -> int:
             print(export(args.param_path, args.checkpoint, args.output, args.overrides))
     except WenxinError as e:
         print(format_error(e), file=sys.stderr)
-        return 2
+        return exit_status(e)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Terminated:
         print("error: terminated (SIGTERM)", file=sys.stderr)
-        return 143
-    return 0
+        return EXIT_TERMINATED
+    return EXIT_OK
+
+
+def _script_main(command: str, script: str, description: str, argv: Optional[List[str]]) -> int:
+    parser = argparse.ArgumentParser(prog=script, description=description, epilog=EXIT_CODES_HELP)
+    parser.add_argument("--version", action="version", version=version_line())
+    _add_task_args(parser)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args.command = command
+    return run_command(args)
 
 
 def train_main(argv: Optional[List[str]] = None) -> int:
-    """``run_trainer.py``: the ``train`` command without the sub-command word."""
-    return main(["train", *(sys.argv[1:] if argv is None else argv)])
+    """``run_trainer.py``: the ``train`` command, under its own name."""
+    return _script_main("train", "run_trainer.py", "train (and evaluate) a task", argv)
 
 
 def infer_main(argv: Optional[List[str]] = None) -> int:
-    """``run_infer.py``: the ``infer`` command without the sub-command word."""
-    return main(["infer", *(sys.argv[1:] if argv is None else argv)])
+    """``run_infer.py``: the ``infer`` command, under its own name."""
+    return _script_main("infer", "run_infer.py", "predict raw text files with an exported model", argv)
 
 
 if __name__ == "__main__":

@@ -44,11 +44,13 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
     return trainer_cls(config, lambda: model_cls(config["model"], data_info), readers, scope)
 
 
-def train(param_path: str, overrides: Iterable[str] = ()) -> Dict[str, Dict[str, float]]:
-    """Load a task file and train; returns the final metrics by reader."""
+def train(param_path: str, overrides: Iterable[str] = ()) -> Tuple[Dict[str, Dict[str, float]], bool]:
+    """Load a task file and train; returns the final metrics by reader, and whether a stop signal
+    ended the run early (after saving a checkpoint to resume from)."""
     config = load_config(param_path, overrides)
     trainer = build_trainer(config)
-    return trainer.do_train()
+    metrics = trainer.do_train()
+    return metrics, bool(trainer.state.interrupted)
 
 
 def export(param_path: str, checkpoint: str, output: str = "", overrides: Iterable[str] = ()) -> str:

@@ -11,6 +11,16 @@ import contextlib
 from typing import Iterator, List, Optional, Sequence
 
 
+# Exit statuses of the command line (documented in the README's "Exit codes")
+EXIT_OK = 0
+EXIT_CONFIG = 2  # usage or task-file error (and any other WenxinError)
+EXIT_DATA = 3  # a data file or line
+EXIT_CHECKPOINT = 4  # a checkpoint or pretrained-parameter file
+EXIT_PREEMPTED = 75  # stopped by SIGTERM / Ctrl-C after saving a checkpoint: resume it (EX_TEMPFAIL)
+EXIT_INTERRUPTED = 130  # Ctrl-C before training started: nothing saved
+EXIT_TERMINATED = 143  # SIGTERM before training started: nothing saved
+
+
 class WenxinError(Exception):
     """Base class of all user-facing errors.
 
@@ -92,3 +102,12 @@ def format_error(error: WenxinError) -> str:
         lines.append(f"  - {first}")
         lines.extend(f"    {line}" for line in rest)
     return "\n".join(lines)
+
+
+def exit_status(error: WenxinError) -> int:
+    """The exit status of a run that ended with ``error``."""
+    if isinstance(error, DataError):
+        return EXIT_DATA
+    if isinstance(error, CheckpointError):
+        return EXIT_CHECKPOINT
+    return EXIT_CONFIG
