@@ -48,3 +48,19 @@ def test_main_example_reaches_target_accuracy(tmp_path):
     # final evaluation's when the last step was the best
     selected = [r for r in records if r["tag"] in ("test", "best_test")][-1]
     assert selected["acc"] >= 0.86, selected
+    # the README's inference command works right after training: the best model is exported
+    infer = {"model_dir": os.path.join(out, "checkpoints", "best", "inference"),
+             "predict_reader": {"config": {"data_path": f"{data}/test.tsv"}},
+             "output_file": str(tmp_path / "predictions.tsv"), "batch_size": 64}
+    with open(tmp_path / "infer.json", "w", encoding="utf-8") as f:
+        json.dump(infer, f)
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "run_infer.py"), "--param_path",
+                           str(tmp_path / "infer.json")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "GLOG_minloglevel": "2"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(f"{data}/test.tsv", encoding="utf-8") as f:
+        gold = [line.rstrip("\n").split("\t")[1] for line in f]
+    with open(tmp_path / "predictions.tsv", encoding="utf-8") as f:
+        predicted = [line.split("\t")[0] for line in f]
+    assert len(predicted) == len(gold)
+    assert abs(sum(p == g for p, g in zip(predicted, gold)) / len(gold) - selected["acc"]) < 1e-9
