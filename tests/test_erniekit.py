@@ -32,6 +32,22 @@ def hub_model(tmp_path):
     make_ernie_model(str(tmp_path / "models_hub" / "ernie_3.0_base_ch_dir"), "erniekit", max_position_embeddings=512)
 
 
+def metric_records(root, run_folder):
+    """The metrics a run of ``output/<run_folder>`` logged."""
+    with open(root / "output" / run_folder / "logs" / "metrics.jsonl", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def predict_unchanged(root, infer_file, data_folder, rows):
+    """Write ``rows`` as ERNIE-kit's prediction data in ``data/<data_folder>``, run the example
+    infer file as it is, and return the lines it wrote."""
+    os.makedirs(root / "data" / data_folder)
+    (root / "data" / data_folder / "infer.txt").write_text("".join(row + "\n" for row in rows), encoding="utf-8")
+    proc = run(root, ["--param_path", f"examples/{infer_file}"], script="run_infer.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return (root / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+
+
 def cls_bow_config(epoch=5):
     """cls_bow_ch.json: written the way ERNIE-kit's is."""
     config = example("text_classification", "cls_bow_ch.json")
@@ -78,7 +94,7 @@ def test_erniekit_bow_classification_trains_unchanged(tmp_path):
     assert "ERNIE-kit task file: task: 'text_classification'" in log  # the built-in, not the decoy
     assert "model.type: BowClassification -> ErnieKitBowClassification" in log
     assert "dataset_reader.train_reader.config.epoch -> trainer.epoch (5)" in log
-    records = [json.loads(line) for line in open(root / "output" / "cls_bow_ch" / "logs" / "metrics.jsonl")]
+    records = metric_records(root, "cls_bow_ch")
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["acc"] >= 0.9
     assert max(r["step"] for r in records) == 5 * 8  # 5 epochs of 240 / 32 batches
@@ -92,11 +108,7 @@ def test_erniekit_bow_classification_trains_unchanged(tmp_path):
 
     # ERNIE-kit's infer file, as it is: predictions in ERNIE-kit's format
     texts = [" ".join(text) for text, _ in make_sentences(12, seed=9)]
-    os.makedirs(root / "data" / "predict_data")
-    (root / "data" / "predict_data" / "infer.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
-    proc = run(root, ["--param_path", "examples/cls_bow_ch_infer.json"], script="run_infer.py")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (root / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    lines = predict_unchanged(root, "cls_bow_ch_infer.json", "predict_data", texts)
     assert len(lines) == len(texts)
     from wenxin.inference.predictor import Predictor
     expected = Predictor(str(out / "save_inference_model" / "inference_step_40")).predict([[t] for t in texts])
@@ -233,19 +245,13 @@ def test_erniekit_bow_pairwise_matching_trains_and_predicts_unchanged(tmp_path, 
     proc = run(root, ["--param_path", "examples/mtch_bow_pairwise_ch.json", *args])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "model.type: BowMatchingPairwise -> ErnieKitBowMatchingPairwise" in proc.stdout
-    out = root / "output" / "mtch_bow_pairwise_ch"
-    records = [json.loads(line) for line in open(out / "logs" / "metrics.jsonl")]
+    records = metric_records(root, "mtch_bow_pairwise_ch")
     test = [r for r in records if r["tag"] == "test"][-1]
     assert test["auc"] >= 0.7, test
     assert max(r["step"] for r in records) == 3 * 25  # 3 epochs of 400 triples in batches of 16: the infer file's
     pairs = [line.split("\t")[:2] for line in open(root / "data" / "test_data_tokenized" / "part-0",
                                                    encoding="utf-8").read().splitlines()]
-    os.makedirs(root / "data" / "predict_data")
-    (root / "data" / "predict_data" / "pairs.txt").write_text("".join(f"{a}\t{b}\n" for a, b in pairs),
-                                                              encoding="utf-8")
-    proc = run(root, ["--param_path", "examples/mtch_bow_pairwise_ch_infer.json"], script="run_infer.py")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (root / "output" / "predict_result.txt").read_text(encoding="utf-8").splitlines()
+    lines = predict_unchanged(root, "mtch_bow_pairwise_ch_infer.json", "predict_data", ["\t".join(p) for p in pairs])
     assert len(lines) == len(pairs) and all(line.split("\t")[:2] == pair for line, pair in zip(lines, pairs))
     assert all(abs(sum(json.loads(line.split("\t")[2])) - 1.0) < 1e-5 for line in lines)
 
@@ -258,7 +264,7 @@ def test_erniekit_cnn_classification_trains_unchanged(tmp_path, mode):
     proc = run(root, ["--param_path", "examples/cls_cnn_ch.json", *args])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "model.type: CNNClassification -> ErnieKitCnnClassification" in proc.stdout
-    records = [json.loads(line) for line in open(root / "output" / "cls_cnn_ch" / "logs" / "metrics.jsonl")]
+    records = metric_records(root, "cls_cnn_ch")
     assert [r for r in records if r["tag"] == "test"][-1]["acc"] >= 0.85
 
 
@@ -291,17 +297,12 @@ def test_erniekit_ernie_classification_runs_unchanged(tmp_path, mode):
     assert "model.embedding.config_path -> model.encoder_config" in log
     assert "loaded 40 parameters from ../../models_hub/ernie_3.0_base_ch_dir/params (erniekit layout)" in log
     assert "missing in file (2, keep their init): classifier.weight, classifier.bias" in log
-    out = root / "output" / "cls_ernie_3.0_base_fc_ch_dy"
-    records = [json.loads(line) for line in open(out / "logs" / "metrics.jsonl")]
+    records = metric_records(root, "cls_ernie_3.0_base_fc_ch_dy")
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["acc"] >= 0.9, test
     assert max(r["step"] for r in records) == 120  # the infer file's inference_step_120
     texts = [text for text, _ in make_sentences(12, seed=9)] + ["Hello 😀 world！", "ＡＢＣ e\u0301"]
-    os.makedirs(root / "data" / "predict_data")
-    (root / "data" / "predict_data" / "infer.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
-    proc = run(root, ["--param_path", "examples/cls_ernie_fc_ch_infer.json"], script="run_infer.py")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (root / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    lines = predict_unchanged(root, "cls_ernie_fc_ch_infer.json", "predict_data", texts)
     assert [line.split("\t")[0] for line in lines] == texts
     assert all(abs(sum(json.loads(line.split("\t")[1])) - 1) < 1e-5 for line in lines)
 
@@ -326,17 +327,12 @@ def test_erniekit_ernie_sequence_labeling_runs_unchanged(tmp_path):
     proc = run(root, ["--param_path", "examples/seqlab_ernie_fc_ch.json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "model.vocab_path: dropped (the tags are those of the label field's vocab_path)" in proc.stdout
-    out = root / "output" / "seqlab_ernie_3.0_base_fc_ch"
-    records = [json.loads(line) for line in open(out / "logs" / "metrics.jsonl")]
+    records = metric_records(root, "seqlab_ernie_3.0_base_fc_ch")
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["f1"] > 0.8, test
     assert max(r["step"] for r in records) == 190  # the infer file's inference_step_190
     predict = [t for t, _ in make_tagged(10, seed=9, sep="\x02")]
-    os.makedirs(root / "data" / "predict_data")
-    (root / "data" / "predict_data" / "infer.txt").write_text("\n".join(predict) + "\n", encoding="utf-8")
-    proc = run(root, ["--param_path", "examples/seqlab_ernie_fc_ch_infer.json"], script="run_infer.py")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (root / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    lines = predict_unchanged(root, "seqlab_ernie_fc_ch_infer.json", "predict_data", predict)
     assert [line.split("\t")[0] for line in lines] == predict
     for line, text in zip(lines, predict):
         ids = json.loads(line.split("\t")[1])
@@ -357,17 +353,12 @@ def test_erniekit_ernie_pointwise_matching_runs_unchanged(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "one ErnieTextFieldReader pair ([CLS] text_a [SEP] text_b [SEP])" in proc.stdout
     assert "ErnieClassificationDataSetReader -> BasicDataSetReader" in proc.stdout
-    records = [json.loads(line) for line in open(root / "output" / "mtch_ernie_fc_pointwise_ch" / "logs" /
-                                                 "metrics.jsonl")]
+    records = metric_records(root, "mtch_ernie_fc_pointwise_ch")
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["auc"] > 0.8, test
     assert max(r["step"] for r in records) == 152  # the infer file's inference_step_152
-    os.makedirs(root / "data" / "predict_data_pointwise")
-    (root / "data" / "predict_data_pointwise" / "infer.txt").write_text(
-        "".join(f"{a}\t{b}\n" for a, b, _ in pairs[300:320]), "utf-8")
-    proc = run(root, ["--param_path", "examples/mtch_ernie_fc_pointwise_ch_infer.json"], script="run_infer.py")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (root / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    lines = predict_unchanged(root, "mtch_ernie_fc_pointwise_ch_infer.json", "predict_data_pointwise",
+                              [f"{a}\t{b}" for a, b, _ in pairs[300:320]])
     assert [line.split("\t")[:2] for line in lines] == [[a, b] for a, b, _ in pairs[300:320]]
     assert all(len(json.loads(line.split("\t")[2])) == 2 for line in lines)
 
@@ -385,17 +376,12 @@ def test_erniekit_multi_label_classification_runs_unchanged(tmp_path):
     proc = run(root, ["--param_path", "examples/cls_ernie_multi_label_ch.json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "model.embedding.config_path -> model.encoder_config" in proc.stdout
-    records = [json.loads(line) for line in open(root / "output" / "cls_ernie_3.0_base_multi_label" / "logs" /
-                                                 "metrics.jsonl")]
+    records = metric_records(root, "cls_ernie_3.0_base_multi_label")
     test = [r for r in records if r["tag"] == "test"][-1]
     assert test["f1"] > 0.7 and test["precision"] > 0.8, test  # all labels everywhere: precision ~0.43
     assert max(r["step"] for r in records) == 240  # the infer file's inference_step_240
     texts = [text for text, _ in make_multi_label(10, seed=9)]
-    os.makedirs(root / "data" / "predict_data")
-    (root / "data" / "predict_data" / "infer.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
-    proc = run(root, ["--param_path", "examples/cls_ernie_multi_label_ch_infer.json"], script="run_infer.py")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (root / "output" / "predict_result.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    lines = predict_unchanged(root, "cls_ernie_multi_label_ch_infer.json", "predict_data", texts)
     assert [line.split("\t")[0] for line in lines] == texts
     assert all(len(json.loads(line.split("\t")[1])) == 3 for line in lines)
 

@@ -131,8 +131,7 @@ class ErnieFcSeqLabel(SequenceTagger, ErnieTaskModel):
         self.ernie_field(self.text_field, "model.text_field")
         self.tags = self._tags()
         self.dropout = nn.Dropout(p["dropout"])
-        self.emissions = nn.Linear(config.hidden_size, len(self.tags), weight_attr=paddle.ParamAttr(
-            initializer=nn.initializer.TruncatedNormal(0.0, config.initializer_range)))
+        self.emissions = self.head(config.hidden_size, len(self.tags))
         self.crf = LinearChainCrf(len(self.tags)) if p["decoder"] == "crf" else None
 
     def token_states(self, fields_dict: Dict[str, paddle.Tensor]) -> paddle.Tensor:

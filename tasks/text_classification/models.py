@@ -167,8 +167,7 @@ class ErnieClassification(ErnieTaskModel):
         self.ernie_field(p["text_field"], "model.text_field")
         _, self.num_labels = text_and_labels(self)
         self.dropout = nn.Dropout(p["dropout"])
-        self.classifier = nn.Linear(config.hidden_size, self.num_labels, weight_attr=paddle.ParamAttr(
-            initializer=nn.initializer.TruncatedNormal(0.0, config.initializer_range)))
+        self.classifier = self.head(config.hidden_size, self.num_labels)
 
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
         _, pooled = self.encode(fields_dict, self.model_params["text_field"])  # [B, H]
@@ -205,8 +204,7 @@ class MultiLabelClassification(ErnieTaskModel):
                               f"{found} labels" if found else f"model.label_field: '{p['label_field']}' is not a "
                               f"MultiLabelFieldReader field of the train_reader (or set num_labels)")
         self.dropout = nn.Dropout(p["dropout"])
-        self.fc_layer = nn.Linear(config.hidden_size, self.num_labels, weight_attr=paddle.ParamAttr(
-            initializer=nn.initializer.TruncatedNormal(0.0, config.initializer_range)))
+        self.fc_layer = self.head(config.hidden_size, self.num_labels)
 
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
         p = self.model_params

@@ -183,11 +183,6 @@ class ErnieKitBowMatchingPairwise(BaseModel):
         return classifier_metrics(outputs, meta_info.get("batch_sizes"), 2)
 
 
-def _ernie_dense(config: Any, inputs: int, outputs: int) -> nn.Linear:
-    return nn.Linear(inputs, outputs, weight_attr=paddle.ParamAttr(
-        initializer=nn.initializer.TruncatedNormal(0.0, config.initializer_range)))
-
-
 @RegisterSet.models.register("ErnieMatchingFcPointwise")
 class ErnieMatchingFcPointwise(ErnieTaskModel):
     """ERNIE-kit's ``ErnieMatchingFcPointwise``: the pair encoded together (an
@@ -206,7 +201,7 @@ class ErnieMatchingFcPointwise(ErnieTaskModel):
         self.ernie_field(p["text_field"], "model.text_field")
         self.num_labels = pair_labels(self, p["label_field"], p["num_labels"])
         self.dropout = nn.Dropout(p["dropout"])
-        self.fc_prediction = _ernie_dense(config, config.hidden_size, self.num_labels)
+        self.fc_prediction = self.head(config.hidden_size, self.num_labels)
         self.fc = nn.Linear(self.num_labels, self.num_labels)
 
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
@@ -237,8 +232,8 @@ class ErnieMatchingSiamesePointwise(ErnieTaskModel):
             self.ernie_field(p[key], f"model.{key}")
         self.num_labels = pair_labels(self, p["label_field"], p["num_labels"])
         hidden = p["hidden_size"] or config.hidden_size
-        self.concat_fc = _ernie_dense(config, 2 * config.hidden_size, hidden)
-        self.output_layer = _ernie_dense(config, hidden, self.num_labels)
+        self.concat_fc = self.head(2 * config.hidden_size, hidden)
+        self.output_layer = self.head(hidden, self.num_labels)
 
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
         p = self.model_params

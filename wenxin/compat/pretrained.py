@@ -27,7 +27,7 @@ from wenxin.common.errors import CheckpointError
 ENCODER_PREFIX = "ernie."  # where wenxin's ERNIE task models keep their encoder
 PADDLENLP_FILES = ("model.safetensors", "model_state.pdparams")
 ENCODER_ROOTS = ("embeddings.", "encoder.", "pooler.")
-FOREIGN_PREFIXES = ("ernie.", "bert.", "roberta.")
+OTHER_ENCODER_PREFIXES = ("bert.", "roberta.")  # task models' encoder prefixes other than ENCODER_PREFIX
 
 _ERNIEKIT_NAMES = {
     "word_embedding": "embeddings.word_embeddings.weight",
@@ -80,7 +80,7 @@ def to_wenxin_names(params: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
         return {(ENCODER_PREFIX + n if n.startswith(ENCODER_ROOTS) else n): v for n, v in params.items()}, "paddlenlp"
     renamed, layout = {}, "wenxin"
     for name, value in params.items():
-        for prefix in FOREIGN_PREFIXES[1:]:  # bert.embeddings... -> ernie.embeddings...
+        for prefix in OTHER_ENCODER_PREFIXES:  # bert.embeddings... -> ernie.embeddings...
             if name.startswith(prefix) and name[len(prefix):].startswith(ENCODER_ROOTS):
                 name, layout = ENCODER_PREFIX + name[len(prefix):], "paddlenlp"
                 break

@@ -601,7 +601,7 @@ class BaseTrainer:
         folder (ERNIE/BERT weights are renamed to ``ernie.*``, see ``wenxin.compat.pretrained``);
         logs what matched and what did not. A ``.pdparams`` file (or ERNIE-kit ``params`` file)
         is unpickled by Paddle: name only files you trust."""
-        params, path, layout = pretrained.load_pretrained_params(params_path, self.model_state_dict())
+        params, path, layout = pretrained.load_pretrained_params(params_path, self.model.state_dict().keys())
         if layout != "wenxin":
             path = f"{path} ({layout} layout)"
         report = self._load_model_params(params, path, prefix_map=prefix_map)

@@ -12,7 +12,7 @@ import paddle
 from wenxin.common.errors import ConfigError, DataError, WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSpec, UnknownLabelError, convert_row, \
-    link_pairs
+    link_fields
 from wenxin.data.lines import iter_lines
 from wenxin.data.sampler import ResumableBatchSampler
 
@@ -99,7 +99,7 @@ class BasicDataSetReader:
             path = f"{self.key_path}.fields[{i}]"
             cls = RegisterSet.field_readers.get(field["reader"]["type"], scope, f"{path}.reader.type")
             self.fields.append(cls(field, path, scope=scope))
-        self.fields = link_pairs(self.fields)
+        self.fields = link_fields(self.fields)
         self.names = [f.name for f in self.fields]
         self._columns: Optional[Dict[int, np.ndarray]] = None
         for field in self.fields:

@@ -67,9 +67,8 @@ class ErnieTextFieldReader(TextFieldReader):
         sep = (self.config.get("tokenizer") or {}).get("split_char", " ") or None
         return [w for w in text.split(sep) if w]
 
-    def word_ids(self, text: str) -> List[List[int]]:
-        """The ids of each word (a word may give several pieces, or none)."""
-        words = self.words(text)
+    def word_ids(self, words: List[str]) -> List[List[int]]:
+        """The ids of each of ``words`` (a word may give several pieces, or none)."""
         if not self.config["need_convert"]:
             return [[int(t)] for t in words]  # pre-converted ids, e.g. "12 7 311"
         to_ids_batch = getattr(self.tokenizer, "to_ids_batch", None)
@@ -79,22 +78,11 @@ class ErnieTextFieldReader(TextFieldReader):
         return [self.vocab.to_ids(self.tokenizer.tokenize(w)) for w in words]
 
     def _ids(self, text: str) -> List[int]:
-        return [i for ids in self.word_ids(text) for i in ids]
-
-    def _cut(self, ids: List[int], budget: int) -> List[int]:
-        kind = self.config["truncation_type"]
-        if len(ids) <= budget:
-            return ids
-        if kind == 0:
-            return ids[:budget]
-        if kind == 1:
-            return ids[len(ids) - budget:]
-        head = (budget + 1) // 2
-        return ids[:head] + ids[len(ids) - (budget - head):]
+        return [i for ids in self.word_ids(self.words(text)) for i in ids]
 
     def convert(self, text: str) -> ErnieExample:  # type: ignore[override]
-        pieces = self.word_ids(text)
-        ids = [self.cls_id] + self._cut([i for w in pieces for i in w], self.max_seq_len - 2) + [self.sep_id]
+        pieces = self.word_ids(self.words(text))
+        ids = [self.cls_id] + self.truncate([i for w in pieces for i in w], self.max_seq_len - 2) + [self.sep_id]
         # the third value, pieces per word, lets a tag field spread word tags over the pieces
         return np.asarray(ids, dtype=np.int64), np.zeros(len(ids), dtype=np.int64), [len(w) for w in pieces]
 
@@ -167,16 +155,12 @@ class ErnieSeqlabelLabelFieldReader(SequenceLabelFieldReader):
         """The training tags, plus ``I-X`` for each ``B-X`` (a word's later pieces need it)."""
         tags = {t for c in columns for t in self.tokenizer.tokenize(c)}
         tags |= {f"I-{t[2:]}" for t in tags if t.startswith("B-")}
-        self.vocab = Vocab(sorted(tags))
-        self._set_outside()
+        self.set_vocab(Vocab(sorted(tags)))
 
-    def use_saved_vocab(self, path: str) -> None:
-        super().use_saved_vocab(path)
-        self._set_outside()
-
-    def share_vocab(self, other: BaseFieldReader) -> None:
-        super().share_vocab(other)
-        self._set_outside()
+    def set_vocab(self, vocab: Optional[Vocab]) -> None:
+        super().set_vocab(vocab)
+        if vocab is not None:
+            self._set_outside()
 
     def convert(self, text: str) -> np.ndarray:
         return self.tag_ids(self.tokenizer.tokenize(text))  # cut in combine, as the text's pieces are
@@ -200,5 +184,5 @@ class ErnieSeqlabelLabelFieldReader(SequenceLabelFieldReader):
         tags: List[int] = []
         for tag, pieces in zip(value.tolist(), pieces_per_word):
             tags.extend([tag] + [self.inside_of(tag)] * (pieces - 1))
-        tags = self.text_reader._cut(tags, self.text_reader.max_seq_len - 2)  # as the text was cut
+        tags = self.text_reader.truncate(tags, self.text_reader.max_seq_len - 2)  # as the text was cut
         return np.asarray([self.outside_id] + tags + [self.outside_id], dtype=np.int64)

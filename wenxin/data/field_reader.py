@@ -66,16 +66,19 @@ class BaseFieldReader:
         """Take the vocab a run saved (``<output>/vocab`` or a checkpoint's) instead of fitting
         one, so a resumed run keeps its token ids even if the training data changed."""
         tokenizer = getattr(self, "tokenizer", None)
-        self.vocab = Vocab.load(path, tokenizer.unk_token if isinstance(self, TextFieldReader) else None)
-        if tokenizer is not None:
-            tokenizer.bind_vocab(self.vocab)
+        self.set_vocab(Vocab.load(path, tokenizer.unk_token if isinstance(self, TextFieldReader) else None))
 
     def share_vocab(self, other: "BaseFieldReader") -> None:
         """Use the vocab fitted by the training reader's field of the same name."""
-        self.vocab = other.vocab
+        self.set_vocab(other.vocab)
+
+    def set_vocab(self, vocab: Optional[Vocab]) -> None:
+        """Take ``vocab`` (a file's, a saved one, or another field's), and give it to the field's
+        tokenizer if it splits by a vocab."""
+        self.vocab = vocab
         tokenizer = getattr(self, "tokenizer", None)
-        if tokenizer is not None and self.vocab is not None:
-            tokenizer.bind_vocab(self.vocab)
+        if tokenizer is not None and vocab is not None:
+            tokenizer.bind_vocab(vocab)
 
     def convert(self, text: str) -> Any:
         """One raw column -> a per-example value; raises ValueError for malformed input."""
@@ -138,12 +141,11 @@ class TextFieldReader(BaseFieldReader):
             raise ConfigError(f"{path}.vocab_path: {type(self.tokenizer).__name__} splits text by a given vocab: "
                               f"set vocab_path to the pretrained model's vocab.txt")
         if config["vocab_path"]:
-            self.vocab = Vocab.load(config["vocab_path"], self.tokenizer.unk_token)
+            self.set_vocab(Vocab.load(config["vocab_path"], self.tokenizer.unk_token))
             self._check_padding()
             missing = [t for t in config["special_tokens"] if t not in self.vocab]
             if missing:
                 raise ConfigError(f"{path}.special_tokens: {missing} not in {config['vocab_path']}")
-            self.tokenizer.bind_vocab(self.vocab)
 
     @property
     def needs_fit(self) -> bool:
@@ -163,8 +165,10 @@ class TextFieldReader(BaseFieldReader):
             raise ConfigError(f"{self.path}.padding_id: {self.padding_id} is outside the vocab "
                               f"of {len(self.vocab)} tokens")
 
-    def truncate(self, ids: List[int]) -> List[int]:
-        n, kind = self.max_seq_len, self.config["truncation_type"]
+    def truncate(self, ids: List[int], budget: Optional[int] = None) -> List[int]:
+        """``ids`` cut to ``budget`` (default ``max_seq_len``) by ``truncation_type``: 0 keeps the
+        head, 1 the tail, 2 both ends."""
+        n, kind = budget or self.max_seq_len, self.config["truncation_type"]
         if len(ids) <= n:
             return ids
         if kind == 0:
@@ -457,7 +461,7 @@ class PairColumn(BaseFieldReader):
         return []
 
 
-def link_pairs(fields: List[BaseFieldReader]) -> List[BaseFieldReader]:
+def link_fields(fields: List[BaseFieldReader]) -> List[BaseFieldReader]:
     """Fields whose config names ``pair_with`` read that field's column as their second text;
     the partner becomes a ``PairColumn``. Then each field links to the others it works with
     (``BaseFieldReader.link``). Returns the fields with partners replaced."""

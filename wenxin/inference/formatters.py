@@ -115,13 +115,14 @@ class TaggingFormat(ResultFormat):
 
 def word_starts(field: Any, text: str, pieces_kept: int) -> Tuple[List[str], List[int]]:
     """The words of ``text`` whose first piece survived truncation, and where those pieces are."""
-    words, starts, position = [], [], 0
-    for word, pieces in zip(field.words(text), field.word_ids(text)):
+    kept, starts, position = [], [], 0
+    words = field.words(text)
+    for word, pieces in zip(words, field.word_ids(words)):
         if pieces and position < pieces_kept:
-            words.append(word)
+            kept.append(word)
             starts.append(position)
         position += len(pieces)
-    return words, starts
+    return kept, starts
 
 
 @RegisterSet.result_formats.register("score")

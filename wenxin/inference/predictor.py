@@ -10,7 +10,7 @@ import numpy as np
 from wenxin.common.errors import WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.controller.export import MODEL_PREFIX, PREPROCESS_FILE
-from wenxin.data.field_reader import BaseFieldReader, convert_row, link_pairs
+from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
 from wenxin.inference.formatters import ResultFormat
 
 
@@ -55,7 +55,7 @@ class Predictor:
                 cfg["vocab_path"] = os.path.join(model_dir, cfg["vocab_path"])
             cls = RegisterSet.field_readers.get(cfg["reader"]["type"], None, f"{meta_path}: fields[{i}]")
             self.fields.append(cls(cfg, f"{meta_path}: fields[{i}]"))
-        self.fields = link_pairs(self.fields)
+        self.fields = link_fields(self.fields)
         self.output_names: List[str] = self.meta["outputs"]
         self.labels: List[str] = self.meta["labels"]
         format_name = self.meta.get("result_format", "classification")

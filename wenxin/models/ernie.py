@@ -223,10 +223,3 @@ class ErnieEncoder(nn.Layer):
         states = self.encoder(x, attention_bias)  # [B, T, H]
         return states, self.pooler(states, mask)
 
-
-def encoder_config_from_model(config_path: str, key: str) -> ErnieConfig:
-    """``ErnieConfig.from_file`` with errors naming the config key that gave the path."""
-    try:
-        return ErnieConfig.from_file(config_path)
-    except ConfigError as e:
-        raise ConfigError(f"{key}: {e}") from None

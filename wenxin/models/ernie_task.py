@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Tuple
 
 import paddle
+import paddle.nn as nn
 
 from wenxin.common.constants import InstanceName
 from wenxin.common.errors import ConfigError
@@ -38,6 +39,11 @@ class ErnieTaskModel(BaseModel):
             config.hidden_dropout_prob = p["hidden_dropout_prob"]
         self.ernie = ErnieEncoder(config)
         return config
+
+    def head(self, inputs: int, outputs: int) -> nn.Linear:
+        """A linear layer on the encoder's outputs, initialized as the encoder's own layers."""
+        return nn.Linear(inputs, outputs, weight_attr=paddle.ParamAttr(
+            initializer=nn.initializer.TruncatedNormal(0.0, self.ernie.config.initializer_range)))
 
     def ernie_field(self, name: str, key: str) -> Dict[str, Any]:
         """The info of text field ``name`` (named by config key ``key``), checked against the encoder."""
