@@ -1,32 +1,28 @@
-"""Install wenxin: ``pip install -e .`` (CPU paddle) or ``pip install -e .[gpu]`` guidance in README."""
+"""Package layout only (metadata is in pyproject.toml): the repository keeps the built-in tasks
+in ``tasks/`` and the example task files in ``examples/``; installed, they are ``wenxin.tasks``
+and ``wenxin.examples``, so a wheel finds them by name from any working folder."""
 import os
-import re
 
 from setuptools import find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+MAPPED = {"wenxin.tasks": "tasks", "wenxin.examples": "examples"}
 
 
-def version() -> str:
-    """The one version, ``wenxin.__version__`` (read without importing wenxin)."""
-    with open(os.path.join(HERE, "wenxin", "__init__.py"), encoding="utf-8") as f:
-        return re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+def mapped_packages() -> dict:
+    """Each package under a mapped folder -> its folder (relative, as setuptools wants)."""
+    packages = {}
+    for package, folder in MAPPED.items():
+        packages[package] = folder
+        for sub in find_packages(os.path.join(HERE, folder)):
+            packages[f"{package}.{sub}"] = os.path.join(folder, *sub.split("."))
+    return packages
 
 
-def requirements(name: str) -> list:
-    with open(os.path.join(HERE, name), encoding="utf-8") as f:
-        return [line.strip() for line in f if line.strip() and not line.startswith("#")]
-
+MAPPED_PACKAGES = mapped_packages()
 
 setup(
-    name="wenxin",
-    version=version(),
-    description="A dual static/dynamic graph task framework on PaddlePaddle",
-    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
-    long_description_content_type="text/markdown",
-    python_requires=">=3.9",
-    packages=find_packages(include=["wenxin", "wenxin.*"]),
-    install_requires=requirements("requirements.txt"),
-    extras_require={"examples": ["snownlp>=0.12"], "test": ["pytest>=7", "snownlp>=0.12"]},
-    entry_points={"console_scripts": ["wenxin=wenxin.cli:main"]},
+    packages=find_packages(include=["wenxin", "wenxin.*"]) + list(MAPPED_PACKAGES),
+    package_dir=MAPPED_PACKAGES,
+    package_data={"wenxin.tasks": ["*/examples/*.json"], "wenxin.examples": ["*.json", "*.py"]},
 )

@@ -13,7 +13,7 @@ from typing import Iterator, List, Optional, Sequence
 
 # Exit statuses of the command line (documented in the README's "Exit codes")
 EXIT_OK = 0
-EXIT_CONFIG = 2  # usage or task-file error (and any other WenxinError)
+EXIT_CONFIG = 2  # usage, task-file or installation error (and any other WenxinError)
 EXIT_DATA = 3  # a data file or line
 EXIT_CHECKPOINT = 4  # a checkpoint or pretrained-parameter file
 EXIT_PREEMPTED = 75  # stopped by SIGTERM / Ctrl-C after saving a checkpoint: resume it (EX_TEMPFAIL)
@@ -45,6 +45,10 @@ class DataError(WenxinError):
 
 class CheckpointError(WenxinError):
     """A checkpoint or pretrained-parameter file is missing, corrupt or incompatible."""
+
+
+class InstallError(WenxinError, ImportError):
+    """PaddlePaddle is missing, too old, installed twice, or cannot run on the configured device."""
 
 
 class TrainingError(WenxinError):

@@ -47,8 +47,14 @@ def deferred_signals() -> Iterator[None]:
 def load_paddle() -> None:
     """Import Paddle with signals held, then (Paddle installs handlers of its own) make SIGTERM
     end the command with one error line."""
+    from wenxin.common.paddle_support import old_paddle_problem, require_paddle
+    require_paddle()
     with deferred_signals():
-        importlib.import_module("paddle")
+        paddle = importlib.import_module("paddle")
+    problem = old_paddle_problem("paddle", getattr(paddle, "__version__", "0.0.0"))  # a source build
+    if problem:
+        from wenxin.common.errors import InstallError
+        raise InstallError(problem)
     end_on_sigterm()
 
 

@@ -1,18 +1,39 @@
-"""Finding and importing a task package (a folder under ``tasks/`` or anywhere on disk)."""
+"""Finding and importing a task package: a folder anywhere on disk, one registered by an
+installed distribution, or one of wenxin's built-in tasks."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import re
 import sys
-from typing import List
+from importlib import metadata
+from typing import List, Optional
 
 from wenxin.common.errors import ConfigError
+from wenxin.common.registry import scope_of
 
 TASK_MODULE_PREFIX = "wenxin_task_"
+ENTRY_POINT_GROUP = "wenxin.tasks"  # name = the task name, value = the task package to import
 
 
-def _candidates(task: str, config_path: str) -> List[str]:
+def builtin_tasks_dir() -> str:
+    """The folder of wenxin's built-in tasks: ``wenxin/tasks`` when installed, the repository's
+    ``tasks/`` when wenxin runs from its checkout."""
+    spec = importlib.util.find_spec("wenxin.tasks")
+    if spec is not None and spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tasks")
+
+
+def builtin_task_names() -> List[str]:
+    folder = builtin_tasks_dir()
+    return sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n, "__init__.py")))
+
+
+def _user_folders(task: str, config_path: str) -> List[str]:
+    """Where a user's task folder may be, in order: the path itself, ``tasks/<name>`` under the
+    working folder, the config file's folder and its ancestors, then ``$WENXIN_TASK_PATH``."""
     config_dir = os.path.dirname(os.path.abspath(config_path)) if config_path else os.getcwd()
     found = [task, os.path.join(config_dir, task)] if os.sep in task or task.startswith(".") else []
     bases = [os.getcwd(), config_dir]
@@ -20,28 +41,48 @@ def _candidates(task: str, config_path: str) -> List[str]:
     while os.path.dirname(parent) != parent:  # ancestors of the config file
         parent = os.path.dirname(parent)
         bases.append(parent)
-    bases.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repo
     found += [os.path.join(base, "tasks", task) for base in bases]
-    if os.environ.get("WENXIN_TASK_PATH"):
-        found += [os.path.join(p, task) for p in os.environ["WENXIN_TASK_PATH"].split(os.pathsep)]
+    for entry in filter(None, os.environ.get("WENXIN_TASK_PATH", "").split(os.pathsep)):
+        found.append(os.path.join(entry, task))
     return found
+
+
+def _entry_point(task: str) -> Optional[metadata.EntryPoint]:
+    """The ``wenxin.tasks`` entry point named ``task`` of an installed distribution, if any."""
+    points = metadata.entry_points()
+    group = points.select(group=ENTRY_POINT_GROUP) if hasattr(points, "select") else points.get(ENTRY_POINT_GROUP, [])
+    return next((ep for ep in group if ep.name == task), None)
 
 
 def import_task(task: str, config_path: str = "") -> str:
     """Import the task package named by the config's ``task`` key; returns its registry scope.
 
-    ``task`` is a folder path, or a name looked up as ``tasks/<name>`` under the working
-    directory, the config file's folder and its ancestors, the wenxin repository, and the
-    folders in ``$WENXIN_TASK_PATH``.
+    ``task`` is a folder path, or a name looked up, in order, as ``tasks/<name>`` under the
+    working folder, the config file's folder and its ancestors; in the folders of
+    ``$WENXIN_TASK_PATH``; as a ``wenxin.tasks`` entry point of an installed package; and among
+    wenxin's built-in tasks. The first found wins, so a user's folder can replace a built-in task.
     """
     tried = []
-    for candidate in _candidates(task, config_path):
+    for candidate in _user_folders(task, config_path):
         folder = os.path.normpath(os.path.abspath(candidate))
         tried.append(folder)
         if os.path.isfile(os.path.join(folder, "__init__.py")):
             return _import_folder(folder)
-    raise ConfigError(f"task: cannot find task package '{task}' (a folder with __init__.py); looked in: "
-                      + ", ".join(dict.fromkeys(tried)))
+    if os.sep not in task and not task.startswith("."):
+        point = _entry_point(task)
+        if point is not None:
+            try:
+                module = importlib.import_module(point.value.split(":")[0])
+            except ImportError as e:
+                raise ConfigError(f"task: the '{task}' task registered by an installed package "
+                                  f"({ENTRY_POINT_GROUP} entry point '{point.value}') cannot be imported: {e}") from None
+            return scope_of(module.__name__)
+        builtin = os.path.join(builtin_tasks_dir(), task)
+        if os.path.isfile(os.path.join(builtin, "__init__.py")):
+            return _import_folder(os.path.normpath(builtin))
+        tried.append(f"{ENTRY_POINT_GROUP} entry points")
+    raise ConfigError(f"task: cannot find task package '{task}' (a folder with __init__.py); built-in tasks: "
+                      f"{', '.join(builtin_task_names())}; looked in: " + ", ".join(dict.fromkeys(tried)))
 
 
 def _import_folder(folder: str) -> str:

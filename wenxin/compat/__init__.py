@@ -17,6 +17,9 @@ from __future__ import annotations
 import logging
 from typing import Dict, Tuple
 
+from wenxin.common.paddle_support import require_paddle, version_tuple
+
+require_paddle()
 logger = logging.getLogger("wenxin")
 
 # package -> (lowest tested, first untested) version; the requirements carry the same bounds
@@ -24,18 +27,10 @@ TESTED: Dict[str, Tuple[str, str]] = {"paddle": ("3.0", "3.4"), "visualdl": ("2.
 _warned: set = set()
 
 
-def _version_tuple(text: str) -> Tuple[int, ...]:
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
 def warn_if_untested(package: str, version: str) -> bool:
     """Log once when ``version`` of ``package`` is outside the tested range; True if tested."""
     low, high = TESTED[package]
-    tested = _version_tuple(low) <= _version_tuple(version) < _version_tuple(high)
+    tested = version_tuple(low) <= version_tuple(version) < version_tuple(high)
     if not tested and package not in _warned:
         _warned.add(package)
         logger.warning("%s %s is outside the versions wenxin's fast paths were tested with (%s to below %s); "

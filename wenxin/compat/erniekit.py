@@ -18,9 +18,9 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from wenxin.common.errors import Problems
+from wenxin.common.task_loader import builtin_tasks_dir
 from wenxin.config.document import plain
 
-BUILTIN_TASKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tasks")
 JOB_TYPES = ("text_classification", "sequence_labeling", "text_matching")
 READER_NAMES = ("train_reader", "dev_reader", "test_reader", "predict_reader")
 
@@ -75,7 +75,7 @@ def translate(raw: Dict[str, Any], source: str = "") -> Tuple[Dict[str, Any], Li
         problems.add(f"trainer.extra_param.meta.job_type: {job!r} does not name a task wenxin has "
                       f"(one of {', '.join(JOB_TYPES)}); an ERNIE-kit task file names its task there")
     else:
-        config["task"] = os.path.join(BUILTIN_TASKS, job)
+        config["task"] = os.path.join(builtin_tasks_dir(), job)
         notes.append(f"task: {job!r} from trainer.extra_param.meta.job_type: wenxin's built-in task "
                      f"({config['task']}), never a folder of that name in your tree")
     trainer = config.setdefault("trainer", {})

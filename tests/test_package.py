@@ -1,0 +1,159 @@
+"""wenxin as a package: built-in tasks found by name from any folder, user tasks by path,
+$WENXIN_TASK_PATH and entry points; Paddle build checks; and (slow) a wheel installed into a
+fresh virtual environment that trains, evaluates, exports and predicts outside the checkout."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from conftest import REPO, task_config, write_config
+from wenxin.common import paddle_support
+from wenxin.common.errors import ConfigError, InstallError
+from wenxin.common.task_loader import ENTRY_POINT_GROUP, builtin_task_names, builtin_tasks_dir, import_task
+
+
+def test_builtin_tasks_are_found_by_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert set(builtin_task_names()) >= {"text_classification", "sequence_labeling", "text_matching",
+                                         "pretraining", "tabular_classification"}
+    scope = import_task("text_classification", str(tmp_path / "task.json"))
+    assert sys.modules[scope].__file__ == os.path.join(builtin_tasks_dir(), "text_classification", "__init__.py")
+    with pytest.raises(ConfigError) as e:
+        import_task("no_such_task", str(tmp_path / "task.json"))
+    assert "built-in tasks: pretraining, sequence_labeling" in str(e.value)
+
+
+def _write_task(folder, name: str, marker: str) -> None:
+    package = folder / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(f"MARKER = {marker!r}\n", encoding="utf-8")
+
+
+def test_user_folders_come_before_built_in_tasks(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write_task(tmp_path / "tasks", "text_classification", "beside the config")
+    scope = import_task("text_classification", str(tmp_path / "task.json"))
+    assert sys.modules[scope].MARKER == "beside the config"
+
+    elsewhere = tmp_path / "elsewhere"
+    _write_task(elsewhere, "my_task_on_path", "on WENXIN_TASK_PATH")
+    monkeypatch.setenv("WENXIN_TASK_PATH", os.pathsep.join(["/no/such/folder", str(elsewhere)]))
+    assert sys.modules[import_task("my_task_on_path", str(tmp_path / "task.json"))].MARKER == "on WENXIN_TASK_PATH"
+
+
+def test_an_installed_package_registers_its_task_by_entry_point(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    _write_task(site, "acme_ner_task", "from an entry point")
+    info = site / "acme_ner-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-ner\nVersion: 1.0\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nacme_ner = acme_ner_task\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.chdir(tmp_path)
+    scope = import_task("acme_ner", str(tmp_path / "task.json"))
+    assert scope == "acme_ner_task" and sys.modules["acme_ner_task"].MARKER == "from an entry point"
+
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nbroken = acme_missing_module\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="'broken' task registered by an installed package"):
+        import_task("broken", str(tmp_path / "task.json"))
+
+
+def test_paddle_build_problems_are_one_line(monkeypatch):
+    assert paddle_support.version_tuple("3.3.1") == (3, 3, 1)
+    assert paddle_support.version_tuple("3.0.0rc1") == (3, 0, 0)
+    assert paddle_support.version_tuple("2.6.2.post120") == (2, 6, 2)
+    assert paddle_support.paddle_problem() is None  # this machine's Paddle
+
+    def installed(versions):
+        def version(name):
+            if name not in versions:
+                raise metadata.PackageNotFoundError(name)
+            return versions[name]
+        monkeypatch.setattr(paddle_support.metadata, "version", version)
+
+    installed({"paddlepaddle-gpu": "2.6.2"})
+    problem = paddle_support.paddle_problem()
+    assert "wenxin needs PaddlePaddle >= 3.0, but paddlepaddle-gpu 2.6.2 is installed" in problem
+    assert "\n" not in problem and "Paddle's package index" in problem
+    paddle_support.require_paddle.cache_clear()
+    with pytest.raises(InstallError) as e:
+        paddle_support.require_paddle()
+    assert isinstance(e.value, ImportError)
+    paddle_support.require_paddle.cache_clear()
+
+    installed({"paddlepaddle": "3.3.1", "paddlepaddle-gpu": "3.3.1"})
+    assert "more than one PaddlePaddle build is installed (paddlepaddle 3.3.1, paddlepaddle-gpu 3.3.1)" in \
+        paddle_support.paddle_problem()
+    installed({"paddlepaddle": "0.0.0"})  # a source build
+    assert paddle_support.paddle_problem() is None
+
+
+def test_gpu_place_on_a_cpu_build_is_one_line(tmp_path, data_dir):
+    import paddle
+    if paddle.is_compiled_with_cuda():
+        pytest.skip("this Paddle is a CUDA build")
+    from wenxin.cli import main
+    config = task_config(data_dir, str(tmp_path / "out"), PADDLE_PLACE_TYPE="gpu")
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "wenxin", "cli.py"), "train", "--param_path",
+                           write_config(str(tmp_path / "task.json"), config)], capture_output=True, text=True,
+                          cwd=str(tmp_path), timeout=300, env={**os.environ, "PYTHONPATH": REPO})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: trainer.PADDLE_PLACE_TYPE: 'gpu', but the installed Paddle (paddlepaddle")
+    assert "is a CPU build: install paddlepaddle-gpu 3.x from Paddle's package index" in proc.stderr
+    assert main is not None
+
+
+def _run(args, cwd, env):
+    proc = subprocess.run(args, cwd=str(cwd), capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, (args, proc.stdout[-3000:], proc.stderr[-3000:])
+    return proc
+
+
+@pytest.mark.slow
+def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
+    dist = tmp_path / "dist"
+    _run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(dist), REPO],
+         tmp_path, dict(os.environ))
+    wheel = glob.glob(str(dist / "wenxin-*.whl"))[0]
+    assert glob.glob(str(dist / "wenxin-*.tar.gz"))
+    venv = tmp_path / "venv"
+    # the venv sees this machine's Paddle and other dependencies; pip must find them satisfied
+    # (--no-index: nothing is downloaded, and no second Paddle build is added)
+    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], tmp_path, dict(os.environ))
+    bin_dir = venv / "bin"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(GLOG_minloglevel="2", PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
+    _run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-index", wheel], tmp_path, env)
+
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    where = _run([str(bin_dir / "python"), "-c", "import wenxin, wenxin.common.task_loader as t; "
+                  "print(wenxin.__file__); print(t.builtin_tasks_dir())"], work, env).stdout.split()
+    assert all(line.startswith(str(venv)) for line in where), where  # not the checkout
+
+    config = task_config(data_dir, str(work / "out"), epoch=2, save_inference=True)
+    write_config(str(work / "task.json"), config)
+    wenxin = str(bin_dir / "wenxin")
+    trained = _run([wenxin, "train", "--param_path", "task.json"], work, env)
+    assert "result: " in trained.stdout and "next: wenxin predict --model_dir" in trained.stdout
+    best = work / "out" / "checkpoints" / "best"
+    scores = json.loads(_run([wenxin, "evaluate", "--param_path", "task.json", "--checkpoint", str(best),
+                              "--reader", "test"], work, env).stdout.strip().splitlines()[-1])
+    assert 0.0 <= scores["test_reader"]["acc"] <= 1.0
+    exported = _run([wenxin, "export", "--param_path", "task.json", "--checkpoint", str(best), "--output",
+                     str(work / "exported")], work, env).stdout.strip().splitlines()[-1]
+    predicted = _run([wenxin, "predict", "--model_dir", exported, "--text", "好棒的书", "--text", "太差了"],
+                     work, env).stdout.strip().splitlines()
+    assert len(predicted) == 2 and predicted[0].split("\t")[0] == "好棒的书"
+    assert predicted[0].split("\t")[1] in ("0", "1") and 0.5 <= float(predicted[0].split("\t")[2]) <= 1.0
+
+    _run([wenxin, "examples", str(work)], work, env)
+    assert os.path.isfile(work / "examples" / "text_classification_bow.json")
+    assert os.path.isfile(work / "examples" / "prepare_sentiment_data.py")
+    assert not os.path.exists(work / "examples" / "__init__.py")
