@@ -8,6 +8,7 @@ import pytest
 
 from conftest import build, losses_of, resume_config, task_config
 from wenxin.common.errors import CheckpointError, ConfigError
+from wenxin.controller.checkpoint import verify
 
 
 def params_of(trainer):
@@ -42,13 +43,38 @@ def test_resume_continues_with_identical_losses_and_parameters(tmp_path, data_di
 
 def test_resume_auto_skips_incomplete_checkpoint(tmp_path, data_dir):
     out = str(tmp_path / "out")
-    config = task_config(data_dir, out, max_steps=10, save_model_step=5, is_eval_dev=0, is_eval_test=0)
+    config = task_config(data_dir, out, max_steps=10, save_model_step=5, is_eval_dev=0, is_eval_test=0,
+                         keep_optimizer_state="all")
     build(config, tmp_path).do_train()
     ckpts = os.path.join(out, "checkpoints")
-    os.remove(os.path.join(ckpts, "step_10", "trainer_state.json"))  # as if killed mid-save
+    os.remove(os.path.join(ckpts, "step_10", "trainer_state.json"))  # as if damaged after the save
     config["trainer"]["resume"] = "auto"
     trainer = build(config, tmp_path)
     assert trainer.state.global_step == 5
+
+
+def test_only_the_newest_checkpoint_keeps_optimizer_state_by_default(tmp_path, data_dir):
+    from wenxin.controller.checkpoint import has_optimizer_state
+    out = str(tmp_path / "out")
+    config = task_config(data_dir, out, max_steps=10, save_model_step=5, is_eval_test=0, eval_step=5)
+    build(config, tmp_path).do_train()
+    ckpts = os.path.join(out, "checkpoints")
+    assert has_optimizer_state(os.path.join(ckpts, "step_10"))
+    for older in ("step_5", "best"):  # verified, evaluable, exportable; not resumable
+        assert not has_optimizer_state(os.path.join(ckpts, older))
+        assert not os.path.exists(os.path.join(ckpts, older, "optimizer.json"))
+        verify(os.path.join(ckpts, older))
+    config["trainer"].update(load_parameters=os.path.join(ckpts, "step_5"))
+    config["trainer"]["output_path"] = str(tmp_path / "warm")
+    assert build(config, tmp_path).state.global_step == 0  # its weights start a new run
+    config["trainer"].update(load_parameters="", load_checkpoint=os.path.join(ckpts, "step_5"))
+    with pytest.raises(CheckpointError, match="step_5: holds no optimizer state"):
+        build(config, tmp_path)
+    # a damaged newest checkpoint cannot fall back to one without optimizer state
+    os.remove(os.path.join(ckpts, "step_10", "trainer_state.json"))
+    config["trainer"].update(load_checkpoint="", resume="auto", output_path=out)
+    with pytest.raises(CheckpointError, match="without optimizer state"):
+        build(config, tmp_path)
 
 
 def test_corrupt_checkpoint_gives_clear_error_and_keeps_files(tmp_path, data_dir):

@@ -1,7 +1,11 @@
 """The command line: version, help under each script's own name, and the documented exit codes."""
 from __future__ import annotations
 
+import io
+import json
 import os
+import subprocess
+import sys
 
 from conftest import REPO, run_script, task_config, write_config
 from wenxin import __version__
@@ -37,3 +41,104 @@ def test_exit_codes_tell_config_data_and_checkpoint_errors_apart(tmp_path, data_
     assert main(["train", "--param_path", write_config(str(tmp_path / "ckpt.json"), config)]) == 4
     assert "pretrained params file is corrupt or unreadable" in capsys.readouterr().err
     assert os.path.isdir(REPO)
+
+
+def test_task_file_errors_come_before_paddle_loads(tmp_path, data_dir):
+    config = task_config(data_dir, str(tmp_path / "out"))
+    config["trainer"]["epoch"] = 0
+    path = write_config(str(tmp_path / "config.json"), config)
+    code = ("import sys; from wenxin.cli import main; status = main(['train', '--param_path', sys.argv[1]]); "
+            "print('paddle loaded:', 'paddle' in sys.modules); sys.exit(status)")
+    proc = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, cwd=str(tmp_path),
+                          timeout=120, env={**os.environ, "PYTHONPATH": REPO})
+    assert proc.returncode == 2 and proc.stdout.strip() == "paddle loaded: False", proc
+    assert proc.stderr.strip() == "error: trainer.epoch: 0 is below the minimum 1"
+
+
+def _trained(tmp_path, data_dir, capsys, **trainer):
+    out = str(tmp_path / "out")
+    config = task_config(data_dir, out, epoch=3, save_inference=True, **trainer)
+    path = write_config(str(tmp_path / "task.json"), config)
+    assert main(["train", "--param_path", path]) == 0
+    return out, path, capsys.readouterr()
+
+
+def _records(out):
+    with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_a_run_ends_with_its_result_outputs_and_next_commands(tmp_path, data_dir, capsys):
+    # the "best" dev loss is the highest here: the first evaluation's, so the result is not the final step
+    out, path, captured = _trained(tmp_path, data_dir, capsys, progress_bar="on", load_best_at_end=True,
+                                   metric="loss", metric_mode="max")
+    lines = captured.out.splitlines()
+    assert "loading Paddle" in lines[0] and f"train {path}: task text_classification" in lines[0]
+    assert "train_reader: loading data from" in captured.out and "[train_reader data]" in captured.err
+    state = json.load(open(os.path.join(out, "checkpoints", "best", "trainer_state.json")))
+    best_step, records = state["global_step"], _records(out)
+    dev = [r for r in records if r["tag"] in ("dev", "best_dev") and r["step"] == best_step][-1]
+    summary = [line.split("wenxin: ", 1)[1] for line in lines if "wenxin: " in line][-5:]
+    assert summary[0] == "done: step 45 of 45"
+    assert best_step == 15 and summary[1].startswith(
+        f"result: {out}/checkpoints/best (step 15, best dev loss; dev loss {dev['loss']:.4g}, test loss")
+    assert f"inference model {out}/checkpoints/best/inference" in summary[2]
+    assert summary[3].startswith(f"next: wenxin predict --model_dir {out}/checkpoints/best/inference")
+    assert summary[4].strip() == f"wenxin evaluate --param_path {path} --checkpoint {out}/checkpoints/best"
+    # the best checkpoint's final re-evaluation is recorded at its own step
+    assert all(r["step"] == best_step for r in records if r["tag"].startswith("best_"))
+
+    # resuming the finished run: nothing trained or evaluated again, nothing appended
+    assert main(["train", "--param_path", path, "--set", "trainer.resume=auto"]) == 0
+    again = capsys.readouterr()
+    assert "the run already finished at step 45" in again.out and "nothing to train: step 45 of 45" in again.out
+    assert "[dev]" not in again.out and "unused values" not in again.err and "epoch 4" not in again.out
+    assert _records(out) == records
+
+
+def test_evaluate_scores_a_checkpoint_as_training_did(tmp_path, data_dir, capsys):
+    out, path, _ = _trained(tmp_path, data_dir, capsys)
+    step = 30
+    checkpoint = os.path.join(out, "checkpoints", f"step_{step}")
+    assert main(["evaluate", "--param_path", path, "--checkpoint", checkpoint]) == 0
+    scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    logged = {r["tag"]: r for r in _records(out) if r["step"] == step and r["tag"] in ("dev", "test")}
+    for tag in ("dev", "test"):
+        assert abs(scores[f"{tag}_reader"]["acc"] - logged[tag]["acc"]) < 1e-9
+        assert abs(scores[f"{tag}_reader"]["loss"] - logged[tag]["loss"]) < 1e-5
+    assert main(["evaluate", "--param_path", path, "--checkpoint", checkpoint, "--reader", "test"]) == 0
+    assert set(json.loads(capsys.readouterr().out.strip().splitlines()[-1])) == {"test_reader"}
+    assert main(["evaluate", "--param_path", path, "--checkpoint", str(tmp_path / "nothing")]) == 4
+
+
+def test_predict_takes_text_stdin_or_a_file(tmp_path, data_dir, capsys, monkeypatch):
+    from wenxin.inference.predictor import Predictor
+    out, _, _ = _trained(tmp_path, data_dir, capsys)
+    best = os.path.join(out, "checkpoints", "best")
+    texts = ["好棒赞的书", "差烂坏"]
+    expected = [f"{t}\t{r['label']}\t{r['probability']:.6f}"
+                for t, r in zip(texts, Predictor(os.path.join(best, "inference")).predict([[t] for t in texts]))]
+    assert main(["predict", "--model_dir", best, "--text", texts[0], "--text", texts[1]]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(texts) + "\n"))
+    assert main(["predict", "--model_dir", os.path.join(best, "inference")]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+    source = tmp_path / "inputs.txt"
+    source.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    assert main(["predict", "--model_dir", best, "--input", str(source)]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+    assert main(["predict", "--model_dir", os.path.join(out, "checkpoints")]) == 2
+    assert "export a checkpoint first: wenxin export" in capsys.readouterr().err
+    assert main(["predict", "--model_dir", best, "--input", str(tmp_path / "missing.txt")]) == 3
+
+
+def test_examples_are_copied_without_overwriting(tmp_path, capsys):
+    assert main(["examples", str(tmp_path)]) == 0
+    copied = sorted(os.listdir(tmp_path / "examples"))
+    assert "text_classification_bow.json" in copied and "prepare_sentiment_data.py" in copied
+    assert "__init__.py" not in copied and "data" not in copied
+    mine = tmp_path / "examples" / "text_classification_bow.json"
+    mine.write_text("{}", encoding="utf-8")
+    assert main(["examples", str(tmp_path)]) == 0
+    assert mine.read_text(encoding="utf-8") == "{}"
+    assert "0 files written" in capsys.readouterr().err

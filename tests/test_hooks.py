@@ -170,7 +170,7 @@ def test_progress_bar_draws_on_request_and_stays_off_without_a_terminal(tmp_path
 
 def test_progress_bar_redraws_at_most_every_interval():
     import io
-    from wenxin.controller.progress import ProgressBar
+    from wenxin.common.progress import ProgressBar
     stream = io.StringIO()
     now = [100.0]
     bar = ProgressBar(1000, "train", stream=stream, min_interval=0.2, clock=lambda: now[0])

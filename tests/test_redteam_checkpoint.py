@@ -54,7 +54,8 @@ def pristine(tmp_path_factory):
     data = str(root / "data")
     for name, seed, n in (("train", 1, 160), ("dev", 2, 40), ("test", 3, 40)):
         write_tsv(os.path.join(data, f"{name}.tsv"), make_sentences(n, seed=seed))
-    config = task_config(data, str(root / "out"), max_steps=10, save_model_step=5, eval_step=5, is_eval_test=0)
+    config = task_config(data, str(root / "out"), max_steps=10, save_model_step=5, eval_step=5, is_eval_test=0,
+                         keep_optimizer_state="all")  # every checkpoint resumable, so resume can fall back
     build(config, root).do_train()
     return root
 
@@ -68,7 +69,7 @@ def run(tmp_path, pristine, capsys):
 
     def config(**trainer):
         base = task_config(str(tmp_path / "data"), str(tmp_path / "out2"), max_steps=11, save_model_step=5,
-                           eval_step=5, is_eval_test=0)
+                           eval_step=5, is_eval_test=0, keep_optimizer_state="all")
         base["trainer"].update(trainer)
         return base
 

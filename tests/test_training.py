@@ -34,9 +34,12 @@ def test_output_folder_layout(tmp_path, data_dir):
     ckpts = os.path.join(out, "checkpoints")
     assert sorted(os.listdir(ckpts)) == ["best", "latest", f"step_{2 * steps_per_epoch}"]  # keep-last-1
     assert open(os.path.join(ckpts, "latest")).read() == f"step_{2 * steps_per_epoch}"
-    for name in ("model.safetensors", "optimizer.json", "optimizer.safetensors", "extra.json", "extra.safetensors",
+    for name in ("model.safetensors", "extra.json", "extra.safetensors",
                  "trainer_state.json", "config.json", "manifest.json", "vocab/text_a.txt", "vocab/label.txt"):
         assert os.path.isfile(os.path.join(ckpts, "best", name))
+    for name in ("optimizer.json", "optimizer.safetensors"):  # only where a run resumes: the newest
+        assert not os.path.exists(os.path.join(ckpts, "best", name))
+        assert os.path.isfile(os.path.join(ckpts, f"step_{2 * steps_per_epoch}", name))
     assert json.load(open(os.path.join(ckpts, "best", "trainer_state.json")))["best_metric"] is not None
     records = read_jsonl(os.path.join(out, "logs", "metrics.jsonl"))
     tags = {r["tag"] for r in records}

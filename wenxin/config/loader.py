@@ -86,13 +86,16 @@ def _child(node: Any, key: str, keys: List[str]) -> Any:
     return node[key]
 
 
-def load_config(path: str, overrides: Iterable[str] = ()) -> Dict[str, Any]:
+def load_config(path: str, overrides: Iterable[str] = (), with_task: bool = True) -> Dict[str, Any]:
     """Read, override and validate a task file; raises one ``ConfigError`` with every problem.
 
-    Relative data paths are kept relative to the working directory, as in Wenxin.
+    ``with_task=False`` checks only what needs neither the task package nor Paddle (syntax,
+    overrides, keys and values of the schema): the command line runs it before Paddle loads, so
+    those errors come at once. Relative data paths are kept relative to the working directory,
+    as in Wenxin.
     """
     from wenxin.compat import erniekit
-    from wenxin.config.task_check import check_task
+    from wenxin.config.task_check import check_settings, check_task
     raw = read_document(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be an object")
@@ -107,7 +110,7 @@ def load_config(path: str, overrides: Iterable[str] = ()) -> Dict[str, Any]:
     config = validate(plain(raw), ROOT, "", problems)
     config["_source"] = os.path.abspath(path)
     config["_translations"] = translations
-    check_task(config, problems)
+    (check_task if with_task else check_settings)(config, problems)
     problems.raise_if_any()
     return config
 

@@ -33,13 +33,12 @@ class TaskClasses:
     trainer_cls: type
 
 
-def check_task(config: Dict[str, Any], problems: Problems) -> Optional[TaskClasses]:
-    """Check a schema-validated config (in place: the model section gets its defaults,
-    ``pre_train_model`` its list form); returns the resolved classes when the task loaded."""
-    from wenxin.config.loader import normalize_pretrained, validate_model_section
+def check_settings(config: Dict[str, Any], problems: Problems) -> None:
+    """The checks that need neither the task package nor Paddle: required sections, flag
+    combinations, and that every named file exists."""
+    from wenxin.config.loader import normalize_pretrained
     trainer = config.get("trainer", {})
     dataset = config.get("dataset_reader", {})
-    model = config.get("model")
     if "dataset_reader" in config and dataset.get("train_reader") is None:
         problems.add("dataset_reader.train_reader: required section is missing", key="dataset_reader.train_reader")
     if "pre_train_model" in trainer:
@@ -52,6 +51,13 @@ def check_task(config: Dict[str, Any], problems: Problems) -> Optional[TaskClass
     _check_readers(dataset, trainer, problems)
     _check_paths(trainer, problems)
 
+
+def check_task(config: Dict[str, Any], problems: Problems) -> Optional[TaskClasses]:
+    """Check a schema-validated config (in place: the model section gets its defaults,
+    ``pre_train_model`` its list form); returns the resolved classes when the task loaded."""
+    from wenxin.config.loader import validate_model_section
+    check_settings(config, problems)
+    model = config.get("model")
     model_type = None
     if isinstance(model, dict):
         if "type" not in model:

@@ -141,6 +141,11 @@ TRAINER: Schema = {
     "metric_mode": Key(str, "max", choices=["max", "min"]),
     "keep_checkpoint_max": Key(int, 3, minimum=1, doc="periodic checkpoints kept (best kept apart)"),
     "save_best": Key(bool, True),
+    "keep_optimizer_state": Key(str, "latest", choices=["latest", "all"],
+                                doc="latest: only the newest periodic checkpoint (the one a run resumes from) keeps "
+                                    "the optimizer state, about 2/3 of a checkpoint with Adam; older ones and best "
+                                    "keep the weights for evaluate, export and load_parameters. all: every one "
+                                    "keeps it, so trainer.load_checkpoint can continue from any"),
     "save_inference": Key(bool, False, doc="export an inference model into every checkpoint (<ckpt>/inference)"),
     "load_best_at_end": Key(bool, False, doc="after training, load checkpoints/best and evaluate it "
                                              "(logged as best_dev / best_test)"),

@@ -36,7 +36,7 @@ from wenxin.controller.graph_mode import eager_mode
 from wenxin.controller.hooks import (DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook,
                                      ProgressBarHook)
 from wenxin.controller.hooks.writers import ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, VisualDLWriter
-from wenxin.controller.progress import ProgressBar, progress_enabled
+from wenxin.common.progress import ProgressBar, progress_enabled
 from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BasicDataSetReader
 from wenxin.data.vocab import Vocab
@@ -283,6 +283,10 @@ class BaseTrainer:
     def train_loop(self) -> Dict[str, Dict[str, float]]:
         """Run until ``max_steps`` or a hook asks to stop; returns the last metrics by reader."""
         s = self.state
+        if 0 < s.max_steps <= s.global_step:  # resumed from the end of a finished run
+            logger.info("nothing to train: step %d of %d is done (raise trainer.epoch or trainer.max_steps to "
+                        "train on; wenxin evaluate scores a checkpoint again)", s.global_step, s.max_steps)
+            return s.metrics
         self.hooks.call("before_train")
         self.preflight()
         logger.info("training (%s): %d steps, %d per epoch, %d epochs, batch %d x %d accumulation",
@@ -395,15 +399,18 @@ class BaseTrainer:
         return previous
 
     # ---- evaluation ----------------------------------------------------------------------
-    def evaluate(self, reader_name: str, tag: Optional[str] = None, run_hooks: bool = True) -> Dict[str, float]:
+    def evaluate(self, reader_name: str, tag: Optional[str] = None, run_hooks: bool = True,
+                 step: Optional[int] = None) -> Dict[str, float]:
         """Evaluate on a reader through the task's ``do_evaluate``; logs (as ``tag``, default the
-        reader name without ``_reader``) and returns the metrics."""
+        reader name without ``_reader``, at ``step``, default the current one: the step of the
+        weights evaluated) and returns the metrics."""
         phase = Phase.EVALUATE if reader_name == "dev_reader" else Phase.TEST
         if run_hooks:
             self.hooks.call("before_eval", reader_name)
         metrics = self.do_evaluate(reader_name, phase, self.state.global_step)
         self.state.metrics[reader_name] = metrics
-        self.metric_logger.write(tag or reader_name.replace("_reader", ""), self.state.global_step, metrics)
+        self.metric_logger.write(tag or reader_name.replace("_reader", ""),
+                                 self.state.global_step if step is None else step, metrics)
         if run_hooks:
             self.hooks.call("after_eval", reader_name, metrics)
         return metrics
@@ -498,6 +505,19 @@ class BaseTrainer:
         parts = ckpt.read_checkpoint(folder)
         self._refuse_different_run(folder, parts["config"])
         self._load_model_params(parts["model"], folder, strict=True)
+        with warnings.catch_warnings():  # LinearWarmup restores its nested schedule, yet warns
+            warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
+            self._load_training_state(folder, parts)
+        self.state.load(parts["trainer_state"])
+        s = self.state
+        if s.max_steps and s.global_step >= s.max_steps:
+            logger.info("resumed from %s: the run already finished at step %d", folder, s.global_step)
+        else:
+            logger.info("resumed from %s at step %d (epoch %d, step %d in epoch)", folder, s.global_step,
+                        min(s.epoch + 1, max(s.num_epochs, 1)), s.step_in_epoch)
+
+    def _load_training_state(self, folder: str, parts: Mapping[str, Any]) -> None:
+        """Optimizer, LR schedule, loss scaler, hooks and RNG from a checkpoint's parts."""
         try:
             self.set_optimizer_state_dict(parts["optimizer"])
         except Exception as e:  # noqa: BLE001 (Paddle raises many types for a state that does not fit)
@@ -505,18 +525,13 @@ class BaseTrainer:
         extra = parts["extra"]
         try:
             if self.lr_scheduler is not None and extra.get("lr_scheduler"):
-                with warnings.catch_warnings():  # LinearWarmup restores its nested schedule, yet warns
-                    warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
-                    self.lr_scheduler.set_state_dict(extra["lr_scheduler"])
+                self.lr_scheduler.set_state_dict(extra["lr_scheduler"])
             self.set_scaler_state_dict(extra.get("scaler"))
             self.hooks.set_state_dict(extra.get("hooks") or {})
             set_rng_state(extra["rng"])
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
             raise CheckpointError(f"checkpoint extra state is malformed: "
                                   f"{os.path.join(folder, ckpt.EXTRA_STATE + '.json')} ({type(e).__name__}: {e})") from None
-        self.state.load(parts["trainer_state"])
-        logger.info("resumed from %s at step %d (epoch %d, step %d in epoch)", folder,
-                    self.state.global_step, self.state.epoch + 1, self.state.step_in_epoch)
 
     def _refuse_different_run(self, folder: str, saved: Dict[str, Any]) -> None:
         """A checkpoint continues only the run it came from: the same model type, optimizer and
@@ -642,7 +657,8 @@ def resume_checkpoint(cfg: Dict[str, Any]) -> Optional[str]:
         manager = ckpt.CheckpointManager.for_trainer(cfg)
         latest = manager.latest()
         if latest is None and manager.has_checkpoints():  # never train over damaged results
-            raise CheckpointError(f"trainer.resume: no usable checkpoint in {manager.root}: every one is damaged "
-                                  f"or incomplete (see the warnings); move them away to start afresh")
+            raise CheckpointError(f"trainer.resume: no usable checkpoint in {manager.root}: every one is damaged, "
+                                  f"incomplete or without optimizer state (see the warnings); move them away "
+                                  f"to start afresh")
         return latest
     return None

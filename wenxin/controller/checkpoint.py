@@ -4,7 +4,8 @@ with reports.
 Layout under ``<output_path>/checkpoints``::
 
     step_<N>/            model.safetensors                 parameters by structured name
-                         optimizer.json/.safetensors      optimizer state (JSON + arrays)
+                         optimizer.json/.safetensors      optimizer state (JSON + arrays; by default
+                                                          only in the newest: keep_optimizer_state)
                          extra.json/.safetensors          LR schedule, loss scaler, RNG, hooks
                          trainer_state.json, config.json, vocab/<field>.txt
                          manifest.json                    SHA-256 of every file above (last)
@@ -31,7 +32,7 @@ import numpy as np
 import paddle
 
 from wenxin.common.errors import CheckpointError
-from wenxin.controller.state_io import load_arrays, load_state, save_arrays, save_state
+from wenxin.controller.state_io import load_arrays, load_state, save_arrays, save_state, state_files
 
 logger = logging.getLogger("wenxin")
 
@@ -181,8 +182,10 @@ class CheckpointManager:
     """Saves, lists, prunes and finds checkpoints under ``<output_path>/checkpoints`` (ERNIE-kit's
     layout: ``<output_path>/save_checkpoints/checkpoints_step_<N>``)."""
 
-    def __init__(self, output_path: str, keep_max: int, layout: str = "wenxin") -> None:
+    def __init__(self, output_path: str, keep_max: int, layout: str = "wenxin",
+                 keep_optimizer_state: str = "all") -> None:
         folder, self.prefix, exports, self.export_prefix = LAYOUTS[layout]
+        self.keep_optimizer_state = keep_optimizer_state
         self.root = os.path.join(output_path, folder)
         self.export_root = os.path.join(output_path, exports) if exports else ""
         self.keep_max = keep_max
@@ -191,7 +194,8 @@ class CheckpointManager:
     @classmethod
     def for_trainer(cls, cfg: Mapping[str, Any]) -> "CheckpointManager":
         """The manager of a ``trainer`` config section."""
-        return cls(cfg["output_path"], cfg["keep_checkpoint_max"], cfg.get("output_layout", "wenxin"))
+        return cls(cfg["output_path"], cfg["keep_checkpoint_max"], cfg.get("output_layout", "wenxin"),
+                   cfg.get("keep_optimizer_state", "all"))
 
     def step_name(self, step: int) -> str:
         return f"{self.prefix}{step}"
@@ -216,8 +220,9 @@ class CheckpointManager:
         return sorted(found)
 
     def latest(self) -> Optional[str]:
-        """The newest complete checkpoint whose checksums match: the ``latest`` marker if it
-        names one, else the newest ``step_<N>``. Damaged ones are skipped with a warning."""
+        """The newest complete checkpoint whose checksums match and that holds optimizer state:
+        the ``latest`` marker if it names one, else the newest ``step_<N>``. Others are skipped
+        with a warning."""
         candidates: List[str] = []
         marker = os.path.join(self.root, LATEST_FILE)
         if os.path.isfile(marker):
@@ -233,9 +238,13 @@ class CheckpointManager:
             if not os.path.isdir(path):
                 continue
             problem = is_valid(path)
-            if problem is None:
+            if problem is not None:
+                logger.warning("resume: skipping a damaged checkpoint: %s", problem)
+            elif not has_optimizer_state(path):
+                logger.warning("resume: skipping %s: it holds no optimizer state (trainer.keep_optimizer_state: "
+                               "latest keeps it only in the newest checkpoint)", path)
+            else:
                 return path
-            logger.warning("resume: skipping a damaged checkpoint: %s", problem)
         return None
 
     def save(self, name: str, write: Callable[[str], None], update_latest: bool = True) -> str:
@@ -265,6 +274,10 @@ class CheckpointManager:
                 raise CheckpointError(f"{os.path.join(self.root, LATEST_FILE)}: cannot write ({e.strerror or e}); "
                                       f"the checkpoint {final} is complete") from None
             self.prune()
+        if self.keep_optimizer_state == "latest":  # only once the new checkpoint is complete and named
+            for folder in [path for _, path in self.step_dirs()] + [os.path.join(self.root, BEST_DIR)]:
+                if folder != final or not update_latest:
+                    drop_optimizer_state(folder)
         return final
 
     def prune(self) -> None:
@@ -284,6 +297,33 @@ class CheckpointManager:
         if not os.path.isdir(self.root):
             return False
         return any(self._step_dir.match(n) or n == BEST_DIR for n in os.listdir(self.root))
+
+
+def has_optimizer_state(folder: str) -> bool:
+    return state_files(OPTIMIZER_STATE)[0] in read_manifest(folder)
+
+
+def drop_optimizer_state(folder: str) -> None:
+    """Remove the optimizer state of a checkpoint no run resumes from (``keep_optimizer_state:
+    latest``); its weights, vocabularies and progress stay. The manifest is rewritten first, so a
+    crash in between leaves a valid checkpoint with an unlisted file."""
+    if not os.path.isfile(os.path.join(folder, MANIFEST_FILE)):
+        return
+    try:
+        files = read_manifest(folder)
+    except CheckpointError:
+        return  # a damaged checkpoint is left as it is (resume skips it and says why)
+    names = state_files(OPTIMIZER_STATE)
+    kept = {rel: entry for rel, entry in files.items() if rel not in names}
+    if len(kept) == len(files):
+        return
+    try:
+        _replace_file(os.path.join(folder, MANIFEST_FILE), json.dumps({"format": FORMAT, "files": kept}))
+        for name in names:
+            if os.path.isfile(os.path.join(folder, name)):
+                os.remove(os.path.join(folder, name))
+    except OSError as e:
+        logger.warning("%s: could not remove its optimizer state (%s)", folder, e.strerror or e)
 
 
 def write_checkpoint(folder: str, model_state: Mapping[str, Any], optimizer_state: Mapping[str, Any],
@@ -337,6 +377,10 @@ def read_config(folder: str) -> Dict[str, Any]:
 def read_checkpoint(folder: str) -> Dict[str, Any]:
     """All parts of a checkpoint folder, after its checksums are verified."""
     verify(folder)
+    if not has_optimizer_state(folder):
+        raise CheckpointError(f"{folder}: holds no optimizer state (trainer.keep_optimizer_state: latest keeps it "
+                              f"only in the newest checkpoint), so a run cannot continue from it; "
+                              f"trainer.load_parameters starts a new run from its weights")
     return {"model": load_arrays(os.path.join(folder, MODEL_FILE), "checkpoint model file"),
             "optimizer": load_state(folder, OPTIMIZER_STATE, "checkpoint optimizer state"),
             "extra": load_state(folder, EXTRA_STATE, "checkpoint extra state"),

@@ -1,26 +1,31 @@
-"""Process environment: device, seeds and logging."""
+"""Process environment: device, distribution and seeds (logging: ``wenxin.common.logs``)."""
 from __future__ import annotations
 
-import logging
 import os
 import random
-import sys
 from typing import Any, Dict
 
 import numpy as np
 import paddle
 
-from wenxin.common.errors import ConfigError
+from wenxin.common.errors import InstallError
 from wenxin.compat.rng import generator_states, set_generator_states
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+def _build() -> str:
+    from wenxin.common.paddle_support import installed_builds
+    return ", ".join(f"{name} {version}" for name, version in installed_builds()) or f"paddle {paddle.__version__}"
 
 
 def setup_device(place_type: str) -> str:
     if place_type == "gpu":
         if not paddle.is_compiled_with_cuda():
-            raise ConfigError("trainer.PADDLE_PLACE_TYPE: 'gpu' requested but this paddle has no CUDA "
-                              "support (install paddlepaddle-gpu, or use 'cpu')")
+            raise InstallError(f"trainer.PADDLE_PLACE_TYPE: 'gpu', but the installed Paddle ({_build()}) is a CPU "
+                               f"build: install paddlepaddle-gpu 3.x from Paddle's package index in its place "
+                               f"(README: Installing PaddlePaddle), or set 'cpu'")
+        if paddle.device.cuda.device_count() == 0:
+            raise InstallError(f"trainer.PADDLE_PLACE_TYPE: 'gpu', but the installed Paddle ({_build()}) sees no "
+                               f"GPU (check the driver, CUDA_VISIBLE_DEVICES, and that the build's CUDA version "
+                               f"matches the driver), or set 'cpu'")
         device = f"gpu:{int(os.environ.get('FLAGS_selected_gpus', os.environ.get('PADDLE_LOCAL_RANK', '0')))}"
     else:
         device = "cpu"
@@ -41,49 +46,6 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     paddle.seed(seed)
-
-
-class _CurrentStdoutHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stdout`` is at the time of each record (it may be replaced after
-    logging is set up: notebooks, test capture, redirection)."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stdout)
-
-    @property  # type: ignore[override]
-    def stream(self):  # noqa: ANN201
-        return sys.stdout
-
-    @stream.setter
-    def stream(self, value) -> None:  # noqa: ANN001
-        pass
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from wenxin.controller.progress import ProgressBar
-        if ProgressBar.active is not None:
-            ProgressBar.active.clear()  # the bar redraws below the record at its next update
-        super().emit(record)
-
-
-def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> None:
-    """Console logging for the ``wenxin`` logger, plus a file when ``log_file`` is given."""
-    root = logging.getLogger("wenxin")
-    root.setLevel(level)
-    root.propagate = False
-    formatter = logging.Formatter(LOG_FORMAT)
-    if not any(getattr(h, "_wenxin_console", False) for h in root.handlers):
-        console = _CurrentStdoutHandler()
-        console.setFormatter(formatter)
-        console._wenxin_console = True  # type: ignore[attr-defined]
-        root.addHandler(console)
-    for h in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
-        root.removeHandler(h)
-        h.close()
-    if log_file:
-        os.makedirs(os.path.dirname(log_file), exist_ok=True)
-        handler = logging.FileHandler(log_file, encoding="utf-8")
-        handler.setFormatter(formatter)
-        root.addHandler(handler)
 
 
 def rng_state() -> Dict[str, Any]:

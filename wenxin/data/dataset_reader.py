@@ -13,6 +13,7 @@ from wenxin.common.errors import ConfigError, DataError, WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSpec, UnknownLabelError, convert_row, \
     link_fields
+from wenxin.common.progress import ProgressBar
 from wenxin.data.lines import iter_lines
 from wenxin.data.sampler import ResumableBatchSampler
 
@@ -110,6 +111,7 @@ class BasicDataSetReader:
         self.examples: List[Tuple[Any, ...]] = []
         self.raw_examples: List[List[str]] = []
         self.bad_lines = 0
+        self.show_progress = False  # a progress bar while converting (build_readers sets it)
 
     # ---- reading -------------------------------------------------------------------------
     def read_lines(self) -> List[RawLine]:
@@ -150,11 +152,17 @@ class BasicDataSetReader:
              saved_vocab_dir: Optional[str] = None) -> "BasicDataSetReader":
         """Read and convert all examples; fields without a vocab share the train reader's. The
         train reader fits its vocabs, or, resuming, takes those in ``saved_vocab_dir``."""
+        logger.info("%s: loading data from %s", self.name, self.reader_config["data_path"])
         lines = self.read_lines()
         lines = self._sample(lines)
+        logger.info("%s: %d lines read%s", self.name, len(lines),
+                    "; fitting vocabularies and converting" if train_reader is None else "; converting")
         self._fit_vocabs(lines, train_reader, saved_vocab_dir)
         keep_raw = self.reader_config["need_generate_examples"]
-        for path, lineno, columns in lines:
+        bar = ProgressBar(len(lines), f"{self.name} data") if self.show_progress else None
+        for count, (path, lineno, columns) in enumerate(lines, 1):
+            if bar is not None:
+                bar.update(count)
             try:
                 example = convert_row(self.fields, columns)
                 by_name = dict(zip(self.names, example))
@@ -168,6 +176,8 @@ class BasicDataSetReader:
             self.examples.append(example)
             if keep_raw:
                 self.raw_examples.append(columns)
+        if bar is not None:
+            bar.close(keep=False)
         if self.bad_lines:
             logger.warning("%s: skipped %d malformed lines", self.name, self.bad_lines)
         if train_reader is None:
@@ -302,9 +312,10 @@ class BasicDataSetReader:
 
 def build_readers(dataset_config: Dict[str, Any], scope: Optional[str],
                   names: Sequence[str] = ("train_reader", "dev_reader", "test_reader"),
-                  saved_vocab_dir: Optional[str] = None) -> Dict[str, BasicDataSetReader]:
+                  saved_vocab_dir: Optional[str] = None, show_progress: bool = False) -> Dict[str, BasicDataSetReader]:
     """Build and load the configured readers; the train reader is loaded first and fits vocabs
-    (or takes those saved in ``saved_vocab_dir``, when a run resumes)."""
+    (or takes those saved in ``saved_vocab_dir``, when a run resumes). ``show_progress`` draws a
+    progress bar while each converts its lines."""
     readers: Dict[str, BasicDataSetReader] = {}
     train: Optional[BasicDataSetReader] = None
     for name in names:
@@ -313,6 +324,7 @@ def build_readers(dataset_config: Dict[str, Any], scope: Optional[str],
             continue
         cls = RegisterSet.dataset_readers.get(config["type"], scope, f"dataset_reader.{name}.type")
         reader = cls(config, name, scope)
+        reader.show_progress = show_progress
         if name == "train_reader":
             reader.load(saved_vocab_dir=saved_vocab_dir)
         else:

@@ -30,4 +30,4 @@ class LoadBestModelHook(HookBase):
         logger.info("loaded the best checkpoint (step %d, dev %s %.6g) from %s", state.best_step,
                     trainer.trainer_config["metric"], state.best_metric, folder)
         for name in trainer.eval_readers():
-            trainer.evaluate(name, tag=f"best_{name.replace('_reader', '')}", run_hooks=False)
+            trainer.evaluate(name, tag=f"best_{name.replace('_reader', '')}", run_hooks=False, step=state.best_step)

@@ -5,7 +5,7 @@ from typing import Optional
 
 from wenxin.common.registry import RegisterSet
 from wenxin.controller.hooks.base import HookBase, Priority
-from wenxin.controller.progress import ProgressBar
+from wenxin.common.progress import ProgressBar
 from wenxin.controller.state import loss_value
 
 

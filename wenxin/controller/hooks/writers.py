@@ -8,13 +8,9 @@ import time
 from typing import Dict, List, Optional
 
 from wenxin.common.errors import TrainingError
+from wenxin.common.progress import format_duration
 
 logger = logging.getLogger("wenxin")
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 class MetricWriter:

@@ -1,4 +1,4 @@
-"""A one-line terminal progress bar with rate and ETA, for training and evaluation.
+"""A one-line terminal progress bar with rate and ETA, for loading data, training and evaluation.
 
 It redraws at most every ``min_interval`` seconds, so a step costs one clock read; the console
 log handler clears the bar's line before a log record and the bar redraws after it.
@@ -9,9 +9,13 @@ import sys
 import time
 from typing import Callable, Optional, TextIO
 
-from wenxin.controller.hooks.writers import format_duration
-
 BAR_WIDTH = 24
+
+
+def format_duration(seconds: float) -> str:
+    """``H:MM:SS``."""
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 def progress_enabled(setting: str, stream: Optional[TextIO] = None) -> bool:

@@ -1,0 +1,53 @@
+"""Console and file logging for the ``wenxin`` logger (nothing here imports Paddle, so the
+command line logs before Paddle loads)."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _CurrentStdoutHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stdout`` is at the time of each record (it may be replaced after
+    logging is set up: notebooks, test capture, redirection)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stdout)
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: ANN201
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value) -> None:  # noqa: ANN001
+        pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        progress = sys.modules.get("wenxin.common.progress")  # loaded only where a bar is drawn
+        if progress is not None and progress.ProgressBar.active is not None:
+            progress.ProgressBar.active.clear()  # the bar redraws below the record at its next update
+        super().emit(record)
+
+
+def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> None:
+    """Console logging for the ``wenxin`` logger, plus a file when ``log_file`` is given."""
+    root = logging.getLogger("wenxin")
+    root.setLevel(level)
+    root.propagate = False
+    formatter = logging.Formatter(LOG_FORMAT)
+    if not any(getattr(h, "_wenxin_console", False) for h in root.handlers):
+        console = _CurrentStdoutHandler()
+        console.setFormatter(formatter)
+        console._wenxin_console = True  # type: ignore[attr-defined]
+        root.addHandler(console)
+    for h in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(h)
+        h.close()
+    if log_file:
+        os.makedirs(os.path.dirname(log_file), exist_ok=True)
+        handler = logging.FileHandler(log_file, encoding="utf-8")
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+
