@@ -42,6 +42,7 @@ def test_main_example_reaches_target_accuracy(tmp_path):
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, "GLOG_minloglevel": "2"})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    train_out = proc.stdout
     with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
     # load_best_at_end: the last test record is the best-dev checkpoint's ("best_test"), or the
@@ -64,3 +65,17 @@ def test_main_example_reaches_target_accuracy(tmp_path):
         predicted = [line.split("\t")[0] for line in f]
     assert len(predicted) == len(gold)
     assert abs(sum(p == g for p, g in zip(predicted, gold)) / len(gold) - selected["acc"]) < 1e-9
+    # the run's summary names the selected checkpoint and its scores; the README's predict command works
+    best = os.path.join(out, "checkpoints", "best")
+    best_step = json.load(open(os.path.join(best, "trainer_state.json")))["global_step"]
+    assert f"result: {best} (step {best_step}, best dev acc; dev acc" in train_out
+    assert f"test acc {selected['acc']:.4g}" in train_out
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "wenxin", "cli.py"), "predict", "--model_dir", best,
+                           "--text", "质量很好，非常喜欢", "--text", "太差了，不推荐"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": REPO})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [line.split("\t")[:2] for line in proc.stdout.splitlines()] == [["质量很好，非常喜欢", "1"], ["太差了，不推荐", "0"]]
+    # disk: only the newest periodic checkpoint keeps the optimizer state a resume needs
+    with_optimizer = sorted(name for name in os.listdir(os.path.join(out, "checkpoints"))
+                            if os.path.isfile(os.path.join(out, "checkpoints", name, "optimizer.safetensors")))
+    assert with_optimizer == ["step_436"]

@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     inferer = sub.add_parser("infer", help="predict raw text files with an exported model (an infer task file)")
     _add_task_args(inferer)
     server = sub.add_parser("serve", help="serve an exported model over HTTP (JSON)")
-    server.add_argument("--model_dir", required=True, help="an exported inference folder")
+    server.add_argument("--model_dir", required=True,
+                        help="an exported folder, or a checkpoint folder that holds one (inference/)")
     server.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     server.add_argument("--port", type=int, default=8866)
     server.add_argument("--workers", type=int, default=2, help="predictors in the pool")
@@ -160,9 +161,10 @@ def _infer(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from wenxin.inference.server import create_server
-    server, _ = create_server(args.model_dir, args.host, args.port, args.workers, args.max_batch,
-                              args.max_body_bytes)
-    print(f"serving {args.model_dir} on http://{args.host}:{server.server_port} "
+    from wenxin.runner import inference_folder
+    folder = inference_folder(args.model_dir)
+    server, _ = create_server(folder, args.host, args.port, args.workers, args.max_batch, args.max_body_bytes)
+    print(f"serving {folder} on http://{args.host}:{server.server_port} "
           f"(POST /predict, GET /health)", flush=True)
     try:
         server.serve_forever()

@@ -18,7 +18,7 @@ MIN_PADDLE = (3, 0)
 PADDLE_DISTRIBUTIONS = ("paddlepaddle", "paddlepaddle-gpu", "paddlepaddle-xpu", "paddlepaddle-dcu",
                         "paddlepaddle-rocm", "paddlepaddle-npu")
 INSTALL_HINT = ("install one build: pip install \"wenxin[cpu]\" for CPU, or paddlepaddle-gpu 3.x from "
-                "Paddle's package index for CUDA (README: Installing PaddlePaddle)")
+                "Paddle's package index for CUDA (README: Installing)")
 
 
 def version_tuple(text: str) -> Tuple[int, ...]:

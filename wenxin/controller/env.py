@@ -21,7 +21,7 @@ def setup_device(place_type: str) -> str:
         if not paddle.is_compiled_with_cuda():
             raise InstallError(f"trainer.PADDLE_PLACE_TYPE: 'gpu', but the installed Paddle ({_build()}) is a CPU "
                                f"build: install paddlepaddle-gpu 3.x from Paddle's package index in its place "
-                               f"(README: Installing PaddlePaddle), or set 'cpu'")
+                               f"(README: Installing), or set 'cpu'")
         if paddle.device.cuda.device_count() == 0:
             raise InstallError(f"trainer.PADDLE_PLACE_TYPE: 'gpu', but the installed Paddle ({_build()}) sees no "
                                f"GPU (check the driver, CUDA_VISIBLE_DEVICES, and that the build's CUDA version "
