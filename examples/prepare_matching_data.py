@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import sys
 from typing import Dict, List, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -55,6 +56,10 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=20000, help="training pairs / triples")
     args = parser.parse_args()
     rng = random.Random(2024)
+    missing = [name for name in ("train.tsv", "dev.tsv", "test.tsv") if not os.path.isfile(os.path.join(args.source, name))]
+    if missing:
+        sys.exit(f"error: {os.path.join(args.source, missing[0])} not found: the matching pairs are drawn from the "
+                 f"sentiment data; run examples/prepare_sentiment_data.py first (or pass --source)")
     os.makedirs(args.output, exist_ok=True)
     train = read_split(os.path.join(args.source, "train.tsv"))
     outputs = {"train_pointwise.tsv": pointwise(train, args.pairs, rng),

@@ -94,7 +94,8 @@ def test_loss_scale_is_checkpointed_and_resumed_exactly(tmp_path, float16_on_cpu
     rows = make_tabular(400, 1)
     rows[OVERFLOW_ROW] = (" ".join(["1e38"] * 8), 1)
     out = str(tmp_path / "out")
-    config = scaled_config(str(tmp_path / "d"), out, rows, max_nan_steps=3, save_model_step=5, **fp16_scaling())
+    config = scaled_config(str(tmp_path / "d"), out, rows, max_nan_steps=3, save_model_step=5,
+                           keep_optimizer_state="all", **fp16_scaling())  # resumed from step_5, not the newest
     full, steps = train(config, tmp_path)
     saved = checkpoint_state(os.path.join(out, "checkpoints", "step_5"))["scaler"]
     assert float(saved["scale"][0]) == steps[4][1] and saved["incr_count"] == 1 and saved["decr_count"] == 0

@@ -21,22 +21,16 @@ def _add_task_args(parser: argparse.ArgumentParser) -> None:
                         help="override a config value, e.g. --set trainer.epoch=3 (repeatable)")
 
 
-EXIT_CODES_HELP = ("exit status: 0 done, 2 usage or task-file error, 3 data error, 4 checkpoint error, "
+EXIT_CODES_HELP = ("exit status: 0 done, 2 usage, task-file or installation error, 3 data error, 4 checkpoint error, "
                    "75 stopped by a signal after saving a checkpoint (resume with trainer.resume=auto), "
                    "130/143 interrupted/terminated before training")
 
 
 def version_line() -> str:
     """``wenxin <version>``, with the installed Paddle build (read without importing Paddle)."""
-    from importlib import metadata
-
     from wenxin import __version__
-    builds = []
-    for name in ("paddlepaddle", "paddlepaddle-gpu"):
-        try:
-            builds.append(f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            continue
+    from wenxin.common.paddle_support import installed_builds
+    builds = [f"{name} {version}" for name, version in installed_builds()]
     return f"wenxin {__version__} ({', '.join(builds) or 'Paddle not installed'})"
 
 
