@@ -94,6 +94,31 @@ def test_paddle_build_problems_are_one_line(monkeypatch):
     assert paddle_support.paddle_problem() is None
 
 
+def test_a_second_paddle_build_is_named_before_anything_runs(tmp_path, data_dir):
+    """As after ``pip install paddlepaddle-gpu`` on top of the CPU build: the command and an import
+    of wenxin's modules both say so in one line."""
+    fake = tmp_path / "site"
+    info = fake / "paddlepaddle_gpu-2.6.2.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: paddlepaddle-gpu\nVersion: 2.6.2\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), REPO]), "GLOG_minloglevel": "2"}
+    cpu = f"paddlepaddle {metadata.version('paddlepaddle')}"
+    path = write_config(str(tmp_path / "task.json"), task_config(data_dir, str(tmp_path / "out")))
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "wenxin", "cli.py"), "train", "--param_path", path],
+                          capture_output=True, text=True, cwd=str(tmp_path), timeout=120, env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and not os.path.exists(tmp_path / "out")
+    assert proc.stderr.strip().splitlines() == [
+        f"error: more than one PaddlePaddle build is installed ({cpu}, paddlepaddle-gpu 2.6.2); they "
+        "overwrite each other's `paddle` package: pip uninstall all of them, then " + paddle_support.INSTALL_HINT]
+    proc = subprocess.run([sys.executable, "-c", "import wenxin.inference.predictor"], capture_output=True,
+                          text=True, cwd=str(tmp_path), timeout=120, env=env)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(
+        "wenxin.common.errors.InstallError: more than one PaddlePaddle build is installed")
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "wenxin", "cli.py"), "--version"],
+                          capture_output=True, text=True, cwd=str(tmp_path), timeout=120, env=env)
+    assert proc.stdout.strip().endswith(f"({cpu}, paddlepaddle-gpu 2.6.2)")
+
+
 def test_gpu_place_on_a_cpu_build_is_one_line(tmp_path, data_dir):
     import paddle
     if paddle.is_compiled_with_cuda():
@@ -118,8 +143,8 @@ def _run(args, cwd, env):
 @pytest.mark.slow
 def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
     dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(dist), REPO],
-         tmp_path, dict(os.environ))
+    # the sdist first, then the wheel built from it: the sdist holds everything the wheel needs
+    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), REPO], tmp_path, dict(os.environ))
     wheel = glob.glob(str(dist / "wenxin-*.whl"))[0]
     assert glob.glob(str(dist / "wenxin-*.tar.gz"))
     venv = tmp_path / "venv"
