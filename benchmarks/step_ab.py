@@ -24,10 +24,9 @@ import tempfile
 import time
 from typing import Callable, List, Tuple
 
+import framework_overhead as fo  # first: it imports wenxin (the fast BLAS path) before Paddle
 import numpy as np
 import paddle
-
-import framework_overhead as fo
 from wenxin.config.loader import load_config
 from wenxin.controller.graph_mode import static_mode
 from wenxin.runner import build_trainer

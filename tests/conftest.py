@@ -87,6 +87,18 @@ def data_dir(tmp_path) -> str:
     return folder
 
 
+@pytest.fixture(scope="module")
+def exported_classifier(tmp_path_factory) -> str:
+    """A small text classifier, trained for 2 epochs and exported (shared by a test module)."""
+    tmp = tmp_path_factory.mktemp("exported")
+    data = str(tmp / "data")
+    for name, seed, n in (("train", 1, 240), ("dev", 2, 60), ("test", 3, 60)):
+        write_tsv(os.path.join(data, f"{name}.tsv"), make_sentences(n, seed))
+    trainer = build(task_config(data, str(tmp / "out"), epoch=2, is_eval_test=0), tmp)
+    trainer.do_train()
+    return trainer.export_inference(str(tmp / "model"))
+
+
 def run_script(cwd: Any, args: List[str], script: str = "run_trainer.py") -> subprocess.CompletedProcess:
     """A script of this checkout (``wenxin/cli.py`` for ``wenxin ...``) run in ``cwd``, importing
     this checkout's wenxin."""

@@ -123,18 +123,17 @@ def test_sentence_pairs_fine_tune_and_predict_raw_pairs(tmp_path, ernie_dir):
     outputs, _ = trainer.collect_outputs("dev_reader", Phase.EVALUATE)
     assert [int(p) for p in predicted] == outputs["predictions"].tolist()
     # wenxin serve: raw pairs in, the same answers
-    from wenxin.inference.server import create_server, serve_in_thread
-    server, _ = create_server(str(tmp_path / "out" / "checkpoints" / "best" / "inference"), port=0, workers=1,
-                              max_batch=64, max_body_bytes=1 << 20)
-    serve_in_thread(server)
+    from wenxin.inference.server import Service
+    service = Service(str(tmp_path / "out" / "checkpoints" / "best" / "inference"), port=0)
+    thread = service.start_in_thread()
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
         conn.request("POST", "/predict", body=json.dumps({"rows": [list(r[:2]) for r in rows[240:]]}),
                      headers={"Content-Type": "application/json"})
         answer = json.loads(conn.getresponse().read())
     finally:
-        server.shutdown()
-        server.server_close()
+        service.stop()
+        thread.join()
     assert [int(r["label"]) for r in answer["predictions"]] == outputs["predictions"].tolist()
 
 

@@ -6,25 +6,20 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import build, make_sentences, task_config, write_tsv
+from conftest import make_sentences
 from wenxin.inference.predictor import Predictor
-from wenxin.inference.server import create_server, serve_in_thread
+from wenxin.inference.server import Limits, Service
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve")
-    data = str(tmp / "data")
-    for name, seed, n in (("train", 1, 240), ("dev", 2, 60), ("test", 3, 60)):
-        write_tsv(f"{data}/{name}.tsv", make_sentences(n, seed))
-    trainer = build(task_config(data, str(tmp / "out"), epoch=2, is_eval_test=0), tmp)
-    trainer.do_train()
-    folder = trainer.export_inference(str(tmp / "model"))
-    server, _ = create_server(folder, port=0, workers=2, max_batch=8, max_body_bytes=2048)
-    serve_in_thread(server)
-    yield folder, server.server_port
-    server.shutdown()
-    server.server_close()
+def served(exported_classifier):
+    exported = exported_classifier
+    service = Service(exported, port=0, workers=2, limits=Limits(max_batch=8, max_body_bytes=2048, read_timeout=1.0,
+                                                                 keep_alive=1.0))
+    thread = service.start_in_thread()
+    yield exported, service.port
+    service.stop()
+    thread.join(timeout=60)
 
 
 def request(port, method, path, body=None, raw=None, headers=None):
@@ -72,7 +67,7 @@ def test_malformed_requests_get_clear_4xx(served, body, raw, status, message):
 def test_unknown_endpoints(served):
     _, port = served
     assert request(port, "GET", "/nope")[0] == 404
-    assert request(port, "POST", "/health", {"texts": ["a"]})[0] == 404
+    assert request(port, "POST", "/health", {"texts": ["a"]})[0] == 405
 
 
 def test_concurrent_clients_get_their_own_answers(served):

@@ -62,9 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="an exported folder, or a checkpoint folder that holds one (inference/)")
     server.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     server.add_argument("--port", type=int, default=8866)
-    server.add_argument("--workers", type=int, default=2, help="predictors in the pool")
+    server.add_argument("--workers", type=int, default=1, help="model threads, each with its own predictor")
     server.add_argument("--max_batch", type=int, default=256, help="most inputs in one request")
+    server.add_argument("--model_batch", type=int, default=64, help="most inputs in one model batch")
+    server.add_argument("--max_wait_ms", type=float, default=2.0,
+                        help="how long a request waits for others to share its model batch")
     server.add_argument("--max_body_bytes", type=int, default=1 << 20, help="largest request body")
+    server.add_argument("--read_timeout", type=float, default=10.0,
+                        help="seconds for a request's headers, and for its body, to arrive")
+    server.add_argument("--max_connections", type=int, default=256, help="above this, new requests get 503")
     migrator = sub.add_parser("migrate", help="translate an ERNIE-kit task file into a native wenxin one")
     migrator.add_argument("param_path", help="the ERNIE-kit task file (JSON or YAML)")
     migrator.add_argument("-o", "--output", default="", help="write the native task file here (default: print it)")
@@ -154,16 +160,24 @@ def _infer(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from wenxin.inference.server import create_server
+    from wenxin.common import blas
+    from wenxin.inference.server import Limits, Service
     from wenxin.runner import inference_folder
     folder = inference_folder(args.model_dir)
-    server, _ = create_server(folder, args.host, args.port, args.workers, args.max_batch, args.max_body_bytes)
-    print(f"serving {folder} on http://{args.host}:{server.server_port} "
-          f"(POST /predict, GET /health)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        server.server_close()
+    note = blas.note_once()
+    if note:
+        print(note, file=sys.stderr, flush=True)
+    limits = Limits(max_batch=args.max_batch, max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout,
+                    header_timeout=args.read_timeout, max_connections=args.max_connections)
+    service = Service(folder, args.host, args.port, args.workers, limits, args.max_wait_ms, args.model_batch)
+    from wenxin.common.logs import setup_logging
+    setup_logging()
+    logging.getLogger("wenxin").info("serving %s on http://%s:%d (POST /predict, GET /health, GET /metrics)",
+                                     folder, args.host, service.port)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # uvicorn drains on them, then raises them again: then exit 0
+        signal.signal(sig, lambda signum, frame: None)
+    service.run()
+    logging.getLogger("wenxin").info("stopped: every request in flight was answered")
     return EXIT_OK
 
 

@@ -11,6 +11,7 @@ from wenxin.controller.base_trainer import BaseTrainer, prepare_output_path, res
 from wenxin.controller.checkpoint import VOCAB_DIR
 from wenxin.common.progress import progress_enabled
 from wenxin.controller.summary import run_summary
+from wenxin.common import blas
 from wenxin.common.logs import setup_logging
 from wenxin.controller.env import init_distributed, set_seed, setup_device
 from wenxin.data.dataset_reader import build_readers
@@ -32,6 +33,9 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
     prepare_output_path(cfg)
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))  # set by paddle.distributed.launch
     setup_logging(os.path.join(cfg["output_path"], "logs", "train.log") if rank == 0 else None)
+    fast_blas = blas.note_once()
+    if fast_blas:
+        logger.info("%s", fast_blas)
     for note in config.get("_translations", []):
         logger.info("ERNIE-kit task file: %s", note)
     setup_device(cfg["PADDLE_PLACE_TYPE"])

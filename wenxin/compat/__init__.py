@@ -5,7 +5,8 @@ place (nothing else in wenxin reaches into them):
   program lookup through Executor internals;
 - ``visualdl``: VisualDL records written on the training thread with VisualDL's record builders
   and framing;
-- ``rng``: Paddle's generator states through their pickle protocol, as JSON.
+- ``rng``: Paddle's generator states through their pickle protocol, as JSON;
+- ``uvicorn_protocol``: a request-start deadline on uvicorn's h11 protocol (slow headers).
 
 Each fast path is checked where it starts against the public behaviour it replaces, falls back
 to the public API when the check fails, and can be turned off in the task file
@@ -23,7 +24,7 @@ require_paddle()
 logger = logging.getLogger("wenxin")
 
 # package -> (lowest tested, first untested) version; the requirements carry the same bounds
-TESTED: Dict[str, Tuple[str, str]] = {"paddle": ("3.0", "3.4"), "visualdl": ("2.5", "2.6")}
+TESTED: Dict[str, Tuple[str, str]] = {"paddle": ("3.0", "3.4"), "visualdl": ("2.5", "2.6"), "uvicorn": ("0.30", "0.55")}
 _warned: set = set()
 
 

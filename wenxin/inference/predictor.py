@@ -35,9 +35,14 @@ class Predictor:
         model_dir: a folder written by ``export_inference`` (``wenxin export``).
         use_gpu: run on GPU 0 (needs paddlepaddle-gpu).
         num_threads: CPU math threads of this predictor.
+        load_model: False reads only the preprocessing description (``convert`` and the result
+            format work, ``run`` does not): what a thread that only converts inputs needs.
+
+    A ``paddle.inference`` predictor is not safe to share between threads; use each from the
+    thread that created it.
     """
 
-    def __init__(self, model_dir: str, use_gpu: bool = False, num_threads: int = 1) -> None:
+    def __init__(self, model_dir: str, use_gpu: bool = False, num_threads: int = 1, load_model: bool = True) -> None:
         from paddle import inference
         if not os.path.isdir(model_dir):
             raise InferenceError(f"model folder not found: {model_dir}")
@@ -64,6 +69,10 @@ class Predictor:
         except WenxinError as e:
             raise InferenceError(str(e)) from None
         self.result_format: ResultFormat = format_cls(self.labels, self.fields)
+        self.predictor = None
+        self.input_names: List[str] = []
+        if not load_model:
+            return
         config = inference.Config(graph, params)
         if use_gpu:
             config.enable_use_gpu(256, 0)
@@ -79,6 +88,10 @@ class Predictor:
 
     def convert(self, rows: Sequence[Sequence[str]]) -> Dict[str, np.ndarray]:
         """Raw rows -> input arrays, exactly as the training readers do it."""
+        return self.collate(self.examples(rows))
+
+    def examples(self, rows: Sequence[Sequence[str]]) -> List[Any]:
+        """Raw rows -> one converted example each (an ``InferenceError`` names a bad row)."""
         examples = []
         for row in rows:
             try:
@@ -88,6 +101,10 @@ class Predictor:
                 examples.append(convert_row(self.fields, list(row)))
             except (ValueError, IndexError) as e:
                 raise InferenceError(str(e)) from None
+        return examples
+
+    def collate(self, examples: Sequence[Any]) -> Dict[str, np.ndarray]:
+        """Converted examples -> one padded batch of input arrays."""
         batch: Dict[str, np.ndarray] = {}
         for col, field in enumerate(self.fields):
             batch.update(field.collate([example[col] for example in examples]))

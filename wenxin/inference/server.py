@@ -2,52 +2,60 @@
 
 Endpoints:
     GET  /health   -> {"status": "ok", "model_type", "labels", "workers"}
+    GET  /metrics  -> Prometheus text: requests, errors, latency, rows per request and per model batch
     POST /predict  <- {"texts": ["...", ...]} (one-field models) or {"rows": [["a", "b"], ...]}
                    -> {"predictions": [{"label", "probability", "probs"}, ...]}
 
-Malformed requests get a 4xx status with ``{"error": "..."}``. Requests are served by a thread per
-connection; each prediction borrows one of ``workers`` predictors from a pool (a paddle.inference
-predictor is not safe to share between threads).
+The HTTP layer is uvicorn with its strict h11 parser (a malformed request line, header or
+``Content-Length`` is a 400 and the connection is closed), a small ASGI app, and a request-start
+deadline against slow headers (``wenxin.compat.uvicorn_protocol``). The app refuses chunked
+bodies, bodies over ``max_body_bytes`` (declared or sent), bodies that arrive slower than
+``read_timeout``, and JSON that is not UTF-8, too deep or of the wrong shape, each with a 4xx and a
+JSON error; anything unexpected is a 500 with a JSON error and a logged traceback. Predictions run
+in shared batches (``wenxin.inference.batching``). SIGTERM or Ctrl-C stops accepting connections,
+answers the requests in flight, and exits 0.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import queue
+import socket
 import threading
+import time
+from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
-from wenxin.inference.predictor import InferenceError, Predictor
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
-logger = logging.getLogger("wenxin")
+from wenxin.inference.batching import BatchingPool
+from wenxin.inference.predictor import InferenceError
+
+logger = logging.getLogger("wenxin.serve")
+
+Scope = Dict[str, Any]
+Receive = Callable[[], Awaitable[Dict[str, Any]]]
+Send = Callable[[Dict[str, Any]], Awaitable[None]]
 
 
-class PredictorPool:
-    """A fixed set of predictors over one model folder, lent to one request at a time."""
-
-    def __init__(self, model_dir: str, workers: int, num_threads: int = 1) -> None:
-        self.predictors: "queue.Queue[Predictor]" = queue.Queue()
-        for _ in range(workers):
-            self.predictors.put(Predictor(model_dir, num_threads=num_threads))
-        self.workers = workers
-        first = self.predictors.queue[0]
-        self.meta = first.meta
-        self.num_fields = len(first.fields)
-
-    def predict(self, rows: List[List[str]]) -> List[Dict[str, Any]]:
-        predictor = self.predictors.get()
-        try:
-            return predictor.predict(rows)
-        finally:
-            self.predictors.put(predictor)
+@dataclass
+class Limits:
+    """What one request may take."""
+    max_batch: int = 256            # inputs in one request
+    max_body_bytes: int = 1 << 20   # request body
+    read_timeout: float = 10.0      # seconds for the whole body to arrive
+    header_timeout: float = 10.0    # seconds for the request line and headers
+    keep_alive: float = 5.0         # seconds an idle connection stays open
+    max_connections: int = 256      # above this, new requests get 503
 
 
 class RequestError(Exception):
-    def __init__(self, status: HTTPStatus, message: str) -> None:
+    """A request that gets a 4xx answer; ``close`` when the connection cannot be reused."""
+
+    def __init__(self, status: HTTPStatus, message: str, close: bool = False) -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.close = status, close
 
 
 def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str]]:
@@ -56,6 +64,8 @@ def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str
         data = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise RequestError(HTTPStatus.BAD_REQUEST, f"body is not valid UTF-8 JSON: {e}") from None
+    except RecursionError:
+        raise RequestError(HTTPStatus.BAD_REQUEST, "body is not valid JSON: nested too deep") from None
     if not isinstance(data, dict) or ("texts" in data) == ("rows" in data):
         raise RequestError(HTTPStatus.BAD_REQUEST, 'expected an object with "texts" (a list of strings) '
                                                    'or "rows" (a list of lists of strings)')
@@ -76,62 +86,168 @@ def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str
     if len(rows) > max_batch:
         raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                            f"{len(rows)} inputs in one request; the limit is {max_batch}")
+    for i, row in enumerate(rows):
+        for text in row:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # JSON's "\\ud800": a lone surrogate is no text
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"input {i} holds an unpaired surrogate "
+                                                           f"(not a Unicode character)") from None
     return rows
 
 
-def make_handler(pool: PredictorPool, max_batch: int, max_body_bytes: int) -> type:
-    class PredictionHandler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class ServiceMetrics:
+    """The service's Prometheus metrics, in a registry of its own."""
 
-        def _reply(self, status: HTTPStatus, payload: Dict[str, Any]) -> None:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("wenxin_requests", "HTTP requests answered", ["path", "status"],
+                                registry=self.registry)
+        self.errors = Counter("wenxin_errors", "requests answered with a 5xx status", registry=self.registry)
+        self.latency = Histogram("wenxin_request_seconds", "time from the request to its answer",
+                                 buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10),
+                                 registry=self.registry)
+        self.rows = Histogram("wenxin_request_inputs", "inputs in one /predict request",
+                              buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=self.registry)
+        self.batches = Histogram("wenxin_model_batch_inputs", "inputs in one model batch (after batching)",
+                                 buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=self.registry)
+
+
+class PredictionApp:
+    """The ASGI application: routes, limits, the JSON contract, logging and metrics."""
+
+    def __init__(self, pool: BatchingPool, limits: Limits) -> None:
+        self.pool, self.limits = pool, limits
+        self.metrics = ServiceMetrics()
+        self._batches_seen = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        start = time.perf_counter()
+        inputs, close = 0, False
+        try:
+            status, payload, inputs = await self._route(scope, receive)
+        except RequestError as e:
+            status, payload, close = e.status, {"error": str(e)}, e.close
+        except InferenceError as e:
+            status, payload = HTTPStatus.UNPROCESSABLE_ENTITY, {"error": str(e)}
+        except Exception as e:  # noqa: BLE001 (every failure is an answer, never a dropped connection)
+            logger.exception("%s %s failed", scope["method"], scope["path"])
+            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(e).__name__}: {e}"}
+        if isinstance(payload, bytes):
+            body, content_type = payload, CONTENT_TYPE_LATEST.encode("latin-1")
+        else:
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            content_type = b"application/json; charset=utf-8"
+        headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode("ascii"))]
+        if close:
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": int(status), "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        seconds = time.perf_counter() - start
+        self._observe(scope["path"], int(status), seconds, inputs)
+        logger.info("%s %s %d %.1f ms %d inputs", scope["method"], scope["path"], int(status), seconds * 1000, inputs)
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server naming)
-            if self.path != "/health":
-                return self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {self.path}"})
-            self._reply(HTTPStatus.OK, {"status": "ok", "model_type": pool.meta.get("model_type"),
-                                        "labels": pool.meta.get("labels"), "workers": pool.workers})
+    def _observe(self, path: str, status: int, seconds: float, inputs: int) -> None:
+        known = path if path in ("/predict", "/health", "/metrics") else "other"
+        self.metrics.requests.labels(known, str(status)).inc()
+        self.metrics.latency.observe(seconds)
+        if status >= 500:
+            self.metrics.errors.inc()
+        if inputs:
+            self.metrics.rows.observe(inputs)
+        sizes = self.pool.batch_sizes
+        while self._batches_seen < len(sizes):
+            self.metrics.batches.observe(sizes[self._batches_seen])
+            self._batches_seen += 1
 
-        def do_POST(self) -> None:  # noqa: N802
-            if self.path != "/predict":
-                return self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {self.path}"})
+    async def _route(self, scope: Scope, receive: Receive) -> Tuple[HTTPStatus, Any, int]:
+        method, path = scope["method"], scope["path"]
+        if path == "/predict" and method == "POST":
+            body = await self._read_body(scope, receive)
+            rows = parse_request(body, self.pool.num_fields, self.limits.max_batch)
+            results = await asyncio.wrap_future(self.pool.submit(rows))
+            return HTTPStatus.OK, {"predictions": results}, len(rows)
+        if path == "/health" and method == "GET":
+            return HTTPStatus.OK, {"status": "ok", "model_type": self.pool.meta.get("model_type"),
+                                   "labels": self.pool.meta.get("labels"), "workers": self.pool.workers}, 0
+        if path == "/metrics" and method == "GET":
+            return HTTPStatus.OK, generate_latest(self.metrics.registry), 0
+        if path in ("/predict", "/health", "/metrics"):
+            raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} is not allowed on {path}", close=True)
+        raise RequestError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}", close=method != "GET")
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        headers: Dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:
+            headers.setdefault(name, value)
+        if b"transfer-encoding" in headers:
+            raise RequestError(HTTPStatus.LENGTH_REQUIRED, "chunked bodies are not accepted: send Content-Length",
+                               close=True)
+        if b"content-length" not in headers:
+            raise RequestError(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required", close=True)
+        declared = int(headers[b"content-length"])  # h11 has checked it: one non-negative integer
+        limit = self.limits.max_body_bytes
+        if declared > limit:
+            raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {declared} bytes; the limit is {limit}",
+                               close=True)
+        chunks, size = [], 0
+        deadline = time.monotonic() + self.limits.read_timeout
+        while True:
             try:
-                length = int(self.headers.get("Content-Length", ""))
-            except ValueError:
-                return self._reply(HTTPStatus.LENGTH_REQUIRED, {"error": "Content-Length is required"})
-            if length > max_body_bytes:
-                self.close_connection = True  # the unread body makes the connection unusable
-                return self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                                   {"error": f"body of {length} bytes; the limit is {max_body_bytes}"})
-            try:
-                rows = parse_request(self.rfile.read(length), pool.num_fields, max_batch)
-                self._reply(HTTPStatus.OK, {"predictions": pool.predict(rows)})
-            except RequestError as e:
-                self._reply(e.status, {"error": str(e)})
-            except InferenceError as e:
-                self._reply(HTTPStatus.UNPROCESSABLE_ENTITY, {"error": str(e)})
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (base-class signature)
-            logger.debug("%s - %s", self.address_string(), format % args)
-
-    return PredictionHandler
+                message = await asyncio.wait_for(receive(), timeout=max(deadline - time.monotonic(), 0.001))
+            except asyncio.TimeoutError:
+                raise RequestError(HTTPStatus.REQUEST_TIMEOUT, f"the body did not arrive within "
+                                                               f"{self.limits.read_timeout:g} s", close=True) from None
+            if message["type"] == "http.disconnect":
+                raise RequestError(HTTPStatus.BAD_REQUEST, "the client disconnected", close=True)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:  # cannot happen past h11's own count, but never trust one check
+                raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {limit} bytes", close=True)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
 
-def create_server(model_dir: str, host: str = "127.0.0.1", port: int = 8866, workers: int = 2,
-                  max_batch: int = 256, max_body_bytes: int = 1 << 20, num_threads: int = 1
-                  ) -> Tuple[ThreadingHTTPServer, PredictorPool]:
-    pool = PredictorPool(model_dir, workers, num_threads)
-    server = ThreadingHTTPServer((host, port), make_handler(pool, max_batch, max_body_bytes))
-    server.daemon_threads = True
-    return server, pool
+class Service:
+    """A running service: the batching pool, the app and the uvicorn server over one socket."""
 
+    def __init__(self, model_dir: str, host: str = "127.0.0.1", port: int = 8866, workers: int = 1,
+                 limits: Optional[Limits] = None, max_wait_ms: float = 2.0, model_batch: int = 64,
+                 num_threads: int = 1) -> None:
+        import uvicorn
 
-def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    return thread
+        from wenxin.compat.uvicorn_protocol import protocol_with_header_timeout
+        self.limits = limits or Limits()
+        self.pool = BatchingPool(model_dir, workers, max(model_batch, 1), max_wait_ms, num_threads)
+        self.app = PredictionApp(self.pool, self.limits)
+        self.socket = socket.create_server((host, port), backlog=2048)
+        self.host, self.port = host, self.socket.getsockname()[1]
+        config = uvicorn.Config(self.app, http=protocol_with_header_timeout(self.limits.header_timeout),
+                                lifespan="off", access_log=False, log_config=None, server_header=False,
+                                date_header=False, timeout_keep_alive=max(int(self.limits.keep_alive), 1),
+                                limit_concurrency=self.limits.max_connections, backlog=2048,
+                                timeout_graceful_shutdown=30, h11_max_incomplete_event_size=16 * 1024)
+        self.server = uvicorn.Server(config)
+
+    def run(self) -> None:
+        """Serve until SIGTERM or Ctrl-C (main thread) or ``stop()``; in-flight requests are answered."""
+        try:
+            self.server.run(sockets=[self.socket])
+        finally:
+            self.pool.close()
+
+    def start_in_thread(self) -> threading.Thread:
+        """Serve from a background thread (tests, notebooks); returns once it accepts requests."""
+        thread = threading.Thread(target=self.run, name="wenxin-serve", daemon=True)
+        thread.start()
+        while not self.server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the service stopped while starting")
+            time.sleep(0.01)
+        return thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True

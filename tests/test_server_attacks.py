@@ -1,0 +1,254 @@
+"""The HTTP service against a hostile client on 127.0.0.1: malformed and conflicting framing,
+request smuggling, slow headers and bodies, deep JSON, bad text, oversized requests, failures
+inside the app, many concurrent clients, batching across requests, and a SIGTERM drain. Every
+loop is bounded in count and time."""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import REPO, make_sentences
+from wenxin.inference.batching import BatchingPool
+from wenxin.inference.predictor import Predictor
+from wenxin.inference.server import Limits, Service
+
+TIMEOUT = 1.0  # the service's header and body read timeout in these tests
+
+
+@pytest.fixture(scope="module")
+def exported(exported_classifier):
+    return exported_classifier
+
+
+@pytest.fixture(scope="module")
+def service(exported):
+    running = Service(exported, port=0, workers=1, limits=Limits(max_batch=8, max_body_bytes=4096,
+                                                                 read_timeout=TIMEOUT, header_timeout=TIMEOUT,
+                                                                 keep_alive=TIMEOUT))
+    thread = running.start_in_thread()
+    yield running
+    running.stop()
+    thread.join(timeout=60)
+
+
+def exchange(port: int, raw: bytes, wait: float = 10.0) -> bytes:
+    """Send raw bytes, then read until the server closes the connection (or ``wait`` passes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
+        sock.sendall(raw)
+        received = b""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                return received
+            received += chunk
+        raise AssertionError(f"the server kept the connection open; got {received[:300]!r}")
+
+
+def statuses(received: bytes) -> list:
+    return [int(line.split()[1]) for line in received.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
+
+
+def post(port: int, body: bytes, headers: dict = None) -> tuple:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/predict", body=body, headers={"Content-Type": "application/json", **(headers or {})})
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, json.loads(data) if data.startswith(b"{") else data
+
+
+GOOD = json.dumps({"texts": ["好"]}).encode()
+HIDDEN = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+FRAMING = [
+    ("negative length", b"Content-Length: -1\r\n", b"x" * 200, 400),
+    ("non-numeric length", b"Content-Length: 12abc\r\n", GOOD, 400),
+    ("huge length", b"Content-Length: 1000000000000\r\n", b"{", 413),
+    ("conflicting lengths", f"Content-Length: {len(GOOD)}\r\nContent-Length: 5\r\n".encode(), GOOD, 400),
+    ("missing length", b"", GOOD, 411),
+    ("chunked smuggling", b"Transfer-Encoding: chunked\r\n", b"0\r\n\r\n" + HIDDEN, 411),
+    ("chunked and length", f"Transfer-Encoding: chunked\r\nContent-Length: {len(GOOD)}\r\n".encode(), GOOD, 400),
+    ("odd transfer coding", b"Transfer-Encoding: gzip, chunked\r\n", b"0\r\n\r\n" + HIDDEN, 400),
+    ("oversized header", b"X-Big: " + b"a" * 20000 + b"\r\nContent-Length: 2\r\n", b"{}", 400),
+    ("bad request line", b"", b"", 400),
+]
+
+
+@pytest.mark.parametrize("name,head,body,expected", FRAMING, ids=[case[0] for case in FRAMING])
+def test_framing_attacks_get_one_answer_and_a_closed_connection(service, name, head, body, expected):
+    start = b"POST /predict HTTP/1.1\r\nHost: x\r\n" if name != "bad request line" else b"POST /predict HTTP/9\r\n"
+    received = exchange(service.port, start + head + b"\r\n" + body + HIDDEN)
+    assert statuses(received) == [expected], received[:500]  # the hidden request never runs
+
+
+def test_slow_headers_and_bodies_are_cut_off_and_do_not_block_others(service):
+    slow = []
+    for _ in range(20):  # slowloris: headers one byte at a time
+        sock = socket.create_connection(("127.0.0.1", service.port), timeout=10)
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\n")
+        slow.append(sock)
+    started = time.monotonic()
+    assert post(service.port, GOOD)[0] == 200  # served meanwhile
+    for sock in slow:
+        closed = False
+        while time.monotonic() - started < 10 * TIMEOUT and not closed:
+            try:
+                sock.sendall(b"X")
+                closed = sock.recv(1, socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                time.sleep(0.1)
+            except OSError:
+                closed = True
+        assert closed, "a slow-header connection stayed open"
+        sock.close()
+    assert time.monotonic() - started < 10 * TIMEOUT
+    # a body that never completes: 408, then the connection is closed
+    received = exchange(service.port, b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"texts\"")
+    assert statuses(received) == [408]
+
+
+BODIES = [
+    ("deep json", b'{"texts": ' + b"[" * 2000 + b"]" * 2000 + b"}", 400, "nested too deep"),
+    ("not utf-8", b'{"texts": ["\xc3\x28"]}', 400, "not valid UTF-8 JSON"),
+    ("lone surrogate", b'{"texts": ["a\\ud800b"]}', 400, "input 0 holds an unpaired surrogate"),
+    ("10,000 texts", json.dumps({"texts": ["a"] * 10000}).encode(), 413, "the limit is 4096"),
+    ("9 texts", json.dumps({"texts": ["a"] * 9}).encode(), 413, "9 inputs in one request; the limit is 8"),
+    ("number as text", b'{"texts": [1e999]}', 400, '"texts" must be a list of strings'),
+]
+
+
+@pytest.mark.parametrize("name,body,status,message", BODIES, ids=[case[0] for case in BODIES])
+def test_bad_bodies_get_a_clear_4xx(service, name, body, status, message):
+    got, data = post(service.port, body)
+    assert got == status and message in data["error"], (got, data)
+
+
+def test_nul_characters_and_odd_text_are_predicted(service, exported):
+    texts = ["a\x00b", "\x00", "😀好", "\ufeff差", " " * 50]
+    got, data = post(service.port, json.dumps({"texts": texts}).encode())
+    assert got == 200
+    expected = Predictor(exported).predict([[t] for t in texts])
+    assert [p["label"] for p in data["predictions"]] == [e["label"] for e in expected]
+
+
+def test_a_failure_inside_the_app_is_a_500_with_json(service, caplog):
+    original = service.pool.submit
+
+    def broken(rows):
+        raise RuntimeError("std::exception")
+
+    service.pool.submit = broken
+    try:
+        got, data = post(service.port, GOOD)
+    finally:
+        service.pool.submit = original
+    assert got == 500 and data == {"error": "internal error: RuntimeError: std::exception"}
+    assert post(service.port, GOOD)[0] == 200
+    conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
+    conn.request("GET", "/metrics")
+    metrics = conn.getresponse().read().decode()
+    assert 'wenxin_requests_total{path="/predict",status="500"} 1.0' in metrics
+    assert "wenxin_errors_total 1.0" in metrics and "wenxin_request_seconds_bucket" in metrics
+    assert "wenxin_model_batch_inputs_count" in metrics
+
+
+def test_many_concurrent_clients_each_get_their_own_answers(exported):
+    """16 clients on 2 model threads: no dropped or failed request, every answer its own."""
+    service = Service(exported, port=0, workers=2, limits=Limits(max_batch=16), max_wait_ms=5)
+    thread = service.start_in_thread()
+    texts = [t for t, _ in make_sentences(64, seed=11)]
+    expected = {t: e["label"] for t, e in zip(texts, Predictor(exported).predict([[t] for t in texts]))}
+    failures = []
+
+    def client(k: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
+        for i in range(25):
+            chunk = [texts[(k * 7 + i * 3 + j) % len(texts)] for j in range(1 + (k + i) % 4)]
+            try:
+                conn.request("POST", "/predict", body=json.dumps({"texts": chunk}))
+                response = conn.getresponse()
+                answer = json.loads(response.read())
+                if response.status != 200 or [p["label"] for p in answer["predictions"]] != [expected[t] for t in chunk]:
+                    failures.append((response.status, answer))
+            except Exception as e:  # noqa: BLE001
+                failures.append(repr(e))
+        conn.close()
+
+    clients = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join(timeout=120)
+    service.stop()
+    thread.join(timeout=60)
+    assert not failures, failures[:3]
+    assert sum(service.pool.batch_sizes) == sum(1 + (k + i) % 4 for k in range(16) for i in range(25))
+
+
+def test_batching_returns_each_request_its_own_results_in_order(exported):
+    pool = BatchingPool(exported, workers=1, max_batch=64, max_wait_ms=200)
+    try:
+        texts = [t for t, _ in make_sentences(30, seed=12)]
+        requests = [[[t] for t in texts[i:i + 3]] for i in range(0, 30, 3)]
+        futures = [pool.submit(rows) for rows in requests]  # all queued within the wait
+        bad = pool.submit([["a", "b"], ["c"]][1:] + [[]])  # a row without its column fails alone
+        expected = Predictor(exported).predict([[t] for t in texts])
+        got = [r for future in futures for r in future.result(timeout=60)]
+        assert [r["label"] for r in got] == [e["label"] for e in expected]
+        assert max(pool.batch_sizes) > 3  # requests shared a model batch
+        with pytest.raises(Exception, match="expected 1 columns"):
+            bad.result(timeout=60)
+    finally:
+        pool.close()
+
+
+def test_sigterm_answers_the_request_in_flight_then_exits_0(exported, tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "wenxin", "cli.py"), "serve", "--model_dir", exported,
+                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": REPO, "GLOG_minloglevel": "2"})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(GOOD) + GOOD[:5])
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        sock.sendall(GOOD[5:])
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        sock.close()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert statuses(answer) == [200] and b'"predictions"' in answer
+    assert proc.returncode == 0, err[-2000:]
+    assert "stopped: every request in flight was answered" in out and "FatalError" not in err
+    assert "POST /predict 200" in out  # the request log line

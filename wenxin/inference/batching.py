@@ -1,0 +1,180 @@
+"""Batching across requests for the HTTP service.
+
+Concurrent requests are queued. A preprocessing thread takes them in arrival order and groups
+them into one batch of at most ``max_batch`` rows, waiting at most ``max_wait_ms`` after the first
+for more to arrive. It converts each request's rows (a bad row fails only its own request) and
+collates the batch. ``workers`` model threads run the batches. Each owns a ``paddle.inference``
+predictor, created on that thread and used only there: a predictor shared between threads, even
+one at a time, failed under load with ``RuntimeError: std::exception``. The job queue between
+the two stages holds one batch per worker, so the next batch is converted while the model runs
+the previous one.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from wenxin.common.errors import WenxinError
+from wenxin.inference.predictor import InferenceError, Predictor
+
+logger = logging.getLogger("wenxin")
+
+Rows = List[List[str]]
+Results = List[Dict[str, Any]]
+_STOP = object()
+
+
+class _Request:
+    __slots__ = ("rows", "future")
+
+    def __init__(self, rows: Rows) -> None:
+        self.rows = rows
+        self.future: "concurrent.futures.Future[Results]" = concurrent.futures.Future()
+
+
+class _Job:
+    """One collated batch and the requests it answers, in order."""
+    __slots__ = ("requests", "rows", "arrays")
+
+    def __init__(self, requests: List[_Request], rows: Rows, arrays: Dict[str, Any]) -> None:
+        self.requests, self.rows, self.arrays = requests, rows, arrays
+
+
+class BatchingPool:
+    """Runs the predictions of concurrent requests in shared batches.
+
+    Args:
+        model_dir: an exported folder.
+        workers: model threads, each with its own predictor.
+        max_batch: most rows in one model batch (a larger request runs as its own batch).
+        max_wait_ms: how long the first request of a batch waits for others.
+        num_threads: CPU math threads of each predictor.
+    """
+
+    def __init__(self, model_dir: str, workers: int = 1, max_batch: int = 64, max_wait_ms: float = 2.0,
+                 num_threads: int = 1) -> None:
+        self.converter = Predictor(model_dir, load_model=False)
+        self.meta = self.converter.meta
+        self.num_fields = len(self.converter.fields)
+        self.workers, self.max_batch, self.max_wait = workers, max_batch, max_wait_ms / 1000.0
+        self.batch_sizes: List[int] = []  # rows per model batch (the service's metrics read them)
+        self._requests: "queue.Queue[Any]" = queue.Queue()
+        self._jobs: "queue.Queue[Any]" = queue.Queue(maxsize=workers)
+        self._ready = threading.Barrier(workers + 1)
+        self._startup_errors: List[BaseException] = []
+        self._threads = [threading.Thread(target=self._model_loop, args=(model_dir, num_threads),
+                                          name=f"wenxin-model-{i}", daemon=True) for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
+        self._ready.wait()
+        if self._startup_errors:
+            self.close()
+            error = self._startup_errors[0]
+            raise error if isinstance(error, WenxinError) else InferenceError(f"{model_dir}: {error}")
+        self._collector = threading.Thread(target=self._collect_loop, name="wenxin-batcher", daemon=True)
+        self._collector.start()
+        self._closed = False
+
+    # ---- the caller's side ---------------------------------------------------------------
+    def submit(self, rows: Rows) -> "concurrent.futures.Future[Results]":
+        """Queue ``rows``; the future gets one result per row, in order (or the row's error)."""
+        request = _Request(rows)
+        self._requests.put(request)
+        return request.future
+
+    def predict(self, rows: Rows) -> Results:
+        return self.submit(rows).result()
+
+    def close(self) -> None:
+        """Finish what is queued, then stop the threads."""
+        if getattr(self, "_collector", None) is not None and self._collector.is_alive():
+            self._requests.put(_STOP)
+            self._collector.join()
+        for thread in self._threads:
+            if thread.is_alive():
+                self._jobs.put(_STOP)
+        for thread in self._threads:
+            thread.join()
+
+    # ---- the preprocessing thread ------------------------------------------------------------
+    def _collect_loop(self) -> None:
+        carried: Optional[_Request] = None
+        while True:
+            first = carried if carried is not None else self._requests.get()
+            carried = None
+            if first is _STOP:
+                return
+            batch, rows = [first], len(first.rows)
+            deadline = time.perf_counter() + self.max_wait
+            stop = False
+            while rows < self.max_batch:
+                remaining = deadline - time.perf_counter()
+                try:
+                    nxt = self._requests.get(timeout=remaining) if remaining > 0 else self._requests.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                if rows + len(nxt.rows) > self.max_batch:
+                    carried = nxt  # it starts the next batch
+                    break
+                batch.append(nxt)
+                rows += len(nxt.rows)
+            self._convert(batch)
+            if stop:
+                self._requests.put(_STOP)
+
+    def _convert(self, batch: List[_Request]) -> None:
+        kept: List[_Request] = []
+        examples: List[Any] = []
+        rows: Rows = []
+        for request in batch:
+            try:
+                examples.extend(self.converter.examples(request.rows))
+            except Exception as e:  # noqa: BLE001 (a bad row fails its own request only)
+                request.future.set_exception(e)
+                continue
+            kept.append(request)
+            rows.extend(request.rows)
+        if not kept:
+            return
+        try:
+            arrays = self.converter.collate(examples)
+        except Exception as e:  # noqa: BLE001
+            for request in kept:
+                request.future.set_exception(e)
+            return
+        self._jobs.put(_Job(kept, rows, arrays))
+
+    # ---- the model threads -----------------------------------------------------------------
+    def _model_loop(self, model_dir: str, num_threads: int) -> None:
+        try:
+            predictor: Optional[Predictor] = Predictor(model_dir, num_threads=num_threads)
+        except BaseException as e:  # noqa: BLE001 (reported by the constructor)
+            self._startup_errors.append(e)
+            predictor = None
+        self._ready.wait()
+        if predictor is None:
+            return
+        while True:
+            job = self._jobs.get()
+            if job is _STOP:
+                return
+            self.batch_sizes.append(len(job.rows))
+            try:
+                results = predictor.result_format.results(predictor.run(job.arrays), job.arrays, job.rows)
+            except Exception as e:  # noqa: BLE001 (every request of the batch gets the error)
+                logger.exception("prediction failed for a batch of %d rows", len(job.rows))
+                for request in job.requests:
+                    request.future.set_exception(e)
+                continue
+            start = 0
+            for request in job.requests:
+                request.future.set_result(results[start:start + len(request.rows)])
+                start += len(request.rows)
+
