@@ -1,9 +1,13 @@
-"""Throughput of ``wenxin serve``: concurrent clients posting batches to /predict.
+"""Throughput of ``wenxin serve`` against the raw predictor, in one run.
 
-    python benchmarks/serving_throughput.py [--model_dir DIR] [--workers 1 2] [--clients 4] [--batch 16]
+    python benchmarks/serving_throughput.py [--model_dir DIR] [--clients 1 4 16 50] [--batch 16]
+        [--seconds 8] [--workers 1]
 
-Without --model_dir it trains and exports a small BoW classifier on generated reviews first.
-Reports requests/s, texts/s and latency percentiles per worker count, all in one run.
+Without --model_dir it trains and exports a small BoW classifier on generated reviews first. The
+service runs as its own ``wenxin serve`` process; the clients are threads of this process, each
+with a kept-open connection, posting ``--batch`` texts per request. The baseline is the raw
+``Predictor`` of the same model on batches of the same size, measured here in the same run.
+Reports texts/s, its ratio to the raw predictor, p50/p99 latency, and failed requests.
 """
 from __future__ import annotations
 
@@ -12,12 +16,14 @@ import http.client
 import json
 import os
 import random
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from typing import List
+from typing import List, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -40,57 +46,111 @@ def small_model(folder: str) -> str:
     return trainer.export_inference(os.path.join(folder, "model"))
 
 
-def run_clients(port: int, clients: int, batch: int, seconds: float) -> tuple:
-    latencies: List[float] = []
-    lock = threading.Lock()
-    deadline = time.perf_counter() + seconds
+def review_texts(n: int = 512) -> List[str]:
     rng = random.Random(0)
-    texts = ["".join(rng.choice("好坏的了书质量很不错差东西") for _ in range(rng.randint(5, 60))) for _ in range(256)]
+    return ["".join(rng.choice("好坏的了书质量很不错差东西") for _ in range(rng.randint(5, 60))) for _ in range(n)]
 
-    def client() -> None:
+
+def raw_predictor(model_dir: str, batch: int, seconds: float) -> Tuple[float, float]:
+    """Texts/s and median seconds per batch of the Predictor itself."""
+    from wenxin.inference.predictor import Predictor
+    predictor = Predictor(model_dir)
+    texts, rng = review_texts(), random.Random(1)
+    times = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        rows = [[t] for t in rng.sample(texts, batch)]
+        start = time.perf_counter()
+        predictor.predict(rows, batch_size=batch)
+        times.append(time.perf_counter() - start)
+    return batch * len(times) / sum(times), statistics.median(times)
+
+
+def run_clients(port: int, clients: int, batch: int, seconds: float) -> Tuple[int, float, List[float], int]:
+    latencies: List[float] = []
+    failures = [0]
+    lock = threading.Lock()
+    texts = review_texts()
+    deadline = time.perf_counter() + seconds
+
+    def client(seed: int) -> None:
+        rng = random.Random(seed)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         while time.perf_counter() < deadline:
             body = json.dumps({"texts": rng.sample(texts, batch)})
             start = time.perf_counter()
-            conn.request("POST", "/predict", body=body, headers={"Content-Type": "application/json"})
-            response = conn.getresponse()
-            response.read()
-            assert response.status == 200
+            try:
+                conn.request("POST", "/predict", body=body, headers={"Content-Type": "application/json"})
+                response = conn.getresponse()
+                response.read()
+                ok = response.status == 200
+            except (OSError, http.client.HTTPException):
+                ok = False
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             with lock:
-                latencies.append(time.perf_counter() - start)
+                if ok:
+                    latencies.append(time.perf_counter() - start)
+                else:
+                    failures[0] += 1
         conn.close()
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
     start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return len(latencies), time.perf_counter() - start, latencies
+    return len(latencies), time.perf_counter() - start, latencies, failures[0]
+
+
+def start_service(model_dir: str, workers: int) -> Tuple[subprocess.Popen, int]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "wenxin.cli", "serve", "--model_dir", model_dir, "--port", str(port),
+                             "--workers", str(workers), "--max_connections", "1024"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": REPO})
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("the service did not start")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model_dir", default="")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 50])
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
-    from wenxin.inference.server import create_server, serve_in_thread
     model_dir = args.model_dir or small_model(tempfile.mkdtemp())
-    print(f"model: {model_dir}; {args.clients} clients, {args.batch} texts per request, {args.seconds:.0f} s each")
-    print("| workers | requests/s | texts/s | p50 latency ms | p95 latency ms |")
-    print("|---|---|---|---|---|")
-    for workers in args.workers:
-        server, _ = create_server(model_dir, port=0, workers=workers)
-        serve_in_thread(server)
-        count, elapsed, latencies = run_clients(server.server_port, args.clients, args.batch, args.seconds)
-        server.shutdown()
-        server.server_close()
-        latencies.sort()
-        print(f"| {workers} | {count / elapsed:.1f} | {count * args.batch / elapsed:.0f} | "
-              f"{statistics.median(latencies) * 1000:.1f} | {latencies[int(0.95 * (len(latencies) - 1))] * 1000:.1f} |")
+    raw_rate, raw_batch = raw_predictor(model_dir, args.batch, args.seconds)
+    print(f"model: {model_dir}; {args.batch} texts per request; raw predictor: {raw_rate:.0f} texts/s, "
+          f"{raw_batch * 1000:.2f} ms a batch")
+    proc, port = start_service(model_dir, args.workers)
+    try:
+        run_clients(port, 2, args.batch, 1.0)  # warm-up
+        print("| clients | texts/s | / raw predictor | p50 ms | p99 ms | p99 / p50 | failed |")
+        print("|---|---|---|---|---|---|---|")
+        for clients in args.clients:
+            count, elapsed, latencies, failed = run_clients(port, clients, args.batch, args.seconds)
+            latencies.sort()
+            p50 = statistics.median(latencies)
+            p99 = latencies[int(0.99 * (len(latencies) - 1))]
+            rate = count * args.batch / elapsed
+            print(f"| {clients} | {rate:.0f} | {rate / raw_rate:.2f} | {p50 * 1000:.1f} | {p99 * 1000:.1f} | "
+                  f"{p99 / p50:.1f} | {failed} |", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 if __name__ == "__main__":

@@ -204,10 +204,12 @@ def test_batching_returns_each_request_its_own_results_in_order(exported):
     try:
         texts = [t for t, _ in make_sentences(30, seed=12)]
         requests = [[[t] for t in texts[i:i + 3]] for i in range(0, 30, 3)]
-        futures = [pool.submit(rows) for rows in requests]  # all queued within the wait
+        pool._busy += pool.workers  # as if the model threads were busy: requests gather for max_wait_ms
+        futures = [pool.submit(rows) for rows in requests]
         bad = pool.submit([["a", "b"], ["c"]][1:] + [[]])  # a row without its column fails alone
         expected = Predictor(exported).predict([[t] for t in texts])
         got = [r for future in futures for r in future.result(timeout=60)]
+        pool._busy -= pool.workers
         assert [r["label"] for r in got] == [e["label"] for e in expected]
         assert max(pool.batch_sizes) > 3  # requests shared a model batch
         with pytest.raises(Exception, match="expected 1 columns"):

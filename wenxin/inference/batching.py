@@ -1,8 +1,9 @@
 """Batching across requests for the HTTP service.
 
 Concurrent requests are queued. A preprocessing thread takes them in arrival order and groups
-them into one batch of at most ``max_batch`` rows, waiting at most ``max_wait_ms`` after the first
-for more to arrive. It converts each request's rows (a bad row fails only its own request) and
+everything queued into one batch of at most ``max_batch`` rows. When every model thread is busy
+it keeps gathering for at most ``max_wait_ms``; when one is free the batch goes at once, so a lone
+request never waits. It converts each request's rows (a bad row fails only its own request) and
 collates the batch. ``workers`` model threads run the batches. Each owns a ``paddle.inference``
 predictor, created on that thread and used only there: a predictor shared between threads, even
 one at a time, failed under load with ``RuntimeError: std::exception``. The job queue between
@@ -62,6 +63,8 @@ class BatchingPool:
         self.num_fields = len(self.converter.fields)
         self.workers, self.max_batch, self.max_wait = workers, max_batch, max_wait_ms / 1000.0
         self.batch_sizes: List[int] = []  # rows per model batch (the service's metrics read them)
+        self._busy = 0  # model threads running a batch
+        self._lock = threading.Lock()
         self._requests: "queue.Queue[Any]" = queue.Queue()
         self._jobs: "queue.Queue[Any]" = queue.Queue(maxsize=workers)
         self._ready = threading.Barrier(workers + 1)
@@ -112,11 +115,16 @@ class BatchingPool:
             deadline = time.perf_counter() + self.max_wait
             stop = False
             while rows < self.max_batch:
-                remaining = deadline - time.perf_counter()
                 try:
-                    nxt = self._requests.get(timeout=remaining) if remaining > 0 else self._requests.get_nowait()
+                    nxt = self._requests.get_nowait()  # everything already queued joins the batch
                 except queue.Empty:
-                    break
+                    remaining = deadline - time.perf_counter()
+                    if self._busy < self.workers or remaining <= 0:
+                        break  # a model thread is free: waiting would only add latency
+                    try:  # every model thread is busy: gather more while they work
+                        nxt = self._requests.get(timeout=min(remaining, 0.0005))
+                    except queue.Empty:
+                        continue
                 if nxt is _STOP:
                     stop = True
                     break
@@ -166,6 +174,8 @@ class BatchingPool:
             if job is _STOP:
                 return
             self.batch_sizes.append(len(job.rows))
+            with self._lock:
+                self._busy += 1
             try:
                 results = predictor.result_format.results(predictor.run(job.arrays), job.arrays, job.rows)
             except Exception as e:  # noqa: BLE001 (every request of the batch gets the error)
@@ -173,6 +183,9 @@ class BatchingPool:
                 for request in job.requests:
                     request.future.set_exception(e)
                 continue
+            finally:
+                with self._lock:
+                    self._busy -= 1
             start = 0
             for request in job.requests:
                 request.future.set_result(results[start:start + len(request.rows)])
