@@ -254,3 +254,15 @@ def test_sigterm_answers_the_request_in_flight_then_exits_0(exported, tmp_path):
     assert proc.returncode == 0, err[-2000:]
     assert "stopped: every request in flight was answered" in out and "FatalError" not in err
     assert "POST /predict 200" in out  # the request log line
+
+
+def test_bad_settings_and_a_taken_port_are_one_line_each(exported):
+    from wenxin.common.errors import ConfigError
+    with pytest.raises(ConfigError) as e:
+        Service(exported, port=0, workers=0, limits=Limits(max_batch=0, read_timeout=float("nan")))
+    assert [p.split(":")[0] for p in e.value.problems] == ["--workers", "--max_batch", "--read_timeout"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(ConfigError, match=f"--host/--port: cannot listen on 127.0.0.1:{taken.getsockname()[1]}"):
+            Service(exported, port=taken.getsockname()[1])

@@ -29,6 +29,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
+from wenxin.common.errors import ConfigError, Problems
 from wenxin.inference.batching import BatchingPool
 from wenxin.inference.predictor import InferenceError
 
@@ -211,6 +212,19 @@ class PredictionApp:
                 return b"".join(chunks)
 
 
+def check_settings(limits: Limits, workers: int, model_batch: int, max_wait_ms: float) -> None:
+    """One error naming every setting out of range (the command line's flags)."""
+    problems = Problems()
+    for flag, value, low in (("--workers", workers, 1), ("--model_batch", model_batch, 1),
+                             ("--max_batch", limits.max_batch, 1), ("--max_body_bytes", limits.max_body_bytes, 16),
+                             ("--max_connections", limits.max_connections, 1), ("--max_wait_ms", max_wait_ms, 0),
+                             ("--read_timeout", limits.read_timeout, 0.001), ("--read_timeout", limits.header_timeout, 0.001),
+                             ("keep_alive", limits.keep_alive, 1)):
+        if not value >= low:  # also NaN
+            problems.add(f"{flag}: {value} is below the minimum {low}")
+    problems.raise_if_any()
+
+
 class Service:
     """A running service: the batching pool, the app and the uvicorn server over one socket."""
 
@@ -221,9 +235,14 @@ class Service:
 
         from wenxin.compat.uvicorn_protocol import protocol_with_header_timeout
         self.limits = limits or Limits()
-        self.pool = BatchingPool(model_dir, workers, max(model_batch, 1), max_wait_ms, num_threads)
+        check_settings(self.limits, workers, model_batch, max_wait_ms)
+        self.pool = BatchingPool(model_dir, workers, model_batch, max_wait_ms, num_threads)
         self.app = PredictionApp(self.pool, self.limits)
-        self.socket = socket.create_server((host, port), backlog=2048)
+        try:
+            self.socket = socket.create_server((host, port), backlog=2048)
+        except OSError as e:
+            self.pool.close()
+            raise ConfigError(f"--host/--port: cannot listen on {host}:{port} ({e.strerror or e})") from None
         self.host, self.port = host, self.socket.getsockname()[1]
         config = uvicorn.Config(self.app, http=protocol_with_header_timeout(self.limits.header_timeout),
                                 lifespan="off", access_log=False, log_config=None, server_header=False,
