@@ -51,10 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
                            help="one input (fields separated by tabs; repeatable); default: lines of --input or stdin")
     predictor.add_argument("--input", default="", help="a text file, one input per line")
     predictor.add_argument("--batch_size", type=int, default=64)
+    predictor.add_argument("--backend", choices=["auto", "paddle", "onnxruntime"], default="auto",
+                           help="auto: ONNX Runtime when the folder has model.onnx and it is installed")
     exporter = sub.add_parser("export", help="export a checkpoint as a self-contained inference folder")
     _add_task_args(exporter)
     exporter.add_argument("--checkpoint", required=True, help="checkpoint folder or params file")
     exporter.add_argument("--output", default="", help="target folder (default: <checkpoint>/inference)")
+    exporter.add_argument("--format", choices=["paddle", "onnx"], default="paddle",
+                          help="onnx: also write model.onnx (needs wenxin[onnx]), checked against Paddle's outputs")
     inferer = sub.add_parser("infer", help="predict raw text files with an exported model (an infer task file)")
     _add_task_args(inferer)
     server = sub.add_parser("serve", help="serve an exported model over HTTP (JSON)")
@@ -71,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--read_timeout", type=float, default=10.0,
                         help="seconds for a request's headers, and for its body, to arrive")
     server.add_argument("--max_connections", type=int, default=256, help="above this, new requests get 503")
+    server.add_argument("--backend", choices=["auto", "paddle", "onnxruntime"], default="auto",
+                        help="auto: ONNX Runtime when the folder has model.onnx and it is installed")
     migrator = sub.add_parser("migrate", help="translate an ERNIE-kit task file into a native wenxin one")
     migrator.add_argument("param_path", help="the ERNIE-kit task file (JSON or YAML)")
     migrator.add_argument("-o", "--output", default="", help="write the native task file here (default: print it)")
@@ -131,7 +137,7 @@ def _predict(args: argparse.Namespace) -> int:
     lines = list(args.text)
     if not lines:
         lines = _read_input(args.input)
-    predictor = Predictor(folder)
+    predictor = Predictor(folder, backend=args.backend)
     rows = [line.split("\t") for line in lines]
     for row, result in zip(rows, predictor.predict(rows, batch_size=max(args.batch_size, 1))):
         print("\t".join(row + [predictor.result_format.line(result)]), flush=False)  # the input, then the result
@@ -169,11 +175,12 @@ def _serve(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr, flush=True)
     limits = Limits(max_batch=args.max_batch, max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout,
                     header_timeout=args.read_timeout, max_connections=args.max_connections)
-    service = Service(folder, args.host, args.port, args.workers, limits, args.max_wait_ms, args.model_batch)
+    service = Service(folder, args.host, args.port, args.workers, limits, args.max_wait_ms, args.model_batch,
+                      backend=args.backend)
     from wenxin.common.logs import setup_logging
     setup_logging()
-    logging.getLogger("wenxin").info("serving %s on http://%s:%d (POST /predict, GET /health, GET /metrics)",
-                                     folder, args.host, service.port)
+    logging.getLogger("wenxin").info("serving %s with %s on http://%s:%d (POST /predict, GET /health, GET /metrics)",
+                                     folder, service.pool.backend, args.host, service.port)
     for sig in (signal.SIGINT, signal.SIGTERM):  # uvicorn drains on them, then raises them again: then exit 0
         signal.signal(sig, lambda signum, frame: None)
     service.run()
@@ -189,7 +196,8 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from wenxin.runner import export
-    print(export(args.param_path, args.checkpoint, args.output, args.overrides))
+    formats = ("paddle", "onnx") if args.format == "onnx" else ("paddle",)
+    print(export(args.param_path, args.checkpoint, args.output, args.overrides, formats))
     return EXIT_OK
 
 

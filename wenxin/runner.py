@@ -64,10 +64,12 @@ def train(param_path: str, overrides: Iterable[str] = ()) -> Tuple[Dict[str, Dic
     return metrics, bool(trainer.state.interrupted)
 
 
-def export(param_path: str, checkpoint: str, output: str = "", overrides: Iterable[str] = ()) -> str:
+def export(param_path: str, checkpoint: str, output: str = "", overrides: Iterable[str] = (),
+           formats: Sequence[str] = ("paddle",)) -> str:
     """Export the parameters of ``checkpoint`` (a checkpoint folder or params file) as an inference
-    folder (default ``<checkpoint>/inference``). The task file supplies the model and readers;
-    nothing is written to its output_path."""
+    folder (default ``<checkpoint>/inference``); with ``onnx`` in ``formats`` it also holds
+    ``model.onnx``, checked against Paddle's outputs on a dev batch. The task file supplies the
+    model and readers; nothing is written to its output_path."""
     import tempfile
 
     from wenxin.controller import checkpoint as ckpt
@@ -81,7 +83,12 @@ def export(param_path: str, checkpoint: str, output: str = "", overrides: Iterab
         trainer.restore_model_params(params, params_file)
         target = output or os.path.join(checkpoint if os.path.isdir(checkpoint) else
                                         os.path.dirname(checkpoint), "inference")
-        return trainer.export_inference(target)
+        folder = trainer.export_inference(target)
+        if "onnx" in formats:
+            from wenxin.inference.onnx_export import export_onnx
+            reader = trainer.readers.get("dev_reader") or trainer.readers["train_reader"]
+            export_onnx(folder, reader.collate_rows(list(range(min(32, len(reader))))))
+        return folder
 
 
 def evaluate(param_path: str, checkpoint: str, reader_names: Sequence[str] = (),

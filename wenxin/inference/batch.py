@@ -28,6 +28,9 @@ INFER_SCHEMA = {
     "batch_size": Key(int, 64, minimum=1),
     "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
     "num_threads": Key(int, 1, minimum=1),
+    "backend": Key(str, "auto", choices=["auto", "paddle", "onnxruntime"],
+                   doc="auto: ONNX Runtime when model_dir has model.onnx (wenxin export --format onnx) and it is "
+                       "installed, else Paddle Inference"),
     "output_format": Key(str, "wenxin", choices=["wenxin", "erniekit"],
                          doc="erniekit: ERNIE-kit's lines (the input columns, then the task's result; the "
                              "default for ERNIE-kit infer files)"),
@@ -76,7 +79,7 @@ def run_inference(param_path: str, overrides: List[str] = ()) -> str:
             logger.info("ERNIE-kit infer file: %s", note)
     config = validate(apply_overrides(raw, overrides), INFER_SCHEMA)
     predictor = Predictor(config["model_dir"], use_gpu=config["PADDLE_PLACE_TYPE"] == "gpu",
-                          num_threads=config["num_threads"])
+                          num_threads=config["num_threads"], backend=config["backend"])
     _check_against_model(config, predictor)
     rows = read_rows(config["predict_reader"]["config"], len(predictor.fields))
     results = predictor.predict(rows, batch_size=config["batch_size"])

@@ -50,6 +50,7 @@ class BatchingPool:
 
     Args:
         model_dir: an exported folder.
+        backend: ``auto``, ``paddle`` or ``onnxruntime`` (see ``Predictor``).
         workers: model threads, each with its own predictor.
         max_batch: most rows in one model batch (a larger request runs as its own batch).
         max_wait_ms: how long the first request of a batch waits for others.
@@ -57,8 +58,9 @@ class BatchingPool:
     """
 
     def __init__(self, model_dir: str, workers: int = 1, max_batch: int = 64, max_wait_ms: float = 2.0,
-                 num_threads: int = 1) -> None:
-        self.converter = Predictor(model_dir, load_model=False)
+                 num_threads: int = 1, backend: str = "auto") -> None:
+        self.converter = Predictor(model_dir, load_model=False, backend=backend)
+        self.backend = self.converter.backend
         self.meta = self.converter.meta
         self.num_fields = len(self.converter.fields)
         self.workers, self.max_batch, self.max_wait = workers, max_batch, max_wait_ms / 1000.0
@@ -69,7 +71,7 @@ class BatchingPool:
         self._jobs: "queue.Queue[Any]" = queue.Queue(maxsize=workers)
         self._ready = threading.Barrier(workers + 1)
         self._startup_errors: List[BaseException] = []
-        self._threads = [threading.Thread(target=self._model_loop, args=(model_dir, num_threads),
+        self._threads = [threading.Thread(target=self._model_loop, args=(model_dir, num_threads, self.backend),
                                           name=f"wenxin-model-{i}", daemon=True) for i in range(workers)]
         for thread in self._threads:
             thread.start()
@@ -160,9 +162,9 @@ class BatchingPool:
         self._jobs.put(_Job(kept, rows, arrays))
 
     # ---- the model threads -----------------------------------------------------------------
-    def _model_loop(self, model_dir: str, num_threads: int) -> None:
+    def _model_loop(self, model_dir: str, num_threads: int, backend: str) -> None:
         try:
-            predictor: Optional[Predictor] = Predictor(model_dir, num_threads=num_threads)
+            predictor: Optional[Predictor] = Predictor(model_dir, num_threads=num_threads, backend=backend)
         except BaseException as e:  # noqa: BLE001 (reported by the constructor)
             self._startup_errors.append(e)
             predictor = None

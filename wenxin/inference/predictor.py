@@ -11,6 +11,7 @@ from wenxin.common.errors import WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.controller.export import MODEL_PREFIX, PREPROCESS_FILE
 from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
+from wenxin.inference.backends import ONNX_FILE, BackendError, OnnxEngine, PaddleEngine, choose_backend
 from wenxin.inference.formatters import ResultFormat
 
 
@@ -37,13 +38,15 @@ class Predictor:
         num_threads: CPU math threads of this predictor.
         load_model: False reads only the preprocessing description (``convert`` and the result
             format work, ``run`` does not): what a thread that only converts inputs needs.
+        backend: ``paddle``, ``onnxruntime`` (the folder's ``model.onnx``), or ``auto``: ONNX
+            Runtime when the folder has a model for it and it is installed, else Paddle.
 
     A ``paddle.inference`` predictor is not safe to share between threads; use each from the
     thread that created it.
     """
 
-    def __init__(self, model_dir: str, use_gpu: bool = False, num_threads: int = 1, load_model: bool = True) -> None:
-        from paddle import inference
+    def __init__(self, model_dir: str, use_gpu: bool = False, num_threads: int = 1, load_model: bool = True,
+                 backend: str = "auto") -> None:
         if not os.path.isdir(model_dir):
             raise InferenceError(f"model folder not found: {model_dir}")
         meta_path = os.path.join(model_dir, PREPROCESS_FILE)
@@ -69,22 +72,19 @@ class Predictor:
         except WenxinError as e:
             raise InferenceError(str(e)) from None
         self.result_format: ResultFormat = format_cls(self.labels, self.fields)
-        self.predictor = None
+        self.engine = None
         self.input_names: List[str] = []
-        if not load_model:
-            return
-        config = inference.Config(graph, params)
-        if use_gpu:
-            config.enable_use_gpu(256, 0)
-        else:
-            config.disable_gpu()
-            config.set_cpu_math_library_num_threads(num_threads)
-        config.disable_glog_info()
         try:
-            self.predictor = inference.create_predictor(config)
-        except Exception as e:  # paddle raises RuntimeError/ValueError for corrupt files
-            raise InferenceError(f"{model_dir}: cannot load the model ({type(e).__name__}: {e})") from None
-        self.input_names = self.predictor.get_input_names()
+            self.backend = choose_backend(model_dir, "paddle" if use_gpu and backend == "auto" else backend)
+            if not load_model:
+                return
+            if self.backend == "onnxruntime":
+                self.engine = OnnxEngine(os.path.join(model_dir, ONNX_FILE), num_threads)
+            else:
+                self.engine = PaddleEngine(graph, params, use_gpu, num_threads)
+        except BackendError as e:
+            raise InferenceError(str(e)) from None
+        self.input_names = self.engine.input_names
 
     def convert(self, rows: Sequence[Sequence[str]]) -> Dict[str, np.ndarray]:
         """Raw rows -> input arrays, exactly as the training readers do it."""
@@ -111,14 +111,8 @@ class Predictor:
         return batch
 
     def run(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        for name in self.input_names:
-            handle = self.predictor.get_input_handle(name)
-            handle.reshape(batch[name].shape)
-            handle.copy_from_cpu(batch[name])
-        self.predictor.run()
-        handles = self.predictor.get_output_names()
-        return {name: self.predictor.get_output_handle(h).copy_to_cpu()
-                for name, h in zip(self.output_names, handles)}
+        """Input arrays -> the model's outputs by name (``preprocess.json``'s order)."""
+        return dict(zip(self.output_names, self.engine.run(batch)))
 
     def predict(self, rows: Sequence[Sequence[str]], batch_size: int = 64) -> List[Dict[str, Any]]:
         """One result per row, in order, in the model's result format (for classifiers

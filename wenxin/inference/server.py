@@ -172,7 +172,8 @@ class PredictionApp:
             return HTTPStatus.OK, {"predictions": results}, len(rows)
         if path == "/health" and method == "GET":
             return HTTPStatus.OK, {"status": "ok", "model_type": self.pool.meta.get("model_type"),
-                                   "labels": self.pool.meta.get("labels"), "workers": self.pool.workers}, 0
+                                   "labels": self.pool.meta.get("labels"), "workers": self.pool.workers,
+                                   "backend": self.pool.backend}, 0
         if path == "/metrics" and method == "GET":
             return HTTPStatus.OK, generate_latest(self.metrics.registry), 0
         if path in ("/predict", "/health", "/metrics"):
@@ -230,13 +231,13 @@ class Service:
 
     def __init__(self, model_dir: str, host: str = "127.0.0.1", port: int = 8866, workers: int = 1,
                  limits: Optional[Limits] = None, max_wait_ms: float = 2.0, model_batch: int = 64,
-                 num_threads: int = 1) -> None:
+                 num_threads: int = 1, backend: str = "auto") -> None:
         import uvicorn
 
         from wenxin.compat.uvicorn_protocol import protocol_with_header_timeout
         self.limits = limits or Limits()
         check_settings(self.limits, workers, model_batch, max_wait_ms)
-        self.pool = BatchingPool(model_dir, workers, model_batch, max_wait_ms, num_threads)
+        self.pool = BatchingPool(model_dir, workers, model_batch, max_wait_ms, num_threads, backend)
         self.app = PredictionApp(self.pool, self.limits)
         try:
             self.socket = socket.create_server((host, port), backlog=2048)

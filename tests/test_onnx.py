@@ -1,0 +1,107 @@
+"""The ONNX Runtime backend: ``wenxin export --format onnx`` writes a checked ``model.onnx``, and
+both backends give the trainer's own evaluation outputs, through the Predictor, ``wenxin
+predict``, ``run_infer.py`` and ``wenxin serve``."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import build, task_config, write_config
+from wenxin.cli import main
+from wenxin.common.constants import Phase
+from wenxin.inference.backends import ONNX_FILE
+from wenxin.inference.predictor import InferenceError, Predictor
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("paddle2onnx")
+
+
+def _dev_rows(data_dir):
+    with open(os.path.join(data_dir, "dev.tsv"), encoding="utf-8") as f:
+        return [[line.rstrip("\n").split("\t")[0]] for line in f]
+
+
+@pytest.mark.parametrize("model_type", ["BowClassification", "CnnClassification"])
+def test_both_backends_give_the_trainers_evaluation(tmp_path, data_dir, model_type):
+    from wenxin.inference.onnx_export import export_onnx
+    trainer = build(task_config(data_dir, str(tmp_path / "out"), model_type=model_type, epoch=2, is_eval_test=0),
+                    tmp_path)
+    trainer.do_train()
+    folder = trainer.export_inference(str(tmp_path / "model"))
+    with pytest.raises(InferenceError, match="no model.onnx; export it with wenxin export --format onnx"):
+        Predictor(folder, backend="onnxruntime")
+    assert Predictor(folder).backend == "paddle"
+    export_onnx(folder, trainer.readers["dev_reader"].collate_rows(list(range(8))))
+    outputs, _ = trainer.collect_outputs("dev_reader", Phase.EVALUATE)
+    rows = _dev_rows(data_dir)
+    for backend in ("paddle", "onnxruntime"):
+        predictor = Predictor(folder, backend=backend)
+        assert predictor.backend == backend
+        results = predictor.predict(rows, batch_size=16)
+        np.testing.assert_allclose([r["probs"] for r in results], outputs["probs"], atol=1e-5)
+        assert [int(r["label"]) for r in results] == outputs["predictions"].tolist()
+    assert Predictor(folder).backend == "onnxruntime"  # auto: the faster one, when it is there
+
+
+def test_a_mismatching_onnx_model_is_not_written(tmp_path, data_dir):
+    from wenxin.inference.onnx_export import export_onnx
+    trainer = build(task_config(data_dir, str(tmp_path / "out"), max_steps=3, is_eval_dev=0, is_eval_test=0), tmp_path)
+    trainer.do_train()
+    folder = trainer.export_inference(str(tmp_path / "model"))
+    with pytest.raises(InferenceError, match="differ from Paddle's by .* was not written"):
+        export_onnx(folder, trainer.readers["train_reader"].collate_rows([0, 1, 2]), tolerance=-1.0)
+    assert sorted(os.listdir(folder)) == ["inference.json", "inference.pdiparams", "preprocess.json", "vocab"]
+
+
+def test_the_command_line_exports_and_runs_onnx(tmp_path, data_dir, capsys):
+    out = str(tmp_path / "out")
+    path = write_config(str(tmp_path / "task.json"), task_config(data_dir, out, epoch=1, is_eval_test=0))
+    assert main(["train", "--param_path", path]) == 0
+    best = os.path.join(out, "checkpoints", "best")
+    target = str(tmp_path / "exported")
+    capsys.readouterr()
+    assert main(["export", "--param_path", path, "--checkpoint", best, "--output", target, "--format", "onnx"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.strip().splitlines()[-1] == target and "[I]" not in printed  # paddle2onnx's chatter kept out
+    assert os.path.isfile(os.path.join(target, ONNX_FILE))
+    lines = {}
+    for backend in ("paddle", "onnxruntime"):
+        assert main(["predict", "--model_dir", target, "--backend", backend, "--text", "好棒赞", "--text", "差烂"]) == 0
+        lines[backend] = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [row[:2] for row in lines["paddle"]] == [row[:2] for row in lines["onnxruntime"]]
+    assert np.allclose([float(r[2]) for r in lines["paddle"]], [float(r[2]) for r in lines["onnxruntime"]], atol=1e-5)
+    infer = {"model_dir": target, "backend": "onnxruntime", "output_file": str(tmp_path / "pred.tsv"),
+             "predict_reader": {"config": {"data_path": os.path.join(data_dir, "dev.tsv")}}}
+    assert main(["infer", "--param_path", write_config(str(tmp_path / "infer.json"), infer)]) == 0
+    with open(tmp_path / "pred.tsv", encoding="utf-8") as f:
+        onnx_labels = [line.split("\t")[0] for line in f]
+    paddle_labels = [r["label"] for r in Predictor(target, backend="paddle").predict(_dev_rows(data_dir))]
+    assert onnx_labels == paddle_labels
+
+
+def test_the_service_runs_onnx(exported_classifier, tmp_path):
+    import http.client
+    import shutil
+
+    from wenxin.inference.onnx_export import export_onnx
+    from wenxin.inference.server import Service
+    folder = str(tmp_path / "model")
+    shutil.copytree(exported_classifier, folder)
+    reference = Predictor(folder, backend="paddle")
+    export_onnx(folder, reference.convert([["好棒"], ["差"], ["的了是在"]]))
+    service = Service(folder, port=0)
+    thread = service.start_in_thread()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
+        conn.request("GET", "/health")
+        assert json.loads(conn.getresponse().read())["backend"] == "onnxruntime"
+        conn.request("POST", "/predict", body=json.dumps({"texts": ["好棒", "差"]}))
+        answer = json.loads(conn.getresponse().read())["predictions"]
+    finally:
+        service.stop()
+        thread.join(timeout=60)
+    expected = reference.predict([["好棒"], ["差"]])
+    np.testing.assert_allclose([a["probs"] for a in answer], [e["probs"] for e in expected], atol=1e-5)
