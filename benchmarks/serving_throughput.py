@@ -1,7 +1,7 @@
 """Throughput of ``wenxin serve`` against the raw predictor, in one run.
 
     python benchmarks/serving_throughput.py [--model_dir DIR] [--clients 1 4 16 50] [--batch 16]
-        [--seconds 8] [--workers 1]
+        [--seconds 8] [--workers 1] [--backend paddle|onnxruntime]
 
 Without --model_dir it trains and exports a small BoW classifier on generated reviews first. The
 service runs as its own ``wenxin serve`` process; the clients are threads of this process, each
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 os.environ.setdefault("GLOG_minloglevel", "2")
 
 
-def small_model(folder: str) -> str:
+def small_model(folder: str, onnx: bool = False) -> str:
     from conftest import make_sentences, task_config, write_tsv
     from wenxin.config.loader import load_config
     from wenxin.runner import build_trainer
@@ -43,7 +43,11 @@ def small_model(folder: str) -> str:
         json.dump(task_config(data, os.path.join(folder, "out"), epoch=1, visualdl=False), f)
     trainer = build_trainer(load_config(path))
     trainer.do_train()
-    return trainer.export_inference(os.path.join(folder, "model"))
+    model_dir = trainer.export_inference(os.path.join(folder, "model"))
+    if onnx:
+        from wenxin.inference.onnx_export import export_onnx
+        export_onnx(model_dir, trainer.readers["dev_reader"].collate_rows(list(range(16))))
+    return model_dir
 
 
 def review_texts(n: int = 512) -> List[str]:
@@ -51,10 +55,10 @@ def review_texts(n: int = 512) -> List[str]:
     return ["".join(rng.choice("好坏的了书质量很不错差东西") for _ in range(rng.randint(5, 60))) for _ in range(n)]
 
 
-def raw_predictor(model_dir: str, batch: int, seconds: float) -> Tuple[float, float]:
+def raw_predictor(model_dir: str, batch: int, seconds: float, backend: str) -> Tuple[float, float]:
     """Texts/s and median seconds per batch of the Predictor itself."""
     from wenxin.inference.predictor import Predictor
-    predictor = Predictor(model_dir)
+    predictor = Predictor(model_dir, backend=backend)
     texts, rng = review_texts(), random.Random(1)
     times = []
     deadline = time.perf_counter() + seconds
@@ -104,12 +108,12 @@ def run_clients(port: int, clients: int, batch: int, seconds: float) -> Tuple[in
     return len(latencies), time.perf_counter() - start, latencies, failures[0]
 
 
-def start_service(model_dir: str, workers: int) -> Tuple[subprocess.Popen, int]:
+def start_service(model_dir: str, workers: int, backend: str) -> Tuple[subprocess.Popen, int]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "wenxin.cli", "serve", "--model_dir", model_dir, "--port", str(port),
-                             "--workers", str(workers), "--max_connections", "1024"],
+                             "--workers", str(workers), "--max_connections", "1024", "--backend", backend],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "PYTHONPATH": REPO})
     deadline = time.time() + 120
@@ -130,12 +134,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--backend", choices=["paddle", "onnxruntime"], default="paddle")
     args = parser.parse_args()
-    model_dir = args.model_dir or small_model(tempfile.mkdtemp())
-    raw_rate, raw_batch = raw_predictor(model_dir, args.batch, args.seconds)
-    print(f"model: {model_dir}; {args.batch} texts per request; raw predictor: {raw_rate:.0f} texts/s, "
-          f"{raw_batch * 1000:.2f} ms a batch")
-    proc, port = start_service(model_dir, args.workers)
+    model_dir = args.model_dir or small_model(tempfile.mkdtemp(), onnx=args.backend == "onnxruntime")
+    raw_rate, raw_batch = raw_predictor(model_dir, args.batch, args.seconds, args.backend)
+    print(f"model: {model_dir}; backend {args.backend}; {args.batch} texts per request; raw predictor: "
+          f"{raw_rate:.0f} texts/s, {raw_batch * 1000:.2f} ms a batch")
+    proc, port = start_service(model_dir, args.workers, args.backend)
     try:
         run_clients(port, 2, args.batch, 1.0)  # warm-up
         print("| clients | texts/s | / raw predictor | p50 ms | p99 ms | p99 / p50 | failed |")
