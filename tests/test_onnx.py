@@ -105,3 +105,17 @@ def test_the_service_runs_onnx(exported_classifier, tmp_path):
         thread.join(timeout=60)
     expected = reference.predict([["好棒"], ["差"]])
     np.testing.assert_allclose([a["probs"] for a in answer], [e["probs"] for e in expected], atol=1e-5)
+
+
+def test_a_model_paddle2onnx_cannot_convert_is_one_error(tmp_path):
+    """paddle2onnx aborts its process on an unsupported operator (the CRF taggers' decoding): the
+    conversion runs in a child process, so the export says so in one error and keeps going."""
+    from wenxin.inference import onnx_export
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "inference.json").write_text("{not a model", encoding="utf-8")
+    (folder / "inference.pdiparams").write_bytes(b"")
+    with pytest.raises(InferenceError, match="paddle2onnx cannot convert this model .*runs with the paddle backend"):
+        onnx_export.convert_in_subprocess(str(folder / "inference.json"), str(folder / "inference.pdiparams"),
+                                          str(folder / ".model.onnx.tmp"), str(folder))
+    assert not os.path.exists(folder / ".model.onnx.tmp")
