@@ -182,3 +182,22 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_dir, sig):
     assert state["global_step"] == step
     config["trainer"]["resume"] = "auto"
     assert build(config, tmp_path).state.global_step == step
+
+
+def test_saving_best_keeps_the_optimizer_state_of_the_resume_point(tmp_path):
+    """A new best between two periodic checkpoints must not strip the newest periodic one: a run
+    killed before the next periodic save resumes from it."""
+    from wenxin.controller.checkpoint import CheckpointManager, has_optimizer_state
+
+    def write(folder):
+        for name in ("model.safetensors", "optimizer.json", "optimizer.safetensors"):
+            with open(os.path.join(folder, name), "w") as f:
+                f.write(name)
+
+    manager = CheckpointManager(str(tmp_path), keep_max=3, keep_optimizer_state="latest")
+    step_10 = manager.save("step_10", write)
+    best = manager.save("best", write, update_latest=False)  # a new best at step 15
+    assert has_optimizer_state(step_10) and not has_optimizer_state(best)
+    assert manager.latest() == step_10
+    step_20 = manager.save("step_20", write)
+    assert has_optimizer_state(step_20) and not has_optimizer_state(step_10)

@@ -223,17 +223,8 @@ class CheckpointManager:
         """The newest complete checkpoint whose checksums match and that holds optimizer state:
         the ``latest`` marker if it names one, else the newest ``step_<N>``. Others are skipped
         with a warning."""
-        candidates: List[str] = []
-        marker = os.path.join(self.root, LATEST_FILE)
-        if os.path.isfile(marker):
-            try:
-                with open(marker, encoding="utf-8") as f:
-                    name = f.read(256).strip()
-                if self._step_dir.match(name) or name == BEST_DIR:
-                    candidates.append(os.path.join(self.root, name))
-            except (OSError, UnicodeDecodeError):
-                pass
-        candidates += [path for _, path in reversed(self.step_dirs())]
+        marked = self._marked()
+        candidates = ([marked] if marked else []) + [path for _, path in reversed(self.step_dirs())]
         for path in dict.fromkeys(candidates):
             if not os.path.isdir(path):
                 continue
@@ -245,6 +236,19 @@ class CheckpointManager:
                                "latest keeps it only in the newest checkpoint)", path)
             else:
                 return path
+        return None
+
+    def _marked(self) -> Optional[str]:
+        """The checkpoint the ``latest`` marker names, if it names one."""
+        marker = os.path.join(self.root, LATEST_FILE)
+        if os.path.isfile(marker):
+            try:
+                with open(marker, encoding="utf-8") as f:
+                    name = f.read(256).strip()
+                if self._step_dir.match(name) or name == BEST_DIR:
+                    return os.path.join(self.root, name)
+            except (OSError, UnicodeDecodeError):
+                pass
         return None
 
     def save(self, name: str, write: Callable[[str], None], update_latest: bool = True) -> str:
@@ -275,8 +279,10 @@ class CheckpointManager:
                                       f"the checkpoint {final} is complete") from None
             self.prune()
         if self.keep_optimizer_state == "latest":  # only once the new checkpoint is complete and named
-            for folder in [path for _, path in self.step_dirs()] + [os.path.join(self.root, BEST_DIR)]:
-                if folder != final or not update_latest:
+            steps = [path for _, path in self.step_dirs()]
+            resume_point = self._marked() or (steps[-1] if steps else None)  # what resume: auto continues
+            for folder in steps + [os.path.join(self.root, BEST_DIR)]:
+                if folder != resume_point:
                     drop_optimizer_state(folder)
         return final
 
