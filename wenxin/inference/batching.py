@@ -17,7 +17,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from wenxin.common.errors import WenxinError
 from wenxin.inference.predictor import InferenceError, Predictor
@@ -64,7 +64,9 @@ class BatchingPool:
         self.meta = self.converter.meta
         self.num_fields = len(self.converter.fields)
         self.workers, self.max_batch, self.max_wait = workers, max_batch, max_wait_ms / 1000.0
-        self.batch_sizes: List[int] = []  # rows per model batch (the service's metrics read them)
+        self.rows_run = 0  # rows predicted so far
+        self.largest_batch = 0  # the most rows one model batch held
+        self.on_batch: Optional[Callable[[int], None]] = None  # told each model batch's rows (metrics)
         self._busy = 0  # model threads running a batch
         self._lock = threading.Lock()
         self._requests: "queue.Queue[Any]" = queue.Queue()
@@ -175,9 +177,12 @@ class BatchingPool:
             job = self._jobs.get()
             if job is _STOP:
                 return
-            self.batch_sizes.append(len(job.rows))
             with self._lock:
                 self._busy += 1
+                self.rows_run += len(job.rows)
+                self.largest_batch = max(self.largest_batch, len(job.rows))
+            if self.on_batch is not None:
+                self.on_batch(len(job.rows))
             try:
                 results = predictor.result_format.results(predictor.run(job.arrays), job.arrays, job.rows)
             except Exception as e:  # noqa: BLE001 (every request of the batch gets the error)

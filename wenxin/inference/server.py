@@ -120,7 +120,7 @@ class PredictionApp:
     def __init__(self, pool: BatchingPool, limits: Limits) -> None:
         self.pool, self.limits = pool, limits
         self.metrics = ServiceMetrics()
-        self._batches_seen = 0
+        pool.on_batch = self.metrics.batches.observe
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -158,10 +158,6 @@ class PredictionApp:
             self.metrics.errors.inc()
         if inputs:
             self.metrics.rows.observe(inputs)
-        sizes = self.pool.batch_sizes
-        while self._batches_seen < len(sizes):
-            self.metrics.batches.observe(sizes[self._batches_seen])
-            self._batches_seen += 1
 
     async def _route(self, scope: Scope, receive: Receive) -> Tuple[HTTPStatus, Any, int]:
         method, path = scope["method"], scope["path"]
