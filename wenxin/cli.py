@@ -10,6 +10,7 @@ import sys
 import threading
 from typing import Callable, Dict, List, Optional, Tuple
 
+from wenxin.common.constants import INFERENCE_BACKENDS
 from wenxin.common.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, ConfigError, DataError, \
     WenxinError, exit_status, format_error
 from wenxin.common.process import Terminated, end_on_sigterm, load_paddle, quiet_paddle, watch_thread_failures
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="one input (fields separated by tabs; repeatable); default: lines of --input or stdin")
     predictor.add_argument("--input", default="", help="a text file, one input per line")
     predictor.add_argument("--batch_size", type=int, default=64)
-    predictor.add_argument("--backend", choices=["auto", "paddle", "onnxruntime"], default="auto",
+    predictor.add_argument("--backend", choices=INFERENCE_BACKENDS, default="auto",
                            help="auto: ONNX Runtime when the folder has model.onnx and it is installed")
     exporter = sub.add_parser("export", help="export a checkpoint as a self-contained inference folder")
     _add_task_args(exporter)
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--read_timeout", type=float, default=10.0,
                         help="seconds for a request's headers, and for its body, to arrive")
     server.add_argument("--max_connections", type=int, default=256, help="above this, new requests get 503")
-    server.add_argument("--backend", choices=["auto", "paddle", "onnxruntime"], default="auto",
+    server.add_argument("--backend", choices=INFERENCE_BACKENDS, default="auto",
                         help="auto: ONNX Runtime when the folder has model.onnx and it is installed")
     migrator = sub.add_parser("migrate", help="translate an ERNIE-kit task file into a native wenxin one")
     migrator.add_argument("param_path", help="the ERNIE-kit task file (JSON or YAML)")

@@ -1,19 +1,20 @@
 """Building a run from a task file: config -> task package -> readers -> model -> trainer."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from wenxin.common import blas
+from wenxin.common.logs import setup_logging
+from wenxin.common.progress import progress_enabled
 from wenxin.config.loader import load_config
 from wenxin.config.task_check import resolve_task
 from wenxin.controller.base_trainer import BaseTrainer, prepare_output_path, resume_checkpoint
 from wenxin.controller.checkpoint import VOCAB_DIR
-from wenxin.common.progress import progress_enabled
-from wenxin.controller.summary import run_summary
-from wenxin.common import blas
-from wenxin.common.logs import setup_logging
 from wenxin.controller.env import init_distributed, set_seed, setup_device
+from wenxin.controller.summary import run_summary
 from wenxin.data.dataset_reader import build_readers
 
 logger = logging.getLogger("wenxin")
@@ -64,23 +65,31 @@ def train(param_path: str, overrides: Iterable[str] = ()) -> Tuple[Dict[str, Dic
     return metrics, bool(trainer.state.interrupted)
 
 
+@contextlib.contextmanager
+def checkpoint_trainer(config: Dict[str, Any], checkpoint: str, **trainer_settings: Any) -> Iterator[BaseTrainer]:
+    """A trainer for ``config`` holding the parameters and vocabularies of ``checkpoint`` (a
+    checkpoint folder or params file), writing to a scratch folder instead of the task's
+    output_path: what export and evaluate work on."""
+    import tempfile
+
+    from wenxin.controller import checkpoint as ckpt
+    params_file = ckpt.resolve_params_file(checkpoint)
+    params = ckpt.load_model_params(checkpoint, "checkpoint model file")
+    with tempfile.TemporaryDirectory() as scratch:
+        config["trainer"].update(output_path=scratch, resume="none", load_checkpoint="", load_parameters="",
+                                 pre_train_model=[], visualdl=False, **trainer_settings)
+        trainer = build_trainer(config, vocab_checkpoint=checkpoint)
+        trainer.restore_model_params(params, params_file)
+        yield trainer
+
+
 def export(param_path: str, checkpoint: str, output: str = "", overrides: Iterable[str] = (),
            formats: Sequence[str] = ("paddle",)) -> str:
     """Export the parameters of ``checkpoint`` (a checkpoint folder or params file) as an inference
     folder (default ``<checkpoint>/inference``); with ``onnx`` in ``formats`` it also holds
     ``model.onnx``, checked against Paddle's outputs on a dev batch. The task file supplies the
     model and readers; nothing is written to its output_path."""
-    import tempfile
-
-    from wenxin.controller import checkpoint as ckpt
-    config = load_config(param_path, overrides)
-    params_file = ckpt.resolve_params_file(checkpoint)
-    params = ckpt.load_model_params(checkpoint, "checkpoint model file")
-    with tempfile.TemporaryDirectory() as scratch:
-        config["trainer"].update(output_path=scratch, resume="none", load_checkpoint="", load_parameters="",
-                                 pre_train_model=[], visualdl=False)
-        trainer = build_trainer(config, vocab_checkpoint=checkpoint)
-        trainer.restore_model_params(params, params_file)
+    with checkpoint_trainer(load_config(param_path, overrides), checkpoint) as trainer:
         target = output or os.path.join(checkpoint if os.path.isdir(checkpoint) else
                                         os.path.dirname(checkpoint), "inference")
         folder = trainer.export_inference(target)
@@ -95,8 +104,6 @@ def evaluate(param_path: str, checkpoint: str, reader_names: Sequence[str] = (),
              overrides: Iterable[str] = ()) -> Dict[str, Dict[str, float]]:
     """Score the parameters of ``checkpoint`` on the task file's dev and test readers (or
     ``reader_names``); returns the metrics by reader. Nothing is written to its output_path."""
-    import tempfile
-
     from wenxin.common.errors import ConfigError
     from wenxin.controller import checkpoint as ckpt
     config = load_config(param_path, overrides)
@@ -106,15 +113,9 @@ def evaluate(param_path: str, checkpoint: str, reader_names: Sequence[str] = (),
     if unknown or not (wanted or available):
         raise ConfigError(f"--reader: {', '.join(unknown) or 'dev/test'} not configured in {param_path} "
                           f"(it has: {', '.join(available) or 'no dev_reader or test_reader'})")
-    params_file = ckpt.resolve_params_file(checkpoint)
-    params = ckpt.load_model_params(checkpoint, "checkpoint model file")
     step = ckpt.read_trainer_state(checkpoint)["global_step"] if os.path.isdir(checkpoint) and \
         os.path.isfile(os.path.join(checkpoint, ckpt.STATE_FILE)) else 0
-    with tempfile.TemporaryDirectory() as scratch:
-        config["trainer"].update(output_path=scratch, resume="none", load_checkpoint="", load_parameters="",
-                                 pre_train_model=[], visualdl=False, is_eval_dev=0, is_eval_test=0)
-        trainer = build_trainer(config, vocab_checkpoint=checkpoint)
-        trainer.restore_model_params(params, params_file)
+    with checkpoint_trainer(config, checkpoint, is_eval_dev=0, is_eval_test=0) as trainer:
         return {name: trainer.evaluate(name, run_hooks=False, step=step) for name in wanted or available}
 
 
@@ -136,13 +137,11 @@ def inference_folder(path: str) -> str:
 def copy_examples(target: str) -> List[str]:
     """Copy the example task files and their data-preparation scripts into ``target/examples``
     (files already there are kept); returns the files written."""
-    import importlib.util
     import shutil
 
+    from wenxin.common.bundled import bundled_folder
     from wenxin.common.errors import ConfigError
-    spec = importlib.util.find_spec("wenxin.examples")
-    source = (list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations
-              else os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+    source = bundled_folder("examples")
     folder = os.path.join(target, "examples")
     written = []
     try:

@@ -19,3 +19,8 @@ class Phase:
     EVALUATE = "evaluate"
     TEST = "test"
     PREDICT = "predict"
+
+
+# Engines that run an exported model (wenxin.inference.backends); auto: ONNX Runtime when the
+# folder has model.onnx and onnxruntime is installed, else Paddle Inference.
+INFERENCE_BACKENDS = ("auto", "paddle", "onnxruntime")

@@ -10,6 +10,7 @@ import sys
 from importlib import metadata
 from typing import List, Optional
 
+from wenxin.common.bundled import bundled_folder
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import scope_of
 
@@ -20,10 +21,7 @@ ENTRY_POINT_GROUP = "wenxin.tasks"  # name = the task name, value = the task pac
 def builtin_tasks_dir() -> str:
     """The folder of wenxin's built-in tasks: ``wenxin/tasks`` when installed, the repository's
     ``tasks/`` when wenxin runs from its checkout."""
-    spec = importlib.util.find_spec("wenxin.tasks")
-    if spec is not None and spec.submodule_search_locations:
-        return list(spec.submodule_search_locations)[0]
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tasks")
+    return bundled_folder("tasks")
 
 
 def builtin_task_names() -> List[str]:

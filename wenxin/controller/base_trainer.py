@@ -35,7 +35,8 @@ from wenxin.controller.env import rng_state, set_rng_state
 from wenxin.controller.graph_mode import eager_mode
 from wenxin.controller.hooks import (DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook,
                                      ProgressBarHook)
-from wenxin.controller.hooks.writers import ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, VisualDLWriter
+from wenxin.controller.hooks.writers import METRICS_FILE, ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, \
+    VisualDLWriter
 from wenxin.common.progress import ProgressBar, progress_enabled
 from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BasicDataSetReader
@@ -189,7 +190,7 @@ class BaseTrainer:
     def _make_writers(self) -> List[MetricWriter]:
         writers: List[MetricWriter] = [ConsoleWriter()]
         if self.is_writer:
-            writers.append(JsonlWriter(os.path.join(self.output_path, "logs", "metrics.jsonl")))
+            writers.append(JsonlWriter(os.path.join(self.output_path, METRICS_FILE)))
             if self.trainer_config["visualdl"]:
                 writers.append(VisualDLWriter(os.path.join(self.output_path, "vdl"),
                                               fast=self.trainer_config["fast_paths"]["visualdl_records"]))
@@ -283,7 +284,7 @@ class BaseTrainer:
     def train_loop(self) -> Dict[str, Dict[str, float]]:
         """Run until ``max_steps`` or a hook asks to stop; returns the last metrics by reader."""
         s = self.state
-        if 0 < s.max_steps <= s.global_step:  # resumed from the end of a finished run
+        if s.finished:  # resumed from the end of a finished run
             logger.info("nothing to train: step %d of %d is done (raise trainer.epoch or trainer.max_steps to "
                         "train on; wenxin evaluate scores a checkpoint again)", s.global_step, s.max_steps)
             return s.metrics
@@ -510,7 +511,7 @@ class BaseTrainer:
             self._load_training_state(folder, parts)
         self.state.load(parts["trainer_state"])
         s = self.state
-        if s.max_steps and s.global_step >= s.max_steps:
+        if s.finished:
             logger.info("resumed from %s: the run already finished at step %d", folder, s.global_step)
         else:
             logger.info("resumed from %s at step %d (epoch %d, step %d in epoch)", folder, s.global_step,

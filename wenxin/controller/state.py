@@ -39,6 +39,11 @@ class TrainState:
     timing: Dict[str, float] = dataclasses.field(default_factory=dict)
     metrics: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
 
+    @property
+    def finished(self) -> bool:
+        """Every step of the run is done (a run resumed from its end has nothing to train)."""
+        return 0 < self.max_steps <= self.global_step
+
     def to_dict(self) -> Dict[str, Any]:
         data = {k: getattr(self, k) for k in PERSISTENT}
         if self.step_in_epoch >= self.steps_per_epoch > 0:  # saved at an epoch end: resume at the next

@@ -8,6 +8,7 @@ import shlex
 from typing import Any, Dict, List, Optional
 
 from wenxin.controller import checkpoint as ckpt
+from wenxin.controller.hooks.writers import METRICS_FILE
 
 
 def _records(path: str) -> List[Dict[str, Any]]:
@@ -54,7 +55,7 @@ def run_summary(trainer: Any, param_path: str) -> List[str]:
         lines.append(f"done: step {state.global_step} of {state.max_steps}")
     if result is None:
         return lines + [f"outputs: {output}"]
-    scores = result_metrics(os.path.join(output, "logs", "metrics.jsonl"), step, cfg["metric"])
+    scores = result_metrics(os.path.join(output, METRICS_FILE), step, cfg["metric"])
     lines.append(f"result: {result} (step {step}, {why}{'; ' + scores if scores else ''})")
     where = [f"checkpoints {checkpoints.root}", f"logs {os.path.join(output, 'logs')} (train.log, metrics.jsonl)"]
     if cfg["visualdl"]:

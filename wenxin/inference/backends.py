@@ -13,10 +13,11 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
+from wenxin.common.constants import INFERENCE_BACKENDS
 from wenxin.common.errors import WenxinError
 
 ONNX_FILE = "model.onnx"
-BACKENDS = ("auto", "paddle", "onnxruntime")
+BACKENDS = INFERENCE_BACKENDS
 
 
 class BackendError(WenxinError):

@@ -11,6 +11,7 @@ from wenxin.config.loader import apply_overrides, read_task_file
 from wenxin.config.schema import Key, validate
 from wenxin.data.dataset_reader import list_data_files
 from wenxin.data.lines import DEFAULT_MAX_LINE_BYTES, iter_lines
+from wenxin.inference.backends import BACKENDS
 from wenxin.inference.predictor import Predictor
 
 logger = logging.getLogger("wenxin")
@@ -28,7 +29,7 @@ INFER_SCHEMA = {
     "batch_size": Key(int, 64, minimum=1),
     "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
     "num_threads": Key(int, 1, minimum=1),
-    "backend": Key(str, "auto", choices=["auto", "paddle", "onnxruntime"],
+    "backend": Key(str, "auto", choices=list(BACKENDS),
                    doc="auto: ONNX Runtime when model_dir has model.onnx (wenxin export --format onnx) and it is "
                        "installed, else Paddle Inference"),
     "output_format": Key(str, "wenxin", choices=["wenxin", "erniekit"],

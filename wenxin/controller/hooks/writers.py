@@ -12,6 +12,8 @@ from wenxin.common.progress import format_duration
 
 logger = logging.getLogger("wenxin")
 
+METRICS_FILE = os.path.join("logs", "metrics.jsonl")  # under trainer.output_path: one JSON record per line
+
 
 class MetricWriter:
     """Receives ``(tag, step, scalars)`` records."""
