@@ -31,6 +31,21 @@ def test_char_tokenizer_chinese_latin_and_fullwidth():
     assert tok.tokenize("") == [] and tok.tokenize("   ") == []
 
 
+def test_char_tokenizer_shortcut_splits_as_the_pattern_does():
+    """Text with no space, latin letter or digit is split by list(); anything else by the pattern."""
+    import random
+    import re
+    import unicodedata
+    pattern = re.compile(r"[A-Za-z0-9_]+|[^\sA-Za-z0-9_]")
+    alphabet = "好书质量，。！?a Z9_\u3000\t\u200bＡ１é😀"
+    rng = random.Random(0)
+    tok = CharTokenizer({"lowercase": True})
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(3000)]
+    texts += ["好书质量", "好书 质量", "好书Ａ质量", "好\u3000书"]
+    for text in texts:
+        assert tok.split(text) == pattern.findall(unicodedata.normalize("NFKC", text).lower()), repr(text)
+
+
 def test_ngrams_and_whitespace_tokenizer():
     assert CharTokenizer({"ngram": 2}).tokenize("很好看") == ["很", "好", "看", "很好", "好看"]
     tok = WhitespaceTokenizer({"split_char": " ", "lowercase": False})
