@@ -8,14 +8,14 @@ import pytest
 
 from conftest import make_sentences
 from wenxin.inference.predictor import Predictor
-from wenxin.inference.server import Limits, Service
+from wenxin.inference.server import Limits, ServeOptions, Service
 
 
 @pytest.fixture(scope="module")
 def served(exported_classifier):
     exported = exported_classifier
-    service = Service(exported, port=0, workers=2, limits=Limits(max_batch=8, max_body_bytes=2048, read_timeout=1.0,
-                                                                 keep_alive=1.0))
+    limits = Limits(max_batch=8, max_body_bytes=2048, read_timeout=1.0, keep_alive=1.0)
+    service = Service(exported, port=0, options=ServeOptions(limits=limits, model_threads=2))
     thread = service.start_in_thread()
     yield exported, service.port
     service.stop()
@@ -35,7 +35,7 @@ def request(port, method, path, body=None, raw=None, headers=None):
 def test_health_and_predict_match_the_predictor(served):
     folder, port = served
     status, health = request(port, "GET", "/health")
-    assert status == 200 and health["status"] == "ok" and health["labels"] == ["0", "1"] and health["workers"] == 2
+    assert status == 200 and health["status"] == "ok" and health["labels"] == ["0", "1"] and health["model_threads"] == 2
     texts = ["好棒的书", "太差了", ""]
     status, result = request(port, "POST", "/predict", {"texts": texts})
     assert status == 200

