@@ -67,7 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="an exported folder, or a checkpoint folder that holds one (inference/)")
     server.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     server.add_argument("--port", type=int, default=8866)
-    server.add_argument("--workers", type=int, default=1, help="model threads, each with its own predictor")
+    server.add_argument("--workers", type=int, default=1,
+                        help="service processes, each with the model loaded (one per core to use them all)")
+    server.add_argument("--model_threads", type=int, default=1,
+                        help="threads running model batches in each process (more than 1 helps only onnxruntime)")
     server.add_argument("--max_batch", type=int, default=256, help="most inputs in one request")
     server.add_argument("--model_batch", type=int, default=64, help="most inputs in one model batch")
     server.add_argument("--max_wait_ms", type=float, default=2.0,
@@ -168,7 +171,8 @@ def _infer(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from wenxin.common import blas
-    from wenxin.inference.server import Limits, Service
+    from wenxin.inference.server import Limits, ServeOptions, Service
+    from wenxin.inference.workers import ServiceWorkers
     from wenxin.runner import inference_folder
     folder = inference_folder(args.model_dir)
     note = blas.note_once()
@@ -176,14 +180,23 @@ def _serve(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr, flush=True)
     limits = Limits(max_batch=args.max_batch, max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout,
                     header_timeout=args.read_timeout, max_connections=args.max_connections)
-    service = Service(folder, args.host, args.port, args.workers, limits, args.max_wait_ms, args.model_batch,
-                      backend=args.backend)
+    options = ServeOptions(limits=limits, model_batch=args.model_batch, max_wait_ms=args.max_wait_ms,
+                           model_threads=args.model_threads, backend=args.backend)
     from wenxin.common.logs import setup_logging
     setup_logging()
-    logging.getLogger("wenxin").info("serving %s with %s on http://%s:%d (POST /predict, GET /health, GET /metrics)",
-                                     folder, service.pool.backend, args.host, service.port)
-    for sig in (signal.SIGINT, signal.SIGTERM):  # uvicorn drains on them, then raises them again: then exit 0
-        signal.signal(sig, lambda signum, frame: None)
+    log = logging.getLogger("wenxin")
+    if args.workers == 1:
+        service = Service(folder, args.host, args.port, options)
+        backend, port, stop = service.pool.backend, service.port, lambda signum, frame: None
+        # uvicorn drains on SIGINT/SIGTERM itself, then raises them again: then exit 0
+    else:
+        service = ServiceWorkers(folder, args.host, args.port, args.workers, options)
+        backend, port, stop = service.backend, service.port, lambda signum, frame: service.stop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+    log.info("%s %s with %s on http://%s:%d (POST /predict, GET /health, GET /metrics)",
+             "serving" if args.workers == 1 else f"starting {args.workers} workers serving", folder, backend,
+             args.host, port)
     service.run()
     logging.getLogger("wenxin").info("stopped: every request in flight was answered")
     return EXIT_OK

@@ -1,0 +1,151 @@
+"""``wenxin serve --workers N``: several service processes on one socket, supervised.
+
+Each test starts real worker processes (each loads Paddle and the model: 2-3 s)."""
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from conftest import REPO, make_sentences
+from wenxin.inference.predictor import InferenceError, Predictor
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def call(port: int, method: str, path: str, body: dict = None) -> tuple:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                 headers={"Content-Type": "application/json"} if body is not None else {})
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, data
+
+
+def wait_for(predicate, seconds: float = 120.0, what: str = "") -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def serving_pids(log_path: str) -> list:
+    with open(log_path, encoding="utf-8") as f:
+        return [int(pid) for pid in re.findall(r"worker \d of \d serving \(pid (\d+)\)", f.read())]
+
+
+def predict_concurrently(port: int, texts: list, expected: dict, clients: int = 6) -> list:
+    failures = []
+
+    def client(part: list) -> None:
+        for text in part:
+            status, data = call(port, "POST", "/predict", {"texts": [text]})
+            if status != 200 or json.loads(data)["predictions"][0]["label"] != expected[text]:
+                failures.append((text, status, data[:200]))
+
+    threads = [threading.Thread(target=client, args=(texts[k::clients],)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return failures
+
+
+def test_workers_answer_add_up_metrics_replace_a_dead_one_and_drain_on_sigterm(exported_classifier, tmp_path):
+    exported, port, log_path = exported_classifier, free_port(), str(tmp_path / "serve.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "wenxin.cli", "serve", "--model_dir", exported,
+                                 "--port", str(port), "--workers", "2"], stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONPATH": REPO, "GLOG_minloglevel": "2"})
+    try:
+        wait_for(lambda: len(serving_pids(log_path)) == 2 or proc.poll() is not None, what="two workers")
+        first_pids = serving_pids(log_path)
+        assert len(first_pids) == 2, open(log_path).read()[-3000:]
+        status, health = call(port, "GET", "/health")
+        assert status == 200 and json.loads(health)["workers"] == 2
+
+        texts = [t for t, _ in make_sentences(48, seed=21)]
+        expected = {t: r["label"] for t, r in zip(texts, Predictor(exported).predict([[t] for t in texts]))}
+        assert predict_concurrently(port, texts, expected) == []
+        # /metrics adds up every worker's requests, whichever worker answers the scrape
+        for _ in range(3):
+            metrics = call(port, "GET", "/metrics")[1].decode()
+            assert 'wenxin_requests_total{path="/predict",status="200"} 48.0' in metrics, metrics[:2000]
+
+        os.kill(first_pids[0], signal.SIGKILL)  # a worker dies: another takes its place
+        wait_for(lambda: len(serving_pids(log_path)) == 3, what="a replacement worker")
+        assert f"(pid {first_pids[0]}) died with status -9; starting a new one" in open(log_path).read()
+        assert predict_concurrently(port, texts, expected) == []
+        metrics = call(port, "GET", "/metrics")[1].decode()
+        assert 'wenxin_requests_total{path="/predict",status="200"} 96.0' in metrics  # the dead worker's count stays
+
+        # SIGTERM: a request still arriving is answered, then every process exits, status 0
+        good = json.dumps({"texts": ["好"]}).encode()
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(good) + good[:5])
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        sock.sendall(good[5:])
+        answer = b""
+        while not answer.endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        sock.close()
+        assert proc.wait(timeout=90) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = open(log_path, encoding="utf-8").read()
+    assert answer.startswith(b"HTTP/1.1 200 ") and b'"predictions"' in answer
+    assert "stopped: every request in flight was answered" in output and "FatalError" not in output
+    assert re.search(r"worker \d: POST /predict 200", output)  # each request's line names its worker
+    for pid in serving_pids(log_path):
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_a_model_the_workers_cannot_load_is_one_error(exported_classifier, tmp_path):
+    broken = str(tmp_path / "broken")
+    shutil.copytree(exported_classifier, broken)
+    for name in os.listdir(broken):
+        if name.endswith(".pdiparams"):
+            with open(os.path.join(broken, name), "r+b") as f:
+                f.truncate(100)
+        if name == "model.onnx":
+            os.remove(os.path.join(broken, name))
+    result = subprocess.run([sys.executable, "-m", "wenxin.cli", "serve", "--model_dir", broken, "--port",
+                             str(free_port()), "--workers", "2"], capture_output=True, text=True, timeout=180,
+                            env={**os.environ, "PYTHONPATH": REPO, "GLOG_minloglevel": "2"})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.count("error:") == 1 and f"{broken}: cannot load the model" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout and "FatalError" not in result.stderr + result.stdout
+
+
+def test_workers_that_keep_dying_stop_the_service(exported_classifier, monkeypatch):
+    from wenxin.inference import workers as workers_module
+    monkeypatch.setattr(workers_module, "GIVE_UP_DEATHS", 2)
+    service = workers_module.ServiceWorkers(exported_classifier, port=0, workers=1)
+    thread = service.start_in_thread()
+    killed = service.pids[0]
+    os.kill(killed, signal.SIGKILL)
+    wait_for(lambda: service.pids[0] != killed, what="a replacement")
+    assert call(service.port, "GET", "/health")[0] == 200  # the replacement answers
+    os.kill(service.pids[0], signal.SIGKILL)
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert isinstance(service.error, InferenceError) and "2 workers died within 60 s" in str(service.error)
