@@ -127,6 +127,9 @@ def test_predict_takes_text_stdin_or_a_file(tmp_path, data_dir, capsys, monkeypa
     source.write_text("\n".join(texts) + "\n", encoding="utf-8")
     assert main(["predict", "--model_dir", best, "--input", str(source)]) == 0
     assert capsys.readouterr().out.splitlines() == expected
+    for onednn in ("on", "off"):  # the same 6 digits either way
+        assert main(["predict", "--model_dir", best, "--onednn", onednn, "--text", texts[0], "--text", texts[1]]) == 0
+        assert capsys.readouterr().out.splitlines() == expected
     assert main(["predict", "--model_dir", os.path.join(out, "checkpoints")]) == 2
     assert "export a checkpoint first: wenxin export" in capsys.readouterr().err
     assert main(["predict", "--model_dir", best, "--input", str(tmp_path / "missing.txt")]) == 3

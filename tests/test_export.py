@@ -116,3 +116,44 @@ def test_run_infer_writes_one_prediction_per_line_with_hostile_inputs(tmp_path, 
     proc = subprocess.run([sys.executable, os.path.join(REPO, "run_infer.py"), "--param_path",
                            str(tmp_path / "bad.json")], capture_output=True, text=True)
     assert proc.returncode == 2 and "model folder not found" in proc.stderr
+
+
+def test_onednn_follows_the_batch_size_or_the_setting(exported_classifier):
+    """auto: off for small batches; the first larger batch runs both ways and the faster stays
+    (the slower predictor is released); on/off are kept whatever the batch. Every way gives the
+    same probabilities."""
+    import logging
+
+    from conftest import make_sentences
+    from wenxin.inference.backends import SMALL_BATCH
+    rows = [[t] for t, _ in make_sentences(32, seed=5)]
+    off = Predictor(exported_classifier, backend="paddle", onednn="off")
+    expected = [r["probs"] for r in off.predict(rows, batch_size=16)]
+    assert not off.engine.uses_onednn(1) and not off.engine.uses_onednn(64)
+    on = Predictor(exported_classifier, backend="paddle", onednn="on")
+    assert on.engine.uses_onednn(1) and on.engine.uses_onednn(64)
+    np.testing.assert_allclose([r["probs"] for r in on.predict(rows, batch_size=16)], expected, atol=1e-5)
+
+    auto = Predictor(exported_classifier, backend="paddle")
+    engine = auto.engine
+    np.testing.assert_allclose([r["probs"] for r in auto.predict(rows, batch_size=SMALL_BATCH - 1)], expected,
+                               atol=1e-5)
+    assert engine.large_batches_onednn is None and list(engine._predictors) == [False]  # nothing measured yet
+    logger, records, level = logging.getLogger("wenxin"), [], logging.getLogger("wenxin").level
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        got = [r["probs"] for r in auto.predict(rows, batch_size=16)]
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert engine.large_batches_onednn in (True, False)
+    assert [r.getMessage().split(" (")[0] for r in records] == [
+        f"Paddle backend: oneDNN {'on' if engine.large_batches_onednn else 'off'} for batches of 4 or more rows"]
+    assert sorted(engine._predictors) == ([False, True] if engine.large_batches_onednn else [False])
+    assert not engine.uses_onednn(1) and engine.uses_onednn(16) == engine.large_batches_onednn
+    with pytest.raises(InferenceError, match="onednn: 'fast' is not one of auto, on, off"):
+        Predictor(exported_classifier, backend="paddle", onednn="fast")

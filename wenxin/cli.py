@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Callable, Dict, List, Optional, Tuple
 
-from wenxin.common.constants import INFERENCE_BACKENDS
+from wenxin.common.constants import INFERENCE_BACKENDS, ONEDNN_SETTINGS
 from wenxin.common.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, ConfigError, DataError, \
     WenxinError, exit_status, format_error
 from wenxin.common.process import Terminated, end_on_sigterm, load_paddle, quiet_paddle, watch_thread_failures
@@ -25,6 +25,10 @@ def _add_task_args(parser: argparse.ArgumentParser) -> None:
 EXIT_CODES_HELP = ("exit status: 0 done, 2 usage, task-file or installation error, 3 data error, 4 checkpoint error, "
                    "75 stopped by a signal after saving a checkpoint (resume with trainer.resume=auto), "
                    "130/143 interrupted/terminated before training")
+
+
+ONEDNN_HELP = ("the Paddle backend's oneDNN; auto: off below 4 rows, and for larger batches whichever way the "
+               "first of them runs faster")
 
 
 def version_line() -> str:
@@ -54,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     predictor.add_argument("--batch_size", type=int, default=64)
     predictor.add_argument("--backend", choices=INFERENCE_BACKENDS, default="auto",
                            help="auto: ONNX Runtime when the folder has model.onnx and it is installed")
+    predictor.add_argument("--onednn", choices=ONEDNN_SETTINGS, default="auto", help=ONEDNN_HELP)
     exporter = sub.add_parser("export", help="export a checkpoint as a self-contained inference folder")
     _add_task_args(exporter)
     exporter.add_argument("--checkpoint", required=True, help="checkpoint folder or params file")
@@ -81,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max_connections", type=int, default=256, help="above this, new requests get 503")
     server.add_argument("--backend", choices=INFERENCE_BACKENDS, default="auto",
                         help="auto: ONNX Runtime when the folder has model.onnx and it is installed")
+    server.add_argument("--onednn", choices=ONEDNN_SETTINGS, default="auto", help=ONEDNN_HELP)
     migrator = sub.add_parser("migrate", help="translate an ERNIE-kit task file into a native wenxin one")
     migrator.add_argument("param_path", help="the ERNIE-kit task file (JSON or YAML)")
     migrator.add_argument("-o", "--output", default="", help="write the native task file here (default: print it)")
@@ -141,7 +147,7 @@ def _predict(args: argparse.Namespace) -> int:
     lines = list(args.text)
     if not lines:
         lines = _read_input(args.input)
-    predictor = Predictor(folder, backend=args.backend)
+    predictor = Predictor(folder, backend=args.backend, onednn=args.onednn)
     rows = [line.split("\t") for line in lines]
     for row, result in zip(rows, predictor.predict(rows, batch_size=max(args.batch_size, 1))):
         print("\t".join(row + [predictor.result_format.line(result)]), flush=False)  # the input, then the result
@@ -181,7 +187,7 @@ def _serve(args: argparse.Namespace) -> int:
     limits = Limits(max_batch=args.max_batch, max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout,
                     header_timeout=args.read_timeout, max_connections=args.max_connections)
     options = ServeOptions(limits=limits, model_batch=args.model_batch, max_wait_ms=args.max_wait_ms,
-                           model_threads=args.model_threads, backend=args.backend)
+                           model_threads=args.model_threads, backend=args.backend, onednn=args.onednn)
     from wenxin.common.logs import setup_logging
     setup_logging()
     log = logging.getLogger("wenxin")

@@ -24,3 +24,6 @@ class Phase:
 # Engines that run an exported model (wenxin.inference.backends); auto: ONNX Runtime when the
 # folder has model.onnx and onnxruntime is installed, else Paddle Inference.
 INFERENCE_BACKENDS = ("auto", "paddle", "onnxruntime")
+# The Paddle backend's oneDNN (wenxin.inference.backends.PaddleEngine); auto: off for small
+# batches, and for larger ones whichever way the first of them ran faster.
+ONEDNN_SETTINGS = ("auto", "on", "off")

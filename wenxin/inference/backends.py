@@ -8,16 +8,21 @@ configuration, with outputs within 1.2e-7 (issue 20's measurements; benchmarks/R
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
-from typing import Dict, List, Sequence
+import time
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from wenxin.common.constants import INFERENCE_BACKENDS
+from wenxin.common.constants import INFERENCE_BACKENDS, ONEDNN_SETTINGS
 from wenxin.common.errors import WenxinError
 
 ONNX_FILE = "model.onnx"
 BACKENDS = INFERENCE_BACKENDS
+SMALL_BATCH = 4  # auto: smaller batches run without oneDNN (slower at batch 1 for every model measured)
+
+logger = logging.getLogger("wenxin")
 
 
 class BackendError(WenxinError):
@@ -46,30 +51,89 @@ def choose_backend(model_dir: str, backend: str = "auto") -> str:
 
 
 class PaddleEngine:
-    """``paddle.inference`` on CPU (or GPU 0). Use it from the thread that created it."""
+    """``paddle.inference`` on CPU (or GPU 0). Use it from the thread that created it.
 
-    def __init__(self, graph: str, params: str, use_gpu: bool = False, num_threads: int = 1) -> None:
-        from paddle import inference
-        config = inference.Config(graph, params)
-        if use_gpu:
-            config.enable_use_gpu(256, 0)
-        else:
-            config.disable_gpu()
-            config.set_cpu_math_library_num_threads(num_threads)
-        config.disable_glog_info()
-        try:
-            self.predictor = inference.create_predictor(config)
-        except Exception as e:  # paddle raises RuntimeError/ValueError for corrupt files
-            raise BackendError(f"{os.path.dirname(graph)}: cannot load the model ({type(e).__name__}: {e})") from None
-        self.input_names: List[str] = self.predictor.get_input_names()
+    oneDNN (``onednn``: ``auto``, ``on`` or ``off``). Paddle enables it by default on CPU. On this
+    repository's 2-core CPU it made every model slower at batch 1 (0.43x to 0.85x) and, from
+    batch 16, the CNN and transformer faster (1.7x to 3.4x) but BoW slower (0.5x); outputs moved
+    by at most 4e-7 (benchmarks/README.md). ``auto`` runs batches below ``SMALL_BATCH`` rows
+    without it; the first larger batch runs both ways, and the faster keeps the larger batches
+    (the other predictor is released when it is not needed).
+    """
+
+    def __init__(self, graph: str, params: str, use_gpu: bool = False, num_threads: int = 1,
+                 onednn: str = "auto") -> None:
+        if onednn not in ONEDNN_SETTINGS:
+            raise BackendError(f"onednn: {onednn!r} is not one of {', '.join(ONEDNN_SETTINGS)}")
+        self.graph, self.params, self.use_gpu, self.num_threads = graph, params, use_gpu, num_threads
+        self.onednn = onednn
+        self.large_batches_onednn: Optional[bool] = None  # auto: decided at the first large batch
+        self._predictors: Dict[bool, Any] = {}
+        self.input_names: List[str] = self._predictor(onednn == "on").get_input_names()
+
+    def _predictor(self, onednn: bool) -> Any:
+        if onednn not in self._predictors:
+            from paddle import inference
+            config = inference.Config(self.graph, self.params)
+            if self.use_gpu:
+                config.enable_use_gpu(256, 0)
+            else:
+                config.disable_gpu()
+                config.set_cpu_math_library_num_threads(self.num_threads)
+                if onednn:
+                    config.enable_mkldnn()
+                else:
+                    config.disable_mkldnn()
+            config.disable_glog_info()
+            try:
+                self._predictors[onednn] = inference.create_predictor(config)
+            except Exception as e:  # paddle raises RuntimeError/ValueError for corrupt files
+                raise BackendError(f"{os.path.dirname(self.graph)}: cannot load the model "
+                                   f"({type(e).__name__}: {e})") from None
+        return self._predictors[onednn]
+
+    def uses_onednn(self, rows: int) -> bool:
+        """Whether a batch of ``rows`` runs with oneDNN (None in auto mode until measured)."""
+        if self.use_gpu or self.onednn == "off":
+            return False
+        if self.onednn == "on":
+            return True
+        return rows >= SMALL_BATCH and bool(self.large_batches_onednn)
 
     def run(self, batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
+        rows = len(next(iter(batch.values()))) if batch else 0
+        if self.onednn == "auto" and not self.use_gpu and rows >= SMALL_BATCH and self.large_batches_onednn is None:
+            self.large_batches_onednn = self._measure(batch)
+        return self._run(self._predictor(self.uses_onednn(rows)), batch)
+
+    def _run(self, predictor: Any, batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
         for name in self.input_names:
-            handle = self.predictor.get_input_handle(name)
+            handle = predictor.get_input_handle(name)
             handle.reshape(batch[name].shape)
             handle.copy_from_cpu(batch[name])
-        self.predictor.run()
-        return [self.predictor.get_output_handle(h).copy_to_cpu() for h in self.predictor.get_output_names()]
+        predictor.run()
+        return [predictor.get_output_handle(h).copy_to_cpu() for h in predictor.get_output_names()]
+
+    def _measure(self, batch: Dict[str, np.ndarray]) -> bool:
+        """Time this batch with and without oneDNN (after a warm-up run each: oneDNN builds its
+        kernels on the first); True when oneDNN is faster."""
+        seconds = {}
+        for onednn in (False, True):
+            predictor = self._predictor(onednn)
+            self._run(predictor, batch)
+            best = float("inf")
+            for _ in range(2):
+                start = time.perf_counter()
+                self._run(predictor, batch)
+                best = min(best, time.perf_counter() - start)
+            seconds[onednn] = best
+        faster = seconds[True] < seconds[False]
+        if not faster:
+            del self._predictors[True]  # not needed: its memory back
+        logger.info("Paddle backend: oneDNN %s for batches of %d or more rows (measured on %d rows: %.2f ms "
+                    "with it, %.2f ms without)", "on" if faster else "off", SMALL_BATCH,
+                    len(next(iter(batch.values()))), seconds[True] * 1000, seconds[False] * 1000)
+        return faster
 
 
 class OnnxEngine:

@@ -11,6 +11,7 @@ from wenxin.config.loader import apply_overrides, read_task_file
 from wenxin.config.schema import Key, validate
 from wenxin.data.dataset_reader import list_data_files
 from wenxin.data.lines import DEFAULT_MAX_LINE_BYTES, iter_lines
+from wenxin.common.constants import ONEDNN_SETTINGS
 from wenxin.inference.backends import BACKENDS
 from wenxin.inference.predictor import Predictor
 
@@ -32,6 +33,9 @@ INFER_SCHEMA = {
     "backend": Key(str, "auto", choices=list(BACKENDS),
                    doc="auto: ONNX Runtime when model_dir has model.onnx (wenxin export --format onnx) and it is "
                        "installed, else Paddle Inference"),
+    "onednn": Key(str, "auto", choices=list(ONEDNN_SETTINGS),
+                  doc="the Paddle backend's oneDNN; auto: off below 4 rows, and for larger batches whichever way "
+                      "the first of them runs faster"),
     "output_format": Key(str, "wenxin", choices=["wenxin", "erniekit"],
                          doc="erniekit: ERNIE-kit's lines (the input columns, then the task's result; the "
                              "default for ERNIE-kit infer files)"),
@@ -80,7 +84,8 @@ def run_inference(param_path: str, overrides: List[str] = ()) -> str:
             logger.info("ERNIE-kit infer file: %s", note)
     config = validate(apply_overrides(raw, overrides), INFER_SCHEMA)
     predictor = Predictor(config["model_dir"], use_gpu=config["PADDLE_PLACE_TYPE"] == "gpu",
-                          num_threads=config["num_threads"], backend=config["backend"])
+                          num_threads=config["num_threads"], backend=config["backend"],
+                          onednn=config["onednn"])
     _check_against_model(config, predictor)
     rows = read_rows(config["predict_reader"]["config"], len(predictor.fields))
     results = predictor.predict(rows, batch_size=config["batch_size"])

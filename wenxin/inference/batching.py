@@ -51,6 +51,7 @@ class BatchingPool:
     Args:
         model_dir: an exported folder.
         backend: ``auto``, ``paddle`` or ``onnxruntime`` (see ``Predictor``).
+        onednn: the Paddle backend's oneDNN setting (see ``Predictor``).
         workers: model threads, each with its own predictor.
         max_batch: most rows in one model batch (a larger request runs as its own batch).
         max_wait_ms: how long the first request of a batch waits for others.
@@ -58,7 +59,7 @@ class BatchingPool:
     """
 
     def __init__(self, model_dir: str, workers: int = 1, max_batch: int = 64, max_wait_ms: float = 2.0,
-                 num_threads: int = 1, backend: str = "auto") -> None:
+                 num_threads: int = 1, backend: str = "auto", onednn: str = "auto") -> None:
         self.converter = Predictor(model_dir, load_model=False, backend=backend)
         self.backend = self.converter.backend
         self.meta = self.converter.meta
@@ -73,7 +74,7 @@ class BatchingPool:
         self._jobs: "queue.Queue[Any]" = queue.Queue(maxsize=workers)
         self._ready = threading.Barrier(workers + 1)
         self._startup_errors: List[BaseException] = []
-        self._threads = [threading.Thread(target=self._model_loop, args=(model_dir, num_threads, self.backend),
+        self._threads = [threading.Thread(target=self._model_loop, args=(model_dir, num_threads, self.backend, onednn),
                                           name=f"wenxin-model-{i}", daemon=True) for i in range(workers)]
         for thread in self._threads:
             thread.start()
@@ -164,9 +165,10 @@ class BatchingPool:
         self._jobs.put(_Job(kept, rows, arrays))
 
     # ---- the model threads -----------------------------------------------------------------
-    def _model_loop(self, model_dir: str, num_threads: int, backend: str) -> None:
+    def _model_loop(self, model_dir: str, num_threads: int, backend: str, onednn: str) -> None:
         try:
-            predictor: Optional[Predictor] = Predictor(model_dir, num_threads=num_threads, backend=backend)
+            predictor: Optional[Predictor] = Predictor(model_dir, num_threads=num_threads, backend=backend,
+                                                       onednn=onednn)
         except BaseException as e:  # noqa: BLE001 (reported by the constructor)
             self._startup_errors.append(e)
             predictor = None

@@ -40,13 +40,15 @@ class Predictor:
             format work, ``run`` does not): what a thread that only converts inputs needs.
         backend: ``paddle``, ``onnxruntime`` (the folder's ``model.onnx``), or ``auto``: ONNX
             Runtime when the folder has a model for it and it is installed, else Paddle.
+        onednn: the Paddle backend's oneDNN: ``auto`` (off below 4 rows; for larger batches, the
+            faster way, measured on the first), ``on`` or ``off`` (see ``PaddleEngine``).
 
     A ``paddle.inference`` predictor is not safe to share between threads; use each from the
     thread that created it.
     """
 
     def __init__(self, model_dir: str, use_gpu: bool = False, num_threads: int = 1, load_model: bool = True,
-                 backend: str = "auto") -> None:
+                 backend: str = "auto", onednn: str = "auto") -> None:
         if not os.path.isdir(model_dir):
             raise InferenceError(f"model folder not found: {model_dir}")
         meta_path = os.path.join(model_dir, PREPROCESS_FILE)
@@ -81,7 +83,7 @@ class Predictor:
             if self.backend == "onnxruntime":
                 self.engine = OnnxEngine(os.path.join(model_dir, ONNX_FILE), num_threads)
             else:
-                self.engine = PaddleEngine(graph, params, use_gpu, num_threads)
+                self.engine = PaddleEngine(graph, params, use_gpu, num_threads, onednn)
         except BackendError as e:
             raise InferenceError(str(e)) from None
         self.input_names = self.engine.input_names

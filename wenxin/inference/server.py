@@ -63,6 +63,7 @@ class ServeOptions:
     model_threads: int = 1      # threads running batches, each with its own predictor
     num_threads: int = 1        # CPU math threads of each predictor
     backend: str = "auto"
+    onednn: str = "auto"        # the Paddle backend's oneDNN
 
 
 class RequestError(Exception):
@@ -273,7 +274,7 @@ class Service:
         self.limits = options.limits
         check_settings(options, workers)
         self.pool = BatchingPool(model_dir, options.model_threads, options.model_batch, options.max_wait_ms,
-                                 options.num_threads, options.backend)
+                                 options.num_threads, options.backend, options.onednn)
         self.app = PredictionApp(self.pool, self.limits, workers)
         try:
             self.socket = sock or listen(host, port)
