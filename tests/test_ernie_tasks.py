@@ -57,9 +57,18 @@ def classification(ernie_dir, tmp_path, mode, layout="paddlenlp", **trainer):
     return config
 
 
-def assert_export_matches_evaluation(trainer, folder, rows, atol=1e-5):
+def onnx_predictor(trainer, folder):
+    """``model.onnx`` written beside the export (checked against Paddle on a dev batch), run by
+    ONNX Runtime."""
+    pytest.importorskip("paddle2onnx")
+    from wenxin.inference.onnx_export import export_onnx
+    export_onnx(folder, trainer.readers["dev_reader"].collate_rows(list(range(8))))
+    return Predictor(folder, backend="onnxruntime")
+
+
+def assert_export_matches_evaluation(trainer, folder, rows, atol=1e-5, backend="auto"):
     outputs, _ = trainer.collect_outputs("dev_reader", Phase.EVALUATE)
-    results = Predictor(folder).predict(rows, batch_size=7)  # other batches: padding must not matter
+    results = Predictor(folder, backend=backend).predict(rows, batch_size=7)  # other batches: padding must not matter
     probs = np.array([r["probs"] for r in results])
     assert np.abs(probs - outputs["probs"]).max() < atol
     np.testing.assert_array_equal(np.array([int(r["label"]) for r in results]), outputs["predictions"])
@@ -82,6 +91,9 @@ def test_ernie_classification_fine_tunes_and_exports(tmp_path, ernie_dir, mode, 
     with open(ernie_dir / "data" / "dev.tsv", encoding="utf-8") as f:
         rows = [line.rstrip("\n").split("\t")[:1] for line in f]
     assert_export_matches_evaluation(trainer, moved, rows)
+    if layout == "paddlenlp":  # ONNX Runtime: the same outputs (paddle2onnx converts the encoder)
+        assert onnx_predictor(trainer, moved).backend == Predictor(moved).backend == "onnxruntime"
+        assert_export_matches_evaluation(trainer, moved, rows, backend="onnxruntime")
     with open(os.path.join(moved, "preprocess.json"), encoding="utf-8") as f:
         field = json.load(f)["fields"][0]
     assert field["tokenizer"]["type"] == "FullTokenizer" and field["vocab_path"] == "vocab/text_a.txt"
@@ -196,6 +208,9 @@ def test_ernie_tagger_fine_tunes_and_exports_word_tags(tmp_path, ernie_dir, mode
         starts = np.cumsum([0] + [2 if w == "goods" else 1 for w in words])[:-1]
         assert result["tags"] == [vocab[predicted[1 + s]] for s in starts]  # first pieces, as evaluated
     assert sum(r["tags"] == gold.split(" ") for r, (_, gold) in zip(results, rows)) > 30  # whole lines right
+    if decoder == "softmax":  # ONNX Runtime tags the same (paddle2onnx cannot convert the CRF's decoding)
+        onnx = onnx_predictor(trainer, folder).predict([[text] for text, _ in rows], batch_size=7)
+        assert [r["tags"] for r in onnx] == [r["tags"] for r in results]
 
 
 @pytest.mark.parametrize("model_type,mode,epoch", [("ErnieMatchingFcPointwise", "static", 6),
@@ -235,13 +250,15 @@ def test_ernie_matching_fine_tunes_and_exports(tmp_path, tuned_dir, model_type, 
     metrics = trainer.do_train()["dev_reader"]
     assert metrics["auc"] > (0.8 if epoch > 1 else 0.0), metrics
     outputs, _ = trainer.collect_outputs("dev_reader", Phase.EVALUATE)
-    results = Predictor(trainer.export_inference(str(tmp_path / "export"))).predict(
-        [list(row[:2]) for row in dev_rows], batch_size=9)
-    if pairwise:
-        got, expected = [r["score"] for r in results], outputs["scores"]
-    else:
-        got, expected = [r["probs"][1] for r in results], outputs["probs"][:, 1]
-    assert got == pytest.approx(list(expected), abs=1e-5)
+    folder = trainer.export_inference(str(tmp_path / "export"))
+    predictors = [Predictor(folder)] + ([onnx_predictor(trainer, folder)] if epoch == 1 else [])
+    for predictor in predictors:  # Paddle Inference, and ONNX Runtime for each model once
+        results = predictor.predict([list(row[:2]) for row in dev_rows], batch_size=9)
+        if pairwise:
+            got, expected = [r["score"] for r in results], outputs["scores"]
+        else:
+            got, expected = [r["probs"][1] for r in results], outputs["probs"][:, 1]
+        assert got == pytest.approx(list(expected), abs=1e-5), predictor.backend
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
