@@ -1,13 +1,15 @@
 """Throughput of ``wenxin serve`` against the raw predictor, in one run.
 
-    python benchmarks/serving_throughput.py [--model_dir DIR] [--clients 1 4 16 50] [--batch 16]
-        [--seconds 8] [--workers CORES] [--backend paddle|onnxruntime]
+    python benchmarks/serving_throughput.py [--models bow cnn transformer ernie crf] [--backends paddle onnxruntime]
+        [--clients 1 4 16 50] [--batch 16] [--seconds 8] [--workers CORES] [--model_dir DIR]
 
-Without --model_dir it trains and exports a small BoW classifier on generated reviews first. The
-service runs as its own ``wenxin serve`` process; the clients are threads of this process, each
-with a kept-open connection, posting ``--batch`` texts per request. The baseline is the raw
-``Predictor`` of the same model on batches of the same size, measured here in the same run.
-Reports texts/s, its ratio to the raw predictor, p50/p99 latency, and failed requests.
+For each model (``small_models.py``: trained for one epoch on generated data and exported, with
+model.onnx where paddle2onnx converts it) and backend, the service runs as its own ``wenxin
+serve`` process with ``--workers`` processes. The clients are threads of this process, each with
+a kept-open connection, posting ``--batch`` texts per request. The baseline is the raw
+``Predictor`` of the same model and backend on batches of the same size (one process, one
+thread), measured just before. Reports texts/s, its ratio to the raw predictor, p50/p99 latency,
+and failed requests.
 """
 from __future__ import annotations
 
@@ -30,35 +32,11 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 os.environ.setdefault("GLOG_minloglevel", "2")
 
 
-def small_model(folder: str, onnx: bool = False) -> str:
-    from conftest import make_sentences, task_config, write_tsv
-    from wenxin.config.loader import load_config
-    from wenxin.runner import build_trainer
-    data = os.path.join(folder, "data")
-    for name, seed, n in (("train", 1, 2000), ("dev", 2, 200), ("test", 3, 200)):
-        write_tsv(os.path.join(data, f"{name}.tsv"), make_sentences(n, seed))
-    path = os.path.join(folder, "task.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(task_config(data, os.path.join(folder, "out"), epoch=1, visualdl=False), f)
-    trainer = build_trainer(load_config(path))
-    trainer.do_train()
-    model_dir = trainer.export_inference(os.path.join(folder, "model"))
-    if onnx:
-        from wenxin.inference.onnx_export import export_onnx
-        export_onnx(model_dir, trainer.readers["dev_reader"].collate_rows(list(range(16))))
-    return model_dir
-
-
-def review_texts(n: int = 512) -> List[str]:
-    rng = random.Random(0)
-    return ["".join(rng.choice("好坏的了书质量很不错差东西") for _ in range(rng.randint(5, 60))) for _ in range(n)]
-
-
-def raw_predictor(model_dir: str, batch: int, seconds: float, backend: str) -> Tuple[float, float]:
+def raw_predictor(model_dir: str, texts: List[str], batch: int, seconds: float, backend: str) -> Tuple[float, float]:
     """Texts/s and median seconds per batch of the Predictor itself."""
     from wenxin.inference.predictor import Predictor
     predictor = Predictor(model_dir, backend=backend)
-    texts, rng = review_texts(), random.Random(1)
+    rng = random.Random(1)
     times = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
@@ -92,7 +70,8 @@ def read_response(sock: socket.socket, pending: bytes) -> Tuple[bytes, bytes, by
     return head, pending[:length], pending[length:]
 
 
-def run_clients(port: int, clients: int, batch: int, seconds: float) -> Tuple[int, float, List[float], int]:
+def run_clients(port: int, texts: List[str], clients: int, batch: int,
+                seconds: float) -> Tuple[int, float, List[float], int]:
     """``clients`` threads, each with a kept-open connection, posting ``batch`` texts per request.
 
     The load generator is a lean one (requests encoded beforehand, responses framed by their
@@ -102,7 +81,6 @@ def run_clients(port: int, clients: int, batch: int, seconds: float) -> Tuple[in
     latencies: List[float] = []
     failures = [0]
     lock = threading.Lock()
-    texts = review_texts()
     deadline = time.perf_counter() + seconds
 
     def client(seed: int) -> None:
@@ -169,36 +147,45 @@ def start_service(model_dir: str, workers: int, backend: str) -> Tuple[subproces
     raise SystemExit("the service did not start")
 
 
+def measure(model_dir: str, texts: List[str], backend: str, args: argparse.Namespace, label: str) -> None:
+    raw_rate, raw_batch = raw_predictor(model_dir, texts, args.batch, args.seconds, backend)
+    proc, port = start_service(model_dir, args.workers, backend)
+    try:
+        run_clients(port, texts, 2, args.batch, 2.0)  # warm-up: every worker loaded, oneDNN measured
+        for clients in args.clients:
+            count, elapsed, latencies, failed = run_clients(port, texts, clients, args.batch, args.seconds)
+            latencies.sort()
+            p50 = statistics.median(latencies)
+            p99 = latencies[int(0.99 * (len(latencies) - 1))]
+            rate = count * args.batch / elapsed
+            print(f"| {label} | {backend} | {raw_rate:.0f} ({raw_batch * 1000:.2f} ms) | {clients} | {rate:.0f} | "
+                  f"{rate / raw_rate:.2f} | {p50 * 1000:.1f} | {p99 * 1000:.1f} | {p99 / p50:.1f} | {failed} |",
+                  flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=90)
+
+
 def main() -> None:
+    from small_models import MODELS, sample_texts, trained_model
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model_dir", default="")
+    parser.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
+    parser.add_argument("--model_dir", default="", help="serve this exported folder instead (texts of --models' kind)")
+    parser.add_argument("--backends", nargs="+", default=["paddle", "onnxruntime"], choices=["paddle", "onnxruntime"])
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 50])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                         help="service processes (default: one per core)")
-    parser.add_argument("--backend", choices=["paddle", "onnxruntime"], default="paddle")
     args = parser.parse_args()
-    model_dir = args.model_dir or small_model(tempfile.mkdtemp(), onnx=args.backend == "onnxruntime")
-    raw_rate, raw_batch = raw_predictor(model_dir, args.batch, args.seconds, args.backend)
-    print(f"model: {model_dir}; backend {args.backend}; {args.batch} texts per request; raw predictor: "
-          f"{raw_rate:.0f} texts/s, {raw_batch * 1000:.2f} ms a batch")
-    proc, port = start_service(model_dir, args.workers, args.backend)
-    try:
-        run_clients(port, 2, args.batch, 1.0)  # warm-up
-        print("| clients | texts/s | / raw predictor | p50 ms | p99 ms | p99 / p50 | failed |")
-        print("|---|---|---|---|---|---|---|")
-        for clients in args.clients:
-            count, elapsed, latencies, failed = run_clients(port, clients, args.batch, args.seconds)
-            latencies.sort()
-            p50 = statistics.median(latencies)
-            p99 = latencies[int(0.99 * (len(latencies) - 1))]
-            rate = count * args.batch / elapsed
-            print(f"| {clients} | {rate:.0f} | {rate / raw_rate:.2f} | {p50 * 1000:.1f} | {p99 * 1000:.1f} | "
-                  f"{p99 / p50:.1f} | {failed} |", flush=True)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    print(f"{args.batch} texts per request, {args.workers} workers; raw predictor: texts/s (ms a batch)")
+    print("| model | backend | raw predictor | clients | texts/s | / raw | p50 ms | p99 ms | p99 / p50 | failed |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.models:
+        model_dir = args.model_dir or trained_model(name, tempfile.mkdtemp(prefix=f"serving-{name}-"))
+        backends = [b for b in args.backends if b == "paddle" or os.path.isfile(os.path.join(model_dir, "model.onnx"))]
+        for backend in backends:
+            measure(model_dir, sample_texts(name), backend, args, name)
 
 
 if __name__ == "__main__":
