@@ -32,11 +32,24 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 os.environ.setdefault("GLOG_minloglevel", "2")
 
 
-def raw_predictor(model_dir: str, texts: List[str], batch: int, seconds: float, backend: str) -> Tuple[float, float]:
-    """Texts/s and median seconds per batch of the Predictor itself."""
+def raw_predictor(model_dir: str, model: str, batch: int, seconds: float, backend: str) -> Tuple[float, float]:
+    """Texts/s and median seconds per batch of the Predictor itself, in a fresh process (this one
+    trained the models) with the service's settings: one thread, oneDNN auto."""
+    proc = subprocess.run([sys.executable, __file__, "--raw", model_dir, "--models", model, "--batch", str(batch),
+                           "--seconds", str(seconds), "--backends", backend], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": REPO}, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"the raw predictor failed:\n{proc.stderr[-3000:]}")
+    rate, per_batch = proc.stdout.split()[-2:]
+    return float(rate), float(per_batch)
+
+
+def time_predictor(model_dir: str, texts: List[str], batch: int, seconds: float, backend: str) -> None:
+    """(in the --raw process) Print texts/s and the median seconds per batch."""
     from wenxin.inference.predictor import Predictor
     predictor = Predictor(model_dir, backend=backend)
     rng = random.Random(1)
+    predictor.predict([[t] for t in rng.sample(texts, batch)], batch_size=batch)  # warm-up; oneDNN measured
     times = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
@@ -44,7 +57,7 @@ def raw_predictor(model_dir: str, texts: List[str], batch: int, seconds: float, 
         start = time.perf_counter()
         predictor.predict(rows, batch_size=batch)
         times.append(time.perf_counter() - start)
-    return batch * len(times) / sum(times), statistics.median(times)
+    print(batch * len(times) / sum(times), statistics.median(times))
 
 
 def request_bytes(texts: List[str]) -> bytes:
@@ -148,7 +161,7 @@ def start_service(model_dir: str, workers: int, backend: str) -> Tuple[subproces
 
 
 def measure(model_dir: str, texts: List[str], backend: str, args: argparse.Namespace, label: str) -> None:
-    raw_rate, raw_batch = raw_predictor(model_dir, texts, args.batch, args.seconds, backend)
+    raw_rate, raw_batch = raw_predictor(model_dir, label, args.batch, args.seconds, backend)
     proc, port = start_service(model_dir, args.workers, backend)
     try:
         run_clients(port, texts, 2, args.batch, 2.0)  # warm-up: every worker loaded, oneDNN measured
@@ -177,7 +190,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                         help="service processes (default: one per core)")
+    parser.add_argument("--raw", default="", help=argparse.SUPPRESS)  # the raw predictor's own process
     args = parser.parse_args()
+    if args.raw:
+        time_predictor(args.raw, sample_texts(args.models[0]), args.batch, args.seconds, args.backends[0])
+        return
     print(f"{args.batch} texts per request, {args.workers} workers; raw predictor: texts/s (ms a batch)")
     print("| model | backend | raw predictor | clients | texts/s | / raw | p50 ms | p99 ms | p99 / p50 | failed |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -178,7 +178,7 @@ def test_nul_characters_and_odd_text_are_predicted(service, exported):
 def test_a_failure_inside_the_app_is_a_500_with_json(service, caplog):
     original = service.pool.submit
 
-    def broken(rows):
+    def broken(rows, loop=None):
         raise RuntimeError("std::exception")
 
     service.pool.submit = broken

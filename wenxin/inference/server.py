@@ -191,7 +191,7 @@ class PredictionApp:
         if path == "/predict" and method == "POST":
             body = await self._read_body(scope, receive)
             rows = parse_request(body, self.pool.num_fields, self.limits.max_batch)
-            results = await asyncio.wrap_future(self.pool.submit(rows))
+            results = await self.pool.submit(rows, asyncio.get_running_loop())
             return HTTPStatus.OK, {"predictions": results}, len(rows)
         if path == "/health" and method == "GET":
             return HTTPStatus.OK, {"status": "ok", "model_type": self.pool.meta.get("model_type"),
@@ -288,6 +288,9 @@ class Service:
                                 limit_concurrency=self.limits.max_connections, backlog=2048,
                                 timeout_graceful_shutdown=30)
         self.server = uvicorn.Server(config)
+        # its start and stop lines repeat wenxin's own (through the root handler Paddle installs);
+        # its warnings (an invalid request, the connection limit) stay
+        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
 
     def run(self) -> None:
         """Serve until SIGTERM or Ctrl-C (main thread) or ``stop()``; in-flight requests are answered."""
