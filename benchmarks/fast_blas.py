@@ -2,12 +2,17 @@
 against Paddle's default MKL path, on framework_overhead's synthetic workloads, in one run.
 
     python benchmarks/fast_blas.py [--rounds 3] [--workloads bow cnn transformer mlp] [--steps 40]
+    python benchmarks/fast_blas.py --inference [--models transformer ernie] [--rounds 3]
 
 Each measurement is a ``wenxin train`` process of the dynamic trainer, with ``WENXIN_FAST_BLAS=0``
 (Paddle's default) or unset (wenxin's choice: the AVX2 kernels on an AMD CPU). Within a round the
 two run back to back, in alternating order, and the ratio is taken per round (the median
 logged step time after the first logging interval), which cancels most of the machine's drift.
 Above 1: the fast path trains faster.
+
+``--inference`` does the same for prediction: ``small_models.py``'s models, exported, each timed by
+a fresh process running ``Predictor.predict`` on batches of 16 texts with the Paddle backend and
+oneDNN off (with oneDNN on, matrix products run in oneDNN's own kernels, not MKL's).
 """
 from __future__ import annotations
 
@@ -50,13 +55,52 @@ def step_time(name: str, data: str, work: str, fast: bool, steps: int) -> float:
     return statistics.median(times)
 
 
+def predict_rate(model_dir: str, model: str, fast: bool, seconds: float) -> float:
+    """Texts/s of a fresh process predicting batches of 16 (one thread, oneDNN off)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MKL_DEBUG_CPU_TYPE", "WENXIN_FAST_BLAS")}
+    env.update(GLOG_minloglevel="2", PYTHONPATH=REPO, **({} if fast else {"WENXIN_FAST_BLAS": "0"}))
+    code = (f"import sys, time; sys.path.insert(0, {HERE!r}); import small_models as sm; "
+            f"from wenxin.inference.predictor import Predictor; "
+            f"p = Predictor({model_dir!r}, backend='paddle', onednn='off'); rows = [[t] for t in sm.sample_texts({model!r})[:16]]; "
+            f"p.predict(rows, batch_size=16); n, start = 0, time.perf_counter()\n"
+            f"while time.perf_counter() - start < {seconds}:\n    p.predict(rows, batch_size=16); n += 1\n"
+            f"print(16 * n / (time.perf_counter() - start))")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"{model}: prediction failed\n{proc.stderr[-2000:]}")
+    return float(proc.stdout.split()[-1])
+
+
+def inference_main(models: List[str], rounds: int, seconds: float) -> None:
+    from small_models import trained_model
+    print("| model (Paddle backend, oneDNN off, batch 16) | Paddle's default MKL path (texts/s) | "
+          "MKL_DEBUG_CPU_TYPE=5 (texts/s) | speed-up (median of rounds) |")
+    print("|---|---|---|---|")
+    for model in models:
+        model_dir = trained_model(model, tempfile.mkdtemp(prefix=f"blas-{model}-"))
+        runs: Dict[bool, List[float]] = {False: [], True: []}
+        for r in range(rounds):
+            for fast in ([False, True] if r % 2 == 0 else [True, False]):
+                runs[fast].append(predict_rate(model_dir, model, fast, seconds))
+        ratios = [f / d for f, d in zip(runs[True], runs[False])]
+        print(f"| {model} | {statistics.median(runs[False]):.0f} | {statistics.median(runs[True]):.0f} | "
+              f"{statistics.median(ratios):.2f}x (rounds: {', '.join(f'{x:.2f}' for x in ratios)}) |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inference", action="store_true", help="time prediction instead of training")
+    parser.add_argument("--models", nargs="+", default=["cnn", "transformer", "ernie"],
+                        help="with --inference: small_models.py's models")
+    parser.add_argument("--seconds", type=float, default=4.0, help="with --inference: seconds per measurement")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workloads", nargs="+", default=["bow", "cnn", "transformer", "mlp"],
                         choices=list(fo.WORKLOADS))
     parser.add_argument("--steps", type=int, default=40, help="timed steps per process (after 10 warm-up steps)")
     args = parser.parse_args()
+    if args.inference:
+        inference_main(args.models, args.rounds, args.seconds)
+        return
     results: Dict[str, Dict[str, List[float]]] = {}
     with tempfile.TemporaryDirectory() as work:
         for name in args.workloads:
