@@ -245,3 +245,25 @@ def tab_dir(tmp_path) -> str:
     write_tsv(os.path.join(folder, "train.tsv"), make_tabular(400, 1))
     write_tsv(os.path.join(folder, "dev.tsv"), make_tabular(100, 2))
     return folder
+
+
+def answer_across_sigterm(proc: subprocess.Popen, port: int) -> bytes:
+    """Send half of a /predict request to a ``wenxin serve`` process, SIGTERM it, send the rest,
+    and return what came back (a draining service answers it)."""
+    import signal
+    import socket
+    import time
+    good = json.dumps({"texts": ["好"]}).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(good) + good[:5])
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        sock.sendall(good[5:])
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    return answer

@@ -155,5 +155,7 @@ def test_onednn_follows_the_batch_size_or_the_setting(exported_classifier):
         f"Paddle backend: oneDNN {'on' if engine.large_batches_onednn else 'off'} for batches of 4 or more rows"]
     assert sorted(engine._predictors) == ([False, True] if engine.large_batches_onednn else [False])
     assert not engine.uses_onednn(1) and engine.uses_onednn(16) == engine.large_batches_onednn
+    warmed = Predictor(exported_classifier, backend="paddle")
+    assert warmed.warm_up() is True and warmed.engine.large_batches_onednn is not None  # what a service does
     with pytest.raises(InferenceError, match="onednn: 'fast' is not one of auto, on, off"):
         Predictor(exported_classifier, backend="paddle", onednn="fast")

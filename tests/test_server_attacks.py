@@ -7,7 +7,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import REPO, make_sentences
+from conftest import REPO, answer_across_sigterm, make_sentences
 from wenxin.inference.batching import BatchingPool
 from wenxin.inference.predictor import Predictor
 from wenxin.inference.server import Limits, ServeOptions, Service
@@ -263,19 +262,7 @@ def test_sigterm_answers_the_request_in_flight_then_exits_0(exported, tmp_path):
                 break
             except OSError:
                 time.sleep(0.2)
-        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(GOOD) + GOOD[:5])
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        sock.sendall(GOOD[5:])
-        answer = b""
-        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
-        sock.close()
+        answer = answer_across_sigterm(proc, port)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from conftest import REPO, make_sentences
+from conftest import REPO, answer_across_sigterm, make_sentences
 from wenxin.inference.predictor import InferenceError, Predictor
 
 
@@ -93,20 +93,7 @@ def test_workers_answer_add_up_metrics_replace_a_dead_one_and_drain_on_sigterm(e
         assert 'wenxin_requests_total{path="/predict",status="200"} 96.0' in metrics  # the dead worker's count stays
 
         # SIGTERM: a request still arriving is answered, then every process exits, status 0
-        good = json.dumps({"texts": ["好"]}).encode()
-        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(good) + good[:5])
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        sock.sendall(good[5:])
-        answer = b""
-        while not answer.endswith(b"}"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
-        sock.close()
+        answer = answer_across_sigterm(proc, port)
         assert proc.wait(timeout=90) == 0
     finally:
         if proc.poll() is None:

@@ -32,3 +32,4 @@ def test_exported_mlp_predicts_like_the_trainer(tmp_path, tab_dir):
     rows = [[line.split("\t")[0]] for line in open(os.path.join(tab_dir, "dev.tsv"), encoding="utf-8")]
     probs = np.array([r["probs"] for r in predictor.predict(rows)])
     np.testing.assert_allclose(probs, outputs["probs"], atol=1e-5)
+    assert predictor.warm_up() is False  # made-up text is no row of numbers: the first real batch warms up

@@ -56,8 +56,9 @@ class PaddleEngine:
     """``paddle.inference`` on CPU (or GPU 0). Use it from the thread that created it.
 
     oneDNN (``onednn``: ``auto``, ``on`` or ``off``). Paddle enables it by default on CPU. On this
-    repository's 2-core CPU it made every model slower at batch 1 (0.43x to 0.85x) and, from
-    batch 16, the CNN and transformer faster (1.7x to 3.4x) but BoW slower (0.5x); outputs moved
+    repository's 2-core CPU it made every model slower at batch 1 (0.37x to 0.83x), and BoW and
+    the CRF tagger at any batch (0.5x, 0.9x); from batch 16 the CNN and transformer faster (1.3x
+    to 3.0x) and ERNIE about even (0.93x to 1.13x); outputs moved
     by at most 4e-7 (docs/performance.md). ``auto`` runs batches below ``SMALL_BATCH`` rows
     without it; the first larger batch runs both ways, and the faster keeps the larger batches
     (the other predictor is released when it is not needed).

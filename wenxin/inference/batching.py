@@ -202,6 +202,7 @@ class BatchingPool:
         try:
             predictor: Optional[Predictor] = Predictor(model_dir, num_threads=num_threads, backend=backend,
                                                        onednn=onednn)
+            predictor.warm_up(min(16, self.max_batch))  # oneDNN measured before the first request
         except BaseException as e:  # noqa: BLE001 (reported by the constructor)
             self._startup_errors.append(e)
             predictor = None

@@ -116,6 +116,18 @@ class Predictor:
         """Input arrays -> the model's outputs by name (``preprocess.json``'s order)."""
         return dict(zip(self.output_names, self.engine.run(batch)))
 
+    def warm_up(self, rows: int = 16) -> bool:
+        """Run the model once on ``rows`` made-up inputs of 32 characters each, so that a
+        service's first requests find Paddle's kernels built and its oneDNN setting measured
+        (``PaddleEngine``). False when made-up text is no valid input (e.g. numeric fields):
+        then the first real batch does it."""
+        text = " ".join("样例文本" * 8)  # 32 tokens for character, whitespace and WordPiece tokenizers
+        try:
+            self.run(self.convert([[text] * len(self.fields)] * rows))
+        except InferenceError:
+            return False
+        return True
+
     def predict(self, rows: Sequence[Sequence[str]], batch_size: int = 64) -> List[Dict[str, Any]]:
         """One result per row, in order, in the model's result format (for classifiers
         ``{"label", "probability", "probs"}``)."""
