@@ -11,12 +11,20 @@ import pytest
 from conftest import REPO, assert_one_error_block, make_sentences, task_config, write_config, write_tsv
 
 
+@pytest.fixture(scope="module")
+def big_train_file(tmp_path_factory):
+    """400,000 training lines (several seconds to read): written once for the module."""
+    path = str(tmp_path_factory.mktemp("big") / "train.tsv")
+    write_tsv(path, make_sentences(400_000, seed=5))
+    return path
+
+
 @pytest.mark.parametrize("sig,code,message", [("SIGINT", 130, "error: interrupted"),
                                               ("SIGTERM", 143, "error: terminated (SIGTERM)")])
 @pytest.mark.parametrize("delay", [0.3, 2.5])  # while Paddle loads; while the data is read
-def test_a_signal_before_training_ends_the_run_cleanly(tmp_path, data_dir, sig, code, message, delay):
-    write_tsv(os.path.join(data_dir, "train.tsv"), make_sentences(400_000, seed=5))
+def test_a_signal_before_training_ends_the_run_cleanly(tmp_path, data_dir, big_train_file, sig, code, message, delay):
     config = task_config(data_dir, str(tmp_path / "out"))
+    config["dataset_reader"]["train_reader"]["config"]["data_path"] = big_train_file
     path = write_config(str(tmp_path / "task.json"), config)
     proc = subprocess.Popen([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -6,7 +6,8 @@ place (nothing else in wenxin reaches into them):
 - ``visualdl``: VisualDL records written on the training thread with VisualDL's record builders
   and framing;
 - ``rng``: Paddle's generator states through their pickle protocol, as JSON;
-- ``uvicorn_protocol``: a request-start deadline on uvicorn's h11 protocol (slow headers).
+- ``uvicorn_protocol``: uvicorn's httptools protocol with a request-start deadline (slow headers),
+  a header size limit and one send per response.
 
 Each fast path is checked where it starts against the public behaviour it replaces, falls back
 to the public API when the check fails, and can be turned off in the task file

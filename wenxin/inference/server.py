@@ -8,12 +8,13 @@ Endpoints:
 
 The HTTP layer is uvicorn with the httptools (llhttp) parser, strict by itself (a malformed
 request line, header or ``Content-Length`` is a 400 and the connection is closed), a small ASGI
-app, and a request-start deadline and header size limit (``wenxin.compat.uvicorn_protocol``). The app refuses chunked
-bodies, bodies over ``max_body_bytes`` (declared or sent), bodies that arrive slower than
-``read_timeout``, and JSON that is not UTF-8, too deep or of the wrong shape, each with a 4xx and a
-JSON error; anything unexpected is a 500 with a JSON error and a logged traceback. Predictions run
-in shared batches (``wenxin.inference.batching``). SIGTERM or Ctrl-C stops accepting connections,
-answers the requests in flight, and exits 0.
+app, and a request-start deadline and header size limit (``wenxin.compat.uvicorn_protocol``).
+The app refuses chunked bodies, bodies over ``max_body_bytes`` (declared or sent), bodies that
+arrive slower than ``read_timeout``, and JSON that is not UTF-8, too deep or of the wrong shape,
+each with a 4xx and a JSON error; anything unexpected is a 500 with a JSON error and a logged
+traceback. Predictions run in shared batches (``wenxin.inference.batching``). SIGTERM or Ctrl-C
+stops accepting connections, answers the requests in flight, and exits 0. Several worker
+processes: ``wenxin.inference.workers``.
 """
 from __future__ import annotations
 
@@ -212,7 +213,7 @@ class PredictionApp:
                                close=True)
         if b"content-length" not in headers:
             raise RequestError(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required", close=True)
-        declared = int(headers[b"content-length"])  # h11 has checked it: one non-negative integer
+        declared = int(headers[b"content-length"])  # the parser has checked it: one non-negative integer
         limit = self.limits.max_body_bytes
         if declared > limit:
             raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {declared} bytes; the limit is {limit}",
@@ -229,7 +230,7 @@ class PredictionApp:
                 raise RequestError(HTTPStatus.BAD_REQUEST, "the client disconnected", close=True)
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > limit:  # cannot happen past h11's own count, but never trust one check
+            if size > limit:  # cannot happen past the parser's own count, but never trust one check
                 raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {limit} bytes", close=True)
             chunks.append(chunk)
             if not message.get("more_body", False):
