@@ -31,7 +31,12 @@ def test_a_signal_before_training_ends_the_run_cleanly(tmp_path, data_dir, big_t
                             env={**os.environ, "GLOG_minloglevel": "2"})
     time.sleep(delay)
     proc.send_signal(getattr(signal, sig))
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # never leave a run training behind the rest of the suite
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{sig} after {delay} s did not end the run; its output ends:\n{out[-2000:]}\n{err[-2000:]}")
     if "training (" in out:  # the machine was fast: the loop's own handler saved a checkpoint
         assert proc.returncode == 0 and "checkpoint saved" in out
         return
