@@ -11,6 +11,12 @@ import pytest
 from conftest import REPO, assert_one_error_block, make_sentences, task_config, write_config, write_tsv
 
 
+def listening_to_sigint() -> None:
+    """(in the child) SIGINT at its default: a suite started as a background job of a
+    non-interactive shell passes on SIG_IGN for SIGINT, which wenxin rightly keeps."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def big_train_file(tmp_path_factory):
     """400,000 training lines (several seconds to read): written once for the module."""
@@ -28,7 +34,7 @@ def test_a_signal_before_training_ends_the_run_cleanly(tmp_path, data_dir, big_t
     path = write_config(str(tmp_path / "task.json"), config)
     proc = subprocess.Popen([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "GLOG_minloglevel": "2"})
+                            env={**os.environ, "GLOG_minloglevel": "2"}, preexec_fn=listening_to_sigint)
     time.sleep(delay)
     proc.send_signal(getattr(signal, sig))
     try:
@@ -43,3 +49,26 @@ def test_a_signal_before_training_ends_the_run_cleanly(tmp_path, data_dir, big_t
     assert_one_error_block(proc.returncode if proc.returncode != code else 2, out, err, message)
     assert proc.returncode == code and err.strip() == message
     assert not os.path.exists(tmp_path / "out" / "checkpoints")
+
+
+def test_a_run_started_ignoring_sigint_keeps_ignoring_it(tmp_path, data_dir, big_train_file):
+    """A background job of a non-interactive shell starts with SIGINT ignored: wenxin keeps it so
+    while Paddle loads, while data is read and while it trains (it used to catch it in some
+    stages only)."""
+    config = task_config(data_dir, str(tmp_path / "out"), max_steps=400)
+    config["dataset_reader"]["train_reader"]["config"]["data_path"] = big_train_file
+    path = write_config(str(tmp_path / "task.json"), config)
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "GLOG_minloglevel": "2"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        for delay in (0.3, 1.5, 3.0):  # Paddle loading, data reading
+            time.sleep(delay)
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "received SIGINT" not in out + err and "done: step 400 of 400" in out

@@ -32,7 +32,7 @@ def deferred_signals() -> Iterator[None]:
         return
     received: List[int] = []
     previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+                for sig in (signal.SIGINT, signal.SIGTERM) if not ignored(sig)}
     try:
         yield
     finally:
@@ -58,9 +58,16 @@ def load_paddle() -> None:
     end_on_sigterm()
 
 
+def ignored(sig: int) -> bool:
+    """Whether the process ignores ``sig``, as a background job of a non-interactive shell
+    ignores SIGINT (or under ``nohup``-like launchers): wenxin then leaves it ignored, at every
+    stage alike."""
+    return signal.getsignal(sig) == signal.SIG_IGN
+
+
 def end_on_sigterm() -> None:
     """Let SIGTERM end the command with one ``error:`` line instead of a silent kill."""
-    if threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread() and not ignored(signal.SIGTERM):
         def on_sigterm(signum: int, frame: Any) -> None:
             raise Terminated()
 

@@ -30,7 +30,7 @@ from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import export
 from wenxin.controller.amp import AmpSettings
-from wenxin.common.process import last_thread_failure
+from wenxin.common.process import ignored, last_thread_failure
 from wenxin.controller.env import rng_state, set_rng_state
 from wenxin.controller.graph_mode import eager_mode
 from wenxin.controller.hooks import (DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook,
@@ -396,7 +396,8 @@ class BaseTrainer:
             logger.warning("received %s: stopping after this step", signal.Signals(signum).name)
 
         for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, on_signal)
+            if not ignored(sig):  # a signal the process was started ignoring stays ignored
+                previous[sig] = signal.signal(sig, on_signal)
         return previous
 
     # ---- evaluation ----------------------------------------------------------------------
