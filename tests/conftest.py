@@ -18,6 +18,13 @@ sys.path.insert(0, REPO)
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "slow: takes over ~20 s; a fast local loop skips them with -m 'not slow'")
+    import signal
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # a suite started as a background job of a non-interactive shell ignores SIGINT, and its
+        # child processes would inherit that (wenxin keeps a signal the process was started
+        # ignoring); a handler is reset to the default in children, so the tests that interrupt
+        # a run behave as run from a terminal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 POSITIVE = list("好棒赞优美爱喜乐")
