@@ -115,7 +115,7 @@ def test_erniekit_bow_classification_trains_unchanged(tmp_path):
     for line, text, result in zip(lines, texts, expected):
         written_text, probs = line.split("\t")
         assert written_text == text
-        np.testing.assert_allclose(json.loads(probs), result["probs"], rtol=1e-6)
+        np.testing.assert_allclose(json.loads(probs), result["probs"], rtol=1e-6, atol=1e-7)  # oneDNN: 1e-10 apart
     bad = cls_bow_infer_config()
     bad["inference"]["num_labels"] = 3
     (root / "bad_infer.json").write_text(json.dumps(bad), encoding="utf-8")
