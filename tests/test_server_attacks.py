@@ -229,16 +229,16 @@ def test_many_concurrent_clients_each_get_their_own_answers(exported):
 
 
 def test_batching_returns_each_request_its_own_results_in_order(exported):
-    pool = BatchingPool(exported, workers=1, max_batch=64, max_wait_ms=200)
+    pool = BatchingPool(exported, model_threads=1, max_batch=64, max_wait_ms=200)
     try:
         texts = [t for t, _ in make_sentences(30, seed=12)]
         requests = [[[t] for t in texts[i:i + 3]] for i in range(0, 30, 3)]
-        pool._busy += pool.workers  # as if the model threads were busy: requests gather for max_wait_ms
+        pool._busy += pool.model_threads  # as if the model threads were busy: requests gather for max_wait_ms
         futures = [pool.submit(rows) for rows in requests]
         bad = pool.submit([["a", "b"], ["c"]][1:] + [[]])  # a row without its column fails alone
         expected = Predictor(exported).predict([[t] for t in texts])
         got = [r for future in futures for r in future.result(timeout=60)]
-        pool._busy -= pool.workers
+        pool._busy -= pool.model_threads
         assert [r["label"] for r in got] == [e["label"] for e in expected]
         assert pool.largest_batch > 3  # requests shared a model batch
         with pytest.raises(Exception, match="expected 1 columns"):

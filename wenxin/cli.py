@@ -204,7 +204,7 @@ def _serve(args: argparse.Namespace) -> int:
              "serving" if args.workers == 1 else f"starting {args.workers} workers serving", folder, backend,
              args.host, port)
     service.run()
-    logging.getLogger("wenxin").info("stopped: every request in flight was answered")
+    log.info("stopped: every request in flight was answered")
     return EXIT_OK
 
 

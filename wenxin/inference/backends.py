@@ -58,8 +58,8 @@ class PaddleEngine:
     oneDNN (``onednn``: ``auto``, ``on`` or ``off``). Paddle enables it by default on CPU. On this
     repository's 2-core CPU it made every model slower at batch 1 (0.37x to 0.83x), and BoW and
     the CRF tagger at any batch (0.5x, 0.9x); from batch 16 the CNN and transformer faster (1.3x
-    to 3.0x) and ERNIE about even (0.93x to 1.13x); outputs moved
-    by at most 4e-7 (docs/performance.md). ``auto`` runs batches below ``SMALL_BATCH`` rows
+    to 3.0x) and ERNIE about even (0.93x to 1.13x); outputs moved by at most 4e-7
+    (docs/performance.md). ``auto`` runs batches below ``SMALL_BATCH`` rows
     without it; the first larger batch runs both ways, and the faster keeps the larger batches
     (the other predictor is released when it is not needed).
     """
@@ -96,7 +96,8 @@ class PaddleEngine:
         return self._predictors[onednn]
 
     def uses_onednn(self, rows: int) -> bool:
-        """Whether a batch of ``rows`` runs with oneDNN (None in auto mode until measured)."""
+        """Whether a batch of ``rows`` runs with oneDNN (in auto mode, False for large batches until
+        measured)."""
         if self.use_gpu or self.onednn == "off":
             return False
         if self.onednn == "on":
@@ -106,7 +107,7 @@ class PaddleEngine:
     def run(self, batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
         rows = len(next(iter(batch.values()))) if batch else 0
         if self.onednn == "auto" and not self.use_gpu and rows >= SMALL_BATCH and self.large_batches_onednn is None:
-            self.large_batches_onednn = self._measure(batch)
+            self.large_batches_onednn = self._measure(batch, rows)
         return self._run(self._predictor(self.uses_onednn(rows)), batch)
 
     def _run(self, predictor: Any, batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
@@ -117,7 +118,7 @@ class PaddleEngine:
         predictor.run()
         return [predictor.get_output_handle(h).copy_to_cpu() for h in predictor.get_output_names()]
 
-    def _measure(self, batch: Dict[str, np.ndarray]) -> bool:
+    def _measure(self, batch: Dict[str, np.ndarray], rows: int) -> bool:
         """Time this batch with and without oneDNN; True when oneDNN is faster. After a warm-up
         run each (oneDNN builds its kernels on the first), the two alternate for 3 rounds and the
         fastest run of each counts, so a busy moment of the machine (other workers measuring at
@@ -135,8 +136,8 @@ class PaddleEngine:
         if not faster:
             del self._predictors[True]  # not needed: its memory back
         logger.info("Paddle backend: oneDNN %s for batches of %d or more rows (measured on %d rows: %.2f ms "
-                    "with it, %.2f ms without)", "on" if faster else "off", SMALL_BATCH,
-                    len(next(iter(batch.values()))), seconds[True] * 1000, seconds[False] * 1000)
+                    "with it, %.2f ms without)", "on" if faster else "off", SMALL_BATCH, rows,
+                    seconds[True] * 1000, seconds[False] * 1000)
         return faster
 
 

@@ -4,7 +4,7 @@ Concurrent requests are queued. A preprocessing thread takes them in arrival ord
 everything queued into one batch of at most ``max_batch`` rows. When every model thread is busy
 it keeps gathering for at most ``max_wait_ms``; when one is free the batch goes at once, so a lone
 request never waits. It converts each request's rows (a bad row fails only its own request) and
-collates the batch. ``workers`` model threads run the batches. Each owns a ``paddle.inference``
+collates the batch. ``model_threads`` model threads run the batches. Each owns a ``paddle.inference``
 predictor, created on that thread and used only there: a predictor shared between threads, even
 one at a time, failed under load with ``RuntimeError: std::exception``. The job queue between
 the two stages holds one batch per worker, so the next batch is converted while the model runs
@@ -43,7 +43,10 @@ class _Request:
 Outcome = Tuple[_Request, Optional[Results], Optional[BaseException]]
 
 
-def _settle(outcomes: List[Tuple[Any, Optional[Results], Optional[BaseException]]]) -> None:
+Settled = Tuple[Any, Optional[Results], Optional[BaseException]]  # a future, its results or its error
+
+
+def _settle(outcomes: List[Settled]) -> None:
     for future, results, error in outcomes:
         if future.done():  # cancelled: nobody waits for it
             continue
@@ -57,7 +60,7 @@ def _finish(outcomes: List[Outcome]) -> None:
     """Settle requests' futures: thread-safe ones here, each event loop's in one call made in its
     own thread (one wake-up per batch instead of one per request: measured, the wake-ups cost the
     model thread more than running a small model)."""
-    by_loop: Dict[asyncio.AbstractEventLoop, List[Tuple[Any, Optional[Results], Optional[BaseException]]]] = {}
+    by_loop: Dict[asyncio.AbstractEventLoop, List[Settled]] = {}
     for request, results, error in outcomes:
         if request.loop is None:
             _settle([(request.future, results, error)])
@@ -85,30 +88,30 @@ class BatchingPool:
         model_dir: an exported folder.
         backend: ``auto``, ``paddle`` or ``onnxruntime`` (see ``Predictor``).
         onednn: the Paddle backend's oneDNN setting (see ``Predictor``).
-        workers: model threads, each with its own predictor.
+        model_threads: threads running batches, each with its own predictor.
         max_batch: most rows in one model batch (a larger request runs as its own batch).
         max_wait_ms: how long the first request of a batch waits for others.
         num_threads: CPU math threads of each predictor.
     """
 
-    def __init__(self, model_dir: str, workers: int = 1, max_batch: int = 64, max_wait_ms: float = 2.0,
+    def __init__(self, model_dir: str, model_threads: int = 1, max_batch: int = 64, max_wait_ms: float = 2.0,
                  num_threads: int = 1, backend: str = "auto", onednn: str = "auto") -> None:
         self.converter = Predictor(model_dir, load_model=False, backend=backend)
         self.backend = self.converter.backend
         self.meta = self.converter.meta
         self.num_fields = len(self.converter.fields)
-        self.workers, self.max_batch, self.max_wait = workers, max_batch, max_wait_ms / 1000.0
+        self.model_threads, self.max_batch, self.max_wait = model_threads, max_batch, max_wait_ms / 1000.0
         self.rows_run = 0  # rows predicted so far
         self.largest_batch = 0  # the most rows one model batch held
         self.on_batch: Optional[Callable[[int], None]] = None  # told each model batch's rows (metrics)
         self._busy = 0  # model threads running a batch
         self._lock = threading.Lock()
         self._requests: "queue.Queue[Any]" = queue.Queue()
-        self._jobs: "queue.Queue[Any]" = queue.Queue(maxsize=workers)
-        self._ready = threading.Barrier(workers + 1)
+        self._jobs: "queue.Queue[Any]" = queue.Queue(maxsize=model_threads)
+        self._ready = threading.Barrier(model_threads + 1)
         self._startup_errors: List[BaseException] = []
         self._threads = [threading.Thread(target=self._model_loop, args=(model_dir, num_threads, self.backend, onednn),
-                                          name=f"wenxin-model-{i}", daemon=True) for i in range(workers)]
+                                          name=f"wenxin-model-{i}", daemon=True) for i in range(model_threads)]
         for thread in self._threads:
             thread.start()
         self._ready.wait()
@@ -158,7 +161,7 @@ class BatchingPool:
                     nxt = self._requests.get_nowait()  # everything already queued joins the batch
                 except queue.Empty:
                     remaining = deadline - time.perf_counter()
-                    if self._busy < self.workers or remaining <= 0:
+                    if self._busy < self.model_threads or remaining <= 0:
                         break  # a model thread is free: waiting would only add latency
                     try:  # every model thread is busy: gather more while they work
                         nxt = self._requests.get(timeout=min(remaining, 0.0005))
