@@ -28,7 +28,7 @@ import socket
 import tempfile
 import threading
 import time
-from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Optional, Set, Tuple
 
 from wenxin.common import errors
 from wenxin.common.errors import WenxinError
@@ -104,6 +104,7 @@ class ServiceWorkers:
         self._context = multiprocessing.get_context("spawn")
         self._processes: Dict[int, Any] = {}  # worker index -> process
         self._deaths: Deque[float] = collections.deque()
+        self._serving: Set[int] = set()  # pids of workers that have loaded the model
         self._stopping = threading.Event()
         self._started = threading.Event()
         self._metrics_dir = tempfile.mkdtemp(prefix="wenxin-serve-metrics-")
@@ -196,6 +197,7 @@ class ServiceWorkers:
                 if kind == "exit":
                     raise InferenceError(f"worker {index} exited with status {process.exitcode} while loading "
                                          f"{self.model_dir}")
+                self._serving.add(process.pid)
                 logger.info("worker %d of %d serving (pid %d)", index + 1, self.workers, detail)
             if pending:
                 multiprocessing.connection.wait([r for _, r in pending.values()]
@@ -227,11 +229,16 @@ class ServiceWorkers:
                      process.exitcode)
 
     def _stop_all(self) -> None:
-        """SIGTERM to every worker: each answers its requests in flight and exits; kill the late."""
+        """SIGTERM to every serving worker: each answers its requests in flight and exits; kill
+        the late. A worker still loading the model has nothing to answer and is killed at once
+        (a SIGTERM in the middle of ``import paddle`` meets Paddle's own handler and its banner)."""
         alive = [p for p in self._processes.values() if p.is_alive()]
         for process in alive:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGTERM)
+                if process.pid in self._serving:
+                    os.kill(process.pid, signal.SIGTERM)
+                else:
+                    process.kill()
         deadline = time.monotonic() + self.stop_timeout
         for process in alive:
             process.join(max(deadline - time.monotonic(), 0.0))
