@@ -177,6 +177,46 @@ def test_sampler_is_seeded_and_resumable():
     assert sorted(shards[0] + shards[1]) == list(range(10))
 
 
+def test_length_buckets_are_seeded_resumable_and_cover_every_example_once():
+    lengths = np.random.RandomState(0).randint(1, 100, size=103)
+    make = lambda **kw: ResumableBatchSampler(103, 8, shuffle=True, seed=5, lengths=lengths,  # noqa: E731
+                                              bucket_batches=4, **kw)
+    a, b = make(), make()
+    a.set_epoch(3)
+    b.set_epoch(3)
+    batches = list(a)
+    assert batches == list(b) and len(batches) == len(a) == 13
+    assert sorted(i for batch in batches for i in batch) == list(range(103))
+    # each pool of 4 batches was sorted by length: within a batch the lengths are close
+    spread = np.mean([np.ptp(lengths[batch]) for batch in batches])
+    unsorted = ResumableBatchSampler(103, 8, shuffle=True, seed=5)
+    unsorted.set_epoch(3)
+    assert spread < 0.5 * np.mean([np.ptp(lengths[batch]) for batch in unsorted])
+    first_pool = set(a._indices()[:32].tolist())  # the epoch's first 32 shuffled examples
+    from_it = [batch for batch in batches if set(batch) <= first_pool]
+    assert len(from_it) == 4 and set().union(*from_it) == first_pool  # batches never mix pools
+    b.set_epoch(3, start_batch=5)
+    assert list(b) == batches[5:]  # a resumed run sees the same batches
+    a.set_epoch(4)
+    assert list(a) != batches
+    a.shuffle = b.shuffle = False  # evaluation order: sorted pools, batches in pool order
+    a.set_epoch(0)
+    assert [lengths[batch].max() <= lengths[nxt].min() for batch, nxt in zip(list(a)[:3], list(a)[1:4])] == [True] * 3
+
+
+def test_character_tokens_and_their_offsets_in_the_raw_text():
+    every = CharTokenizer({"split_latin_digits": True, "lowercase": False})
+    assert every.split("中 国 １ ９ ９ ８ N B A") == every.split("中国１９９８NBA") == \
+        ["中", "国", "1", "9", "9", "8", "N", "B", "A"]
+    assert every.split("好…") == ["好", "..."]  # NFKC expands a character: still one token
+    assert every.spans("“好…” Ａb") == [("“", 0, 1), ("好", 1, 2), ("...", 2, 3), ("”", 3, 4), ("A", 5, 6),
+                                        ("b", 6, 7)]
+    words = CharTokenizer({"lowercase": True})
+    assert words.spans("中国ＮＢＡ 2024年") == [("中", 0, 1), ("国", 1, 2), ("nba", 2, 5), ("2024", 6, 10),
+                                              ("年", 10, 11)]
+    assert WhitespaceTokenizer({"lowercase": False}).spans("  John  lives ") == [("John", 2, 6), ("lives", 8, 13)]
+
+
 def test_vocab_files_with_erniekit_token_id_lines(tmp_path):
     from wenxin.data.vocab import Vocab
     path = tmp_path / "vocab.txt"

@@ -165,7 +165,8 @@ class BaseTrainer:
         distribute = rc["need_data_distribute"] and self.world_size > 1
         self.train_sampler = reader.make_sampler(rc["batch_size"], rc["shuffle"], cfg["seed"],
                                                  rank=self.rank if distribute else 0,
-                                                 num_replicas=self.world_size if distribute else 1)
+                                                 num_replicas=self.world_size if distribute else 1,
+                                                 bucket_batches=rc["bucket_batches"])
         self.train_loader = reader.make_loader(self.train_sampler, self.numpy_batches)
         steps_per_epoch = len(self.train_sampler) // self.accumulate
         if steps_per_epoch == 0:
@@ -579,6 +580,7 @@ class BaseTrainer:
         """Write a self-contained inference folder (graph, weights, preprocessing) to ``folder``."""
         if not self.is_writer:
             return folder
+        self._check_raw_text_input()
         tmp = ""
         try:
             os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
@@ -599,6 +601,17 @@ class BaseTrainer:
         if not quiet:
             logger.info("exported inference model to %s (outputs: %s)", folder, ", ".join(outputs))
         return folder
+
+    def _check_raw_text_input(self) -> None:
+        """A tagger is exported only if it can tag raw sentences as it was trained (or its text
+        field says inference input is tokenized like the training data)."""
+        if self.model.prediction_format != "tagging":
+            return
+        for field in export.inference_fields(self.readers):
+            trained = self.readers["train_reader"].field(field.name)
+            issue = getattr(trained, "raw_text_issue", None)
+            if issue:
+                raise ConfigError(f"export: {issue}")
 
     def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
         """Save the prediction graph for ``fields`` at ``prefix``; returns the output names in order."""

@@ -11,8 +11,8 @@ import paddle
 
 from wenxin.common.errors import ConfigError, DataError, WenxinError
 from wenxin.common.registry import RegisterSet
-from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSpec, UnknownLabelError, convert_row, \
-    link_fields
+from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSpec, TextFieldReader, \
+    UnknownLabelError, convert_row, link_fields
 from wenxin.common.progress import ProgressBar
 from wenxin.data.lines import iter_lines
 from wenxin.data.sampler import ResumableBatchSampler
@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 
 RawLine = Tuple[str, int, List[str]]  # (file, line number, columns)
 RARE_LABEL_COUNT = 3  # a label seen this often or less in a training set of 50+ lines is suspicious
+RAW_TEXT_CHECK_LINES = 2000  # training lines whose tagged tokens must come out of their raw sentence
 
 
 def list_data_files(data_path: str, key_path: str) -> List[str]:
@@ -182,6 +183,7 @@ class BasicDataSetReader:
             logger.warning("%s: skipped %d malformed lines", self.name, self.bad_lines)
         if train_reader is None:
             self._report_labels(lines)
+            self._check_raw_text(lines)
         if not self.examples:
             skipped = f" ({self.bad_lines} malformed lines skipped)" if self.bad_lines else ""
             raise DataError(f"{self.key_path}.config.data_path: no usable examples in "
@@ -210,6 +212,29 @@ class BasicDataSetReader:
                     logger.warning("%s: label %r of '%s' occurs in only %d of %d lines (first at %s): a stray "
                                    "header, an empty label or a typo adds a class silently", self.name, name,
                                    field.name, counts.get(i, 0), len(self.examples), where)
+
+    def _check_raw_text(self, lines: List[RawLine]) -> None:
+        """For each text field that tags align with (a tagger's input) and that is to tag raw
+        sentences (``inference_text: raw``), check on the first lines that the tokenizer forms
+        the training tokens from the raw sentence; the first line that it does not is kept in the
+        field's ``raw_text_issue`` (an error at export) and logged."""
+        for tags in self.fields:
+            text = self.field(tags.config.get("align_with") or "")
+            if not isinstance(text, TextFieldReader) or hasattr(text, "word_ids") \
+                    or text.config["inference_text"] != "raw":
+                continue
+            col = self.fields.index(text)
+            for path, lineno, columns in lines[:RAW_TEXT_CHECK_LINES]:
+                problem = text.raw_text_problem(columns[col])
+                if problem:
+                    text.raw_text_issue = (f"{path}:{lineno}: {problem}; the tagger would tag raw sentences "
+                                           f"with other tokens than it learned. Set {text.path}.tokenizer to "
+                                           f"one that forms the training tokens from raw text (for one tag per "
+                                           f"character: CharTokenizer with split_latin_digits: true), or "
+                                           f"{text.path}.inference_text: tokenized if inference input will be "
+                                           f"written like the training column")
+                    logger.warning("%s: %s", text.name, text.raw_text_issue)
+                    break
 
     def _fit_vocabs(self, lines: List[RawLine], train_reader: Optional["BasicDataSetReader"],
                     saved_vocab_dir: Optional[str] = None) -> None:
@@ -292,10 +317,19 @@ class BasicDataSetReader:
         return len(self.examples)
 
     def make_sampler(self, batch_size: int, shuffle: bool, seed: int, rank: int = 0,
-                     num_replicas: int = 1, pad: bool = True) -> ResumableBatchSampler:
+                     num_replicas: int = 1, pad: bool = True, bucket_batches: int = 0) -> ResumableBatchSampler:
+        """Batches of ``batch_size`` examples; with ``bucket_batches``, of similar lengths (the
+        longest of each example's padded fields, see ``ResumableBatchSampler``)."""
+        lengths = self.example_lengths() if bucket_batches else None
         return ResumableBatchSampler(len(self.examples), batch_size, shuffle, seed,
                                      drop_last=self.reader_config["drop_last"], rank=rank,
-                                     num_replicas=num_replicas, pad=pad)
+                                     num_replicas=num_replicas, pad=pad, lengths=lengths,
+                                     bucket_batches=bucket_batches)
+
+    def example_lengths(self) -> np.ndarray:
+        """``[num_examples]``: each example's longest padded field."""
+        return np.fromiter((max(f.length(e[col]) for col, f in enumerate(self.fields)) for e in self.examples),
+                           dtype=np.int64, count=len(self.examples))
 
     def make_loader(self, sampler: ResumableBatchSampler, numpy_batches: bool = False) -> Iterable[Dict[str, Any]]:
         """Batches of the converted examples in ``sampler``'s order, as dicts of tensors (numpy

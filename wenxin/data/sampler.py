@@ -1,7 +1,7 @@
 """A seeded, resumable batch sampler."""
 from __future__ import annotations
 
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import numpy as np
 import paddle
@@ -23,10 +23,15 @@ class ResumableBatchSampler(paddle.io.BatchSampler):
         seed: base seed of the permutation.
         drop_last: drop the last, smaller batch.
         rank / num_replicas: this process's shard.
+        lengths / bucket_batches: with both, each epoch's (shuffled) order is cut into pools of
+            ``bucket_batches`` batches; each pool is sorted by ``lengths`` (example lengths) and cut
+            into batches, and the batches are shuffled. Batches then hold examples of similar
+            length, so less of each is padding; the order is still a function of (seed, epoch).
     """
 
     def __init__(self, num_samples: int, batch_size: int, shuffle: bool, seed: int,
-                 drop_last: bool = False, rank: int = 0, num_replicas: int = 1, pad: bool = True) -> None:
+                 drop_last: bool = False, rank: int = 0, num_replicas: int = 1, pad: bool = True,
+                 lengths: Optional[np.ndarray] = None, bucket_batches: int = 0) -> None:
         self.num_samples = num_samples
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -35,6 +40,8 @@ class ResumableBatchSampler(paddle.io.BatchSampler):
         self.rank = rank
         self.num_replicas = num_replicas
         self.pad = pad  # False for evaluation: shards differ in size but no example repeats
+        self.lengths = lengths
+        self.bucket_batches = bucket_batches if lengths is not None else 0
         self.epoch = 0
         self.start_batch = 0
 
@@ -55,10 +62,27 @@ class ResumableBatchSampler(paddle.io.BatchSampler):
             order = order[self.rank::self.num_replicas]
         return order
 
-    def __iter__(self) -> Iterator[List[int]]:
+    def _batches(self) -> List[np.ndarray]:
         order = self._indices()
-        for b in range(self.start_batch, len(self)):
-            yield order[b * self.batch_size:(b + 1) * self.batch_size].tolist()
+        batches = [order[b * self.batch_size:(b + 1) * self.batch_size] for b in range(len(self))]
+        if not self.bucket_batches:
+            return batches
+        assert self.lengths is not None
+        pool_size = self.bucket_batches * self.batch_size
+        batches = []
+        for start in range(0, len(self) * self.batch_size, pool_size):
+            pool = order[start:min(start + pool_size, len(self) * self.batch_size)]
+            pool = pool[np.argsort(self.lengths[pool], kind="stable")]  # ties keep the shuffled order
+            batches.extend(pool[i:i + self.batch_size] for i in range(0, len(pool), self.batch_size))
+        if self.shuffle:  # or the longest batches of each pool would come last
+            rng = np.random.RandomState((self.seed * 100019 + self.epoch + 1) % 2**32)
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def __iter__(self) -> Iterator[List[int]]:
+        batches = self._batches()
+        for b in range(self.start_batch, len(batches)):
+            yield batches[b].tolist()
 
     def __len__(self) -> int:
         n = len(range(self.rank, self.num_samples, self.num_replicas)) if not self.pad else \

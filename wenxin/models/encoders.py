@@ -23,6 +23,10 @@ ENCODER_SCHEMA: Schema = {
     "filter_sizes": Key(list, [2, 3, 4], items=Key(int, minimum=1), doc="cnn: filter widths"),
     "pooling": Key(str, "mean", choices=["mean", "max", "mean_max"], doc="bow: pooling"),
     "dropout": Key(float, 0.0, minimum=0.0, maximum=1.0, doc="lstm/gru: between stacked layers"),
+    "bigram_buckets": Key(int, 0, minimum=0, doc="lstm/gru: also embed each token's two bigrams (with the "
+                                                 "token before and after it), hashed into this many rows "
+                                                 "(0: off)"),
+    "bigram_dim": Key(int, 32, minimum=1, doc="lstm/gru: width of each bigram embedding"),
     "transformer": Key(dict, {}, children=TRANSFORMER_SCHEMA, doc="transformer: its settings"),
 }
 
@@ -54,6 +58,13 @@ class TextEncoder(nn.Layer):
             return
         emb_dim = config["emb_dim"]
         self.embedding = TokenEmbedding(vocab_size, emb_dim, padding_id)
+        self.bigrams: Optional[HashedBigrams] = None
+        if config["bigram_buckets"]:
+            if self.kind not in ("lstm", "gru"):
+                raise ConfigError(f"{key_path}.bigram_buckets: bigram features are for the lstm and gru "
+                                  f"encoders, not '{self.kind}'")
+            self.bigrams = HashedBigrams(vocab_size, padding_id, config["bigram_buckets"], config["bigram_dim"])
+            emb_dim += self.bigrams.output_dim
         if self.kind == "bow":
             self.encoder: nn.Layer = BoWEncoder(emb_dim, config["pooling"])
         elif self.kind == "cnn":
@@ -68,10 +79,39 @@ class TextEncoder(nn.Layer):
         if self.kind == "transformer":
             return self.transformer(ids, seq_lens)
         embedded = self.embedding(ids)  # [B, T, E]
+        if self.bigrams is not None:
+            embedded = paddle.concat([embedded, self.bigrams(ids)], axis=-1)  # [B, T, E + 2 * bigram_dim]
         if isinstance(self.encoder, RNNEncoder):
             states = self.encoder.states(embedded, seq_lens)  # [B, T, 2H]
             return states, self.encoder.pool(states, seq_lens)
         return None, self.encoder(embedded, seq_lens)
+
+
+class HashedBigrams(nn.Layer):
+    """Embeds each token's bigrams with its left and right neighbour, ``[B, T]`` ids ->
+    ``[B, T, 2 * dim]``. A bigram's row is ``(left_id * vocab_size + right_id) % buckets``, computed
+    in the graph from the token ids, so the exported model needs no bigram vocab and cannot drift
+    from training; rare bigrams share rows (as fastText's hashed n-grams do). The sequence's edges
+    pair with the padding id.
+
+    Args:
+        vocab_size / padding_id: of the token ids.
+        buckets: rows of the bigram table.
+        dim: width of one bigram embedding.
+    """
+
+    def __init__(self, vocab_size: int, padding_id: int, buckets: int, dim: int) -> None:
+        super().__init__()
+        self.vocab_size, self.padding_id, self.buckets = vocab_size, padding_id, buckets
+        self.table = nn.Embedding(buckets, dim)
+        self.output_dim = 2 * dim
+
+    def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
+        pad = paddle.full_like(ids[:, :1], self.padding_id)  # [B, 1]
+        following = paddle.concat([ids[:, 1:], pad], axis=1)  # [B, T]: the next token's id
+        right = (ids * self.vocab_size + following) % self.buckets  # [B, T]: (token, next) rows
+        left = paddle.concat([(pad * self.vocab_size + ids[:, :1]) % self.buckets, right[:, :-1]], axis=1)
+        return paddle.concat([self.table(left), self.table(right)], axis=-1)  # [B, T, 2 * dim]
 
 
 def text_field_info(data_info: Dict[str, Dict[str, Any]], field: str, key: str) -> Dict[str, Any]:
