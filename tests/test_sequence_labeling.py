@@ -3,6 +3,7 @@ export and prediction, and malformed tag lines."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 from conftest import REPO, build, write_config, write_tsv
 from wenxin.common.errors import ConfigError, DataError
+from wenxin.inference.batching import BatchingPool
 from wenxin.inference.predictor import Predictor
 from wenxin.metrics.chunking import chunk_f1, extract_chunks
 from wenxin.models.crf import LinearChainCrf
@@ -35,14 +37,15 @@ def make_segmentation(n, seed):
     return rows
 
 
-def tagging_config(data_dir, output, mode="dynamic", decoder="crf", max_len=40, encoder=None):
-    pad = mode == "static"
+CHARACTERS = {"type": "CharTokenizer", "split_latin_digits": True, "lowercase": False}
 
+
+def tagging_config(data_dir, output, mode="dynamic", decoder="crf", max_len=40, encoder=None):
     def fields():
         return [{"name": "text_a", "reader": {"type": "TextFieldReader"}, "max_seq_len": max_len,
-                 "tokenizer": {"type": "WhitespaceTokenizer", "lowercase": False}, "pad_to_max_seq_len": pad},
+                 "tokenizer": dict(CHARACTERS)},
                 {"name": "label", "reader": {"type": "SequenceLabelFieldReader"}, "max_seq_len": max_len,
-                 "pad_to_max_seq_len": pad, "align_with": "text_a"}]
+                 "align_with": "text_a"}]
 
     def reader(name, shuffle, batch_size):
         return {"fields": fields(), "config": {"data_path": os.path.join(data_dir, f"{name}.tsv"),
@@ -93,9 +96,9 @@ def test_crf_likelihood_and_viterbi_match_brute_force():
     paddle.seed(3)
     num_tags, max_len = 3, 4
     crf = LinearChainCrf(num_tags)
-    emissions = paddle.randn([2, max_len, num_tags])
-    lengths = paddle.to_tensor([4, 2], dtype="int64")
-    tags = paddle.to_tensor([[0, 2, 1, 1], [2, 0, 0, 0]], dtype="int64")
+    emissions = paddle.randn([3, max_len, num_tags])
+    lengths = paddle.to_tensor([4, 2, 1], dtype="int64")  # odd and even lengths, and one token
+    tags = paddle.to_tensor([[0, 2, 1, 1], [2, 0, 0, 0], [1, 0, 0, 0]], dtype="int64")
     e, trans = emissions.numpy(), crf.transitions.numpy()
     start, end = crf.start_scores.numpy(), crf.end_scores.numpy()
 
@@ -104,7 +107,7 @@ def test_crf_likelihood_and_viterbi_match_brute_force():
         return s + sum(trans[path[t - 1], path[t]] + e[b, t, path[t]] for t in range(1, len(path)))
 
     nll = crf.negative_log_likelihood(emissions, tags, lengths).numpy()
-    for b, n in enumerate([4, 2]):
+    for b, n in enumerate(lengths.tolist()):
         paths = list(itertools.product(range(num_tags), repeat=n))
         scores = np.array([score(b, p) for p in paths])
         log_z = np.log(np.exp(scores - scores.max()).sum()) + scores.max()
@@ -123,12 +126,14 @@ def test_tagger_trains_exports_and_predicts(tmp_path, seg_dir, mode, decoder):
     outputs, _ = trainer.collect_outputs("dev_reader", "evaluate")
     folder = trainer.export_inference(str(tmp_path / "export"))
     predictor = Predictor(folder)
-    rows = [[line.split("\t")[0]] for line in open(os.path.join(seg_dir, "dev.tsv"), encoding="utf-8")]
+    # raw sentences, as a user types them (the training data has a space between characters)
+    rows = [[line.split("\t")[0].replace(" ", "")] for line in open(os.path.join(seg_dir, "dev.tsv"), encoding="utf-8")]
     results = predictor.predict(rows, batch_size=16)
     tags = trainer.model.tags
     for row, result, predicted, length in zip(rows, results, outputs["predictions"], outputs["seq_lens"]):
         assert result["tags"] == [tags[t] for t in predicted[:length]]  # the export decodes alike
-        assert "".join(c["text"] for c in result["chunks"]) == row[0].replace(" ", "")  # BMES covers all
+        assert "".join(c["text"] for c in result["chunks"]) == row[0]  # BMES covers all
+        assert all(row[0][c["start"]:c["end"]] == c["text"] for c in result["chunks"])
 
 
 def test_transformer_tagger_and_run_infer(tmp_path, seg_dir):
@@ -171,15 +176,74 @@ def test_unknown_dev_tag_and_bad_align_with(tmp_path, seg_dir):
         build(config, tmp_path)
 
 
-def test_static_crf_needs_fixed_length(tmp_path, seg_dir):
+def test_static_crf_trains_on_batches_of_any_length_with_bigrams_and_buckets(tmp_path, seg_dir):
+    """No fixed length: the CRF's parallel scan runs any length in one static program; the
+    hashed bigrams are computed in the graph, so the export needs nothing more."""
     config = tagging_config(seg_dir, str(tmp_path / "out"), "static")
+    config["model"]["encoder"].update(bigram_buckets=101, bigram_dim=8)
+    config["dataset_reader"]["train_reader"]["config"]["bucket_batches"] = 4
+    with open(os.path.join(seg_dir, "dev.tsv"), "a", encoding="utf-8") as f:  # longer than any training line
+        words = ["社会主义"] * 30
+        f.write(" ".join(c for w in words for c in w) + "\t" + " ".join(t for w in words for t in bmes(w)) + "\n")
     for reader in config["dataset_reader"].values():
         for field in reader["fields"]:
-            field["pad_to_max_seq_len"] = False
-    with pytest.raises(ConfigError, match="pad_to_max_seq_len"):
-        build(config, tmp_path)
-    config["model"]["decoder"] = "softmax"  # needs no fixed length
-    assert build(config, tmp_path).do_train()["dev_reader"]["f1"] > 0.8
+            field["max_seq_len"] = 200
+    trainer = build(config, tmp_path)
+    assert trainer.do_train()["dev_reader"]["f1"] > 0.9
+    outputs, _ = trainer.collect_outputs("dev_reader", "evaluate")
+    result = Predictor(trainer.export_inference(str(tmp_path / "export"))).predict([["社会主义" * 30]])[0]
+    assert len(result["tags"]) == 120 and result["tags"] == [trainer.model.tags[t] for t in outputs["predictions"][-1][:120]]
+
+
+def test_a_tagger_that_cannot_tag_raw_text_is_an_error_before_training(tmp_path, seg_dir):
+    """Characters separated by spaces, split on spaces: a raw sentence would be one token."""
+    config = tagging_config(seg_dir, str(tmp_path / "out"))
+    config["trainer"]["save_inference"] = True
+    for reader in config["dataset_reader"].values():
+        reader["fields"][0]["tokenizer"] = {"type": "WhitespaceTokenizer", "lowercase": False}
+    with pytest.raises(ConfigError, match=r"train.tsv:1: its tokens \[.*\] \(from token 0\) come out of the raw "
+                                          r"sentence .* as \['[^ ]+'\].*CharTokenizer with split_latin_digits"):
+        build(config, tmp_path).do_train()
+    assert not os.path.exists(tmp_path / "out" / "checkpoints")  # refused before the first step
+    # data whose inference input is written like its training column trains and exports
+    for reader in config["dataset_reader"].values():
+        reader["fields"][0]["inference_text"] = "tokenized"
+    trainer = build(config, tmp_path)
+    trainer.do_train()
+    rows = [[line.split("\t")[0]] for line in open(os.path.join(seg_dir, "dev.tsv"), encoding="utf-8")][:3]
+    results = Predictor(str(tmp_path / "out" / "checkpoints" / "best" / "inference")).predict(rows)
+    assert all(row[0][c["start"]:c["end"]] == c["text"] for row, r in zip(rows, results) for c in r["chunks"])
+
+
+def test_raw_text_tags_every_character_with_offsets_in_the_input(tmp_path, seg_dir):
+    """Digits, latin letters and full-width forms are one token per character, as in training
+    lines such as ``１ ９ ９ ８``; chunk offsets index the raw input, end exclusive."""
+    with open(os.path.join(seg_dir, "train.tsv"), "a", encoding="utf-8") as f:
+        for _ in range(30):
+            f.write("１ ９ ９ ８ 年 N B A\tB M M E S B M E\n")
+    trainer = build(tagging_config(seg_dir, str(tmp_path / "out")), tmp_path)
+    trainer.do_train()
+    predictor = Predictor(trainer.export_inference(str(tmp_path / "export")))
+    predictor_dir = lambda _: str(tmp_path / "export")  # noqa: E731
+    text = "１９９８年 NBA"
+    result = predictor.predict([[text]])[0]
+    assert len(result["tags"]) == 8
+    assert [(c["text"], c["start"], c["end"]) for c in result["chunks"]] == \
+        [("１９９８", 0, 4), ("年", 4, 5), ("NBA", 6, 9)]
+    # longer than max_seq_len (40): split after sentence ends, tagged piece by piece, joined
+    meta = json.load(open(os.path.join(predictor_dir(predictor), "preprocess.json"), encoding="utf-8"))
+    assert meta["max_seq_len"] == {"text_a": {"tokens": 40, "longer": "split"}}
+    long_text = "我是学生。" * 30
+    whole, eight, six = predictor.predict([[long_text], ["我是学生。" * 8], ["我是学生。" * 6]])
+    assert whole["tags"] == eight["tags"] * 3 + six["tags"]
+    assert all(long_text[c["start"]:c["end"]] == c["text"] for c in whole["chunks"])
+    assert [c["start"] for c in whole["chunks"][len(eight["chunks"]):][:2]] == \
+        [40 + c["start"] for c in eight["chunks"][:2]]
+    pool = BatchingPool(predictor_dir(predictor), max_batch=8, max_wait_ms=1)  # what the service runs
+    try:
+        assert pool.submit([[long_text], [text]]).result(timeout=60) == [whole, result]
+    finally:
+        pool.close()
 
 
 def test_tagger_rejects_encoders_without_token_states(tmp_path, seg_dir):

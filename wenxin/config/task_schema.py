@@ -13,6 +13,9 @@ TOKENIZER: Schema = {
     "split_char": Key(str, " ", doc="separator used by WhitespaceTokenizer"),
     "unk_token": Key(str, "[UNK]", doc="token for out-of-vocabulary pieces"),
     "lowercase": Key(bool, True, doc="lower-case text before tokenizing"),
+    "split_latin_digits": Key(bool, False, doc="CharTokenizer: every character is a token, latin letters "
+                                               "and digits too (character taggers); false: runs of them "
+                                               "stay whole"),
     "ngram": Key(int, 1, minimum=1, maximum=5,
                  doc="also emit joined n-grams of up to N consecutive tokens (for bag-of-words models)"),
     "strip_accents": Key((bool, type(None)), None, doc="FullTokenizer: drop accents (null: when lower-casing)"),
@@ -45,6 +48,10 @@ FIELD: Schema = {
                                                   "(null: true for Label/SequenceLabelFieldReader)"),
     "align_with": Key(str, "", doc="SequenceLabelFieldReader: the text field whose tokens the tags "
                                    "label; every line must have one tag per token"),
+    "inference_text": Key(str, "raw", choices=["raw", "tokenized"],
+                          doc="TextFieldReader of a tagger: what inference input looks like: raw "
+                              "sentences (the export checks that the tokenizer forms the training "
+                              "tokens from them) or text written like the training column"),
     "pair_with": Key(str, "", doc="ErnieTextFieldReader: the field whose column is the second text of a "
                                   "pair, encoded with this one as [CLS] a [SEP] b [SEP]"),
     "truncation_type": Key(int, 0, choices=[0, 1, 2], doc="0 keep head, 1 keep tail, 2 keep both ends"),
@@ -62,6 +69,9 @@ READER_CONFIG: Schema = {
     "need_data_distribute": Key(bool, True, doc="shard across ranks in distributed training"),
     "need_generate_examples": Key(bool, False, doc="keep raw examples beside the tensors"),
     "drop_last": Key(bool, False),
+    "bucket_batches": Key(int, 0, minimum=0, doc="training: sort examples by length within pools of this "
+                                                 "many batches, then shuffle the batches, so batches hold "
+                                                 "similar lengths and less padding (0: off)"),
     "has_header": Key(bool, False, doc="skip the first line of each file"),
     "separator": Key(str, "\t", non_empty=True),
     "skip_bad_lines": Key(bool, False, doc="skip and count malformed lines instead of failing"),

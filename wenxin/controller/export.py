@@ -14,7 +14,7 @@ import os
 from typing import Any, Dict, List, Sequence
 
 from wenxin.data.dataset_reader import BasicDataSetReader
-from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader
+from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TextFieldReader
 
 MODEL_PREFIX = "inference"
 PREPROCESS_FILE = "preprocess.json"
@@ -36,6 +36,18 @@ def label_names(readers: Dict[str, BasicDataSetReader]) -> List[str]:
     return list(labels[0].vocab.tokens) if labels and labels[0].vocab else []
 
 
+def max_lengths(fields: Sequence[BaseFieldReader], result_format: str) -> Dict[str, Any]:
+    """Each text field's token limit and what happens to longer inputs: a tagger's are split into
+    pieces at sentence ends and tagged piece by piece (``TaggingFormat.split_rows``); others are
+    truncated (``truncation_type``)."""
+    limits: Dict[str, Any] = {}
+    for field in fields:
+        if isinstance(field, TextFieldReader):
+            split = result_format == "tagging" and not hasattr(field, "word_ids")
+            limits[field.name] = {"tokens": field.max_seq_len, "longer": "split" if split else "truncated"}
+    return limits
+
+
 def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_names: Sequence[str],
                         labels: Sequence[str], config: Dict[str, Any], result_format: str = "classification") -> None:
     """Copy vocabs into ``folder/vocab`` and describe the fields with paths relative to ``folder``."""
@@ -47,7 +59,7 @@ def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_n
         field_configs.append(cfg)
     meta = {"format": FORMAT_VERSION, "task": config.get("task"), "model_type": config["model"]["type"],
             "fields": field_configs, "outputs": list(output_names), "labels": list(labels),
-            "result_format": result_format,
+            "result_format": result_format, "max_seq_len": max_lengths(fields, result_format),
             "tensors": [{"name": s.name, "shape": s.shape, "dtype": s.dtype}
                         for f in fields for s in f.tensor_specs()]}
     with open(os.path.join(folder, PREPROCESS_FILE), "w", encoding="utf-8") as f:

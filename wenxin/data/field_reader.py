@@ -103,6 +103,10 @@ class BaseFieldReader:
     def tensor_specs(self) -> List[TensorSpec]:
         raise NotImplementedError
 
+    def length(self, value: Any) -> int:
+        """The padded length of one example's value (0 for fields that are not padded)."""
+        return 0
+
     def column(self, values: List[Any]) -> Optional[np.ndarray]:
         """All examples' values as one array whose rows are this field's single tensor, when its
         values have a fixed shape (labels, scalars, vectors); batches are then row selections.
@@ -137,6 +141,7 @@ class TextFieldReader(BaseFieldReader):
         self.tokenizer = build_tokenizer(config.get("tokenizer"), path, scope)
         self.max_seq_len: int = config["max_seq_len"]
         self.padding_id: int = config["padding_id"]
+        self.raw_text_issue: Optional[str] = None  # why a tagger cannot tag raw sentences (see the reader)
         if self.tokenizer.needs_vocab and not config["vocab_path"]:
             raise ConfigError(f"{path}.vocab_path: {type(self.tokenizer).__name__} splits text by a given vocab: "
                               f"set vocab_path to the pretrained model's vocab.txt")
@@ -178,6 +183,20 @@ class TextFieldReader(BaseFieldReader):
         head = (n + 1) // 2
         return ids[:head] + ids[len(ids) - (n - head):]
 
+    def raw_text_problem(self, column: str) -> Optional[str]:
+        """Why a tagger could not tag the raw sentence of this training column as it was
+        tokenized, or None. The raw sentence joins the tokens as text is written: with a space
+        only between two latin/digit tokens of which one is longer than a character (``John
+        lives``), else directly (``中国1998``, ``Paris.``)."""
+        tokens = self.tokenizer.split(column)
+        raw = raw_sentence(tokens)
+        again = self.tokenizer.split(raw)
+        if again == tokens:
+            return None
+        first = next((i for i, (a, b) in enumerate(zip(tokens, again)) if a != b), min(len(tokens), len(again)))
+        return (f"its tokens {tokens[max(0, first - 2):first + 3]} (from token {first}) come out of the raw "
+                f"sentence {raw[:60]!r} as {again[max(0, first - 2):first + 3]}")
+
     def convert(self, text: str) -> np.ndarray:
         tokens = self.tokenizer.tokenize(text)
         if self.config["need_convert"]:
@@ -187,6 +206,9 @@ class TextFieldReader(BaseFieldReader):
         else:
             ids = [int(t) for t in tokens]  # pre-converted ids, e.g. "12 7 311"
         return np.asarray(self.truncate(ids), dtype=np.int64)
+
+    def length(self, value: np.ndarray) -> int:
+        return len(value)
 
     def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:
         ids, lengths = pad_sequences(values, self.padding_id, fixed_length(self.config))
@@ -384,6 +406,21 @@ class FloatVectorFieldReader(BaseFieldReader):
 
     def info(self) -> Dict[str, Any]:
         return {"dim": self.dim}
+
+
+def _latin_or_digit(char: str) -> bool:
+    return char.isascii() and char.isalnum()
+
+
+def raw_sentence(tokens: List[str]) -> str:
+    """Tokens joined as a sentence is written (see ``TextFieldReader.raw_text_problem``)."""
+    parts: List[str] = []
+    for i, token in enumerate(tokens):
+        if i and _latin_or_digit(tokens[i - 1][-1]) and _latin_or_digit(token[0]) \
+                and max(len(tokens[i - 1]), len(token)) > 1:
+            parts.append(" ")
+        parts.append(token)
+    return "".join(parts)
 
 
 def fixed_length(config: Dict[str, Any]) -> int:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from wenxin.common.registry import RegisterSet
 
@@ -34,6 +34,26 @@ class BaseTokenizer:
     def split(self, text: str) -> List[str]:
         raise NotImplementedError
 
+    def spans(self, text: str) -> List[Tuple[str, int, int]]:
+        """``split(text)`` with each token's character offsets in ``text``: ``(token, start, end)``,
+        ``text[start:end]`` being the characters the token came from (end exclusive).
+
+        Tokens are found in order in the text normalized one character at a time, which maps
+        each normalized character back to the raw one it came from. A token that is not found
+        there (a tokenizer that rewrites text beyond normalization) is a ``ValueError``."""
+        pieces = [(self.normalize(char), i) for i, char in enumerate(text)]
+        normalized = "".join(piece for piece, _ in pieces)
+        origin = [i for piece, i in pieces for _ in piece]  # normalized position -> raw position
+        result, position = [], 0
+        for token in self.split(text):
+            found = normalized.find(token, position)
+            if found < 0 or not token:
+                raise ValueError(f"{type(self).__name__}: token {token!r} is not in the text as normalized "
+                                 f"character by character, so it has no offsets")
+            position = found + len(token)
+            result.append((token, origin[found], origin[position - 1] + 1))
+        return result
+
     def tokenize(self, text: str) -> List[str]:
         tokens = self.split(text)
         if self.ngram == 1:
@@ -53,9 +73,18 @@ _NOT_ONE_CHAR = re.compile(r"[\sA-Za-z0-9_]")
 
 @RegisterSet.tokenizers.register("CharTokenizer")
 class CharTokenizer(BaseTokenizer):
-    """Character-level tokens for Chinese; latin words and numbers stay whole."""
+    """Character-level tokens for Chinese; latin words and numbers stay whole, unless
+    ``split_latin_digits`` makes every character a token (a character tagger's tokens, so that
+    ``中 国 1 9 9 8`` and the raw ``中国1998`` give the same ones), normalized on its own (``…``
+    stays one token, ``...``). Whitespace separates tokens and is never one."""
+
+    def __init__(self, config: Dict[str, Any]) -> None:
+        super().__init__(config)
+        self.every_char: bool = bool(config.get("split_latin_digits", False))
 
     def split(self, text: str) -> List[str]:
+        if self.every_char:  # one token per raw character, even where NFKC expands it ("…" -> "...")
+            return [self.normalize(c) for c in text if not c.isspace()]
         text = self.normalize(text)
         return list(text) if _NOT_ONE_CHAR.search(text) is None else _CHAR_PATTERN.findall(text)
 

@@ -33,10 +33,12 @@ _STOP = object()
 class _Request:
     """Rows to predict and the future that gets their results: an asyncio future of ``loop``
     (settled in that loop's thread), or a thread-safe one."""
-    __slots__ = ("rows", "future", "loop")
+    __slots__ = ("rows", "future", "loop", "pieces_rows", "pieces")
 
     def __init__(self, rows: Rows, loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
         self.rows, self.loop = rows, loop
+        self.pieces_rows: Rows = rows  # what the model runs: the rows, or pieces of long ones
+        self.pieces: List[Any] = []
         self.future: Any = loop.create_future() if loop is not None else concurrent.futures.Future()
 
 
@@ -185,12 +187,13 @@ class BatchingPool:
         rows: Rows = []
         for request in batch:
             try:
-                examples.extend(self.converter.examples(request.rows))
+                request.pieces_rows, request.pieces = self.converter.result_format.split_rows(request.rows)
+                examples.extend(self.converter.examples(request.pieces_rows))
             except Exception as e:  # noqa: BLE001 (a bad row fails its own request only)
                 _finish([(request, None, e)])
                 continue
             kept.append(request)
-            rows.extend(request.rows)
+            rows.extend(request.pieces_rows)
         if not kept:
             return
         try:
@@ -234,7 +237,12 @@ class BatchingPool:
             outcomes: List[Outcome] = []
             start = 0
             for request in job.requests:
-                outcomes.append((request, results[start:start + len(request.rows)], None))
-                start += len(request.rows)
+                mine = results[start:start + len(request.pieces_rows)]
+                start += len(request.pieces_rows)
+                try:
+                    outcomes.append((request, predictor.result_format.join_results(mine, request.pieces,
+                                                                                    request.rows), None))
+                except Exception as e:  # noqa: BLE001
+                    outcomes.append((request, None, e))
             _finish(outcomes)
 

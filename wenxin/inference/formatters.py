@@ -3,7 +3,7 @@ service answers) and lines (what ``wenxin infer`` writes). A model names its for
 ``BaseModel.prediction_format``; the export records it in ``preprocess.json``."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
@@ -11,6 +11,14 @@ from wenxin.common.constants import InstanceName
 from wenxin.common.registry import RegisterSet
 from wenxin.data.field_reader import BaseFieldReader, TextFieldReader
 from wenxin.metrics.chunking import extract_chunks
+
+
+class Piece(NamedTuple):
+    """Part of an input row that the model runs on its own: the row's index, and the offset in
+    the row's text at which the piece starts."""
+
+    row: int
+    offset: int
 
 
 class ResultFormat:
@@ -31,6 +39,17 @@ class ResultFormat:
 
     def line(self, result: Dict[str, Any]) -> str:
         raise NotImplementedError
+
+    def split_rows(self, rows: Sequence[Sequence[str]]) -> Tuple[List[Sequence[str]], List[Piece]]:
+        """The rows the model runs on, and for each the input row it is a piece of and where.
+        By default each row is one piece; a format whose model cannot take a long input whole
+        splits it (``TaggingFormat``)."""
+        return list(rows), [Piece(i, 0) for i in range(len(rows))]
+
+    def join_results(self, results: Sequence[Dict[str, Any]], pieces: Sequence[Piece],
+                     rows: Sequence[Sequence[str]]) -> List[Dict[str, Any]]:
+        """The results of the pieces of ``split_rows`` -> one result per input row."""
+        return list(results)
 
     def erniekit_line(self, result: Dict[str, Any], row: Sequence[str]) -> str:
         """The line ERNIE-kit's inference wrote for this task (``output_format: erniekit``)."""
@@ -82,7 +101,10 @@ class MultiLabelFormat(ResultFormat):
 @RegisterSet.result_formats.register("tagging")
 class TaggingFormat(ResultFormat):
     """``{"tags": [...], "chunks": [{"text", "type", "start", "end"}]}`` over the first text
-    field's tokens; line: the tags, a tab, then the chunks (``text`` or ``text/TYPE``)."""
+    field's tokens; line: the tags, a tab, then the chunks (``text`` or ``text/TYPE``).
+
+    A chunk's ``start`` and ``end`` are character offsets in the input text, end exclusive:
+    ``text == input[start:end]``, the raw characters of its tokens (before normalization)."""
 
     def results(self, outputs, batch, rows):  # noqa: ANN001, ANN201
         text = next(i for i, f in enumerate(self.fields) if isinstance(f, TextFieldReader))
@@ -90,17 +112,57 @@ class TaggingFormat(ResultFormat):
         lengths = batch[f"{field.name}_{InstanceName.SEQ_LENS}"]
         results = []
         for row, tag_ids, length in zip(rows, outputs[InstanceName.PREDICTIONS], lengths):
+            raw = row[text]
             if hasattr(field, "word_ids"):  # ERNIE: the tag of each word's first piece, after [CLS]
-                tokens, starts = word_starts(field, row[text], int(length) - 2)
+                words, starts = word_starts(field, raw, int(length) - 2)
                 tag_ids = [tag_ids[1 + s] for s in starts]
+                offsets = word_offsets(raw, words)
             else:
-                tokens = field.tokenizer.split(row[text])[:int(length)]
+                offsets = [(start, end) for _, start, end in field.tokenizer.spans(raw)[:int(length)]]
                 tag_ids = tag_ids[:int(length)]
             tags = [str(self.label(int(t))) for t in tag_ids]
-            chunks = [{"text": "".join(tokens[s:e + 1]), "type": kind, "start": s, "end": e}
+            chunks = [{"text": raw[offsets[s][0]:offsets[e][1]], "type": kind,
+                       "start": offsets[s][0], "end": offsets[e][1]}
                       for kind, s, e in extract_chunks(tags)]
             results.append({"tags": tags, "chunks": chunks})
         return results
+
+    def split_rows(self, rows):  # noqa: ANN001, ANN201
+        """A text of more than the field's ``max_seq_len`` tokens is cut into pieces of at most
+        that many: after the last sentence end (``。！？；!?;``) that fits, else after the last
+        clause end (``，,、：:``), else after ``max_seq_len`` tokens. ERNIE fields (word pieces)
+        are not split."""
+        text = next(i for i, f in enumerate(self.fields) if isinstance(f, TextFieldReader))
+        field = self.fields[text]
+        if hasattr(field, "word_ids"):
+            return super().split_rows(rows)
+        limit = field.max_seq_len
+        pieces_rows: List[Sequence[str]] = []
+        pieces: List[Piece] = []
+        for index, row in enumerate(rows):
+            raw = row[text]
+            spans = field.tokenizer.spans(raw) if len(raw) > limit // 4 else []  # NFKC may expand
+            if len(spans) <= limit:
+                pieces_rows.append(row)
+                pieces.append(Piece(index, 0))
+                continue
+            for start, end in cut_points([token for token, _, _ in spans], limit):
+                begin, finish = spans[start][1], spans[end - 1][2]
+                pieces_rows.append([*row[:text], raw[begin:finish], *row[text + 1:]])
+                pieces.append(Piece(index, begin))
+        return pieces_rows, pieces
+
+    def join_results(self, results, pieces, rows):  # noqa: ANN001, ANN201
+        joined: List[Dict[str, Any]] = []
+        for result, piece in zip(results, pieces):
+            chunks = [{**c, "start": c["start"] + piece.offset, "end": c["end"] + piece.offset}
+                      for c in result["chunks"]]
+            if joined and len(joined) - 1 == piece.row:
+                joined[-1]["tags"].extend(result["tags"])
+                joined[-1]["chunks"].extend(chunks)
+            else:
+                joined.append({"tags": list(result["tags"]), "chunks": chunks})
+        return joined
 
     def line(self, result: Dict[str, Any]) -> str:
         chunks = (c["text"] + (f"/{c['type']}" if c["type"] else "") for c in result["chunks"])
@@ -123,6 +185,35 @@ def word_starts(field: Any, text: str, pieces_kept: int) -> Tuple[List[str], Lis
             starts.append(position)
         position += len(pieces)
     return kept, starts
+
+
+SENTENCE_ENDS = frozenset("。！？；!?;")
+CLAUSE_ENDS = frozenset("，,、：:")
+
+
+def cut_points(tokens: Sequence[str], limit: int) -> List[Tuple[int, int]]:
+    """``[start, end)`` token ranges of at most ``limit`` tokens covering ``tokens``, each ending
+    after a sentence end if one fits, else after a clause end, else at the limit."""
+    ranges, start = [], 0
+    while start < len(tokens):
+        end = min(start + limit, len(tokens))
+        if end < len(tokens):
+            window = range(end - 1, start, -1)
+            end = next((i + 1 for i in window if tokens[i] in SENTENCE_ENDS),
+                       next((i + 1 for i in window if tokens[i] in CLAUSE_ENDS), end))
+        ranges.append((start, end))
+        start = end
+    return ranges
+
+
+def word_offsets(text: str, words: Sequence[str]) -> List[Tuple[int, int]]:
+    """Where each of ``words`` (split from ``text``, in order) lies in it: ``(start, end)``."""
+    offsets, position = [], 0
+    for word in words:
+        start = text.index(word, position)
+        position = start + len(word)
+        offsets.append((start, position))
+    return offsets
 
 
 @RegisterSet.result_formats.register("score")

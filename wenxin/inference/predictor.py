@@ -131,9 +131,10 @@ class Predictor:
     def predict(self, rows: Sequence[Sequence[str]], batch_size: int = 64) -> List[Dict[str, Any]]:
         """One result per row, in order, in the model's result format (for classifiers
         ``{"label", "probability", "probs"}``)."""
+        pieces_rows, pieces = self.result_format.split_rows(rows)  # long texts: several pieces
         results: List[Dict[str, Any]] = []
-        for start in range(0, len(rows), batch_size):
-            chunk = rows[start:start + batch_size]
+        for start in range(0, len(pieces_rows), batch_size):
+            chunk = pieces_rows[start:start + batch_size]
             batch = self.convert(chunk)
             results.extend(self.result_format.results(self.run(batch), batch, chunk))
-        return results
+        return self.result_format.join_results(results, pieces, rows)
