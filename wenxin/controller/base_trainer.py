@@ -7,6 +7,7 @@ evaluation, logging, checkpoint policy, resume and parameter loading live here o
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ from wenxin.controller.hooks.writers import METRICS_FILE, ConsoleWriter, JsonlWr
 from wenxin.common.progress import ProgressBar, progress_enabled
 from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BasicDataSetReader
+from wenxin.data.sampler import ResumableBatchSampler
 from wenxin.data.vocab import Vocab
 from wenxin.models.base_model import BaseModel
 
@@ -151,6 +153,7 @@ class BaseTrainer:
         prepare_output_path(self.trainer_config, self.is_writer)
         self._setup_train_data()
         self._eval_loaders: Dict[str, Iterable[Batch]] = {}
+        self._eval_samplers: Dict[str, ResumableBatchSampler] = {}
         self.metric_logger = MetricLogger(self._make_writers())
         self.hooks = HookList()
         self._setup_hooks()
@@ -424,8 +427,11 @@ class BaseTrainer:
                 raise ConfigError(f"dataset_reader.{reader_name}: not configured")
             reader = self.readers[reader_name]
             batch_size = self.trainer_config["eval_batch_size"] or reader.reader_config["batch_size"]
+            # each rank a shard; batches of similar lengths (the whole shard sorted), so that little
+            # of each is padding: run_eval_batches puts the outputs back in the reader's order
             sampler = reader.make_sampler(batch_size, shuffle=False, seed=0, rank=self.rank,
-                                          num_replicas=self.world_size, pad=False)  # each rank a shard
+                                          num_replicas=self.world_size, pad=False, bucket_batches=len(reader))
+            self._eval_samplers[reader_name] = sampler
             self._eval_loaders[reader_name] = reader.make_loader(sampler, self.numpy_batches)
         return self._eval_loaders[reader_name]
 
@@ -459,7 +465,16 @@ class BaseTrainer:
             self.end_eval()
             if bar is not None:
                 bar.close(keep=False)
-        return {k: concat_ragged(v) for k, v in chunks.items()}, np.asarray(sizes)
+        merged = {k: concat_ragged(v) for k, v in chunks.items()}
+        # the examples run, in the order they ran (sorted by length) -> back to the shard's order
+        sampler = self._eval_samplers.get(reader_name)
+        if sampler is not None and sampler.bucket_batches:
+            ran = [i for batch in itertools.islice(iter(sampler), len(sizes)) for i in batch]
+            order = np.argsort(np.asarray(ran, dtype=np.int64), kind="stable")
+            for key, value in merged.items():
+                if len(value) == len(ran):  # per-example outputs
+                    merged[key] = value[order]
+        return merged, np.asarray(sizes)
 
     def _gather_outputs(self, merged: Dict[str, np.ndarray], batch_sizes: np.ndarray
                         ) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
