@@ -6,7 +6,7 @@ import pytest
 from conftest import REPO
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import Registry
-from wenxin.config.reference import render
+from wenxin.config.reference import render, render_taggers
 
 
 def _class_in(module: str, name: str = "Trainer") -> type:
@@ -38,3 +38,4 @@ def test_readme_reference_matches_schema():
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         readme = f.read()
     assert render() in readme, "README is stale: regenerate with python -m wenxin.config.reference"
+    assert render_taggers() in readme, "README's tagger keys are stale: regenerate with render_taggers()"

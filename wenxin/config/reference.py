@@ -5,9 +5,9 @@ The README's "task.json reference" section is this output; a test keeps them in 
 from __future__ import annotations
 
 import json
-from typing import List
+from typing import List, Sequence, Tuple
 
-from wenxin.config.schema import REQUIRED, Key
+from wenxin.config.schema import REQUIRED, Key, Schema
 from wenxin.config.task_schema import FAST_PATHS, FIELD, HOOK, MODEL_BASE, OPTIMIZATION, PRETRAINED, READER, \
     READER_CONFIG, TOKENIZER, TRAINER
 
@@ -47,14 +47,25 @@ def _notes(key: Key) -> str:
     return "; ".join(notes).replace("|", "\\|")
 
 
-def render() -> str:
+def render(sections: Sequence[Tuple[str, Schema]] = tuple(SECTIONS)) -> str:
+    """Markdown tables of ``sections`` (title, schema); by default the task file's own keys."""
     lines: List[str] = []
-    for title, schema in SECTIONS:
+    for title, schema in sections:
         lines += [f"#### `{title}`", "", "| key | type | default | notes |", "|---|---|---|---|"]
         for name, key in schema.items():
             lines.append(f"| `{name}` | {_types(key)} | {_default(key)} | {_notes(key)} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def render_taggers() -> str:
+    """The tagger models' keys (``tasks/sequence_labeling``), for the README's tagging section."""
+    from tasks.sequence_labeling.models import ErnieFcSeqLabel, SequenceTagger
+    from wenxin.models.encoders import ENCODER_SCHEMA
+    from wenxin.models.transformer import TRANSFORMER_SCHEMA
+    return render([("model (SequenceTagger, BiGruCrf, BiGruSoftmax)", SequenceTagger.config_schema),
+                   ("model.encoder", ENCODER_SCHEMA), ("model.encoder.transformer", TRANSFORMER_SCHEMA),
+                   ("model (ErnieFcSeqLabel)", ErnieFcSeqLabel.config_schema)])
 
 
 if __name__ == "__main__":
