@@ -209,6 +209,8 @@ def test_character_tokens_and_their_offsets_in_the_raw_text():
     assert every.split("中 国 １ ９ ９ ８ N B A") == every.split("中国１９９８NBA") == \
         ["中", "国", "1", "9", "9", "8", "N", "B", "A"]
     assert every.split("好…") == ["好", "..."]  # NFKC expands a character: still one token
+    erniekit = CharTokenizer({"split_latin_digits": True, "lowercase": False, "split_char": "\x02"})
+    assert erniekit.split("中\x02国\x021\x029") == erniekit.split("中国19") == ["中", "国", "1", "9"]
     assert every.spans("“好…” Ａb") == [("“", 0, 1), ("好", 1, 2), ("...", 2, 3), ("”", 3, 4), ("A", 5, 6),
                                         ("b", 6, 7)]
     words = CharTokenizer({"lowercase": True})

@@ -180,7 +180,7 @@ def test_static_crf_trains_on_batches_of_any_length_with_bigrams_and_buckets(tmp
     """No fixed length: the CRF's parallel scan runs any length in one static program; the
     hashed bigrams are computed in the graph, so the export needs nothing more."""
     config = tagging_config(seg_dir, str(tmp_path / "out"), "static")
-    config["model"]["encoder"].update(bigram_buckets=101, bigram_dim=8)
+    config["model"]["encoder"].update(bigram_buckets=101, bigram_dim=8, bigram_hashes=2, input_dropout=0.1)
     config["dataset_reader"]["train_reader"]["config"]["bucket_batches"] = 4
     with open(os.path.join(seg_dir, "dev.tsv"), "a", encoding="utf-8") as f:  # longer than any training line
         words = ["社会主义"] * 30
@@ -193,6 +193,27 @@ def test_static_crf_trains_on_batches_of_any_length_with_bigrams_and_buckets(tmp
     outputs, _ = trainer.collect_outputs("dev_reader", "evaluate")
     result = Predictor(trainer.export_inference(str(tmp_path / "export"))).predict([["社会主义" * 30]])[0]
     assert len(result["tags"]) == 120 and result["tags"] == [trainer.model.tags[t] for t in outputs["predictions"][-1][:120]]
+
+
+def test_hashed_bigrams_pair_each_token_with_its_neighbours():
+    from wenxin.models.encoders import HashedBigrams
+    paddle.seed(0)
+    layer = HashedBigrams(vocab_size=50, padding_id=0, buckets=101, dim=4, hashes=2)
+    assert layer.moduli == [101, 97]
+    ids = paddle.to_tensor([[3, 7, 9, 0], [3, 7, 5, 5]])  # row 0 padded after 3 tokens
+    out = layer(ids).numpy()  # [B, T, 8]: (previous, token) then (token, next)
+    left, right = out[..., :4], out[..., 4:]
+    assert np.allclose(left[:, 1:], right[:, :-1])  # a token's left bigram is its neighbour's right one
+    assert np.allclose(left[0, 1], left[1, 1])  # the same bigram (3, 7), the same vector
+    assert not np.allclose(right[0, 2], right[1, 2])  # (9, pad) and (5, 5) differ
+    table = layer.table.weight.numpy()
+    number = 3 * 50 + 7
+    assert np.allclose(right[0, 0], table[number % 101] + table[number % 97])
+    # (1, 2) and (3, 3) are the numbers 52 and 153, equal modulo 101 but not modulo 97
+    two = layer(paddle.to_tensor([[1, 2], [3, 3]])).numpy()[:, 0, 4:]
+    assert not np.allclose(two[0], two[1])
+    one = HashedBigrams(vocab_size=50, padding_id=0, buckets=101, dim=4, hashes=1)
+    assert one.moduli == [101] and np.allclose(*one(paddle.to_tensor([[1, 2], [3, 3]])).numpy()[:, 0, 4:])
 
 
 def test_a_tagger_that_cannot_tag_raw_text_is_an_error_before_training(tmp_path, seg_dir):
@@ -221,6 +242,7 @@ def test_raw_text_tags_every_character_with_offsets_in_the_input(tmp_path, seg_d
     with open(os.path.join(seg_dir, "train.tsv"), "a", encoding="utf-8") as f:
         for _ in range(30):
             f.write("１ ９ ９ ８ 年 N B A\tB M M E S B M E\n")
+            f.write("“ … … 中 国\tS S S B E\n")  # NFKC turns "…" into "...": still one token a character
     trainer = build(tagging_config(seg_dir, str(tmp_path / "out")), tmp_path)
     trainer.do_train()
     predictor = Predictor(trainer.export_inference(str(tmp_path / "export")))

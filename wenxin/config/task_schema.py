@@ -10,7 +10,8 @@ from wenxin.config.schema import Key, Schema
 TOKENIZER: Schema = {
     "type": Key(str, "CharTokenizer", doc="registered tokenizer: CharTokenizer, WhitespaceTokenizer, "
                                           "FullTokenizer (WordPiece over a pretrained model's vocab.txt)"),
-    "split_char": Key(str, " ", doc="separator used by WhitespaceTokenizer"),
+    "split_char": Key(str, " ", doc="separator used by WhitespaceTokenizer (and skipped by CharTokenizer with "
+                                    "split_latin_digits)"),
     "unk_token": Key(str, "[UNK]", doc="token for out-of-vocabulary pieces"),
     "lowercase": Key(bool, True, doc="lower-case text before tokenizing"),
     "split_latin_digits": Key(bool, False, doc="CharTokenizer: every character is a token, latin letters "

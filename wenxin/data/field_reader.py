@@ -188,8 +188,12 @@ class TextFieldReader(BaseFieldReader):
         tokenized, or None. The raw sentence joins the tokens as text is written: with a space
         only between two latin/digit tokens of which one is longer than a character (``John
         lives``), else directly (``中国1998``, ``Paris.``)."""
-        tokens = self.tokenizer.split(column)
-        raw = raw_sentence(tokens)
+        try:
+            spans = self.tokenizer.spans(column)
+        except ValueError as e:
+            return str(e)
+        tokens = [token for token, _, _ in spans]
+        raw = raw_sentence([column[start:end] for _, start, end in spans])  # the characters, not normalized
         again = self.tokenizer.split(raw)
         if again == tokens:
             return None

@@ -76,15 +76,17 @@ class CharTokenizer(BaseTokenizer):
     """Character-level tokens for Chinese; latin words and numbers stay whole, unless
     ``split_latin_digits`` makes every character a token (a character tagger's tokens, so that
     ``中 国 1 9 9 8`` and the raw ``中国1998`` give the same ones), normalized on its own (``…``
-    stays one token, ``...``). Whitespace separates tokens and is never one."""
+    stays one token, ``...``). Whitespace separates tokens and is never one; nor, in that mode,
+    is ``split_char`` (ERNIE-kit's ``\x02`` between characters)."""
 
     def __init__(self, config: Dict[str, Any]) -> None:
         super().__init__(config)
         self.every_char: bool = bool(config.get("split_latin_digits", False))
+        self.separators = set(config.get("split_char") or "")  # e.g. ERNIE-kit's "\x02" between characters
 
     def split(self, text: str) -> List[str]:
         if self.every_char:  # one token per raw character, even where NFKC expands it ("…" -> "...")
-            return [self.normalize(c) for c in text if not c.isspace()]
+            return [self.normalize(c) for c in text if not c.isspace() and c not in self.separators]
         text = self.normalize(text)
         return list(text) if _NOT_ONE_CHAR.search(text) is None else _CHAR_PATTERN.findall(text)
 

@@ -2,7 +2,7 @@
 any task's model can use, so tasks choose BoW, CNN, BiLSTM/BiGRU or a transformer in task.json."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import paddle
 import paddle.nn as nn
@@ -27,6 +27,9 @@ ENCODER_SCHEMA: Schema = {
                                                  "token before and after it), hashed into this many rows "
                                                  "(0: off)"),
     "bigram_dim": Key(int, 32, minimum=1, doc="lstm/gru: width of each bigram embedding"),
+    "bigram_hashes": Key(int, 1, minimum=1, maximum=4, doc="lstm/gru: rows summed for each bigram, each by its "
+                                                           "own hash, so two bigrams rarely share all of them"),
+    "input_dropout": Key(float, 0.0, minimum=0.0, maximum=1.0, doc="lstm/gru: dropout on the embeddings"),
     "transformer": Key(dict, {}, children=TRANSFORMER_SCHEMA, doc="transformer: its settings"),
 }
 
@@ -63,8 +66,10 @@ class TextEncoder(nn.Layer):
             if self.kind not in ("lstm", "gru"):
                 raise ConfigError(f"{key_path}.bigram_buckets: bigram features are for the lstm and gru "
                                   f"encoders, not '{self.kind}'")
-            self.bigrams = HashedBigrams(vocab_size, padding_id, config["bigram_buckets"], config["bigram_dim"])
+            self.bigrams = HashedBigrams(vocab_size, padding_id, config["bigram_buckets"], config["bigram_dim"],
+                                         config["bigram_hashes"])
             emb_dim += self.bigrams.output_dim
+        self.input_dropout = nn.Dropout(config["input_dropout"]) if config["input_dropout"] else None
         if self.kind == "bow":
             self.encoder: nn.Layer = BoWEncoder(emb_dim, config["pooling"])
         elif self.kind == "cnn":
@@ -81,6 +86,8 @@ class TextEncoder(nn.Layer):
         embedded = self.embedding(ids)  # [B, T, E]
         if self.bigrams is not None:
             embedded = paddle.concat([embedded, self.bigrams(ids)], axis=-1)  # [B, T, E + 2 * bigram_dim]
+        if self.input_dropout is not None:
+            embedded = self.input_dropout(embedded)
         if isinstance(self.encoder, RNNEncoder):
             states = self.encoder.states(embedded, seq_lens)  # [B, T, 2H]
             return states, self.encoder.pool(states, seq_lens)
@@ -89,29 +96,48 @@ class TextEncoder(nn.Layer):
 
 class HashedBigrams(nn.Layer):
     """Embeds each token's bigrams with its left and right neighbour, ``[B, T]`` ids ->
-    ``[B, T, 2 * dim]``. A bigram's row is ``(left_id * vocab_size + right_id) % buckets``, computed
-    in the graph from the token ids, so the exported model needs no bigram vocab and cannot drift
-    from training; rare bigrams share rows (as fastText's hashed n-grams do). The sequence's edges
-    pair with the padding id.
+    ``[B, T, 2 * dim]``. A bigram ``(a, b)`` is the sum of ``hashes`` rows of one table: rows
+    ``(a * vocab_size + b) % p`` for the ``hashes`` largest primes ``p <= buckets``. They are
+    computed in the graph from the token ids, so the exported model needs no bigram vocab and
+    cannot drift from training. Bigrams share a row; with two hashes, two bigrams share both rows
+    only if their numbers are equal modulo the product of the primes (never, while it exceeds
+    ``vocab_size ** 2``). The sequence's edges pair with the padding id.
 
     Args:
         vocab_size / padding_id: of the token ids.
         buckets: rows of the bigram table.
         dim: width of one bigram embedding.
+        hashes: rows summed per bigram.
     """
 
-    def __init__(self, vocab_size: int, padding_id: int, buckets: int, dim: int) -> None:
+    def __init__(self, vocab_size: int, padding_id: int, buckets: int, dim: int, hashes: int = 1) -> None:
         super().__init__()
         self.vocab_size, self.padding_id, self.buckets = vocab_size, padding_id, buckets
+        self.moduli = largest_primes(buckets, hashes)
         self.table = nn.Embedding(buckets, dim)
         self.output_dim = 2 * dim
 
     def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
         pad = paddle.full_like(ids[:, :1], self.padding_id)  # [B, 1]
         following = paddle.concat([ids[:, 1:], pad], axis=1)  # [B, T]: the next token's id
-        right = (ids * self.vocab_size + following) % self.buckets  # [B, T]: (token, next) rows
-        left = paddle.concat([(pad * self.vocab_size + ids[:, :1]) % self.buckets, right[:, :-1]], axis=1)
-        return paddle.concat([self.table(left), self.table(right)], axis=-1)  # [B, T, 2 * dim]
+        right = ids * self.vocab_size + following  # [B, T]: the (token, next) bigram's number
+        left = paddle.concat([pad * self.vocab_size + ids[:, :1], right[:, :-1]], axis=1)  # (previous, token)
+        embedded = []
+        for bigram in (left, right):
+            rows = [self.table(bigram % p) for p in self.moduli]  # each [B, T, dim]
+            embedded.append(paddle.add_n(rows) if len(rows) > 1 else rows[0])
+        return paddle.concat(embedded, axis=-1)  # [B, T, 2 * dim]
+
+
+def largest_primes(limit: int, count: int) -> List[int]:
+    """The ``count`` largest primes not above ``limit`` (fewer if there are none)."""
+    primes: List[int] = []
+    n = limit
+    while n >= 2 and len(primes) < count:
+        if all(n % d for d in range(2, int(n ** 0.5) + 1)):
+            primes.append(n)
+        n -= 1
+    return primes or [max(limit, 1)]
 
 
 def text_field_info(data_info: Dict[str, Dict[str, Any]], field: str, key: str) -> Dict[str, Any]:
