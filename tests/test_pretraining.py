@@ -93,7 +93,8 @@ def test_finetuning_loads_the_pretrained_encoder_with_a_prefix_map(tmp_path, tex
     assert "loaded 22 parameters" in report
     assert "missing in file (4, keep their init): fc.weight, fc.bias, output_layer.weight, output_layer.bias" in report
     assert "unexpected in file (5, ignored): mlm_bias" in report
-    source = {k: v.numpy() for k, v in pre.model.state_dict().items()}
+    from wenxin.controller.checkpoint import MODEL_FILE, load_arrays
+    source = load_arrays(str(tmp_path / "pre" / "checkpoints" / "best" / MODEL_FILE), "best")  # what was loaded
     for name, value in tuned.model.state_dict().items():
         if name.startswith("encoder.transformer."):
             np.testing.assert_array_equal(value.numpy(), source["ernie." + name[len("encoder.transformer."):]])
