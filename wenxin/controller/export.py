@@ -43,7 +43,7 @@ def max_lengths(fields: Sequence[BaseFieldReader], result_format: str) -> Dict[s
     limits: Dict[str, Any] = {}
     for field in fields:
         if isinstance(field, TextFieldReader):
-            split = result_format == "tagging" and not hasattr(field, "word_ids")
+            split = result_format == "tagging" and not field.word_pieces
             limits[field.name] = {"tokens": field.max_seq_len, "longer": "split" if split else "truncated"}
     return limits
 

@@ -220,8 +220,7 @@ class BasicDataSetReader:
         field's ``raw_text_issue`` (an error at export) and logged."""
         for tags in self.fields:
             text = self.field(tags.config.get("align_with") or "")
-            if not isinstance(text, TextFieldReader) or hasattr(text, "word_ids") \
-                    or text.config["inference_text"] != "raw":
+            if not isinstance(text, TextFieldReader) or text.word_pieces or text.config["inference_text"] != "raw":
                 continue
             col = self.fields.index(text)
             for path, lineno, columns in lines[:RAW_TEXT_CHECK_LINES]:

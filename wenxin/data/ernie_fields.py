@@ -45,6 +45,8 @@ class ErnieTextFieldReader(TextFieldReader):
     ``max_seq_len - 3``, longest first.
     """
 
+    word_pieces = True
+
     def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
         if not config.get("tokenizer"):  # FullTokenizer with its schema defaults
             config = {**config, "tokenizer": validate({"type": "FullTokenizer"}, TOKENIZER, f"{path}.tokenizer")}

@@ -136,6 +136,8 @@ def build_tokenizer(config: Optional[Dict[str, Any]], path: str, scope: Optional
 class TextFieldReader(BaseFieldReader):
     """Tokenized text -> ids ``[batch, seq_len]`` (int64, padded) and ``<name>_seq_lens`` ``[batch]``."""
 
+    word_pieces = False  # True where a tagger tags words that the field splits into pieces (ERNIE)
+
     def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
         super().__init__(config, path, scope)
         self.tokenizer = build_tokenizer(config.get("tokenizer"), path, scope)

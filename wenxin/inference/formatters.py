@@ -106,14 +106,18 @@ class TaggingFormat(ResultFormat):
     A chunk's ``start`` and ``end`` are character offsets in the input text, end exclusive:
     ``text == input[start:end]``, the raw characters of its tokens (before normalization)."""
 
+    def _text_field(self) -> Tuple[int, TextFieldReader]:
+        """The column and reader of the first text field (the tagged one)."""
+        column = next(i for i, f in enumerate(self.fields) if isinstance(f, TextFieldReader))
+        return column, self.fields[column]  # type: ignore[return-value]
+
     def results(self, outputs, batch, rows):  # noqa: ANN001, ANN201
-        text = next(i for i, f in enumerate(self.fields) if isinstance(f, TextFieldReader))
-        field = self.fields[text]
+        text, field = self._text_field()
         lengths = batch[f"{field.name}_{InstanceName.SEQ_LENS}"]
         results = []
         for row, tag_ids, length in zip(rows, outputs[InstanceName.PREDICTIONS], lengths):
             raw = row[text]
-            if hasattr(field, "word_ids"):  # ERNIE: the tag of each word's first piece, after [CLS]
+            if field.word_pieces:  # ERNIE: the tag of each word's first piece, after [CLS]
                 words, starts = word_starts(field, raw, int(length) - 2)
                 tag_ids = [tag_ids[1 + s] for s in starts]
                 offsets = word_offsets(raw, words)
@@ -132,9 +136,8 @@ class TaggingFormat(ResultFormat):
         that many: after the last sentence end (``。！？；!?;``) that fits, else after the last
         clause end (``，,、：:``), else after ``max_seq_len`` tokens. ERNIE fields (word pieces)
         are not split."""
-        text = next(i for i, f in enumerate(self.fields) if isinstance(f, TextFieldReader))
-        field = self.fields[text]
-        if hasattr(field, "word_ids"):
+        text, field = self._text_field()
+        if field.word_pieces:
             return super().split_rows(rows)
         limit = field.max_seq_len
         pieces_rows: List[Sequence[str]] = []
