@@ -112,7 +112,7 @@ class HashedBigrams(nn.Layer):
 
     def __init__(self, vocab_size: int, padding_id: int, buckets: int, dim: int, hashes: int = 1) -> None:
         super().__init__()
-        self.vocab_size, self.padding_id, self.buckets = vocab_size, padding_id, buckets
+        self.vocab_size, self.padding_id = vocab_size, padding_id
         self.moduli = largest_primes(buckets, hashes)
         self.table = nn.Embedding(buckets, dim)
         self.output_dim = 2 * dim
