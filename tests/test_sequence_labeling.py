@@ -245,15 +245,15 @@ def test_raw_text_tags_every_character_with_offsets_in_the_input(tmp_path, seg_d
             f.write("“ … … 中 国\tS S S B E\n")  # NFKC turns "…" into "...": still one token a character
     trainer = build(tagging_config(seg_dir, str(tmp_path / "out")), tmp_path)
     trainer.do_train()
-    predictor = Predictor(trainer.export_inference(str(tmp_path / "export")))
-    predictor_dir = lambda _: str(tmp_path / "export")  # noqa: E731
+    export_dir = trainer.export_inference(str(tmp_path / "export"))
+    predictor = Predictor(export_dir)
     text = "１９９８年 NBA"
     result = predictor.predict([[text]])[0]
     assert len(result["tags"]) == 8
     assert [(c["text"], c["start"], c["end"]) for c in result["chunks"]] == \
         [("１９９８", 0, 4), ("年", 4, 5), ("NBA", 6, 9)]
     # longer than max_seq_len (40): split after sentence ends, tagged piece by piece, joined
-    meta = json.load(open(os.path.join(predictor_dir(predictor), "preprocess.json"), encoding="utf-8"))
+    meta = json.load(open(os.path.join(export_dir, "preprocess.json"), encoding="utf-8"))
     assert meta["max_seq_len"] == {"text_a": {"tokens": 40, "longer": "split"}}
     long_text = "我是学生。" * 30
     whole, eight, six = predictor.predict([[long_text], ["我是学生。" * 8], ["我是学生。" * 6]])
@@ -261,7 +261,7 @@ def test_raw_text_tags_every_character_with_offsets_in_the_input(tmp_path, seg_d
     assert all(long_text[c["start"]:c["end"]] == c["text"] for c in whole["chunks"])
     assert [c["start"] for c in whole["chunks"][len(eight["chunks"]):][:2]] == \
         [40 + c["start"] for c in eight["chunks"][:2]]
-    pool = BatchingPool(predictor_dir(predictor), max_batch=8, max_wait_ms=1)  # what the service runs
+    pool = BatchingPool(export_dir, max_batch=8, max_wait_ms=1)  # what the service runs
     try:
         assert pool.submit([[long_text], [text]]).result(timeout=60) == [whole, result]
     finally:
