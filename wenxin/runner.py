@@ -6,9 +6,10 @@ import logging
 import os
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from wenxin.common import blas
+from wenxin.common import blas, threads
 from wenxin.common.logs import setup_logging
 from wenxin.common.progress import progress_enabled
+from wenxin.compat.paddle_internals import set_cpu_threads
 from wenxin.config.loader import load_config
 from wenxin.config.task_check import resolve_task
 from wenxin.controller.base_trainer import BaseTrainer, prepare_output_path, resume_checkpoint
@@ -39,7 +40,10 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
         logger.info("%s", fast_blas)
     for note in config.get("_translations", []):
         logger.info("ERNIE-kit task file: %s", note)
-    setup_device(cfg["PADDLE_PLACE_TYPE"])
+    if setup_device(cfg["PADDLE_PLACE_TYPE"]) == "cpu":
+        count, reason = threads.choose_threads(cfg["cpu_threads"], user=threads.USER_THREADS)
+        set_cpu_threads(count)
+        logger.info("CPU kernels: %d thread%s (%s)", count, "s" * (count > 1), reason)
     init_distributed(cfg["PADDLE_IS_FLEET"])
     set_seed(cfg["seed"])
     config["_resume_from"] = resume_checkpoint(cfg)  # its vocabularies, not rebuilt ones

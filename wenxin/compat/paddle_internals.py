@@ -8,6 +8,8 @@
 - ``skip_update_when``: the ``found_inf`` input of Adam/AdamW's ops, which skips an update
   without a control-flow op (a ``cond`` costs a small program about 0.6 ms a step);
 - ``prune_program``: ``paddle.static.pir_io.pir_prune_with_input`` (evaluation programs);
+- ``set_cpu_threads``: the thread count of Paddle's CPU math (MKL and OpenMP kernels), which Paddle
+  fixes at load time from ``OMP_NUM_THREADS`` (``paddle.base.core.set_num_threads``);
 - ``dtype_name``: a dtype as numpy's name (``paddle.base.data_feeder.convert_dtype``), and a
   ``DenseTensor``'s dtype without copying it (``_dtype()``).
 """
@@ -61,3 +63,7 @@ def dtype_name(dtype: Any) -> str:
 def dense_tensor_dtype(tensor: Any) -> str:
     """The dtype of a scope's ``DenseTensor``, without copying it as ``np.array`` would."""
     return convert_dtype(tensor._dtype())  # noqa: SLF001
+
+
+def set_cpu_threads(count: int) -> None:
+    paddle.base.core.set_num_threads(count)

@@ -1,0 +1,59 @@
+"""trainer.cpu_threads: each training process gets its share of the cores it may use, unless the
+task file or the user's OMP_NUM_THREADS says otherwise."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from conftest import REPO, run_script, task_config, write_config
+from wenxin.common import threads
+
+
+def test_automatic_threads_share_the_cores_among_the_local_processes():
+    assert threads.choose_threads(0, {}, cores=2) == (2, "the 2 cores this process may use")
+    assert threads.choose_threads(0, {"PADDLE_LOCAL_SIZE": "2"}, cores=8)[0] == 4
+    assert threads.choose_threads(0, {"PADDLE_LOCAL_SIZE": "3"}, cores=2)[0] == 1  # never 0
+    assert threads.choose_threads(0, {"PADDLE_LOCAL_SIZE": "x"}, cores=2)[0] == 2
+
+
+def test_the_task_file_and_then_the_users_variable_win():
+    assert threads.choose_threads(3, {"PADDLE_LOCAL_SIZE": "2"}, cores=8, user=5) == (3, "trainer.cpu_threads")
+    assert threads.choose_threads(0, {}, cores=8, user=5) == (5, "OMP_NUM_THREADS set by the user")
+
+
+def test_a_cgroup_quota_caps_the_cores(tmp_path):
+    affinity = len(os.sched_getaffinity(0))
+    quota = tmp_path / "cpu.max"
+    quota.write_text("100000 100000\n")
+    assert threads.available_cores(str(quota)) == 1
+    quota.write_text("50000 100000\n")  # half a core is still one thread
+    assert threads.available_cores(str(quota)) == 1
+    quota.write_text("max 100000\n")
+    assert threads.available_cores(str(quota)) == affinity
+    assert threads.available_cores(str(tmp_path / "missing")) == affinity
+
+
+def test_only_the_users_own_variable_counts():
+    assert threads.user_threads({"OMP_NUM_THREADS": "3"}) == 3
+    for value in ("1", "0", "x", ""):  # 1 is what Paddle writes when it loads, and its children inherit
+        assert threads.user_threads({"OMP_NUM_THREADS": value}) is None
+    assert threads.user_threads({}) is None
+    code = "import wenxin, paddle, os; from wenxin.common import threads; print(threads.USER_THREADS)"
+    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "3"}
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=env).stdout.split() == ["3"]
+
+
+def test_a_training_run_says_how_many_threads_it_uses(tmp_path, data_dir):
+    config = task_config(data_dir, str(tmp_path / "out"), epoch=1, is_eval_dev=0, is_eval_test=0, cpu_threads=1)
+    path = write_config(str(tmp_path / "task.json"), config)
+    proc = run_script(tmp_path, ["--param_path", path])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "CPU kernels: 1 thread (trainer.cpu_threads)" in proc.stderr + proc.stdout
+    proc = run_script(tmp_path, ["--param_path", path, "--set", "trainer.cpu_threads=0",
+                                 "--set", f"trainer.output_path={tmp_path / 'out2'}"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cores = threads.available_cores()
+    plural = "s" * (cores > 1)
+    assert f"CPU kernels: {cores} thread{plural} (the {cores} cores this process may use)" in proc.stderr + proc.stdout
