@@ -208,6 +208,30 @@ def test_ernie_tagger_fine_tunes_and_exports_word_tags(tmp_path, ernie_dir, mode
         starts = np.cumsum([0] + [2 if w == "goods" else 1 for w in words])[:-1]
         assert result["tags"] == [vocab[predicted[1 + s]] for s in starts]  # first pieces, as evaluated
     assert sum(r["tags"] == gold.split(" ") for r, (_, gold) in zip(results, rows)) > 30  # whole lines right
+    # a text of more than max_seq_len - 2 = 38 word pieces is cut after the last sentence end that
+    # fits, between whole words; the pieces are tagged on their own and joined
+    with open(os.path.join(folder, "preprocess.json"), encoding="utf-8") as f:
+        assert json.load(f)["max_seq_len"] == {"text_a": {"tokens": 40, "longer": "split"}}
+    sentences = [text + " 。" for text, _ in rows[:12]]
+    sizes = [sum(2 if w == "goods" else 1 for w in s.split(" ")) for s in sentences]
+    groups, used = [[]], 0
+    for sentence, size in zip(sentences, sizes):  # whole sentences, as many as fit
+        if groups[-1] and used + size > 38:
+            groups.append([])
+            used = 0
+        groups[-1].append(sentence)
+        used += size
+    assert len(groups) > 1
+    long_text = " ".join(sentences)
+    whole, *parts = Predictor(folder).predict([[long_text]] + [[" ".join(g)] for g in groups])
+    assert len(whole["tags"]) == len(long_text.split(" "))
+    assert whole["tags"] == [t for part in parts for t in part["tags"]]
+    expected, offset = [], 0
+    for group, part in zip(groups, parts):
+        expected += [{**c, "start": c["start"] + offset, "end": c["end"] + offset} for c in part["chunks"]]
+        offset += len(" ".join(group)) + 1
+    assert whole["chunks"] == expected and expected
+    assert all(long_text[c["start"]:c["end"]] == c["text"] for c in whole["chunks"])
     if decoder == "softmax":  # ONNX Runtime tags the same (paddle2onnx cannot convert the CRF's decoding)
         onnx = onnx_predictor(trainer, folder).predict([[text] for text, _ in rows], batch_size=7)
         assert [r["tags"] for r in onnx] == [r["tags"] for r in results]

@@ -37,14 +37,14 @@ def label_names(readers: Dict[str, BasicDataSetReader]) -> List[str]:
 
 
 def max_lengths(fields: Sequence[BaseFieldReader], result_format: str) -> Dict[str, Any]:
-    """Each text field's token limit and what happens to longer inputs: a tagger's are split into
-    pieces at sentence ends and tagged piece by piece (``TaggingFormat.split_rows``); others are
-    truncated (``truncation_type``)."""
+    """Each text field's token limit (for ERNIE fields, word pieces with ``[CLS]`` and ``[SEP]``)
+    and what happens to longer inputs: a tagger's are split into pieces at sentence ends and tagged
+    piece by piece (``TaggingFormat.split_rows``); others are truncated (``truncation_type``)."""
     limits: Dict[str, Any] = {}
     for field in fields:
         if isinstance(field, TextFieldReader):
-            split = result_format == "tagging" and not field.word_pieces
-            limits[field.name] = {"tokens": field.max_seq_len, "longer": "split" if split else "truncated"}
+            longer = "split" if result_format == "tagging" else "truncated"
+            limits[field.name] = {"tokens": field.max_seq_len, "longer": longer}
     return limits
 
 

@@ -3,7 +3,7 @@ service answers) and lines (what ``wenxin infer`` writes). A model names its for
 ``BaseModel.prediction_format``; the export records it in ``preprocess.json``."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -132,28 +132,39 @@ class TaggingFormat(ResultFormat):
         return results
 
     def split_rows(self, rows):  # noqa: ANN001, ANN201
-        """A text of more than the field's ``max_seq_len`` tokens is cut into pieces of at most
-        that many: after the last sentence end (``。！？；!?;``) that fits, else after the last
-        clause end (``，,、：:``), else after ``max_seq_len`` tokens. ERNIE fields (word pieces)
-        are not split."""
+        """A text longer than the field's ``max_seq_len`` is cut into pieces that fit: after the
+        last sentence end (``。！？；!?;``) that fits, else after the last clause end
+        (``，,、：:``), else at the limit. The limit counts tokens; for ERNIE fields, word pieces
+        between ``[CLS]`` and ``[SEP]``, and a piece ends after a whole word."""
         text, field = self._text_field()
-        if field.word_pieces:
-            return super().split_rows(rows)
-        limit = field.max_seq_len
         pieces_rows: List[Sequence[str]] = []
         pieces: List[Piece] = []
         for index, row in enumerate(rows):
             raw = row[text]
-            spans = field.tokenizer.spans(raw) if len(raw) > limit // 4 else []  # NFKC may expand
-            if len(spans) <= limit:
+            units, sizes, limit = self._units(field, raw)
+            if sum(sizes) <= limit:
                 pieces_rows.append(row)
                 pieces.append(Piece(index, 0))
                 continue
-            for start, end in cut_points([token for token, _, _ in spans], limit):
-                begin, finish = spans[start][1], spans[end - 1][2]
+            for start, end in cut_points([unit for unit, _, _ in units], limit, sizes):
+                begin, finish = units[start][1], units[end - 1][2]
                 pieces_rows.append([*row[:text], raw[begin:finish], *row[text + 1:]])
                 pieces.append(Piece(index, begin))
         return pieces_rows, pieces
+
+    @staticmethod
+    def _units(field: TextFieldReader, raw: str) -> Tuple[List[Tuple[str, int, int]], List[int], int]:
+        """What a text is cut between, ``(unit, start, end)`` in ``raw``, each unit's size in
+        tokens, and how many tokens a piece may have: words and their pieces for ERNIE fields
+        (two places go to ``[CLS]`` and ``[SEP]``), else tokens."""
+        if field.word_pieces:
+            words = field.words(raw)
+            units = [(word, start, end) for word, (start, end) in zip(words, word_offsets(raw, words))]
+            return units, [len(ids) for ids in field.word_ids(words)], field.max_seq_len - 2
+        if len(raw) <= field.max_seq_len // 4:  # short enough whatever NFKC expands (at most 4x here)
+            return [], [], field.max_seq_len
+        units = field.tokenizer.spans(raw)
+        return units, [1] * len(units), field.max_seq_len
 
     def join_results(self, results, pieces, rows):  # noqa: ANN001, ANN201
         joined: List[Dict[str, Any]] = []
@@ -194,16 +205,23 @@ SENTENCE_ENDS = frozenset("。！？；!?;")
 CLAUSE_ENDS = frozenset("，,、：:")
 
 
-def cut_points(tokens: Sequence[str], limit: int) -> List[Tuple[int, int]]:
-    """``[start, end)`` token ranges of at most ``limit`` tokens covering ``tokens``, each ending
-    after a sentence end if one fits, else after a clause end, else at the limit."""
+def cut_points(units: Sequence[str], limit: int, sizes: Optional[Sequence[int]] = None) -> List[Tuple[int, int]]:
+    """``[start, end)`` ranges of ``units`` (tokens or words, of ``sizes`` tokens each, 1 if not
+    given) covering them, each of at most ``limit`` tokens and ending after a sentence end if one
+    fits, else after a clause end, else at the limit. A unit larger than ``limit`` is a range of
+    its own."""
+    sizes = [1] * len(units) if sizes is None else sizes
     ranges, start = [], 0
-    while start < len(tokens):
-        end = min(start + limit, len(tokens))
-        if end < len(tokens):
+    while start < len(units):
+        end, total = start, 0
+        while end < len(units) and total + sizes[end] <= limit:
+            total += sizes[end]
+            end += 1
+        end = max(end, start + 1)
+        if end < len(units):
             window = range(end - 1, start, -1)
-            end = next((i + 1 for i in window if tokens[i] in SENTENCE_ENDS),
-                       next((i + 1 for i in window if tokens[i] in CLAUSE_ENDS), end))
+            end = next((i + 1 for i in window if units[i][-1:] in SENTENCE_ENDS),
+                       next((i + 1 for i in window if units[i][-1:] in CLAUSE_ENDS), end))
         ranges.append((start, end))
         start = end
     return ranges
