@@ -209,6 +209,8 @@ def test_hashed_bigrams_pair_each_token_with_its_neighbours():
     table = layer.table.weight.numpy()
     number = 3 * 50 + 7
     assert np.allclose(right[0, 0], table[number % 101] + table[number % 97])
+    assert np.allclose(left[0, 0], table[3 % 101] + table[3 % 97])  # (pad, 3): the number 0 * 50 + 3
+    assert np.allclose(right[0, 2], table[9 * 50 % 101] + table[9 * 50 % 97])  # (9, pad)
     # (1, 2) and (3, 3) are the numbers 52 and 153, equal modulo 101 but not modulo 97
     two = layer(paddle.to_tensor([[1, 2], [3, 3]])).numpy()[:, 0, 4:]
     assert not np.allclose(two[0], two[1])

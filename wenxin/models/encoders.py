@@ -118,15 +118,15 @@ class HashedBigrams(nn.Layer):
         self.output_dim = 2 * dim
 
     def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
+        # The T + 1 bigrams of a row, (pad, x0), (x0, x1) ... (x[T-1], pad): token t's left bigram
+        # is bigram t and its right one bigram t + 1, so each is looked up once, and every row
+        # of every hash in one lookup (one gradient of the table, not one per lookup).
         pad = paddle.full_like(ids[:, :1], self.padding_id)  # [B, 1]
-        following = paddle.concat([ids[:, 1:], pad], axis=1)  # [B, T]: the next token's id
-        right = ids * self.vocab_size + following  # [B, T]: the (token, next) bigram's number
-        left = paddle.concat([pad * self.vocab_size + ids[:, :1], right[:, :-1]], axis=1)  # (previous, token)
-        embedded = []
-        for bigram in (left, right):
-            rows = [self.table(bigram % p) for p in self.moduli]  # each [B, T, dim]
-            embedded.append(paddle.add_n(rows) if len(rows) > 1 else rows[0])
-        return paddle.concat(embedded, axis=-1)  # [B, T, 2 * dim]
+        padded = paddle.concat([pad, ids, pad], axis=1)  # [B, T + 2]
+        bigrams = padded[:, :-1] * self.vocab_size + padded[:, 1:]  # [B, T + 1]
+        rows = paddle.stack([bigrams % p for p in self.moduli])  # [hashes, B, T + 1]
+        embedded = self.table(rows).sum(axis=0)  # [B, T + 1, dim]
+        return paddle.concat([embedded[:, :-1], embedded[:, 1:]], axis=-1)  # [B, T, 2 * dim]: left, right
 
 
 def largest_primes(limit: int, count: int) -> List[int]:
