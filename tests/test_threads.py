@@ -57,3 +57,16 @@ def test_a_training_run_says_how_many_threads_it_uses(tmp_path, data_dir):
     cores = threads.available_cores()
     plural = "s" * (cores > 1)
     assert f"CPU kernels: {cores} thread{plural} (the {cores} cores this process may use)" in proc.stderr + proc.stdout
+
+
+def test_static_programs_run_their_ops_on_the_thread_that_set_the_count(tmp_path, data_dir):
+    """OpenMP's thread count holds per thread; the static executor's own threads would keep 1."""
+    import paddle
+
+    from conftest import build
+    config = task_config(data_dir, str(tmp_path / "out"), epoch=1, is_eval_dev=0, is_eval_test=0, cpu_threads=2)
+    config["model"]["is_dygraph"] = 0
+    config["trainer"]["type"] = "CustomStaticTrainer"
+    paddle.set_flags({"FLAGS_new_executor_serial_run": False})
+    build(config, tmp_path)
+    assert paddle.get_flags(["FLAGS_new_executor_serial_run"])["FLAGS_new_executor_serial_run"] is True

@@ -9,7 +9,11 @@
   without a control-flow op (a ``cond`` costs a small program about 0.6 ms a step);
 - ``prune_program``: ``paddle.static.pir_io.pir_prune_with_input`` (evaluation programs);
 - ``set_cpu_threads``: the thread count of Paddle's CPU math (MKL and OpenMP kernels), which Paddle
-  fixes at load time from ``OMP_NUM_THREADS`` (``paddle.base.core.set_num_threads``);
+  fixes at load time from ``OMP_NUM_THREADS`` (``paddle.base.core.set_num_threads``). OpenMP's
+  count holds for the thread that sets it, and the static executor runs ops on threads of its own,
+  so static programs are also made to run their ops on the calling thread
+  (``FLAGS_new_executor_serial_run``): measured, a static BoW step took 0.30 s with the count
+  set, 0.23 s with ``OMP_NUM_THREADS=2`` before Paddle loaded, and 0.21 s with both;
 - ``dtype_name``: a dtype as numpy's name (``paddle.base.data_feeder.convert_dtype``), and a
   ``DenseTensor``'s dtype without copying it (``_dtype()``).
 """
@@ -67,3 +71,4 @@ def dense_tensor_dtype(tensor: Any) -> str:
 
 def set_cpu_threads(count: int) -> None:
     paddle.base.core.set_num_threads(count)
+    paddle.set_flags({"FLAGS_new_executor_serial_run": True})
