@@ -90,6 +90,67 @@ def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir, mode, ac
             assert float(checkpoint_state(tmp_path / out / "checkpoints" / "step_6")["scaler"]["scale"][0]) == 8192.0
 
 
+def free_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_nodes(tmp_path, config, nodes=2):
+    """``nodes`` launchers on this machine, 1 process each, meeting at a master on 127.0.0.1: a
+    multi-machine run's commands, with the machines' addresses replaced by this one's."""
+    path = write_config(str(tmp_path / "task_nodes.json"), config)
+    master = f"127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen([sys.executable, "-m", "paddle.distributed.launch", "--master", master,
+                               "--nnodes", str(nodes), "--rank", str(rank), "--nproc_per_node", "1",
+                               "--log_dir", str(tmp_path / f"node{rank}_logs"),
+                               os.path.join(REPO, "run_trainer.py"), "--param_path", path],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path),
+                              env={**os.environ, "GLOG_minloglevel": "2"}) for rank in range(nodes)]
+    try:
+        outputs = [proc.communicate(timeout=300)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    for rank, (proc, out) in enumerate(zip(procs, outputs)):
+        folder = tmp_path / f"node{rank}_logs"
+        logs = "".join(open(folder / n).read()[-1500:] for n in os.listdir(folder) if n.startswith("workerlog"))
+        assert proc.returncode == 0, out[-1500:] + logs
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_two_nodes_equal_one_process_with_double_batch(tmp_path, data_dir, mode):
+    """Two launchers with --nnodes 2 and a master on 127.0.0.1, one process each, train the same
+    parameters as one process with the double batch."""
+    def config(out, batch):
+        # one CPU thread each: the two "machines" share this one's cores
+        c = task_config(data_dir, str(tmp_path / out), max_steps=6, eval_step=3, save_model_step=6,
+                        is_eval_test=0, train_log_step=1, cpu_threads=1)
+        c["model"]["dropout"] = 0.0
+        c["model"]["optimization"] = {"optimizer": "sgd", "learning_rate": 0.5, "lr_scheduler": "constant"}
+        c["dataset_reader"]["train_reader"]["config"]["batch_size"] = batch
+        if mode == "static":
+            c["model"]["is_dygraph"] = 0
+            c["trainer"]["type"] = "CustomStaticTrainer"
+        return c
+
+    launch(tmp_path, config("single", 16), 1)
+    launch_nodes(tmp_path, config("nodes", 8))
+    single = checkpoint_params(tmp_path / "single" / "checkpoints" / "step_6")
+    nodes = checkpoint_params(tmp_path / "nodes" / "checkpoints" / "step_6")
+    for name, value in single.items():
+        np.testing.assert_allclose(np.asarray(nodes[name]), np.asarray(value), atol=1e-5, err_msg=name)
+    assert [r["acc"] for r in dev_records(str(tmp_path / "nodes"))] == \
+        [r["acc"] for r in dev_records(str(tmp_path / "single"))]
+    train_a, train_b = losses_of(str(tmp_path / "single")), losses_of(str(tmp_path / "nodes"))
+    assert sorted(train_b) == [1, 2, 3, 4, 5, 6]
+    for step, loss in train_a.items():
+        assert train_b[step] == pytest.approx(loss, abs=1e-5), step
+    worker_log = open(tmp_path / "node1_logs" / "workerlog.0", encoding="utf-8").read()
+    assert "rank_id: 1" in worker_log and "dp_degree: 2" in worker_log and "[train] step 6" in worker_log
+
+
 @pytest.mark.slow
 def test_all_ranks_resume_from_the_same_checkpoint(tmp_path, data_dir):
     def config(out, max_steps, resume="none"):
