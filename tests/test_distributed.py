@@ -97,15 +97,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_nodes(tmp_path, config, nodes=2):
+def launch_nodes(tmp_path, config, nodes=2, expect_success=True):
     """``nodes`` launchers on this machine, 1 process each, meeting at a master on 127.0.0.1: a
-    multi-machine run's commands, with the machines' addresses replaced by this one's."""
-    path = write_config(str(tmp_path / "task_nodes.json"), config)
+    multi-machine run's commands, with the machines' addresses replaced by this one's. ``config``
+    is the task, or a list of one task per node (as each machine may have its own file)."""
+    configs = config if isinstance(config, list) else [config] * nodes
+    paths = [write_config(str(tmp_path / f"task_node{rank}.json"), c) for rank, c in enumerate(configs)]
     master = f"127.0.0.1:{free_port()}"
     procs = [subprocess.Popen([sys.executable, "-m", "paddle.distributed.launch", "--master", master,
                                "--nnodes", str(nodes), "--rank", str(rank), "--nproc_per_node", "1",
                                "--log_dir", str(tmp_path / f"node{rank}_logs"),
-                               os.path.join(REPO, "run_trainer.py"), "--param_path", path],
+                               os.path.join(REPO, "run_trainer.py"), "--param_path", paths[rank]],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path),
                               env={**os.environ, "GLOG_minloglevel": "2"}) for rank in range(nodes)]
     try:
@@ -113,10 +115,12 @@ def launch_nodes(tmp_path, config, nodes=2):
     finally:
         for proc in procs:
             proc.kill()
+    logs = []
     for rank, (proc, out) in enumerate(zip(procs, outputs)):
         folder = tmp_path / f"node{rank}_logs"
-        logs = "".join(open(folder / n).read()[-1500:] for n in os.listdir(folder) if n.startswith("workerlog"))
-        assert proc.returncode == 0, out[-1500:] + logs
+        logs.append("".join(open(folder / n).read() for n in os.listdir(folder) if n.startswith("workerlog")))
+        assert (proc.returncode == 0) is expect_success, out[-1500:] + logs[-1][-1500:]
+    return logs
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
@@ -149,6 +153,23 @@ def test_two_nodes_equal_one_process_with_double_batch(tmp_path, data_dir, mode)
         assert train_b[step] == pytest.approx(loss, abs=1e-5), step
     worker_log = open(tmp_path / "node1_logs" / "workerlog.0", encoding="utf-8").read()
     assert "rank_id: 1" in worker_log and "dp_degree: 2" in worker_log and "[train] step 6" in worker_log
+
+
+def test_nodes_that_would_resume_from_different_steps_stop_with_one_error(tmp_path, data_dir):
+    """Each "machine" has its own output_path, as on disks that are not shared: node 0 finds a
+    checkpoint to resume, node 1 none. Training from both would silently diverge."""
+    def config(out, max_steps):
+        c = task_config(data_dir, str(tmp_path / out), max_steps=max_steps, save_model_step=3, is_eval_dev=0,
+                        is_eval_test=0, resume="auto", cpu_threads=1)
+        c["model"]["optimization"] = {"optimizer": "sgd", "learning_rate": 0.5, "lr_scheduler": "constant"}
+        return c
+
+    launch(tmp_path, config("machine0", 3), 1)  # machine 0 has checkpoints/step_3
+    logs = launch_nodes(tmp_path, [config("machine0", 6), config("machine1", 6)], expect_success=False)
+    for log in logs:
+        assert "the 2 ranks start from different steps (0 to 3" in log, log[-2000:]
+        assert "[train] step 4" not in log and "[train] step 1:" not in log
+    assert sorted(os.listdir(tmp_path / "machine0" / "checkpoints")) == ["latest", "step_3"]  # left as it was
 
 
 @pytest.mark.slow
@@ -191,6 +212,7 @@ def test_micro_batches_do_not_all_reduce(tmp_path, data_dir):
 
     trainer.train_model, trainer.world_size = Recorder(), 2
     trainer.mean_over_ranks = lambda value: value
+    trainer.check_ranks_start_together = lambda: None
     trainer.should_check_loss = lambda: False  # no collective in this single process
     trainer.do_train()
     assert entered == [0, 0]  # micro-batches 1 and 2 of step 1; the 3rd all-reduces

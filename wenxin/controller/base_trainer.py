@@ -266,6 +266,23 @@ class BaseTrainer:
             paddle.distributed.all_reduce(tensor)
             return float(tensor.item()) / self.world_size
 
+    def check_ranks_start_together(self) -> None:
+        """Every rank must start from the same step: a rank that found no checkpoint to resume
+        (another machine's disk) would train from scratch beside the others. One clear error
+        on every rank instead."""
+        if self.world_size == 1:
+            return
+        with eager_mode():
+            step = float(self.state.global_step)
+            tensor = paddle.to_tensor([step, -step], dtype="float64")
+            paddle.distributed.all_reduce(tensor, op=paddle.distributed.ReduceOp.MAX)
+            highest, lowest = int(tensor[0].item()), -int(tensor[1].item())
+        if highest != lowest:
+            raise CheckpointError(f"trainer.output_path: the {self.world_size} ranks start from different steps "
+                                  f"({lowest} to {highest}; this rank {int(step)}): every rank resumes from "
+                                  f"{self.trainer_config['output_path']}, so on several machines it must be "
+                                  f"storage they share (or hold the same checkpoint on each)")
+
     def current_lr(self) -> float:
         return float(self.lr_scheduler.get_lr()) if self.lr_scheduler is not None else 0.0
 
@@ -288,6 +305,7 @@ class BaseTrainer:
     def train_loop(self) -> Dict[str, Dict[str, float]]:
         """Run until ``max_steps`` or a hook asks to stop; returns the last metrics by reader."""
         s = self.state
+        self.check_ranks_start_together()
         if s.finished:  # resumed from the end of a finished run
             logger.info("nothing to train: step %d of %d is done (raise trainer.epoch or trainer.max_steps to "
                         "train on; wenxin evaluate scores a checkpoint again)", s.global_step, s.max_steps)
