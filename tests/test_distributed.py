@@ -153,6 +153,7 @@ def test_two_nodes_equal_one_process_with_double_batch(tmp_path, data_dir, mode)
         assert train_b[step] == pytest.approx(loss, abs=1e-5), step
     worker_log = open(tmp_path / "node1_logs" / "workerlog.0", encoding="utf-8").read()
     assert "rank_id: 1" in worker_log and "dp_degree: 2" in worker_log and "[train] step 6" in worker_log
+    assert "new best dev" not in worker_log  # only the rank that writes checkpoints says where
 
 
 def test_nodes_that_would_resume_from_different_steps_stop_with_one_error(tmp_path, data_dir):

@@ -57,4 +57,5 @@ class CheckpointHook(IntervalHook):
         if better:
             state.best_metric, state.best_step = value, state.global_step
             path = self.trainer.save_checkpoint(BEST_DIR, update_latest=False)
-            logger.info("new best dev %s %.6g at step %d -> %s", name, value, state.global_step, path)
+            if path:  # rank 0 writes; the other ranks only keep the score
+                logger.info("new best dev %s %.6g at step %d -> %s", name, value, state.global_step, path)
