@@ -257,29 +257,31 @@ class BaseTrainer:
 
     def set_scaler_state_dict(self, state: Optional[Dict[str, Any]]) -> None: ...
 
+    def reduce_over_ranks(self, values: List[float], op: str = "sum") -> List[float]:
+        """``values`` reduced elementwise over all ranks (``sum`` or ``max``; themselves in a
+        single process), in float64."""
+        if self.world_size == 1:
+            return list(values)
+        reduce_op = {"sum": paddle.distributed.ReduceOp.SUM, "max": paddle.distributed.ReduceOp.MAX}[op]
+        with eager_mode():  # collectives on eager tensors, also in a static loop
+            tensor = paddle.to_tensor(values, dtype="float64")
+            paddle.distributed.all_reduce(tensor, op=reduce_op)
+            return tensor.tolist()
+
     def mean_over_ranks(self, value: float) -> float:
         """The mean of ``value`` over all ranks (itself in a single process)."""
-        if self.world_size == 1:
-            return value
-        with eager_mode():  # collectives on eager tensors, also in a static loop
-            tensor = paddle.to_tensor([value], dtype="float64")
-            paddle.distributed.all_reduce(tensor)
-            return float(tensor.item()) / self.world_size
+        return self.reduce_over_ranks([value])[0] / self.world_size
 
     def check_ranks_start_together(self) -> None:
         """Every rank must start from the same step: a rank that found no checkpoint to resume
         (another machine's disk) would train from scratch beside the others. One clear error
         on every rank instead."""
-        if self.world_size == 1:
-            return
-        with eager_mode():
-            step = float(self.state.global_step)
-            tensor = paddle.to_tensor([step, -step], dtype="float64")
-            paddle.distributed.all_reduce(tensor, op=paddle.distributed.ReduceOp.MAX)
-            highest, lowest = int(tensor[0].item()), -int(tensor[1].item())
-        if highest != lowest:
+        step = self.state.global_step
+        highest, negated_lowest = self.reduce_over_ranks([step, -step], op="max")
+        lowest = -int(negated_lowest)
+        if int(highest) != lowest:
             raise CheckpointError(f"trainer.output_path: the {self.world_size} ranks start from different steps "
-                                  f"({lowest} to {highest}; this rank {int(step)}): every rank resumes from "
+                                  f"({lowest} to {int(highest)}; this rank {step}): every rank resumes from "
                                   f"{self.trainer_config['output_path']}, so on several machines it must be "
                                   f"storage they share (or hold the same checkpoint on each)")
 
