@@ -7,12 +7,15 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 from typing import Any, Dict, List, Optional
 
 import pytest
 
 os.environ.setdefault("GLOG_minloglevel", "2")
 os.environ.setdefault("GLOG_v", "0")
+# readers with cache: auto and large data, and runs started by tests, keep the token cache here
+os.environ.setdefault("WENXIN_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"wenxin-test-cache-{os.getpid()}"))
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 

@@ -77,6 +77,12 @@ READER_CONFIG: Schema = {
     "separator": Key(str, "\t", non_empty=True),
     "skip_bad_lines": Key(bool, False, doc="skip and count malformed lines instead of failing"),
     "num_workers": Key(int, 0, minimum=0, doc="paddle.io.DataLoader worker processes"),
+    "cache": Key((bool, str), "auto", choices=[True, False, "auto"],
+                 doc="keep the converted examples in the token cache (memory-mapped arrays) for later "
+                     "runs, resumes and readers of the same data; auto: for data files of 8 MB or more"),
+    "cache_dir": Key(str, "", doc="the token cache's folder (empty: $WENXIN_CACHE_DIR, else ~/.cache/wenxin)"),
+    "cache_processes": Key(int, 0, minimum=0, doc="processes converting data into the token cache "
+                                                   "(0: the CPU cores this process may use)"),
     "max_line_bytes": Key(int, 512 << 10, minimum=16, doc="a longer line is malformed (an error naming "
                                                           "file:line, or skipped with skip_bad_lines)"),
 }

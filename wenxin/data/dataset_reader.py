@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import os
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
@@ -16,12 +17,14 @@ from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSp
 from wenxin.common.progress import ProgressBar
 from wenxin.data.lines import iter_lines
 from wenxin.data.sampler import ResumableBatchSampler
+from wenxin.data.token_cache import CacheUnavailable, CachedExamples, FilePart, TokenCache
 
 logger = logging.getLogger(__name__)
 
 RawLine = Tuple[str, int, List[str]]  # (file, line number, columns)
 RARE_LABEL_COUNT = 3  # a label seen this often or less in a training set of 50+ lines is suspicious
 RAW_TEXT_CHECK_LINES = 2000  # training lines whose tagged tokens must come out of their raw sentence
+SKIPPED_SHOWN = 5  # skipped lines named in the log
 
 
 def list_data_files(data_path: str, key_path: str) -> List[str]:
@@ -37,6 +40,38 @@ def list_data_files(data_path: str, key_path: str) -> List[str]:
     if os.path.exists(data_path):
         raise DataError(f"{key_path}: not a regular file or folder (a FIFO or a device?): {data_path}")
     raise DataError(f"{key_path}: data file not found: {data_path}")
+
+
+FirstSeen = Dict[int, Dict[str, Tuple[str, int]]]  # field position -> label -> (file, line) where it first occurs
+
+
+class FitGroup:
+    """A vocab fitted on training data: the ``owner`` field's, counted over the columns at
+    ``columns`` (the owner's and those of fields naming it in ``vocab_from``)."""
+
+    def __init__(self, owner: BaseFieldReader, columns: List[int]) -> None:
+        self.owner, self.columns = owner, columns
+
+    def count(self, rows: Iterable[RawLine]) -> "collections.Counter[Any]":
+        """The owner's ``fit_items`` counted over these columns of ``rows``."""
+        counts: collections.Counter = collections.Counter()
+        items = self.owner.fit_items
+        for _, _, columns in rows:
+            for col in self.columns:
+                counts.update(items(columns[col]))
+        return counts
+
+    def fit(self, rows: Iterable[RawLine]) -> None:
+        self.owner.fit_counts(self.count(rows))
+
+    def fits_while_converting(self, fields: Sequence[BaseFieldReader]) -> bool:
+        """Whether the token cache may fit this vocab from the conversion itself
+        (``token_cache.PartVocab``): every field of the group converts as ``TextFieldReader``
+        does (the ids ``vocab.to_ids`` gives for ``fit_items``, cut to length) with the owner's
+        tokenizer."""
+        tokenizer = self.owner.config.get("tokenizer")
+        return all(type(f).convert is TextFieldReader.convert and type(f).fit_items is TextFieldReader.fit_items
+                   and f.config.get("tokenizer") == tokenizer for f in (fields[c] for c in self.columns))
 
 
 class _ExampleDataset(paddle.io.Dataset):
@@ -109,61 +144,63 @@ class BasicDataSetReader:
             if other and other not in self.names:
                 raise ConfigError(f"{field.path}.align_with: no field named '{other}' in this reader "
                                   f"(fields: {', '.join(self.names)})")
-        self.examples: List[Tuple[Any, ...]] = []
+        self.examples: Sequence[Tuple[Any, ...]] = []  # a list, or CachedExamples from the token cache
         self.raw_examples: List[List[str]] = []
         self.bad_lines = 0
+        self.skipped: List[Tuple[str, int, str]] = []  # the first skipped lines in file order: (file, line, why)
         self.show_progress = False  # a progress bar while converting (build_readers sets it)
 
     # ---- reading -------------------------------------------------------------------------
-    def read_lines(self) -> List[RawLine]:
-        """All lines of the data files, split into columns; checks the column count. Files are
-        read a line at a time (``wenxin.data.lines``); blank lines are skipped."""
+    def data_files(self) -> List[str]:
+        """The reader's data files (``config.data_path``: a file or a folder); all empty is an error."""
+        key = f"{self.key_path}.config.data_path"
+        files = list_data_files(self.reader_config["data_path"], key)
+        if all(os.path.getsize(f) == 0 for f in files):
+            raise DataError(f"{key}: {', '.join(files)}: "
+                            f"{'the file is' if len(files) == 1 else 'the files are'} empty")
+        return files
+
+    def iter_rows(self, parts: Optional[Sequence[FilePart]] = None,
+                  on_bad: Optional[Callable[[str, int, str], None]] = None) -> Iterator[RawLine]:
+        """The lines of the data files (or of ``parts`` of them), split into columns; checks the
+        column count (a bad line goes to ``on_bad``, by default ``_bad_line``). Files are read a
+        line at a time (``wenxin.data.lines``); blank lines and headers are skipped."""
         cfg = self.reader_config
-        lines: List[RawLine] = []
         n_fields = len(self.fields)
-        files = list_data_files(cfg["data_path"], f"{self.key_path}.config.data_path")
-        seen_any = False
-        for path in files:
-            for lineno, line, problem in iter_lines(path, cfg["max_line_bytes"]):
-                seen_any = True
+        on_bad = on_bad or self._bad_line
+        if parts is None:
+            parts = [FilePart(path, 0, None, 1) for path in self.data_files()]
+        for path, start, end, first_lineno in parts:
+            for lineno, line, problem in iter_lines(path, cfg["max_line_bytes"], start, end, first_lineno):
                 if problem is not None:
-                    self._bad_line(path, lineno, problem)
+                    on_bad(path, lineno, problem)
                     continue
                 if (cfg["has_header"] and lineno == 1) or not line.strip():
                     continue
                 columns = line.split(cfg["separator"])
                 if len(columns) != n_fields:
                     names = ", ".join(f.name for f in self.fields)
-                    self._bad_line(path, lineno, f"expected {n_fields} columns ({names}), got {len(columns)}")
+                    on_bad(path, lineno, f"expected {n_fields} columns ({names}), got {len(columns)}")
                     continue
-                lines.append((path, lineno, columns))
-        if not seen_any:
-            raise DataError(f"{self.key_path}.config.data_path: {', '.join(files)}: "
-                            f"{'the file is' if len(files) == 1 else 'the files are'} empty")
-        return lines
+                yield path, lineno, columns
+
+    def read_lines(self) -> List[RawLine]:
+        """All lines of the data files, split into columns (see ``iter_rows``)."""
+        return list(self.iter_rows())
 
     def _bad_line(self, path: str, lineno: int, problem: str) -> None:
         if not self.reader_config["skip_bad_lines"]:
             raise DataError(f"{path}:{lineno}: {problem} (set skip_bad_lines to skip such lines)")
         self.bad_lines += 1
-        if self.bad_lines <= 5:
-            logger.warning("%s:%d: skipped: %s", path, lineno, problem)
+        self.skipped.append((path, lineno, problem))
+        if len(self.skipped) > 10 * SKIPPED_SHOWN:  # lines come in file order, but read before converted
+            self.skipped = sorted(self.skipped)[:SKIPPED_SHOWN]
 
-    def load(self, train_reader: Optional["BasicDataSetReader"] = None,
-             saved_vocab_dir: Optional[str] = None) -> "BasicDataSetReader":
-        """Read and convert all examples; fields without a vocab share the train reader's. The
-        train reader fits its vocabs, or, resuming, takes those in ``saved_vocab_dir``."""
-        logger.info("%s: loading data from %s", self.name, self.reader_config["data_path"])
-        lines = self.read_lines()
-        lines = self._sample(lines)
-        logger.info("%s: %d lines read%s", self.name, len(lines),
-                    "; fitting vocabularies and converting" if train_reader is None else "; converting")
-        self._fit_vocabs(lines, train_reader, saved_vocab_dir)
-        keep_raw = self.reader_config["need_generate_examples"]
-        bar = ProgressBar(len(lines), f"{self.name} data") if self.show_progress else None
-        for count, (path, lineno, columns) in enumerate(lines, 1):
-            if bar is not None:
-                bar.update(count)
+    def converted(self, rows: Iterable[RawLine]) -> Iterator[Tuple[RawLine, Tuple[Any, ...]]]:
+        """Each row with its converted example; a malformed row goes to ``_bad_line``, a label
+        outside the label map is an error naming ``file:line``."""
+        for row in rows:
+            path, lineno, columns = row
             try:
                 example = convert_row(self.fields, columns)
                 by_name = dict(zip(self.names, example))
@@ -174,33 +211,82 @@ class BasicDataSetReader:
             except ValueError as e:
                 self._bad_line(path, lineno, str(e))
                 continue
-            self.examples.append(example)
-            if keep_raw:
-                self.raw_examples.append(columns)
-        if bar is not None:
-            bar.close(keep=False)
+            yield row, example
+
+    def load(self, train_reader: Optional["BasicDataSetReader"] = None,
+             saved_vocab_dir: Optional[str] = None) -> "BasicDataSetReader":
+        """Read and convert all examples; fields without a vocab share the train reader's. The
+        train reader fits its vocabs, or, resuming, takes those in ``saved_vocab_dir``. With the
+        token cache (``config.cache``), the examples come from (or go to) a cache of
+        memory-mapped arrays (``wenxin.data.token_cache``)."""
+        logger.info("%s: loading data from %s", self.name, self.reader_config["data_path"])
+        to_fit = self._known_vocabs(train_reader, saved_vocab_dir)
+        cache = TokenCache.for_reader(self)
+        first_seen: Optional[FirstSeen] = None
+        if cache is not None:
+            try:
+                first_seen = cache.load(to_fit)
+            except CacheUnavailable as e:
+                if self.reader_config["cache"] is True:
+                    raise DataError(f"{e} (set {self.key_path}.config.cache: false to convert in memory)") from None
+                logger.warning("%s: the token cache is not used: %s", self.name, e)
+                self.bad_lines, self.skipped = 0, []
+        if first_seen is None:
+            first_seen = self._load_in_memory(to_fit, train_reader is None)
+        self.skipped = sorted(self.skipped)[:SKIPPED_SHOWN]  # a folder's files are sorted by path
+        for path, lineno, problem in self.skipped:
+            logger.warning("%s:%d: skipped: %s", path, lineno, problem)
         if self.bad_lines:
             logger.warning("%s: skipped %d malformed lines", self.name, self.bad_lines)
         if train_reader is None:
-            self._report_labels(lines)
-            self._check_raw_text(lines)
-        if not self.examples:
+            self._report_labels(first_seen)
+            self._check_raw_text()
+        if not len(self.examples):
             skipped = f" ({self.bad_lines} malformed lines skipped)" if self.bad_lines else ""
             raise DataError(f"{self.key_path}.config.data_path: no usable examples in "
                             f"{self.reader_config['data_path']}{skipped}")
         return self
 
-    def _report_labels(self, lines: List[RawLine]) -> None:
+    def _load_in_memory(self, to_fit: List["FitGroup"], fitting: bool) -> "FirstSeen":
+        """Read every line, fit, and convert into a list of examples held in memory."""
+        lines = self._sample(self.read_lines())
+        logger.info("%s: %d lines read%s", self.name, len(lines),
+                    "; fitting vocabularies and converting" if fitting else "; converting")
+        for group in to_fit:
+            group.fit(lines)
+        self._share_fitted_vocabs()
+        keep_raw = self.reader_config["need_generate_examples"]
+        bar = ProgressBar(len(lines), f"{self.name} data") if self.show_progress else None
+        examples: List[Tuple[Any, ...]] = []
+        for count, ((_, _, columns), example) in enumerate(self.converted(lines), 1):
+            if bar is not None:
+                bar.update(count)
+            examples.append(example)
+            if keep_raw:
+                self.raw_examples.append(columns)
+        if bar is not None:
+            bar.close(keep=False)
+        self.examples = examples
+        return self.first_seen(lines)
+
+    def first_seen(self, rows: Iterable[RawLine]) -> "FirstSeen":
+        """For each single-label field (by position), where each label first occurs."""
+        cols = [col for col, f in enumerate(self.fields) if isinstance(f, LabelFieldReader) and f.single_label]
+        first: FirstSeen = {col: {} for col in cols}
+        for path, lineno, columns in rows:
+            for col in cols:
+                first[col].setdefault(columns[col].strip(), (path, lineno))
+        return first
+
+    def _report_labels(self, first_seen: "FirstSeen") -> None:
         """Log each label map with its counts, and warn about labels so rare that they are more
         likely a stray header, an empty label or a typo (``01``) than a class."""
-        for col, field in enumerate(self.fields):
-            if not isinstance(field, LabelFieldReader) or not field.single_label \
-                    or field.vocab is None:
+        for col, first in first_seen.items():
+            field = self.fields[col]
+            if field.vocab is None:
                 continue
-            counts = collections.Counter(e[col] for e in self.examples)
-            first: Dict[str, Tuple[str, int]] = {}
-            for path, lineno, columns in lines:
-                first.setdefault(columns[col].strip(), (path, lineno))
+            column = self.columns().get(col)
+            counts = collections.Counter(column.tolist() if column is not None else self.field_values(col))
             names = field.vocab.tokens
             logger.info("%s: label map of '%s' (%d labels): %s", self.name, field.name, len(names),
                         ", ".join(f"{i}={name!r} x{counts.get(i, 0)}" for i, name in enumerate(names)))
@@ -213,7 +299,7 @@ class BasicDataSetReader:
                                    "header, an empty label or a typo adds a class silently", self.name, name,
                                    field.name, counts.get(i, 0), len(self.examples), where)
 
-    def _check_raw_text(self, lines: List[RawLine]) -> None:
+    def _check_raw_text(self) -> None:
         """For each text field that tags align with (a tagger's input) and that is to tag raw
         sentences (``inference_text: raw``), check on the first lines that the tokenizer forms
         the training tokens from the raw sentence; the first line that it does not is kept in the
@@ -223,7 +309,8 @@ class BasicDataSetReader:
             if not isinstance(text, TextFieldReader) or text.word_pieces or text.config["inference_text"] != "raw":
                 continue
             col = self.fields.index(text)
-            for path, lineno, columns in lines[:RAW_TEXT_CHECK_LINES]:
+            first_rows = itertools.islice(self.iter_rows(on_bad=lambda *_: None), RAW_TEXT_CHECK_LINES)
+            for path, lineno, columns in first_rows:
                 problem = text.raw_text_problem(columns[col])
                 if problem:
                     text.raw_text_issue = (f"{path}:{lineno}: {problem}; the tagger would tag raw sentences "
@@ -235,12 +322,15 @@ class BasicDataSetReader:
                     logger.warning("%s: %s", text.name, text.raw_text_issue)
                     break
 
-    def _fit_vocabs(self, lines: List[RawLine], train_reader: Optional["BasicDataSetReader"],
-                    saved_vocab_dir: Optional[str] = None) -> None:
-        """Fields without a vocab file get one: the train reader builds it from the columns of
-        the field and of every field naming it in ``vocab_from``; other readers share the train
-        reader's field of that name."""
-        for col, field in enumerate(self.fields):
+    def _known_vocabs(self, train_reader: Optional["BasicDataSetReader"],
+                      saved_vocab_dir: Optional[str] = None) -> List["FitGroup"]:
+        """Give fields without a vocab file the vocab they share or resume with; returns the
+        vocabs the training data must fit. Other readers share the train reader's field of the
+        same name (or of ``vocab_from``); the train reader takes vocabs saved in
+        ``saved_vocab_dir`` (a resumed run), and fits the rest from the columns of the field and
+        of every field naming it in ``vocab_from``."""
+        groups: List[FitGroup] = []
+        for field in self.fields:
             if not field.needs_fit:
                 continue
             owner = field.config.get("vocab_from") or field.name
@@ -257,13 +347,21 @@ class BasicDataSetReader:
                     continue
                 sharing = [i for i, f in enumerate(self.fields)
                            if (f.config.get("vocab_from") or f.name) == owner and f.needs_fit]
-                field.fit(columns[i] for _, _, columns in lines for i in sharing)
+                groups.append(FitGroup(field, sharing))
+        if train_reader is None:
+            for field in self.fields:
+                owner = field.config.get("vocab_from")
+                if owner and field.needs_fit and (self.field(owner) is None or self.field(owner) is field):
+                    raise ConfigError(f"{field.path}.vocab_from: no other field named '{owner}' in this reader")
+        return groups
+
+    def _share_fitted_vocabs(self) -> None:
+        """Fields with ``vocab_from`` take their owner's vocab, once it is fitted."""
         for field in self.fields:
             owner = field.config.get("vocab_from")
-            if owner and train_reader is None and field.needs_fit:
+            if owner and field.needs_fit:
                 source = self.field(owner)
-                if source is None or source is field:
-                    raise ConfigError(f"{field.path}.vocab_from: no other field named '{owner}' in this reader")
+                assert source is not None and source is not field, "checked in _known_vocabs"
                 field.share_vocab(source)
 
     def _sample(self, lines: List[RawLine]) -> List[RawLine]:
@@ -290,20 +388,33 @@ class BasicDataSetReader:
         batch: Dict[str, np.ndarray] = {}
         for col, field in enumerate(self.fields):
             if col in columns:
-                batch[field.name] = columns[col][indices]
+                batch[field.name] = np.asarray(columns[col][indices])
             else:
-                batch.update(field.collate([self.examples[i][col] for i in indices]))
+                batch.update(field.collate(self.field_values(col, indices)))
         return batch
+
+    def field_values(self, col: int, indices: Optional[Sequence[int]] = None) -> Sequence[Any]:
+        """The values of the field at position ``col`` of the examples at ``indices`` (all by default)."""
+        if isinstance(self.examples, CachedExamples):
+            return self.examples.values(col, indices)
+        if indices is None:
+            return [e[col] for e in self.examples]
+        return [self.examples[i][col] for i in indices]
 
     def tensor_specs(self) -> List[TensorSpec]:
         return [spec for field in self.fields for spec in field.tensor_specs()]
 
     def columns(self) -> Dict[int, np.ndarray]:
-        """Column arrays of the fixed-shape fields, by field position (built once)."""
+        """Column arrays of the fixed-shape fields, by field position (built once; from the token
+        cache, views of its memory-mapped arrays where the field allows)."""
         if self._columns is None:
             self._columns = {}
             for col, field in enumerate(self.fields):
-                column = field.column([e[col] for e in self.examples])
+                if isinstance(self.examples, CachedExamples):
+                    view = self.examples.column_view(col)
+                    column = field.column(view) if view is not None else None  # type: ignore[arg-type]
+                else:
+                    column = field.column([e[col] for e in self.examples])
                 if column is not None:
                     self._columns[col] = column
         return self._columns
@@ -327,8 +438,13 @@ class BasicDataSetReader:
 
     def example_lengths(self) -> np.ndarray:
         """``[num_examples]``: each example's longest padded field."""
-        return np.fromiter((max(f.length(e[col]) for col, f in enumerate(self.fields)) for e in self.examples),
-                           dtype=np.int64, count=len(self.examples))
+        if isinstance(self.examples, CachedExamples):
+            return self.examples.lengths
+        return np.fromiter((self.example_length(e) for e in self.examples), dtype=np.int64, count=len(self.examples))
+
+    def example_length(self, example: Tuple[Any, ...]) -> int:
+        """The longest padded field of one example."""
+        return max(f.length(value) for f, value in zip(self.fields, example))
 
     def make_loader(self, sampler: ResumableBatchSampler, numpy_batches: bool = False) -> Iterable[Dict[str, Any]]:
         """Batches of the converted examples in ``sampler``'s order, as dicts of tensors (numpy

@@ -6,9 +6,10 @@ beside an exported model.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Hashable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -62,11 +63,28 @@ class BaseFieldReader:
     def fit(self, columns: Iterable[str]) -> None:
         """Build the vocab from the training column."""
 
+    def fit_items(self, column: str) -> Iterable[Hashable]:
+        """What fitting counts in one training column (the column itself by default). Counts of
+        parts of the data add up, so the token cache counts its parts in parallel."""
+        return (column,)
+
+    def fit_counts(self, counts: "collections.Counter[Hashable]") -> None:
+        """Build the vocab from the summed ``fit_items`` counts of the training columns (by
+        default ``fit`` on every column, as often as it occurs)."""
+        self.fit(counts.elements())  # type: ignore[arg-type]
+
     def use_saved_vocab(self, path: str) -> None:
         """Take the vocab a run saved (``<output>/vocab`` or a checkpoint's) instead of fitting
         one, so a resumed run keeps its token ids even if the training data changed."""
+        self.set_vocab(Vocab.load(path, self._unk_token()))
+
+    def use_vocab_tokens(self, tokens: List[str]) -> None:
+        """Take the vocab that fitting gave, as its tokens in id order (from the token cache)."""
+        self.set_vocab(Vocab(tokens, self._unk_token()))
+
+    def _unk_token(self) -> Optional[str]:
         tokenizer = getattr(self, "tokenizer", None)
-        self.set_vocab(Vocab.load(path, tokenizer.unk_token if isinstance(self, TextFieldReader) else None))
+        return tokenizer.unk_token if isinstance(self, TextFieldReader) and tokenizer is not None else None
 
     def share_vocab(self, other: "BaseFieldReader") -> None:
         """Use the vocab fitted by the training reader's field of the same name."""
@@ -159,11 +177,23 @@ class TextFieldReader(BaseFieldReader):
         return self.vocab is None and self.config["need_convert"]
 
     def fit(self, columns: Iterable[str]) -> None:
+        counts: collections.Counter = collections.Counter()
+        for column in columns:
+            counts.update(self.fit_items(column))
+        self.fit_counts(counts)
+
+    def fit_items(self, column: str) -> Iterable[Hashable]:
+        return self.tokenizer.tokenize(column)
+
+    def fit_counts(self, counts: "collections.Counter[Hashable]") -> None:
         specials = [PAD_TOKEN, self.tokenizer.unk_token]
         specials += [t for t in self.config["special_tokens"] if t not in specials]
-        self.vocab = Vocab.build((self.tokenizer.tokenize(c) for c in columns), specials=specials,
-                                 unk_token=self.tokenizer.unk_token,
-                                 min_freq=self.config["min_freq"], max_size=self.config["max_vocab_size"])
+        self.vocab = Vocab.from_counts(counts, specials=specials, unk_token=self.tokenizer.unk_token,  # type: ignore[arg-type]
+                                       min_freq=self.config["min_freq"], max_size=self.config["max_vocab_size"])
+        self._check_padding()
+
+    def use_vocab_tokens(self, tokens: List[str]) -> None:
+        super().use_vocab_tokens(tokens)
         self._check_padding()
 
     def _check_padding(self) -> None:
@@ -248,6 +278,9 @@ class LabelFieldReader(BaseFieldReader):
     @property
     def needs_fit(self) -> bool:
         return self.vocab is None
+
+    def fit_counts(self, counts: "collections.Counter[Hashable]") -> None:
+        self.fit(counts)  # type: ignore[arg-type] (a label map depends only on which columns occur)
 
     def fit(self, columns: Iterable[str]) -> None:
         labels = {c.strip() for c in columns}
@@ -371,6 +404,8 @@ class MultiLabelFieldReader(LabelFieldReader):
 
     def column(self, values: List[np.ndarray]) -> Optional[np.ndarray]:  # type: ignore[override]
         width = len(self.vocab) if self.vocab is not None else 0
+        if isinstance(values, np.ndarray):  # [N, width] already (the token cache's column)
+            return values.astype(np.float32, copy=False)
         return np.stack(values) if values else np.zeros((0, width), np.float32)
 
     def tensor_specs(self) -> List[TensorSpec]:
@@ -405,6 +440,8 @@ class FloatVectorFieldReader(BaseFieldReader):
         return {self.name: self.column(values)}
 
     def column(self, values: List[np.ndarray]) -> Optional[np.ndarray]:
+        if isinstance(values, np.ndarray):  # [N, dim] already (the token cache's column)
+            return values.astype(np.float32, copy=False)
         return np.stack(values) if values else np.zeros((0, self.dim), np.float32)
 
     def tensor_specs(self) -> List[TensorSpec]:

@@ -26,30 +26,38 @@ class Line(NamedTuple):
     problem: Optional[str] = None
 
 
-def iter_lines(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[Line]:
+def iter_lines(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: int = 0,
+               end: Optional[int] = None, first_lineno: int = 1) -> Iterator[Line]:
     """Every line of ``path``; a line that is too long, holds a NUL byte or is not UTF-8 comes
-    with a ``problem`` instead of text (the caller reports or skips it)."""
+    with a ``problem`` instead of text (the caller reports or skips it).
+
+    ``start`` / ``end`` (byte offsets at line starts, ``first_lineno`` the number of the line at
+    ``start``) read one part of the file, as the workers of the token cache do."""
     try:
         f = open(path, "rb")  # noqa: SIM115 (closed below; a generator)
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror}") from None
     with f:
-        lineno = 0
-        while True:
+        if start:
+            f.seek(start)
+        lineno, position = first_lineno - 1, start
+        while end is None or position < end:
             raw = f.readline(max_line_bytes + 1)
             if not raw:
                 return
             lineno += 1
+            position += len(raw)
             if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
                 while raw and not raw.endswith(b"\n"):  # skip the rest of the line, a chunk at a time
                     raw = f.readline(_CHUNK)
+                    position += len(raw)
                 yield Line(lineno, None, f"line longer than {max_line_bytes} bytes (reader key max_line_bytes)")
                 continue
             if raw.endswith(b"\n"):
                 raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+            if lineno == 1 and start == 0 and raw.startswith(codecs.BOM_UTF8):
                 raw = raw[len(codecs.BOM_UTF8):]
-            elif lineno == 1 and raw.startswith(_UTF16_32_BOMS):
+            elif lineno == 1 and start == 0 and raw.startswith(_UTF16_32_BOMS):
                 raise DataError(f"{path}: the file is UTF-16/UTF-32 encoded; data files must be UTF-8")
             if b"\x00" in raw:
                 yield Line(lineno, None, "binary data (a NUL byte), not a line of UTF-8 text")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import os
 from typing import Dict, Iterable, List, Optional, Sequence
@@ -42,8 +43,7 @@ class Vocab:
         return self.token_to_id.get(token, self.unk_id)
 
     def to_ids(self, tokens: Iterable[str]) -> List[int]:
-        get, unk = self.token_to_id.get, self.unk_id
-        return [get(t, unk) for t in tokens]  # type: ignore[misc]
+        return list(map(self.token_to_id.get, tokens, itertools.repeat(self.unk_id)))  # type: ignore[arg-type]
 
     @classmethod
     def build(cls, token_lists: Iterable[Iterable[str]], specials: Sequence[str] = (PAD_TOKEN, UNK_TOKEN),
@@ -52,8 +52,15 @@ class Vocab:
         counter: collections.Counter = collections.Counter()
         for tokens in token_lists:
             counter.update(tokens)
-        ranked = sorted((t for t, c in counter.items() if c >= min_freq and t not in specials),
-                        key=lambda t: (-counter[t], t))
+        return cls.from_counts(counter, specials, unk_token, min_freq, max_size)
+
+    @classmethod
+    def from_counts(cls, counter: "collections.Counter[str]", specials: Sequence[str] = (PAD_TOKEN, UNK_TOKEN),
+                    unk_token: Optional[str] = UNK_TOKEN, min_freq: int = 1, max_size: int = 0) -> "Vocab":
+        """``build`` from token counts (which can be summed over parts of the data)."""
+        excluded = set(specials)
+        ranked = sorted(t for t, c in counter.items() if c >= min_freq and t not in excluded)  # ties: alphabetical
+        ranked.sort(key=counter.__getitem__, reverse=True)  # stable, so ties stay alphabetical; C-level keys
         if max_size:
             ranked = ranked[:max(0, max_size - len(specials))]
         return cls(list(specials) + ranked, unk_token)
