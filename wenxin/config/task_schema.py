@@ -81,6 +81,10 @@ READER_CONFIG: Schema = {
                  doc="keep the converted examples in the token cache (memory-mapped arrays) for later "
                      "runs, resumes and readers of the same data; auto: for data files of 8 MB or more"),
     "cache_dir": Key(str, "", doc="the token cache's folder (empty: $WENXIN_CACHE_DIR, else ~/.cache/wenxin)"),
+    "streaming": Key(bool, False, doc="train_reader: read batches from the files while training, never holding "
+                                      "the corpus in memory (files in a seeded order, rows through shuffle_buffer)"),
+    "shuffle_buffer": Key(int, 10000, minimum=1, doc="streaming with shuffle: rows mixed in a seeded buffer of "
+                                                     "this many"),
     "cache_processes": Key(int, 0, minimum=0, doc="processes converting data into the token cache "
                                                    "(0: the CPU cores this process may use)"),
     "max_line_bytes": Key(int, 512 << 10, minimum=16, doc="a longer line is malformed (an error naming "

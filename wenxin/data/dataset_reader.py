@@ -17,7 +17,8 @@ from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSp
 from wenxin.common.progress import ProgressBar
 from wenxin.data.lines import iter_lines
 from wenxin.data.sampler import ResumableBatchSampler
-from wenxin.data.token_cache import CacheUnavailable, CachedExamples, FilePart, TokenCache
+from wenxin.data.streaming import StreamPlan, StreamSampler, check_streaming, first_examples, stream_loader
+from wenxin.data.token_cache import CacheUnavailable, CachedExamples, FilePart, TokenCache, merge_plans, plan_rows
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class _ExampleDataset(paddle.io.Dataset):
         return self.examples[idx]
 
     def __len__(self) -> int:
-        return len(self.examples)
+        return self.stream_plan.total if self.stream_plan is not None else len(self.examples)
 
 
 class _MainThreadBatches:
@@ -149,6 +150,7 @@ class BasicDataSetReader:
         self.bad_lines = 0
         self.skipped: List[Tuple[str, int, str]] = []  # the first skipped lines in file order: (file, line, why)
         self.show_progress = False  # a progress bar while converting (build_readers sets it)
+        self.stream_plan: Optional[StreamPlan] = None  # set when the reader streams (config.streaming)
 
     # ---- reading -------------------------------------------------------------------------
     def data_files(self) -> List[str]:
@@ -221,9 +223,11 @@ class BasicDataSetReader:
         memory-mapped arrays (``wenxin.data.token_cache``)."""
         logger.info("%s: loading data from %s", self.name, self.reader_config["data_path"])
         to_fit = self._known_vocabs(train_reader, saved_vocab_dir)
-        cache = TokenCache.for_reader(self)
+        cache = TokenCache.for_reader(self) if not self.reader_config["streaming"] else None
         first_seen: Optional[FirstSeen] = None
-        if cache is not None:
+        if self.reader_config["streaming"]:
+            first_seen = self._plan_stream(to_fit)
+        elif cache is not None:
             try:
                 first_seen = cache.load(to_fit)
             except CacheUnavailable as e:
@@ -233,6 +237,7 @@ class BasicDataSetReader:
                 self.bad_lines, self.skipped = 0, []
         if first_seen is None:
             first_seen = self._load_in_memory(to_fit, train_reader is None)
+        self._share_fitted_vocabs()
         self.skipped = sorted(self.skipped)[:SKIPPED_SHOWN]  # a folder's files are sorted by path
         for path, lineno, problem in self.skipped:
             logger.warning("%s:%d: skipped: %s", path, lineno, problem)
@@ -241,11 +246,39 @@ class BasicDataSetReader:
         if train_reader is None:
             self._report_labels(first_seen)
             self._check_raw_text()
-        if not len(self.examples):
+        if not len(self):
             skipped = f" ({self.bad_lines} malformed lines skipped)" if self.bad_lines else ""
             raise DataError(f"{self.key_path}.config.data_path: no usable examples in "
                             f"{self.reader_config['data_path']}{skipped}")
         return self
+
+    def _plan_stream(self, to_fit: List["FitGroup"]) -> "FirstSeen":
+        """A streamed reader's pass before training: row counts and fitted vocabularies, from or
+        into the token cache's folder (in this process with ``cache: false``)."""
+        problem = check_streaming(self, self.name)
+        if problem:
+            raise ConfigError(problem)
+        files = self.data_files()
+        planned = None
+        if self.reader_config["cache"] is not False:
+            try:
+                planned = TokenCache(self, files).stream_plan(to_fit)
+            except CacheUnavailable as e:
+                if self.reader_config["cache"] is True:
+                    raise DataError(f"{e} (set {self.key_path}.config.cache: false to count in this process)") from None
+                logger.warning("%s: the token cache is not used: %s", self.name, e)
+        if planned is None:
+            results = [plan_rows(self, [FilePart(path, 0, None, 1)], to_fit) for path in files]
+            merged = merge_plans(results)
+            for group, counts in zip(to_fit, merged["counts"]):
+                group.owner.fit_counts(counts)
+            self.bad_lines, self.skipped = merged["bad_lines"], [tuple(s) for s in merged["skipped"]]
+            planned = ([r["rows"] for r in results],
+                       {col: {label: tuple(where) for label, where in seen.items()}
+                        for col, seen in merged["first_seen"].items()})
+        rows, first_seen = planned
+        self.stream_plan = StreamPlan(files, rows)
+        return first_seen
 
     def _load_in_memory(self, to_fit: List["FitGroup"], fitting: bool) -> "FirstSeen":
         """Read every line, fit, and convert into a list of examples held in memory."""
@@ -284,6 +317,10 @@ class BasicDataSetReader:
         for col, first in first_seen.items():
             field = self.fields[col]
             if field.vocab is None:
+                continue
+            if self.stream_plan is not None:  # streamed: the map alone
+                logger.info("%s: label map of '%s' (%d labels): %s", self.name, field.name, len(field.vocab),
+                            ", ".join(f"{i}={name!r}" for i, name in enumerate(field.vocab.tokens)))
                 continue
             column = self.columns().get(col)
             counts = collections.Counter(column.tolist() if column is not None else self.field_values(col))
@@ -384,6 +421,9 @@ class BasicDataSetReader:
     def collate_rows(self, indices: Sequence[int]) -> Dict[str, np.ndarray]:
         """``collate`` of the examples at ``indices``; fixed-shape fields select rows of their
         column array instead of stacking per-example values."""
+        if self.stream_plan is not None:  # the first examples in file order (an export's sample batch)
+            examples = first_examples(self, self.stream_plan, max(indices) + 1)
+            return self.collate([examples[i] for i in indices if i < len(examples)])
         columns = self.columns()
         batch: Dict[str, np.ndarray] = {}
         for col, field in enumerate(self.fields):
@@ -424,12 +464,16 @@ class BasicDataSetReader:
         return {f.name: f.info() for f in self.fields}
 
     def __len__(self) -> int:
-        return len(self.examples)
+        return self.stream_plan.total if self.stream_plan is not None else len(self.examples)
 
     def make_sampler(self, batch_size: int, shuffle: bool, seed: int, rank: int = 0,
                      num_replicas: int = 1, pad: bool = True, bucket_batches: int = 0) -> ResumableBatchSampler:
         """Batches of ``batch_size`` examples; with ``bucket_batches``, of similar lengths (the
         longest of each example's padded fields, see ``ResumableBatchSampler``)."""
+        if self.stream_plan is not None:
+            return StreamSampler(self, self.stream_plan, batch_size, shuffle, seed,  # type: ignore[return-value]
+                                 drop_last=self.reader_config["drop_last"], rank=rank, num_replicas=num_replicas,
+                                 pad=pad, buffer=self.reader_config["shuffle_buffer"])
         lengths = self.example_lengths() if bucket_batches else None
         return ResumableBatchSampler(len(self.examples), batch_size, shuffle, seed,
                                      drop_last=self.reader_config["drop_last"], rank=rank,
@@ -452,6 +496,8 @@ class BasicDataSetReader:
 
         Without worker processes the batches are collated in the calling thread (see
         ``_MainThreadBatches``); with ``num_workers`` a ``paddle.io.DataLoader`` runs them."""
+        if isinstance(sampler, StreamSampler):
+            return stream_loader(self, sampler, numpy_batches, self.reader_config["num_workers"])
         if self.reader_config["num_workers"] == 0:
             return _MainThreadBatches(self, sampler, as_tensors=not numpy_batches)
         return paddle.io.DataLoader(_ExampleDataset(self.examples), batch_sampler=sampler,

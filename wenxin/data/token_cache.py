@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import fcntl
 import glob
 import hashlib
@@ -70,6 +71,7 @@ PART_BYTES = (64 << 10, 16 << 20)  # the bounds of one worker task's share of a 
 FLUSH_ROWS = 2000  # PartVocab sums its lookups into counts every this many rows
 LINE_KEYS = ("separator", "has_header", "skip_bad_lines", "max_line_bytes", "sampling_rate")
 INT32 = np.iinfo(np.int32)
+PR_SET_PDEATHSIG = 1  # prctl option: a signal for this process when its parent dies
 
 
 class FilePart(NamedTuple):
@@ -395,8 +397,14 @@ class _Build(NamedTuple):
 _ACTIVE: Optional[_Build] = None  # set in the parent before the workers fork
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers on Ctrl-C
+def _worker_signals() -> None:
+    """A worker ignores Ctrl-C (the parent stops the workers) and dies quietly when the pool
+    terminates it: the parent's handlers (wenxin's, Paddle's crash report) would print a traceback
+    from every worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(OSError, AttributeError):  # Linux: die with the parent, even a SIGKILLed one
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class _Failed(NamedTuple):
@@ -439,6 +447,42 @@ def _fit_counts(task: Tuple[FilePart, Optional[np.ndarray], List[int]]) -> Any:
         return [_ACTIVE.groups[g].count(rows) for g in groups]
     except Exception as e:  # noqa: BLE001
         return _failure(e)
+
+
+def plan_rows(reader: "BasicDataSetReader", parts: Sequence[FilePart], groups: Sequence["FitGroup"]) -> Dict[str, Any]:
+    """Streaming's pass over ``parts``: their well-formed rows, each group's counts, where each
+    label first occurs, and the malformed lines (skipped or an error, as ``skip_bad_lines`` says)."""
+    reader.bad_lines, reader.skipped = 0, []
+    counts: List[collections.Counter] = [collections.Counter() for _ in groups]
+    first_seen = reader.first_seen([])
+    rows = 0
+    for chunk in _chunks(reader.iter_rows(parts), 4096):
+        rows += len(chunk)
+        for total, group in zip(counts, groups):
+            total.update(group.count(chunk))
+        for col, seen in reader.first_seen(chunk).items():
+            for label, where in seen.items():
+                first_seen[col].setdefault(label, where)
+    return {"rows": rows, "counts": counts, "first_seen": first_seen, "bad_lines": reader.bad_lines,
+            "skipped": reader.skipped}
+
+
+def _plan_part(part: FilePart) -> Any:
+    """Worker (streaming): ``plan_rows`` of one part."""
+    assert _ACTIVE is not None
+    try:
+        return plan_rows(_ACTIVE.reader, [part], _ACTIVE.groups)
+    except Exception as e:  # noqa: BLE001
+        return _failure(e)
+
+
+def _chunks(rows: Iterable[Any], size: int) -> Iterator[List[Any]]:
+    iterator = iter(rows)
+    while True:
+        chunk = list(itertools.islice(iterator, size))
+        if not chunk:
+            return
+        yield chunk
 
 
 class PartVocab:
@@ -592,6 +636,22 @@ def _merge_part_vocabs(local: List[Tuple[List[str], np.ndarray]]) -> Tuple[List[
     return list(index), totals, positions
 
 
+def merge_plans(results: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """``plan_rows`` results of parts, in file order, summed."""
+    counts: List[collections.Counter] = [collections.Counter() for _ in (results[0]["counts"] if results else [])]
+    first_seen: Dict[int, Dict[str, Any]] = {}
+    skipped: List[Any] = []
+    for result in results:
+        for total, part_counts in zip(counts, result["counts"]):
+            total.update(part_counts)
+        for col, seen in result["first_seen"].items():
+            for label, where in seen.items():
+                first_seen.setdefault(col, {}).setdefault(label, list(where))
+        skipped.extend(result["skipped"])
+    return {"counts": counts, "first_seen": first_seen, "bad_lines": sum(r["bad_lines"] for r in results),
+            "skipped": sorted(skipped)[:10]}
+
+
 class TokenCache:
     """The token cache of one reader (see the module docstring).
 
@@ -732,7 +792,7 @@ class TokenCache:
             with contextlib.ExitStack() as stack:
                 if processes > 1:
                     pool = stack.enter_context(multiprocessing.get_context("fork").Pool(
-                        processes, initializer=_ignore_sigint))
+                        processes, initializer=_worker_signals))
                     outcomes: Iterable[Any] = pool.imap(work, tasks)
                 else:
                     outcomes = map(work, tasks)
@@ -785,6 +845,46 @@ class TokenCache:
 
     def _vocab_digests(self) -> Dict[str, Optional[str]]:
         return {f.name: _digest(f.vocab.tokens) if f.vocab is not None else None for f in self.reader.fields}
+
+    def stream_plan(self, groups: List["FitGroup"]) -> Tuple[List[int], "FirstSeen"]:
+        """For a streamed reader: each data file's well-formed rows, and where each label first
+        occurs; fits the groups' vocabularies. One parallel pass, kept as an entry of the cache
+        (its vocabularies and counts only) so that the next run skips it."""
+        reader = self.reader
+        started = time.perf_counter()
+        total = sum(os.path.getsize(f) for f in self.files)
+        digests, parts, line_counts = scan_files(self.files, int(np.clip(total // (self.processes * 2), *PART_BYTES)))
+        identity = self._identity()
+        name = self._name("rows", identity, [[[p, d] for p, d in zip(self.files, digests)],
+                                             [[g.owner.name, g.columns] for g in groups]])
+
+        def build(tmp: str) -> Dict[str, Any]:
+            results = self._run(_plan_part, parts, line_counts, "counting and fitting", groups)
+            rows = [0] * len(self.files)
+            for part, result in zip(parts, results):
+                rows[self.files.index(part.path)] += result["rows"]
+            merged = merge_plans(results)
+            vocabs = {}
+            for group, counts in zip(groups, merged["counts"]):
+                group.owner.fit_counts(counts)
+                assert group.owner.vocab is not None
+                vocabs[group.owner.name] = list(group.owner.vocab.tokens)
+            with open(os.path.join(tmp, "vocabs.json"), "w", encoding="utf-8") as f:
+                f.write(json.dumps(vocabs, ensure_ascii=False))
+            return {"kind": "rows", "rows": rows, "bad_lines": merged["bad_lines"], "skipped": merged["skipped"],
+                    "first_seen": [[c, seen] for c, seen in merged["first_seen"].items()]}
+
+        folder, meta, built = self._entry(name, build)
+        with open(os.path.join(folder, "vocabs.json"), encoding="utf-8") as f:
+            vocabs = json.load(f)
+        for group in groups:
+            group.owner.use_vocab_tokens(vocabs[group.owner.name])
+        reader.bad_lines, reader.skipped = meta["bad_lines"], [(p, n, why) for p, n, why in meta["skipped"]]
+        logger.info("%s: streamed from %d files (%d rows); row counts and vocabularies %s %s in %.1f s",
+                    reader.name, len(self.files), sum(meta["rows"]), "built" if built else "opened", folder,
+                    time.perf_counter() - started)
+        return meta["rows"], {int(col): {label: (w[0], w[1]) for label, w in seen.items()}
+                              for col, seen in meta["first_seen"]}
 
     def _sampling_masks(self, parts: List[FilePart], line_counts: List[int]) -> List[Optional[np.ndarray]]:
         """``sampling_rate``'s choice of rows, as the in-memory reader makes it (seeded by the
