@@ -11,13 +11,14 @@ corpus) in its own process:
 
     run   ``run_trainer.py`` until it logs training step 1 (then it is stopped): seconds from
           the process start, and the peak RSS of the process and its children (the cache's
-          workers), sampled every 0.1 s. The model's memory is included: the example's
+          workers) until then, sampled every 0.1 s. The model's memory is included: the example's
           character-trigram vocabulary grows with the corpus, and so do its embedding and Adam's
           moments. ``streamed`` runs (``streaming: true``, the vocabulary capped at 100,000 so
           that the model stays the same size) are followed to step ``--stream-steps``: their peak
-          RSS should not grow with the corpus.
+          RSS while training should not grow with the corpus.
     read  the train reader alone (``build_readers``): seconds, and the peak RSS of the process
-          and, separately, of its largest worker.
+          and, separately, of its largest child process (the cache's workers; Paddle also starts
+          one when it loads).
 
 The table also gives the size of the cache's token ids (``s*.data.npy``). Needs psutil and the
 example data (``python examples/prepare_sentiment_data.py``).
@@ -81,9 +82,9 @@ def tree_rss(process: Any) -> int:
     return total
 
 
-def run_to_first_step(corpus: str, mode: str, cache_dir: str, output: str, until: int = 1) -> Tuple[float, float]:
-    """Seconds until ``run_trainer.py`` logs step 1, and the peak RSS (MB) of its process tree
-    until it logs step ``until``."""
+def run_to_first_step(corpus: str, mode: str, cache_dir: str, output: str, until: int = 1) -> Tuple[float, float, float]:
+    """Seconds until ``run_trainer.py`` logs step 1, the peak RSS (MB) of its process tree until
+    then, and its peak RSS from step 1 until step ``until``."""
     import psutil
     args = [sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", CONFIG,
             "--set", f"trainer.output_path={output}", "--set", "trainer.train_log_step=1"]
@@ -92,20 +93,28 @@ def run_to_first_step(corpus: str, mode: str, cache_dir: str, output: str, until
     env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONUNBUFFERED": "1"}
     log = open(output + ".log", "w", encoding="utf-8")
     started = time.perf_counter()
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=log, env=env)
     process, peak = psutil.Process(proc.pid), 0
-    os.set_blocking(proc.stdout.fileno(), False)
-    buffer, first = "", 0.0
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    buffer, first, training_peak = "", 0.0, 0
     try:
         while True:
-            peak = max(peak, tree_rss(process))
-            chunk = proc.stdout.read() or ""
+            rss = tree_rss(process)
+            if first:
+                training_peak = max(training_peak, rss)
+            else:
+                peak = max(peak, rss)
+            try:
+                chunk = os.read(fd, 1 << 16).decode("utf-8", "replace")
+            except BlockingIOError:
+                chunk = ""
             log.write(chunk)
             buffer = (buffer + chunk)[-4096:]
             if not first and "[train] step 1:" in buffer:
                 first = time.perf_counter() - started
             if first and f"[train] step {until}:" in buffer:
-                return first, peak / 2**20
+                return first, peak / 2**20, training_peak / 2**20
             if proc.poll() is not None:
                 raise SystemExit(f"the run ended before step 1 (see {output}.log)")
             time.sleep(0.1)
@@ -155,9 +164,10 @@ def main() -> None:
                 if mode in ("cold", "streamed"):
                     shutil.rmtree(cache_dir, ignore_errors=True)
                 if what == "run":
-                    seconds, rss = run_to_first_step(corpus, mode, cache_dir, os.path.join(args.work, f"run_{lines}_{mode}"),
-                                                     until=args.stream_steps if mode == "streamed" else 1)
-                    extra = ""
+                    seconds, rss, training = run_to_first_step(
+                        corpus, mode, cache_dir, os.path.join(args.work, f"run_{lines}_{mode}"),
+                        until=args.stream_steps if mode == "streamed" else 1)
+                    extra = f"{training:.0f}" if mode == "streamed" else ""
                 else:
                     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--read-only", corpus, mode, cache_dir],
                                          check=True, cwd=REPO,
@@ -166,11 +176,13 @@ def main() -> None:
                     seconds, rss, extra = result["seconds"], result["rss_mb"], f"{result['worker_rss_mb']:.0f}"
                 ids = cached_ids_mb(cache_dir) if mode != "memory" else 0.0
                 rows.append((lines, size, what, mode, seconds, rss, extra, ids))
+                other = "while training" if what == "run" else "largest child"
                 print(f"{lines} lines ({size:.0f} MB) {what} {mode}: {seconds:.1f} s, peak RSS {rss:.0f} MB"
-                      f"{', largest worker ' + extra + ' MB' if extra else ''}"
+                      f"{f', {other} {extra} MB' if extra else ''}"
                       f"{f', cached ids {ids:.0f} MB' if ids else ''}", flush=True)
     print(f"\n(streamed: peak RSS until step {args.stream_steps}, vocabulary capped at {STREAM_VOCAB:,})")
-    print("| lines | corpus | measured | reader | seconds | peak RSS (MB) | largest worker (MB) | cached ids (MB) |")
+    print("| lines | corpus | measured | reader | seconds | peak RSS (MB) | streamed: while training / "
+          "read: largest child (MB) | cached ids (MB) |")
     print("|---|---|---|---|---|---|---|---|")
     for lines, size, what, mode, seconds, rss, extra, ids in rows:
         print(f"| {lines:,} | {size:.0f} MB | {'to step 1' if what == 'run' else 'reader only'} | {mode} | "

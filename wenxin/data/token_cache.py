@@ -636,14 +636,20 @@ def _merge_part_vocabs(local: List[Tuple[List[str], np.ndarray]]) -> Tuple[List[
     return list(index), totals, positions
 
 
+def _summed(counters: List["collections.Counter[Any]"]) -> "collections.Counter[Any]":
+    """The sum of the parts' counts (see ``_merge_part_vocabs`` for why not ``Counter.update``)."""
+    tokens, totals, _ = _merge_part_vocabs([(list(c), np.fromiter(c.values(), dtype=np.int64, count=len(c)))
+                                            for c in counters])
+    return collections.Counter(dict(zip(tokens, totals.tolist())))
+
+
 def merge_plans(results: List[Dict[str, Any]]) -> Dict[str, Any]:
     """``plan_rows`` results of parts, in file order, summed."""
-    counts: List[collections.Counter] = [collections.Counter() for _ in (results[0]["counts"] if results else [])]
+    groups = len(results[0]["counts"]) if results else 0
+    counts = [_summed([r["counts"][g] for r in results]) for g in range(groups)]
     first_seen: Dict[int, Dict[str, Any]] = {}
     skipped: List[Any] = []
     for result in results:
-        for total, part_counts in zip(counts, result["counts"]):
-            total.update(part_counts)
         for col, seen in result["first_seen"].items():
             for label, where in seen.items():
                 first_seen.setdefault(col, {}).setdefault(label, list(where))
