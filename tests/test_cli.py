@@ -145,3 +145,19 @@ def test_examples_are_copied_without_overwriting(tmp_path, capsys):
     assert main(["examples", str(tmp_path)]) == 0
     assert mine.read_text(encoding="utf-8") == "{}"
     assert "0 files written" in capsys.readouterr().err
+
+
+def test_running_out_of_memory_is_one_error_line_not_a_traceback(tmp_path, data_dir):
+    import resource
+    config = task_config(data_dir, str(tmp_path / "out"), epoch=1)
+    config["model"]["embedding"]["emb_dim"] = 4_000_000  # a 0.5 GB embedding table, Adam's moments beside it
+    path = write_config(str(tmp_path / "task.json"), config)
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1_300_000_000, 1_300_000_000))
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
+                          capture_output=True, text=True, timeout=300, preexec_fn=limit_memory,
+                          env={**os.environ, "GLOG_minloglevel": "2"})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().startswith("error: out of memory (") and "Traceback" not in proc.stderr
+    assert "streaming: true" in proc.stderr

@@ -11,7 +11,7 @@ import threading
 from typing import Callable, Dict, List, Optional, Tuple
 
 from wenxin.common.constants import INFERENCE_BACKENDS, ONEDNN_SETTINGS
-from wenxin.common.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, ConfigError, DataError, \
+from wenxin.common.errors import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, ConfigError, DataError, \
     WenxinError, exit_status, format_error
 from wenxin.common.process import Terminated, end_on_sigterm, load_paddle, quiet_paddle, watch_thread_failures
 
@@ -257,6 +257,12 @@ def _run(args: argparse.Namespace) -> int:
     except WenxinError as e:
         print(format_error(e), file=sys.stderr)
         return exit_status(e)
+    except MemoryError as e:  # Python's, or Paddle's ResourceExhausted: one line, not a traceback
+        reason = next((line.strip() for line in str(e).splitlines() if line.strip()), "MemoryError")
+        print(f"error: out of memory ({reason[:200]}); lower batch_size or max_seq_len, cap the vocabulary "
+              f"(max_vocab_size), or read large data with streaming: true or the token cache (cache: true)",
+              file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
