@@ -16,6 +16,7 @@ from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import validate
 from wenxin.config.task_schema import READER
 from wenxin.data import token_cache
+from wenxin.data.cached_examples import CachedExamples
 from wenxin.data.dataset_reader import build_readers
 from wenxin.data.field_reader import BaseFieldReader, TensorSpec
 from wenxin.data.vocab import Vocab
@@ -100,7 +101,7 @@ def test_cached_examples_equal_converted_ones_for_every_field_kind(tmp_path, pro
     cold = load(train, MIXED, True, dev, **options)
     warm = load(train, MIXED, True, dev, **options)
     for name in ("train_reader", "dev_reader"):
-        assert isinstance(cold[name].examples, token_cache.CachedExamples)
+        assert isinstance(cold[name].examples, CachedExamples)
         assert_same_examples(memory[name], cold[name])
         assert_same_examples(memory[name], warm[name])
     assert memory["train_reader"].bad_lines == 2

@@ -18,7 +18,8 @@ from wenxin.common.progress import ProgressBar
 from wenxin.data.lines import iter_lines
 from wenxin.data.sampler import ResumableBatchSampler
 from wenxin.data.streaming import StreamPlan, StreamSampler, check_streaming, first_examples, stream_loader
-from wenxin.data.token_cache import CacheUnavailable, CachedExamples, FilePart, TokenCache, merge_plans, plan_rows
+from wenxin.data.cached_examples import CacheUnavailable, CachedExamples
+from wenxin.data.token_cache import FilePart, TokenCache, merge_plans, plan_rows
 
 logger = logging.getLogger(__name__)
 
