@@ -1,10 +1,12 @@
 """Shared helpers: small generated data sets and task files for the text-classification task."""
 from __future__ import annotations
 
+import atexit
 import copy
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,7 +17,10 @@ import pytest
 os.environ.setdefault("GLOG_minloglevel", "2")
 os.environ.setdefault("GLOG_v", "0")
 # readers with cache: auto and large data, and runs started by tests, keep the token cache here
-os.environ.setdefault("WENXIN_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"wenxin-test-cache-{os.getpid()}"))
+# (removed when the test session ends)
+if "WENXIN_CACHE_DIR" not in os.environ:
+    os.environ["WENXIN_CACHE_DIR"] = tempfile.mkdtemp(prefix="wenxin-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["WENXIN_CACHE_DIR"], True)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
