@@ -711,21 +711,14 @@ class TokenCache:
             for part, result in zip(parts, results):
                 rows[self.files.index(part.path)] += result["rows"]
             merged = merge_plans(results)
-            vocabs = {}
             for group, counts in zip(groups, merged["counts"]):
                 group.owner.fit_counts(counts)
-                assert group.owner.vocab is not None
-                vocabs[group.owner.name] = list(group.owner.vocab.tokens)
-            with open(os.path.join(tmp, "vocabs.json"), "w", encoding="utf-8") as f:
-                f.write(json.dumps(vocabs, ensure_ascii=False))
+            _write_vocabs(tmp, groups)
             return {"kind": "rows", "rows": rows, "bad_lines": merged["bad_lines"], "skipped": merged["skipped"],
                     "first_seen": [[c, seen] for c, seen in merged["first_seen"].items()]}
 
         folder, meta, built = self._entry(name, build)
-        with open(os.path.join(folder, "vocabs.json"), encoding="utf-8") as f:
-            vocabs = json.load(f)
-        for group in groups:
-            group.owner.use_vocab_tokens(vocabs[group.owner.name])
+        _take_vocabs(folder, groups)
         reader.bad_lines, reader.skipped = meta["bad_lines"], [(p, n, why) for p, n, why in meta["skipped"]]
         logger.info("%s: streamed from %d files (%d rows); row counts and vocabularies %s %s in %.1f s",
                     reader.name, len(self.files), sum(meta["rows"]), "built" if built else "opened", folder,
@@ -755,10 +748,7 @@ class TokenCache:
                 meta = self._checked(name)
                 if meta is None:
                     return self._fit_and_convert(name, groups, identity, data, job)
-        with open(os.path.join(self.root, name, "vocabs.json"), encoding="utf-8") as f:
-            vocabs = json.load(f)
-        for group in groups:
-            group.owner.use_vocab_tokens(vocabs[group.owner.name])
+        _take_vocabs(os.path.join(self.root, name), groups)
         return None
 
     def _fit_and_convert(self, fit_name: str, groups: List["FitGroup"], identity: Dict[str, Any], data: Any,
@@ -768,21 +758,13 @@ class TokenCache:
         counted = [g for g in range(len(groups)) if g not in fused]
         if counted:  # label maps and the like: a quick pass, as conversion needs them
             tasks = [(part, mask, counted) for part, mask in zip(job.parts, job.masks)]
-            totals = [collections.Counter() for _ in counted]  # type: List[collections.Counter]
-            for counts in self._run(_fit_counts, tasks, job.line_counts, "fitting vocabularies", groups):
-                for total, part_counts in zip(totals, counts):
-                    total.update(part_counts)
-            for g, total in zip(counted, totals):
-                groups[g].owner.fit_counts(total)
+            results = self._run(_fit_counts, tasks, job.line_counts, "fitting vocabularies", groups)
+            for position, g in enumerate(counted):
+                groups[g].owner.fit_counts(_summed([counts[position] for counts in results]))
         with self._scratch("ex-of-" + fit_name) as examples_tmp:
             meta = self._build_examples(examples_tmp, job, groups, fused)
             with self._scratch(fit_name) as fit_tmp:
-                vocabs = {}
-                for group in groups:
-                    assert group.owner.vocab is not None
-                    vocabs[group.owner.name] = list(group.owner.vocab.tokens)
-                with open(os.path.join(fit_tmp, "vocabs.json"), "w", encoding="utf-8") as f:
-                    f.write(json.dumps(vocabs, ensure_ascii=False))  # dumps encodes in C; dump does not
+                _write_vocabs(fit_tmp, groups)
                 self._publish(fit_tmp, fit_name, {"kind": "fit"})
             reader._share_fitted_vocabs()
             name = self._name("ex", identity, [data, self._vocab_digests()])
@@ -859,6 +841,24 @@ class TokenCache:
                 "bad_lines": sum(r["bad_lines"] for r in results), "skipped": sorted(skipped)[:10],
                 "first_seen": [[col, seen] for col, seen in first_seen.items()],
                 "data_path": reader.reader_config["data_path"], "reader": reader.name}
+
+
+def _write_vocabs(folder: str, groups: Sequence["FitGroup"]) -> None:
+    """``<folder>/vocabs.json``: each group's fitted vocabulary, as its tokens in id order."""
+    vocabs = {}
+    for group in groups:
+        assert group.owner.vocab is not None
+        vocabs[group.owner.name] = list(group.owner.vocab.tokens)
+    with open(os.path.join(folder, "vocabs.json"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(vocabs, ensure_ascii=False))  # dumps encodes in C; dump does not
+
+
+def _take_vocabs(folder: str, groups: Sequence["FitGroup"]) -> None:
+    """Give each group's owner the vocabulary ``_write_vocabs`` kept in the entry ``folder``."""
+    with open(os.path.join(folder, "vocabs.json"), encoding="utf-8") as f:
+        vocabs = json.load(f)
+    for group in groups:
+        group.owner.use_vocab_tokens(vocabs[group.owner.name])
 
 
 class _Job(NamedTuple):
