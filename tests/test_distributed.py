@@ -9,6 +9,9 @@ import pytest
 
 from conftest import REPO, checkpoint_params, checkpoint_state, losses_of, task_config, write_config
 
+# the launches pick their ports while they start: run them one after another (one xdist worker)
+pytestmark = pytest.mark.xdist_group("distributed")
+
 
 FLOAT16_ON_CPU = """# run_trainer.py with float16 AMP allowed on CPU (see tests/test_static_amp.py)
 import runpy, sys
