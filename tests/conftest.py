@@ -205,6 +205,37 @@ class StopAtStepHook(HookBase):
 
 
 
+def start_training(path: str) -> subprocess.Popen:
+    """``run_trainer.py --param_path path`` in the background (stderr kept for the assertion)."""
+    return subprocess.Popen([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "GLOG_minloglevel": "2"})
+
+
+def sigkill_at_random_moments(path: str, out: str, rng: random.Random, runs: int = 4) -> int:
+    """Start the run of task file ``path`` (``resume: auto``, checkpoints in ``out``) ``runs``
+    times; each time wait until it has saved once, then SIGKILL it somewhere in a step or a save.
+    Returns how many runs were killed (a run may finish first)."""
+    import signal
+    import time
+    latest = os.path.join(out, "checkpoints", "latest")
+    kills = 0
+    for _ in range(runs):
+        before = open(latest).read() if os.path.isfile(latest) else None
+        proc = start_training(path)
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:  # wait until this run has saved once
+            if os.path.isfile(latest) and open(latest).read() != before:
+                break
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.4))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait(timeout=60)
+    return kills
+
+
 def losses_of(out: str) -> Dict[int, float]:
     """The logged training loss of each step of a run (from its metrics.jsonl)."""
     with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:

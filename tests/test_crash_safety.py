@@ -3,15 +3,11 @@ uninterrupted run: the final parameters must be bit-identical, in dynamic and st
 with a streamed train reader."""
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 
-from conftest import REPO, checkpoint_params, task_config, write_config
+from conftest import checkpoint_params, sigkill_at_random_moments, start_training, task_config, write_config
 
 STEPS = 300
 
@@ -28,12 +24,6 @@ def run_config(data_dir, out, mode):
     return config
 
 
-def start(path):
-    return subprocess.Popen([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "GLOG_minloglevel": "2"})
-
-
 def final_params(out):
     return checkpoint_params(os.path.join(out, "checkpoints", f"step_{STEPS}"))
 
@@ -42,29 +32,13 @@ def final_params(out):
 def test_sigkill_at_random_moments_then_resume_is_exact(tmp_path, data_dir, mode):
     reference = str(tmp_path / "reference")
     ref_path = write_config(str(tmp_path / "reference.json"), run_config(data_dir, reference, mode))
-    proc = start(ref_path)
+    proc = start_training(ref_path)
     assert proc.wait(timeout=300) == 0, proc.stderr.read()
 
     out = str(tmp_path / "killed")
     path = write_config(str(tmp_path / "killed.json"), run_config(data_dir, out, mode))
-    rng = random.Random(1234)
-    latest = os.path.join(out, "checkpoints", "latest")
-    kills = 0
-    for _ in range(4):
-        before = open(latest).read() if os.path.isfile(latest) else None
-        proc = start(path)
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None:  # wait until this run has saved once
-            if os.path.isfile(latest) and open(latest).read() != before:
-                break
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0.0, 0.4))  # then kill somewhere in a step or a save
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait(timeout=60)
-    assert kills >= 2
-    proc = start(path)  # resume to the end
+    assert sigkill_at_random_moments(path, out, random.Random(1234)) >= 2
+    proc = start_training(path)  # resume to the end
     assert proc.wait(timeout=300) == 0, proc.stderr.read()
     expected, got = final_params(reference), final_params(out)
     assert sorted(expected) == sorted(got)

@@ -173,7 +173,7 @@ def test_nodes_that_would_resume_from_different_steps_stop_with_one_error(tmp_pa
     for log in logs:
         assert "the 2 ranks start from different steps (0 to 3" in log, log[-2000:]
         assert "[train] step 4" not in log and "[train] step 1:" not in log
-    assert sorted(os.listdir(tmp_path / "machine0" / "checkpoints")) == ["latest", "step_3"]  # left as it was
+    assert sorted(os.listdir(tmp_path / "machine0" / "checkpoints")) == ["index.json", "latest", "step_3"]  # left as it was
 
 
 @pytest.mark.slow

@@ -284,7 +284,7 @@ def test_full_disk_during_a_checkpoint(tmp_path, data_dir, monkeypatch):
     with pytest.raises(CheckpointError, match=r"step_10: cannot write the checkpoint \(No space left on device\)"):
         trainer.do_train()
     root = os.path.join(out, "checkpoints")
-    assert sorted(n for n in os.listdir(root)) == ["latest", "step_5"]  # no partial folder left
+    assert sorted(n for n in os.listdir(root)) == ["index.json", "latest", "step_5"]  # no partial folder left
     assert ckpt_module.is_valid(os.path.join(root, "step_5")) is None
 
 

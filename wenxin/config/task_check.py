@@ -43,8 +43,8 @@ def check_settings(config: Dict[str, Any], problems: Problems) -> None:
         problems.add("dataset_reader.train_reader: required section is missing", key="dataset_reader.train_reader")
     if "pre_train_model" in trainer:
         trainer["pre_train_model"] = normalize_pretrained(trainer["pre_train_model"], problems)
-    if trainer.get("load_checkpoint") and trainer.get("resume") == "auto":
-        problems.add("trainer.resume: 'auto' cannot be combined with trainer.load_checkpoint")
+    if trainer.get("load_checkpoint") and trainer.get("resume", "none") != "none":
+        problems.add(f"trainer.resume: {trainer.get('resume')!r} cannot be combined with trainer.load_checkpoint")
     for reader, flag in EVAL_FLAGS:
         if trainer.get(flag) and "dataset_reader" in config and dataset.get(reader) is None:
             problems.add(f"trainer.{flag}: set, but dataset_reader.{reader} is not configured")

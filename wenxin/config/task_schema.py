@@ -164,10 +164,13 @@ TRAINER: Schema = {
     "metric_mode": Key(str, "max", choices=["max", "min"]),
     "keep_checkpoint_max": Key(int, 3, minimum=1, doc="periodic checkpoints kept (best kept apart)"),
     "save_best": Key(bool, True),
-    "keep_optimizer_state": Key(str, "latest", choices=["latest", "all"],
+    "save_top_k": Key(int, 0, minimum=0, doc="also keep the k best checkpoints by the dev trainer.metric as "
+                                             "checkpoints/top_step_<N> (checkpoints/index.json ranks them)"),
+    "keep_optimizer_state": Key(str, "latest", choices=["latest", "latest_and_best", "all"],
                                 doc="latest: only the newest periodic checkpoint (the one a run resumes from) keeps "
-                                    "the optimizer state, about 2/3 of a checkpoint with Adam; older ones and best "
-                                    "keep the weights for evaluate, export and load_parameters. all: every one "
+                                    "the optimizer state, about 2/3 of a checkpoint with Adam; older ones, top-k "
+                                    "and best keep the weights for evaluate, export and load_parameters. "
+                                    "latest_and_best: best keeps it too (for trainer.resume: best). all: every one "
                                     "keeps it, so trainer.load_checkpoint can continue from any"),
     "save_inference": Key(bool, False, doc="export an inference model into every checkpoint (<ckpt>/inference)"),
     "load_best_at_end": Key(bool, False, doc="after training, load checkpoints/best and evaluate it "
@@ -191,7 +194,9 @@ TRAINER: Schema = {
     "pre_train_model": Key((list, str), [], doc="params files to warm-start from (see README)"),
     "load_parameters": Key(str, "", doc="model parameters to start from (no optimizer state)"),
     "load_checkpoint": Key(str, "", doc="checkpoint folder to resume from"),
-    "resume": Key(str, "none", choices=["none", "auto"], doc="auto: resume from the latest complete checkpoint"),
+    "resume": Key(str, "none", choices=["none", "auto", "best"],
+                  doc="auto: resume from the latest complete checkpoint; best: continue from checkpoints/best "
+                      "(the checkpoints after it move aside)"),
     "visualdl": Key(bool, True, doc="also log scalars to VisualDL (output_path/vdl)"),
     "progress_bar": Key(str, "auto", choices=["auto", "on", "off"],
                         doc="progress bars with ETA for training and evaluation; auto: when stderr is a terminal"),

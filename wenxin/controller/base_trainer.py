@@ -85,7 +85,7 @@ def prepare_output_path(cfg: Dict[str, Any], is_writer: bool = True) -> None:
         if not os.access(path, os.W_OK):
             raise ConfigError(f"trainer.output_path: folder is not writable: {path}")
     manager = ckpt.CheckpointManager.for_trainer(cfg)
-    if manager.has_checkpoints() and cfg["resume"] != "auto" and not cfg["load_checkpoint"]:
+    if manager.has_checkpoints() and cfg["resume"] == "none" and not cfg["load_checkpoint"]:
         raise ConfigError(f"trainer.output_path: {path} already holds checkpoints of an earlier run; "
                           f"to continue it set trainer.resume=auto (--set trainer.resume=auto); to start "
                           f"afresh choose another output_path or move {path} away")
@@ -435,6 +435,7 @@ class BaseTrainer:
             self.hooks.call("before_eval", reader_name)
         metrics = self.do_evaluate(reader_name, phase, self.state.global_step)
         self.state.metrics[reader_name] = metrics
+        self.state.metrics_step[reader_name] = self.state.global_step
         self.metric_logger.write(tag or reader_name.replace("_reader", ""),
                                  self.state.global_step if step is None else step, metrics)
         if run_hooks:
@@ -527,7 +528,8 @@ class BaseTrainer:
         extra = {"scaler": self.scaler_state_dict(), "rng": rng_state(), "hooks": self.hooks.state_dict(),
                  "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
                  "sampler_seed": self.train_sampler.seed}
-        trainer_state = {**self.state.to_dict(), "mode": self.mode, "time": time.time()}
+        trainer_state = {**self.state.to_dict(), "mode": self.mode, "time": time.time(),
+                         "dev_metrics": self.state.metrics_now("dev_reader")}
 
         def write(folder: str) -> None:
             ckpt.write_checkpoint(folder, self.model_state_dict(), self.optimizer_state_dict(), extra,
@@ -553,6 +555,18 @@ class BaseTrainer:
         else:
             logger.info("resumed from %s at step %d (epoch %d, step %d in epoch)", folder, s.global_step,
                         min(s.epoch + 1, max(s.num_epochs, 1)), s.step_in_epoch)
+
+    def _abandon_checkpoints_after_best(self) -> None:
+        """A run continued from ``best`` abandons the checkpoints its first run wrote after it:
+        they move aside (not deleted), and ``latest`` names ``best`` until this run saves."""
+        try:
+            aside = self.checkpoints.set_aside_after(self.state.global_step)
+            self.checkpoints.mark_latest(ckpt.BEST_DIR)
+        except OSError as e:
+            raise CheckpointError(f"trainer.resume: best: cannot move the later checkpoints in "
+                                  f"{self.checkpoints.root} aside ({e.strerror or e})") from None
+        if aside:
+            logger.warning("resume: best: the checkpoints after step %d were moved to %s", self.state.global_step, aside)
 
     def _load_training_state(self, folder: str, parts: Mapping[str, Any]) -> None:
         """Optimizer, LR schedule, loss scaler, hooks and RNG from a checkpoint's parts."""
@@ -684,6 +698,8 @@ class BaseTrainer:
         resume_from = self.config["_resume_from"] if "_resume_from" in self.config else resume_checkpoint(cfg)
         if resume_from:
             self.load_checkpoint(resume_from)
+            if cfg["resume"] == "best" and self.is_writer:
+                self._abandon_checkpoints_after_best()
         elif cfg["resume"] == "auto":
             logger.info("resume=auto: no checkpoint in %s, starting fresh", self.checkpoints.root)
         if self.is_writer:
@@ -698,11 +714,26 @@ class BaseTrainer:
 
 
 def resume_checkpoint(cfg: Dict[str, Any]) -> Optional[str]:
-    """The checkpoint a run continues: ``load_checkpoint``, or with ``resume: auto`` the newest
-    one in ``output_path`` whose checksums match (damaged ones are skipped with a warning)."""
+    """The checkpoint a run continues: ``load_checkpoint``; with ``resume: auto`` the newest
+    one in ``output_path`` whose checksums match (damaged ones are skipped with a warning); with
+    ``resume: best`` the best one, which must be whole and hold its optimizer state."""
     if cfg["load_checkpoint"]:
         ckpt.verify(cfg["load_checkpoint"])  # before its vocabularies are used
         return cfg["load_checkpoint"]
+    if cfg["resume"] == "best":
+        manager = ckpt.CheckpointManager.for_trainer(cfg)
+        best = os.path.join(manager.root, ckpt.BEST_DIR)
+        if not os.path.isdir(best):
+            raise CheckpointError(f"trainer.resume: best: there is no best checkpoint in {manager.root} (it is "
+                                  f"saved when the dev trainer.metric improves, with trainer.save_best)")
+        problem = ckpt.is_valid(best)
+        if problem is not None:
+            raise CheckpointError(f"trainer.resume: best: {problem}")
+        if not ckpt.has_optimizer_state(best):
+            raise CheckpointError(f"trainer.resume: best: {best} holds no optimizer state, so a run cannot "
+                                  f"continue from it; keep it with trainer.keep_optimizer_state: latest_and_best "
+                                  f"(or all), or start a new run from its weights with trainer.load_parameters")
+        return best
     if cfg["resume"] == "auto":
         manager = ckpt.CheckpointManager.for_trainer(cfg)
         latest = manager.latest()

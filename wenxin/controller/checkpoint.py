@@ -10,7 +10,10 @@ Layout under ``<output_path>/checkpoints``::
                          trainer_state.json, config.json, vocab/<field>.txt
                          manifest.json                    SHA-256 of every file above (last)
     best/                a copy of the best checkpoint by the configured metric
+    top_step_<N>/        the ``save_top_k`` best checkpoints by that metric
     latest               the name of the newest complete checkpoint
+    index.json           which folder is which: kind, step, dev metric, time (rewritten after
+                         every change; the folders are the truth, the index is their summary)
 
 Nothing in a checkpoint is executed on load: state is JSON and safetensors, never pickle. A
 checkpoint is written to a hidden temporary folder, its manifest last, and renamed into place,
@@ -22,10 +25,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
 import tempfile
+import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -46,6 +51,8 @@ VOCAB_DIR = "vocab"
 MANIFEST_FILE = "manifest.json"
 LATEST_FILE = "latest"
 BEST_DIR = "best"
+INDEX_FILE = "index.json"
+TOP_PREFIX = "top_"
 FORMAT = 2
 # Where checkpoints and exports go, by trainer.output_layout: (checkpoint folder, step-folder
 # prefix, export folder or "" for <checkpoint>/inference, export prefix)
@@ -183,22 +190,28 @@ class CheckpointManager:
     layout: ``<output_path>/save_checkpoints/checkpoints_step_<N>``)."""
 
     def __init__(self, output_path: str, keep_max: int, layout: str = "wenxin",
-                 keep_optimizer_state: str = "all") -> None:
+                 keep_optimizer_state: str = "all", metric: str = "", metric_mode: str = "max") -> None:
         folder, self.prefix, exports, self.export_prefix = LAYOUTS[layout]
         self.keep_optimizer_state = keep_optimizer_state
         self.root = os.path.join(output_path, folder)
         self.export_root = os.path.join(output_path, exports) if exports else ""
         self.keep_max = keep_max
+        self.metric, self.metric_mode = metric, metric_mode
         self._step_dir = re.compile(rf"^{re.escape(self.prefix)}(\d+)$")
+        self._top_dir = re.compile(rf"^{re.escape(TOP_PREFIX + self.prefix)}(\d+)$")
 
     @classmethod
     def for_trainer(cls, cfg: Mapping[str, Any]) -> "CheckpointManager":
         """The manager of a ``trainer`` config section."""
         return cls(cfg["output_path"], cfg["keep_checkpoint_max"], cfg.get("output_layout", "wenxin"),
-                   cfg.get("keep_optimizer_state", "all"))
+                   cfg.get("keep_optimizer_state", "all"), cfg.get("metric", ""), cfg.get("metric_mode", "max"))
 
     def step_name(self, step: int) -> str:
         return f"{self.prefix}{step}"
+
+    def top_name(self, step: int) -> str:
+        """The folder of a top-k checkpoint (``top_step_<N>``)."""
+        return f"{TOP_PREFIX}{self.prefix}{step}"
 
     def export_folder(self, name: str, checkpoint: str) -> str:
         """Where the inference model of checkpoint ``name`` (at ``checkpoint``) is exported."""
@@ -209,15 +222,96 @@ class CheckpointManager:
 
     def step_dirs(self) -> List[Tuple[int, str]]:
         """(step, path) of complete periodic checkpoints, oldest first."""
+        return self._dirs(self._step_dir)
+
+    def top_dirs(self) -> List[Tuple[int, str]]:
+        """(step, path) of complete top-k checkpoints, oldest first."""
+        return self._dirs(self._top_dir)
+
+    def _dirs(self, pattern: "re.Pattern[str]", complete: bool = True) -> List[Tuple[int, str]]:
         if not os.path.isdir(self.root):
             return []
         found = []
         for name in os.listdir(self.root):
-            m = self._step_dir.match(name)
+            m = pattern.match(name)
             path = os.path.join(self.root, name)
-            if m and is_complete(path):
+            if m and (not complete or is_complete(path)):
                 found.append((int(m.group(1)), path))
         return sorted(found)
+
+    def remove(self, name: str) -> None:
+        """Delete a checkpoint folder: renamed to a hidden name first, so a crash mid-delete never
+        leaves a half-deleted folder that still looks complete."""
+        path = os.path.join(self.root, name)
+        if os.path.isdir(path):
+            shutil.rmtree(_set_aside(path), ignore_errors=True)
+        self.write_index()
+
+    def remove_top_except(self, steps: "set[int]") -> List[str]:
+        """Delete the top-k folders (complete or not) of steps not in ``steps``; returns their paths."""
+        removed = [path for step, path in self._dirs(self._top_dir, complete=False) if step not in steps]
+        for path in removed:
+            shutil.rmtree(_set_aside(path), ignore_errors=True)
+        if removed:
+            self.write_index()
+        return removed
+
+    def set_aside_after(self, step: int) -> Optional[str]:
+        """Move the periodic and top-k checkpoints of steps after ``step`` (a run continued from
+        an earlier checkpoint abandons them) into ``after_step_<step>-<time>/``; returns it, or
+        None when there were none. Nothing is deleted."""
+        later = [path for pattern in (self._step_dir, self._top_dir)
+                 for s, path in self._dirs(pattern, complete=False) if s > step]
+        if not later:
+            return None
+        aside = os.path.join(self.root, f"after_step_{step}-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.makedirs(aside, exist_ok=True)
+        for path in later:
+            os.rename(path, os.path.join(aside, os.path.basename(path)))
+        self.write_index()
+        return aside
+
+    def mark_latest(self, name: str) -> None:
+        """Point the ``latest`` marker at ``name`` (what ``resume: auto`` continues)."""
+        _replace_file(os.path.join(self.root, LATEST_FILE), name)
+
+    def write_index(self) -> None:
+        """Rewrite ``index.json``: every checkpoint folder with its kind (best, top, periodic),
+        step, dev metric, time and whether a run can continue from it. Top-k entries come best
+        first with their rank."""
+        if not os.path.isdir(self.root):
+            return
+        entries = []
+        best = os.path.join(self.root, BEST_DIR)
+        if is_complete(best):
+            entries.append(self._index_entry(BEST_DIR, "best"))
+        tops = [self._index_entry(os.path.basename(p), "top") for _, p in self.top_dirs()]
+        sign = -1.0 if self.metric_mode == "max" else 1.0
+        tops.sort(key=lambda e: (sign * e["metric"] if isinstance(e["metric"], (int, float)) else math.inf,
+                                 e["step"]))
+        for rank, entry in enumerate(tops, 1):
+            entries.append({**entry, "rank": rank})
+        entries += [self._index_entry(os.path.basename(p), "periodic") for _, p in reversed(self.step_dirs())]
+        marked = self._marked()
+        index = {"metric": self.metric, "metric_mode": self.metric_mode,
+                 "latest": os.path.basename(marked) if marked else None, "checkpoints": entries}
+        try:
+            _replace_file(os.path.join(self.root, INDEX_FILE), json.dumps(index, indent=2, ensure_ascii=False))
+        except OSError as e:  # the index only describes the folders; a run goes on without it
+            logger.warning("%s: cannot write (%s)", os.path.join(self.root, INDEX_FILE), e.strerror or e)
+
+    def _index_entry(self, name: str, kind: str) -> Dict[str, Any]:
+        folder = os.path.join(self.root, name)
+        try:
+            state = read_trainer_state(folder)
+        except CheckpointError:
+            state = {}
+        metrics = state.get("dev_metrics") if isinstance(state.get("dev_metrics"), dict) else {}
+        saved = state.get("time")
+        return {"name": name, "kind": kind, "step": state.get("global_step"),
+                "metric": metrics.get(self.metric),
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(saved)) if isinstance(saved, (int, float)) else None,
+                "resumable": _resumable(folder)}
 
     def latest(self) -> Optional[str]:
         """The newest complete checkpoint whose checksums match and that holds optimizer state:
@@ -273,17 +367,21 @@ class CheckpointManager:
             raise
         if update_latest:
             try:
-                _replace_file(os.path.join(self.root, LATEST_FILE), name)
+                self.mark_latest(name)
             except OSError as e:
                 raise CheckpointError(f"{os.path.join(self.root, LATEST_FILE)}: cannot write ({e.strerror or e}); "
                                       f"the checkpoint {final} is complete") from None
             self.prune()
-        if self.keep_optimizer_state == "latest":  # only once the new checkpoint is complete and named
+        if self.keep_optimizer_state != "all":  # only once the new checkpoint is complete and named
             steps = [path for _, path in self.step_dirs()]
             resume_point = self._marked() or (steps[-1] if steps else None)  # what resume: auto continues
-            for folder in steps + [os.path.join(self.root, BEST_DIR)]:
-                if folder != resume_point:
+            kept = {resume_point}
+            if self.keep_optimizer_state == "latest_and_best":
+                kept.add(os.path.join(self.root, BEST_DIR))
+            for folder in steps + [path for _, path in self.top_dirs()] + [os.path.join(self.root, BEST_DIR)]:
+                if folder not in kept:
                     drop_optimizer_state(folder)
+        self.write_index()
         return final
 
     def prune(self) -> None:
@@ -302,11 +400,18 @@ class CheckpointManager:
             return True
         if not os.path.isdir(self.root):
             return False
-        return any(self._step_dir.match(n) or n == BEST_DIR for n in os.listdir(self.root))
+        return any(self._step_dir.match(n) or self._top_dir.match(n) or n == BEST_DIR for n in os.listdir(self.root))
 
 
 def has_optimizer_state(folder: str) -> bool:
     return state_files(OPTIMIZER_STATE)[0] in read_manifest(folder)
+
+
+def _resumable(folder: str) -> bool:
+    try:
+        return has_optimizer_state(folder)
+    except CheckpointError:
+        return False
 
 
 def drop_optimizer_state(folder: str) -> None:

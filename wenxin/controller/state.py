@@ -38,6 +38,14 @@ class TrainState:
     stop_reason: str = ""
     timing: Dict[str, float] = dataclasses.field(default_factory=dict)
     metrics: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
+    metrics_step: Dict[str, int] = dataclasses.field(default_factory=dict)  # the step each reader's metrics are of
+
+    def metrics_now(self, reader_name: str) -> Optional[Dict[str, float]]:
+        """The reader's metrics if it was evaluated at the current step, as plain numbers."""
+        if self.metrics_step.get(reader_name) != self.global_step:
+            return None
+        return {k: float(v) for k, v in self.metrics.get(reader_name, {}).items()
+                if isinstance(v, (int, float)) or getattr(v, "size", 0) == 1}
 
     @property
     def finished(self) -> bool:
