@@ -144,6 +144,11 @@ FAST_PATHS: Schema = {
                                             "(false: visualdl.LogWriter)"),
 }
 
+PROFILE: Schema = {
+    "start_step": Key(int, 5, minimum=1, doc="the first recorded step (later than 1 skips the warm-up)"),
+    "steps": Key(int, 5, minimum=1, doc="how many steps are recorded"),
+}
+
 TRAINER: Schema = {
     "type": Key(str, "CustomDynamicTrainer"),
     "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
@@ -204,6 +209,9 @@ TRAINER: Schema = {
     "output_layout": Key(str, "wenxin", choices=["wenxin", "erniekit"],
                          doc="erniekit: checkpoints in save_checkpoints/checkpoints_step_<N> and an inference model "
                              "in save_inference_model/inference_step_<N> at every save (set for ERNIE-kit task files)"),
+    "profile": Key((dict, type(None)), None, children=PROFILE,
+                   doc="record training steps with paddle.profiler: a Chrome trace and summary tables in "
+                       "output_path/profile, the operator table in the log (see docs/performance.md)"),
     "fast_paths": Key(dict, {}, children=FAST_PATHS, doc="switches for the fast paths through Paddle's and "
                                                          "VisualDL's internals (wenxin/compat)"),
     "extra_param": Key(dict, {}, open_keys=True),

@@ -35,7 +35,7 @@ from wenxin.common.process import ignored, last_thread_failure
 from wenxin.controller.env import rng_state, set_rng_state
 from wenxin.controller.graph_mode import eager_mode
 from wenxin.controller.hooks import (DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook,
-                                     ProgressBarHook)
+                                     ProfilerHook, ProgressBarHook)
 from wenxin.controller.hooks.writers import METRICS_FILE, ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, \
     VisualDLWriter
 from wenxin.common.progress import ProgressBar, progress_enabled
@@ -205,6 +205,8 @@ class BaseTrainer:
             self.register_hook(cls())
         if self.trainer_config["load_best_at_end"]:
             self.register_hook(LoadBestModelHook())
+        if self.trainer_config["profile"]:
+            self.register_hook(ProfilerHook(**self.trainer_config["profile"]))
         if self.trainer_config["save_inference"] or self.trainer_config["output_layout"] == "erniekit":
             self.register_hook(InferenceExportHook())
         self.show_progress = self.is_writer and progress_enabled(self.trainer_config["progress_bar"])

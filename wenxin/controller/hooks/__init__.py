@@ -8,6 +8,7 @@ from wenxin.controller.hooks.export import InferenceExportHook
 from wenxin.controller.hooks.logger import LoggerHook
 from wenxin.controller.hooks.lr_scheduler import LRSchedulerHook
 from wenxin.controller.hooks.nan_guard import NaNGuardHook
+from wenxin.controller.hooks.profiler import ProfilerHook
 from wenxin.controller.hooks.progress import ProgressBarHook
 from wenxin.controller.hooks.timer import IterationTimerHook
 
@@ -15,4 +16,4 @@ DEFAULT_HOOKS = (IterationTimerHook, LRSchedulerHook, NaNGuardHook, EvaluationHo
 
 __all__ = ["HookBase", "HookList", "Priority", "DEFAULT_HOOKS", "CheckpointHook", "EarlyStoppingHook",
            "EvaluationHook", "InferenceExportHook", "LoadBestModelHook", "LoggerHook", "LRSchedulerHook", "NaNGuardHook", "IterationTimerHook",
-           "ProgressBarHook"]
+           "ProfilerHook", "ProgressBarHook"]
