@@ -87,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--backend", choices=INFERENCE_BACKENDS, default="auto",
                         help="auto: ONNX Runtime when the folder has model.onnx and it is installed")
     server.add_argument("--onednn", choices=ONEDNN_SETTINGS, default="auto", help=ONEDNN_HELP)
+    finder = sub.add_parser("lr-find", help="the learning-rate range test: loss against a growing learning rate, "
+                                             "a suggested rate, a plot")
+    _add_task_args(finder)
+    finder.add_argument("--min_lr", type=float, default=1e-7, help="the first step's learning rate")
+    finder.add_argument("--max_lr", type=float, default=10.0, help="the last step's learning rate")
+    finder.add_argument("--steps", type=int, default=100, help="most optimizer steps (the rate grows by a constant "
+                                                              "factor each step)")
+    finder.add_argument("--diverge", type=float, default=4.0,
+                        help="stop when the smoothed loss exceeds this many times its lowest")
+    finder.add_argument("--output", default="", help="results folder (default: <trainer.output_path>/lr_find)")
     migrator = sub.add_parser("migrate", help="translate an ERNIE-kit task file into a native wenxin one")
     migrator.add_argument("param_path", help="the ERNIE-kit task file (JSON or YAML)")
     migrator.add_argument("-o", "--output", default="", help="write the native task file here (default: print it)")
@@ -208,6 +218,19 @@ def _serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _lr_find(args: argparse.Namespace) -> int:
+    from wenxin.lr_find import run_range_test
+    result = run_range_test(args.param_path, args.overrides, args.min_lr, args.max_lr, args.steps, args.diverge,
+                            args.output)
+    print(f"lr-find: {len(result.losses)} steps ({result.stop_reason}); the points and a plot are in {result.folder}")
+    if result.suggested_lr is None:
+        print("no suggestion: the loss never fell; lower --min_lr or check the task", file=sys.stderr)
+    else:
+        print(f"suggested learning rate: {result.suggested_lr:.3g} (the steepest fall of the loss); "
+              f"the loss was lowest at {result.min_loss_lr:.3g}")
+    return EXIT_OK
+
+
 def _migrate(args: argparse.Namespace) -> int:
     from wenxin.runner import migrate
     migrate(args.param_path, args.output)
@@ -241,6 +264,7 @@ COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], bool, bool]] = {
     "predict": (_predict, True, False),
     "infer": (_infer, True, False),
     "serve": (_serve, True, False),
+    "lr-find": (_lr_find, True, True),
     "migrate": (_migrate, False, False),
     "examples": (_examples, False, False),
 }

@@ -108,7 +108,8 @@ OPTIMIZATION: Schema = {
     "optimizer": Key(str, "adamw", doc="a registered optimizer: adamw, adam, sgd, momentum"),
     "lr_scheduler": Key(str, "linear_warmup_decay",
                         doc="a registered schedule after warmup: constant, linear_warmup_decay, "
-                            "cosine_warmup_decay"),
+                            "cosine_warmup_decay, exponential (learning_rate to end_learning_rate by a constant "
+                            "factor a step)"),
     "warmup_steps": Key(int, 0, minimum=0),
     "warmup_proportion": Key(float, 0.0, minimum=0.0, maximum=1.0),
     "end_learning_rate": Key(float, 0.0, minimum=0.0, doc="learning rate reached at the last step"),

@@ -49,6 +49,28 @@ def cosine_decay(opt: Dict[str, Any], base: float, decay_steps: int) -> Any:
     return lr_sched.CosineAnnealingDecay(base, T_max=decay_steps, eta_min=opt["end_learning_rate"])
 
 
+@RegisterSet.lr_schedulers.register("exponential")
+def exponential(opt: Dict[str, Any], base: float, decay_steps: int) -> Any:
+    """Multiplied by the same factor every step, from ``learning_rate`` at the first step to
+    ``end_learning_rate`` at the last (the schedule of ``wenxin lr-find``)."""
+    end = opt["end_learning_rate"]
+    if base <= 0 or end <= 0:
+        raise ConfigError("model.optimization: the exponential schedule needs learning_rate and end_learning_rate "
+                          f"above 0 (got {base:g} and {end:g})")
+    # Paddle's ExponentialDecay only decays (gamma < 1); a growing rate goes through LambdaDecay
+    return lr_sched.LambdaDecay(base, _Geometric((end / base) ** (1.0 / max(1, decay_steps - 1))))
+
+
+class _Geometric:
+    """``factor ** step``: the multiplier of the exponential schedule."""
+
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+
+    def __call__(self, step: int) -> float:
+        return self.factor ** step
+
+
 def build_lr_scheduler(opt: Dict[str, Any], total_steps: int, scope: Optional[str] = None) -> lr_sched.LRScheduler:
     """Linear warmup from 0 to ``learning_rate``, then the registered schedule ``lr_scheduler``."""
     base, warmup = opt["learning_rate"], warmup_steps_of(opt, total_steps)
