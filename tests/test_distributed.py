@@ -176,6 +176,30 @@ def test_nodes_that_would_resume_from_different_steps_stop_with_one_error(tmp_pa
     assert sorted(os.listdir(tmp_path / "machine0" / "checkpoints")) == ["index.json", "latest", "step_3"]  # left as it was
 
 
+def test_two_ranks_streaming_a_file_equal_one_rank_with_double_batch(tmp_path, data_dir):
+    """A streamed train reader deals the rows of its seeded order to the ranks (row i to rank
+    i % 2), so 2 ranks x batch 8 read the same 16 rows a step as 1 rank x batch 16, none twice; a
+    second epoch (15 steps of 16 of 240 rows) reshuffles on both the same way."""
+    def config(out, batch):
+        c = task_config(data_dir, str(tmp_path / out), max_steps=20, save_model_step=20, is_eval_dev=0,
+                        is_eval_test=0, train_log_step=1, cpu_threads=1)
+        c["model"]["dropout"] = 0.0
+        c["model"]["optimization"] = {"optimizer": "sgd", "learning_rate": 0.5, "lr_scheduler": "constant"}
+        c["dataset_reader"]["train_reader"]["config"].update(batch_size=batch, streaming=True, shuffle_buffer=50)
+        return c
+
+    launch(tmp_path, config("single", 16), 1)
+    launch(tmp_path, config("double", 8), 2)
+    single = checkpoint_params(tmp_path / "single" / "checkpoints" / "step_20")
+    double = checkpoint_params(tmp_path / "double" / "checkpoints" / "step_20")
+    for name, value in single.items():
+        np.testing.assert_allclose(np.asarray(double[name]), np.asarray(value), atol=1e-5, err_msg=name)
+    train_a, train_b = losses_of(str(tmp_path / "single")), losses_of(str(tmp_path / "double"))
+    assert sorted(train_b) == list(range(1, 21))
+    for step, loss in train_a.items():
+        assert train_b[step] == pytest.approx(loss, abs=1e-5), step
+
+
 @pytest.mark.slow
 def test_all_ranks_resume_from_the_same_checkpoint(tmp_path, data_dir):
     def config(out, max_steps, resume="none"):
