@@ -157,6 +157,9 @@ class BaseTrainer:
         self.metric_logger = MetricLogger(self._make_writers())
         self.hooks = HookList()
         self._setup_hooks()
+        # a hook that reads gradient norms asks for them before the step is built (static programs)
+        self.gradient_norms_wanted = any(getattr(h, "wants_gradient_norms", False) for h in self.hooks.hooks)
+        self.capture_gradients = False  # set by such a hook for the steps whose norms it reads
         self.setup_execution()
         self._load_initial_state()
 
@@ -666,6 +669,12 @@ class BaseTrainer:
 
     def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
         """Save the prediction graph for ``fields`` at ``prefix``; returns the output names in order."""
+        raise NotImplementedError
+
+    def gradient_square_sums(self) -> Dict[str, float]:
+        """The sum of squares of each parameter's gradient (by structured name) in the last step,
+        as the optimizer received it: after accumulation and all-reduce, before clipping and the
+        loss scale. Only for steps a hook asked for (``capture_gradients``)."""
         raise NotImplementedError
 
     def save_vocabs(self, folder: str) -> None:

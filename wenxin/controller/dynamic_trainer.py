@@ -75,6 +75,8 @@ class BaseDynamicTrainer(BaseTrainer):
                 self.state.nonfinite_loss = flag.item() > 0
         else:
             self.state.nonfinite_loss = False
+        if self.capture_gradients:
+            self._capture_gradient_square_sums()
         if self.state.nonfinite_loss:
             pass  # skip the update; the NaN guard decides whether to stop
         elif self.scaler is not None:
@@ -84,6 +86,19 @@ class BaseDynamicTrainer(BaseTrainer):
             self.optimizer.step()
         self.optimizer.clear_grad(set_to_zero=False)
         return loss
+
+    def _capture_gradient_square_sums(self) -> None:
+        scale = self.loss_scale() if self.scaler is not None else None
+        sums = {}
+        for name, param in self.model.named_parameters():
+            if param.grad is not None:
+                sums[name] = float(paddle.sum(paddle.square(param.grad.astype("float32"))).item())
+                if scale:
+                    sums[name] /= scale * scale
+        self._gradient_square_sums = sums
+
+    def gradient_square_sums(self) -> Dict[str, float]:
+        return dict(getattr(self, "_gradient_square_sums", {}))
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
         with paddle.no_grad(), self.amp.eval_autocast():

@@ -32,6 +32,7 @@ from wenxin.data.field_reader import TensorSpec
 
 
 GRAD_BUFFER_SUFFIX = "@GRAD_BUFFER"
+GRADIENT_SQUARE_SUM_SUFFIX = "@GRAD_SQUARE_SUM"  # what a gradient-norm hook reads
 EXPORT_VARIANT = "predict"  # the evaluation program of the exported model's inputs
 
 
@@ -245,6 +246,8 @@ class BaseStaticTrainer(BaseTrainer):
             params_grads = [(param, grad / self.world_size) for param, grad in params_grads]
             paddle.distributed.all_reduce(bad)  # every rank skips the same steps
         self.nonfinite_flag = bad
+        if self.gradient_norms_wanted:
+            self._record_gradient_square_sums(params_grads)
         if self._scales_loss() or skip_update_when(self.optimizer, paddle.reshape(bad > 0.0, [1])):
             self.optimizer.apply_gradients(params_grads)
         else:
@@ -257,6 +260,27 @@ class BaseStaticTrainer(BaseTrainer):
             for _, buffer in buffers:
                 paddle.assign(paddle.zeros_like(buffer), output=buffer)
             paddle.assign(paddle.zeros_like(bad_buffer), output=bad_buffer)
+
+    def _record_gradient_square_sums(self, params_grads: List[Tuple[Any, Any]]) -> None:
+        """Every step writes each gradient's sum of squares to a persistable value, which
+        ``gradient_square_sums`` reads (only when a hook asked for gradient norms)."""
+        if self._scales_loss():
+            raise ConfigError("trainer.hooks: gradient norms are not available in static mode with float16 loss "
+                              "scaling (the program's gradients are of the scaled loss)")
+        self._gradient_sum_names: Dict[str, str] = {}
+        for param, grad in params_grads:
+            if grad is None:
+                continue
+            name = f"{param.name}{GRADIENT_SQUARE_SUM_SUFFIX}"
+            value = paddle.pir.core.create_persistable_value(dtype="float32", shape=[], name=name,
+                                                             initializer=paddle.nn.initializer.Constant(0.0))
+            paddle.assign(paddle.sum(paddle.square(grad.astype("float32"))), output=value)
+            self._gradient_sum_names[param.name] = name
+
+    def gradient_square_sums(self) -> Dict[str, float]:
+        by_var = {var: name for name, var in self.var_names.items()}
+        return {by_var[param]: float(self._read(name)) for param, name in self._gradient_sum_names.items()
+                if param in by_var}
 
     def _scales_loss(self) -> bool:
         """Whether the program scales the loss (float16 AMP), whose optimizer skips overflows itself."""
@@ -319,13 +343,15 @@ class BaseStaticTrainer(BaseTrainer):
             self._write(self.var_names[name], value)
 
     def _optimizer_var_names(self) -> List[str]:
-        """Optimizer state in the scope; gradient buffers are left out (zero at every step end)."""
+        """Optimizer state in the scope; gradient buffers (zero at every step end) and gradient
+        norms (recomputed every step) are left out."""
         scaler_vars = set(self._scaler_vars.values())
         # the persistable values the startup program creates, other than parameters (the
         # optimizer's ops sit inside the NaN guard's cond, where Program.state_dict does not look)
         created = [op.attrs()["output_name"] for op in self.startup_program.global_block().ops
                    if op.name() == "builtin.shadow_output"]
-        return [n for n in created if not n.endswith(GRAD_BUFFER_SUFFIX) and n not in scaler_vars
+        return [n for n in created if not n.endswith((GRAD_BUFFER_SUFFIX, GRADIENT_SQUARE_SUM_SUFFIX))
+                and n not in scaler_vars
                 and self.scope.find_var(n) is not None]
 
     def optimizer_state_dict(self) -> Dict[str, Any]:

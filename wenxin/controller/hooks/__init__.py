@@ -8,6 +8,7 @@ from wenxin.controller.hooks.export import InferenceExportHook
 from wenxin.controller.hooks.logger import LoggerHook
 from wenxin.controller.hooks.lr_scheduler import LRSchedulerHook
 from wenxin.controller.hooks.nan_guard import NaNGuardHook
+from wenxin.controller.hooks.norms import NormsHook
 from wenxin.controller.hooks.profiler import ProfilerHook
 from wenxin.controller.hooks.progress import ProgressBarHook
 from wenxin.controller.hooks.timer import IterationTimerHook
@@ -15,5 +16,5 @@ from wenxin.controller.hooks.timer import IterationTimerHook
 DEFAULT_HOOKS = (IterationTimerHook, LRSchedulerHook, NaNGuardHook, EvaluationHook, LoggerHook, CheckpointHook)
 
 __all__ = ["HookBase", "HookList", "Priority", "DEFAULT_HOOKS", "CheckpointHook", "EarlyStoppingHook",
-           "EvaluationHook", "InferenceExportHook", "LoadBestModelHook", "LoggerHook", "LRSchedulerHook", "NaNGuardHook", "IterationTimerHook",
+           "EvaluationHook", "InferenceExportHook", "LoadBestModelHook", "LoggerHook", "LRSchedulerHook", "NaNGuardHook", "NormsHook", "IterationTimerHook",
            "ProfilerHook", "ProgressBarHook"]

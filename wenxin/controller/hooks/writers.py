@@ -85,9 +85,12 @@ class MetricLogger:
     def __init__(self, writers: Optional[List[MetricWriter]] = None) -> None:
         self.writers: List[MetricWriter] = writers or []
 
-    def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
+    def write(self, tag: str, step: int, scalars: Dict[str, float], console: bool = True) -> None:
+        """Send a record to every writer; ``console=False`` leaves the console out (records
+        too long to read there, such as per-layer values)."""
         for w in self.writers:
-            w.write(tag, step, scalars)
+            if console or not isinstance(w, ConsoleWriter):
+                w.write(tag, step, scalars)
 
     def flush(self) -> None:
         for w in self.writers:
