@@ -3,6 +3,7 @@ from wenxin.controller.hooks.base import HookBase, HookList, Priority
 from wenxin.controller.hooks.best_model import LoadBestModelHook
 from wenxin.controller.hooks.checkpoint import CheckpointHook
 from wenxin.controller.hooks.early_stopping import EarlyStoppingHook
+from wenxin.controller.hooks.ema import EMAHook
 from wenxin.controller.hooks.evaluation import EvaluationHook
 from wenxin.controller.hooks.export import InferenceExportHook
 from wenxin.controller.hooks.logger import LoggerHook
@@ -15,6 +16,6 @@ from wenxin.controller.hooks.timer import IterationTimerHook
 
 DEFAULT_HOOKS = (IterationTimerHook, LRSchedulerHook, NaNGuardHook, EvaluationHook, LoggerHook, CheckpointHook)
 
-__all__ = ["HookBase", "HookList", "Priority", "DEFAULT_HOOKS", "CheckpointHook", "EarlyStoppingHook",
+__all__ = ["HookBase", "HookList", "Priority", "DEFAULT_HOOKS", "CheckpointHook", "EarlyStoppingHook", "EMAHook",
            "EvaluationHook", "InferenceExportHook", "LoadBestModelHook", "LoggerHook", "LRSchedulerHook", "NaNGuardHook", "NormsHook", "IterationTimerHook",
            "ProfilerHook", "ProgressBarHook"]
