@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--backend", choices=INFERENCE_BACKENDS, default="auto",
                         help="auto: ONNX Runtime when the folder has model.onnx and it is installed")
     server.add_argument("--onednn", choices=ONEDNN_SETTINGS, default="auto", help=ONEDNN_HELP)
+    inspector = sub.add_parser("inspect", help="show the task's data (lengths, truncation, labels, vocabulary, "
+                                               "samples) and model (layers, parameters, FLOPs) without training")
+    _add_task_args(inspector)
+    inspector.add_argument("--samples", type=int, default=3, help="sample examples shown per reader")
+    inspector.add_argument("--json", action="store_true", help="print the report as one JSON line instead")
     finder = sub.add_parser("lr-find", help="the learning-rate range test: loss against a growing learning rate, "
                                              "a suggested rate, a plot")
     _add_task_args(finder)
@@ -218,6 +223,13 @@ def _serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _inspect(args: argparse.Namespace) -> int:
+    from wenxin.inspection import inspect_task, render
+    report = inspect_task(args.param_path, args.overrides, max(0, args.samples))
+    print(json.dumps(report, ensure_ascii=False) if args.json else "\n".join(render(report)))
+    return EXIT_OK
+
+
 def _lr_find(args: argparse.Namespace) -> int:
     from wenxin.lr_find import run_range_test
     result = run_range_test(args.param_path, args.overrides, args.min_lr, args.max_lr, args.steps, args.diverge,
@@ -264,6 +276,7 @@ COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], bool, bool]] = {
     "predict": (_predict, True, False),
     "infer": (_infer, True, False),
     "serve": (_serve, True, False),
+    "inspect": (_inspect, True, True),
     "lr-find": (_lr_find, True, True),
     "migrate": (_migrate, False, False),
     "examples": (_examples, False, False),
