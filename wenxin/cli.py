@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_args(inspector)
     inspector.add_argument("--samples", type=int, default=3, help="sample examples shown per reader")
     inspector.add_argument("--json", action="store_true", help="print the report as one JSON line instead")
+    sweeper = sub.add_parser("sweep", help="a hyperparameter sweep (grid or random) over config keys, each trial a "
+                                           "training run; a results table and the best config")
+    _add_task_args(sweeper)
+    sweeper.add_argument("--sweep", required=True, help="the sweep file (JSON or YAML): method, parameters, ...")
     finder = sub.add_parser("lr-find", help="the learning-rate range test: loss against a growing learning rate, "
                                              "a suggested rate, a plot")
     _add_task_args(finder)
@@ -230,6 +234,23 @@ def _inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from wenxin.sweep import Sweep
+    sweep = Sweep(args.param_path, args.sweep, args.overrides)
+    trials = sweep.run()
+    ranked = sweep.ranked()
+    failed = [t for t in trials if t["status"] == "failed"]
+    print(f"sweep: {len(ranked)} trials done, {len(failed)} failed; results in {sweep.output}/results.md")
+    if ranked:
+        best = ranked[0]
+        print(f"best: trial {best['trial']} ({' '.join(f'{k}={v}' for k, v in best['values'].items())}): dev "
+              f"{sweep.spec.metric} {best['metric']:.6g} at step {best['step']}; config in "
+              f"{sweep.output}/best_config.json")
+    for trial in failed:
+        print(f"trial {trial['trial']} failed: {trial.get('error', '')}", file=sys.stderr)
+    return EXIT_OK if ranked else EXIT_CONFIG
+
+
 def _lr_find(args: argparse.Namespace) -> int:
     from wenxin.lr_find import run_range_test
     result = run_range_test(args.param_path, args.overrides, args.min_lr, args.max_lr, args.steps, args.diverge,
@@ -278,6 +299,7 @@ COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], bool, bool]] = {
     "serve": (_serve, True, False),
     "inspect": (_inspect, True, True),
     "lr-find": (_lr_find, True, True),
+    "sweep": (_sweep, True, True),  # Paddle: the trials' model keys are checked before any runs
     "migrate": (_migrate, False, False),
     "examples": (_examples, False, False),
 }

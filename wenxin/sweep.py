@@ -1,0 +1,337 @@
+"""Hyperparameter sweeps (``wenxin sweep --param_path task.json --sweep sweep.yaml``).
+
+A sweep file names config keys (the key paths of ``--set``) and their values::
+
+    method: grid            # grid | random
+    trials: 8               # random: how many trials
+    parallel: 2             # trials run at once, each in its own process
+    seed: 0                 # random: the draws
+    metric: acc             # default: trainer.metric (a dev metric)
+    mode: max               # default: trainer.metric_mode
+    output: ./output/sweep  # default: <trainer.output_path>/sweep
+    parameters:
+      model.optimization.learning_rate: [0.001, 0.003]        # values (grid: every combination)
+      model.hidden_size: {values: [64, 128]}
+      model.dropout: {min: 0.0, max: 0.5}                     # random: uniform
+      model.optimization.weight_decay: {min: 1e-4, max: 1e-1, log: true}
+      model.rnn_hidden_size: {min: 32, max: 256, type: int}
+
+Each trial is ``wenxin train`` with the trial's overrides, ``trainer.output_path`` set to
+``<output>/trial_<NNN>`` and ``trainer.resume: auto``, in a process of its own. The processes
+share the machine's cores: each gets ``cores // parallel`` threads. ``sweep.json`` records every
+trial, rewritten atomically as trials finish. A sweep started again with the same output (after a
+kill or Ctrl-C) skips the finished trials, and an unfinished trial continues from its own
+checkpoint. The results go to ``results.csv`` and ``results.md`` (best first), and the best
+trial's resolved config to ``best_config.json``.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import ctypes
+import itertools
+import json
+import logging
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from wenxin.common.errors import ConfigError
+from wenxin.config.document import read_document
+
+logger = logging.getLogger("wenxin")
+
+STATE_FILE = "sweep.json"
+PR_SET_PDEATHSIG = 1
+SPEC_KEYS = {"method", "trials", "parallel", "seed", "metric", "mode", "output", "parameters"}
+
+
+# ---- the sweep file -----------------------------------------------------------------------------
+class Parameter:
+    """One swept key: a list of values, or a numeric range (random search only)."""
+
+    def __init__(self, key: str, spec: Any, where: str) -> None:
+        self.key = key
+        self.values: Optional[List[Any]] = None
+        self.low = self.high = 0.0
+        self.log = False
+        self.integer = False
+        if isinstance(spec, list):
+            spec = {"values": spec}
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{where}: a list of values, or {{values: [...]}} or {{min, max}} (got {spec!r})")
+        unknown = set(spec) - {"values", "min", "max", "log", "type"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; use values, or min, max, log and type")
+        if "values" in spec:
+            if not isinstance(spec["values"], list) or not spec["values"]:
+                raise ConfigError(f"{where}.values: a non-empty list")
+            self.values = list(spec["values"])
+            return
+        low, high = spec.get("min"), spec.get("max")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or not low < high:
+            raise ConfigError(f"{where}: min and max must be numbers with min < max (got {low!r}, {high!r})")
+        self.low, self.high = float(low), float(high)
+        self.log = bool(spec.get("log", False))
+        if self.log and self.low <= 0:
+            raise ConfigError(f"{where}: log: true needs min > 0")
+        kind = spec.get("type", "float")
+        if kind not in ("float", "int"):
+            raise ConfigError(f"{where}.type: float or int (got {kind!r})")
+        self.integer = kind == "int"
+
+    def draw(self, rng: random.Random) -> Any:
+        if self.values is not None:
+            return rng.choice(self.values)
+        if self.log:
+            value = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
+        else:
+            value = rng.uniform(self.low, self.high)
+        return int(round(value)) if self.integer else value
+
+
+class SweepSpec:
+    """A parsed and checked sweep file."""
+
+    def __init__(self, path: str, data: Any, base: Dict[str, Any]) -> None:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be an object")
+        unknown = set(data) - SPEC_KEYS
+        if unknown:
+            raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; known: {sorted(SPEC_KEYS)}")
+        self.method = data.get("method", "grid")
+        if self.method not in ("grid", "random"):
+            raise ConfigError(f"{path}: method: grid or random (got {self.method!r})")
+        self.trials = _positive(data.get("trials", 10), f"{path}: trials")
+        self.parallel = _positive(data.get("parallel", 1), f"{path}: parallel")
+        self.seed = data.get("seed", 0)
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ConfigError(f"{path}: seed: an integer (got {self.seed!r})")
+        trainer = base["trainer"]
+        self.metric = data.get("metric", trainer["metric"])
+        self.mode = data.get("mode", trainer["metric_mode"])
+        if self.mode not in ("max", "min"):
+            raise ConfigError(f"{path}: mode: max or min (got {self.mode!r})")
+        self.output = data.get("output") or os.path.join(trainer["output_path"], "sweep")
+        parameters = data.get("parameters")
+        if not isinstance(parameters, dict) or not parameters:
+            raise ConfigError(f"{path}: parameters: an object of config keys and their values")
+        self.parameters = [Parameter(key, spec, f"{path}: parameters.{key}") for key, spec in parameters.items()]
+        if self.method == "grid":
+            ranged = [p.key for p in self.parameters if p.values is None]
+            if ranged:
+                raise ConfigError(f"{path}: parameters.{ranged[0]}: grid search needs a list of values "
+                                  f"(ranges are for method: random)")
+        self.raw = data
+
+    def trial_values(self) -> List[Dict[str, Any]]:
+        """Every trial's values, in order (the same on every start of the sweep)."""
+        if self.method == "grid":
+            keys = [p.key for p in self.parameters]
+            return [dict(zip(keys, combo)) for combo in itertools.product(*(p.values for p in self.parameters))]
+        rng = random.Random(self.seed)
+        return [{p.key: p.draw(rng) for p in self.parameters} for _ in range(self.trials)]
+
+
+def _positive(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{where}: a positive integer (got {value!r})")
+    return value
+
+
+def overrides_of(values: Dict[str, Any]) -> List[str]:
+    """``--set`` arguments for a trial's values (JSON values, which the override parser reads)."""
+    return [f"{key}={json.dumps(value)}" for key, value in values.items()]
+
+
+# ---- results ------------------------------------------------------------------------------------
+def best_dev(folder: str, metric: str, mode: str) -> Tuple[Optional[float], Optional[int]]:
+    """The best dev ``metric`` a trial logged and its step (None when it logged none)."""
+    path = os.path.join(folder, "logs", "metrics.jsonl")
+    best: Tuple[Optional[float], Optional[int]] = (None, None)
+    if not os.path.isfile(path):
+        return best
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a kill
+            if record.get("tag") != "dev" or not isinstance(record.get(metric), (int, float)):
+                continue
+            value = float(record[metric])
+            if best[0] is None or (value > best[0] if mode == "max" else value < best[0]):
+                best = (value, record["step"])
+    return best
+
+
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+class Sweep:
+    """Runs the trials of a sweep (see the module docstring)."""
+
+    def __init__(self, param_path: str, sweep_path: str, overrides: Sequence[str] = ()) -> None:
+        from wenxin.config.loader import load_config
+        self.param_path, self.overrides = os.path.abspath(param_path), list(overrides)
+        base = load_config(param_path, overrides, with_task=False)
+        if not base["trainer"]["is_eval_dev"]:
+            raise ConfigError("trainer.is_eval_dev: a sweep compares trials by their dev metric; set it to true")
+        self.spec = SweepSpec(sweep_path, read_document(sweep_path, "sweep file"), base)
+        self.output = os.path.abspath(self.spec.output)
+        values = self.spec.trial_values()
+        for i, trial in enumerate(values):  # every trial's overrides must make a valid task file
+            try:
+                load_config(param_path, self.overrides + overrides_of(trial))
+            except ConfigError as e:
+                raise ConfigError(f"{sweep_path}: trial {i} ({', '.join(overrides_of(trial))}): {e}") from None
+        self.trials = [{"trial": i, "values": v, "status": "pending"} for i, v in enumerate(values)]
+        self.threads = max(1, len(os.sched_getaffinity(0)) // self.spec.parallel)
+
+    # ---- state ----
+    def _load_state(self) -> None:
+        path = os.path.join(self.output, STATE_FILE)
+        if not os.path.isfile(path):
+            return
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+            same = saved["task"] == self.param_path and saved["sweep"] == self.spec.raw and \
+                saved["overrides"] == self.overrides
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{path}: unreadable ({type(e).__name__}); move {self.output} away to start "
+                              f"the sweep afresh") from None
+        if not same:
+            raise ConfigError(f"{self.output} holds another sweep (a different task file, sweep file or --set); "
+                              f"set output in the sweep file, or move the folder away")
+        for trial, old in zip(self.trials, saved["trials"]):
+            if old.get("status") in ("done", "failed"):
+                trial.update(old)
+
+    def _save_state(self) -> None:
+        state = {"task": self.param_path, "sweep": self.spec.raw, "overrides": self.overrides, "trials": self.trials}
+        _write_atomically(os.path.join(self.output, STATE_FILE), json.dumps(state, indent=2, ensure_ascii=False))
+
+    # ---- running ----
+    def folder(self, trial: Dict[str, Any]) -> str:
+        return os.path.join(self.output, f"trial_{trial['trial']:03d}")
+
+    def _start(self, trial: Dict[str, Any]) -> subprocess.Popen:
+        folder = self.folder(trial)
+        os.makedirs(folder, exist_ok=True)
+        args = [a for o in self.overrides + overrides_of(trial["values"]) +
+                [f"trainer.output_path={json.dumps(folder)}", "trainer.resume=\"auto\"",
+                 f"trainer.cpu_threads={self.threads}", "trainer.progress_bar=\"off\""] for a in ("--set", o)]
+        log = open(os.path.join(folder, "sweep_trial.log"), "ab")
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "CPU_NUM": "1"}
+        try:
+            return subprocess.Popen([sys.executable, "-m", "wenxin.cli", "train", "--param_path", self.param_path,
+                                     *args], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    preexec_fn=_die_with_parent)
+        finally:
+            log.close()
+
+    def _finish(self, trial: Dict[str, Any], code: int, seconds: float) -> None:
+        value, step = best_dev(self.folder(trial), self.spec.metric, self.spec.mode)
+        trial.update(status="done" if code == 0 else "failed", returncode=code, metric=value, step=step,
+                     seconds=round(trial.get("seconds", 0.0) + seconds, 1))
+        if code == 0 and value is None:
+            trial.update(status="failed", error=f"no dev {self.spec.metric} was logged")
+        elif code != 0:
+            trial["error"] = _last_error(os.path.join(self.folder(trial), "sweep_trial.log"))
+        logger.info("trial %d %s: %s, dev %s %s at step %s (%.0f s)", trial["trial"], trial["status"],
+                    " ".join(overrides_of(trial["values"])), self.spec.metric, value, step, seconds)
+
+    def run(self) -> List[Dict[str, Any]]:
+        os.makedirs(self.output, exist_ok=True)
+        self._load_state()
+        self._save_state()
+        waiting = [t for t in self.trials if t["status"] not in ("done", "failed")]
+        done = len(self.trials) - len(waiting)
+        if done:
+            logger.info("sweep: %d of %d trials finished before; running the other %d", done, len(self.trials),
+                        len(waiting))
+        running: Dict[int, Tuple[subprocess.Popen, float, Dict[str, Any]]] = {}
+        try:
+            while waiting or running:
+                while waiting and len(running) < self.spec.parallel:
+                    trial = waiting.pop(0)
+                    trial["status"] = "running"
+                    running[trial["trial"]] = (self._start(trial), time.time(), trial)
+                    self._save_state()
+                for key, (proc, started, trial) in list(running.items()):
+                    if proc.poll() is not None:
+                        del running[key]
+                        self._finish(trial, proc.returncode, time.time() - started)
+                        self._save_state()
+                        self.write_results()
+                time.sleep(0.2)
+        finally:
+            for proc, _, trial in running.values():  # Ctrl-C or an error: the trials save and stop
+                with contextlib.suppress(OSError):
+                    proc.send_signal(signal.SIGTERM)
+            for proc, _, trial in running.values():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=60)
+                trial["status"] = "interrupted"
+            if running:
+                self._save_state()
+        self.write_results()
+        return self.trials
+
+    # ---- tables ----
+    def ranked(self) -> List[Dict[str, Any]]:
+        """Finished trials, best first (ties: the earlier trial)."""
+        sign = -1.0 if self.spec.mode == "max" else 1.0
+        done = [t for t in self.trials if t["status"] == "done"]
+        return sorted(done, key=lambda t: (sign * t["metric"], t["trial"]))
+
+    def write_results(self) -> None:
+        keys = [p.key for p in self.spec.parameters]
+        header = ["trial", "status", *keys, f"best dev {self.spec.metric}", "step", "seconds", "folder"]
+        ranked = self.ranked()
+        rows = ranked + [t for t in self.trials if t not in ranked]
+
+        def cells(t: Dict[str, Any]) -> List[Any]:
+            metric = t.get("metric")
+            return [t["trial"], t["status"], *[t["values"][k] for k in keys],
+                    "" if metric is None else f"{metric:.6g}", t.get("step", "") or "", t.get("seconds", ""),
+                    os.path.relpath(self.folder(t), self.output)]
+
+        with open(os.path.join(self.output, "results.csv"), "w", encoding="utf-8", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            writer.writerows(cells(t) for t in rows)
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(str(c) for c in cells(t)) + " |" for t in rows]
+        _write_atomically(os.path.join(self.output, "results.md"), "\n".join(lines) + "\n")
+        if ranked:
+            with open(os.path.join(self.folder(ranked[0]), "config.json"), encoding="utf-8") as f:
+                config = json.load(f)
+            _write_atomically(os.path.join(self.output, "best_config.json"),
+                              json.dumps(config, indent=2, ensure_ascii=False))
+
+
+def _die_with_parent() -> None:
+    """A trial gets SIGTERM (it saves a checkpoint and stops) when the sweep dies, even by SIGKILL."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _last_error(log_path: str) -> str:
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if line.startswith("error")]
+    return (errors or lines or [""])[-1][:300]
