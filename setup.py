@@ -24,5 +24,5 @@ MAPPED_PACKAGES = mapped_packages()
 setup(
     packages=find_packages(include=["wenxin", "wenxin.*"]) + list(MAPPED_PACKAGES),
     package_dir=MAPPED_PACKAGES,
-    package_data={"wenxin.tasks": ["*/examples/*.json"], "wenxin.examples": ["*.json", "*.py"]},
+    package_data={"wenxin.tasks": ["*/examples/*.json"], "wenxin.examples": ["*.json", "*.py", "*.yaml"]},
 )

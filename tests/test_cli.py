@@ -139,6 +139,7 @@ def test_examples_are_copied_without_overwriting(tmp_path, capsys):
     assert main(["examples", str(tmp_path)]) == 0
     copied = sorted(os.listdir(tmp_path / "examples"))
     assert "text_classification_bow.json" in copied and "prepare_sentiment_data.py" in copied
+    assert "sweep_text_classification_bow.yaml" in copied
     assert "__init__.py" not in copied and "data" not in copied
     mine = tmp_path / "examples" / "text_classification_bow.json"
     mine.write_text("{}", encoding="utf-8")

@@ -151,7 +151,7 @@ def copy_examples(target: str) -> List[str]:
     try:
         os.makedirs(folder, exist_ok=True)
         for name in sorted(os.listdir(source)):
-            if name.endswith((".json", ".py")) and name != "__init__.py" \
+            if name.endswith((".json", ".py", ".yaml")) and name != "__init__.py" \
                     and not os.path.exists(os.path.join(folder, name)):
                 shutil.copyfile(os.path.join(source, name), os.path.join(folder, name))
                 written.append(os.path.join(folder, name))
