@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from conftest import REPO, task_config, write_config
@@ -125,3 +126,42 @@ def test_bad_sweep_files_are_one_error_naming_the_key(tmp_path, data_dir):
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 2 and message in err and "Traceback" not in err, (spec, err)
         assert not os.path.exists(tmp_path / "out" / "sweep")
+
+
+def test_an_optuna_sweep_prunes_weak_trials_from_their_dev_metric(tmp_path, data_dir):
+    pytest.importorskip("optuna")
+    import optuna
+    config = task_config(data_dir, str(tmp_path / "unused"), max_steps=30, eval_step=5, save_model_step=10,
+                         is_eval_test=0, metric="loss", metric_mode="min")
+    task = write_config(str(tmp_path / "task.json"), config)
+    folder = str(tmp_path / "optuna")
+    # learning rates over 4 decades: the small ones barely move the loss, and are pruned
+    spec = {"method": "optuna", "trials": 6, "seed": 3, "output": folder,
+            "parameters": {"model.optimization.learning_rate": {"min": 1e-5, "max": 0.1, "log": True}}}
+    proc = start(task, write_config(str(tmp_path / "optuna.json"), spec))
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    rows = table(folder)
+    assert len(rows) == 6 and {r["status"] for r in rows} <= {"done", "pruned"}
+    pruned = [r for r in rows if r["status"] == "pruned"]
+    assert pruned, rows
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{folder}/optuna.db")
+    states = {t.number: t.state.name for t in study.trials}
+    with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as f:
+        trials = json.load(f)["trials"]
+    for trial in trials:
+        assert states[trial["optuna"]] == {"done": "COMPLETE", "pruned": "PRUNED"}[trial["status"]]
+        losses = dev_losses(os.path.join(folder, f"trial_{trial['trial']:03d}"))
+        reported = study.trials[trial["optuna"]].intermediate_values
+        assert reported == {step: pytest.approx(loss, rel=1e-6) for step, loss in losses.items()}
+        if trial["status"] == "pruned":
+            # stopped at the step it was pruned: its best loss so far was worse than the median of
+            # the earlier finished trials' losses at that step (Optuna's median pruner)
+            last = max(losses)
+            assert last < 30
+            earlier = [study.trials[t["optuna"]].intermediate_values[last] for t in trials
+                       if t["optuna"] < trial["optuna"] and t["status"] == "done"]
+            assert earlier and min(losses.values()) > float(np.median(earlier))
+    best = min((t for t in trials if t["status"] == "done"), key=lambda t: (t["metric"], t["trial"]))
+    assert study.best_trial.number == best["optuna"]
+    assert rows[0]["trial"] == str(best["trial"])

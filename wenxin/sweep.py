@@ -2,8 +2,9 @@
 
 A sweep file names config keys (the key paths of ``--set``) and their values::
 
-    method: grid            # grid | random
-    trials: 8               # random: how many trials
+    method: grid            # grid | random | optuna
+    trials: 8               # random, optuna: how many trials
+    prune: true             # optuna: stop weak trials early (median of the earlier trials' dev metric)
     parallel: 2             # trials run at once, each in its own process
     seed: 0                 # random: the draws
     metric: acc             # default: trainer.metric (a dev metric)
@@ -23,12 +24,20 @@ trial, rewritten atomically as trials finish. A sweep started again with the sam
 kill or Ctrl-C) skips the finished trials, and an unfinished trial continues from its own
 checkpoint. The results go to ``results.csv`` and ``results.md`` (best first), and the best
 trial's resolved config to ``best_config.json``.
+
+``method: optuna`` (when the optuna package is installed) draws each trial from Optuna's TPE
+sampler, seeded, with the study in ``<output>/optuna.db``. With ``prune``, each trial reports its
+dev metric after every evaluation (``SweepReportHook``, through files in its folder) and waits
+for the sweep's answer; Optuna's median pruner stops trials whose metric is worse than the
+median of the earlier trials at the same step. The decision is made while the trial waits, so
+it does not depend on timing.
 """
 from __future__ import annotations
 
 import contextlib
 import csv
 import ctypes
+import importlib.util
 import itertools
 import json
 import logging
@@ -43,12 +52,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError
 from wenxin.config.document import read_document
+from wenxin.controller.hooks.sweep_report import REPORTS_ENV
 
 logger = logging.getLogger("wenxin")
 
 STATE_FILE = "sweep.json"
 PR_SET_PDEATHSIG = 1
-SPEC_KEYS = {"method", "trials", "parallel", "seed", "metric", "mode", "output", "parameters"}
+SPEC_KEYS = {"method", "trials", "parallel", "seed", "metric", "mode", "output", "parameters", "prune"}
+FINISHED = ("done", "failed", "pruned")
 
 
 # ---- the sweep file -----------------------------------------------------------------------------
@@ -85,6 +96,15 @@ class Parameter:
             raise ConfigError(f"{where}.type: float or int (got {kind!r})")
         self.integer = kind == "int"
 
+    def distribution(self) -> Any:
+        """The Optuna distribution of this parameter."""
+        import optuna
+        if self.values is not None:
+            return optuna.distributions.CategoricalDistribution(self.values)
+        if self.integer:
+            return optuna.distributions.IntDistribution(int(self.low), int(self.high), log=self.log)
+        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log)
+
     def draw(self, rng: random.Random) -> Any:
         if self.values is not None:
             return rng.choice(self.values)
@@ -105,8 +125,14 @@ class SweepSpec:
         if unknown:
             raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; known: {sorted(SPEC_KEYS)}")
         self.method = data.get("method", "grid")
-        if self.method not in ("grid", "random"):
-            raise ConfigError(f"{path}: method: grid or random (got {self.method!r})")
+        if self.method not in ("grid", "random", "optuna"):
+            raise ConfigError(f"{path}: method: grid, random or optuna (got {self.method!r})")
+        if self.method == "optuna":
+            if importlib.util.find_spec("optuna") is None:
+                raise ConfigError(f"{path}: method: optuna needs the optuna package (pip install optuna)")
+        self.prune = data.get("prune", True)
+        if not isinstance(self.prune, bool):
+            raise ConfigError(f"{path}: prune: true or false (got {self.prune!r})")
         self.trials = _positive(data.get("trials", 10), f"{path}: trials")
         self.parallel = _positive(data.get("parallel", 1), f"{path}: parallel")
         self.seed = data.get("seed", 0)
@@ -130,7 +156,10 @@ class SweepSpec:
         self.raw = data
 
     def trial_values(self) -> List[Dict[str, Any]]:
-        """Every trial's values, in order (the same on every start of the sweep)."""
+        """Every trial's values, in order (the same on every start of the sweep); Optuna's are
+        drawn as the sweep goes, so none here."""
+        if self.method == "optuna":
+            return []
         if self.method == "grid":
             keys = [p.key for p in self.parameters]
             return [dict(zip(keys, combo)) for combo in itertools.product(*(p.values for p in self.parameters))]
@@ -189,13 +218,21 @@ class Sweep:
         self.spec = SweepSpec(sweep_path, read_document(sweep_path, "sweep file"), base)
         self.output = os.path.abspath(self.spec.output)
         values = self.spec.trial_values()
-        for i, trial in enumerate(values):  # every trial's overrides must make a valid task file
+        # every trial's overrides must make a valid task file (Optuna's: the first value or the
+        # lower end of each parameter, for its keys and types)
+        probes = values or [{p.key: p.values[0] if p.values is not None else
+                             (int(p.low) if p.integer else p.low) for p in self.spec.parameters}]
+        for i, trial in enumerate(probes):
             try:
                 load_config(param_path, self.overrides + overrides_of(trial))
             except ConfigError as e:
                 raise ConfigError(f"{sweep_path}: trial {i} ({', '.join(overrides_of(trial))}): {e}") from None
-        self.trials = [{"trial": i, "values": v, "status": "pending"} for i, v in enumerate(values)]
+        self.trials: List[Dict[str, Any]] = [{"trial": i, "values": v, "status": "pending"}
+                                             for i, v in enumerate(values)]
         self.threads = max(1, len(os.sched_getaffinity(0)) // self.spec.parallel)
+        self.study: Any = None
+        self._asked: Dict[int, Any] = {}  # our trial index -> its optuna.Trial
+        self._pruning: set = set()
 
     # ---- state ----
     def _load_state(self) -> None:
@@ -213,8 +250,12 @@ class Sweep:
         if not same:
             raise ConfigError(f"{self.output} holds another sweep (a different task file, sweep file or --set); "
                               f"set output in the sweep file, or move the folder away")
+        if self.spec.method == "optuna":  # the trials drawn so far
+            self.trials = [dict(old, status=old["status"] if old.get("status") in FINISHED else "pending")
+                           for old in saved["trials"]]
+            return
         for trial, old in zip(self.trials, saved["trials"]):
-            if old.get("status") in ("done", "failed"):
+            if old.get("status") in FINISHED:
                 trial.update(old)
 
     def _save_state(self) -> None:
@@ -230,9 +271,14 @@ class Sweep:
         os.makedirs(folder, exist_ok=True)
         args = [a for o in self.overrides + overrides_of(trial["values"]) +
                 [f"trainer.output_path={json.dumps(folder)}", "trainer.resume=\"auto\"",
-                 f"trainer.cpu_threads={self.threads}", "trainer.progress_bar=\"off\""] for a in ("--set", o)]
+                 f"trainer.cpu_threads={self.threads}", "trainer.progress_bar=\"off\"",
+                 f"trainer.metric={json.dumps(self.spec.metric)}", f"trainer.metric_mode={json.dumps(self.spec.mode)}"]
+                for a in ("--set", o)]
         log = open(os.path.join(folder, "sweep_trial.log"), "ab")
         env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "CPU_NUM": "1"}
+        env.pop(REPORTS_ENV, None)
+        if self.study is not None and self.spec.prune:
+            env[REPORTS_ENV] = folder
         try:
             return subprocess.Popen([sys.executable, "-m", "wenxin.cli", "train", "--param_path", self.param_path,
                                      *args], stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -248,33 +294,43 @@ class Sweep:
             trial.update(status="failed", error=f"no dev {self.spec.metric} was logged")
         elif code != 0:
             trial["error"] = _last_error(os.path.join(self.folder(trial), "sweep_trial.log"))
+        elif trial["trial"] in self._pruning:
+            trial["status"] = "pruned"
+        if self.study is not None:
+            self._tell(trial)
         logger.info("trial %d %s: %s, dev %s %s at step %s (%.0f s)", trial["trial"], trial["status"],
                     " ".join(overrides_of(trial["values"])), self.spec.metric, value, step, seconds)
 
     def run(self) -> List[Dict[str, Any]]:
         os.makedirs(self.output, exist_ok=True)
         self._load_state()
+        if self.spec.method == "optuna":
+            self._open_study()
         self._save_state()
-        waiting = [t for t in self.trials if t["status"] not in ("done", "failed")]
+        waiting = [t for t in self.trials if t["status"] not in FINISHED]
         done = len(self.trials) - len(waiting)
+        total = self.spec.trials if self.spec.method == "optuna" else len(self.trials)
         if done:
-            logger.info("sweep: %d of %d trials finished before; running the other %d", done, len(self.trials),
-                        len(waiting))
+            logger.info("sweep: %d of %d trials finished before; running the other %d", done, total, total - done)
         running: Dict[int, Tuple[subprocess.Popen, float, Dict[str, Any]]] = {}
         try:
-            while waiting or running:
-                while waiting and len(running) < self.spec.parallel:
-                    trial = waiting.pop(0)
+            while waiting or running or len(self.trials) < total:
+                while len(running) < self.spec.parallel and (waiting or len(self.trials) < total):
+                    trial = waiting.pop(0) if waiting else self._new_trial()
+                    if self.study is not None:
+                        self._ask(trial)
                     trial["status"] = "running"
                     running[trial["trial"]] = (self._start(trial), time.time(), trial)
                     self._save_state()
                 for key, (proc, started, trial) in list(running.items()):
+                    if self.study is not None and self.spec.prune:
+                        self._answer_reports(trial)
                     if proc.poll() is not None:
                         del running[key]
                         self._finish(trial, proc.returncode, time.time() - started)
                         self._save_state()
                         self.write_results()
-                time.sleep(0.2)
+                time.sleep(0.02 if self.study is not None else 0.2)
         finally:
             for proc, _, trial in running.values():  # Ctrl-C or an error: the trials save and stop
                 with contextlib.suppress(OSError):
@@ -287,6 +343,63 @@ class Sweep:
                 self._save_state()
         self.write_results()
         return self.trials
+
+    # ---- Optuna ----
+    def _open_study(self) -> None:
+        import optuna
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        pruner = optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0) if self.spec.prune \
+            else optuna.pruners.NopPruner()
+        self.study = optuna.create_study(
+            study_name="sweep", storage=f"sqlite:///{os.path.join(self.output, 'optuna.db')}", load_if_exists=True,
+            sampler=optuna.samplers.TPESampler(seed=self.spec.seed), pruner=pruner,
+            direction="maximize" if self.spec.mode == "max" else "minimize")
+        for trial in self.trials:  # trials a killed sweep left running are asked again with their values
+            if trial["status"] not in FINISHED and "optuna" in trial:
+                with contextlib.suppress(Exception):  # already finished in the study
+                    self.study.tell(trial["optuna"], state=optuna.trial.TrialState.FAIL)
+                self.study.enqueue_trial(trial["values"], skip_if_exists=False)
+
+    def _new_trial(self) -> Dict[str, Any]:
+        trial: Dict[str, Any] = {"trial": len(self.trials), "values": {}, "status": "pending"}
+        self.trials.append(trial)
+        return trial
+
+    def _ask(self, trial: Dict[str, Any]) -> None:
+        asked = self.study.ask({p.key: p.distribution() for p in self.spec.parameters})
+        self._asked[trial["trial"]] = asked
+        trial["optuna"] = asked.number
+        trial["values"] = {p.key: asked.params[p.key] for p in self.spec.parameters}
+
+    def _answer_reports(self, trial: Dict[str, Any]) -> None:
+        """Report the trial's new dev metrics to Optuna and write its decisions."""
+        from wenxin.controller.hooks.sweep_report import decision_path, write_json_atomically
+        folder, asked = self.folder(trial), self._asked[trial["trial"]]
+        for name in os.listdir(folder):
+            if not (name.startswith("report_") and name.endswith(".json")):
+                continue
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                report = json.load(f)
+            step = int(report["step"])
+            if os.path.isfile(decision_path(folder, step)):
+                continue
+            asked.report(float(report["value"]), step)
+            prune = asked.should_prune()
+            if prune:
+                self._pruning.add(trial["trial"])
+                logger.info("trial %d pruned at step %d (dev %s %.6g)", trial["trial"], step, self.spec.metric,
+                            report["value"])
+            write_json_atomically(decision_path(folder, step), {"prune": prune})
+
+    def _tell(self, trial: Dict[str, Any]) -> None:
+        import optuna
+        asked = self._asked.pop(trial["trial"])
+        if trial["status"] == "done":
+            self.study.tell(asked, trial["metric"])
+        elif trial["status"] == "pruned":
+            self.study.tell(asked, state=optuna.trial.TrialState.PRUNED)
+        else:
+            self.study.tell(asked, state=optuna.trial.TrialState.FAIL)
 
     # ---- tables ----
     def ranked(self) -> List[Dict[str, Any]]:

@@ -36,6 +36,7 @@ from wenxin.controller.env import rng_state, set_rng_state
 from wenxin.controller.graph_mode import eager_mode
 from wenxin.controller.hooks import (DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook,
                                      ProfilerHook, ProgressBarHook)
+from wenxin.controller.hooks.sweep_report import REPORTS_ENV, SweepReportHook
 from wenxin.controller.hooks.writers import METRICS_FILE, ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, \
     VisualDLWriter
 from wenxin.common.progress import ProgressBar, progress_enabled
@@ -210,6 +211,8 @@ class BaseTrainer:
             self.register_hook(LoadBestModelHook())
         if self.trainer_config["profile"]:
             self.register_hook(ProfilerHook(**self.trainer_config["profile"]))
+        if os.environ.get(REPORTS_ENV) and self.world_size == 1:  # a trial of an Optuna sweep
+            self.register_hook(SweepReportHook(os.environ[REPORTS_ENV], self.trainer_config["metric"]))
         if self.trainer_config["save_inference"] or self.trainer_config["output_layout"] == "erniekit":
             self.register_hook(InferenceExportHook())
         self.show_progress = self.is_writer and progress_enabled(self.trainer_config["progress_bar"])
