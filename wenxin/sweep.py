@@ -129,7 +129,8 @@ class SweepSpec:
             raise ConfigError(f"{path}: method: grid, random or optuna (got {self.method!r})")
         if self.method == "optuna":
             if importlib.util.find_spec("optuna") is None:
-                raise ConfigError(f"{path}: method: optuna needs the optuna package (pip install optuna)")
+                raise ConfigError(f"{path}: method: optuna needs the optuna package: pip install \"wenxin[sweep]\" "
+                                  f"(or optuna)")
         self.prune = data.get("prune", True)
         if not isinstance(self.prune, bool):
             raise ConfigError(f"{path}: prune: true or false (got {self.prune!r})")
@@ -299,7 +300,8 @@ class Sweep:
         if self.study is not None:
             self._tell(trial)
         logger.info("trial %d %s: %s, dev %s %s at step %s (%.0f s)", trial["trial"], trial["status"],
-                    " ".join(overrides_of(trial["values"])), self.spec.metric, value, step, seconds)
+                    " ".join(overrides_of(trial["values"])), self.spec.metric,
+                    "none" if value is None else f"{value:.6g}", step, seconds)
 
     def run(self) -> List[Dict[str, Any]]:
         os.makedirs(self.output, exist_ok=True)
@@ -384,7 +386,7 @@ class Sweep:
             if os.path.isfile(decision_path(folder, step)):
                 continue
             asked.report(float(report["value"]), step)
-            prune = asked.should_prune()
+            prune = bool(asked.should_prune())
             if prune:
                 self._pruning.add(trial["trial"])
                 logger.info("trial %d pruned at step %d (dev %s %.6g)", trial["trial"], step, self.spec.metric,
