@@ -116,7 +116,7 @@ def test_bad_sweep_files_are_one_error_naming_the_key(tmp_path, data_dir):
     config = task_config(data_dir, str(tmp_path / "out"), max_steps=2, is_eval_test=0)
     task = write_config(str(tmp_path / "task.json"), config)
     cases = [({"parameters": {"model.hidden_size": {"min": 4, "max": 8}}}, "grid search needs a list of values"),
-             ({"method": "bayes", "parameters": {"model.hidden_size": [4]}}, "method: grid or random"),
+             ({"method": "bayes", "parameters": {"model.hidden_size": [4]}}, "method: grid, random or optuna"),
              ({"parameters": {"model.hidden_sise": [4, 8]}}, "model.hidden_sise"),
              ({"parameters": {"model.hidden_size": ["big"]}}, "model.hidden_size"),
              ({"parallel": 0, "parameters": {"model.hidden_size": [4]}}, "parallel: a positive integer")]
