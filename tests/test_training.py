@@ -32,7 +32,7 @@ def test_output_folder_layout(tmp_path, data_dir):
     trainer.do_train()
     steps_per_epoch = trainer.state.steps_per_epoch
     ckpts = os.path.join(out, "checkpoints")
-    assert sorted(os.listdir(ckpts)) == ["best", "latest", f"step_{2 * steps_per_epoch}"]  # keep-last-1
+    assert sorted(os.listdir(ckpts)) == ["best", "index.json", "latest", f"step_{2 * steps_per_epoch}"]  # keep-last-1
     assert open(os.path.join(ckpts, "latest")).read() == f"step_{2 * steps_per_epoch}"
     for name in ("model.safetensors", "extra.json", "extra.safetensors",
                  "trainer_state.json", "config.json", "manifest.json", "vocab/text_a.txt", "vocab/label.txt"):

@@ -171,10 +171,12 @@ class PredictionApp:
         headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode("ascii"))]
         if close:
             headers.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": int(status), "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        # counted before the answer leaves: a client that has its answer and then asks /metrics
+        # (served by any worker) finds its request counted
         seconds = time.perf_counter() - start
         self._observe(scope["path"], int(status), seconds, inputs)
+        await send({"type": "http.response.start", "status": int(status), "headers": headers})
+        await send({"type": "http.response.body", "body": body})
         logger.info("%s%s %s %d %.1f ms %d inputs", self.log_prefix, scope["method"], scope["path"], int(status),
                     seconds * 1000, inputs)
 
