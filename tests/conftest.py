@@ -35,6 +35,12 @@ def pytest_configure(config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """The tests marked slow run first: started early, the two xdist workers fill the rest of
+    the time around them instead of waiting for one at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 POSITIVE = list("好棒赞优美爱喜乐")
 NEGATIVE = list("差烂坏丑慢贵怒悲")
 NEUTRAL = list("的了是在我有这个书买东西质量")

@@ -72,6 +72,7 @@ def check_table(folder):
     return found
 
 
+@pytest.mark.slow
 def test_a_grid_sweep_and_its_resume_after_a_kill_give_the_same_table(tmp_path, data_dir):
     task, spec = sweep_files(tmp_path, data_dir, "straight", parallel=2)
     proc = start(task, spec)
