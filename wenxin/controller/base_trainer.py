@@ -222,7 +222,11 @@ class BaseTrainer:
             path = f"trainer.hooks[{i}]"
             cls = RegisterSet.hooks.get(spec["type"], self.scope, f"{path}.type")
             params = validate(spec["params"], cls.config_schema, f"{path}.params")
-            self.register_hook(cls(**params), spec["priority"])
+            try:
+                hook = cls(**params)
+            except ConfigError as e:  # e.g. a tracker whose library is not installed
+                raise ConfigError(f"{path}: {e}") from None
+            self.register_hook(hook, spec["priority"])
 
     def register_hook(self, hook: HookBase, priority: Optional[int] = None) -> None:
         hook.trainer = self

@@ -13,9 +13,10 @@ from wenxin.controller.hooks.norms import NormsHook
 from wenxin.controller.hooks.profiler import ProfilerHook
 from wenxin.controller.hooks.progress import ProgressBarHook
 from wenxin.controller.hooks.timer import IterationTimerHook
+from wenxin.controller.hooks.trackers import MLflowHook, TensorBoardHook
 
 DEFAULT_HOOKS = (IterationTimerHook, LRSchedulerHook, NaNGuardHook, EvaluationHook, LoggerHook, CheckpointHook)
 
 __all__ = ["HookBase", "HookList", "Priority", "DEFAULT_HOOKS", "CheckpointHook", "EarlyStoppingHook", "EMAHook",
            "EvaluationHook", "InferenceExportHook", "LoadBestModelHook", "LoggerHook", "LRSchedulerHook", "NaNGuardHook", "NormsHook", "IterationTimerHook",
-           "ProfilerHook", "ProgressBarHook"]
+           "MLflowHook", "ProfilerHook", "ProgressBarHook", "TensorBoardHook"]

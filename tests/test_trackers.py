@@ -1,0 +1,82 @@
+"""Tracker hooks, each checked with its own library's reader: TensorBoard's event reader and
+MLflow's client."""
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import build, run_script, task_config, write_config
+
+
+def records(out):
+    with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def tracked_config(data_dir, out, hook, **trainer):
+    return task_config(data_dir, out, max_steps=6, eval_step=3, train_log_step=2, save_model_step=3,
+                       hooks=[hook], **trainer)
+
+
+def test_tensorboard_events_hold_every_record_the_config_and_the_final_metrics(tmp_path, data_dir):
+    pytest.importorskip("tensorboardX")
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    out = str(tmp_path / "out")
+    proc = run_script(tmp_path, ["--param_path", write_config(str(tmp_path / "task.json"),
+                                                              tracked_config(data_dir, out, {"type": "TensorBoardHook"}))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = event_accumulator.EventAccumulator(os.path.join(out, "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    logged = records(out)
+    for tag, name in (("train", "loss"), ("train", "lr"), ("dev", "acc"), ("test", "f1")):
+        expected = [(r["step"], r[name]) for r in logged if r["tag"] == tag]
+        assert expected
+        got = [(e.step, e.value) for e in events.Scalars(f"{tag}/{name}")]
+        assert [s for s, _ in got] == [s for s, _ in expected]
+        assert [v for _, v in got] == pytest.approx([v for _, v in expected], rel=1e-6)
+    final = {r["tag"]: r for r in logged if r["step"] == 6 and r["tag"] in ("dev", "test")}
+    assert events.Scalars("final/dev_reader/acc")[0].value == pytest.approx(final["dev"]["acc"], rel=1e-6)
+    text = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode("utf-8")
+    assert '"type": "BowClassification"' in text
+
+
+def test_mlflow_run_holds_params_metrics_and_continues_after_a_resume(tmp_path, data_dir):
+    mlflow = pytest.importorskip("mlflow")
+    out = str(tmp_path / "out")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    hook = {"type": "MLflowHook", "params": {"tracking_uri": uri, "experiment": "tests"}}
+    config = tracked_config(data_dir, out, hook, resume="auto")
+    config["trainer"]["max_steps"] = 3
+    assert run_script(tmp_path, ["--param_path", write_config(str(tmp_path / "a.json"), config)]).returncode == 0
+    config["trainer"]["max_steps"] = 6  # the same run, resumed from step 3
+    proc = run_script(tmp_path, ["--param_path", write_config(str(tmp_path / "b.json"), config)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = mlflow.tracking.MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("tests").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    run = runs[0]
+    assert run.data.params["model.type"] == "BowClassification"
+    assert run.data.params["trainer.max_steps"] == "3"  # MLflow keeps a parameter's first value
+    assert "keeps the first values of trainer.max_steps" in proc.stdout + proc.stderr
+    logged = records(out)
+    for tag, name in (("train", "loss"), ("dev", "acc")):
+        expected = sorted({r["step"]: r[name] for r in logged if r["tag"] == tag}.items())
+        history = sorted({m.step: m.value for m in client.get_metric_history(run.info.run_id, f"{tag}/{name}")}.items())
+        assert [s for s, _ in history] == [s for s, _ in expected]
+        assert [v for _, v in history] == pytest.approx([v for _, v in expected], rel=1e-9)
+    assert "final/dev_reader/acc" in run.data.metrics
+    artifact = client.download_artifacts(run.info.run_id, "config.json", str(tmp_path / "artifacts"))
+    resolved = json.load(open(artifact, encoding="utf-8"))
+    assert resolved["model"]["type"] == "BowClassification" and resolved["trainer"]["max_steps"] == 6
+
+
+@pytest.mark.parametrize("hook,module,extra", [("TensorBoardHook", "tensorboardX", "tensorboard"),
+                                               ("MLflowHook", "mlflow", "mlflow")])
+def test_a_tracker_without_its_library_is_one_error_naming_the_extra(tmp_path, data_dir, monkeypatch, hook,
+                                                                     module, extra):
+    from wenxin.common.errors import ConfigError
+    monkeypatch.setitem(sys.modules, module, None)  # import fails as if it were not installed
+    with pytest.raises(ConfigError, match=rf"trainer.hooks\[0\]: {hook} needs the {module} package: "
+                                          rf"pip install \"wenxin\[{extra}\]\""):
+        build(tracked_config(data_dir, str(tmp_path / "out"), {"type": hook}), tmp_path)

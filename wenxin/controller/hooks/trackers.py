@@ -1,0 +1,209 @@
+"""Experiment trackers as hooks: TensorBoard (through tensorboardX) and MLflow.
+
+Each tracker receives every record the run logs (train, dev, test, norms: the same records as
+``metrics.jsonl``), the resolved config when training starts, and the final metrics when it
+ends. Only rank 0 writes. The libraries are optional: a tracker whose library is missing is one
+error naming the extra to install.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+from typing import Any, Dict, List, Optional
+
+from wenxin.common.errors import ConfigError
+from wenxin.common.registry import RegisterSet
+from wenxin.config.schema import Key
+from wenxin.controller.hooks.base import HookBase, Priority
+from wenxin.controller.hooks.writers import MetricWriter
+
+logger = logging.getLogger("wenxin")
+
+
+def _require(module: str, extra: str, hook: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(f"{hook} needs the {module} package: pip install \"wenxin[{extra}]\"") from None
+
+
+def flat_config(config: Dict[str, Any], prefix: str = "") -> Dict[str, str]:
+    """``{"model": {"type": "Bow"}}`` -> ``{"model.type": "Bow"}``; lists become JSON text."""
+    flat: Dict[str, str] = {}
+    for key, value in config.items():
+        if str(key).startswith("_"):
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flat_config(value, f"{name}."))
+        else:
+            flat[name] = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return flat
+
+
+def _numbers(scalars: Dict[str, Any]) -> Dict[str, float]:
+    return {k: float(v) for k, v in scalars.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v}  # skip NaN
+
+
+class _Forward(MetricWriter):
+    """The metric logger's records, passed on to a tracker hook."""
+
+    def __init__(self, hook: "TrackerHook") -> None:
+        self.hook = hook
+
+    def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
+        values = _numbers(scalars)
+        if values:
+            self.hook.log_scalars(tag, step, values)
+
+    def flush(self) -> None:
+        self.hook.flush()
+
+
+class TrackerHook(HookBase):
+    """Opens the tracker when training starts, forwards every metric record to it, logs the
+    resolved config, and at the end the final metrics (``final/<reader>/<metric>``)."""
+
+    priority = Priority.LOWEST  # after_train: after the final evaluation and the best model's
+
+    def before_train(self) -> None:
+        if not self.trainer.is_writer:
+            return
+        self.open()
+        self.log_config({k: v for k, v in self.trainer.config.items() if not k.startswith("_")})
+        self._forward = _Forward(self)
+        self.trainer.metric_logger.writers.append(self._forward)
+
+    def after_train(self) -> None:
+        if not self.trainer.is_writer:
+            return
+        final = {f"{reader}/{name}": value for reader, metrics in self.trainer.state.metrics.items()
+                 for name, value in _numbers(metrics).items()}
+        self.log_final(final, self.trainer.state.global_step)
+        self.trainer.metric_logger.writers.remove(self._forward)
+        self.close()
+
+    # implemented by each tracker
+    def open(self) -> None: ...
+    def log_config(self, config: Dict[str, Any]) -> None: ...
+    def log_scalars(self, tag: str, step: int, values: Dict[str, float]) -> None: ...
+    def log_final(self, metrics: Dict[str, float], step: int) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+@RegisterSet.hooks.register("TensorBoardHook")
+class TensorBoardHook(TrackerHook):
+    """TensorBoard event files (``tensorboard --logdir <logdir>``), written with tensorboardX:
+    scalars as ``<tag>/<name>``, the config as text ``config``, the final metrics as
+    ``final/<reader>/<metric>`` at the last step."""
+
+    config_schema = {"logdir": Key(str, "", doc="default: <trainer.output_path>/tensorboard")}
+
+    def __init__(self, logdir: str = "") -> None:
+        self.tensorboardX = _require("tensorboardX", "tensorboard", "TensorBoardHook")
+        self.logdir = logdir
+        self.writer: Any = None
+
+    def open(self) -> None:
+        self.logdir = self.logdir or os.path.join(self.trainer.output_path, "tensorboard")
+        self.writer = self.tensorboardX.SummaryWriter(self.logdir)
+
+    def log_config(self, config: Dict[str, Any]) -> None:
+        text = json.dumps(config, indent=2, ensure_ascii=False)
+        self.writer.add_text("config", f"```\n{text}\n```", self.trainer.state.global_step)
+
+    def log_scalars(self, tag: str, step: int, values: Dict[str, float]) -> None:
+        for name, value in values.items():
+            self.writer.add_scalar(f"{tag}/{name}", value, step)
+
+    def log_final(self, metrics: Dict[str, float], step: int) -> None:
+        for name, value in metrics.items():
+            self.writer.add_scalar(f"final/{name}", value, step)
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+        self.writer = None
+
+
+@RegisterSet.hooks.register("MLflowHook")
+class MLflowHook(TrackerHook):
+    """An MLflow run: the flattened config as parameters (and ``config.json`` as an artifact),
+    every record as metrics ``<tag>/<name>`` by step, the final metrics as ``final/<reader>/<metric>``.
+    The run id is checkpointed, so a resumed training continues the same MLflow run. MLflow keeps
+    a parameter's first value: a resume with changed settings warns, and ``config.json`` holds
+    the latest start's config."""
+
+    config_schema = {
+        "tracking_uri": Key(str, "", doc="an MLflow store, e.g. sqlite:///path/mlflow.db or http://host:5000 "
+                                         "(default: sqlite:///<trainer.output_path>/mlflow.db)"),
+        "experiment": Key(str, "wenxin", doc="the MLflow experiment"),
+        "run_name": Key(str, "", doc="default: the output folder's name"),
+    }
+
+    def __init__(self, tracking_uri: str = "", experiment: str = "wenxin", run_name: str = "") -> None:
+        self.mlflow = _require("mlflow", "mlflow", "MLflowHook")
+        self.tracking_uri, self.experiment, self.run_name = tracking_uri, experiment, run_name
+        self.run_id: Optional[str] = None
+        self.client: Any = None
+
+    def state_dict(self) -> Optional[Dict[str, Any]]:
+        return {"run_id": self.run_id} if self.run_id else None
+
+    def set_state_dict(self, state: Dict[str, Any]) -> None:
+        self.run_id = state.get("run_id") or None
+
+    def open(self) -> None:
+        uri = self.tracking_uri or "sqlite:///" + os.path.abspath(os.path.join(self.trainer.output_path, "mlflow.db"))
+        try:
+            self.client = self.mlflow.tracking.MlflowClient(uri)
+            self.client.search_experiments(max_results=1)  # opens (and creates) the store
+        except Exception as e:  # noqa: BLE001 (MLflow raises many types for a store it cannot use)
+            reason = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            raise ConfigError(f"MLflowHook params.tracking_uri: cannot use {uri} ({reason})") from None
+        if self.run_id is not None:
+            try:
+                self.client.update_run(self.run_id, status="RUNNING")
+                return
+            except Exception:  # noqa: BLE001 (another store, or the run was deleted): a new run
+                logger.warning("MLflowHook: run %s not found in %s; starting a new run", self.run_id, uri)
+        experiment = self.client.get_experiment_by_name(self.experiment)
+        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(self.experiment)
+        name = self.run_name or os.path.basename(os.path.abspath(self.trainer.output_path))
+        self.run_id = self.client.create_run(experiment_id, run_name=name).info.run_id
+        logger.info("MLflow run %s (%s) in %s", self.run_id, name, uri)
+
+    def log_config(self, config: Dict[str, Any]) -> None:
+        from mlflow.entities import Param
+        values = {k: str(v)[:6000] for k, v in flat_config(config).items()}
+        logged = self.client.get_run(self.run_id).data.params  # a resumed run logged them before
+        changed = sorted(k for k, v in values.items() if k in logged and logged[k] != v)
+        if changed:  # MLflow keeps a parameter's first value; config.json below is this start's
+            logger.warning("MLflowHook: run %s keeps the first values of %s; config.json has this start's",
+                           self.run_id, ", ".join(changed))
+        params: List[Any] = [Param(k, v) for k, v in values.items() if k not in logged]
+        for start in range(0, len(params), 100):  # MLflow takes at most 100 parameters a batch
+            self.client.log_batch(self.run_id, params=params[start:start + 100])
+        self.client.log_dict(self.run_id, config, "config.json")
+
+    def log_scalars(self, tag: str, step: int, values: Dict[str, float]) -> None:
+        from mlflow.entities import Metric
+        import time
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(f"{tag}/{name}", value, now, step)
+                                                    for name, value in values.items()])
+
+    def log_final(self, metrics: Dict[str, float], step: int) -> None:
+        if metrics:
+            self.log_scalars("final", step, metrics)
+
+    def close(self) -> None:
+        status = "KILLED" if self.trainer.state.interrupted else "FINISHED"
+        self.client.set_terminated(self.run_id, status=status)
