@@ -166,3 +166,49 @@ def test_an_optuna_sweep_prunes_weak_trials_from_their_dev_metric(tmp_path, data
     best = min((t for t in trials if t["status"] == "done"), key=lambda t: (t["metric"], t["trial"]))
     assert study.best_trial.number == best["optuna"]
     assert rows[0]["trial"] == str(best["trial"])
+
+
+@pytest.mark.slow
+def test_an_optuna_sweep_killed_mid_trial_resumes_that_trial_with_its_values(tmp_path, data_dir):
+    pytest.importorskip("optuna")
+    import optuna
+    config = task_config(data_dir, str(tmp_path / "unused"), max_steps=40, eval_step=10, save_model_step=5,
+                         is_eval_test=0, metric="loss", metric_mode="min")
+    task = write_config(str(tmp_path / "task.json"), config)
+    folder = str(tmp_path / "optuna")
+    spec = write_config(str(tmp_path / "optuna.json"), {
+        "method": "optuna", "trials": 3, "seed": 5, "output": folder, "prune": False,
+        "parameters": {"model.optimization.learning_rate": {"min": 1e-3, "max": 0.1, "log": True}}})
+    proc = start(task, spec)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # kill the sweep while its second trial trains
+        try:
+            with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as f:
+                trials = json.load(f)["trials"]
+        except (OSError, ValueError):
+            trials = []
+        if len(trials) == 2 and trials[1]["status"] == "running" and \
+                os.path.isfile(os.path.join(folder, "trial_001", "checkpoints", "latest")):
+            break
+        time.sleep(0.05)
+    values = trials[1]["values"]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    time.sleep(1.0)
+    proc = start(task, spec)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert "1 of 3 trials finished before; running the other 2" in out + err
+    with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as f:
+        trials = json.load(f)["trials"]
+    assert [t["status"] for t in trials] == ["done"] * 3
+    assert trials[1]["values"] == values  # asked again with the values it had
+    assert "resumed from" in open(os.path.join(folder, "trial_001", "sweep_trial.log"), encoding="utf-8").read()
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{folder}/optuna.db")
+    states = [t.state.name for t in study.trials]
+    assert states.count("COMPLETE") == 3 and states.count("FAIL") == 1  # the killed one, told failed
+    for trial in trials:
+        assert study.trials[trial["optuna"]].state.name == "COMPLETE"
+        assert study.trials[trial["optuna"]].value == pytest.approx(trial["metric"])
+        assert study.trials[trial["optuna"]].params == trial["values"]
+    assert len(table(folder)) == 3
