@@ -44,8 +44,8 @@ def test_tensorboard_events_hold_every_record_the_config_and_the_final_metrics(t
 def test_mlflow_run_holds_params_metrics_and_continues_after_a_resume(tmp_path, data_dir):
     mlflow = pytest.importorskip("mlflow")
     out = str(tmp_path / "out")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    hook = {"type": "MLflowHook", "params": {"tracking_uri": uri, "experiment": "tests"}}
+    uri = f"sqlite:///{out}/mlflow.db"  # the default store
+    hook = {"type": "MLflowHook", "params": {"experiment": "tests"}}
     config = tracked_config(data_dir, out, hook, resume="auto")
     config["trainer"]["max_steps"] = 3
     assert run_script(tmp_path, ["--param_path", write_config(str(tmp_path / "a.json"), config)]).returncode == 0
@@ -68,6 +68,9 @@ def test_mlflow_run_holds_params_metrics_and_continues_after_a_resume(tmp_path, 
     assert "final/dev_reader/acc" in run.data.metrics
     artifact = client.download_artifacts(run.info.run_id, "config.json", str(tmp_path / "artifacts"))
     resolved = json.load(open(artifact, encoding="utf-8"))
+    # the artifacts are in the output folder, nothing in the working folder
+    assert client.get_experiment_by_name("tests").artifact_location.startswith(f"file://{out}/mlflow-artifacts")
+    assert not os.path.exists(tmp_path / "mlruns")
     assert resolved["model"]["type"] == "BowClassification" and resolved["trainer"]["max_steps"] == 6
 
 

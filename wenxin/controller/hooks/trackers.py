@@ -11,6 +11,7 @@ import importlib
 import json
 import logging
 import os
+import pathlib
 from typing import Any, Dict, List, Optional
 
 from wenxin.common.errors import ConfigError
@@ -143,7 +144,8 @@ class MLflowHook(TrackerHook):
 
     config_schema = {
         "tracking_uri": Key(str, "", doc="an MLflow store, e.g. sqlite:///path/mlflow.db or http://host:5000 "
-                                         "(default: sqlite:///<trainer.output_path>/mlflow.db)"),
+                                         "(default: sqlite:///<trainer.output_path>/mlflow.db, artifacts in "
+                                         "<trainer.output_path>/mlflow-artifacts)"),
         "experiment": Key(str, "wenxin", doc="the MLflow experiment"),
         "run_name": Key(str, "", doc="default: the output folder's name"),
     }
@@ -175,7 +177,12 @@ class MLflowHook(TrackerHook):
             except Exception:  # noqa: BLE001 (another store, or the run was deleted): a new run
                 logger.warning("MLflowHook: run %s not found in %s; starting a new run", self.run_id, uri)
         experiment = self.client.get_experiment_by_name(self.experiment)
-        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(self.experiment)
+        # with the default store, artifacts go beside it (MLflow's own default is ./mlruns in the
+        # working folder); a store the user names keeps its own artifact root
+        artifacts = None if self.tracking_uri else \
+            pathlib.Path(os.path.abspath(os.path.join(self.trainer.output_path, "mlflow-artifacts"))).as_uri()
+        experiment_id = experiment.experiment_id if experiment else \
+            self.client.create_experiment(self.experiment, artifact_location=artifacts)
         name = self.run_name or os.path.basename(os.path.abspath(self.trainer.output_path))
         self.run_id = self.client.create_run(experiment_id, run_name=name).info.run_id
         logger.info("MLflow run %s (%s) in %s", self.run_id, name, uri)
