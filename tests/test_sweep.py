@@ -16,10 +16,39 @@ from conftest import REPO, task_config, write_config
 GRID = {"model.hidden_size": [8, 16], "model.optimization.learning_rate": [0.01, 0.05]}
 
 
+def loss_task(tmp_path, data_dir, **trainer):
+    """The task file the sweeps run: dev loss decides, no test evaluation."""
+    config = task_config(data_dir, str(tmp_path / "unused"), is_eval_test=0, metric="loss", metric_mode="min",
+                         **trainer)
+    return write_config(str(tmp_path / "task.json"), config)
+
+
+def sweep_trials(folder):
+    with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as f:
+        return json.load(f)["trials"]
+
+
+def kill_while_second_trial_trains(proc, folder):
+    """SIGKILL the sweep (one trial at a time) once its first trial is done and its second has
+    saved a checkpoint; returns the trials as sweep.json had them then."""
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        try:
+            trials = sweep_trials(folder)
+        except (OSError, ValueError):
+            trials = []
+        if len(trials) >= 2 and trials[0]["status"] == "done" and trials[1]["status"] == "running" and \
+                os.path.isfile(os.path.join(folder, "trial_001", "checkpoints", "latest")):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    time.sleep(1.0)  # the orphaned trial got SIGTERM: it saves a checkpoint and stops
+    return trials
+
+
 def sweep_files(tmp_path, data_dir, name, parallel):
-    config = task_config(data_dir, str(tmp_path / "unused"), max_steps=40, eval_step=10, save_model_step=5,
-                         is_eval_test=0, metric="loss", metric_mode="min")
-    task = write_config(str(tmp_path / "task.json"), config)
+    task = loss_task(tmp_path, data_dir, max_steps=40, eval_step=10, save_model_step=5)
     spec = {"method": "grid", "parallel": parallel, "output": str(tmp_path / name), "parameters": GRID}
     return task, write_config(str(tmp_path / f"{name}.json"), spec)
 
@@ -86,21 +115,7 @@ def test_a_grid_sweep_and_its_resume_after_a_kill_give_the_same_table(tmp_path, 
     # one trial at a time; killed (SIGKILL) while a later trial trains
     task, spec = sweep_files(tmp_path, data_dir, "killed", parallel=1)
     folder = str(tmp_path / "killed")
-    proc = start(task, spec)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        try:
-            with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as f:
-                trials = json.load(f)["trials"]
-        except (OSError, ValueError):
-            trials = []
-        if trials and trials[0]["status"] == "done" and trials[1]["status"] == "running" and \
-                os.path.isfile(os.path.join(folder, "trial_001", "checkpoints", "latest")):
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    time.sleep(1.0)  # the orphaned trial got SIGTERM: it saves a checkpoint and stops
+    kill_while_second_trial_trains(start(task, spec), folder)
     first_log = open(os.path.join(folder, "trial_000", "sweep_trial.log"), encoding="utf-8").read()
     proc = start(task, spec)
     out, err = proc.communicate(timeout=600)
@@ -132,9 +147,7 @@ def test_bad_sweep_files_are_one_error_naming_the_key(tmp_path, data_dir):
 def test_an_optuna_sweep_prunes_weak_trials_from_their_dev_metric(tmp_path, data_dir):
     pytest.importorskip("optuna")
     import optuna
-    config = task_config(data_dir, str(tmp_path / "unused"), max_steps=30, eval_step=5, save_model_step=10,
-                         is_eval_test=0, metric="loss", metric_mode="min")
-    task = write_config(str(tmp_path / "task.json"), config)
+    task = loss_task(tmp_path, data_dir, max_steps=30, eval_step=5, save_model_step=10)
     folder = str(tmp_path / "optuna")
     # learning rates over 4 decades: the small ones barely move the loss, and are pruned
     spec = {"method": "optuna", "trials": 6, "seed": 3, "output": folder,
@@ -148,8 +161,7 @@ def test_an_optuna_sweep_prunes_weak_trials_from_their_dev_metric(tmp_path, data
     assert pruned, rows
     study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{folder}/optuna.db")
     states = {t.number: t.state.name for t in study.trials}
-    with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as f:
-        trials = json.load(f)["trials"]
+    trials = sweep_trials(folder)
     for trial in trials:
         assert states[trial["optuna"]] == {"done": "COMPLETE", "pruned": "PRUNED"}[trial["status"]]
         losses = dev_losses(os.path.join(folder, f"trial_{trial['trial']:03d}"))
@@ -172,35 +184,17 @@ def test_an_optuna_sweep_prunes_weak_trials_from_their_dev_metric(tmp_path, data
 def test_an_optuna_sweep_killed_mid_trial_resumes_that_trial_with_its_values(tmp_path, data_dir):
     pytest.importorskip("optuna")
     import optuna
-    config = task_config(data_dir, str(tmp_path / "unused"), max_steps=40, eval_step=10, save_model_step=5,
-                         is_eval_test=0, metric="loss", metric_mode="min")
-    task = write_config(str(tmp_path / "task.json"), config)
+    task = loss_task(tmp_path, data_dir, max_steps=40, eval_step=10, save_model_step=5)
     folder = str(tmp_path / "optuna")
     spec = write_config(str(tmp_path / "optuna.json"), {
         "method": "optuna", "trials": 3, "seed": 5, "output": folder, "prune": False,
         "parameters": {"model.optimization.learning_rate": {"min": 1e-3, "max": 0.1, "log": True}}})
-    proc = start(task, spec)
-    deadline = time.time() + 300
-    while time.time() < deadline:  # kill the sweep while its second trial trains
-        try:
-            with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as f:
-                trials = json.load(f)["trials"]
-        except (OSError, ValueError):
-            trials = []
-        if len(trials) == 2 and trials[1]["status"] == "running" and \
-                os.path.isfile(os.path.join(folder, "trial_001", "checkpoints", "latest")):
-            break
-        time.sleep(0.05)
-    values = trials[1]["values"]
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    time.sleep(1.0)
+    values = kill_while_second_trial_trains(start(task, spec), folder)[1]["values"]
     proc = start(task, spec)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     assert "1 of 3 trials finished before; running the other 2" in out + err
-    with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as f:
-        trials = json.load(f)["trials"]
+    trials = sweep_trials(folder)
     assert [t["status"] for t in trials] == ["done"] * 3
     assert trials[1]["values"] == values  # asked again with the values it had
     assert "resumed from" in open(os.path.join(folder, "trial_001", "sweep_trial.log"), encoding="utf-8").read()
