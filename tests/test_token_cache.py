@@ -271,6 +271,30 @@ def test_vocab_ranking_matches_the_reference_order():
     assert vocab.tokens == ["[PAD]", "[UNK]"] + reference
 
 
+@pytest.mark.parametrize("parts", [
+    [["a", "b", "c"], ["c", "d"], [], ["a"]],  # text tokens: joined for the trip between processes
+    [["x\ny", "x"], ["x", "y"]],  # a token with a newline: travels as a list
+    [[""], ["", "z"]],  # empty tokens
+    [[1, 2], [2, "2"]],  # label values that are not strings
+])
+def test_packed_part_counts_sum_as_counters_do_after_a_trip_through_pickle(parts):
+    import collections
+    import pickle
+    rng = random.Random(0)
+    counters = [collections.Counter({token: rng.randint(1, 9) for token in tokens}) for tokens in parts]
+    packed = [pickle.loads(pickle.dumps(token_cache.pack_counter(c))) for c in counters]
+    assert [p.token_list() for p in packed] == [list(c) for c in counters]
+    joinable = all(isinstance(t, str) and "\n" not in t for tokens in parts for t in tokens)
+    assert all(isinstance(p.tokens, str) for p in packed) == joinable
+    expected: collections.Counter = collections.Counter()
+    for c in counters:
+        expected.update(c)
+    assert token_cache._summed(packed) == expected
+    tokens, totals, positions = token_cache._merge_part_vocabs(packed)
+    for c, where in zip(counters, positions):  # each part's local ids point at its tokens
+        assert [tokens[i] for i in where] == list(c)
+
+
 def test_training_twice_reuses_the_cache_through_the_cli(tmp_path):
     data = tmp_path / "data"
     for name, seed, n in (("train", 1, 240), ("dev", 2, 60), ("test", 3, 60)):

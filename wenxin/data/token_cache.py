@@ -69,6 +69,7 @@ FORMAT = 1  # bump when the entry layout or the meaning of a key changes
 AUTO_MIN_BYTES = 8 << 20  # cache: "auto" caches readers whose data files hold at least this much
 SCAN_BLOCK = 16 << 20
 PART_BYTES = (64 << 10, 16 << 20)  # the bounds of one worker task's share of a file (memory per worker)
+JOIN_CHUNK = 1 << 22  # values per step when part arrays are joined into an entry's file
 FLUSH_ROWS = 2000  # PartVocab sums its lookups into counts every this many rows
 LINE_KEYS = ("separator", "has_header", "skip_bad_lines", "max_line_bytes", "sampling_rate")
 INT32 = np.iinfo(np.int32)
@@ -312,7 +313,9 @@ def _plan_part(part: FilePart) -> Any:
     """Worker (streaming): ``plan_rows`` of one part."""
     assert _ACTIVE is not None
     try:
-        return plan_rows(_ACTIVE.reader, [part], _ACTIVE.groups)
+        result = plan_rows(_ACTIVE.reader, [part], _ACTIVE.groups)
+        result["counts"] = [pack_counter(counts) for counts in result["counts"]]
+        return result
     except Exception as e:  # noqa: BLE001
         return _failure(e)
 
@@ -406,7 +409,7 @@ def _convert_part(task: Tuple[int, FilePart, Optional[np.ndarray], str, List[int
         result = writer.save(folder, index)
         result.update(bad_lines=reader.bad_lines, skipped=reader.skipped,
                       first_seen=[[col, seen] for col, seen in first_seen.items()],
-                      local_vocabs=[(list(vocab.token_to_id), vocab.counts()) for _, vocab in part_vocabs])
+                      local_vocabs=[pack_counts(list(vocab.token_to_id), vocab.counts()) for _, vocab in part_vocabs])
         return result
     except Exception as e:  # noqa: BLE001
         return _failure(e)
@@ -465,29 +468,70 @@ class _PartWriter:
         return {"examples": len(self.lengths), "specs": self.specs, "slots": slots}
 
 
-def _merge_part_vocabs(local: List[Tuple[List[str], np.ndarray]]) -> Tuple[List[str], np.ndarray, List[np.ndarray]]:
+class PackedCounts(NamedTuple):
+    """A part's distinct tokens and their counts, as a worker sends them to the parent. Text
+    tokens travel as one newline-joined string (a pickled list of millions of ``str`` took ten
+    times the memory: 1.2 GB of a 1M-line build's parent); other keys travel as a list."""
+
+    tokens: Any  # str (newline-joined) or List[Hashable]
+    size: int
+    counts: np.ndarray  # [size] int64
+
+    def token_list(self) -> List[Any]:
+        if isinstance(self.tokens, str):
+            return self.tokens.split("\n") if self.size else []
+        return self.tokens
+
+
+def pack_counts(tokens: List[Any], counts: np.ndarray) -> PackedCounts:
+    """``tokens`` (distinct) packed: joined when they are all strings without a newline."""
+    try:
+        joined = "\n".join(tokens)
+    except TypeError:  # not all strings (label values, say)
+        return PackedCounts(tokens, len(tokens), counts)
+    if joined.count("\n") != max(len(tokens) - 1, 0):
+        return PackedCounts(tokens, len(tokens), counts)  # a token holds a newline
+    return PackedCounts(joined, len(tokens), counts)
+
+
+def pack_counter(counter: "collections.Counter[Any]", join: bool = True) -> PackedCounts:
+    """``counter`` packed (``join``: for a trip between processes)."""
+    tokens, counts = list(counter), np.fromiter(counter.values(), dtype=np.int64, count=len(counter))
+    return pack_counts(tokens, counts) if join else PackedCounts(tokens, len(tokens), counts)
+
+
+def _as_packed(counts: Any) -> PackedCounts:
+    """Counts from a worker, or a Counter of this process (not joined: it travels nowhere)."""
+    return counts if isinstance(counts, PackedCounts) else pack_counter(counts, join=False)
+
+
+def _merge_part_vocabs(local: Sequence[PackedCounts]) -> Tuple[List[str], np.ndarray, List[np.ndarray]]:
     """The parts' local vocabs joined: every token once, its summed count, and for each part the
-    index of each of its local ids in that list. (Dictionaries and NumPy here: a ``Counter.update``
-    per part costs a Python loop per token, a third of a 200k-line build.)"""
+    index of each of its local ids in that list. One part's tokens are unpacked at a time, so the
+    parent holds the distinct tokens once. (Dictionaries and NumPy here: a ``Counter.update`` per
+    part costs a Python loop per token, a third of a 200k-line build.)"""
     index = _NumberingDict()
-    positions = [np.fromiter(map(index.__getitem__, tokens), dtype=np.int64, count=len(tokens)) for tokens, _ in local]
+    positions = []
+    for part in local:
+        tokens = part.token_list()
+        positions.append(np.fromiter(map(index.__getitem__, tokens), dtype=np.int64, count=len(tokens)))
+        del tokens
     totals = np.zeros(len(index), dtype=np.int64)
-    for where, (_, counts) in zip(positions, local):
-        totals[where] += counts  # a part's local tokens are distinct, so no index repeats
+    for where, part in zip(positions, local):
+        totals[where] += part.counts  # a part's local tokens are distinct, so no index repeats
     return list(index), totals, positions
 
 
-def _summed(counters: List["collections.Counter[Any]"]) -> "collections.Counter[Any]":
+def _summed(parts: Sequence[PackedCounts]) -> "collections.Counter[Any]":
     """The sum of the parts' counts (see ``_merge_part_vocabs`` for why not ``Counter.update``)."""
-    tokens, totals, _ = _merge_part_vocabs([(list(c), np.fromiter(c.values(), dtype=np.int64, count=len(c)))
-                                            for c in counters])
+    tokens, totals, _ = _merge_part_vocabs(parts)
     return collections.Counter(dict(zip(tokens, totals.tolist())))
 
 
 def merge_plans(results: List[Dict[str, Any]]) -> Dict[str, Any]:
     """``plan_rows`` results of parts, in file order, summed."""
     groups = len(results[0]["counts"]) if results else 0
-    counts = [_summed([r["counts"][g] for r in results]) for g in range(groups)]
+    counts = [_summed([_as_packed(r["counts"][g]) for r in results]) for g in range(groups)]
     first_seen: Dict[int, Dict[str, Any]] = {}
     skipped: List[Any] = []
     for result in results:
@@ -760,7 +804,7 @@ class TokenCache:
             tasks = [(part, mask, counted) for part, mask in zip(job.parts, job.masks)]
             results = self._run(_fit_counts, tasks, job.line_counts, "fitting vocabularies", groups)
             for position, g in enumerate(counted):
-                groups[g].owner.fit_counts(_summed([counts[position] for counts in results]))
+                groups[g].owner.fit_counts(_summed([_as_packed(counts[position]) for counts in results]))
         with self._scratch("ex-of-" + fit_name) as examples_tmp:
             meta = self._build_examples(examples_tmp, job, groups, fused)
             with self._scratch(fit_name) as fit_tmp:
@@ -794,15 +838,11 @@ class TokenCache:
         renumber: Dict[int, List[np.ndarray]] = {}  # slot -> each part's table: local id -> vocab id
         first_slot = np.cumsum([0] + [len(leaf_kinds(spec)) for spec in specs])
         for position, g in enumerate(fused):
-            group = groups[g]
-            tokens, totals, positions = _merge_part_vocabs([r["local_vocabs"][position] for r in results])
-            group.owner.fit_counts(collections.Counter(dict(zip(tokens, totals.tolist()))))
-            vocab = group.owner.vocab
-            assert vocab is not None and vocab.unk_id is not None
-            get, unk = vocab.token_to_id.get, vocab.unk_id
-            final = np.fromiter((get(t, unk) for t in tokens), dtype=np.int64, count=len(tokens))
-            for col in group.columns:
-                renumber[int(first_slot[col])] = [final[where] for where in positions]
+            tables = _fit_from_parts(groups[g], [r["local_vocabs"][position] for r in results])
+            for col in groups[g].columns:
+                renumber[int(first_slot[col])] = tables
+        for result in results:
+            result.pop("local_vocabs", None)  # the parts' tokens are not needed any more
         count = sum(r["examples"] for r in results)
         kinds = [kind for spec in specs for kind in leaf_kinds(spec)]
         slots: List[Dict[str, Any]] = []
@@ -843,6 +883,18 @@ class TokenCache:
                 "data_path": reader.reader_config["data_path"], "reader": reader.name}
 
 
+def _fit_from_parts(group: "FitGroup", local: List[PackedCounts]) -> List[np.ndarray]:
+    """Fit ``group``'s vocabulary from the parts' local vocabs; returns each part's table from
+    its local ids to the vocabulary's ids."""
+    tokens, totals, positions = _merge_part_vocabs(local)
+    group.owner.fit_counts(collections.Counter(dict(zip(tokens, totals.tolist()))))
+    vocab = group.owner.vocab
+    assert vocab is not None and vocab.unk_id is not None
+    get, unk = vocab.token_to_id.get, vocab.unk_id
+    final = np.fromiter((get(t, unk) for t in tokens), dtype=np.int64, count=len(tokens))
+    return [final[where] for where in positions]
+
+
 def _write_vocabs(folder: str, groups: Sequence["FitGroup"]) -> None:
     """``<folder>/vocabs.json``: each group's fitted vocabulary, as its tokens in id order."""
     vocabs = {}
@@ -872,28 +924,27 @@ class _Job(NamedTuple):
 def _join_parts(folder: str, names: List[str], target: Optional[str], dtype: np.dtype, count: int,
                 tables: Optional[List[np.ndarray]] = None) -> np.ndarray:
     """Concatenate the part arrays ``names`` (deleting them, and mapping each through its part's
-    table when given) into ``target`` (a file written part by part through a memory map), or
-    return them joined when ``target`` is None."""
+    table when given) into ``target`` (a file written a chunk at a time), or return them joined
+    when ``target`` is None."""
     if target is None:
         arrays = [np.load(os.path.join(folder, n)) for n in names]
         for n in names:
             os.remove(os.path.join(folder, n))
         return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
     path = os.path.join(folder, target)
-    if count == 0:
-        _save_array(path, np.zeros(0, dtype))
-    else:
-        out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(count,))
-        position = 0
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (count,)}
+    written = 0
+    with open(path, "wb") as out:  # plain writes, not a memory map: a map's written pages count in
+        np.lib.format.write_array_header_1_0(out, header)  # this process's RSS (734 MB at 1M lines)
         for i, n in enumerate(names):
-            part = np.load(os.path.join(folder, n))
-            if tables is not None:
-                part = tables[i][part]
-            out[position:position + len(part)] = part
-            position += len(part)
-        assert position == count, (target, position, count)
-        out.flush()
-        del out
-    for n in names:
-        os.remove(os.path.join(folder, n))
+            part = np.load(os.path.join(folder, n), mmap_mode="r")
+            for start in range(0, len(part), JOIN_CHUNK):
+                chunk = np.asarray(part[start:start + JOIN_CHUNK])
+                if tables is not None:
+                    chunk = tables[i][chunk]
+                out.write(np.ascontiguousarray(chunk, dtype=dtype).data)
+                written += len(chunk)
+            del part
+            os.remove(os.path.join(folder, n))
+    assert written == count, (target, written, count)
     return np.zeros(0, dtype)
