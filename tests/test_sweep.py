@@ -206,3 +206,112 @@ def test_an_optuna_sweep_killed_mid_trial_resumes_that_trial_with_its_values(tmp
         assert study.trials[trial["optuna"]].value == pytest.approx(trial["metric"])
         assert study.trials[trial["optuna"]].params == trial["values"]
     assert len(table(folder)) == 3
+
+
+def fold_best_losses(trial_folder, folds):
+    """Each fold run's best dev loss, from its own log."""
+    return [min(dev_losses(os.path.join(trial_folder, f"fold_{k}")).values()) for k in range(folds)]
+
+
+def test_a_cross_validated_grid_runs_every_fold_and_ranks_trials_by_the_mean(tmp_path, data_dir):
+    task = loss_task(tmp_path, data_dir, max_steps=20, eval_step=10, save_model_step=10)
+    folder = str(tmp_path / "cv")
+    spec = write_config(str(tmp_path / "cv.json"), {
+        "method": "grid", "folds": 3, "seed": 7, "parallel": 2, "output": folder,
+        "parameters": {"model.optimization.learning_rate": [0.001, 0.05]}})
+    proc = start(task, spec)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert "(the mean over 3 folds, std" in out
+
+    # the split: three disjoint parts of the training lines, and each fold's data
+    train_lines = sorted(open(os.path.join(data_dir, "train.tsv"), encoding="utf-8").read().splitlines())
+    parts = [open(os.path.join(folder, "folds", f"part_{k}.tsv"), encoding="utf-8").read().splitlines()
+             for k in range(3)]
+    assert sorted(sum(parts, [])) == train_lines and [len(p) for p in parts] == [80, 80, 80]
+    for k in range(3):
+        assert sorted(os.listdir(os.path.join(folder, "folds", f"train_{k}"))) == \
+            [f"part_{j}.tsv" for j in range(3) if j != k]
+        with open(os.path.join(folder, "trial_000", f"fold_{k}", "config.json"), encoding="utf-8") as f:
+            readers = json.load(f)["dataset_reader"]
+        assert readers["train_reader"]["config"]["data_path"] == os.path.join(folder, "folds", f"train_{k}")
+        assert readers["dev_reader"]["config"]["data_path"] == os.path.join(folder, "folds", f"part_{k}.tsv")
+
+    # the table: each trial's mean (and spread) of its folds' best dev losses, best first
+    rows = table(folder)
+    means = {}
+    for row in rows:
+        losses = fold_best_losses(os.path.join(folder, row["folder"]), 3)
+        means[int(row["trial"])] = float(np.mean(losses))
+        assert row["status"] == "done"
+        assert float(row["mean best dev loss"]) == pytest.approx(np.mean(losses), rel=1e-5)
+        assert float(row["std"]) == pytest.approx(np.std(losses), rel=1e-4, abs=1e-6)
+        assert [float(v) for v in row["best dev loss per fold"].split()] == pytest.approx(losses, rel=1e-5)
+    best = min(means, key=means.get)
+    assert [int(r["trial"]) for r in rows] == sorted(means, key=means.get)
+    with open(os.path.join(folder, "best_config.json"), encoding="utf-8") as f:
+        best_config = json.load(f)  # the best values on the original data
+    assert best_config["model"]["optimization"]["learning_rate"] == [0.001, 0.05][best]
+    assert best_config["dataset_reader"]["train_reader"]["config"]["data_path"] == os.path.join(data_dir, "train.tsv")
+
+    # restarted: finished trials are skipped; a fold that never ran (as after a kill) runs alone
+    state_path = os.path.join(folder, "sweep.json")
+    state = json.load(open(state_path, encoding="utf-8"))
+    state["trials"][1]["status"] = "running"
+    state["trials"][1]["folds"][2] = {"fold": 2, "status": "running"}
+    open(state_path, "w", encoding="utf-8").write(json.dumps(state))
+    import shutil
+    shutil.rmtree(os.path.join(folder, "trial_001", "fold_2"))
+    kept = os.path.getmtime(os.path.join(folder, "trial_001", "fold_1", "sweep_trial.log"))
+    proc = start(task, spec)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert "1 of 2 trials finished before; running the other 1" in out + err
+    assert os.path.getmtime(os.path.join(folder, "trial_001", "fold_1", "sweep_trial.log")) == kept
+    def without_time(table_rows):
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in table_rows]
+    assert without_time(table(folder)) == without_time(rows)  # the rerun fold trains as it did
+
+
+def test_folds_are_split_once_with_headers_and_a_changed_corpus_is_an_error(tmp_path):
+    from wenxin.common.errors import ConfigError
+    from wenxin.folds import split_folds
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = [f"text {i}\t{i % 2}" for i in range(10)]
+    (data / "a.tsv").write_text("text_a\tlabel\n" + "\n".join(lines[:6]) + "\n\n", encoding="utf-8")
+    (data / "b.tsv").write_text("text_a\tlabel\n" + "\n".join(lines[6:]), encoding="utf-8")  # no final newline
+    folder = str(tmp_path / "folds")
+    key = "dataset_reader.train_reader.config.data_path"
+    split = split_folds(str(data), key, True, 4, 0, folder)
+    parts = [open(p, encoding="utf-8").read().splitlines() for p in split.dev]
+    assert all(p[0] == "text_a\tlabel" for p in parts)  # every part keeps the header
+    assert sorted(line for p in parts for line in p[1:]) == sorted(lines)  # blank lines dropped
+    assert sorted(len(p) - 1 for p in parts) == [2, 2, 3, 3]
+    for k, train in enumerate(split.train):
+        linked = sorted(os.path.join(train, n) for n in os.listdir(train))
+        assert [os.path.realpath(p) for p in linked] == [os.path.realpath(p) for j, p in enumerate(split.dev) if j != k]
+    before = os.path.getmtime(split.dev[0])
+    time.sleep(0.01)
+    assert split_folds(str(data), key, True, 4, 0, folder) == split  # written once
+    assert os.path.getmtime(split.dev[0]) == before
+    (data / "b.tsv").write_text("text_a\tlabel\nchanged\t1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="split from other training data"):
+        split_folds(str(data), key, True, 4, 0, folder)
+    with pytest.raises(ConfigError, match="need at least 20 lines"):
+        split_folds(str(data), key, True, 20, 0, str(tmp_path / "more"))
+
+
+def test_sweep_files_with_bad_folds_are_one_error(tmp_path):
+    from wenxin.common.errors import ConfigError
+    from wenxin.sweep import SweepSpec
+    base = {"trainer": {"metric": "acc", "metric_mode": "max", "output_path": str(tmp_path)}}
+    parameters = {"model.hidden_size": [4]}
+    for spec, message in [({"folds": 1}, "folds: an integer of at least 2"),
+                          ({"folds": "5"}, "folds: an integer of at least 2"),
+                          ({"folds": 3, "method": "optuna", "prune": True}, "prune and folds")]:
+        if spec.get("method") == "optuna":
+            pytest.importorskip("optuna")
+        with pytest.raises(ConfigError, match=message):
+            SweepSpec("sweep.yaml", {**spec, "parameters": parameters}, base)
+    assert SweepSpec("sweep.yaml", {"folds": 3, "parameters": parameters}, base).prune is False

@@ -243,9 +243,10 @@ def _sweep(args: argparse.Namespace) -> int:
     print(f"sweep: {len(ranked)} trials done, {len(failed)} failed; results in {sweep.output}/results.md")
     if ranked:
         best = ranked[0]
+        where = f"at step {best['step']}" if "folds" not in best else \
+            f"(the mean over {len(best['folds'])} folds, std {best['std']:.3g})"
         print(f"best: trial {best['trial']} ({' '.join(f'{k}={v}' for k, v in best['values'].items())}): dev "
-              f"{sweep.spec.metric} {best['metric']:.6g} at step {best['step']}; config in "
-              f"{sweep.output}/best_config.json")
+              f"{sweep.spec.metric} {best['metric']:.6g} {where}; config in {sweep.output}/best_config.json")
     for trial in failed:
         print(f"trial {trial['trial']} failed: {trial.get('error', '')}", file=sys.stderr)
     return EXIT_OK if ranked else EXIT_CONFIG

@@ -10,6 +10,7 @@ A sweep file names config keys (the key paths of ``--set``) and their values::
     metric: acc             # default: trainer.metric (a dev metric)
     mode: max               # default: trainer.metric_mode
     output: ./output/sweep  # default: <trainer.output_path>/sweep
+    folds: 5                # optional: K-fold cross-validation of every trial (see below)
     parameters:
       model.optimization.learning_rate: [0.001, 0.003]        # values (grid: every combination)
       model.hidden_size: {values: [64, 128]}
@@ -31,6 +32,14 @@ dev metric after every evaluation (``SweepReportHook``, through files in its fol
 for the sweep's answer; Optuna's median pruner stops trials whose metric is worse than the
 median of the earlier trials at the same step. The decision is made while the trial waits, so
 it does not depend on timing.
+
+``folds: K`` cross-validates every trial: the training data is split once into K parts
+(``wenxin.folds``), and the trial runs K times, in ``trial_<NNN>/fold_<k>``, training on all parts
+but part k and evaluating on part k. Runs of (trial, fold) are the sweep's unit of work: they run
+in parallel, and a restarted sweep skips the finished ones. A trial's metric is the mean of its
+folds' best dev metrics (the table also gives their standard deviation and each fold's value),
+and ``best_config.json`` is the task with the best trial's values, on the original data. Optuna
+gets the mean; pruning needs one run per trial, so ``folds`` turns it off.
 """
 from __future__ import annotations
 
@@ -53,12 +62,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from wenxin.common.errors import ConfigError
 from wenxin.config.document import read_document
 from wenxin.controller.hooks.sweep_report import REPORTS_ENV
+from wenxin.folds import FoldData, split_folds
 
 logger = logging.getLogger("wenxin")
 
 STATE_FILE = "sweep.json"
 PR_SET_PDEATHSIG = 1
-SPEC_KEYS = {"method", "trials", "parallel", "seed", "metric", "mode", "output", "parameters", "prune"}
+SPEC_KEYS = {"method", "trials", "parallel", "seed", "metric", "mode", "output", "parameters", "prune", "folds"}
 FINISHED = ("done", "failed", "pruned")
 
 
@@ -131,9 +141,16 @@ class SweepSpec:
             if importlib.util.find_spec("optuna") is None:
                 raise ConfigError(f"{path}: method: optuna needs the optuna package: pip install \"wenxin[sweep]\" "
                                   f"(or optuna)")
-        self.prune = data.get("prune", True)
+        self.folds = data.get("folds")
+        if self.folds is not None and (not isinstance(self.folds, int) or isinstance(self.folds, bool)
+                                       or self.folds < 2):
+            raise ConfigError(f"{path}: folds: an integer of at least 2 (got {self.folds!r})")
+        self.prune = data.get("prune", self.folds is None)
         if not isinstance(self.prune, bool):
             raise ConfigError(f"{path}: prune: true or false (got {self.prune!r})")
+        if self.prune and self.folds is not None:
+            raise ConfigError(f"{path}: prune and folds: pruning compares one run per trial, and folds make "
+                              f"several; set prune: false")
         self.trials = _positive(data.get("trials", 10), f"{path}: trials")
         self.parallel = _positive(data.get("parallel", 1), f"{path}: parallel")
         self.seed = data.get("seed", 0)
@@ -228,12 +245,19 @@ class Sweep:
                 load_config(param_path, self.overrides + overrides_of(trial))
             except ConfigError as e:
                 raise ConfigError(f"{sweep_path}: trial {i} ({', '.join(overrides_of(trial))}): {e}") from None
-        self.trials: List[Dict[str, Any]] = [{"trial": i, "values": v, "status": "pending"}
-                                             for i, v in enumerate(values)]
+        self.base = base
+        self.trials: List[Dict[str, Any]] = [self._fresh(i, v) for i, v in enumerate(values)]
+        self.fold_data: Optional[FoldData] = None
         self.threads = max(1, len(os.sched_getaffinity(0)) // self.spec.parallel)
         self.study: Any = None
         self._asked: Dict[int, Any] = {}  # our trial index -> its optuna.Trial
         self._pruning: set = set()
+
+    def _fresh(self, index: int, values: Dict[str, Any]) -> Dict[str, Any]:
+        trial: Dict[str, Any] = {"trial": index, "values": values, "status": "pending"}
+        if self.spec.folds is not None:
+            trial["folds"] = [{"fold": k, "status": "pending"} for k in range(self.spec.folds)]
+        return trial
 
     # ---- state ----
     def _load_state(self) -> None:
@@ -252,25 +276,48 @@ class Sweep:
             raise ConfigError(f"{self.output} holds another sweep (a different task file, sweep file or --set); "
                               f"set output in the sweep file, or move the folder away")
         if self.spec.method == "optuna":  # the trials drawn so far
-            self.trials = [dict(old, status=old["status"] if old.get("status") in FINISHED else "pending")
-                           for old in saved["trials"]]
-            return
+            self.trials = [self._fresh(old["trial"], old["values"]) for old in saved["trials"]]
         for trial, old in zip(self.trials, saved["trials"]):
             if old.get("status") in FINISHED:
                 trial.update(old)
+                continue
+            if "optuna" in old:
+                trial["optuna"] = old["optuna"]
+            for fold, old_fold in zip(trial.get("folds", []), old.get("folds", [])):
+                if old_fold.get("status") in FINISHED:  # the finished folds of an unfinished trial
+                    fold.update(old_fold)
 
     def _save_state(self) -> None:
         state = {"task": self.param_path, "sweep": self.spec.raw, "overrides": self.overrides, "trials": self.trials}
         _write_atomically(os.path.join(self.output, STATE_FILE), json.dumps(state, indent=2, ensure_ascii=False))
 
     # ---- running ----
-    def folder(self, trial: Dict[str, Any]) -> str:
-        return os.path.join(self.output, f"trial_{trial['trial']:03d}")
+    def folder(self, trial: Dict[str, Any], fold: Optional[int] = None) -> str:
+        """The output folder of a trial, or of one of its folds."""
+        folder = os.path.join(self.output, f"trial_{trial['trial']:03d}")
+        return folder if fold is None else os.path.join(folder, f"fold_{fold}")
 
-    def _start(self, trial: Dict[str, Any]) -> subprocess.Popen:
-        folder = self.folder(trial)
+    def _fold_overrides(self, fold: Optional[int]) -> List[str]:
+        """Fold ``fold``'s data: its training parts, and its held-out part read as training lines are."""
+        if fold is None:
+            return []
+        assert self.fold_data is not None
+        line_format = self.base["dataset_reader"]["train_reader"]["config"]
+        return overrides_of({"dataset_reader.train_reader.config.data_path": self.fold_data.train[fold],
+                             "dataset_reader.dev_reader.config.data_path": self.fold_data.dev[fold],
+                             "dataset_reader.dev_reader.config.has_header": line_format["has_header"],
+                             "dataset_reader.dev_reader.config.separator": line_format["separator"]})
+
+    def _split_folds(self) -> None:
+        reader = self.base["dataset_reader"]["train_reader"]["config"]
+        self.fold_data = split_folds(reader["data_path"], "dataset_reader.train_reader.config.data_path",
+                                     reader["has_header"], self.spec.folds, self.spec.seed,
+                                     os.path.join(self.output, "folds"))
+
+    def _start(self, trial: Dict[str, Any], fold: Optional[int]) -> subprocess.Popen:
+        folder = self.folder(trial, fold)
         os.makedirs(folder, exist_ok=True)
-        args = [a for o in self.overrides + overrides_of(trial["values"]) +
+        args = [a for o in self.overrides + overrides_of(trial["values"]) + self._fold_overrides(fold) +
                 [f"trainer.output_path={json.dumps(folder)}", "trainer.resume=\"auto\"",
                  f"trainer.cpu_threads={self.threads}", "trainer.progress_bar=\"off\"",
                  f"trainer.metric={json.dumps(self.spec.metric)}", f"trainer.metric_mode={json.dumps(self.spec.mode)}"]
@@ -287,49 +334,86 @@ class Sweep:
         finally:
             log.close()
 
-    def _finish(self, trial: Dict[str, Any], code: int, seconds: float) -> None:
-        value, step = best_dev(self.folder(trial), self.spec.metric, self.spec.mode)
-        trial.update(status="done" if code == 0 else "failed", returncode=code, metric=value, step=step,
-                     seconds=round(trial.get("seconds", 0.0) + seconds, 1))
+    def _finish(self, trial: Dict[str, Any], fold: Optional[int], code: int, seconds: float) -> None:
+        """Record a run that ended: the trial's, or one fold's (the trial ends with its last fold)."""
+        record = trial if fold is None else trial["folds"][fold]
+        folder = self.folder(trial, fold)
+        value, step = best_dev(folder, self.spec.metric, self.spec.mode)
+        record.update(status="done" if code == 0 else "failed", returncode=code, metric=value, step=step,
+                      seconds=round(record.get("seconds", 0.0) + seconds, 1))
         if code == 0 and value is None:
-            trial.update(status="failed", error=f"no dev {self.spec.metric} was logged")
+            record.update(status="failed", error=f"no dev {self.spec.metric} was logged")
         elif code != 0:
-            trial["error"] = _last_error(os.path.join(self.folder(trial), "sweep_trial.log"))
+            record["error"] = _last_error(os.path.join(folder, "sweep_trial.log"))
         elif trial["trial"] in self._pruning:
-            trial["status"] = "pruned"
-        if self.study is not None:
-            self._tell(trial)
-        logger.info("trial %d %s: %s, dev %s %s at step %s (%.0f s)", trial["trial"], trial["status"],
+            record["status"] = "pruned"
+        what = f"trial {trial['trial']}" + ("" if fold is None else f" fold {fold}")
+        logger.info("%s %s: %s, dev %s %s at step %s (%.0f s)", what, record["status"],
                     " ".join(overrides_of(trial["values"])), self.spec.metric,
                     "none" if value is None else f"{value:.6g}", step, seconds)
+        if fold is not None:
+            if any(f["status"] not in FINISHED for f in trial["folds"]):
+                return
+            self._summarize_folds(trial)
+        if self.study is not None:
+            self._tell(trial)
+
+    def _summarize_folds(self, trial: Dict[str, Any]) -> None:
+        """A cross-validated trial's result: the mean and standard deviation of its folds' metrics."""
+        folds = trial["folds"]
+        trial["seconds"] = round(sum(f.get("seconds", 0.0) for f in folds), 1)
+        failed = [f for f in folds if f["status"] != "done"]
+        if failed:
+            trial.update(status="failed", metric=None, std=None,
+                         error=f"fold {failed[0]['fold']}: {failed[0].get('error', failed[0]['status'])}")
+        else:
+            values = [f["metric"] for f in folds]
+            mean = sum(values) / len(values)
+            std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+            trial.update(status="done", metric=mean, std=std, step=None)
+        logger.info("trial %d %s: %s, dev %s %s over %d folds", trial["trial"], trial["status"],
+                    " ".join(overrides_of(trial["values"])), self.spec.metric,
+                    "none" if failed else f"{trial['metric']:.6g} (std {trial['std']:.3g})", len(folds))
+
+    def _units(self, trial: Dict[str, Any]) -> List[Tuple[Dict[str, Any], Optional[int]]]:
+        """The runs a trial still needs: itself, or its unfinished folds."""
+        if "folds" not in trial:
+            return [(trial, None)]
+        return [(trial, f["fold"]) for f in trial["folds"] if f["status"] not in FINISHED]
 
     def run(self) -> List[Dict[str, Any]]:
         os.makedirs(self.output, exist_ok=True)
         self._load_state()
+        if self.spec.folds is not None:
+            self._split_folds()
         if self.spec.method == "optuna":
             self._open_study()
         self._save_state()
-        waiting = [t for t in self.trials if t["status"] not in FINISHED]
-        done = len(self.trials) - len(waiting)
+        waiting = [unit for t in self.trials if t["status"] not in FINISHED for unit in self._units(t)]
+        done = sum(t["status"] in FINISHED for t in self.trials)
         total = self.spec.trials if self.spec.method == "optuna" else len(self.trials)
         if done:
             logger.info("sweep: %d of %d trials finished before; running the other %d", done, total, total - done)
-        running: Dict[int, Tuple[subprocess.Popen, float, Dict[str, Any]]] = {}
+        running: Dict[Tuple[int, Optional[int]], Tuple[subprocess.Popen, float, Dict[str, Any]]] = {}
         try:
             while waiting or running or len(self.trials) < total:
                 while len(running) < self.spec.parallel and (waiting or len(self.trials) < total):
-                    trial = waiting.pop(0) if waiting else self._new_trial()
-                    if self.study is not None:
+                    if not waiting:
+                        waiting = self._units(self._new_trial())
+                    trial, fold = waiting.pop(0)
+                    if self.study is not None and trial["trial"] not in self._asked:
                         self._ask(trial)
                     trial["status"] = "running"
-                    running[trial["trial"]] = (self._start(trial), time.time(), trial)
+                    if fold is not None:
+                        trial["folds"][fold]["status"] = "running"
+                    running[(trial["trial"], fold)] = (self._start(trial, fold), time.time(), trial)
                     self._save_state()
-                for key, (proc, started, trial) in list(running.items()):
+                for (_, fold), (proc, started, trial) in list(running.items()):
                     if self.study is not None and self.spec.prune:
                         self._answer_reports(trial)
                     if proc.poll() is not None:
-                        del running[key]
-                        self._finish(trial, proc.returncode, time.time() - started)
+                        del running[(trial["trial"], fold)]
+                        self._finish(trial, fold, proc.returncode, time.time() - started)
                         self._save_state()
                         self.write_results()
                 time.sleep(0.02 if self.study is not None else 0.2)
@@ -337,10 +421,12 @@ class Sweep:
             for proc, _, trial in running.values():  # Ctrl-C or an error: the trials save and stop
                 with contextlib.suppress(OSError):
                     proc.send_signal(signal.SIGTERM)
-            for proc, _, trial in running.values():
+            for (_, fold), (proc, _, trial) in running.items():
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=60)
                 trial["status"] = "interrupted"
+                if fold is not None:
+                    trial["folds"][fold]["status"] = "interrupted"
             if running:
                 self._save_state()
         self.write_results()
@@ -363,7 +449,7 @@ class Sweep:
                 self.study.enqueue_trial(trial["values"], skip_if_exists=False)
 
     def _new_trial(self) -> Dict[str, Any]:
-        trial: Dict[str, Any] = {"trial": len(self.trials), "values": {}, "status": "pending"}
+        trial = self._fresh(len(self.trials), {})
         self.trials.append(trial)
         return trial
 
@@ -412,14 +498,25 @@ class Sweep:
 
     def write_results(self) -> None:
         keys = [p.key for p in self.spec.parameters]
-        header = ["trial", "status", *keys, f"best dev {self.spec.metric}", "step", "seconds", "folder"]
+        metric_name = self.spec.metric
+        if self.spec.folds is None:
+            scores = [f"best dev {metric_name}", "step"]
+        else:
+            scores = [f"mean best dev {metric_name}", "std", f"best dev {metric_name} per fold"]
+        header = ["trial", "status", *keys, *scores, "seconds", "folder"]
         ranked = self.ranked()
         rows = ranked + [t for t in self.trials if t not in ranked]
 
+        def number(value: Optional[float]) -> str:
+            return "" if value is None else f"{value:.6g}"
+
         def cells(t: Dict[str, Any]) -> List[Any]:
-            metric = t.get("metric")
-            return [t["trial"], t["status"], *[t["values"][k] for k in keys],
-                    "" if metric is None else f"{metric:.6g}", t.get("step", "") or "", t.get("seconds", ""),
+            if "folds" in t:
+                per_fold = " ".join(number(f.get("metric")) or f["status"] for f in t["folds"])
+                score = [number(t.get("metric")), number(t.get("std")), per_fold]
+            else:
+                score = [number(t.get("metric")), t.get("step", "") or ""]
+            return [t["trial"], t["status"], *[t["values"][k] for k in keys], *score, t.get("seconds", ""),
                     os.path.relpath(self.folder(t), self.output)]
 
         with open(os.path.join(self.output, "results.csv"), "w", encoding="utf-8", newline="") as f:
@@ -430,10 +527,20 @@ class Sweep:
         lines += ["| " + " | ".join(str(c) for c in cells(t)) + " |" for t in rows]
         _write_atomically(os.path.join(self.output, "results.md"), "\n".join(lines) + "\n")
         if ranked:
-            with open(os.path.join(self.folder(ranked[0]), "config.json"), encoding="utf-8") as f:
-                config = json.load(f)
+            config = self._config_of(ranked[0])
             _write_atomically(os.path.join(self.output, "best_config.json"),
                               json.dumps(config, indent=2, ensure_ascii=False))
+
+
+    def _config_of(self, trial: Dict[str, Any]) -> Dict[str, Any]:
+        """The resolved config a trial trained with; for a cross-validated one, the task with its
+        values on the original data (to train the final model on all of it)."""
+        if "folds" not in trial:
+            with open(os.path.join(self.folder(trial), "config.json"), encoding="utf-8") as f:
+                return json.load(f)
+        from wenxin.config.loader import load_config
+        return load_config(self.param_path, self.overrides + overrides_of(trial["values"]) + overrides_of(
+            {"trainer.metric": self.spec.metric, "trainer.metric_mode": self.spec.mode}))
 
 
 def _die_with_parent() -> None:

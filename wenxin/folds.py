@@ -1,0 +1,113 @@
+"""K-fold cross-validation data for sweeps (``folds: K`` in a sweep file).
+
+The training data's lines are split once, with a seeded shuffle, into K parts of nearly equal
+size, written under ``<sweep output>/folds``:
+
+- ``part_<k><ext>``: the lines of part k, in their original order (with the header line first
+  when the train reader has ``has_header``);
+- ``train_<k>/``: fold k's training data, a folder of links to every part but part k;
+- ``folds.json``: what the split was made from (each file's path, size and SHA-256, K, the seed,
+  the header setting) and the parts' line counts.
+
+Fold k trains on ``train_<k>`` and evaluates on ``part_<k>``. The split is written once
+(in a temporary folder renamed into place), so a restarted sweep uses the same folds. When the
+data changed since, it is an error rather than folds of old data.
+
+Lines are split as bytes: a malformed line goes to its part unchanged, and the fold's reader
+reports it (by the part's ``file:line``) as its ``skip_bad_lines`` says.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+from typing import Any, Dict, List, NamedTuple
+
+import numpy as np
+
+from wenxin.common.errors import ConfigError
+from wenxin.data.dataset_reader import list_data_files
+
+FOLDS_FILE = "folds.json"
+
+
+class FoldData(NamedTuple):
+    """Where fold k's training data (``train[k]``, a folder) and held-out data (``dev[k]``) are."""
+
+    train: List[str]
+    dev: List[str]
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _source(files: List[str], folds: int, seed: int, has_header: bool) -> Dict[str, Any]:
+    return {"files": [[os.path.abspath(p), os.path.getsize(p), _sha256(p)] for p in files],
+            "folds": folds, "seed": seed, "has_header": has_header}
+
+
+def _layout(folder: str, folds: int, ext: str) -> FoldData:
+    return FoldData([os.path.join(folder, f"train_{k}") for k in range(folds)],
+                    [os.path.join(folder, f"part_{k}{ext}") for k in range(folds)])
+
+
+def split_folds(data_path: str, key_path: str, has_header: bool, folds: int, seed: int, folder: str) -> FoldData:
+    """The K folds of the training data at ``data_path`` (a file or a folder of files, as the
+    reader takes it; ``key_path`` names its config key), written to ``folder`` unless they
+    already are, from the same data."""
+    files = list_data_files(data_path, key_path)
+    ext = os.path.splitext(files[0])[1]
+    source = _source(files, folds, seed, has_header)
+    written = os.path.join(folder, FOLDS_FILE)
+    if os.path.isfile(written):
+        with open(written, encoding="utf-8") as f:
+            before = json.load(f)
+        if before.get("source") != source:
+            raise ConfigError(f"{folder}: the folds were split from other training data or settings than "
+                              f"{key_path} ({data_path}) has now; move the sweep's output away to start afresh")
+        return _layout(folder, folds, ext)
+    if os.path.exists(folder):
+        raise ConfigError(f"{folder}: exists but is not a folds split (no {FOLDS_FILE}); move it away")
+    header = b""
+    lines: List[bytes] = []
+    for path in files:
+        with open(path, "rb") as f:
+            content = f.read().split(b"\n")
+        if has_header and content:
+            header = header or content[0]
+            content = content[1:]
+        lines += [line for line in content if line.strip()]
+    if len(lines) < folds:
+        raise ConfigError(f"folds: {folds} folds need at least {folds} lines of training data; {key_path} "
+                          f"({data_path}) has {len(lines)}")
+    order = np.random.RandomState(seed).permutation(len(lines))  # line indices, shuffled
+    for stale in glob.glob(f"{folder}.tmp-*"):  # a killed sweep's unfinished split
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = f"{folder}.tmp-{os.getpid()}"
+    os.makedirs(tmp)
+    layout = _layout(tmp, folds, ext)
+    sizes = []
+    for k in range(folds):
+        chosen = np.sort(order[k::folds])  # part k: every K-th shuffled line, in file order
+        sizes.append(len(chosen))
+        with open(layout.dev[k], "wb") as f:
+            if has_header:
+                f.write(header + b"\n")
+            f.writelines(lines[i] + b"\n" for i in chosen)
+    for k in range(folds):
+        os.makedirs(layout.train[k])
+        for j in range(folds):
+            if j != k:  # relative links, so the sweep folder can be moved
+                name = os.path.basename(layout.dev[j])
+                os.symlink(os.path.join("..", name), os.path.join(layout.train[k], name))
+    with open(os.path.join(tmp, FOLDS_FILE), "w", encoding="utf-8") as f:
+        json.dump({"source": source, "lines": sizes}, f, indent=2)
+    os.replace(tmp, folder)
+    return _layout(folder, folds, ext)
