@@ -1,8 +1,11 @@
-"""Tracker hooks, each checked with its own library's reader: TensorBoard's event reader and
-MLflow's client."""
+"""Tracker hooks, each checked with its own library's reader: TensorBoard's event reader,
+MLflow's client, and wandb's offline run files read with wandb's own record type."""
+import glob
 import json
 import os
+import struct
 import sys
+import zlib
 
 import pytest
 
@@ -74,8 +77,79 @@ def test_mlflow_run_holds_params_metrics_and_continues_after_a_resume(tmp_path, 
     assert resolved["model"]["type"] == "BowClassification" and resolved["trainer"]["max_steps"] == 6
 
 
+def wandb_records(path):
+    """The records of a wandb run file (``run-<id>.wandb``). wandb 0.31 has no Python reader of
+    them (its writer is Go), so this reads the format: a 7-byte header (``:W&B``, magic 0xBEE1,
+    version 0), then LevelDB's log format (32 KiB blocks of chunks with a CRC-32 of the chunk
+    type and data, a 2-byte length and a type: full, first, middle or last), each record a
+    protobuf ``wandb_internal_pb2.Record``."""
+    from wandb.proto import wandb_internal_pb2
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:7] == b":W&B" + struct.pack("<HB", 0xBEE1, 0)
+    block, records, pending, pos = 32768, [], b"", 7
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # too little room for a chunk header: the block's padding
+            pos += block - pos % block
+            continue
+        crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk = data[pos + 7:pos + 7 + length]
+        assert zlib.crc32(chunk, zlib.crc32(bytes([kind]))) == crc, (path, pos)
+        pos += 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):  # full, last
+            records.append(wandb_internal_pb2.Record.FromString(pending))
+    return records
+
+
+def wandb_items(items):
+    return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items}
+
+
+def test_wandb_offline_run_holds_the_config_every_record_and_the_final_metrics_across_a_resume(tmp_path, data_dir):
+    pytest.importorskip("wandb")
+    out = str(tmp_path / "out")
+    config = tracked_config(data_dir, out, {"type": "WandbHook", "params": {"project": "tests"}}, resume="auto")
+    config["trainer"]["max_steps"] = 3
+    first = run_script(tmp_path, ["--param_path", write_config(str(tmp_path / "a.json"), config)])
+    assert first.returncode == 0, first.stderr[-3000:]
+    config["trainer"]["max_steps"] = 6  # resumed from step 3: the same run id, a second offline folder
+    proc = run_script(tmp_path, ["--param_path", write_config(str(tmp_path / "b.json"), config)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = sorted(glob.glob(os.path.join(out, "wandb", "offline-run-*", "run-*.wandb")))
+    assert len(files) == 2 and len({os.path.basename(f) for f in files}) == 1  # one run id
+    runs = [wandb_records(f) for f in files]  # in start order, as `wandb sync` joins them
+    history, summary, configs = {}, {}, []
+    for run_records in runs:
+        kinds = [r.WhichOneof("record_type") for r in run_records]
+        run = run_records[kinds.index("run")].run
+        assert run.project == "tests" and run.run_id == os.path.basename(files[0])[4:-6]
+        configs.append({})
+        for r in run_records:
+            kind = r.WhichOneof("record_type")
+            if kind == "history":
+                history.update({(r.history.step.num, k): v for k, v in wandb_items(r.history.item).items()})
+            elif kind == "config":
+                configs[-1].update(wandb_items(r.config.update))
+            elif kind == "summary":
+                summary.update(wandb_items(r.summary.update))
+        assert run_records[kinds.index("exit")].exit.exit_code == 0
+    assert [c["trainer"]["max_steps"] for c in configs] == [3, 6]  # each start's resolved config
+    assert configs[1]["model"]["type"] == "BowClassification"
+    logged = records(out)
+    for tag, name in (("train", "loss"), ("train", "lr"), ("dev", "acc"), ("test", "f1")):
+        expected = {r["step"]: r[name] for r in logged if r["tag"] == tag}
+        got = {step: v for (step, key), v in history.items() if key == f"{tag}/{name}"}
+        assert sorted(got) == sorted(expected)
+        assert [got[s] for s in sorted(got)] == pytest.approx([expected[s] for s in sorted(expected)], rel=1e-9)
+    final_dev = [r for r in logged if r["tag"] == "dev" and r["step"] == 6][-1]
+    assert summary["final/dev_reader/acc"] == pytest.approx(final_dev["acc"], rel=1e-9)
+    assert not os.path.exists(tmp_path / "wandb")  # nothing in the working folder
+
+
 @pytest.mark.parametrize("hook,module,extra", [("TensorBoardHook", "tensorboardX", "tensorboard"),
-                                               ("MLflowHook", "mlflow", "mlflow")])
+                                               ("MLflowHook", "mlflow", "mlflow"),
+                                               ("WandbHook", "wandb", "wandb")])
 def test_a_tracker_without_its_library_is_one_error_naming_the_extra(tmp_path, data_dir, monkeypatch, hook,
                                                                      module, extra):
     from wenxin.common.errors import ConfigError

@@ -1,4 +1,4 @@
-"""Experiment trackers as hooks: TensorBoard (through tensorboardX) and MLflow.
+"""Experiment trackers as hooks: TensorBoard (through tensorboardX), MLflow and Weights & Biases.
 
 Each tracker receives every record the run logs (train, dev, test, norms: the same records as
 ``metrics.jsonl``), the resolved config when training starts, and the final metrics when it
@@ -214,3 +214,62 @@ class MLflowHook(TrackerHook):
     def close(self) -> None:
         status = "KILLED" if self.trainer.state.interrupted else "FINISHED"
         self.client.set_terminated(self.run_id, status=status)
+
+
+@RegisterSet.hooks.register("WandbHook")
+class WandbHook(TrackerHook):
+    """A Weights & Biases run, offline by default: the run is written under ``<dir>/wandb/`` and
+    ``wandb sync <dir>/wandb/offline-run-*`` uploads it later. The resolved config is the run's
+    config, every record is logged as ``<tag>/<name>`` at its step, and the final metrics go to
+    the run's summary as ``final/<reader>/<metric>``. The run id is checkpointed: a resumed
+    training writes a new offline folder with the same id, and ``wandb sync`` joins them into one
+    run, in order of their start."""
+
+    config_schema = {
+        "project": Key(str, "wenxin", doc="the W&B project"),
+        "mode": Key(str, "offline", choices=["offline", "online"],
+                    doc="offline: files only; online: also uploads (needs `wandb login`)"),
+        "dir": Key(str, "", doc="default: <trainer.output_path> (the run goes to <dir>/wandb/)"),
+        "run_name": Key(str, "", doc="default: the output folder's name"),
+    }
+
+    def __init__(self, project: str = "wenxin", mode: str = "offline", dir: str = "",  # noqa: A002 (wandb's name)
+                 run_name: str = "") -> None:
+        self.wandb = _require("wandb", "wandb", "WandbHook")
+        self.project, self.mode, self.dir, self.run_name = project, mode, dir, run_name
+        self.run_id: Optional[str] = None
+        self.run: Any = None
+
+    def state_dict(self) -> Optional[Dict[str, Any]]:
+        return {"run_id": self.run_id} if self.run_id else None
+
+    def set_state_dict(self, state: Dict[str, Any]) -> None:
+        self.run_id = state.get("run_id") or None
+
+    def open(self) -> None:
+        folder = os.path.abspath(self.dir or self.trainer.output_path)
+        os.makedirs(folder, exist_ok=True)
+        resumed = self.run_id is not None
+        name = self.run_name or os.path.basename(os.path.abspath(self.trainer.output_path))
+        try:  # console off: wandb would otherwise wrap this process's stdout and stderr
+            self.run = self.wandb.init(project=self.project, dir=folder, mode=self.mode, id=self.run_id, name=name,
+                                       resume="allow" if resumed else None,
+                                       settings=self.wandb.Settings(console="off", silent=True))
+        except Exception as e:  # noqa: BLE001 (wandb raises its own errors for a login or network problem)
+            reason = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            raise ConfigError(f"WandbHook: cannot start a {self.mode} run in {folder} ({reason})") from None
+        self.run_id = self.run.id  # wandb's new id, or the resumed one
+        logger.info("W&B %s run %s (%s) in %s", self.mode, self.run_id, name, self.run.dir)
+
+    def log_config(self, config: Dict[str, Any]) -> None:
+        self.run.config.update(config, allow_val_change=True)  # a resume may change settings
+
+    def log_scalars(self, tag: str, step: int, values: Dict[str, float]) -> None:
+        self.run.log({f"{tag}/{name}": value for name, value in values.items()}, step=step)
+
+    def log_final(self, metrics: Dict[str, float], step: int) -> None:
+        self.run.summary.update({f"final/{name}": value for name, value in metrics.items()})
+
+    def close(self) -> None:
+        self.run.finish(exit_code=1 if self.trainer.state.interrupted else 0)
+        self.run = None
