@@ -5,7 +5,7 @@ import collections
 import itertools
 import logging
 import os
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 import paddle
@@ -22,6 +22,7 @@ from wenxin.data.cached_examples import CacheUnavailable, CachedExamples
 from wenxin.data.token_cache import FilePart, TokenCache, merge_plans, plan_rows
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 RawLine = Tuple[str, int, List[str]]  # (file, line number, columns)
 RARE_LABEL_COUNT = 3  # a label seen this often or less in a training set of 50+ lines is suspicious
@@ -229,12 +230,8 @@ class BasicDataSetReader:
         if self.reader_config["streaming"]:
             first_seen = self._plan_stream(to_fit)
         elif cache is not None:
-            try:
-                first_seen = cache.load(to_fit)
-            except CacheUnavailable as e:
-                if self.reader_config["cache"] is True:
-                    raise DataError(f"{e} (set {self.key_path}.config.cache: false to convert in memory)") from None
-                logger.warning("%s: the token cache is not used: %s", self.name, e)
+            first_seen = self._with_cache(lambda: cache.load(to_fit), "convert in memory")
+            if first_seen is None:
                 self.bad_lines, self.skipped = 0, []
         if first_seen is None:
             first_seen = self._load_in_memory(to_fit, train_reader is None)
@@ -253,6 +250,17 @@ class BasicDataSetReader:
                             f"{self.reader_config['data_path']}{skipped}")
         return self
 
+    def _with_cache(self, use: Callable[[], _T], instead: str) -> Optional[_T]:
+        """``use()`` the token cache. When it cannot be used: with ``cache: true`` an error (naming
+        what ``cache: false`` does ``instead``), else a warning and None."""
+        try:
+            return use()
+        except CacheUnavailable as e:
+            if self.reader_config["cache"] is True:
+                raise DataError(f"{e} (set {self.key_path}.config.cache: false to {instead})") from None
+            logger.warning("%s: the token cache is not used: %s", self.name, e)
+            return None
+
     def _plan_stream(self, to_fit: List["FitGroup"]) -> "FirstSeen":
         """A streamed reader's pass before training: row counts and fitted vocabularies, from or
         into the token cache's folder (in this process with ``cache: false``)."""
@@ -262,12 +270,7 @@ class BasicDataSetReader:
         files = self.data_files()
         planned = None
         if self.reader_config["cache"] is not False:
-            try:
-                planned = TokenCache(self, files).stream_plan(to_fit)
-            except CacheUnavailable as e:
-                if self.reader_config["cache"] is True:
-                    raise DataError(f"{e} (set {self.key_path}.config.cache: false to count in this process)") from None
-                logger.warning("%s: the token cache is not used: %s", self.name, e)
+            planned = self._with_cache(lambda: TokenCache(self, files).stream_plan(to_fit), "count in this process")
         if planned is None:
             results = [plan_rows(self, [FilePart(path, 0, None, 1)], to_fit) for path in files]
             merged = merge_plans(results)

@@ -296,15 +296,13 @@ def plan_rows(reader: "BasicDataSetReader", parts: Sequence[FilePart], groups: S
     label first occurs, and the malformed lines (skipped or an error, as ``skip_bad_lines`` says)."""
     reader.bad_lines, reader.skipped = 0, []
     counts: List[collections.Counter] = [collections.Counter() for _ in groups]
-    first_seen = reader.first_seen([])
+    first_seen = merge_first_seen([reader.first_seen([]).items()])
     rows = 0
     for chunk in _chunks(reader.iter_rows(parts), 4096):
         rows += len(chunk)
         for total, group in zip(counts, groups):
             total.update(group.count(chunk))
-        for col, seen in reader.first_seen(chunk).items():
-            for label, where in seen.items():
-                first_seen[col].setdefault(label, where)
+        first_seen = merge_first_seen([first_seen.items(), reader.first_seen(chunk).items()])
     return {"rows": rows, "counts": counts, "first_seen": first_seen, "bad_lines": reader.bad_lines,
             "skipped": reader.skipped}
 
@@ -532,15 +530,27 @@ def merge_plans(results: List[Dict[str, Any]]) -> Dict[str, Any]:
     """``plan_rows`` results of parts, in file order, summed."""
     groups = len(results[0]["counts"]) if results else 0
     counts = [_summed([_as_packed(r["counts"][g]) for r in results]) for g in range(groups)]
-    first_seen: Dict[int, Dict[str, Any]] = {}
-    skipped: List[Any] = []
-    for result in results:
-        for col, seen in result["first_seen"].items():
+    return {"counts": counts, "first_seen": merge_first_seen(r["first_seen"].items() for r in results),
+            **_bad_lines_of(results)}
+
+
+def merge_first_seen(parts: Iterable[Iterable[Tuple[Any, Dict[str, Any]]]]) -> Dict[Any, Dict[str, List[Any]]]:
+    """Where each label first occurs, over parts in file order (each part's ``(column, {label:
+    where})`` pairs): the earliest part's place wins. Every column named is kept, even without
+    labels."""
+    merged: Dict[Any, Dict[str, List[Any]]] = {}
+    for pairs in parts:
+        for col, seen in pairs:
+            column = merged.setdefault(col, {})
             for label, where in seen.items():
-                first_seen.setdefault(col, {}).setdefault(label, list(where))
-        skipped.extend(result["skipped"])
-    return {"counts": counts, "first_seen": first_seen, "bad_lines": sum(r["bad_lines"] for r in results),
-            "skipped": sorted(skipped)[:10]}
+                column.setdefault(label, list(where))
+    return merged
+
+
+def _bad_lines_of(results: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The parts' count of malformed lines, and the first ten of them in file order."""
+    return {"bad_lines": sum(r["bad_lines"] for r in results),
+            "skipped": sorted(s for r in results for s in r["skipped"])[:10]}
 
 
 class TokenCache:
@@ -870,15 +880,8 @@ class TokenCache:
                           "width": widths.pop() if len(widths) == 1 else None})
         _join_parts(tmp, [f"p{i}.lengths.npy" for i in range(len(results))], "lengths.npy",
                     np.dtype(np.int64), count)
-        first_seen: Dict[int, Dict[str, List[Any]]] = {}
-        skipped: List[Any] = []
-        for result in results:
-            for col, seen in result["first_seen"]:
-                for label, where in seen.items():
-                    first_seen.setdefault(col, {}).setdefault(label, list(where))
-            skipped.extend(result["skipped"])
-        return {"kind": "examples", "examples": count, "specs": specs, "slots": slots,
-                "bad_lines": sum(r["bad_lines"] for r in results), "skipped": sorted(skipped)[:10],
+        first_seen = merge_first_seen(r["first_seen"] for r in results)
+        return {"kind": "examples", "examples": count, "specs": specs, "slots": slots, **_bad_lines_of(results),
                 "first_seen": [[col, seen] for col, seen in first_seen.items()],
                 "data_path": reader.reader_config["data_path"], "reader": reader.name}
 

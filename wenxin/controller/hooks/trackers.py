@@ -18,7 +18,7 @@ from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import Key
 from wenxin.controller.hooks.base import HookBase, Priority
-from wenxin.controller.hooks.writers import MetricWriter
+from wenxin.controller.hooks.writers import MetricWriter, numeric_scalars
 
 logger = logging.getLogger("wenxin")
 
@@ -44,11 +44,6 @@ def flat_config(config: Dict[str, Any], prefix: str = "") -> Dict[str, str]:
     return flat
 
 
-def _numbers(scalars: Dict[str, Any]) -> Dict[str, float]:
-    return {k: float(v) for k, v in scalars.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v}  # skip NaN
-
-
 class _Forward(MetricWriter):
     """The metric logger's records, passed on to a tracker hook."""
 
@@ -56,7 +51,7 @@ class _Forward(MetricWriter):
         self.hook = hook
 
     def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
-        values = _numbers(scalars)
+        values = numeric_scalars(scalars)
         if values:
             self.hook.log_scalars(tag, step, values)
 
@@ -82,7 +77,7 @@ class TrackerHook(HookBase):
         if not self.trainer.is_writer:
             return
         final = {f"{reader}/{name}": value for reader, metrics in self.trainer.state.metrics.items()
-                 for name, value in _numbers(metrics).items()}
+                 for name, value in numeric_scalars(metrics).items()}
         self.log_final(final, self.trainer.state.global_step)
         self.trainer.metric_logger.writers.remove(self._forward)
         self.close()

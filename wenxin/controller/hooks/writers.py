@@ -15,6 +15,12 @@ logger = logging.getLogger("wenxin")
 METRICS_FILE = os.path.join("logs", "metrics.jsonl")  # under trainer.output_path: one JSON record per line
 
 
+def numeric_scalars(scalars: Dict[str, object]) -> Dict[str, float]:
+    """The numbers of a record as floats, for writers that chart them: no strings, no bools, no NaN."""
+    return {k: float(v) for k, v in scalars.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v}
+
+
 class MetricWriter:
     """Receives ``(tag, step, scalars)`` records."""
 
@@ -68,8 +74,7 @@ class VisualDLWriter(MetricWriter):
         self.path = self._records.path
 
     def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
-        values = {f"{tag}/{name}": float(value) for name, value in scalars.items()
-                  if isinstance(value, (int, float)) and value == value}  # skip NaN
+        values = {f"{tag}/{name}": value for name, value in numeric_scalars(scalars).items()}
         try:
             self._records.write(values, step)
         except OSError as e:
