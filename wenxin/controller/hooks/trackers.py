@@ -64,6 +64,13 @@ class TrackerHook(HookBase):
     resolved config, and at the end the final metrics (``final/<reader>/<metric>``)."""
 
     priority = Priority.LOWEST  # after_train: after the final evaluation and the best model's
+    run_id: Optional[str] = None  # a tracker's run, checkpointed so that a resume continues it
+
+    def state_dict(self) -> Optional[Dict[str, Any]]:
+        return {"run_id": self.run_id} if self.run_id else None
+
+    def set_state_dict(self, state: Dict[str, Any]) -> None:
+        self.run_id = state.get("run_id") or None
 
     def before_train(self) -> None:
         if not self.trainer.is_writer:
@@ -148,14 +155,7 @@ class MLflowHook(TrackerHook):
     def __init__(self, tracking_uri: str = "", experiment: str = "wenxin", run_name: str = "") -> None:
         self.mlflow = _require("mlflow", "mlflow", "MLflowHook")
         self.tracking_uri, self.experiment, self.run_name = tracking_uri, experiment, run_name
-        self.run_id: Optional[str] = None
         self.client: Any = None
-
-    def state_dict(self) -> Optional[Dict[str, Any]]:
-        return {"run_id": self.run_id} if self.run_id else None
-
-    def set_state_dict(self, state: Dict[str, Any]) -> None:
-        self.run_id = state.get("run_id") or None
 
     def open(self) -> None:
         uri = self.tracking_uri or "sqlite:///" + os.path.abspath(os.path.join(self.trainer.output_path, "mlflow.db"))
@@ -232,14 +232,7 @@ class WandbHook(TrackerHook):
                  run_name: str = "") -> None:
         self.wandb = _require("wandb", "wandb", "WandbHook")
         self.project, self.mode, self.dir, self.run_name = project, mode, dir, run_name
-        self.run_id: Optional[str] = None
         self.run: Any = None
-
-    def state_dict(self) -> Optional[Dict[str, Any]]:
-        return {"run_id": self.run_id} if self.run_id else None
-
-    def set_state_dict(self, state: Dict[str, Any]) -> None:
-        self.run_id = state.get("run_id") or None
 
     def open(self) -> None:
         folder = os.path.abspath(self.dir or self.trainer.output_path)
