@@ -129,19 +129,24 @@ def test_a_grid_sweep_and_its_resume_after_a_kill_give_the_same_table(tmp_path, 
 
 
 def test_bad_sweep_files_are_one_error_naming_the_key(tmp_path, data_dir):
+    from wenxin.common.errors import ConfigError
+    from wenxin.sweep import Sweep
     config = task_config(data_dir, str(tmp_path / "out"), max_steps=2, is_eval_test=0)
     task = write_config(str(tmp_path / "task.json"), config)
+    # through the CLI: exit code 2, one error, no traceback, nothing written
+    path = write_config(str(tmp_path / "sweep.json"), {"parameters": {"model.hidden_sise": [4, 8]}})
+    proc = start(task, path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "model.hidden_sise" in err and "Traceback" not in err, err
+    assert not os.path.exists(tmp_path / "out" / "sweep")
     cases = [({"parameters": {"model.hidden_size": {"min": 4, "max": 8}}}, "grid search needs a list of values"),
              ({"method": "bayes", "parameters": {"model.hidden_size": [4]}}, "method: grid, random or optuna"),
-             ({"parameters": {"model.hidden_sise": [4, 8]}}, "model.hidden_sise"),
              ({"parameters": {"model.hidden_size": ["big"]}}, "model.hidden_size"),
              ({"parallel": 0, "parameters": {"model.hidden_size": [4]}}, "parallel: a positive integer")]
-    for spec, message in cases:
-        path = write_config(str(tmp_path / "sweep.json"), spec)
-        proc = start(task, path)
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 2 and message in err and "Traceback" not in err, (spec, err)
-        assert not os.path.exists(tmp_path / "out" / "sweep")
+    for spec, message in cases:  # the same checks, in this process
+        with pytest.raises(ConfigError, match=message):
+            Sweep(task, write_config(str(tmp_path / "sweep.json"), spec))
+    assert not os.path.exists(tmp_path / "out" / "sweep")
 
 
 def test_an_optuna_sweep_prunes_weak_trials_from_their_dev_metric(tmp_path, data_dir):
