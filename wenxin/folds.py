@@ -19,7 +19,6 @@ reports it (by the part's ``file:line``) as its ``skip_bad_lines`` says.
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from typing import Any, Dict, List, NamedTuple
 import numpy as np
 
 from wenxin.common.errors import ConfigError
+from wenxin.common.files import file_sha256
 from wenxin.data.dataset_reader import list_data_files
 
 FOLDS_FILE = "folds.json"
@@ -40,16 +40,8 @@ class FoldData(NamedTuple):
     dev: List[str]
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _source(files: List[str], folds: int, seed: int, has_header: bool) -> Dict[str, Any]:
-    return {"files": [[os.path.abspath(p), os.path.getsize(p), _sha256(p)] for p in files],
+    return {"files": [[os.path.abspath(p), os.path.getsize(p), file_sha256(p)] for p in files],
             "folds": folds, "seed": seed, "has_header": has_header}
 
 

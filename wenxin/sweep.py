@@ -60,8 +60,9 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError
+from wenxin.common.files import write_text_atomically
 from wenxin.config.document import read_document
-from wenxin.controller.hooks.sweep_report import REPORTS_ENV
+from wenxin.controller.hooks.sweep_report import REPORTS_ENV, decision_path
 from wenxin.folds import FoldData, split_folds
 
 logger = logging.getLogger("wenxin")
@@ -217,13 +218,6 @@ def best_dev(folder: str, metric: str, mode: str) -> Tuple[Optional[float], Opti
     return best
 
 
-def _write_atomically(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 class Sweep:
     """Runs the trials of a sweep (see the module docstring)."""
 
@@ -289,7 +283,7 @@ class Sweep:
 
     def _save_state(self) -> None:
         state = {"task": self.param_path, "sweep": self.spec.raw, "overrides": self.overrides, "trials": self.trials}
-        _write_atomically(os.path.join(self.output, STATE_FILE), json.dumps(state, indent=2, ensure_ascii=False))
+        write_text_atomically(os.path.join(self.output, STATE_FILE), json.dumps(state, indent=2, ensure_ascii=False))
 
     # ---- running ----
     def folder(self, trial: Dict[str, Any], fold: Optional[int] = None) -> str:
@@ -461,7 +455,6 @@ class Sweep:
 
     def _answer_reports(self, trial: Dict[str, Any]) -> None:
         """Report the trial's new dev metrics to Optuna and write its decisions."""
-        from wenxin.controller.hooks.sweep_report import decision_path, write_json_atomically
         folder, asked = self.folder(trial), self._asked[trial["trial"]]
         for name in os.listdir(folder):
             if not (name.startswith("report_") and name.endswith(".json")):
@@ -477,7 +470,7 @@ class Sweep:
                 self._pruning.add(trial["trial"])
                 logger.info("trial %d pruned at step %d (dev %s %.6g)", trial["trial"], step, self.spec.metric,
                             report["value"])
-            write_json_atomically(decision_path(folder, step), {"prune": prune})
+            write_text_atomically(decision_path(folder, step), json.dumps({"prune": prune}))
 
     def _tell(self, trial: Dict[str, Any]) -> None:
         import optuna
@@ -525,10 +518,10 @@ class Sweep:
             writer.writerows(cells(t) for t in rows)
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(str(c) for c in cells(t)) + " |" for t in rows]
-        _write_atomically(os.path.join(self.output, "results.md"), "\n".join(lines) + "\n")
+        write_text_atomically(os.path.join(self.output, "results.md"), "\n".join(lines) + "\n")
         if ranked:
             config = self._config_of(ranked[0])
-            _write_atomically(os.path.join(self.output, "best_config.json"),
+            write_text_atomically(os.path.join(self.output, "best_config.json"),
                               json.dumps(config, indent=2, ensure_ascii=False))
 
 

@@ -22,7 +22,6 @@ looks complete. Loading verifies every checksum and names a damaged file.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -37,6 +36,7 @@ import numpy as np
 import paddle
 
 from wenxin.common.errors import CheckpointError
+from wenxin.common.files import file_sha256, write_text_atomically
 from wenxin.controller.state_io import load_arrays, load_state, save_arrays, save_state, state_files
 
 logger = logging.getLogger("wenxin")
@@ -71,15 +71,6 @@ def _write_json(path: str, data: Any) -> None:
         json.dump(data, f, indent=2, ensure_ascii=False, default=str)
 
 
-def _replace_file(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _set_aside(path: str) -> str:
     """Rename ``path`` into a new hidden sibling folder (atomic) and return that folder."""
     parent, name = os.path.split(os.path.abspath(path))
@@ -108,14 +99,9 @@ def _files_of(folder: str) -> List[str]:
     return sorted(found)
 
 
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def write_manifest(folder: str) -> None:
     """Record the size and SHA-256 of every file of a finished checkpoint (written last)."""
-    files = {rel: {"bytes": os.path.getsize(os.path.join(folder, rel)), "sha256": _sha256(os.path.join(folder, rel))}
+    files = {rel: {"bytes": os.path.getsize(os.path.join(folder, rel)), "sha256": file_sha256(os.path.join(folder, rel))}
              for rel in _files_of(folder)}
     _write_json(os.path.join(folder, MANIFEST_FILE), {"format": FORMAT, "files": files})
 
@@ -162,7 +148,7 @@ def verify(folder: str) -> None:
             raise CheckpointError(f"checkpoint manifest names a file outside the checkpoint: {rel} ({folder})")
         if not os.path.isfile(path):
             raise CheckpointError(f"checkpoint file is missing: {path}")
-        if os.path.getsize(path) != expected["bytes"] or _sha256(path) != expected["sha256"]:
+        if os.path.getsize(path) != expected["bytes"] or file_sha256(path) != expected["sha256"]:
             raise CheckpointError(f"checkpoint file is damaged (its checksum does not match the manifest): {path}")
     _verified[key] = (stat.st_mtime_ns, stat.st_size)
 
@@ -273,7 +259,7 @@ class CheckpointManager:
 
     def mark_latest(self, name: str) -> None:
         """Point the ``latest`` marker at ``name`` (what ``resume: auto`` continues)."""
-        _replace_file(os.path.join(self.root, LATEST_FILE), name)
+        write_text_atomically(os.path.join(self.root, LATEST_FILE), name)
 
     def write_index(self) -> None:
         """Rewrite ``index.json``: every checkpoint folder with its kind (best, top, periodic),
@@ -296,7 +282,7 @@ class CheckpointManager:
         index = {"metric": self.metric, "metric_mode": self.metric_mode,
                  "latest": os.path.basename(marked) if marked else None, "checkpoints": entries}
         try:
-            _replace_file(os.path.join(self.root, INDEX_FILE), json.dumps(index, indent=2, ensure_ascii=False))
+            write_text_atomically(os.path.join(self.root, INDEX_FILE), json.dumps(index, indent=2, ensure_ascii=False))
         except OSError as e:  # the index only describes the folders; a run goes on without it
             logger.warning("%s: cannot write (%s)", os.path.join(self.root, INDEX_FILE), e.strerror or e)
 
@@ -429,7 +415,7 @@ def drop_optimizer_state(folder: str) -> None:
     if len(kept) == len(files):
         return
     try:
-        _replace_file(os.path.join(folder, MANIFEST_FILE), json.dumps({"format": FORMAT, "files": kept}))
+        write_text_atomically(os.path.join(folder, MANIFEST_FILE), json.dumps({"format": FORMAT, "files": kept}))
         for name in names:
             if os.path.isfile(os.path.join(folder, name)):
                 os.remove(os.path.join(folder, name))

@@ -9,6 +9,7 @@ import time
 from typing import Dict
 
 from wenxin.common.errors import TrainingError
+from wenxin.common.files import write_text_atomically
 from wenxin.controller.hooks.base import HookBase, Priority
 
 logger = logging.getLogger("wenxin")
@@ -23,13 +24,6 @@ def report_path(folder: str, step: int) -> str:
 
 def decision_path(folder: str, step: int) -> str:
     return os.path.join(folder, f"decision_{step}.json")
-
-
-def write_json_atomically(path: str, data: Dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
 
 
 class SweepReportHook(HookBase):
@@ -52,7 +46,7 @@ class SweepReportHook(HookBase):
         step = self.trainer.state.global_step
         decision = decision_path(self.folder, step)
         if not os.path.isfile(decision):  # a resumed trial repeats steps already decided
-            write_json_atomically(report_path(self.folder, step), {"step": step, "value": value})
+            write_text_atomically(report_path(self.folder, step), json.dumps({"step": step, "value": value}))
             deadline = time.time() + DECISION_TIMEOUT
             while not os.path.isfile(decision):
                 if self.trainer.state.interrupted:  # SIGTERM (the sweep stops): save and stop, no answer needed
