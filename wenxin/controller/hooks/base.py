@@ -15,10 +15,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
+import numpy as np
+
 from wenxin.config.schema import Schema
 
 if TYPE_CHECKING:
     from wenxin.controller.base_trainer import BaseTrainer
+
+
+def floating_weights(trainer: "BaseTrainer") -> Dict[str, np.ndarray]:
+    """The model's floating-point parameters and buffers as arrays (in either graph mode), by name."""
+    arrays = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in trainer.model_state_dict().items()}
+    return {k: a for k, a in arrays.items() if np.issubdtype(a.dtype, np.floating)}
 
 
 class Priority:

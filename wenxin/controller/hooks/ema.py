@@ -9,7 +9,7 @@ import numpy as np
 from wenxin.common.errors import CheckpointError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import Key
-from wenxin.controller.hooks.base import HookBase, Priority
+from wenxin.controller.hooks.base import HookBase, Priority, floating_weights
 
 logger = logging.getLogger("wenxin")
 
@@ -48,18 +48,13 @@ class EMAHook(HookBase):
             raise CheckpointError("EMAHook: the checkpoint's average is malformed")
         self.average = {name: np.array(value, dtype=np.float32) for name, value in average.items()}
 
-    def _floating_weights(self) -> Dict[str, np.ndarray]:
-        arrays = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v)
-                  for k, v in self.trainer.model_state_dict().items()}
-        return {k: a for k, a in arrays.items() if np.issubdtype(a.dtype, np.floating)}
-
     def before_step(self) -> None:
         self._put_back_trained()
 
     def after_step(self) -> None:
         if self.trainer.state.nonfinite_loss:
             return  # the step changed nothing
-        weights = self._floating_weights()
+        weights = floating_weights(self.trainer)
         if self.average is None:
             self.average = {k: v.astype(np.float32, copy=True) for k, v in weights.items()}
             return
@@ -70,7 +65,7 @@ class EMAHook(HookBase):
 
     def before_eval(self, reader_name: str) -> None:
         if self.evaluate and self.average is not None and self._trained is None:
-            self._trained = self._floating_weights()
+            self._trained = floating_weights(self.trainer)
             self.trainer.set_model_state_dict(self.average)
 
     def before_save(self, name: str) -> None:

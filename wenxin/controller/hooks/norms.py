@@ -8,7 +8,7 @@ import numpy as np
 
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import Key
-from wenxin.controller.hooks.base import HookBase, Priority
+from wenxin.controller.hooks.base import HookBase, Priority, floating_weights
 
 
 def layer_of(name: str) -> str:
@@ -54,19 +54,15 @@ class NormsHook(HookBase):
     def before_step(self) -> None:
         due = (self.trainer.state.global_step + 1) % self.interval == 0
         self.trainer.capture_gradients = due
-        self._before = {k: np.array(v, dtype=np.float64) for k, v in self._weights().items()} if due else None
-
-    def _weights(self) -> Dict[str, np.ndarray]:
-        arrays = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v)
-                  for k, v in self.trainer.model_state_dict().items()}
-        return {k: a for k, a in arrays.items() if np.issubdtype(a.dtype, np.floating)}
+        self._before = {k: np.array(v, dtype=np.float64) for k, v in floating_weights(self.trainer).items()} \
+            if due else None
 
     def after_step(self) -> None:
         if self._before is None:
             return
         before, self._before = self._before, None
         self.trainer.capture_gradients = False
-        after = self._weights()
+        after = floating_weights(self.trainer)
         grads = self.trainer.gradient_square_sums()
         weights = {k: float(np.sum(np.square(after[k], dtype=np.float64))) for k in before}
         updates = {k: float(np.sum(np.square(after[k] - before[k]))) for k in before}
