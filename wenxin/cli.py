@@ -92,8 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_args(inspector)
     inspector.add_argument("--samples", type=int, default=3, help="sample examples shown per reader")
     inspector.add_argument("--json", action="store_true", help="print the report as one JSON line instead")
-    sweeper = sub.add_parser("sweep", help="a hyperparameter sweep (grid or random) over config keys, each trial a "
-                                           "training run; a results table and the best config")
+    sweeper = sub.add_parser("sweep", help="a hyperparameter sweep (grid, random or Optuna) over config keys, each "
+                                           "trial a training run (or K, cross-validated); a results table and the "
+                                           "best config")
     _add_task_args(sweeper)
     sweeper.add_argument("--sweep", required=True, help="the sweep file (JSON or YAML): method, parameters, ...")
     finder = sub.add_parser("lr-find", help="the learning-rate range test: loss against a growing learning rate, "
