@@ -3,6 +3,7 @@ trials' own logs, and the same table after the sweep is SIGKILLed and started ag
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -265,7 +266,6 @@ def test_a_cross_validated_grid_runs_every_fold_and_ranks_trials_by_the_mean(tmp
     state["trials"][1]["status"] = "running"
     state["trials"][1]["folds"][2] = {"fold": 2, "status": "running"}
     open(state_path, "w", encoding="utf-8").write(json.dumps(state))
-    import shutil
     shutil.rmtree(os.path.join(folder, "trial_001", "fold_2"))
     kept = os.path.getmtime(os.path.join(folder, "trial_001", "fold_1", "sweep_trial.log"))
     proc = start(task, spec)

@@ -54,6 +54,7 @@ import math
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -361,10 +362,8 @@ class Sweep:
             trial.update(status="failed", metric=None, std=None,
                          error=f"fold {failed[0]['fold']}: {failed[0].get('error', failed[0]['status'])}")
         else:
-            values = [f["metric"] for f in folds]
-            mean = sum(values) / len(values)
-            std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-            trial.update(status="done", metric=mean, std=std, step=None)
+            values = [f["metric"] for f in folds]  # the spread of the folds themselves: the population std
+            trial.update(status="done", metric=statistics.fmean(values), std=statistics.pstdev(values), step=None)
         logger.info("trial %d %s: %s, dev %s %s over %d folds", trial["trial"], trial["status"],
                     " ".join(overrides_of(trial["values"])), self.spec.metric,
                     "none" if failed else f"{trial['metric']:.6g} (std {trial['std']:.3g})", len(folds))
