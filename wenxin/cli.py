@@ -110,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     migrator = sub.add_parser("migrate", help="translate an ERNIE-kit task file into a native wenxin one")
     migrator.add_argument("param_path", help="the ERNIE-kit task file (JSON or YAML)")
     migrator.add_argument("-o", "--output", default="", help="write the native task file here (default: print it)")
+    converter = sub.add_parser("convert", help="write a pickled weights file (.pdparams, ERNIE-kit params) or a "
+                                               "model folder's weights as safetensors, read without running code")
+    converter.add_argument("source", help="a .pdparams or params file, or a PaddleNLP / ERNIE-kit model folder")
+    converter.add_argument("-o", "--output", default="",
+                           help="the safetensors file (default: <folder>/model.safetensors, or <file>.safetensors)")
     examples = sub.add_parser("examples", help="copy the example task files and data scripts into DIR/examples")
     examples.add_argument("folder", nargs="?", default=".", help="target folder (default: the working folder)")
     return parser
@@ -279,6 +284,15 @@ def _export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _convert(args: argparse.Namespace) -> int:
+    from wenxin.compat.pretrained import convert_to_safetensors
+    output, count = convert_to_safetensors(args.source, args.output)
+    print(output)
+    print(f"{count} parameters written as safetensors; the original is kept (delete it once you no longer need it)",
+          file=sys.stderr)
+    return EXIT_OK
+
+
 def _examples(args: argparse.Namespace) -> int:
     from wenxin.runner import copy_examples
     written = copy_examples(args.folder)
@@ -303,6 +317,7 @@ COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], bool, bool]] = {
     "lr-find": (_lr_find, True, True),
     "sweep": (_sweep, True, True),  # Paddle: the trials' model keys are checked before any runs
     "migrate": (_migrate, False, False),
+    "convert": (_convert, False, False),
     "examples": (_examples, False, False),
 }
 

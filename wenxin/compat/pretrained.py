@@ -218,3 +218,43 @@ def load_pretrained_params(path: str, model_names: Iterable[str]) -> Tuple[Dict[
     if layout != "wenxin" and len(wanted.intersection(renamed)) <= len(wanted.intersection(params)):
         return dict(params), source, "wenxin"
     return renamed, source, layout
+
+
+SAFETENSORS_FILE = PADDLENLP_FILES[0]  # model.safetensors: what a folder's converted weights are named
+
+
+def convert_to_safetensors(source: str, output: str = "") -> Tuple[str, int]:
+    """Write the weights of ``source`` once as safetensors, so only safe files need be kept.
+
+    ``source`` is a pickled params file (``.pdparams``, ERNIE-kit's single-file ``params``), or
+    a PaddleNLP / ERNIE-kit model folder, whose weights become ``<folder>/model.safetensors``
+    (which the folder then loads first). A file becomes ``<name>.safetensors`` beside it.
+    Parameter names stay as saved. An existing ``output`` is never overwritten. Returns the
+    file written and the number of parameters."""
+    from wenxin.common.pickled_weights import load_pickled_weights
+    from wenxin.controller.state_io import save_arrays
+
+    if not os.path.exists(source):
+        raise CheckpointError(f"weights not found: {source}")
+    weights = find_weights(source) if os.path.isdir(source) else source
+    if weights is None:
+        raise CheckpointError(f"{source}: a folder without weights (looked for {', '.join(PADDLENLP_FILES)} "
+                              f"and params)")
+    if weights.endswith(".safetensors"):
+        raise CheckpointError(f"{weights}: already safetensors")
+    if not output:
+        output = os.path.join(source, SAFETENSORS_FILE) if os.path.isdir(source) else \
+            (weights[:-len(".pdparams")] if weights.endswith(".pdparams") else weights) + ".safetensors"
+    if os.path.exists(output):
+        raise CheckpointError(f"{output}: exists; it is kept (remove it, or name another --output)")
+    params = read_tensor_folder(weights) if is_tensor_folder(weights) else load_pickled_weights(weights, "weights file")
+    tmp = f"{output}.tmp"
+    try:
+        save_arrays(tmp, params)
+        os.replace(tmp, output)
+    except OSError as e:
+        raise CheckpointError(f"{output}: cannot write ({e.strerror or e})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return output, len(params)

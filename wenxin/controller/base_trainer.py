@@ -696,8 +696,8 @@ class BaseTrainer:
     def load_pretrained(self, params_path: str, prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
         """Warm-start from a params file, a checkpoint folder, or a PaddleNLP / ERNIE-kit model
         folder (ERNIE/BERT weights are renamed to ``ernie.*``, see ``wenxin.compat.pretrained``);
-        logs what matched and what did not. A ``.pdparams`` file (or ERNIE-kit ``params`` file)
-        is unpickled by Paddle: name only files you trust."""
+        logs what matched and what did not. A pickled ``.pdparams`` (or ERNIE-kit ``params``) file
+        is read with ``wenxin.common.pickled_weights``, which refuses anything but arrays."""
         params, path, layout = pretrained.load_pretrained_params(params_path, self.model.state_dict().keys())
         if layout != "wenxin":
             path = f"{path} ({layout} layout)"

@@ -33,10 +33,10 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
-import paddle
 
 from wenxin.common.errors import CheckpointError
 from wenxin.common.files import file_sha256, write_text_atomically
+from wenxin.common.pickled_weights import load_pickled_weights
 from wenxin.controller.state_io import load_arrays, load_state, save_arrays, save_state, state_files
 
 logger = logging.getLogger("wenxin")
@@ -486,9 +486,9 @@ def read_checkpoint(folder: str) -> Dict[str, Any]:
 
 
 def load_model_params(path: str, what: str = "checkpoint model file") -> Dict[str, Any]:
-    """Parameters from a checkpoint folder (verified), a ``.safetensors`` file, or a Paddle
-    ``.pdparams`` file. ``.pdparams`` is Paddle's pickle format: loading one runs whatever it
-    holds, so only foreign files the user chose (``pre_train_model``) are read that way."""
+    """Parameters from a checkpoint folder (verified), a ``.safetensors`` file, or a pickled
+    ``.pdparams`` file. A pickle is read through ``wenxin.common.pickled_weights``, which refuses
+    anything but arrays, so no file runs code when it loads."""
     if os.path.isdir(path):
         if os.path.isfile(os.path.join(path, MANIFEST_FILE)):
             verify(path)
@@ -498,18 +498,7 @@ def load_model_params(path: str, what: str = "checkpoint model file") -> Dict[st
         path = os.path.join(path, LEGACY_MODEL_FILE)
     if path.endswith(".safetensors"):
         return load_arrays(path, what)
-    return load_file(path, what)
-
-
-def load_file(path: str, what: str) -> Any:
-    """``paddle.load`` of a foreign params file, with a clear error for missing, truncated or
-    corrupt files. It unpickles: use it only for files the user trusts."""
-    if not os.path.isfile(path):
-        raise CheckpointError(f"{what} not found: {path}")
-    try:
-        return paddle.load(path)
-    except Exception as e:  # paddle and pickle raise many types for corrupt files
-        raise CheckpointError(f"{what} is corrupt or unreadable: {path} ({type(e).__name__}: {e})") from None
+    return load_pickled_weights(path, what)
 
 
 def resolve_params_file(path: str) -> str:
