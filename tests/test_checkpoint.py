@@ -190,7 +190,8 @@ def test_saving_best_keeps_the_optimizer_state_of_the_resume_point(tmp_path):
     from wenxin.controller.checkpoint import CheckpointManager, has_optimizer_state
 
     def write(folder):
-        for name in ("model.safetensors", "optimizer.json", "optimizer.safetensors"):
+        for name in ("model.safetensors", "optimizer.json", "optimizer.safetensors", "trainer_state.json",
+                     "config.json", "extra.json"):
             with open(os.path.join(folder, name), "w") as f:
                 f.write(name)
 

@@ -7,6 +7,8 @@ import pytest
 
 from conftest import build, task_config
 from wenxin.common.constants import Phase
+from wenxin.common.errors import ExportError
+from wenxin.data.export_bundle import seal_export
 from wenxin.inference.predictor import InferenceError, Predictor
 
 
@@ -39,7 +41,7 @@ def test_exported_model_matches_trainer_evaluation(tmp_path, data_dir, mode, mod
     exported = {"probs": probs, "predictions": predicted, "labels": outputs["labels"]}
     trainer_metrics = trainer.model.get_metrics({k: outputs[k] for k in exported}, {}, Phase.EVALUATE)
     assert trainer.model.get_metrics(exported, {}, Phase.EVALUATE) == pytest.approx(trainer_metrics, abs=1e-9)
-    assert sorted(os.listdir(moved)) == ["inference.json", "inference.pdiparams", "preprocess.json", "vocab"]
+    assert sorted(os.listdir(moved)) == ["inference.json", "inference.pdiparams", "manifest.json", "preprocess.json", "vocab"]
 
 
 def test_missing_or_corrupt_model_folder(tmp_path, data_dir):
@@ -48,6 +50,9 @@ def test_missing_or_corrupt_model_folder(tmp_path, data_dir):
     folder = trained(tmp_path, data_dir, "dynamic").export_inference(str(tmp_path / "model"))
     with open(os.path.join(folder, "inference.pdiparams"), "r+b") as f:
         f.truncate(10)
+    with pytest.raises(ExportError, match="export file is damaged .*inference.pdiparams"):
+        Predictor(folder)
+    seal_export(folder)  # damaged and sealed again: the loader's own error
     with pytest.raises(InferenceError, match="cannot load the model"):
         Predictor(folder).predict([["好"]])
     os.remove(os.path.join(folder, "inference.json"))

@@ -53,7 +53,8 @@ def test_a_mismatching_onnx_model_is_not_written(tmp_path, data_dir):
     folder = trainer.export_inference(str(tmp_path / "model"))
     with pytest.raises(InferenceError, match="differ from Paddle's by .* was not written"):
         export_onnx(folder, trainer.readers["train_reader"].collate_rows([0, 1, 2]), tolerance=-1.0)
-    assert sorted(os.listdir(folder)) == ["inference.json", "inference.pdiparams", "preprocess.json", "vocab"]
+    assert sorted(os.listdir(folder)) == ["inference.json", "inference.pdiparams", "manifest.json", "preprocess.json",
+                                          "vocab"]
 
 
 def test_the_command_line_exports_and_runs_onnx(tmp_path, data_dir, capsys):

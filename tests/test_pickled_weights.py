@@ -241,3 +241,43 @@ def test_convert_refuses_a_payload_and_writes_nothing(tmp_path, capsys):
     code = main(["convert", str(folder)])
     assert_one_error_block(code, *capsys.readouterr(), [str(folder / "model_state.pdparams"), "posix.system"])
     assert not os.path.exists(marker) and sorted(os.listdir(folder)) == ["config.json", "model_state.pdparams"]
+
+
+def test_pretrained_weights_of_another_dtype(tmp_path, data_dir):
+    trainer = build(task_config(data_dir, str(tmp_path / "out"), max_steps=1), tmp_path)
+    weights = {name: value.numpy() for name, value in trainer.model.state_dict().items()}
+    wide = str(tmp_path / "float64.pdparams")
+    paddle.save({name: value.astype("float64") for name, value in weights.items()}, wide)
+    report = trainer.load_pretrained(wide)
+    assert len(report.cast) == len(weights) and "float64 -> float32" in report.summary()
+    for name, value in trainer.model.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), weights[name].astype("float64").astype("float32"))
+    ints = str(tmp_path / "int64.pdparams")
+    paddle.save({name: np.zeros(value.shape, "int64") for name, value in weights.items()}, ints)
+    with pytest.raises(CheckpointError, match=f"{ints}: .* holds int64 values where the model has float32"):
+        trainer.load_pretrained(ints)
+
+
+def _tensor_file(lod_size):
+    import struct
+    desc = bytes([0x08, 5, 0x10, 2])  # TensorDesc: float32, dims [2]
+    return (struct.pack("<IQQ", 0, 1, lod_size) + struct.pack("<Ii", 0, len(desc)) + desc
+            + np.ones(2, "float32").tobytes())
+
+
+def test_hostile_erniekit_params_folders_are_one_error(tmp_path):
+    from wenxin.compat import pretrained
+    folder = tmp_path / "ernie_dir" / "params"
+    shutil.copytree(os.path.join(FIXTURES, "erniekit", "params"), folder)
+    names = ["ernie." + n for n in pretrained.to_wenxin_names(pretrained.read_tensor_folder(str(folder)))[0]]
+    (folder / "word_embedding").write_bytes(_tensor_file(2**63 + 5))
+    with pytest.raises(CheckpointError, match=f"{folder / 'word_embedding'}: not a Paddle tensor file .*LoD level"):
+        pretrained.load_pretrained_params(str(folder.parent), names)
+    shutil.copy(os.path.join(FIXTURES, "erniekit", "params", "word_embedding"), folder / "word_embedding")
+    (folder / "notes").mkdir()
+    with pytest.raises(CheckpointError, match=f"{folder / 'notes'}: not a file; an ERNIE-kit params folder"):
+        pretrained.load_pretrained_params(str(folder.parent), names)
+    os.rmdir(folder / "notes")
+    (folder / "README.txt").write_text("downloaded from the model hub")
+    with pytest.raises(CheckpointError, match=f"{folder / 'README.txt'}: not a Paddle tensor file"):
+        pretrained.load_pretrained_params(str(folder.parent), names)

@@ -129,6 +129,12 @@ MUTATIONS = {
     "pad-huge": (_both(_set(f"{F0}.pad_to_max_seq_len", True), _set(f"{F0}.max_seq_len", 10**9)),
                  f"{F0_KEY}.max_seq_len"),
     "task-not-string": (_set("task", ["text_classification"]), "task"),
+    "hidden-size-huge": (_set("model.hidden_size", 10**7), "model.hidden_size: 10000000 is above the maximum 65536"),
+    "emb-dim-huge": (_set("model.embedding", {"emb_dim": 10**7}), "model.embedding.emb_dim: 10000000 is above"),
+    "prefix-map-int": (_set("trainer.pre_train_model", [{"params_path": "/", "prefix_map": {"a.": 5}}]),
+                       "trainer.pre_train_model[0].prefix_map.a.: expected string, got int 5"),
+    "vocab-from-label": (_set(f"{F0}.vocab_from", "label"),
+                         f"{F0_KEY}.vocab_from: 'label' is a LabelFieldReader; a TextFieldReader shares only"),
     "reader-null": (_set(TR, None), "dataset_reader.train_reader"),
     "hooks-item-not-object": (_set("trainer.hooks", [5]), "trainer.hooks[0]"),
     "vocab-is-folder": (_set(f"{F0}.vocab_path", "/"), f"{F0_KEY}.vocab_path"),
@@ -196,6 +202,9 @@ RAW_FILES = {
     "empty-file": ("task.json", "", ":1:1"),
     "json-duplicate-keys": ("task.json", '{"task": "a", "trainer": {"epoch": 1, "epoch": 2}, "task": "b"}',
                             ["trainer.epoch: duplicate key", "task: duplicate key"]),
+    "yaml-merge-then-duplicate": ("task.yaml", "base: &b {epoch: 1}\ntrainer:\n  <<: *b\n  epoch: 2\n  epoch: 3\n",
+                                  "trainer.epoch: duplicate key"),
+    "upper-case-yaml": ("task.YAML", "task: x\ntrainer:\n\tepoch: 1\n", ["task.YAML:3:", "invalid YAML"]),
     "yaml-duplicate-keys": ("task.yaml", "task: a\ntrainer:\n  epoch: 1\n  epoch: 2\n", "trainer.epoch: duplicate key"),
     "json-nan-literal": ("task.json", '{"task": "a", "trainer": {"seed": NaN}}', "trainer.seed: nan is not a finite"),
     "json-infinity": ("task.json", '{"task": "a", "model": {"optimization": {"learning_rate": -Infinity}}}',
@@ -328,6 +337,25 @@ def test_task_file_that_is_a_folder_or_huge(tmp_path, capsys):
     with open(huge, "wb") as f:
         f.truncate(17 << 20)  # sparse: no time or disk spent
     assert_one_error_block(*run_cli(str(huge), capsys), "a task file may have at most")
+
+
+def test_overrides_too_deep_are_one_error(tmp_path, data_dir, capsys):
+    path = _write_config(tmp_path, task_config(data_dir, str(tmp_path / "out")))
+    assert_one_error_block(*run_cli(path, capsys, ["a." * 5000 + "b=1"]), "a key path of 5001 levels")
+    assert_one_error_block(*run_cli(path, capsys, ["trainer.x=" + "[" * 900 + "]" * 900]),
+                           "--set trainer.x: nested deeper than 64 levels")
+
+
+def test_a_yaml_merge_key_overridden_is_not_a_duplicate(tmp_path, data_dir, capsys):
+    import yaml
+    config = task_config(data_dir, str(tmp_path / "out"), max_steps=2, is_eval_dev=0, is_eval_test=0)
+    text = yaml.safe_dump(config, allow_unicode=True)
+    text = "defaults: &defaults\n  epoch: 5\n  max_steps: 9\n" + text.replace("trainer:\n", "trainer:\n  <<: *defaults\n", 1)
+    document = yaml.safe_load(text)
+    assert document["trainer"]["max_steps"] == 2 and document["trainer"]["epoch"] == 3  # the mapping's own keys win
+    from wenxin.config.document import parse_document
+    parsed = parse_document("task.YAML", text)  # an upper-case extension is YAML too
+    assert parsed["trainer"]["max_steps"] == 2 and parsed["trainer"].duplicates == []
 
 
 def test_cases_count():

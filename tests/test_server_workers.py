@@ -14,6 +14,7 @@ import threading
 import time
 
 from conftest import REPO, answer_across_sigterm, make_sentences
+from wenxin.data.export_bundle import seal_export
 from wenxin.inference.predictor import InferenceError, Predictor
 
 
@@ -115,6 +116,7 @@ def test_a_model_the_workers_cannot_load_is_one_error(exported_classifier, tmp_p
                 f.truncate(100)
         if name == "model.onnx":
             os.remove(os.path.join(broken, name))
+    seal_export(broken)  # damaged and sealed again, so the workers' own load fails
     result = subprocess.run([sys.executable, "-m", "wenxin.cli", "serve", "--model_dir", broken, "--port",
                              str(free_port()), "--workers", "2"], capture_output=True, text=True, timeout=180,
                             env={**os.environ, "PYTHONPATH": REPO, "GLOG_minloglevel": "2"})

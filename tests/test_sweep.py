@@ -307,6 +307,49 @@ def test_folds_are_split_once_with_headers_and_a_changed_corpus_is_an_error(tmp_
         split_folds(str(data), key, True, 20, 0, str(tmp_path / "more"))
 
 
+def _flip_label(path):
+    lines = open(path, encoding="utf-8").read().splitlines()
+    text, label = lines[0].split("\t")
+    lines[0] = f"{text}\t{1 - int(label)}"
+    open(path, "w", encoding="utf-8").write("\n".join(lines) + "\n")
+
+
+def _leak_dev(split):
+    name = os.path.basename(split.dev[0])
+    os.symlink(os.path.join("..", name), os.path.join(split.train[0], name))
+
+
+def _relink(split):
+    name = os.path.basename(split.dev[1])
+    os.remove(os.path.join(split.train[0], name))
+    os.symlink(os.path.join("..", os.path.basename(split.dev[2])), os.path.join(split.train[0], name))
+
+
+FOLD_DAMAGE = {
+    "a flipped label": (lambda split, record: _flip_label(split.dev[1]), "changed since the folds were split"),
+    "a dev part linked into training": (lambda split, record: _leak_dev(split), "fold 0's training data links to"),
+    "a link pointed elsewhere": (lambda split, record: _relink(split), "fold 0's training data links to"),
+    "a part deleted": (lambda split, record: os.remove(split.dev[2]), "is missing"),
+    "folds.json truncated": (lambda split, record: open(record, "r+").truncate(20), "folds.json: unreadable"),
+    "folds.json an empty list": (lambda split, record: open(record, "w").write("[]"), "no parts table"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(FOLD_DAMAGE))
+def test_a_changed_folds_split_is_an_error_not_a_different_score(tmp_path, damage):
+    from wenxin.common.errors import DataError
+    from wenxin.folds import split_folds
+    data = tmp_path / "train.tsv"
+    data.write_text("".join(f"text {i}\t{i % 2}\n" for i in range(12)), encoding="utf-8")
+    folder = str(tmp_path / "folds")
+    key = "dataset_reader.train_reader.config.data_path"
+    split = split_folds(str(data), key, False, 3, 0, folder)
+    change, message = FOLD_DAMAGE[damage]
+    change(split, os.path.join(folder, "folds.json"))
+    with pytest.raises(DataError, match=message):
+        split_folds(str(data), key, False, 3, 0, folder)
+
+
 def test_sweep_files_with_bad_folds_are_one_error(tmp_path):
     from wenxin.common.errors import ConfigError
     from wenxin.sweep import SweepSpec

@@ -162,7 +162,27 @@ def test_edited_data_is_converted_again_and_replaces_the_old_entry(tmp_path, cac
     assert len(glob.glob(str(cache_dir / "ex-*"))) == 1
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "meta"])
+def _edit_meta(folder, change):
+    path = os.path.join(folder, "meta.json")
+    with open(path) as f:
+        meta = json.load(f)
+    change(meta)
+    with open(path, "w") as f:
+        json.dump(meta, f)
+
+
+META_EDITS = {  # each once sealed: the digest tells it; the last two also re-digested, as a hostile edit would be
+    "files emptied": lambda meta: meta.update(files={}),
+    "a file dropped": lambda meta: meta["files"].pop("s0.data.npy"),
+    "examples changed": lambda meta: meta.update(examples=3),
+    "files emptied, digest redone": lambda meta: meta.update(files={}, digest=token_cache._meta_digest({**meta, "files": {}})),
+    "entry not a pair, digest redone": lambda meta: meta.update(
+        files={**meta["files"], "s0.data.npy": 5},
+        digest=token_cache._meta_digest({**meta, "files": {**meta["files"], "s0.data.npy": 5}})),
+}
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "meta", "planted file"] + sorted(META_EDITS))
 def test_a_damaged_entry_is_rebuilt_not_used(tmp_path, caplog, damage):
     train = write_tsv(str(tmp_path / "train.tsv"), make_sentences(300, seed=1))
     first = load(train, fields(), True)["train_reader"]
@@ -178,9 +198,14 @@ def test_a_damaged_entry_is_rebuilt_not_used(tmp_path, caplog, damage):
             byte = f.read(1)
             f.seek(-3, os.SEEK_END)
             f.write(bytes([byte[0] ^ 0xFF]))
-    else:
+    elif damage == "meta":
         with open(os.path.join(folder, "meta.json"), "w") as f:
             f.write("{not json")
+    elif damage == "planted file":
+        with open(os.path.join(folder, "s9.npy"), "wb") as f:
+            f.write(b"unlisted")
+    else:
+        _edit_meta(folder, META_EDITS[damage])
     again = load(train, fields(), True)["train_reader"]
     assert "is damaged" in caplog.text and "rebuilding" in caplog.text
     assert_same_examples(load(train, fields(), False)["train_reader"], again)

@@ -39,6 +39,17 @@ def version_line() -> str:
     return f"wenxin {__version__} ({', '.join(builds) or 'Paddle not installed'})"
 
 
+def _port(text: str) -> int:
+    """A TCP port number for argparse (an error names the value, no traceback)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535)")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wenxin", description="wenxin task framework", epilog=EXIT_CODES_HELP)
     parser.add_argument("--version", action="version", version=version_line())
@@ -71,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--model_dir", required=True,
                         help="an exported folder, or a checkpoint folder that holds one (inference/)")
     server.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
-    server.add_argument("--port", type=int, default=8866)
+    server.add_argument("--port", type=_port, default=8866, help="TCP port, 0 to 65535 (0: any free one; default: "
+                                                              "%(default)s)")
     server.add_argument("--workers", type=int, default=1,
                         help="service processes, each with the model loaded (one per core to use them all)")
     server.add_argument("--model_threads", type=int, default=1,

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, NamedTuple
 
 import numpy as np
 
-from wenxin.common.errors import ConfigError
+from wenxin.common.errors import ConfigError, DataError
 from wenxin.common.files import file_sha256
 from wenxin.data.dataset_reader import list_data_files
 
@@ -59,12 +59,13 @@ def split_folds(data_path: str, key_path: str, has_header: bool, folds: int, see
     source = _source(files, folds, seed, has_header)
     written = os.path.join(folder, FOLDS_FILE)
     if os.path.isfile(written):
-        with open(written, encoding="utf-8") as f:
-            before = json.load(f)
+        before = _read_split(written)
         if before.get("source") != source:
             raise ConfigError(f"{folder}: the folds were split from other training data or settings than "
                               f"{key_path} ({data_path}) has now; move the sweep's output away to start afresh")
-        return _layout(folder, folds, ext)
+        layout = _layout(folder, folds, ext)
+        _check_split(folder, layout, before)
+        return layout
     if os.path.exists(folder):
         raise ConfigError(f"{folder}: exists but is not a folds split (no {FOLDS_FILE}); move it away")
     header = b""
@@ -99,7 +100,47 @@ def split_folds(data_path: str, key_path: str, has_header: bool, folds: int, see
             if j != k:  # relative links, so the sweep folder can be moved
                 name = os.path.basename(layout.dev[j])
                 os.symlink(os.path.join("..", name), os.path.join(layout.train[k], name))
+    parts = {os.path.basename(path): [os.path.getsize(path), file_sha256(path)] for path in layout.dev}
     with open(os.path.join(tmp, FOLDS_FILE), "w", encoding="utf-8") as f:
-        json.dump({"source": source, "lines": sizes}, f, indent=2)
+        json.dump({"source": source, "lines": sizes, "parts": parts}, f, indent=2)
     os.replace(tmp, folder)
     return _layout(folder, folds, ext)
+
+
+def _read_split(path: str) -> Dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            split = json.load(f)
+    except (OSError, ValueError, RecursionError) as e:
+        raise DataError(f"{path}: unreadable ({type(e).__name__}: {e}); move the sweep's folds away to split "
+                        f"afresh") from None
+    if not isinstance(split, dict) or not isinstance(split.get("parts"), dict):
+        raise DataError(f"{path}: not a folds record of this wenxin (no parts table); move the sweep's folds away "
+                        f"to split afresh")
+    return split
+
+
+def _check_split(folder: str, layout: FoldData, split: Dict[str, Any]) -> None:
+    """Each part is the one written (size and SHA-256 as ``folds.json`` records them) and each
+    fold's training folder links exactly to the other parts, so a changed label or a held-out
+    part linked into training is an error, not a different cross-validation score."""
+    where = os.path.join(folder, FOLDS_FILE)
+    names = [os.path.basename(path) for path in layout.dev]
+    if sorted(split["parts"]) != sorted(names):
+        raise DataError(f"{where}: records the parts {sorted(split['parts'])}, not {names}")
+    for path in layout.dev:
+        recorded = split["parts"][os.path.basename(path)]
+        if not os.path.isfile(path) or os.path.islink(path):
+            raise DataError(f"{path}: a part of the folds split is missing or replaced by a link")
+        if [os.path.getsize(path), file_sha256(path)] != recorded:
+            raise DataError(f"{path}: changed since the folds were split (its SHA-256 differs from {where})")
+    for k, train in enumerate(layout.train):
+        expected = {name: os.path.join("..", name) for j, name in enumerate(names) if j != k}
+        try:
+            found = {name: os.readlink(os.path.join(train, name)) for name in os.listdir(train)}
+        except OSError as e:
+            raise DataError(f"{train}: fold {k}'s training data is not the links the split made ({e.strerror or e})"
+                            ) from None
+        if found != expected:
+            raise DataError(f"{train}: fold {k}'s training data links to {sorted(found.values())}, not to the other "
+                            f"parts {sorted(expected.values())}")

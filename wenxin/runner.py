@@ -13,7 +13,7 @@ from wenxin.compat.paddle_internals import set_cpu_threads
 from wenxin.config.loader import load_config
 from wenxin.config.task_check import resolve_task
 from wenxin.controller.base_trainer import BaseTrainer, prepare_output_path, resume_checkpoint
-from wenxin.controller.checkpoint import VOCAB_DIR
+from wenxin.controller.checkpoint import INFERENCE_DIR, VOCAB_DIR
 from wenxin.controller.env import init_distributed, set_seed, setup_device
 from wenxin.controller.summary import run_summary
 from wenxin.data.dataset_reader import build_readers
@@ -95,7 +95,7 @@ def export(param_path: str, checkpoint: str, output: str = "", overrides: Iterab
     model and readers; nothing is written to its output_path."""
     with checkpoint_trainer(load_config(param_path, overrides), checkpoint) as trainer:
         target = output or os.path.join(checkpoint if os.path.isdir(checkpoint) else
-                                        os.path.dirname(checkpoint), "inference")
+                                        os.path.dirname(checkpoint), INFERENCE_DIR)
         folder = trainer.export_inference(target)
         if "onnx" in formats:
             from wenxin.inference.onnx_export import export_onnx
@@ -129,7 +129,7 @@ def inference_folder(path: str) -> str:
     from wenxin.controller.export import PREPROCESS_FILE
     if os.path.isfile(os.path.join(path, PREPROCESS_FILE)):
         return path
-    inner = os.path.join(path, "inference")
+    inner = os.path.join(path, INFERENCE_DIR)
     if os.path.isfile(os.path.join(inner, PREPROCESS_FILE)):
         return inner
     if os.path.isdir(path):

@@ -10,7 +10,7 @@ import paddle.nn.functional as F
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
-from wenxin.config.schema import Key
+from wenxin.config.schema import MAX_WIDTH, Key
 from wenxin.metrics.classification import classifier_metrics
 from wenxin.models.base_model import BaseModel
 
@@ -22,7 +22,7 @@ class MlpClassification(BaseModel):
     config_schema = {
         "feature_field": Key(str, "features"),
         "label_field": Key(str, "label"),
-        "hidden_sizes": Key(list, [256, 256], items=Key(int, minimum=1)),
+        "hidden_sizes": Key(list, [256, 256], items=Key(int, minimum=1, maximum=MAX_WIDTH)),
         "dropout": Key(float, 0.1, minimum=0.0, maximum=1.0),
     }
 

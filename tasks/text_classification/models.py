@@ -10,7 +10,7 @@ import paddle.nn.functional as F
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
-from wenxin.config.schema import Key
+from wenxin.config.schema import MAX_WIDTH, Key
 from wenxin.metrics.classification import classifier_metrics, multi_label_metrics
 from wenxin.models.base_model import BaseModel
 from wenxin.models.encoders import ENCODER_SCHEMA, TextEncoder
@@ -40,8 +40,8 @@ class BaseClassification(BaseModel):
         "text_field": Key(str, "text_a", doc="name of the text field"),
         "label_field": Key(str, "label", doc="name of the label field"),
         "num_labels": Key(int, 0, minimum=0, doc="0: from the label field"),
-        "embedding": Key(dict, {}, children={"emb_dim": Key(int, 128, minimum=1)}),
-        "hidden_size": Key(int, 128, minimum=1, doc="MLP width over the encoder output"),
+        "embedding": Key(dict, {}, children={"emb_dim": Key(int, 128, minimum=1, maximum=MAX_WIDTH)}),
+        "hidden_size": Key(int, 128, minimum=1, maximum=MAX_WIDTH, doc="MLP width over the encoder output"),
         "dropout": Key(float, 0.1, minimum=0.0, maximum=1.0),
     }
 
@@ -98,7 +98,7 @@ class CnnClassification(BaseClassification):
     """Convolutions of several widths, max-pooled over time."""
 
     config_schema = {**BaseClassification.config_schema,
-                     "num_filters": Key(int, 128, minimum=1),
+                     "num_filters": Key(int, 128, minimum=1, maximum=MAX_WIDTH),
                      "filter_sizes": Key(list, [2, 3, 4], items=Key(int, minimum=1))}
 
     def build_encoder(self, text_info: Dict[str, Any]) -> nn.Layer:
@@ -111,7 +111,7 @@ class LstmClassification(BaseClassification):
     """Bidirectional LSTM (or GRU with ``cell: gru``), mean-pooled over the real time steps."""
 
     config_schema = {**BaseClassification.config_schema,
-                     "rnn_hidden_size": Key(int, 128, minimum=1),
+                     "rnn_hidden_size": Key(int, 128, minimum=1, maximum=MAX_WIDTH),
                      "num_layers": Key(int, 1, minimum=1),
                      "cell": Key(str, "lstm", choices=["lstm", "gru"])}
 
@@ -237,9 +237,9 @@ class ErnieKitBowClassification(BaseModel):
         "vocab_size": Key(int, 0, minimum=0, doc="rows of the embedding table (0: the vocab's size); "
                                                  "at least the vocab's size"),
         "num_labels": Key(int, 0, minimum=0, doc="0: from the label field"),
-        "emb_dim": Key(int, 128, minimum=1),
-        "hid_dim": Key(int, 128, minimum=1),
-        "hid_dim2": Key(int, 96, minimum=1),
+        "emb_dim": Key(int, 128, minimum=1, maximum=MAX_WIDTH),
+        "hid_dim": Key(int, 128, minimum=1, maximum=MAX_WIDTH),
+        "hid_dim2": Key(int, 96, minimum=1, maximum=MAX_WIDTH),
     }
 
     def structure(self) -> None:
@@ -284,7 +284,7 @@ class ErnieKitCnnClassification(ErnieKitBowClassification):
     does not depend on its batch. (wenxin's ``CnnClassification`` has ReLU and one tanh layer.)"""
 
     config_schema = {**{k: v for k, v in ErnieKitBowClassification.config_schema.items() if k != "hid_dim2"},
-                     "hid_dim2": Key(int, 96, minimum=1),
+                     "hid_dim2": Key(int, 96, minimum=1, maximum=MAX_WIDTH),
                      "filter_sizes": Key(list, [3], items=Key(int, minimum=1))}
 
     def structure(self) -> None:

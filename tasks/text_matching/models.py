@@ -10,7 +10,7 @@ import paddle.nn.functional as F
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
-from wenxin.config.schema import Key
+from wenxin.config.schema import MAX_WIDTH, Key
 from wenxin.metrics.classification import accuracy, binary_auc, classifier_metrics
 from wenxin.models.base_model import BaseModel
 from wenxin.models.encoders import ENCODER_SCHEMA, TextEncoder, shared_vocab_info
@@ -42,7 +42,7 @@ class PointwiseMatching(BaseModel):
         "text_b_field": Key(str, "text_b"),
         "label_field": Key(str, "label"),
         "encoder": Key(dict, {}, children=ENCODER_SCHEMA, doc="shared by both texts"),
-        "hidden_size": Key(int, 128, minimum=1),
+        "hidden_size": Key(int, 128, minimum=1, maximum=MAX_WIDTH),
         "dropout": Key(float, 0.1, minimum=0.0, maximum=1.0),
     }
 
@@ -136,8 +136,8 @@ class ErnieKitBowMatchingPairwise(BaseModel):
 
     config_schema = {
         "vocab_size": Key(int, 0, minimum=0, doc="rows of the embedding table (0: the vocab's size)"),
-        "emb_dim": Key(int, 128, minimum=1),
-        "hid_dim": Key(int, 128, minimum=1),
+        "emb_dim": Key(int, 128, minimum=1, maximum=MAX_WIDTH),
+        "hid_dim": Key(int, 128, minimum=1, maximum=MAX_WIDTH),
         "margin": Key(float, 0.1, minimum=0.0),
     }
     FIELDS = ("text_a", "text_b", "text_c")
@@ -223,7 +223,7 @@ class ErnieMatchingSiamesePointwise(ErnieTaskModel):
                      "text_b_field": Key(str, "text_b"),
                      "label_field": Key(str, "label"),
                      "num_labels": Key(int, 0, minimum=0, doc="0: from the label field"),
-                     "hidden_size": Key(int, 0, minimum=0, doc="the tanh layer's width (0: the encoder's)")}
+                     "hidden_size": Key(int, 0, minimum=0, maximum=MAX_WIDTH, doc="the tanh layer's width (0: the encoder's)")}
 
     def structure(self) -> None:
         p = self.model_params

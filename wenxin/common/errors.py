@@ -47,6 +47,10 @@ class CheckpointError(WenxinError):
     """A checkpoint or pretrained-parameter file is missing, corrupt or incompatible."""
 
 
+class ExportError(WenxinError):
+    """An exported inference folder is missing, incomplete, damaged or malformed."""
+
+
 class InstallError(WenxinError, ImportError):
     """PaddlePaddle is missing, too old, installed twice, or cannot run on the configured device."""
 

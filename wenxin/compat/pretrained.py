@@ -15,6 +15,7 @@ load report lists them as unexpected.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import struct
@@ -109,9 +110,17 @@ def is_tensor_folder(path: str) -> bool:
 
 
 def read_tensor_folder(folder: str) -> Dict[str, np.ndarray]:
-    """Every tensor file of ``folder``, named by its file name."""
-    return {name: read_tensor_file(os.path.join(folder, name))
-            for name in sorted(os.listdir(folder)) if not name.startswith(".")}
+    """Every tensor file of ``folder``, named by its file name; an entry that is not one is named."""
+    tensors = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if name.startswith("."):
+            continue
+        if not os.path.isfile(path):
+            raise CheckpointError(f"{path}: not a file; an ERNIE-kit params folder holds one tensor file per "
+                                  f"parameter")
+        tensors[name] = read_tensor_file(path)
+    return tensors
 
 
 def read_tensor_file(path: str) -> np.ndarray:
@@ -137,6 +146,8 @@ def _parse_tensor(data: bytes) -> np.ndarray:
     offset = 12
     for _ in range(levels):
         (size,) = struct.unpack_from("<Q", data, offset)
+        if size > len(data) - offset - 8:
+            raise ValueError(f"a LoD level of {size} bytes in a file of {len(data)}")
         offset += 8 + size
     tensor_version, desc_size = struct.unpack_from("<Ii", data, offset)
     offset += 8
@@ -147,7 +158,7 @@ def _parse_tensor(data: bytes) -> np.ndarray:
     if dtype_code not in _DTYPES:
         raise ValueError(f"unsupported data type code {dtype_code}")
     dtype = np.dtype(_DTYPES[dtype_code])
-    count = int(np.prod(dims)) if dims else 1
+    count = math.prod(dims)  # Python ints: a hostile shape cannot overflow
     if any(d < 0 for d in dims) or len(data) - offset != count * dtype.itemsize:
         raise ValueError(f"shape {dims} of {dtype} needs {count * dtype.itemsize} bytes, "
                          f"the file has {len(data) - offset}")
@@ -204,7 +215,7 @@ def load_pretrained_params(path: str, model_names: Iterable[str]) -> Tuple[Dict[
     from wenxin.controller import checkpoint as ckpt  # the trainer's own formats
 
     source = find_weights(path) or path
-    if is_tensor_folder(source):
+    if is_tensor_folder(source) or (os.path.isdir(source) and os.path.basename(os.path.normpath(source)) == "params"):
         params: Mapping[str, Any] = read_tensor_folder(source)
     elif os.path.isdir(source):
         source = ckpt.resolve_params_file(source)

@@ -53,18 +53,23 @@ class _YamlLoader(yaml.SafeLoader):
     """PyYAML's safe loader, recording duplicate keys and refusing huge integers."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> _Object:  # type: ignore[override]
-        self.flatten_mapping(node)
+        own = sum(1 for key_node, _ in node.value if key_node.tag != "tag:yaml.org,2002:merge")
+        self.flatten_mapping(node)  # merged (<<: *base) pairs first, then the mapping's own
+        merged = len(node.value) - own
         obj = _Object()
         obj.duplicates = []
-        for key_node, value_node in node.value:
+        own_keys: set = set()
+        for index, (key_node, value_node) in enumerate(node.value):
             key = self.construct_object(key_node, deep=deep)
             try:
                 hash(key)
             except TypeError:
                 raise yaml.constructor.ConstructorError(None, None, "a key must be a string",
                                                         key_node.start_mark) from None
-            if key in obj and key not in obj.duplicates:
-                obj.duplicates.append(key)
+            if index >= merged:  # a key set twice by the mapping itself; overriding a merged key is the point
+                if key in own_keys and key not in obj.duplicates:
+                    obj.duplicates.append(key)
+                own_keys.add(key)
             obj[key] = self.construct_object(value_node, deep=deep)
         return obj
 
@@ -112,7 +117,7 @@ def read_text(path: str, what: str = "task file") -> str:
 def parse_document(path: str, text: str) -> Any:
     """Parse JSON (or YAML for ``.yaml``/``.yml``); syntax errors name the line and column."""
     try:
-        if path.endswith((".yaml", ".yml")):
+        if path.lower().endswith((".yaml", ".yml")):
             return _parse_yaml(path, text)
         return json.loads(text, object_pairs_hook=_json_object, parse_int=_json_int)
     except json.JSONDecodeError as e:

@@ -12,7 +12,7 @@ import os
 from typing import Any, Dict, Iterable, List, Optional
 
 from wenxin.common.errors import ConfigError, Problems
-from wenxin.config.document import check_values, plain, read_document
+from wenxin.config.document import MAX_DEPTH, check_structure, check_values, plain, read_document
 from wenxin.config.schema import Schema, validate
 from wenxin.config.task_schema import MODEL_BASE, PRETRAINED, ROOT
 
@@ -37,10 +37,14 @@ def parse_override(text: str) -> tuple[List[str], Any]:
     keys = path.strip().split(".")
     if not path.strip() or not all(keys):
         raise ConfigError(f"--set {text!r}: empty key path or empty key")
+    if len(keys) > MAX_DEPTH:
+        raise ConfigError(f"--set {path[:60]}...: a key path of {len(keys)} levels; a task file nests at most "
+                          f"{MAX_DEPTH}")
     try:
         value = json.loads(raw)
     except (ValueError, RecursionError):
         value = raw
+    check_structure(f"--set {path}", value)
     return keys, value
 
 

@@ -18,6 +18,9 @@ REQUIRED = object()
 _TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "string", dict: "object",
                list: "list", type(None): "null"}
 INT64_MAX = 2**63 - 1
+# The widest layer a task model's config may ask for (hidden sizes, embedding widths, filters):
+# wider is a typo (10**7 accepted would build a model that never finishes a step), not a model.
+MAX_WIDTH = 1 << 16
 
 
 class Key:
@@ -30,7 +33,8 @@ class Key:
         choices: allowed values.
         minimum / maximum: inclusive numeric bounds (integers are always within int64).
         children: schema of a nested object.
-        items: schema (a ``Key``) of each element of a list.
+        items: schema (a ``Key``) of each element of a list, or of each value of an ``open_keys``
+            object.
         open_keys: a nested object whose keys are not checked.
         non_empty: a string that must not be empty.
         doc: one line shown in the README reference.
@@ -169,6 +173,9 @@ def _validate_value(value: Any, key: Key, path: str, problems: Problems) -> Any:
     if isinstance(value, list) and key.items is not None:
         checked = [_validate_value(v, key.items, f"{path}[{i}]", problems) for i, v in enumerate(value)]
         return [v for v in checked if v is not _MISSING]
+    if isinstance(value, dict) and key.open_keys and key.items is not None:  # free keys, checked values
+        values = {name: _validate_value(v, key.items, _join(path, name), problems) for name, v in value.items()}
+        return {name: v for name, v in values.items() if v is not _MISSING}
     return copy.deepcopy(value)
 
 

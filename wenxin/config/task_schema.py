@@ -136,7 +136,7 @@ HOOK: Schema = {
 PRETRAINED: Schema = {
     "name": Key(str, ""),
     "params_path": Key(str),
-    "prefix_map": Key(dict, {}, open_keys=True, doc="rename: {'old.prefix': 'new.prefix'}"),
+    "prefix_map": Key(dict, {}, open_keys=True, items=Key(str), doc="rename: {'old.prefix': 'new.prefix'}"),
 }
 
 FAST_PATHS: Schema = {

@@ -650,6 +650,7 @@ class BaseTrainer:
             outputs = self.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields)
             export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config,
                                       self.model.prediction_format)
+            export.seal_export(tmp)
             ckpt.replace_folder(tmp, folder)
         except OSError as e:  # a full disk: no partial export, an earlier one stays
             if tmp:

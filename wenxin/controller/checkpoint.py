@@ -35,7 +35,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from wenxin.common.errors import CheckpointError
-from wenxin.common.files import file_sha256, write_text_atomically
+from wenxin.common import manifest
+from wenxin.common.files import write_text_atomically
+from wenxin.common.manifest import MANIFEST_FILE
 from wenxin.common.pickled_weights import load_pickled_weights
 from wenxin.controller.state_io import load_arrays, load_state, save_arrays, save_state, state_files
 
@@ -48,7 +50,7 @@ EXTRA_STATE = "extra"
 STATE_FILE = "trainer_state.json"
 CONFIG_FILE = "config.json"
 VOCAB_DIR = "vocab"
-MANIFEST_FILE = "manifest.json"
+INFERENCE_DIR = "inference"  # <checkpoint>/inference: its export, sealed by a manifest of its own
 LATEST_FILE = "latest"
 BEST_DIR = "best"
 INDEX_FILE = "index.json"
@@ -61,7 +63,7 @@ LAYOUTS = {"wenxin": ("checkpoints", "step_", "", ""),
 
 
 def _fsync_tree(folder: str) -> None:
-    for rel in _files_of(folder) + [MANIFEST_FILE]:
+    for rel in manifest.files_of(folder) + [MANIFEST_FILE]:
         with open(os.path.join(folder, rel), "rb") as f:
             os.fsync(f.fileno())
 
@@ -88,69 +90,39 @@ def replace_folder(tmp: str, final: str) -> None:
         shutil.rmtree(trash, ignore_errors=True)
 
 
-def _files_of(folder: str) -> List[str]:
-    """Every file below ``folder`` (relative paths, sorted), the manifest excepted."""
-    found = []
-    for root, _, names in os.walk(folder):
-        for name in names:
-            rel = os.path.relpath(os.path.join(root, name), folder)
-            if rel != MANIFEST_FILE:
-                found.append(rel)
-    return sorted(found)
-
-
 def write_manifest(folder: str) -> None:
     """Record the size and SHA-256 of every file of a finished checkpoint (written last)."""
-    files = {rel: {"bytes": os.path.getsize(os.path.join(folder, rel)), "sha256": file_sha256(os.path.join(folder, rel))}
-             for rel in _files_of(folder)}
-    _write_json(os.path.join(folder, MANIFEST_FILE), {"format": FORMAT, "files": files})
+    manifest.write_manifest(folder, FORMAT)
 
 
 def read_manifest(folder: str) -> Dict[str, Dict[str, Any]]:
-    path = os.path.join(folder, MANIFEST_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except FileNotFoundError:
-        if os.path.isfile(os.path.join(folder, "extra.pdstate")):
-            raise CheckpointError(f"{folder}: a checkpoint of an older wenxin (pickle files); it cannot be "
-                                  f"resumed, but trainer.load_parameters can take its "
-                                  f"{LEGACY_MODEL_FILE}") from None
-        raise CheckpointError(f"checkpoint is incomplete (no {MANIFEST_FILE}): {folder}") from None
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"checkpoint manifest is unreadable: {path} ({type(e).__name__})") from None
-    files = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(files, dict) or not all(isinstance(v, dict) and isinstance(v.get("sha256"), str)
-                                              and isinstance(v.get("bytes"), int) for v in files.values()):
-        raise CheckpointError(f"checkpoint manifest is malformed: {path}")
-    return files
+    if not os.path.isfile(os.path.join(folder, MANIFEST_FILE)) and os.path.isfile(os.path.join(folder, "extra.pdstate")):
+        raise CheckpointError(f"{folder}: a checkpoint of an older wenxin (pickle files); it cannot be "
+                              f"resumed, but trainer.load_parameters can take its {LEGACY_MODEL_FILE}")
+    return manifest.read_manifest(folder, "checkpoint", CheckpointError)
 
 
-_verified: Dict[str, Tuple[int, int]] = {}  # folder -> (mtime_ns, size) of the manifest it was verified with
+# The files every checkpoint load reads, so its manifest must list them
+REQUIRED_FILES = (MODEL_FILE, STATE_FILE, CONFIG_FILE, state_files(EXTRA_STATE)[0])
+_verified = manifest.VerifiedCache()
+
+
+def _dropped_optimizer_state(rel: str, files: Mapping[str, Any]) -> bool:
+    """An optimizer state file left after the manifest stopped listing it (a crash inside
+    ``drop_optimizer_state``): the loader never reads it."""
+    return rel in state_files(OPTIMIZER_STATE) and state_files(OPTIMIZER_STATE)[0] not in files
 
 
 def verify(folder: str) -> None:
-    """Check every file against the manifest; the first damaged or missing one is named. A
-    folder verified before in this process, whose manifest is unchanged, is not hashed again."""
-    if not os.path.isdir(folder):
-        raise CheckpointError(f"checkpoint folder not found: {folder}")
-    key = os.path.realpath(folder)
-    try:
-        stat = os.stat(os.path.join(folder, MANIFEST_FILE))
-        if _verified.get(key) == (stat.st_mtime_ns, stat.st_size):
-            return
-    except OSError:
-        pass
-    _verified.pop(key, None)
-    for rel, expected in read_manifest(folder).items():
-        path = os.path.join(folder, rel)
-        if os.path.isabs(rel) or rel.startswith(".."):
-            raise CheckpointError(f"checkpoint manifest names a file outside the checkpoint: {rel} ({folder})")
-        if not os.path.isfile(path):
-            raise CheckpointError(f"checkpoint file is missing: {path}")
-        if os.path.getsize(path) != expected["bytes"] or file_sha256(path) != expected["sha256"]:
-            raise CheckpointError(f"checkpoint file is damaged (its checksum does not match the manifest): {path}")
-    _verified[key] = (stat.st_mtime_ns, stat.st_size)
+    """Check every file against the manifest, which must list every file a load reads; the first
+    damaged, missing or unlisted one is named. A folder verified before in this process, whose
+    manifest is unchanged, is not hashed again. ``inference/`` is sealed by its own manifest."""
+    def check() -> None:
+        if os.path.isdir(folder):
+            read_manifest(folder)  # an older wenxin's checkpoint is named as such
+        manifest.verify_folder(folder, "checkpoint", CheckpointError, REQUIRED_FILES, sealed=(INFERENCE_DIR,),
+                               unlisted_ok=_dropped_optimizer_state)
+    _verified.verify(folder, check)
 
 
 def is_complete(folder: str) -> bool:
@@ -202,7 +174,7 @@ class CheckpointManager:
     def export_folder(self, name: str, checkpoint: str) -> str:
         """Where the inference model of checkpoint ``name`` (at ``checkpoint``) is exported."""
         if not self.export_root:
-            return os.path.join(checkpoint, "inference")
+            return os.path.join(checkpoint, INFERENCE_DIR)
         step = self._step_dir.match(name)
         return os.path.join(self.export_root, f"{self.export_prefix}{step.group(1)}" if step else f"inference_{name}")
 
@@ -523,6 +495,7 @@ class LoadReport:
         self.missing: List[str] = []
         self.unexpected: List[str] = []
         self.mismatched: List[Tuple[str, Tuple[int, ...], Tuple[int, ...]]] = []
+        self.cast: List[Tuple[str, str, str]] = []  # (name, file dtype, model dtype): floats of another width
 
     def summary(self) -> str:
         lines = [f"loaded {len(self.loaded)} parameters from {self.source}"]
@@ -532,6 +505,9 @@ class LoadReport:
             lines.append(f"  unexpected in file ({len(self.unexpected)}, ignored): {', '.join(self.unexpected)}")
         for name, want, got in self.mismatched:
             lines.append(f"  shape mismatch, skipped: {name}: model {list(want)} vs file {list(got)}")
+        if self.cast:
+            lines.append(f"  cast to the model's dtype ({len(self.cast)}): "
+                         + ", ".join(f"{name} {got} -> {want}" for name, got, want in self.cast))
         return "\n".join(lines)
 
 
@@ -558,10 +534,32 @@ def match_parameters(model_state: Mapping[str, Any], loaded: Mapping[str, Any], 
         if tuple(value.shape) != want:
             report.mismatched.append((name, want, tuple(value.shape)))
             continue
-        matched[name] = value
+        matched[name] = _in_model_dtype(name, value, param, report)
         report.loaded.append(name)
     report.unexpected = sorted(set(renamed) - set(model_state))
     return matched, report
+
+
+def _model_dtype(param: Any) -> Optional[np.dtype]:
+    """The numpy dtype of a model parameter (a Paddle tensor or an array); None for dtypes numpy
+    lacks (bfloat16)."""
+    try:
+        return np.dtype(str(param.dtype).replace("paddle.", ""))
+    except TypeError:
+        return None
+
+
+def _in_model_dtype(name: str, value: np.ndarray, param: Any, report: LoadReport) -> np.ndarray:
+    """``value`` in the parameter's dtype: floats of another width are cast (and reported);
+    any other difference (integers or booleans for floats, say) is one error naming both."""
+    want = _model_dtype(param)
+    if want is None or value.dtype == want:
+        return value
+    if value.dtype.kind == "f" and want.kind == "f":
+        report.cast.append((name, str(value.dtype), str(want)))
+        return value.astype(want)
+    raise CheckpointError(f"{report.source}: {name} holds {value.dtype} values where the model has {want}; "
+                          f"this is not a weights file for this model")
 
 
 def rename_state_keys(state: Mapping[str, Any], names: Mapping[str, str]) -> Dict[str, Any]:

@@ -6,6 +6,7 @@ Layout of an export folder::
                                            paddle.static.save_inference_model)
     preprocess.json                        field reader configs, output names, label names
     vocab/<field>.txt                      the vocabularies the field readers use
+    manifest.json                          every file's size and SHA-256 (``wenxin.data.export_bundle``)
 """
 from __future__ import annotations
 
@@ -14,11 +15,10 @@ import os
 from typing import Any, Dict, List, Sequence
 
 from wenxin.data.dataset_reader import BasicDataSetReader
+from wenxin.data.export_bundle import FORMAT_VERSION, MODEL_PREFIX, PREPROCESS_FILE, seal_export
 from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TextFieldReader
 
-MODEL_PREFIX = "inference"
-PREPROCESS_FILE = "preprocess.json"
-FORMAT_VERSION = 1
+__all__ = ["MODEL_PREFIX", "PREPROCESS_FILE", "inference_fields", "label_names", "seal_export", "write_preprocessing"]
 
 
 def inference_fields(readers: Dict[str, BasicDataSetReader]) -> List[BaseFieldReader]:

@@ -394,6 +394,11 @@ class BasicDataSetReader:
                 owner = field.config.get("vocab_from")
                 if owner and field.needs_fit and (self.field(owner) is None or self.field(owner) is field):
                     raise ConfigError(f"{field.path}.vocab_from: no other field named '{owner}' in this reader")
+                source = self.field(owner) if owner else None
+                if source is not None and type(source) is not type(field):
+                    raise ConfigError(f"{field.path}.vocab_from: '{owner}' is a {type(source).__name__}; a "
+                                      f"{type(field).__name__} shares only the vocab of another "
+                                      f"{type(field).__name__} (its tokens and ids mean something else)")
         return groups
 
     def _share_fitted_vocabs(self) -> None:

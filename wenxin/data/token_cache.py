@@ -51,7 +51,7 @@ import signal
 import time
 import zlib
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, \
-    Tuple
+    Mapping, Tuple
 
 import numpy as np
 
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the entry layout or the meaning of a key changes
+FORMAT = 2  # bump when the entry layout or the meaning of a key changes (2: meta.json carries its own digest)
 AUTO_MIN_BYTES = 8 << 20  # cache: "auto" caches readers whose data files hold at least this much
 SCAN_BLOCK = 16 << 20
 PART_BYTES = (64 << 10, 16 << 20)  # the bounds of one worker task's share of a file (memory per worker)
@@ -172,14 +172,26 @@ def _file_checksum(path: str) -> int:
             crc = zlib.crc32(block, crc)
 
 
-def _seal(folder: str, meta: Dict[str, Any]) -> None:
-    """Write ``meta.json`` with the size and checksum of every other file of the entry."""
-    meta["files"] = {}
+def _meta_digest(meta: Mapping[str, Any]) -> str:
+    """The SHA-256 of ``meta`` as JSON (its ``digest`` key left out), so an edited or damaged
+    ``meta.json`` is told from the one that was sealed."""
+    return _digest({k: v for k, v in json.loads(json.dumps(meta)).items() if k != "digest"})
+
+
+def _entry_files(folder: str) -> List[str]:
+    """Every file of an entry but ``meta.json`` (relative paths)."""
+    found = []
     for root, _, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, folder)
-            meta["files"][rel] = [os.path.getsize(path), _file_checksum(path)]
+        found.extend(os.path.relpath(os.path.join(root, name), folder) for name in names)
+    return sorted(rel for rel in found if rel != "meta.json")
+
+
+def _seal(folder: str, meta: Dict[str, Any]) -> None:
+    """Write ``meta.json`` with the size and checksum of every other file of the entry, and the
+    digest of the meta itself."""
+    meta["files"] = {rel: [os.path.getsize(os.path.join(folder, rel)), _file_checksum(os.path.join(folder, rel))]
+                     for rel in _entry_files(folder)}
+    meta["digest"] = _meta_digest(meta)
     with open(os.path.join(folder, "meta.json"), "w", encoding="utf-8") as f:
         json.dump(meta, f)
         f.flush()
@@ -187,25 +199,34 @@ def _seal(folder: str, meta: Dict[str, Any]) -> None:
 
 
 def _verify(folder: str) -> Optional[Dict[str, Any]]:
-    """The entry's meta, None when there is no entry; ``_Damaged`` when its files do not match."""
+    """The entry's meta, None when there is no entry; ``_Damaged`` when ``meta.json`` is not the
+    one sealed, or the entry's files are not the ones it lists."""
     if not os.path.isdir(folder):
         return None
     try:
         with open(os.path.join(folder, "meta.json"), encoding="utf-8") as f:
             meta = json.load(f)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise _Damaged(f"meta.json: {e}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("files"), dict):
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise _Damaged("meta.json is not of this cache format")
-    for rel, (size, crc) in meta["files"].items():
+    if meta.get("digest") != _meta_digest(meta):
+        raise _Damaged("meta.json does not match its digest (edited or damaged)")
+    files = meta.get("files")
+    if not isinstance(files, dict) or not files or sorted(files) != _entry_files(folder):
+        raise _Damaged("meta.json does not list exactly the entry's files")
+    for rel, entry in files.items():
         path = os.path.join(folder, rel)
         try:
+            size, crc = entry
             if os.path.getsize(path) != size:
                 raise _Damaged(f"{rel} has {os.path.getsize(path)} bytes, not {size}")
             if _file_checksum(path) != crc:
                 raise _Damaged(f"{rel}: checksum mismatch")
         except OSError as e:
             raise _Damaged(f"{rel}: {e.strerror}") from None
+        except (TypeError, ValueError) as e:  # a sealed meta of another shape
+            raise _Damaged(f"meta.json: {rel}: {e}") from None
     return meta
 
 

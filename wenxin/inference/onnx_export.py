@@ -11,6 +11,7 @@ from typing import Dict
 
 import numpy as np
 
+from wenxin.data.export_bundle import seal_export
 from wenxin.inference.backends import ONNX_FILE, BackendError, OnnxEngine, largest_difference
 from wenxin.inference.predictor import InferenceError, Predictor, _model_files
 
@@ -75,6 +76,7 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
                                  f"(more than {tolerance:g}) on {len(next(iter(batch.values())))} examples{why}; "
                                  f"{ONNX_FILE} was not written")
         os.replace(tmp, target)
+        seal_export(folder)  # the manifest now covers model.onnx too
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)

@@ -1,15 +1,14 @@
 """Predictions from an exported folder with ``paddle.inference``, from raw text to labels."""
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from wenxin.common.errors import WenxinError
+from wenxin.common.errors import ExportError, WenxinError
 from wenxin.common.registry import RegisterSet
-from wenxin.controller.export import MODEL_PREFIX, PREPROCESS_FILE
+from wenxin.data.export_bundle import MODEL_PREFIX, PREPROCESS_FILE, read_preprocessing, verify_export
 from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
 from wenxin.inference.backends import ONNX_FILE, BackendError, OnnxEngine, PaddleEngine, choose_backend
 from wenxin.inference.formatters import ResultFormat
@@ -53,19 +52,9 @@ class Predictor:
             raise InferenceError(f"model folder not found: {model_dir}")
         meta_path = os.path.join(model_dir, PREPROCESS_FILE)
         graph, params = _model_files(model_dir)
-        try:
-            with open(meta_path, encoding="utf-8") as f:
-                self.meta: Dict[str, Any] = json.load(f)
-        except (OSError, ValueError) as e:
-            raise InferenceError(f"{meta_path}: unreadable preprocessing description ({e})") from None
-        self.fields: List[BaseFieldReader] = []
-        for i, cfg in enumerate(self.meta["fields"]):
-            cfg = dict(cfg)
-            if cfg.get("vocab_path"):
-                cfg["vocab_path"] = os.path.join(model_dir, cfg["vocab_path"])
-            cls = RegisterSet.field_readers.get(cfg["reader"]["type"], None, f"{meta_path}: fields[{i}]")
-            self.fields.append(cls(cfg, f"{meta_path}: fields[{i}]"))
-        self.fields = link_fields(self.fields)
+        verify_export(model_dir)
+        self.meta: Dict[str, Any] = read_preprocessing(model_dir)
+        self.fields: List[BaseFieldReader] = self._build_fields(model_dir, meta_path)
         self.output_names: List[str] = self.meta["outputs"]
         self.labels: List[str] = self.meta["labels"]
         format_name = self.meta.get("result_format", "classification")
@@ -87,6 +76,27 @@ class Predictor:
         except BackendError as e:
             raise InferenceError(str(e)) from None
         self.input_names = self.engine.input_names
+
+    def _build_fields(self, model_dir: str, meta_path: str) -> List[BaseFieldReader]:
+        fields = []
+        for i, cfg in enumerate(self.meta["fields"]):
+            cfg = dict(cfg)
+            if cfg.get("vocab_path"):
+                cfg["vocab_path"] = os.path.join(model_dir, cfg["vocab_path"])
+            where = f"{meta_path}: fields[{i}]"
+            cls = RegisterSet.field_readers.get(cfg["reader"]["type"], None, where)
+            try:
+                fields.append(cls(cfg, where))
+            except WenxinError:
+                raise
+            except Exception as e:  # noqa: BLE001 (a reader's own checks raise many types)
+                raise ExportError(f"{where}: the field cannot be built ({type(e).__name__}: {e})") from None
+        try:
+            return link_fields(fields)
+        except WenxinError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise ExportError(f"{meta_path}: fields: cannot be linked ({type(e).__name__}: {e})") from None
 
     def convert(self, rows: Sequence[Sequence[str]]) -> Dict[str, np.ndarray]:
         """Raw rows -> input arrays, exactly as the training readers do it."""

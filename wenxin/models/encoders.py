@@ -8,7 +8,7 @@ import paddle
 import paddle.nn as nn
 
 from wenxin.common.errors import ConfigError
-from wenxin.config.schema import Key, Schema
+from wenxin.config.schema import MAX_WIDTH, Key, Schema
 from wenxin.models.modules import BoWEncoder, CNNEncoder, RNNEncoder, TokenEmbedding
 from wenxin.models.transformer import TRANSFORMER_SCHEMA, TransformerEncoder
 
@@ -16,17 +16,17 @@ SEQUENCE_ENCODERS = ("lstm", "gru", "transformer")  # those with per-token state
 
 ENCODER_SCHEMA: Schema = {
     "type": Key(str, "gru", choices=["bow", "cnn", "lstm", "gru", "transformer"]),
-    "emb_dim": Key(int, 128, minimum=1, doc="bow/cnn/lstm/gru: embedding width"),
-    "hidden_size": Key(int, 128, minimum=1, doc="lstm/gru: units per direction"),
+    "emb_dim": Key(int, 128, minimum=1, maximum=MAX_WIDTH, doc="bow/cnn/lstm/gru: embedding width"),
+    "hidden_size": Key(int, 128, minimum=1, maximum=MAX_WIDTH, doc="lstm/gru: units per direction"),
     "num_layers": Key(int, 1, minimum=1, doc="lstm/gru: stacked layers"),
-    "num_filters": Key(int, 128, minimum=1, doc="cnn: filters per width"),
+    "num_filters": Key(int, 128, minimum=1, maximum=MAX_WIDTH, doc="cnn: filters per width"),
     "filter_sizes": Key(list, [2, 3, 4], items=Key(int, minimum=1), doc="cnn: filter widths"),
     "pooling": Key(str, "mean", choices=["mean", "max", "mean_max"], doc="bow: pooling"),
     "dropout": Key(float, 0.0, minimum=0.0, maximum=1.0, doc="lstm/gru: between stacked layers"),
     "bigram_buckets": Key(int, 0, minimum=0, doc="lstm/gru: also embed each token's two bigrams (with the "
                                                  "token before and after it), hashed into this many rows "
                                                  "(0: off)"),
-    "bigram_dim": Key(int, 32, minimum=1, doc="lstm/gru: width of each bigram embedding"),
+    "bigram_dim": Key(int, 32, minimum=1, maximum=MAX_WIDTH, doc="lstm/gru: width of each bigram embedding"),
     "bigram_hashes": Key(int, 1, minimum=1, maximum=4, doc="lstm/gru: rows summed for each bigram, each by its "
                                                            "own hash, so two bigrams rarely share all of them"),
     "input_dropout": Key(float, 0.0, minimum=0.0, maximum=1.0, doc="lstm/gru: dropout on the embeddings"),

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from wenxin.config.schema import Key, Schema
+from wenxin.config.schema import MAX_WIDTH, Key, Schema
 from wenxin.models.ernie import ErnieConfig, ErnieEncoder
 
 TRANSFORMER_SCHEMA: Schema = {
-    "hidden_size": Key(int, 128, minimum=8),
+    "hidden_size": Key(int, 128, minimum=8, maximum=MAX_WIDTH),
     "num_layers": Key(int, 2, minimum=1),
     "num_heads": Key(int, 4, minimum=1),
-    "intermediate_size": Key(int, 0, minimum=0, doc="feed-forward width (0: 4 x hidden_size)"),
+    "intermediate_size": Key(int, 0, minimum=0, maximum=MAX_WIDTH, doc="feed-forward width (0: 4 x hidden_size)"),
     "max_position": Key(int, 512, minimum=1, doc="longest input the position table covers"),
     "dropout": Key(float, 0.1, minimum=0.0, maximum=1.0),
     "attention_dropout": Key(float, 0.1, minimum=0.0, maximum=1.0),

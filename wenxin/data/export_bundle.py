@@ -1,0 +1,78 @@
+"""The inference export folder's format, shared by the exporter (training) and the predictor
+(serving) so neither imports the other::
+
+    inference.json / inference.pdiparams   the graph and weights
+    preprocess.json                        field reader configs, output names, label names
+    vocab/<field>.txt                      the vocabularies the field readers use
+    model.onnx                             optional (wenxin export --format onnx)
+    manifest.json                          size and SHA-256 of every file above, written last
+
+An export is sealed like a checkpoint (``wenxin.common.manifest``) and verified before a
+predictor reads it; ``preprocess.json`` is checked against a schema, so a damaged or malformed
+folder is one error naming the file, never a traceback or a silently different prediction.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict
+
+from wenxin.common import manifest
+from wenxin.common.errors import ConfigError, ExportError
+from wenxin.config.schema import Key, Schema, validate
+from wenxin.config.task_schema import FIELD
+
+MODEL_PREFIX = "inference"
+PREPROCESS_FILE = "preprocess.json"
+FORMAT_VERSION = 1
+WHAT = "export"
+
+PREPROCESS: Schema = {
+    "format": Key(int, minimum=1, maximum=FORMAT_VERSION),
+    "task": Key((str, type(None)), None),
+    "model_type": Key(str, non_empty=True),
+    "fields": Key(list, items=Key(dict, children=FIELD)),
+    "outputs": Key(list, items=Key(str, non_empty=True)),
+    "labels": Key(list, items=Key(str)),
+    "result_format": Key(str, "classification", non_empty=True),
+    "max_seq_len": Key(dict, {}, open_keys=True),
+    "tensors": Key(list, [], items=Key(dict, open_keys=True)),
+}
+
+_verified = manifest.VerifiedCache()
+
+
+def seal_export(folder: str) -> None:
+    """Write the manifest of a finished export folder (again after a file is added)."""
+    manifest.write_manifest(folder, FORMAT_VERSION)
+
+
+def verify_export(folder: str) -> None:
+    """Check every file of an export against its manifest (once per process while the manifest
+    is unchanged); an older export without one is refused with how to export it again."""
+    if os.path.isdir(folder) and not os.path.isfile(os.path.join(folder, manifest.MANIFEST_FILE)):
+        raise ExportError(f"{folder}: an export without {manifest.MANIFEST_FILE} (made by an older wenxin, or "
+                          f"incomplete), so it cannot be checked; export it again: wenxin export --param_path "
+                          f"TASK_FILE --checkpoint CHECKPOINT")
+    _verified.verify(folder, lambda: manifest.verify_folder(folder, WHAT, ExportError, (PREPROCESS_FILE,)))
+
+
+def read_preprocessing(folder: str) -> Dict[str, Any]:
+    """``preprocess.json``, checked: one ``ExportError`` naming the file and every bad key."""
+    path = os.path.join(folder, PREPROCESS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        raise ExportError(f"{path}: not found") from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise ExportError(f"{path}: unreadable preprocessing description ({type(e).__name__}: {e})") from None
+    try:
+        checked = validate(meta, PREPROCESS)
+    except ConfigError as e:
+        raise ExportError(problems=[f"{path}: {problem}" for problem in e.problems]) from None
+    for i, field in enumerate(checked["fields"]):
+        vocab = field.get("vocab_path") or ""
+        if vocab and (os.path.isabs(vocab) or ".." in vocab.replace("\\", "/").split("/")):
+            raise ExportError(f"{path}: fields[{i}].vocab_path: {vocab!r} is outside the export folder")
+    return checked
