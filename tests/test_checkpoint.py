@@ -53,13 +53,16 @@ def test_resume_auto_skips_incomplete_checkpoint(tmp_path, data_dir):
     assert trainer.state.global_step == 5
 
 
-def test_only_the_newest_checkpoint_keeps_optimizer_state_by_default(tmp_path, data_dir):
+def test_the_newest_two_checkpoints_keep_optimizer_state_by_default(tmp_path, data_dir):
+    """The resume point and the resumable checkpoint before it (the fallback of a damaged newest
+    one) keep optimizer state; older ones and best keep only what evaluation needs."""
     from wenxin.controller.checkpoint import has_optimizer_state
     out = str(tmp_path / "out")
-    config = task_config(data_dir, out, max_steps=10, save_model_step=5, is_eval_test=0, eval_step=5)
+    config = task_config(data_dir, out, max_steps=15, save_model_step=5, is_eval_test=0, eval_step=5)
     build(config, tmp_path).do_train()
     ckpts = os.path.join(out, "checkpoints")
-    assert has_optimizer_state(os.path.join(ckpts, "step_10"))
+    for resumable in ("step_15", "step_10"):
+        assert has_optimizer_state(os.path.join(ckpts, resumable))
     for older in ("step_5", "best"):  # verified, evaluable, exportable; not resumable
         assert not has_optimizer_state(os.path.join(ckpts, older))
         assert not os.path.exists(os.path.join(ckpts, older, "optimizer.json"))
@@ -70,11 +73,20 @@ def test_only_the_newest_checkpoint_keeps_optimizer_state_by_default(tmp_path, d
     config["trainer"].update(load_parameters="", load_checkpoint=os.path.join(ckpts, "step_5"))
     with pytest.raises(CheckpointError, match="step_5: holds no optimizer state"):
         build(config, tmp_path)
-    # a damaged newest checkpoint cannot fall back to one without optimizer state
-    os.remove(os.path.join(ckpts, "step_10", "trainer_state.json"))
+    # a damaged newest checkpoint falls back to the one before it, which kept its optimizer state
+    _flip_middle(os.path.join(ckpts, "step_15", "optimizer.safetensors"))
     config["trainer"].update(load_checkpoint="", resume="auto", output_path=out)
+    assert build(config, tmp_path).state.global_step == 10
+    # with both damaged there is nothing to continue from
+    os.remove(os.path.join(ckpts, "step_10", "trainer_state.json"))
     with pytest.raises(CheckpointError, match="without optimizer state"):
         build(config, tmp_path)
+
+
+def _flip_middle(path):
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0x01
+    open(path, "wb").write(bytes(data))
 
 
 def test_corrupt_checkpoint_gives_clear_error_and_keeps_files(tmp_path, data_dir):
@@ -201,4 +213,6 @@ def test_saving_best_keeps_the_optimizer_state_of_the_resume_point(tmp_path):
     assert has_optimizer_state(step_10) and not has_optimizer_state(best)
     assert manager.latest() == step_10
     step_20 = manager.save("step_20", write)
-    assert has_optimizer_state(step_20) and not has_optimizer_state(step_10)
+    assert has_optimizer_state(step_20) and has_optimizer_state(step_10)  # step_10: the fallback
+    step_30 = manager.save("step_30", write)
+    assert has_optimizer_state(step_30) and has_optimizer_state(step_20) and not has_optimizer_state(step_10)

@@ -98,20 +98,24 @@ def verify_folder(folder: str, what: str, error: ErrorType, required: Collection
 
 
 class VerifiedCache:
-    """Folders verified in this process, by their manifest's (mtime, size): a folder whose
-    manifest is unchanged since it was verified is not hashed again."""
+    """Folders verified in this process: one whose files (names, sizes and mtimes, the manifest's
+    included) are unchanged since it was verified is not hashed again."""
 
     def __init__(self) -> None:
-        self._seen: Dict[str, Tuple[int, int]] = {}
+        self._seen: Dict[str, Tuple[Tuple[str, int, int], ...]] = {}
+
+    @staticmethod
+    def _stamp(folder: str) -> Optional[Tuple[Tuple[str, int, int], ...]]:
+        try:
+            stats = [(rel, os.stat(os.path.join(folder, rel))) for rel in files_of(folder) + [MANIFEST_FILE]]
+        except OSError:
+            return None
+        return tuple((rel, stat.st_size, stat.st_mtime_ns) for rel, stat in stats)
 
     def verify(self, folder: str, check: Callable[[], Any]) -> None:
-        """Run ``check()`` unless ``folder`` passed it with the manifest it has now."""
+        """Run ``check()`` unless ``folder`` passed it and has not changed since."""
         key = os.path.realpath(folder)
-        try:
-            stat = os.stat(os.path.join(folder, MANIFEST_FILE))
-            stamp: Optional[Tuple[int, int]] = (stat.st_mtime_ns, stat.st_size)
-        except OSError:
-            stamp = None
+        stamp = self._stamp(folder) if os.path.isdir(folder) else None
         if stamp is not None and self._seen.get(key) == stamp:
             return
         self._seen.pop(key, None)

@@ -173,8 +173,9 @@ TRAINER: Schema = {
     "save_top_k": Key(int, 0, minimum=0, doc="also keep the k best checkpoints by the dev trainer.metric as "
                                              "checkpoints/top_step_<N> (checkpoints/index.json ranks them)"),
     "keep_optimizer_state": Key(str, "latest", choices=["latest", "latest_and_best", "all"],
-                                doc="latest: only the newest periodic checkpoint (the one a run resumes from) keeps "
-                                    "the optimizer state, about 2/3 of a checkpoint with Adam; older ones, top-k "
+                                doc="latest: the newest periodic checkpoint (the one a run resumes from) and the "
+                                    "one before it (the fallback when the newest is damaged) keep the optimizer "
+                                    "state, about 2/3 of a checkpoint with Adam; older ones, top-k "
                                     "and best keep the weights for evaluate, export and load_parameters. "
                                     "latest_and_best: best keeps it too (for trainer.resume: best). all: every one "
                                     "keeps it, so trainer.load_checkpoint can continue from any"),

@@ -331,16 +331,31 @@ class CheckpointManager:
                                       f"the checkpoint {final} is complete") from None
             self.prune()
         if self.keep_optimizer_state != "all":  # only once the new checkpoint is complete and named
-            steps = [path for _, path in self.step_dirs()]
-            resume_point = self._marked() or (steps[-1] if steps else None)  # what resume: auto continues
-            kept = {resume_point}
-            if self.keep_optimizer_state == "latest_and_best":
-                kept.add(os.path.join(self.root, BEST_DIR))
-            for folder in steps + [path for _, path in self.top_dirs()] + [os.path.join(self.root, BEST_DIR)]:
-                if folder not in kept:
-                    drop_optimizer_state(folder)
+            self._drop_stale_optimizer_states(final)
         self.write_index()
         return final
+
+    def _drop_stale_optimizer_states(self, saved: str) -> None:
+        """Drop the optimizer state of checkpoints no run resumes from. The resume point keeps it,
+        and so does the newest resumable checkpoint before it: the fallback ``resume: auto`` takes
+        when the newest is damaged. Nothing is dropped unless ``saved`` verifies."""
+        problem = is_valid(saved)
+        if problem:
+            logger.warning("%s does not verify after saving (%s); older checkpoints keep their optimizer state",
+                           saved, problem)
+            return
+        dirs = self.step_dirs()  # (step, path), oldest first
+        steps = [path for _, path in dirs]
+        resume_point = self._marked() or (steps[-1] if steps else None)  # what resume: auto continues
+        resume_step = next((step for step, path in dirs if path == resume_point), None)
+        fallback = next((path for step, path in reversed(dirs) if path != resume_point and _resumable(path)
+                         and (resume_step is None or step < resume_step)), None)
+        kept = {resume_point, fallback}
+        if self.keep_optimizer_state == "latest_and_best":
+            kept.add(os.path.join(self.root, BEST_DIR))
+        for folder in steps + [path for _, path in self.top_dirs()] + [os.path.join(self.root, BEST_DIR)]:
+            if folder not in kept:
+                drop_optimizer_state(folder)
 
     def prune(self) -> None:
         """Keep the newest ``keep_max`` periodic checkpoints; remove stale temporary folders.
