@@ -156,6 +156,42 @@ def test_keys_wenxin_cannot_honour_are_reported_together():
     assert "SentencePiece vocabularies (ERNIE-M) are not supported" in str(info.value)
 
 
+def test_erniekit_leftover_keys_and_erniem_fields():
+    from wenxin.common.errors import ConfigError
+    from wenxin.compat.erniekit import translate_infer
+    raw = example("text_matching", "mtch_bow_pairwise_ch.json")  # its dev/test labels carry reader_type
+    config, notes = translate(raw)
+    assert "reader_type" not in config["dataset_reader"]["dev_reader"]["fields"][2]
+    assert "dataset_reader.dev_reader.fields[2].reader_type: dropped (ERNIE-kit reads reader.type)" in notes
+    raw["dataset_reader"]["dev_reader"]["fields"][2]["reader_type"] = "TextFieldReader"
+    with pytest.raises(ConfigError, match="reader_type: 'TextFieldReader' differs from reader.type"):
+        translate(raw)
+    infer = example("sequence_labeling", "seqlab_ernie_fc_ch_infer.json")  # PADDLE_IS_LOCAL and is_ernie
+    native, notes = translate_infer(infer)
+    assert "PADDLE_IS_LOCAL" not in native and any("inference.is_ernie: dropped" in n for n in notes)
+    infer["inference"]["PADDLE_IS_LOCAL"] = 0
+    with pytest.raises(ConfigError, match="PADDLE_IS_LOCAL: 0 .* not supported"):
+        translate_infer(infer)
+    raw = cls_bow_config()  # ERNIE-M's fields, as cls_ernie_m_1.0_base_one_sent.json has them
+    for reader in raw["dataset_reader"].values():
+        reader["fields"][0].update(reader={"type": "ErnieTextFieldReaderForMultilingual"},
+                                   tokenizer={"type": "FullTokenizerErnieM",
+                                              "params": {"spm_model_file": "./data/dict/sentencepiece.bpe.model"}})
+    with pytest.raises(ConfigError) as info:
+        translate(raw)
+    assert all("ErnieTextFieldReaderForMultilingual': ERNIE-M's field reader" in p and "not supported" in p
+               for p in info.value.problems) and len(info.value.problems) == 3
+
+
+def test_a_sentencepiece_vocab_is_refused_by_fulltokenizer(tmp_path):
+    from wenxin.common.errors import ConfigError
+    from wenxin.data.vocab import Vocab
+    from wenxin.data.wordpiece import FullTokenizer
+    vocab = Vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [f"\u2581w{i}" for i in range(20)] + ["a", "##b"], "[UNK]")
+    with pytest.raises(ConfigError, match="SentencePiece vocabulary .*ERNIE-M is not supported"):
+        FullTokenizer({"unk_token": "[UNK]"}).bind_vocab(vocab)
+
+
 def test_native_files_are_not_translated():
     raw = cls_bow_config()
     raw["task"] = "text_classification"

@@ -28,8 +28,12 @@ READER_NAMES = ("train_reader", "dev_reader", "test_reader", "predict_reader")
 FIELD_READERS = {"CustomTextFieldReader": "TextFieldReader", "TextFieldReader": "TextFieldReader"}
 TOKENIZERS = {"CustomTokenizer": {"type": "WhitespaceTokenizer", "lowercase": False}}
 ERNIE_FIELD_READERS = ("ErnieTextFieldReader", "ErnieClassificationFieldReader")
-# ERNIE-kit names wenxin does not have yet
-NOT_YET: Tuple[str, ...] = ()
+# ERNIE-kit names wenxin does not have yet, and why
+NOT_YET: Dict[str, str] = {
+    "ErnieTextFieldReaderForMultilingual": "ERNIE-M's field reader (with FullTokenizerErnieM and a SentencePiece "
+                                           "spm_model_file) is not supported yet; wenxin's ERNIE fields read "
+                                           "WordPiece vocab.txt files, so no other reader can stand in for it",
+}
 # ERNIE-kit's dataset readers whose behaviour wenxin's BasicDataSetReader has (pairs: pair_with)
 DATASET_READERS = {"ErnieClassificationDataSetReader": "BasicDataSetReader"}
 # ERNIE-kit's models on a pretrained ERNIE: embedding.config_path names the encoder's config
@@ -165,9 +169,16 @@ def _pair_ernie_fields(path: str, fields: List[Dict[str, Any]], notes: List[str]
 
 def _translate_field(path: str, field: Dict[str, Any], notes: List[str], problems: Problems,
                      train_labels: bool) -> None:
+    if "reader_type" in field:  # a leftover key of some ERNIE-kit files, beside reader.type
+        legacy = field.pop("reader_type")
+        if legacy not in (None, "", _type_of(field.get("reader"))):
+            problems.add(f"{path}.reader_type: {legacy!r} differs from reader.type "
+                         f"{_type_of(field.get('reader'))!r}; ERNIE-kit reads reader.type, so remove one of them")
+        else:
+            notes.append(f"{path}.reader_type: dropped (ERNIE-kit reads reader.type)")
     kind = _type_of(field.get("reader"))
     if kind in NOT_YET:
-        problems.add(f"{path}.reader.type: {kind!r} is not in wenxin yet")
+        problems.add(f"{path}.reader.type: {kind!r}: {NOT_YET[kind]}")
         return
     if kind in ERNIE_FIELD_READERS:
         _translate_ernie_field(path, field, kind, notes, problems)
@@ -309,8 +320,14 @@ def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
     native.setdefault("output_file", "./output/predict_result.txt")  # ERNIE-kit's default
     if inference.get("type", "CustomInference") != "CustomInference":
         problems.add(f"inference.type: {inference['type']!r} is not supported (CustomInference is)")
+    if inference.get("PADDLE_IS_LOCAL", 1) in (0, False):
+        problems.add("inference.PADDLE_IS_LOCAL: 0 (a distributed inference job) is not supported; wenxin infer "
+                     "runs in one process")
+    for key in ("PADDLE_IS_LOCAL", "is_ernie"):
+        if key in inference:
+            notes.append(f"inference.{key}: dropped (the exported model says what it is; inference is local)")
     extra = set(inference) - {"type", "inference_model_path", "output_path", "thread_num", "PADDLE_PLACE_TYPE",
-                              "num_labels", "extra_param"}
+                              "num_labels", "extra_param", "PADDLE_IS_LOCAL", "is_ernie"}
     for key in sorted(extra):
         problems.add(f"inference.{key}: not an ERNIE-kit inference key wenxin knows")
     if "data_path" in reader_config:

@@ -24,11 +24,12 @@ class Vocab:
         unk_token: token returned for unknown pieces (None: unknown pieces are an error).
     """
 
-    def __init__(self, tokens: Sequence[str], unk_token: Optional[str] = None) -> None:
+    def __init__(self, tokens: Sequence[str], unk_token: Optional[str] = None,
+                 token_to_id: Optional[Dict[str, int]] = None) -> None:
         self.tokens: List[str] = list(tokens)
-        self.token_to_id: Dict[str, int] = {}
-        for i, tok in enumerate(self.tokens):
-            self.token_to_id.setdefault(tok, i)
+        # a token listed twice maps to its later id, as PaddleNLP's and ERNIE-kit's loaders do
+        self.token_to_id: Dict[str, int] = dict(token_to_id) if token_to_id is not None else \
+            {tok: i for i, tok in enumerate(self.tokens)}
         self.unk_token = unk_token
         self.unk_id = self.token_to_id.get(unk_token) if unk_token is not None else None
 
@@ -67,32 +68,44 @@ class Vocab:
 
     @classmethod
     def load(cls, path: str, unk_token: Optional[str] = None) -> "Vocab":
-        """One token per line: ``token``, or ``token<TAB>id`` as ERNIE-kit writes them, or
-        ``token<TAB>anything``. The id is the second column when the second columns are exactly
-        the ids 0..N-1 (in any order); otherwise it is the line number (0-based)."""
+        """One token per line, read as ERNIE-kit and PaddleNLP read them: the line stripped, then
+        ``token``, or ``token<TAB>id`` as ERNIE-kit writes them, or ``token<TAB>anything``. The id
+        is the second column when the lines' ids (the second column, else the line number) are
+        exactly 0..N-1; otherwise it is the line number (0-based). A token on several lines maps
+        to its last line's id (logged once, with the lines); every id keeps its line's token."""
         if not os.path.isfile(path):
             raise DataError(f"vocab file not found: {path}")
         tokens: List[str] = []
-        seconds: List[str] = []
-        seen: Dict[str, int] = {}
+        seconds: List[Optional[str]] = []
+        lines: Dict[str, List[int]] = collections.defaultdict(list)
         for lineno, line, problem in iter_lines(path):
             if problem is not None:
                 raise DataError(f"{path}:{lineno}: {problem}")
-            columns = line.split("\t")
-            token = columns[0]
-            seconds.append(columns[1].strip() if len(columns) > 1 else "")
+            columns = line.strip().split("\t")  # ERNIE-kit strips the line first: "<TAB>5" is the token "5"
+            token = columns[0].strip()
             if not token:
                 raise DataError(f"{path}:{lineno}: empty token in vocab file")
-            if token in seen:
-                raise DataError(f"{path}:{lineno}: token {token!r} repeats line {seen[token]}")
-            seen[token] = lineno
+            seconds.append(columns[1].strip() if len(columns) > 1 else None)
+            lines[token].append(lineno)
             tokens.append(token)
         if not tokens:
             raise DataError(f"vocab file is empty: {path}")
-        tokens = _ordered_by_explicit_ids(tokens, seconds, path)
-        if unk_token is not None and unk_token not in tokens:
+        ids = _explicit_ids(seconds, path)
+        repeated = {token: where for token, where in lines.items() if len(where) > 1}
+        if repeated:
+            shown = "; ".join(f"{token!r} on lines {', '.join(map(str, where))}"
+                              for token, where in list(repeated.items())[:5])
+            logger.warning("%s: %d tokens are listed more than once (%s%s); each maps to its last line's id, as "
+                           "PaddleNLP and ERNIE-kit read it", path, len(repeated), shown,
+                           ", ..." if len(repeated) > 5 else "")
+        ordered = [""] * len(tokens)
+        token_to_id: Dict[str, int] = {}
+        for token, index in zip(tokens, ids):
+            ordered[index] = token
+            token_to_id[token] = index  # the later line wins
+        if unk_token is not None and unk_token not in token_to_id:
             raise DataError(f"{path}: vocab has no unknown token {unk_token!r}")
-        return cls(tokens, unk_token)
+        return cls(ordered, unk_token, token_to_id)
 
     def save(self, path: str) -> None:
         """One token per line, in id order (the line number is the id)."""
@@ -101,19 +114,16 @@ class Vocab:
             f.writelines(t + "\n" for t in self.tokens)
 
 
-def _ordered_by_explicit_ids(tokens: List[str], seconds: List[str], path: str) -> List[str]:
-    """Tokens in id order, when the second columns hold the ids 0..N-1 (ERNIE-kit's
-    ``token<TAB>id``); unchanged when they hold something else (counts, or nothing)."""
-    if not all(s.isdigit() for s in seconds):
-        return tokens
-    ids = [int(s) for s in seconds]
-    if ids == list(range(len(tokens))):
-        return tokens
-    if sorted(ids) != list(range(len(tokens))):
+def _explicit_ids(seconds: List[Optional[str]], path: str) -> List[int]:
+    """Each line's id: its second column (ERNIE-kit's ``token<TAB>id``; a line without one takes
+    its line number) when those are exactly the ids 0..N-1, else the line numbers (the second
+    columns hold counts, say)."""
+    numbers = list(range(len(seconds)))
+    if not all(s is None or s.isdigit() for s in seconds) or all(s is None for s in seconds):
+        return numbers
+    ids = [int(s) if s is not None else n for n, s in zip(numbers, seconds)]
+    if sorted(ids) != numbers:
         logger.warning("%s: the second column is not the ids 0..%d (repeated or missing ids); ids are the "
-                       "line numbers", path, len(tokens) - 1)
-        return tokens
-    ordered = [""] * len(tokens)
-    for token, index in zip(tokens, ids):
-        ordered[index] = token
-    return ordered
+                       "line numbers", path, len(seconds) - 1)
+        return numbers
+    return ids

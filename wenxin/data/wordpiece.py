@@ -23,6 +23,8 @@ from wenxin.data.vocab import Vocab
 # PaddleNLP's _is_symbol: category S, and a few letters and numbers it lists by code point
 SYMBOLS = "[\\p{S}\u00AD\u00B2\u00BA\u3007\u00B5\u00D8\u014B\u01B1]"
 
+SENTENCEPIECE_MARK = "\u2581"  # how a SentencePiece vocabulary marks a word's first piece
+
 
 @RegisterSet.tokenizers.register("FullTokenizer")
 class FullTokenizer(BaseTokenizer):
@@ -49,6 +51,11 @@ class FullTokenizer(BaseTokenizer):
 
         if self.unk_token not in vocab:
             raise ConfigError(f"the vocab has no unknown token {self.unk_token!r}")
+        marked = sum(1 for token in vocab.tokens if token.startswith(SENTENCEPIECE_MARK))
+        if marked * 10 > len(vocab):  # WordPiece marks word pieces with ##, SentencePiece word starts with ▁
+            raise ConfigError(f"the vocab is a SentencePiece vocabulary ({marked} of {len(vocab)} tokens start with "
+                              f"'{SENTENCEPIECE_MARK}', as ERNIE-M's does); FullTokenizer reads WordPiece vocab.txt "
+                              f"files, and ERNIE-M is not supported yet")
         engine = Tokenizer(models.WordPiece(dict(vocab.token_to_id), unk_token=self.unk_token,
                                             max_input_chars_per_word=self.max_chars))
         engine.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
