@@ -151,7 +151,8 @@ def test_examples_are_copied_without_overwriting(tmp_path, capsys):
 def test_running_out_of_memory_is_one_error_line_not_a_traceback(tmp_path, data_dir):
     import resource
     config = task_config(data_dir, str(tmp_path / "out"), epoch=1)
-    config["model"]["embedding"]["emb_dim"] = 4_000_000  # a 0.5 GB embedding table, Adam's moments beside it
+    config["model"]["embedding"]["emb_dim"] = 65536  # widths the schema allows, and a 17 GB layer between them
+    config["model"]["hidden_size"] = 65536
     path = write_config(str(tmp_path / "task.json"), config)
 
     def limit_memory() -> None:
@@ -162,3 +163,33 @@ def test_running_out_of_memory_is_one_error_line_not_a_traceback(tmp_path, data_
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().startswith("error: out of memory (") and "Traceback" not in proc.stderr
     assert "streaming: true" in proc.stderr
+
+
+def test_python_dash_m_wenxin_and_the_cli_file_are_the_wenxin_command(tmp_path):
+    env = {**os.environ, "PYTHONPATH": REPO, "GLOG_minloglevel": "2"}
+    for command in ([sys.executable, "-m", "wenxin"], [sys.executable, os.path.join(REPO, "wenxin", "cli.py")]):
+        proc = subprocess.run([*command, "--version"], capture_output=True, text=True, cwd=str(tmp_path), env=env,
+                              timeout=120)
+        assert proc.returncode == 0 and proc.stdout.startswith(f"wenxin {__version__} ("), proc
+    proc = subprocess.run([sys.executable, "-m", "wenxin", "serve", "--help"], capture_output=True, text=True,
+                          cwd=str(tmp_path), env=env, timeout=120)
+    assert proc.stdout.startswith("usage: wenxin serve") and "default: 8866" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "wenxin", "serve", "--model_dir", ".", "--port", "99999"],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=120)
+    assert proc.returncode == 2 and "argument --port: 99999 is not a port number (0 to 65535)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_unknown_task_and_a_key_typo_are_named_before_paddle_loads(tmp_path, data_dir):
+    config = task_config(data_dir, str(tmp_path / "out"))
+    config["task"] = "text_clasification"
+    config["trainer"]["train_log_stpe"] = 3
+    path = write_config(str(tmp_path / "config.json"), config)
+    code = ("import sys; from wenxin.cli import main; status = main(['train', '--param_path', sys.argv[1]]); "
+            "print('paddle loaded:', 'paddle' in sys.modules); sys.exit(status)")
+    proc = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, cwd=str(tmp_path),
+                          timeout=120, env={**os.environ, "PYTHONPATH": REPO})
+    assert proc.returncode == 2 and proc.stdout.strip() == "paddle loaded: False", proc
+    assert "task: cannot find task package 'text_clasification' (did you mean 'text_classification'?)" in proc.stderr
+    assert ("trainer.train_log_stpe: unknown key (did you mean 'train_log_step'?); trainer has "
+            in proc.stderr) and "eval_step, " not in proc.stderr  # not every allowed key on one line

@@ -2,13 +2,14 @@
 installed distribution, or one of wenxin's built-in tasks."""
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import os
 import re
 import sys
 from importlib import metadata
-from typing import List, Optional
+from typing import Any, List, Optional, Tuple
 
 from wenxin.common.bundled import bundled_folder
 from wenxin.common.errors import ConfigError
@@ -52,35 +53,48 @@ def _entry_point(task: str) -> Optional[metadata.EntryPoint]:
     return next((ep for ep in group if ep.name == task), None)
 
 
-def import_task(task: str, config_path: str = "") -> str:
-    """Import the task package named by the config's ``task`` key; returns its registry scope.
+def locate_task(task: str, config_path: str = "") -> Tuple[str, Any]:
+    """Where the task package named by the config's ``task`` key is, without importing it:
+    ``("folder", path)`` or ``("entry_point", EntryPoint)``.
 
     ``task`` is a folder path, or a name looked up, in order, as ``tasks/<name>`` under the
     working folder, the config file's folder and its ancestors; in the folders of
     ``$WENXIN_TASK_PATH``; as a ``wenxin.tasks`` entry point of an installed package; and among
     wenxin's built-in tasks. The first found wins, so a user's folder can replace a built-in task.
-    """
+    An unknown name is one ``ConfigError`` with the nearest built-in name."""
     tried = []
     for candidate in _user_folders(task, config_path):
         folder = os.path.normpath(os.path.abspath(candidate))
         tried.append(folder)
         if os.path.isfile(os.path.join(folder, "__init__.py")):
-            return _import_folder(folder)
+            return "folder", folder
     if os.sep not in task and not task.startswith("."):
         point = _entry_point(task)
         if point is not None:
-            try:
-                module = importlib.import_module(point.value.split(":")[0])
-            except ImportError as e:
-                raise ConfigError(f"task: the '{task}' task registered by an installed package "
-                                  f"({ENTRY_POINT_GROUP} entry point '{point.value}') cannot be imported: {e}") from None
-            return scope_of(module.__name__)
+            return "entry_point", point
         builtin = os.path.join(builtin_tasks_dir(), task)
         if os.path.isfile(os.path.join(builtin, "__init__.py")):
-            return _import_folder(os.path.normpath(builtin))
+            return "folder", os.path.normpath(builtin)
         tried.append(f"{ENTRY_POINT_GROUP} entry points")
-    raise ConfigError(f"task: cannot find task package '{task}' (a folder with __init__.py); built-in tasks: "
-                      f"{', '.join(builtin_task_names())}; looked in: " + ", ".join(dict.fromkeys(tried)))
+    names = builtin_task_names()
+    close = difflib.get_close_matches(os.path.basename(task.rstrip(os.sep)), names, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise ConfigError(f"task: cannot find task package '{task}'{hint} (a folder with __init__.py); built-in tasks: "
+                      f"{', '.join(names)}; looked in: " + ", ".join(dict.fromkeys(tried)))
+
+
+def import_task(task: str, config_path: str = "") -> str:
+    """Import the task package named by the config's ``task`` key (found by ``locate_task``);
+    returns its registry scope."""
+    kind, where = locate_task(task, config_path)
+    if kind == "folder":
+        return _import_folder(where)
+    try:
+        module = importlib.import_module(where.value.split(":")[0])
+    except ImportError as e:
+        raise ConfigError(f"task: the '{task}' task registered by an installed package "
+                          f"({ENTRY_POINT_GROUP} entry point '{where.value}') cannot be imported: {e}") from None
+    return scope_of(module.__name__)
 
 
 def _import_folder(folder: str) -> str:

@@ -114,7 +114,14 @@ def load_config(path: str, overrides: Iterable[str] = (), with_task: bool = True
     config = validate(plain(raw), ROOT, "", problems)
     config["_source"] = os.path.abspath(path)
     config["_translations"] = translations
-    (check_task if with_task else check_settings)(config, problems)
+    if with_task:
+        check_task(config, problems)
+    else:
+        check_settings(config, problems)
+        if isinstance(config.get("task"), str) and config["task"]:
+            from wenxin.common.task_loader import locate_task
+            with problems.catch():  # an unknown task at once, before Paddle loads
+                locate_task(config["task"], path)
     problems.raise_if_any()
     return config
 

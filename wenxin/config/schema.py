@@ -21,6 +21,7 @@ INT64_MAX = 2**63 - 1
 # The widest layer a task model's config may ask for (hidden sizes, embedding widths, filters):
 # wider is a typo (10**7 accepted would build a model that never finishes a step), not a model.
 MAX_WIDTH = 1 << 16
+MAX_LISTED_KEYS = 12  # an unknown key's error lists the allowed ones up to this many
 
 
 class Key:
@@ -117,8 +118,10 @@ def _validate_object(value: Any, schema: Schema, path: str, problems: Problems) 
     for name in value:
         if name not in schema:
             known = sorted(schema)
-            problems.add(f"{_join(path, name)}: unknown key{suggest(str(name), known)}; "
-                         f"allowed keys: {', '.join(known)}", key=_join(path, name))
+            allowed = f"allowed keys: {', '.join(known)}" if len(known) <= MAX_LISTED_KEYS else \
+                f"{path or 'the top level'} has {len(known)} keys, listed in the README's task.json reference"
+            problems.add(f"{_join(path, name)}: unknown key{suggest(str(name), known)}; {allowed}",
+                         key=_join(path, name))
     result: Dict[str, Any] = {}
     for name, key in schema.items():
         key_path = _join(path, name)
