@@ -79,3 +79,18 @@ def test_fields_and_tokenizer_need_the_model_vocab(tmp_path):
     with pytest.raises(ConfigError, match="f.vocab_path: FullTokenizer splits text by a given vocab"):
         TextFieldReader(validate({"name": "t", "reader": {"type": "TextFieldReader"},
                                   "tokenizer": {"type": "FullTokenizer"}}, FIELD, "f"), "f")
+
+
+def test_a_vocab_with_repeated_tokens_gives_paddlenlps_ids(caplog):
+    """A real vocab.txt can list a token twice; PaddleNLP (and ERNIE-kit) let the later line win."""
+    with open(os.path.join(FIXTURES, "repeated_vocab_reference.json"), encoding="utf-8") as f:
+        reference = json.load(f)
+    config = {"name": "text_a", "reader": {"type": "ErnieTextFieldReader"},
+              "vocab_path": os.path.join(FIXTURES, "vocab_repeated.txt"), "max_seq_len": 100000}
+    with caplog.at_level("WARNING", logger="wenxin"):
+        reader = ErnieTextFieldReader(validate(config, FIELD, "field"), "field")
+    assert "7 tokens are listed more than once" in caplog.text
+    for token, index in reference["token_ids"].items():
+        assert reader.vocab.lookup(token) == index
+    assert [(c["text"], reader.convert(c["text"])[0].tolist()) for c in reference["cases"]] == \
+        [(c["text"], c["ids"]) for c in reference["cases"]]
