@@ -138,3 +138,33 @@ def test_workers_that_keep_dying_stop_the_service(exported_classifier, monkeypat
     thread.join(timeout=60)
     assert not thread.is_alive()
     assert isinstance(service.error, InferenceError) and "2 workers died within 60 s" in str(service.error)
+
+
+def test_workers_die_with_a_sigkilled_supervisor_and_the_port_can_be_served_again(exported_classifier, tmp_path):
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": REPO, "GLOG_minloglevel": "2"}
+    command = [sys.executable, "-m", "wenxin.cli", "serve", "--model_dir", exported_classifier, "--port", str(port),
+               "--workers", "2"]
+    logs = [str(tmp_path / "first.log"), str(tmp_path / "second.log")]
+    with open(logs[0], "w") as log:
+        first = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for(lambda: len(serving_pids(logs[0])) == 2 or first.poll() is not None, what="two workers")
+        workers = serving_pids(logs[0])
+        assert len(workers) == 2, open(logs[0]).read()[-3000:]
+        first.kill()  # SIGKILL: the supervisor cannot stop its workers itself
+        first.wait(timeout=60)
+        wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+                                 for pid in workers), what="the orphaned workers to exit")
+        with open(logs[1], "w") as log:
+            second = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            wait_for(lambda: len(serving_pids(logs[1])) == 2 or second.poll() is not None, what="a new service")
+            assert second.poll() is None, open(logs[1]).read()[-3000:]
+            assert call(port, "GET", "/health")[0] == 200
+        finally:
+            second.terminate()
+            second.wait(timeout=90)
+    finally:
+        if first.poll() is None:
+            first.kill()

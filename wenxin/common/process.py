@@ -97,3 +97,28 @@ def last_thread_failure() -> Optional[str]:
     return lines[-1].strip() if lines else type(error).__name__
 
 
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
+    """Have this process receive ``sig`` when ``parent_pid`` (the process that started it) ends,
+    however it ends (a SIGKILLed supervisor must not leave its workers serving as orphans).
+
+    Linux delivers it through ``prctl(PR_SET_PDEATHSIG)``; elsewhere a daemon thread watches
+    the parent's pid change. A parent already gone gets ``sig`` sent at once."""
+    import ctypes
+    import sys
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    else:
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                threading.Event().wait(0.5)
+            os.kill(os.getpid(), sig)
+        threading.Thread(target=watch, name="wenxin-parent-watch", daemon=True).start()
+    if os.getppid() != parent_pid:  # it ended before the request above was in place
+        os.kill(os.getpid(), sig)

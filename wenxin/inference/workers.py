@@ -43,10 +43,13 @@ GIVE_UP_SECONDS = 60.0
 
 
 def _worker_main(index: int, sock: socket.socket, model_dir: str, options: ServeOptions, workers: int,
-                 report: multiprocessing.connection.Connection) -> None:
-    """A worker process: load the model, say so, serve until SIGTERM."""
+                 report: multiprocessing.connection.Connection, supervisor: int) -> None:
+    """A worker process: load the model, say so, serve until SIGTERM (also sent when the
+    supervisor ends, however it ends)."""
     from wenxin.common.logs import setup_logging
-    from wenxin.common.process import quiet_paddle
+    from wenxin.common.process import die_with_parent, quiet_paddle
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(143))  # until the model is loaded
+    die_with_parent(supervisor)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops the workers
     quiet_paddle()
     setup_logging()
@@ -166,7 +169,8 @@ class ServiceWorkers:
     def _spawn(self, index: int) -> Tuple[Any, multiprocessing.connection.Connection]:
         receiver, sender = self._context.Pipe(duplex=False)
         process = self._context.Process(target=_worker_main, name=f"wenxin-serve-worker-{index}",
-                                        args=(index, self.socket, self.model_dir, self.options, self.workers, sender),
+                                        args=(index, self.socket, self.model_dir, self.options, self.workers, sender,
+                                              os.getpid()),
                                         daemon=True)
         with self._metrics_environment():
             process.start()
