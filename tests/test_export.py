@@ -123,44 +123,57 @@ def test_run_infer_writes_one_prediction_per_line_with_hostile_inputs(tmp_path, 
     assert proc.returncode == 2 and "model folder not found" in proc.stderr
 
 
-def test_onednn_follows_the_batch_size_or_the_setting(exported_classifier):
-    """auto: off for small batches; the first larger batch runs both ways and the faster stays
-    (the slower predictor is released); on/off are kept whatever the batch. Every way gives the
-    same probabilities."""
+def test_onednn_follows_the_models_rule_or_the_setting(exported_classifier, tmp_path, monkeypatch):
+    """auto: the exported model's rule (``onednn_min_rows`` in preprocess.json), never a timing,
+    so repeated runs give identical outputs; on/off are kept whatever the batch. Every way gives
+    the same probabilities within float rounding."""
+    import json
     import logging
+    import shutil
 
     from conftest import make_sentences
-    from wenxin.inference.backends import SMALL_BATCH
+    from wenxin.data.export_bundle import seal_export
     rows = [[t] for t, _ in make_sentences(32, seed=5)]
     off = Predictor(exported_classifier, backend="paddle", onednn="off")
     expected = [r["probs"] for r in off.predict(rows, batch_size=16)]
     assert not off.engine.uses_onednn(1) and not off.engine.uses_onednn(64)
     on = Predictor(exported_classifier, backend="paddle", onednn="on")
-    assert on.engine.uses_onednn(1) and on.engine.uses_onednn(64)
+    assert on.engine.uses_onednn(1) and on.engine.uses_onednn(64) and on.onednn == "on (set)"
     np.testing.assert_allclose([r["probs"] for r in on.predict(rows, batch_size=16)], expected, atol=1e-5)
 
+    with open(os.path.join(exported_classifier, "preprocess.json"), encoding="utf-8") as f:
+        assert json.load(f)["onednn_min_rows"] is None  # BoW: oneDNN is slower at every batch size
     auto = Predictor(exported_classifier, backend="paddle")
-    engine = auto.engine
-    np.testing.assert_allclose([r["probs"] for r in auto.predict(rows, batch_size=SMALL_BATCH - 1)], expected,
-                               atol=1e-5)
-    assert engine.large_batches_onednn is None and list(engine._predictors) == [False]  # nothing measured yet
+    assert auto.onednn == "off (the model's rule)" and not auto.engine.uses_onednn(128)
+    first = [r["probs"] for r in auto.predict(rows, batch_size=16)]
+    np.testing.assert_allclose(first, expected, atol=1e-6)
+    assert [r["probs"] for r in auto.predict(rows, batch_size=16)] == first  # the same choice every time
+
+    ruled = tmp_path / "ruled"  # a model whose class asks for oneDNN from 16 rows (CNN, transformer)
+    shutil.copytree(exported_classifier, ruled)
+    if (ruled / "model.onnx").exists():
+        os.remove(ruled / "model.onnx")
+    meta = json.loads((ruled / "preprocess.json").read_text(encoding="utf-8"))
+    meta["onednn_min_rows"] = 16
+    (ruled / "preprocess.json").write_text(json.dumps(meta), encoding="utf-8")
+    seal_export(str(ruled))
     logger, records, level = logging.getLogger("wenxin"), [], logging.getLogger("wenxin").level
     handler = logging.Handler()
     handler.emit = records.append
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    monkeypatch.setattr("wenxin.inference.predictor._logged_choices", set())  # logged once a process
     try:
-        got = [r["probs"] for r in auto.predict(rows, batch_size=16)]
+        auto = Predictor(str(ruled), backend="paddle")
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
-    np.testing.assert_allclose(got, expected, atol=1e-5)
-    assert engine.large_batches_onednn in (True, False)
-    assert [r.getMessage().split(" (")[0] for r in records] == [
-        f"Paddle backend: oneDNN {'on' if engine.large_batches_onednn else 'off'} for batches of 4 or more rows"]
-    assert sorted(engine._predictors) == ([False, True] if engine.large_batches_onednn else [False])
-    assert not engine.uses_onednn(1) and engine.uses_onednn(16) == engine.large_batches_onednn
-    warmed = Predictor(exported_classifier, backend="paddle")
-    assert warmed.warm_up() is True and warmed.engine.large_batches_onednn is not None  # what a service does
+    choice = "on for batches of 16 or more rows, off below (the model's rule)"
+    assert auto.onednn == choice and f"Paddle backend: oneDNN {choice}" in [r.getMessage() for r in records]
+    assert not auto.engine.uses_onednn(15) and auto.engine.uses_onednn(16)
+    first = [r["probs"] for r in auto.predict(rows, batch_size=16)]
+    np.testing.assert_allclose(first, expected, atol=1e-5)
+    assert [r["probs"] for r in auto.predict(rows, batch_size=16)] == first  # the same choice every time
+    np.testing.assert_allclose([r["probs"] for r in auto.predict(rows, batch_size=8)], expected, atol=1e-6)
     with pytest.raises(InferenceError, match="onednn: 'fast' is not one of auto, on, off"):
         Predictor(exported_classifier, backend="paddle", onednn="fast")

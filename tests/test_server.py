@@ -36,6 +36,7 @@ def test_health_and_predict_match_the_predictor(served):
     folder, port = served
     status, health = request(port, "GET", "/health")
     assert status == 200 and health["status"] == "ok" and health["labels"] == ["0", "1"] and health["model_threads"] == 2
+    assert health["onednn"] == ("off (the model's rule)" if health["backend"] == "paddle" else None)  # BoW's rule
     texts = ["好棒的书", "太差了", ""]
     status, result = request(port, "POST", "/predict", {"texts": texts})
     assert status == 200

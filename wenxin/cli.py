@@ -27,8 +27,8 @@ EXIT_CODES_HELP = ("exit status: 0 done, 2 usage, task-file or installation erro
                    "130/143 interrupted/terminated before training")
 
 
-ONEDNN_HELP = ("the Paddle backend's oneDNN; auto: off below 4 rows, and for larger batches whichever way the "
-               "first of them runs faster")
+ONEDNN_HELP = ("the Paddle backend's oneDNN; auto: the exported model's rule (e.g. CNN and transformer models "
+               "from 16 rows a batch, BoW never), logged and shown by /health")
 
 
 def version_line() -> str:

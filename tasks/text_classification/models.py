@@ -97,6 +97,8 @@ class BowClassification(BaseClassification):
 class CnnClassification(BaseClassification):
     """Convolutions of several widths, max-pooled over time."""
 
+    onednn_min_rows = 16  # oneDNN 1.4x to 3.0x faster from batch 16 (docs/performance.md)
+
     config_schema = {**BaseClassification.config_schema,
                      "num_filters": Key(int, 128, minimum=1, maximum=MAX_WIDTH),
                      "filter_sizes": Key(list, [2, 3, 4], items=Key(int, minimum=1))}
@@ -142,6 +144,8 @@ class TransformerClassification(EncoderClassification):
     """``EncoderClassification`` with wenxin's transformer encoder (trained from scratch, or
     warm-started from ``ErnieMaskedLM`` pretraining) by default. For a downloaded ERNIE/BERT
     model, use ``ErnieClassification``."""
+
+    onednn_min_rows = 16  # oneDNN 1.3x to 1.5x faster from batch 16 (docs/performance.md)
 
     config_schema = {**BaseClassification.config_schema,
                      "encoder": Key(dict, {}, children={**ENCODER_SCHEMA, "type": Key(

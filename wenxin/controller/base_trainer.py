@@ -649,7 +649,7 @@ class BaseTrainer:
             fields = export.inference_fields(self.readers)
             outputs = self.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields)
             export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config,
-                                      self.model.prediction_format)
+                                      self.model.prediction_format, self.model.onednn_min_rows)
             export.seal_export(tmp)
             ckpt.replace_folder(tmp, folder)
         except OSError as e:  # a full disk: no partial export, an earlier one stays

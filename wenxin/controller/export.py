@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from wenxin.data.dataset_reader import BasicDataSetReader
 from wenxin.data.export_bundle import FORMAT_VERSION, MODEL_PREFIX, PREPROCESS_FILE, seal_export
@@ -49,7 +49,8 @@ def max_lengths(fields: Sequence[BaseFieldReader], result_format: str) -> Dict[s
 
 
 def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_names: Sequence[str],
-                        labels: Sequence[str], config: Dict[str, Any], result_format: str = "classification") -> None:
+                        labels: Sequence[str], config: Dict[str, Any], result_format: str = "classification",
+                        onednn_min_rows: Optional[int] = None) -> None:
     """Copy vocabs into ``folder/vocab`` and describe the fields with paths relative to ``folder``."""
     field_configs = []
     for field in fields:
@@ -60,6 +61,7 @@ def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_n
     meta = {"format": FORMAT_VERSION, "task": config.get("task"), "model_type": config["model"]["type"],
             "fields": field_configs, "outputs": list(output_names), "labels": list(labels),
             "result_format": result_format, "max_seq_len": max_lengths(fields, result_format),
+            "onednn_min_rows": onednn_min_rows,
             "tensors": [{"name": s.name, "shape": s.shape, "dtype": s.dtype}
                         for f in fields for s in f.tensor_specs()]}
     with open(os.path.join(folder, PREPROCESS_FILE), "w", encoding="utf-8") as f:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -22,7 +21,6 @@ from wenxin.common.errors import WenxinError
 
 ONNX_FILE = "model.onnx"
 BACKENDS = INFERENCE_BACKENDS
-SMALL_BATCH = 4  # auto: smaller batches run without oneDNN (slower at batch 1 for every model measured)
 
 logger = logging.getLogger("wenxin")
 
@@ -58,21 +56,22 @@ class PaddleEngine:
     oneDNN (``onednn``: ``auto``, ``on`` or ``off``). Paddle enables it by default on CPU. On this
     repository's 2-core CPU it made every model slower at batch 1 (0.37x to 0.83x), and BoW and
     the CRF tagger at any batch (0.5x, 0.9x); from batch 16 the CNN and transformer faster (1.3x
-    to 3.0x) and ERNIE about even (0.93x to 1.13x); outputs moved by at most 4e-7
-    (docs/performance.md). ``auto`` runs batches below ``SMALL_BATCH`` rows
-    without it; the first larger batch runs both ways, and the faster keeps the larger batches
-    (the other predictor is released when it is not needed).
+    to 3.0x) and ERNIE about even (0.93x at 16, 1.13x at 128); outputs moved by at most 4e-7
+    (docs/performance.md). ``auto`` follows the exported model's rule (``onednn_min_rows``,
+    declared by its class and recorded in ``preprocess.json``): batches of at least that many rows
+    with oneDNN, smaller ones without; a model without a rule never uses it. The choice is a rule,
+    never a timing, so the same input gives the same output on an idle or a busy machine.
     """
 
     def __init__(self, graph: str, params: str, use_gpu: bool = False, num_threads: int = 1,
-                 onednn: str = "auto") -> None:
+                 onednn: str = "auto", onednn_min_rows: Optional[int] = None) -> None:
         if onednn not in ONEDNN_SETTINGS:
             raise BackendError(f"onednn: {onednn!r} is not one of {', '.join(ONEDNN_SETTINGS)}")
         self.graph, self.params, self.use_gpu, self.num_threads = graph, params, use_gpu, num_threads
         self.onednn = onednn
-        self.large_batches_onednn: Optional[bool] = None  # auto: decided at the first large batch
+        self.onednn_min_rows = onednn_min_rows
         self._predictors: Dict[bool, Any] = {}
-        self.input_names: List[str] = self._predictor(onednn == "on").get_input_names()
+        self.input_names: List[str] = self._predictor(self.uses_onednn(1)).get_input_names()
 
     def _predictor(self, onednn: bool) -> Any:
         if onednn not in self._predictors:
@@ -96,18 +95,25 @@ class PaddleEngine:
         return self._predictors[onednn]
 
     def uses_onednn(self, rows: int) -> bool:
-        """Whether a batch of ``rows`` runs with oneDNN (in auto mode, False for large batches until
-        measured)."""
+        """Whether a batch of ``rows`` runs with oneDNN."""
         if self.use_gpu or self.onednn == "off":
             return False
         if self.onednn == "on":
             return True
-        return rows >= SMALL_BATCH and bool(self.large_batches_onednn)
+        return self.onednn_min_rows is not None and rows >= self.onednn_min_rows
+
+    def onednn_choice(self) -> str:
+        """What ``uses_onednn`` decides, in words (the log and ``/health`` say it)."""
+        if self.use_gpu:
+            return "off (GPU)"
+        if self.onednn != "auto":
+            return f"{self.onednn} (set)"
+        if self.onednn_min_rows is None:
+            return "off (the model's rule)"
+        return f"on for batches of {self.onednn_min_rows} or more rows, off below (the model's rule)"
 
     def run(self, batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
         rows = len(next(iter(batch.values()))) if batch else 0
-        if self.onednn == "auto" and not self.use_gpu and rows >= SMALL_BATCH and self.large_batches_onednn is None:
-            self.large_batches_onednn = self._measure(batch, rows)
         return self._run(self._predictor(self.uses_onednn(rows)), batch)
 
     def _run(self, predictor: Any, batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
@@ -117,28 +123,6 @@ class PaddleEngine:
             handle.copy_from_cpu(batch[name])
         predictor.run()
         return [predictor.get_output_handle(h).copy_to_cpu() for h in predictor.get_output_names()]
-
-    def _measure(self, batch: Dict[str, np.ndarray], rows: int) -> bool:
-        """Time this batch with and without oneDNN; True when oneDNN is faster. After a warm-up
-        run each (oneDNN builds its kernels on the first), the two alternate for 3 rounds and the
-        fastest run of each counts, so a busy moment of the machine (other workers measuring at
-        the same time) hits both."""
-        predictors = {onednn: self._predictor(onednn) for onednn in (False, True)}
-        for predictor in predictors.values():
-            self._run(predictor, batch)
-        seconds = {False: float("inf"), True: float("inf")}
-        for _ in range(3):
-            for onednn, predictor in predictors.items():
-                start = time.perf_counter()
-                self._run(predictor, batch)
-                seconds[onednn] = min(seconds[onednn], time.perf_counter() - start)
-        faster = seconds[True] < seconds[False]
-        if not faster:
-            del self._predictors[True]  # not needed: its memory back
-        logger.info("Paddle backend: oneDNN %s for batches of %d or more rows (measured on %d rows: %.2f ms "
-                    "with it, %.2f ms without)", "on" if faster else "off", SMALL_BATCH, rows,
-                    seconds[True] * 1000, seconds[False] * 1000)
-        return faster
 
 
 class OnnxEngine:

@@ -34,8 +34,8 @@ INFER_SCHEMA = {
                    doc="auto: ONNX Runtime when model_dir has model.onnx (wenxin export --format onnx) and it is "
                        "installed, else Paddle Inference"),
     "onednn": Key(str, "auto", choices=list(ONEDNN_SETTINGS),
-                  doc="the Paddle backend's oneDNN; auto: off below 4 rows, and for larger batches whichever way "
-                      "the first of them runs faster"),
+                  doc="the Paddle backend's oneDNN; auto: the exported model's rule (CNN and transformer models "
+                      "from 16 rows a batch, ERNIE from 128, others never)"),
     "output_format": Key(str, "wenxin", choices=["wenxin", "erniekit"],
                          doc="erniekit: ERNIE-kit's lines (the input columns, then the task's result; the "
                              "default for ERNIE-kit infer files)"),

@@ -103,6 +103,7 @@ class BatchingPool:
         self.meta = self.converter.meta
         self.num_fields = len(self.converter.fields)
         self.model_threads, self.max_batch, self.max_wait = model_threads, max_batch, max_wait_ms / 1000.0
+        self.onednn = ""  # the Paddle backend's oneDNN choice, in words (set by the model threads)
         self.rows_run = 0  # rows predicted so far
         self.largest_batch = 0  # the most rows one model batch held
         self.on_batch: Optional[Callable[[int], None]] = None  # told each model batch's rows (metrics)
@@ -208,7 +209,8 @@ class BatchingPool:
         try:
             predictor: Optional[Predictor] = Predictor(model_dir, num_threads=num_threads, backend=backend,
                                                        onednn=onednn)
-            predictor.warm_up(min(16, self.max_batch))  # oneDNN measured before the first request
+            predictor.warm_up(min(16, self.max_batch))  # kernels built before the first request
+            self.onednn = predictor.onednn
         except BaseException as e:  # noqa: BLE001 (reported by the constructor)
             self._startup_errors.append(e)
             predictor = None

@@ -1,6 +1,7 @@
 """Predictions from an exported folder with ``paddle.inference``, from raw text to labels."""
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Dict, List, Sequence
 
@@ -12,6 +13,10 @@ from wenxin.data.export_bundle import MODEL_PREFIX, PREPROCESS_FILE, read_prepro
 from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
 from wenxin.inference.backends import ONNX_FILE, BackendError, OnnxEngine, PaddleEngine, choose_backend
 from wenxin.inference.formatters import ResultFormat
+
+
+logger = logging.getLogger("wenxin")
+_logged_choices: set = set()  # each oneDNN choice is logged once per process
 
 
 class InferenceError(WenxinError):
@@ -39,8 +44,8 @@ class Predictor:
             format work, ``run`` does not): what a thread that only converts inputs needs.
         backend: ``paddle``, ``onnxruntime`` (the folder's ``model.onnx``), or ``auto``: ONNX
             Runtime when the folder has a model for it and it is installed, else Paddle.
-        onednn: the Paddle backend's oneDNN: ``auto`` (off below 4 rows; for larger batches, the
-            faster way, measured on the first), ``on`` or ``off`` (see ``PaddleEngine``).
+        onednn: the Paddle backend's oneDNN: ``auto`` (the exported model's rule,
+            ``onednn_min_rows``), ``on`` or ``off`` (see ``PaddleEngine``).
 
     A ``paddle.inference`` predictor is not safe to share between threads; use each from the
     thread that created it.
@@ -64,6 +69,7 @@ class Predictor:
             raise InferenceError(str(e)) from None
         self.result_format: ResultFormat = format_cls(self.labels, self.fields)
         self.engine = None
+        self.onednn = ""  # the Paddle backend's oneDNN choice, in words
         self.input_names: List[str] = []
         try:
             self.backend = choose_backend(model_dir, "paddle" if use_gpu and backend == "auto" else backend)
@@ -72,10 +78,16 @@ class Predictor:
             if self.backend == "onnxruntime":
                 self.engine = OnnxEngine(os.path.join(model_dir, ONNX_FILE), num_threads)
             else:
-                self.engine = PaddleEngine(graph, params, use_gpu, num_threads, onednn)
+                self.engine = PaddleEngine(graph, params, use_gpu, num_threads, onednn,
+                                           self.meta.get("onednn_min_rows"))
         except BackendError as e:
             raise InferenceError(str(e)) from None
         self.input_names = self.engine.input_names
+        if isinstance(self.engine, PaddleEngine):
+            self.onednn = self.engine.onednn_choice()
+            if self.onednn not in _logged_choices:
+                _logged_choices.add(self.onednn)
+                logger.info("Paddle backend: oneDNN %s", self.onednn)
 
     def _build_fields(self, model_dir: str, meta_path: str) -> List[BaseFieldReader]:
         fields = []
@@ -128,8 +140,7 @@ class Predictor:
 
     def warm_up(self, rows: int = 16) -> bool:
         """Run the model once on ``rows`` made-up inputs of 32 characters each, so that a
-        service's first requests find Paddle's kernels built and its oneDNN setting measured
-        (``PaddleEngine``). False when made-up text is no valid input (e.g. numeric fields):
+        service's first requests find Paddle's kernels built. False when made-up text is no valid input (e.g. numeric fields):
         then the first real batch does it."""
         text = " ".join("样例文本" * 8)  # 32 tokens for character, whitespace and WordPiece tokenizers
         try:

@@ -199,7 +199,8 @@ class PredictionApp:
         if path == "/health" and method == "GET":
             return HTTPStatus.OK, {"status": "ok", "model_type": self.pool.meta.get("model_type"),
                                    "labels": self.pool.meta.get("labels"), "workers": self.workers,
-                                   "model_threads": self.pool.model_threads, "backend": self.pool.backend}, 0
+                                   "model_threads": self.pool.model_threads, "backend": self.pool.backend,
+                                   "onednn": self.pool.onednn or None}, 0
         if path == "/metrics" and method == "GET":
             return HTTPStatus.OK, self.metrics.exposition(), 0
         if path in ("/predict", "/health", "/metrics"):

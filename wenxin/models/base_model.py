@@ -25,6 +25,11 @@ class BaseModel(paddle.nn.Layer):
     #: how exported predictions are reported: a registered result format (classification,
     #: tagging, score, raw; see ``wenxin.inference.formatters``)
     prediction_format: str = "classification"
+    #: the exported model's oneDNN rule: Paddle Inference runs batches of at least this many rows
+    #: with oneDNN, smaller ones (and every batch when None) without it. Measured per model on a
+    #: 2-core CPU (docs/performance.md): oneDNN is slower at batch 1 for every model and at any
+    #: batch for BoW and the CRF tagger, faster from 16 rows for convolutions and the transformer
+    onednn_min_rows: Optional[int] = None
 
     def __init__(self, model_params: Dict[str, Any], data_info: Dict[str, Dict[str, Any]]) -> None:
         super().__init__()

@@ -26,6 +26,8 @@ class ErnieTaskModel(BaseModel):
     """Keeps the encoder at ``self.ernie``, where pretrained weights load (``ernie.*``: see
     ``wenxin.compat.pretrained``), and checks that text fields fit it."""
 
+    onednn_min_rows = 128  # oneDNN 0.93x at batch 16, 1.13x at 128 (docs/performance.md)
+
     config_schema = dict(ENCODER_KEYS)
 
     def build_encoder(self) -> ErnieConfig:
