@@ -449,3 +449,20 @@ def test_erniekit_wordpiece_keys_have_their_effect():
     assert lower.convert("hello😀")[0].tolist()[1:-1] == [lower.vocab.token_to_id["[UNK]"]]
     with pytest.raises(Exception, match="params.vocab_size: not a FullTokenizer setting"):
         field_of({"vocab_size": 3})
+
+
+def test_a_gpu_place_in_an_infer_file_on_the_cpu_build_is_one_line(tmp_path, capsys):
+    import paddle
+
+    from conftest import assert_one_error_block
+    from wenxin.cli import main
+    if paddle.is_compiled_with_cuda():
+        pytest.skip("a GPU build of Paddle")
+    infer = example("sequence_labeling", "seqlab_ernie_fc_ch_infer.json")
+    infer["inference"]["PADDLE_PLACE_TYPE"] = "gpu"  # as ERNIE-kit's own infer files have it
+    path = tmp_path / "infer.json"
+    path.write_text(json.dumps(infer), encoding="utf-8")
+    code = main(["infer", "--param_path", str(path)])
+    lines = assert_one_error_block(code, *capsys.readouterr(), "inference.PADDLE_PLACE_TYPE: 'gpu', but the installed "
+                                                              "Paddle (paddlepaddle")
+    assert code == 2 and len(lines) == 1 and "is a CPU build" in lines[0]

@@ -76,3 +76,17 @@ def require_paddle() -> None:
     problem = paddle_problem()
     if problem:
         raise InstallError(problem)
+
+
+def require_gpu(key: str) -> None:
+    """One ``InstallError`` naming ``key`` (the config key that asked for a GPU) when the
+    installed Paddle is a CPU build or sees no GPU."""
+    import paddle
+    build = ", ".join(f"{name} {version}" for name, version in installed_builds()) or f"paddle {paddle.__version__}"
+    if not paddle.is_compiled_with_cuda():
+        raise InstallError(f"{key}: 'gpu', but the installed Paddle ({build}) is a CPU build: install "
+                           f"paddlepaddle-gpu 3.x from Paddle's package index in its place (README: Installing), "
+                           f"or set 'cpu'")
+    if paddle.device.cuda.device_count() == 0:
+        raise InstallError(f"{key}: 'gpu', but the installed Paddle ({build}) sees no GPU (check the driver, "
+                           f"CUDA_VISIBLE_DEVICES, and that the build's CUDA version matches the driver), or set 'cpu'")

@@ -8,24 +8,12 @@ from typing import Any, Dict
 import numpy as np
 import paddle
 
-from wenxin.common.errors import InstallError
+from wenxin.common.paddle_support import require_gpu
 from wenxin.compat.rng import generator_states, set_generator_states
-
-def _build() -> str:
-    from wenxin.common.paddle_support import installed_builds
-    return ", ".join(f"{name} {version}" for name, version in installed_builds()) or f"paddle {paddle.__version__}"
-
 
 def setup_device(place_type: str) -> str:
     if place_type == "gpu":
-        if not paddle.is_compiled_with_cuda():
-            raise InstallError(f"trainer.PADDLE_PLACE_TYPE: 'gpu', but the installed Paddle ({_build()}) is a CPU "
-                               f"build: install paddlepaddle-gpu 3.x from Paddle's package index in its place "
-                               f"(README: Installing), or set 'cpu'")
-        if paddle.device.cuda.device_count() == 0:
-            raise InstallError(f"trainer.PADDLE_PLACE_TYPE: 'gpu', but the installed Paddle ({_build()}) sees no "
-                               f"GPU (check the driver, CUDA_VISIBLE_DEVICES, and that the build's CUDA version "
-                               f"matches the driver), or set 'cpu'")
+        require_gpu("trainer.PADDLE_PLACE_TYPE")
         device = f"gpu:{int(os.environ.get('FLAGS_selected_gpus', os.environ.get('PADDLE_LOCAL_RANK', '0')))}"
     else:
         device = "cpu"

@@ -7,6 +7,7 @@ from typing import Any, Dict, List
 import logging
 
 from wenxin.common.errors import DataError, Problems
+from wenxin.common.paddle_support import require_gpu
 from wenxin.config.loader import apply_overrides, read_task_file
 from wenxin.config.schema import Key, validate
 from wenxin.data.dataset_reader import list_data_files
@@ -78,11 +79,15 @@ def run_inference(param_path: str, overrides: List[str] = ()) -> str:
     """Predict every line of the predict_reader's files; returns the output file path."""
     from wenxin.compat import erniekit
     raw = read_task_file(param_path)
+    place_key = "PADDLE_PLACE_TYPE"
     if erniekit.is_erniekit_infer(raw):
+        place_key = "inference.PADDLE_PLACE_TYPE"
         raw, notes = erniekit.translate_infer(raw)
         for note in notes:
             logger.info("ERNIE-kit infer file: %s", note)
     config = validate(apply_overrides(raw, overrides), INFER_SCHEMA)
+    if config["PADDLE_PLACE_TYPE"] == "gpu":
+        require_gpu(place_key)
     predictor = Predictor(config["model_dir"], use_gpu=config["PADDLE_PLACE_TYPE"] == "gpu",
                           num_threads=config["num_threads"], backend=config["backend"],
                           onednn=config["onednn"])
