@@ -466,3 +466,16 @@ def test_a_gpu_place_in_an_infer_file_on_the_cpu_build_is_one_line(tmp_path, cap
     lines = assert_one_error_block(code, *capsys.readouterr(), "inference.PADDLE_PLACE_TYPE: 'gpu', but the installed "
                                                               "Paddle (paddlepaddle")
     assert code == 2 and len(lines) == 1 and "is a CPU build" in lines[0]
+
+
+def test_pairwise_scores_in_erniekits_output_format():
+    """ERNIE-kit's text_matching infer writes the input columns, then its pairwise model's output
+    [1 - s, s] (s the cosine moved into [0, 1]) as a Python list, in float32."""
+    import numpy
+
+    from wenxin.inference.formatters import ScoreFormat
+    score = float(numpy.float32(0.8123))
+    line = ScoreFormat([], []).erniekit_line({"score": score}, ["查询", "标题"])
+    query, title, pair = line.split("\t")
+    assert (query, title) == ("查询", "标题")
+    assert json.loads(pair) == [float(numpy.float32(1.0) - numpy.float32(score)), score]

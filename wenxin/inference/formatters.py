@@ -247,6 +247,12 @@ class ScoreFormat(ResultFormat):
     def line(self, result: Dict[str, Any]) -> str:
         return f"{result['score']:.6f}"
 
+    def erniekit_line(self, result: Dict[str, Any], row: Sequence[str]) -> str:
+        """ERNIE-kit's matching line: the input columns, then ``[1 - score, score]`` as a Python
+        list (its pairwise models export that pair, computed in float32)."""
+        score = np.float32(result["score"])
+        return "\t".join(row) + "\t" + str([float(np.float32(1.0) - score), float(score)])
+
 
 @RegisterSet.result_formats.register("raw")
 class RawFormat(ResultFormat):
