@@ -479,3 +479,28 @@ def test_pairwise_scores_in_erniekits_output_format():
     query, title, pair = line.split("\t")
     assert (query, title) == ("查询", "标题")
     assert json.loads(pair) == [float(numpy.float32(1.0) - numpy.float32(score)), score]
+
+
+def test_migrate_translates_infer_files_and_refuses_what_still_does_not_fit(tmp_path, capsys):
+    from conftest import assert_one_error_block
+    from wenxin.cli import main
+    from wenxin.config.infer_schema import INFER_SCHEMA
+    from wenxin.config.schema import validate
+    for task, name in [("sequence_labeling", "seqlab_ernie_fc_ch_infer.json"),
+                       ("text_matching", "mtch_bow_pairwise_ch_infer.json"),
+                       ("text_classification", "cls_bow_ch_infer.json")]:
+        out = tmp_path / f"native_{name}"
+        assert main(["migrate", os.path.join(REPO, "tasks", task, "examples", name), "-o", str(out)]) == 0
+        native = json.loads(out.read_text(encoding="utf-8"))
+        validate(native, INFER_SCHEMA)  # a native infer file: wenxin infer reads it as it is
+        assert native["output_format"] == "erniekit" and "inference" not in native
+    capsys.readouterr()
+    raw = cls_bow_config()
+    raw["trainer"]["is_erniekit_only"] = 1  # a key neither ERNIE-kit's translation nor wenxin knows
+    source = tmp_path / "odd.json"
+    source.write_text(json.dumps(raw), encoding="utf-8")
+    target = tmp_path / "odd_native.json"
+    code = main(["migrate", str(source), "-o", str(target)])
+    assert_one_error_block(code, *capsys.readouterr(), f"{source}: translated, the task file still does not fit: "
+                                                       f"trainer.is_erniekit_only: unknown key")
+    assert not target.exists()

@@ -161,19 +161,35 @@ def copy_examples(target: str) -> List[str]:
 
 
 def migrate(param_path: str, output: str = "") -> Dict[str, Any]:
-    """Translate an ERNIE-kit task file into the native format: writes it to ``output`` (or prints
-    it) and lists each translation made, one line each, on stderr."""
+    """Translate an ERNIE-kit task or infer file into the native format: checks the result
+    against wenxin's schema (nothing is written when a key still does not fit), writes it to
+    ``output`` (or prints it) and lists each translation made, one line each, on stderr."""
     import json
     import sys
 
-    from wenxin.common.errors import ConfigError
+    from wenxin.common.errors import ConfigError, Problems
     from wenxin.compat import erniekit
+    from wenxin.config.document import check_values
+    from wenxin.config.infer_schema import INFER_SCHEMA
     from wenxin.config.loader import read_task_file
+    from wenxin.config.schema import validate
+    from wenxin.config.task_schema import ROOT
     raw = read_task_file(param_path)
-    if not erniekit.is_erniekit(raw):
-        raise ConfigError(f"{param_path}: already a native wenxin task file (it has no ERNIE-kit markers, "
-                          f"or it names its task)")
-    config, notes = erniekit.translate(raw, param_path)
+    if erniekit.is_erniekit_infer(raw):
+        config, notes = erniekit.translate_infer(raw)
+        schema, what = INFER_SCHEMA, "infer file"
+    elif erniekit.is_erniekit(raw):
+        config, notes = erniekit.translate(raw, param_path)
+        schema, what = ROOT, "task file"
+    else:
+        raise ConfigError(f"{param_path}: already a native wenxin task or infer file (it has no ERNIE-kit "
+                          f"markers, or it names its task or model_dir)")
+    problems = Problems()  # what the translation left that wenxin's schema refuses
+    check_values(config, problems)
+    validate(config, schema, "", problems)
+    if problems.messages:
+        raise ConfigError(problems=[f"{param_path}: translated, the {what} still does not fit: {m}"
+                                    for m in problems.messages])
     text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
     for note in notes:
         print(f"translated: {note}", file=sys.stderr)
@@ -182,7 +198,7 @@ def migrate(param_path: str, output: str = "") -> Dict[str, Any]:
             with open(output, "w", encoding="utf-8") as f:
                 f.write(text)
         except OSError as e:
-            raise ConfigError(f"{output}: cannot write the native task file ({e.strerror or e})") from None
+            raise ConfigError(f"{output}: cannot write the native {what} ({e.strerror or e})") from None
         print(output)
     else:
         print(text, end="")

@@ -27,3 +27,4 @@ INFERENCE_BACKENDS = ("auto", "paddle", "onnxruntime")
 # The Paddle backend's oneDNN (wenxin.inference.backends.PaddleEngine); auto: off for small
 # batches, and for larger ones whichever way the first of them ran faster.
 ONEDNN_SETTINGS = ("auto", "on", "off")
+DEFAULT_MAX_LINE_BYTES = 512 << 10  # a longer data line is malformed (config.max_line_bytes)

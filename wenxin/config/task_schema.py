@@ -5,6 +5,7 @@ through ``HookBase.config_schema``. Both are checked once the task package is im
 """
 from __future__ import annotations
 
+from wenxin.common.constants import DEFAULT_MAX_LINE_BYTES
 from wenxin.config.schema import Key, Schema
 
 TOKENIZER: Schema = {
@@ -87,7 +88,7 @@ READER_CONFIG: Schema = {
                                                      "this many"),
     "cache_processes": Key(int, 0, minimum=0, doc="processes converting data into the token cache "
                                                    "(0: the CPU cores this process may use)"),
-    "max_line_bytes": Key(int, 512 << 10, minimum=16, doc="a longer line is malformed (an error naming "
+    "max_line_bytes": Key(int, DEFAULT_MAX_LINE_BYTES, minimum=16, doc="a longer line is malformed (an error naming "
                                                           "file:line, or skipped with skip_bad_lines)"),
 }
 

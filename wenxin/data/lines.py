@@ -11,9 +11,9 @@ from __future__ import annotations
 import codecs
 from typing import Iterator, NamedTuple, Optional
 
+from wenxin.common.constants import DEFAULT_MAX_LINE_BYTES
 from wenxin.common.errors import DataError
 
-DEFAULT_MAX_LINE_BYTES = 512 << 10
 _CHUNK = 1 << 20
 _UTF16_32_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 

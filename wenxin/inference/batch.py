@@ -1,48 +1,21 @@
 """Batch prediction over raw text files: ``run_infer.py --param_path infer.json`` / ``wenxin infer``."""
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Dict, List
 
-import logging
-
 from wenxin.common.errors import DataError, Problems
 from wenxin.common.paddle_support import require_gpu
+from wenxin.config.infer_schema import INFER_SCHEMA
 from wenxin.config.loader import apply_overrides, read_task_file
-from wenxin.config.schema import Key, validate
+from wenxin.config.schema import validate
 from wenxin.data.dataset_reader import list_data_files
-from wenxin.data.lines import DEFAULT_MAX_LINE_BYTES, iter_lines
-from wenxin.common.constants import ONEDNN_SETTINGS
-from wenxin.inference.backends import BACKENDS
+from wenxin.data.lines import iter_lines
 from wenxin.inference.predictor import Predictor
 
 logger = logging.getLogger("wenxin")
 
-INFER_SCHEMA = {
-    "model_dir": Key(str, non_empty=True, doc="an exported folder (wenxin export / trainer.save_inference)"),
-    "predict_reader": Key(dict, children={"config": Key(dict, children={
-        "data_path": Key(str, non_empty=True, doc="a text file or folder; one example per line, fields tab-separated"),
-        "separator": Key(str, "\t", non_empty=True),
-        "max_line_bytes": Key(int, DEFAULT_MAX_LINE_BYTES, minimum=16, doc="a longer line is an error"),
-        "has_header": Key(bool, False),
-    })}),
-    "output_file": Key(str, non_empty=True, doc="one prediction per input line, in order; classifiers write "
-                                "label<TAB>probability (see README for other result formats)"),
-    "batch_size": Key(int, 64, minimum=1),
-    "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
-    "num_threads": Key(int, 1, minimum=1),
-    "backend": Key(str, "auto", choices=list(BACKENDS),
-                   doc="auto: ONNX Runtime when model_dir has model.onnx (wenxin export --format onnx) and it is "
-                       "installed, else Paddle Inference"),
-    "onednn": Key(str, "auto", choices=list(ONEDNN_SETTINGS),
-                  doc="the Paddle backend's oneDNN; auto: the exported model's rule (CNN and transformer models "
-                      "from 16 rows a batch, ERNIE from 128, others never)"),
-    "output_format": Key(str, "wenxin", choices=["wenxin", "erniekit"],
-                         doc="erniekit: ERNIE-kit's lines (the input columns, then the task's result; the "
-                             "default for ERNIE-kit infer files)"),
-    "num_labels": Key(int, 0, minimum=0, doc="checked against the model's labels (0: not checked)"),
-    "field_names": Key(list, [], items=Key(str), doc="checked against the model's input fields (empty: not checked)"),
-}
 
 
 def read_rows(config: Dict[str, Any], n_fields: int) -> List[List[str]]:
