@@ -94,6 +94,26 @@ def test_a_run_ends_with_its_result_outputs_and_next_commands(tmp_path, data_dir
     assert "the run already finished at step 45" in again.out and "nothing to train: step 45 of 45" in again.out
     assert "[dev]" not in again.out and "unused values" not in again.err and "epoch 4" not in again.out
     assert _records(out) == records
+    # the suggested commands carry the run's overrides
+    assert f"wenxin evaluate --param_path {path} --set trainer.resume=auto --checkpoint {out}/checkpoints/best" \
+        in again.out
+
+
+def test_the_resume_hint_reproduces_the_run(tmp_path):
+    from types import SimpleNamespace
+
+    from wenxin.controller.checkpoint import CheckpointManager
+    from wenxin.controller.summary import run_summary
+    trainer = SimpleNamespace(
+        trainer_config={"output_path": str(tmp_path / "elsewhere"), "load_best_at_end": False, "metric": "acc",
+                        "visualdl": False},
+        state=SimpleNamespace(interrupted=True, global_step=7, max_steps=30, best_step=-1),
+        checkpoints=CheckpointManager(str(tmp_path / "elsewhere" / "checkpoints"), keep_max=2))
+    overrides = ["trainer.output_path=" + str(tmp_path / "elsewhere"), "model.hidden_size=8", "trainer.resume=off"]
+    line = run_summary(trainer, "task file.json", overrides)[0]
+    assert line == (f"stopped at step 7 of 30 after saving a checkpoint; resume: wenxin train --param_path "
+                    f"'task file.json' --set trainer.output_path={tmp_path / 'elsewhere'} --set model.hidden_size=8 "
+                    f"--set trainer.resume=auto")
 
 
 def test_evaluate_scores_a_checkpoint_as_training_did(tmp_path, data_dir, capsys):

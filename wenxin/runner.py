@@ -64,7 +64,7 @@ def train(param_path: str, overrides: Iterable[str] = ()) -> Tuple[Dict[str, Dic
     trainer = build_trainer(config)
     metrics = trainer.do_train()
     if trainer.is_writer:
-        for line in run_summary(trainer, param_path):
+        for line in run_summary(trainer, param_path, list(overrides)):
             logger.info("%s", line)
     return metrics, bool(trainer.state.interrupted)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller.hooks.writers import METRICS_FILE
@@ -36,8 +36,9 @@ def result_metrics(metrics_file: str, step: int, metric: str) -> str:
     return ", ".join(f"{tag} {metric} {newest[tag]:.4g}" for tag in ("dev", "test") if tag in newest)
 
 
-def run_summary(trainer: Any, param_path: str) -> List[str]:
-    """The closing lines of a run (rank 0)."""
+def run_summary(trainer: Any, param_path: str, overrides: Sequence[str] = ()) -> List[str]:
+    """The closing lines of a run (rank 0). The commands they suggest carry the run's ``--set``
+    overrides, so that copied they act on this run and its output, not the task file's."""
     cfg, state, checkpoints = trainer.trainer_config, trainer.state, trainer.checkpoints
     output = cfg["output_path"]
     best = os.path.join(checkpoints.root, ckpt.BEST_DIR)
@@ -46,11 +47,13 @@ def run_summary(trainer: Any, param_path: str) -> List[str]:
         result, step, why = best, state.best_step, f"best dev {cfg['metric']}"
     else:
         result, step, why = checkpoints.latest(), state.global_step, "final"
-    task = shlex.quote(param_path)
+    task = shlex.quote(param_path) + "".join(f" --set {shlex.quote(o)}" for o in overrides)
+    kept = [o for o in overrides if not o.strip().startswith(("trainer.resume=", "trainer.load_checkpoint="))]
+    resume_task = shlex.quote(param_path) + "".join(f" --set {shlex.quote(o)}" for o in kept)
     lines = []
     if state.interrupted:
         lines.append(f"stopped at step {state.global_step} of {state.max_steps} after saving a checkpoint; "
-                     f"resume: wenxin train --param_path {task} --set trainer.resume=auto")
+                     f"resume: wenxin train --param_path {resume_task} --set trainer.resume=auto")
     else:
         lines.append(f"done: step {state.global_step} of {state.max_steps}")
     if result is None:
