@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import json
+import logging
 import os
 import random
 import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -319,3 +321,20 @@ def answer_across_sigterm(proc: subprocess.Popen, port: int) -> bytes:
                 break
             answer += chunk
     return answer
+
+
+@contextlib.contextmanager
+def wenxin_log(level: int = logging.INFO) -> Iterator[List[str]]:
+    """The messages the ``wenxin`` logger emits inside the block. (pytest's caplog listens on the
+    root logger, which ``setup_logging`` stops ``wenxin``'s records from reaching.)"""
+    logger, messages = logging.getLogger("wenxin"), []
+    handler = logging.Handler(level)
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)

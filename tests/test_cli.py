@@ -10,6 +10,7 @@ import sys
 from conftest import REPO, run_script, task_config, write_config
 from wenxin import __version__
 from wenxin.cli import main
+from wenxin.common.logs import LOG_LEVEL_ENV
 
 
 def test_version_and_help_name_each_script(tmp_path):
@@ -34,6 +35,12 @@ def test_exit_codes_tell_config_data_and_checkpoint_errors_apart(tmp_path, data_
     config["dataset_reader"]["train_reader"]["config"]["data_path"] = str(bad)
     assert main(["train", "--param_path", write_config(str(tmp_path / "data.json"), config)]) == 3
     assert f"{bad}:2: expected 2 columns" in capsys.readouterr().err
+    config["dataset_reader"]["train_reader"]["config"]["data_path"] = str(tmp_path / "no_such.tsv")
+    assert main(["train", "--param_path", write_config(str(tmp_path / "missing.json"), config)]) == 3  # as README says
+    assert "data file not found" in capsys.readouterr().err
+    config["trainer"]["epoch"] = "x"  # with a task-file problem beside it: a task-file error
+    assert main(["train", "--param_path", write_config(str(tmp_path / "both.json"), config)]) == 2
+    capsys.readouterr()
 
     corrupt = tmp_path / "weights.pdparams"
     corrupt.write_bytes(b"not a pickle")
@@ -138,6 +145,7 @@ def test_predict_takes_text_stdin_or_a_file(tmp_path, data_dir, capsys, monkeypa
     texts = ["好棒赞的书", "差烂坏"]
     expected = [f"{t}\t{r['label']}\t{r['probability']:.6f}"
                 for t, r in zip(texts, Predictor(os.path.join(best, "inference")).predict([[t] for t in texts]))]
+    capsys.readouterr()  # what the Predictor made here logged
     assert main(["predict", "--model_dir", best, "--text", texts[0], "--text", texts[1]]) == 0
     assert capsys.readouterr().out.splitlines() == expected
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(texts) + "\n"))
@@ -213,3 +221,17 @@ def test_an_unknown_task_and_a_key_typo_are_named_before_paddle_loads(tmp_path, 
     assert "task: cannot find task package 'text_clasification' (did you mean 'text_classification'?)" in proc.stderr
     assert ("trainer.train_log_stpe: unknown key (did you mean 'train_log_step'?); trainer has "
             in proc.stderr) and "eval_step, " not in proc.stderr  # not every allowed key on one line
+
+
+def test_log_level_from_the_option_or_the_environment(tmp_path, data_dir):
+    config = task_config(data_dir, str(tmp_path / "out"))
+    config["trainer"]["epoch"] = 0  # refused before Paddle loads: quick
+    path = write_config(str(tmp_path / "config.json"), config)
+    env = {**os.environ, "PYTHONPATH": REPO, "GLOG_minloglevel": "2"}
+    quiet = subprocess.run([sys.executable, "-m", "wenxin", "--log-level", "error", "evaluate", "--param_path", path,
+                            "--checkpoint", str(tmp_path)], capture_output=True, text=True, timeout=120, env=env)
+    assert quiet.returncode == 2 and quiet.stdout == "" and quiet.stderr.startswith("error: trainer.epoch")
+    env[LOG_LEVEL_ENV] = "WARNING"
+    proc = subprocess.run([sys.executable, "-m", "wenxin", "examples", str(tmp_path / "copy")], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and all(line.startswith(str(tmp_path / "copy")) for line in proc.stdout.splitlines())

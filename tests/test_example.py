@@ -75,7 +75,8 @@ def test_main_example_reaches_target_accuracy(tmp_path):
                           timeout=300, env={**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": REPO})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [line.split("\t")[:2] for line in proc.stdout.splitlines()] == [["质量很好，非常喜欢", "1"], ["太差了，不推荐", "0"]]
-    # disk: only the newest periodic checkpoint keeps the optimizer state a resume needs
+    # disk: the newest periodic checkpoint keeps the optimizer state a resume needs, and the one
+    # before it as the fallback of a damaged newest one
     with_optimizer = sorted(name for name in os.listdir(os.path.join(out, "checkpoints"))
                             if os.path.isfile(os.path.join(out, "checkpoints", name, "optimizer.safetensors")))
-    assert with_optimizer == ["step_436"]
+    assert with_optimizer == ["step_218", "step_436"]

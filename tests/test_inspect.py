@@ -29,7 +29,9 @@ def test_inspect_reports_what_the_test_counts(tmp_path):
         reader["fields"][0]["max_seq_len"] = 8  # some reviews are longer: truncated
     config["model"].update(embedding={"emb_dim": 12}, hidden_size=10)
     task = write_config(str(tmp_path / "task.json"), config)
-    report = json.loads(inspect(task, "--json", "--samples", "2").stdout.splitlines()[-1])
+    proc = inspect(task, "--json", "--samples", "2")
+    report = json.loads(proc.stdout)  # stdout is the report alone (| jq works); the logs went to stderr
+    assert "loading Paddle" in proc.stderr and "loading Paddle" not in proc.stdout
 
     vocab = {c for text, _ in rows["train"] for c in text}
     by_name = {r["reader"]: r for r in report["readers"]}

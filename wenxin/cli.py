@@ -13,6 +13,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from wenxin.common.constants import INFERENCE_BACKENDS, ONEDNN_SETTINGS
 from wenxin.common.errors import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, ConfigError, DataError, \
     WenxinError, exit_status, format_error
+from wenxin.common.logs import LOG_LEVEL_ENV, LOG_LEVELS, configured_level, set_console_stream
 from wenxin.common.process import Terminated, end_on_sigterm, load_paddle, quiet_paddle, watch_thread_failures
 
 
@@ -53,6 +54,9 @@ def _port(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wenxin", description="wenxin task framework", epilog=EXIT_CODES_HELP)
     parser.add_argument("--version", action="version", version=version_line())
+    parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper, default=None,
+                        help=f"log records from this level on (default: ${LOG_LEVEL_ENV}, else INFO); logs go to "
+                             f"stderr, except train's and serve's, whose stdout is their log")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_task_args(sub.add_parser("train", help="train (and evaluate) a task"))
     evaluator = sub.add_parser("evaluate", help="score a checkpoint on the task file's dev and test data")
@@ -139,6 +143,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed command with wenxin's signal and thread-failure handling; returns the exit status."""
     quiet_paddle()
+    if getattr(args, "log_level", None):
+        os.environ[LOG_LEVEL_ENV] = args.log_level  # child processes (sweep trials, workers) too
+    stream = set_console_stream("stdout" if args.command in LOGS_ON_STDOUT else "stderr")
+    logging.getLogger("wenxin").setLevel(configured_level())
     saved = (threading.excepthook, signal.getsignal(signal.SIGTERM), logging.raiseExceptions)
     watch_thread_failures()
     end_on_sigterm()
@@ -146,6 +154,7 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     finally:  # called in-process (tests, notebooks): leave the process as it was
+        set_console_stream(stream)
         threading.excepthook, logging.raiseExceptions = saved[0], saved[2]
         if threading.current_thread() is threading.main_thread() and saved[1] is not None:
             signal.signal(signal.SIGTERM, saved[1])
@@ -316,6 +325,9 @@ def _examples(args: argparse.Namespace) -> int:
           f"wenxin train --param_path examples/text_classification_bow.json", file=sys.stderr)
     return EXIT_OK
 
+
+# commands whose stdout is their log; every other command's stdout carries only its result
+LOGS_ON_STDOUT = ("train", "serve")
 
 # command -> (handler, whether it needs Paddle, whether it reads a task file first)
 COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], bool, bool]] = {

@@ -69,15 +69,19 @@ class Problems:
     def __init__(self) -> None:
         self.messages: List[str] = []
         self._keys: set = set()
+        self._kinds: set = set()  # the error classes of the problems recorded
 
-    def add(self, message: str, key: Optional[str] = None) -> None:
-        """Record ``message``; with ``key`` (a key path), only the first problem of that key is kept."""
+    def add(self, message: str, key: Optional[str] = None, kind: Optional[type] = None) -> None:
+        """Record ``message``; with ``key`` (a key path), only the first problem of that key is kept.
+        ``kind``: the error class the problem alone would raise (``DataError`` for a missing data
+        file, so the exit status says so when it is the only kind of problem)."""
         if key is not None:
             if key in self._keys:
                 return
             self._keys.add(key)
         if message not in self.messages:
             self.messages.append(message)
+            self._kinds.add(kind)
 
     def __bool__(self) -> bool:
         return bool(self.messages)
@@ -91,10 +95,17 @@ class Problems:
             yield
         except WenxinError as e:
             for message in e.problems:
-                self.add(message)
+                self.add(message, kind=type(e))
 
     def raise_if_any(self, error_type: type = ConfigError) -> None:
+        """Raise every problem as one error: of their own class when they share one more specific
+        than ``error_type`` (all data problems: ``DataError``), else ``error_type``."""
         if self.messages:
+            kinds = self._kinds - {None, error_type}
+            if len(kinds) == 1 and None not in self._kinds and error_type not in self._kinds:
+                kind = next(iter(kinds))
+                if issubclass(kind, WenxinError) and not issubclass(error_type, kind):
+                    raise kind(problems=self.messages)
             raise error_type(problems=self.messages)
 
 

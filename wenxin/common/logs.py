@@ -7,18 +7,36 @@ import os
 import sys
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_LEVEL_ENV = "WENXIN_LOG_LEVEL"  # DEBUG, INFO (the default), WARNING or ERROR; also --log-level
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_console = {"stream": "stdout"}  # where console records go: stdout, or stderr for commands whose stdout is a result
+
+
+def set_console_stream(stream: str) -> str:
+    """Send console records to ``stream`` (``stdout`` or ``stderr``: a command whose stdout
+    carries its result, ``wenxin predict``, ``inspect --json``, ``evaluate``, ...); returns the
+    previous one."""
+    previous, _console["stream"] = _console["stream"], stream
+    return previous
+
+
+def configured_level() -> int:
+    """The level ``WENXIN_LOG_LEVEL`` names (INFO when unset); an unknown name is INFO."""
+    name = os.environ.get(LOG_LEVEL_ENV, "").strip().upper()
+    return getattr(logging, name) if name in LOG_LEVELS else logging.INFO
 
 
 class _CurrentStdoutHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stdout`` is at the time of each record (it may be replaced after
-    logging is set up: notebooks, test capture, redirection)."""
+    """Writes to whatever ``sys.stdout`` (or, after ``log_to_stderr``, ``sys.stderr``) is at the
+    time of each record (it may be replaced after logging is set up: notebooks, test capture,
+    redirection)."""
 
     def __init__(self) -> None:
         super().__init__(sys.stdout)
 
     @property  # type: ignore[override]
     def stream(self):  # noqa: ANN201
-        return sys.stdout
+        return sys.stderr if _console["stream"] == "stderr" else sys.stdout
 
     @stream.setter
     def stream(self, value) -> None:  # noqa: ANN001
@@ -31,10 +49,11 @@ class _CurrentStdoutHandler(logging.StreamHandler):
         super().emit(record)
 
 
-def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> None:
-    """Console logging for the ``wenxin`` logger, plus a file when ``log_file`` is given."""
+def setup_logging(log_file: str | None = None, level: int | None = None) -> None:
+    """Console logging for the ``wenxin`` logger, plus a file when ``log_file`` is given; the
+    level is ``level``, else ``WENXIN_LOG_LEVEL``'s, else INFO."""
     root = logging.getLogger("wenxin")
-    root.setLevel(level)
+    root.setLevel(level if level is not None else configured_level())
     root.propagate = False
     formatter = logging.Formatter(LOG_FORMAT)
     if not any(getattr(h, "_wenxin_console", False) for h in root.handlers):

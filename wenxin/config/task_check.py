@@ -13,7 +13,7 @@ import sys
 import traceback
 from typing import Any, Dict, Optional
 
-from wenxin.common.errors import ConfigError, Problems
+from wenxin.common.errors import ConfigError, DataError, Problems
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import validate, validate_value
 from wenxin.config.task_schema import MODEL_BASE
@@ -145,7 +145,7 @@ def _check_readers(dataset: Dict[str, Any], trainer: Dict[str, Any], problems: P
         rc = reader.get("config", {})
         data_path = rc.get("data_path")
         if data_path and not os.path.exists(data_path):
-            problems.add(f"{path}.config.data_path: data file not found: {data_path}")
+            problems.add(f"{path}.config.data_path: data file not found: {data_path}", kind=DataError)
         batch = max(rc.get("batch_size", 1), trainer.get("eval_batch_size", 0) if name != "train_reader" else 0)
         for i, field in enumerate(reader.get("fields", [])):
             vocab = field.get("vocab_path")
