@@ -3,6 +3,7 @@ trials' own logs, and the same table after the sweep is SIGKILLed and started ag
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -109,6 +110,9 @@ def test_a_grid_sweep_and_its_resume_after_a_kill_give_the_same_table(tmp_path, 
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     assert "sweep: 4 trials done, 0 failed" in out
+    trial_log = tmp_path / "straight" / "trial_000" / "sweep_trial.log"
+    assert "trial 0 started: " in err and f"; its log: {trial_log}" in err  # logs on stderr, the result on stdout
+    assert re.search(r"trial \d: step \d+, dev \w+ [0-9.]+", err)  # progress while trials train
     straight = check_table(str(tmp_path / "straight"))
     log = open(tmp_path / "straight" / "trial_000" / "sweep_trial.log", encoding="utf-8").read()
     assert "CPU kernels: 1 thread" in log  # 2 cores shared by 2 trials
@@ -363,3 +367,24 @@ def test_sweep_files_with_bad_folds_are_one_error(tmp_path):
         with pytest.raises(ConfigError, match=message):
             SweepSpec("sweep.yaml", {**spec, "parameters": parameters}, base)
     assert SweepSpec("sweep.yaml", {"folds": 3, "parameters": parameters}, base).prune is False
+
+
+def test_trial_progress_tells_dev_evaluations_and_training_steps(tmp_path):
+    from wenxin.sweep import TrialProgress
+    folder = tmp_path / "trial_000"
+    (folder / "logs").mkdir(parents=True)
+    metrics = folder / "logs" / "metrics.jsonl"
+    progress = TrialProgress(interval=0.0)
+    assert progress.lines("trial 0", str(folder), "acc") == []  # nothing logged yet
+    metrics.write_text(json.dumps({"tag": "train", "step": 5, "loss": 0.7}) + "\n"
+                       + json.dumps({"tag": "dev", "step": 5, "acc": 0.75}) + "\n" + '{"tag": "tra', encoding="utf-8")
+    assert progress.lines("trial 0", str(folder), "acc") == ["trial 0: step 5, dev acc 0.75", "trial 0: step 5, loss 0.7"]
+    with open(metrics, "a", encoding="utf-8") as f:  # the cut line completes; each record is told once
+        f.write('in", "step": 10, "loss": 0.5}\n')
+    assert progress.lines("trial 0", str(folder), "acc") == ["trial 0: step 10, loss 0.5"]
+    assert progress.lines("trial 0", str(folder), "acc") == []
+    quiet = TrialProgress(interval=3600.0)  # training steps at most once an interval; dev results always
+    assert quiet.lines("trial 1", str(folder), "acc") == ["trial 1: step 5, dev acc 0.75", "trial 1: step 10, loss 0.5"]
+    with open(metrics, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"tag": "train", "step": 15, "loss": 0.4}) + "\n" + json.dumps({"tag": "dev", "step": 15, "acc": 0.8}) + "\n")
+    assert quiet.lines("trial 1", str(folder), "acc") == ["trial 1: step 15, dev acc 0.8"]

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import ctypes
 import importlib.util
 import itertools
 import json
@@ -62,6 +61,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.files import write_text_atomically
+from wenxin.common.process import parent_death_signal
 from wenxin.config.document import read_document
 from wenxin.controller.hooks.sweep_report import REPORTS_ENV, decision_path
 from wenxin.folds import FoldData, split_folds
@@ -69,7 +69,6 @@ from wenxin.folds import FoldData, split_folds
 logger = logging.getLogger("wenxin")
 
 STATE_FILE = "sweep.json"
-PR_SET_PDEATHSIG = 1
 SPEC_KEYS = {"method", "trials", "parallel", "seed", "metric", "mode", "output", "parameters", "prune", "folds"}
 FINISHED = ("done", "failed", "pruned")
 
@@ -219,6 +218,46 @@ def best_dev(folder: str, metric: str, mode: str) -> Tuple[Optional[float], Opti
     return best
 
 
+class TrialProgress:
+    """What a running trial has logged so far (its ``metrics.jsonl``), told as it comes: every
+    dev evaluation, and its newest training step every ``interval`` seconds, so a sweep is never
+    silent while a trial trains. Only what is printed depends on the clock."""
+
+    def __init__(self, interval: float = 15.0) -> None:
+        self.interval = interval
+        self._offsets: Dict[str, int] = {}
+        self._told: Dict[str, float] = {}
+
+    def lines(self, name: str, folder: str, metric: str) -> List[str]:
+        path = os.path.join(folder, "logs", "metrics.jsonl")
+        try:
+            with open(path, "rb") as f:
+                f.seek(self._offsets.get(folder, 0))
+                data = f.read()
+        except OSError:
+            return []
+        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits for the next look
+        self._offsets[folder] = self._offsets.get(folder, 0) + len(complete)
+        told, newest_train = [], None
+        for line in complete.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("tag") == "dev" and isinstance(record.get(metric), (int, float)):
+                told.append(f"{name}: step {record.get('step')}, dev {metric} {record[metric]:.6g}")
+            elif record.get("tag") == "train":
+                newest_train = record
+        now = time.monotonic()
+        if newest_train is not None and now - self._told.get(folder, float("-inf")) >= self.interval:
+            loss = newest_train.get("loss")
+            told.append(f"{name}: step {newest_train.get('step')}"
+                        + (f", loss {loss:.6g}" if isinstance(loss, (int, float)) else ""))
+        if told:
+            self._told[folder] = now
+        return told
+
+
 class Sweep:
     """Runs the trials of a sweep (see the module docstring)."""
 
@@ -317,7 +356,10 @@ class Sweep:
                  f"trainer.cpu_threads={self.threads}", "trainer.progress_bar=\"off\"",
                  f"trainer.metric={json.dumps(self.spec.metric)}", f"trainer.metric_mode={json.dumps(self.spec.mode)}"]
                 for a in ("--set", o)]
-        log = open(os.path.join(folder, "sweep_trial.log"), "ab")
+        log_path = os.path.join(folder, "sweep_trial.log")
+        logger.info("%s started: %s; its log: %s", self._name(trial, fold),
+                    " ".join(overrides_of(trial["values"])) or "the task's own values", log_path)
+        log = open(log_path, "ab")
         env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "CPU_NUM": "1"}
         env.pop(REPORTS_ENV, None)
         if self.study is not None and self.spec.prune:
@@ -342,8 +384,7 @@ class Sweep:
             record["error"] = _last_error(os.path.join(folder, "sweep_trial.log"))
         elif trial["trial"] in self._pruning:
             record["status"] = "pruned"
-        what = f"trial {trial['trial']}" + ("" if fold is None else f" fold {fold}")
-        logger.info("%s %s: %s, dev %s %s at step %s (%.0f s)", what, record["status"],
+        logger.info("%s %s: %s, dev %s %s at step %s (%.0f s)", self._name(trial, fold), record["status"],
                     " ".join(overrides_of(trial["values"])), self.spec.metric,
                     "none" if value is None else f"{value:.6g}", step, seconds)
         if fold is not None:
@@ -352,6 +393,10 @@ class Sweep:
             self._summarize_folds(trial)
         if self.study is not None:
             self._tell(trial)
+
+    @staticmethod
+    def _name(trial: Dict[str, Any], fold: Optional[int]) -> str:
+        return f"trial {trial['trial']}" + ("" if fold is None else f" fold {fold}")
 
     def _summarize_folds(self, trial: Dict[str, Any]) -> None:
         """A cross-validated trial's result: the mean and standard deviation of its folds' metrics."""
@@ -388,6 +433,7 @@ class Sweep:
         if done:
             logger.info("sweep: %d of %d trials finished before; running the other %d", done, total, total - done)
         running: Dict[Tuple[int, Optional[int]], Tuple[subprocess.Popen, float, Dict[str, Any]]] = {}
+        progress = TrialProgress()
         try:
             while waiting or running or len(self.trials) < total:
                 while len(running) < self.spec.parallel and (waiting or len(self.trials) < total):
@@ -404,6 +450,8 @@ class Sweep:
                 for (_, fold), (proc, started, trial) in list(running.items()):
                     if self.study is not None and self.spec.prune:
                         self._answer_reports(trial)
+                    for line in progress.lines(self._name(trial, fold), self.folder(trial, fold), self.spec.metric):
+                        logger.info("%s", line)
                     if proc.poll() is not None:
                         del running[(trial["trial"], fold)]
                         self._finish(trial, fold, proc.returncode, time.time() - started)
@@ -537,8 +585,7 @@ class Sweep:
 
 def _die_with_parent() -> None:
     """A trial gets SIGTERM (it saves a checkpoint and stops) when the sweep dies, even by SIGKILL."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    parent_death_signal(signal.SIGTERM)
 
 
 def _last_error(log_path: str) -> str:

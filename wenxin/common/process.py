@@ -102,19 +102,26 @@ def last_thread_failure() -> Optional[str]:
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
+def parent_death_signal(sig: int = signal.SIGTERM) -> bool:
+    """Ask Linux to send ``sig`` to this process when its parent ends, however it ends
+    (``prctl(PR_SET_PDEATHSIG)``); False where that is not available. Safe in a ``preexec_fn``."""
+    import ctypes
+    import sys
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
     """Have this process receive ``sig`` when ``parent_pid`` (the process that started it) ends,
     however it ends (a SIGKILLed supervisor must not leave its workers serving as orphans).
 
-    Linux delivers it through ``prctl(PR_SET_PDEATHSIG)``; elsewhere a daemon thread watches
-    the parent's pid change. A parent already gone gets ``sig`` sent at once."""
-    import ctypes
-    import sys
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    else:
+    Linux delivers it through ``parent_death_signal``; elsewhere a daemon thread watches the
+    parent's pid change. A parent already gone gets ``sig`` sent at once."""
+    if not parent_death_signal(sig):
         def watch() -> None:
             while os.getppid() == parent_pid:
                 threading.Event().wait(0.5)
