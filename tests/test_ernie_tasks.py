@@ -329,3 +329,34 @@ def test_the_ernie3_example_runs_as_the_readme_says(tmp_path):
     done = run_script(tmp_path, ["--param_path", write_config(str(tmp_path / "infer.json"), infer)], "run_infer.py")
     assert done.returncode == 0, done.stderr[-3000:]
     assert len((tmp_path / "output" / "predictions.txt").read_text("utf-8").splitlines()) == 60
+
+
+@pytest.mark.parametrize("layout", ["paddlenlp", "erniekit"])
+def test_one_pretrained_key_fills_the_encoder_weights_and_vocabularies(tmp_path, ernie_dir, layout):
+    from wenxin.config.loader import load_config
+    config = classification(ernie_dir, tmp_path, "dynamic", layout, max_steps=1)
+    model_dir = str(ernie_dir / layout)
+    config["model"].pop("encoder_config")
+    config["model"]["pretrained"] = model_dir  # the only place the folder is named
+    config["trainer"].pop("pre_train_model")
+    for reader in config["dataset_reader"].values():
+        reader["fields"] = [{k: v for k, v in f.items() if k != "vocab_path"} for f in reader["fields"]]
+    path = write_config(str(tmp_path / "task.json"), config)
+    loaded = load_config(path)
+    assert loaded["model"]["encoder_config"] == model_dir
+    assert [e["params_path"] for e in loaded["trainer"]["pre_train_model"]] == [model_dir]
+    for reader in ("train_reader", "dev_reader"):
+        text, label = loaded["dataset_reader"][reader]["fields"]
+        assert text["vocab_path"] == os.path.join(model_dir, "vocab.txt") and not label["vocab_path"]
+    trainer = build(config, tmp_path)  # the weights load as from the explicit keys
+    reference = build(classification(ernie_dir, tmp_path / "explicit", "dynamic", layout, max_steps=1), tmp_path)
+    for name, value in reference.model_state_dict().items():
+        if name.startswith("ernie."):
+            np.testing.assert_array_equal(np.asarray(trainer.model_state_dict()[name]), np.asarray(value))
+    config["dataset_reader"]["train_reader"]["fields"][0]["vocab_path"] = str(tmp_path / "own_vocab.txt")
+    shutil.copy(os.path.join(model_dir, "vocab.txt"), tmp_path / "own_vocab.txt")
+    explicit = load_config(write_config(str(tmp_path / "explicit.json"), config))  # an explicit key wins
+    assert explicit["dataset_reader"]["train_reader"]["fields"][0]["vocab_path"] == str(tmp_path / "own_vocab.txt")
+    config["model"]["pretrained"] = str(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="model.pretrained: model folder not found"):
+        load_config(write_config(str(tmp_path / "missing.json"), config))

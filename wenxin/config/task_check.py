@@ -41,6 +41,7 @@ def check_settings(config: Dict[str, Any], problems: Problems) -> None:
     dataset = config.get("dataset_reader", {})
     if "dataset_reader" in config and dataset.get("train_reader") is None:
         problems.add("dataset_reader.train_reader: required section is missing", key="dataset_reader.train_reader")
+    _fill_from_pretrained_folder(config, problems)
     if "pre_train_model" in trainer:
         trainer["pre_train_model"] = normalize_pretrained(trainer["pre_train_model"], problems)
     if trainer.get("load_checkpoint") and trainer.get("resume", "none") != "none":
@@ -50,6 +51,37 @@ def check_settings(config: Dict[str, Any], problems: Problems) -> None:
             problems.add(f"trainer.{flag}: set, but dataset_reader.{reader} is not configured")
     _check_readers(dataset, trainer, problems)
     _check_paths(trainer, problems)
+
+
+# the field readers whose vocabulary is the pretrained model's vocab.txt
+PRETRAINED_VOCAB_READERS = ("ErnieTextFieldReader",)
+
+
+def _fill_from_pretrained_folder(config: Dict[str, Any], problems: Problems) -> None:
+    """``model.pretrained: DIR`` (a PaddleNLP or ERNIE-kit model folder) fills, where they are not
+    set: ``model.encoder_config``, ``trainer.pre_train_model`` and the ``vocab_path`` of every
+    ERNIE text field. Keys set explicitly are kept."""
+    model, trainer = config.get("model"), config.get("trainer")
+    folder = model.get("pretrained") if isinstance(model, dict) else None
+    if not folder or not isinstance(folder, str) or not isinstance(trainer, dict):
+        return
+    if not os.path.isdir(folder):
+        problems.add(f"model.pretrained: model folder not found: {folder}")
+        return
+    model.setdefault("encoder_config", folder)
+    if not trainer.get("pre_train_model") and not trainer.get("load_parameters"):
+        trainer["pre_train_model"] = folder
+    vocab = os.path.join(folder, "vocab.txt")
+    for name in READER_NAMES:
+        reader = (config.get("dataset_reader") or {}).get(name)
+        for i, field in enumerate(reader.get("fields", []) if isinstance(reader, dict) else []):
+            kind = (field.get("reader") or {}).get("type") if isinstance(field, dict) else None
+            if kind in PRETRAINED_VOCAB_READERS and not field.get("vocab_path"):
+                if not os.path.isfile(vocab):
+                    problems.add(f"model.pretrained: {folder} has no vocab.txt for dataset_reader.{name}.fields[{i}]; "
+                                 f"set its vocab_path")
+                    continue
+                field["vocab_path"] = vocab
 
 
 def check_task(config: Dict[str, Any], problems: Problems) -> Optional[TaskClasses]:

@@ -14,6 +14,9 @@ from wenxin.models.base_model import BaseModel
 from wenxin.models.ernie import ErnieConfig, ErnieEncoder
 
 ENCODER_KEYS = {
+    "pretrained": Key(str, "", doc="a PaddleNLP or ERNIE-kit model folder: fills encoder_config, "
+                                   "trainer.pre_train_model and the ERNIE text fields' vocab_path where they are "
+                                   "not set"),
     "encoder_config": Key(str, REQUIRED, non_empty=True,
                           doc="the pretrained model's config: its folder, or config.json / model_config.json "
                               "(PaddleNLP) / ernie_config.json (ERNIE-kit)"),
