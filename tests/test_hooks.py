@@ -89,15 +89,32 @@ def test_default_hooks_and_event_order_in_a_run(tmp_path, data_dir):
                       *second_best, "eval:dev_reader", "save:step_3", "after_train"]
 
 
-def test_early_stopping_from_config(tmp_path, data_dir):
-    config = task_config(data_dir, str(tmp_path / "out"), max_steps=40, eval_step=2, is_eval_test=0,
-                         hooks=[{"type": "EarlyStoppingHook", "params": {"patience": 2, "min_delta": 10.0}}])
+@pytest.mark.parametrize("key", ["trainer.early_stopping", "trainer.hooks"])
+def test_early_stopping_from_config(tmp_path, data_dir, key):
+    settings = {"patience": 2, "min_delta": 10.0}
+    where = {"early_stopping": settings} if key == "trainer.early_stopping" else \
+        {"hooks": [{"type": "EarlyStoppingHook", "params": settings}]}
+    config = task_config(data_dir, str(tmp_path / "out"), max_steps=40, eval_step=2, is_eval_test=0, **where)
     trainer = build(config, tmp_path)
     trainer.do_train()
     # first eval sets the best; no later eval improves by 10: stops at the third eval
     assert trainer.state.global_step == 6
     assert "early stopping" in trainer.state.stop_reason
     assert os.path.isdir(os.path.join(str(tmp_path / "out"), "checkpoints", "step_6"))
+
+
+def test_early_stopping_key_errors_name_it(tmp_path, data_dir):
+    from wenxin.common.errors import ConfigError
+    config = task_config(data_dir, str(tmp_path / "a"), max_steps=4, early_stopping={"patience": 0})
+    with pytest.raises(ConfigError, match="trainer.early_stopping.patience: 0 is below the minimum 1"):
+        build(config, tmp_path)
+    config = task_config(data_dir, str(tmp_path / "b"), max_steps=4, early_stopping={"metric": "bleu"})
+    with pytest.raises(ConfigError, match="trainer.early_stopping: EarlyStoppingHook metric 'bleu' is not a dev metric"):
+        build(config, tmp_path).do_train()  # found on one dev batch, before the first step
+    config = task_config(data_dir, str(tmp_path / "c"), max_steps=4, early_stopping={},
+                         hooks=[{"type": "EarlyStoppingHook"}])
+    with pytest.raises(ConfigError, match="trainer.early_stopping: set, and an EarlyStoppingHook in trainer.hooks too"):
+        build(config, tmp_path)
 
 
 def test_nan_guard_skips_bad_updates_and_stops(tmp_path, data_dir):

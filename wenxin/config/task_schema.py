@@ -134,6 +134,13 @@ HOOK: Schema = {
     "params": Key(dict, {}, open_keys=True),
 }
 
+EARLY_STOPPING: Schema = {  # EarlyStoppingHook's params, and trainer.early_stopping
+    "metric": Key((str, type(None)), None, doc="the dev metric watched (null: trainer.metric)"),
+    "mode": Key((str, type(None)), None, choices=["max", "min", None], doc="null: trainer.metric_mode"),
+    "patience": Key(int, 3, minimum=1, doc="dev evaluations without an improvement before the run stops"),
+    "min_delta": Key(float, 0.0, minimum=0.0, doc="the least change that counts as an improvement"),
+}
+
 PRETRAINED: Schema = {
     "name": Key(str, ""),
     "params_path": Key(str),
@@ -212,6 +219,9 @@ TRAINER: Schema = {
     "output_layout": Key(str, "wenxin", choices=["wenxin", "erniekit"],
                          doc="erniekit: checkpoints in save_checkpoints/checkpoints_step_<N> and an inference model "
                              "in save_inference_model/inference_step_<N> at every save (set for ERNIE-kit task files)"),
+    "early_stopping": Key((dict, type(None)), None, children=EARLY_STOPPING,
+                          doc="stop once the dev metric has not improved for patience evaluations (saving a "
+                              "checkpoint; the best one stays the result), e.g. {\"patience\": 3}; null: off"),
     "profile": Key((dict, type(None)), None, children=PROFILE,
                    doc="record training steps with paddle.profiler: a Chrome trace and summary tables in "
                        "output_path/profile, the operator table in the log (see docs/performance.md)"),

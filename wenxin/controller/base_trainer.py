@@ -34,8 +34,8 @@ from wenxin.controller.amp import AmpSettings
 from wenxin.common.process import ignored, last_thread_failure
 from wenxin.controller.env import rng_state, set_rng_state
 from wenxin.controller.graph_mode import eager_mode
-from wenxin.controller.hooks import (DEFAULT_HOOKS, HookBase, HookList, InferenceExportHook, LoadBestModelHook,
-                                     ProfilerHook, ProgressBarHook)
+from wenxin.controller.hooks import (DEFAULT_HOOKS, EarlyStoppingHook, HookBase, HookList, InferenceExportHook,
+                                     LoadBestModelHook, ProfilerHook, ProgressBarHook)
 from wenxin.controller.hooks.sweep_report import REPORTS_ENV, SweepReportHook
 from wenxin.controller.hooks.writers import METRICS_FILE, ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, \
     VisualDLWriter
@@ -211,6 +211,13 @@ class BaseTrainer:
             self.register_hook(LoadBestModelHook())
         if self.trainer_config["profile"]:
             self.register_hook(ProfilerHook(**self.trainer_config["profile"]))
+        if self.trainer_config["early_stopping"] is not None:
+            if any(spec["type"] == "EarlyStoppingHook" for spec in self.trainer_config["hooks"]):
+                raise ConfigError("trainer.early_stopping: set, and an EarlyStoppingHook in trainer.hooks too; "
+                                  "keep one of them")
+            stopper = EarlyStoppingHook(**self.trainer_config["early_stopping"])
+            stopper.where = "trainer.early_stopping"
+            self.register_hook(stopper)
         if os.environ.get(REPORTS_ENV) and self.world_size == 1:  # a trial of an Optuna sweep
             self.register_hook(SweepReportHook(os.environ[REPORTS_ENV], self.trainer_config["metric"]))
         if self.trainer_config["save_inference"] or self.trainer_config["output_layout"] == "erniekit":

@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
-from wenxin.config.schema import Key
+from wenxin.config.task_schema import EARLY_STOPPING
 from wenxin.controller.hooks.base import HookBase, Priority
 
 logger = logging.getLogger("wenxin")
@@ -22,12 +22,8 @@ class EarlyStoppingHook(HookBase):
     """
 
     priority = Priority.ABOVE_NORMAL
-    config_schema = {
-        "metric": Key((str, type(None)), None),
-        "mode": Key((str, type(None)), None, choices=["max", "min", None]),
-        "patience": Key(int, 3, minimum=1),
-        "min_delta": Key(float, 0.0, minimum=0.0),
-    }
+    config_schema = EARLY_STOPPING
+    where = "trainer.hooks"  # the config key it came from, for its errors (or trainer.early_stopping)
 
     def __init__(self, metric: Optional[str] = None, mode: Optional[str] = None, patience: int = 3,
                  min_delta: float = 0.0) -> None:
@@ -40,18 +36,18 @@ class EarlyStoppingHook(HookBase):
         self.metric = self.metric or cfg["metric"]
         self.mode = self.mode or cfg["metric_mode"]
         if not cfg["is_eval_dev"]:
-            raise ConfigError("trainer.hooks: EarlyStoppingHook needs trainer.is_eval_dev = 1")
+            raise ConfigError(f"{self.where}: EarlyStoppingHook needs trainer.is_eval_dev = 1")
 
     def check_metrics(self, reader_name: str, metrics: Dict[str, float]) -> None:
         if reader_name == "dev_reader" and self.metric not in metrics:
-            raise ConfigError(f"trainer.hooks: EarlyStoppingHook metric '{self.metric}' is not a dev "
+            raise ConfigError(f"{self.where}: EarlyStoppingHook metric '{self.metric}' is not a dev "
                               f"metric; available: {', '.join(sorted(metrics))}")
 
     def after_eval(self, reader_name: str, metrics: Dict[str, float]) -> None:
         if reader_name != "dev_reader":
             return
         if self.metric not in metrics:
-            raise ConfigError(f"trainer.hooks: EarlyStoppingHook metric '{self.metric}' is not a dev "
+            raise ConfigError(f"{self.where}: EarlyStoppingHook metric '{self.metric}' is not a dev "
                               f"metric; available: {', '.join(sorted(metrics))}")
         value = float(metrics[self.metric])
         sign = 1.0 if self.mode == "max" else -1.0
