@@ -38,6 +38,18 @@ def service(exported):
     thread.join(timeout=60)
 
 
+@pytest.fixture(scope="module")
+def patient_service(exported):
+    """A service whose header deadline (60 s) cannot pass while a test feeds it headers slowly on a
+    busy machine, so a size limit is what answers."""
+    limits = Limits(max_batch=8, max_body_bytes=4096, read_timeout=60.0, header_timeout=60.0, keep_alive=TIMEOUT)
+    running = Service(exported, port=0, options=ServeOptions(limits=limits))
+    thread = running.start_in_thread()
+    yield running
+    running.stop()
+    thread.join(timeout=60)
+
+
 def exchange(port: int, raw: bytes, wait: float = 10.0) -> bytes:
     """Send raw bytes, then read until the server closes the connection (or ``wait`` passes)."""
     with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
@@ -125,9 +137,10 @@ def test_slow_headers_and_bodies_are_cut_off_and_do_not_block_others(service):
     [b"X-%d: a\r\n" % i for i in range(3000)],                        # many small headers
     [b"X-Big: " + b"a" * 70000 + b"\r\n"],                            # one header, one piece
 ], ids=["growing header", "many headers", "one huge header"])
-def test_headers_over_the_limit_are_refused_however_they_arrive(service, pieces):
+def test_headers_over_the_limit_are_refused_however_they_arrive(patient_service, pieces):
     """16 KiB of request line and headers at most, counted while they arrive (the parser itself
     has no limit)."""
+    service = patient_service
     with socket.create_connection(("127.0.0.1", service.port), timeout=10) as sock:
         sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\n")
         received = b""
@@ -284,3 +297,49 @@ def test_bad_settings_and_a_taken_port_are_one_line_each(exported):
         taken.listen()
         with pytest.raises(ConfigError, match=f"--host/--port: cannot listen on 127.0.0.1:{taken.getsockname()[1]}"):
             Service(exported, port=taken.getsockname()[1])
+
+
+def test_half_sent_connections_are_shed_and_health_stays_answerable(exported):
+    """A client holding more connections than the service takes, each stuck in its headers and
+    reopened when closed, no longer starves the others: the oldest idle connection is shed for a
+    new one, so /health and predictions keep getting 200."""
+    limits = Limits(max_batch=8, read_timeout=30.0, header_timeout=30.0, keep_alive=30.0, max_connections=24,
+                    max_connections_per_client=12)
+    running = Service(exported, port=0, options=ServeOptions(limits=limits))
+    thread = running.start_in_thread()
+    held = []
+    try:
+        def hold() -> socket.socket:
+            sock = socket.create_connection(("127.0.0.1", running.port), timeout=10)
+            sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nX-Slow: ")  # never finished
+            return sock
+
+        for _ in range(48):  # twice the service's connections, from one address
+            held.append(hold())
+        answers = []
+        for round_ in range(10):
+            for i, sock in enumerate(held):  # the attacker reopens what was shed
+                sock.setblocking(False)
+                try:
+                    closed = sock.recv(1) == b""
+                except BlockingIOError:
+                    closed = False
+                except OSError:
+                    closed = True
+                sock.setblocking(True)
+                if closed:
+                    sock.close()
+                    held[i] = hold()
+            conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=10)
+            conn.request("GET", "/health")
+            response = conn.getresponse()
+            answers.append(response.status)
+            response.read()
+            conn.close()
+        assert answers == [200] * 10
+        assert post(running.port, GOOD)[0] == 200
+    finally:
+        for sock in held:
+            sock.close()
+        running.stop()
+        thread.join(timeout=60)

@@ -99,7 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max_body_bytes", type=int, default=1 << 20, help="largest request body")
     server.add_argument("--read_timeout", type=float, default=10.0,
                         help="seconds for a request's headers, and for its body, to arrive")
-    server.add_argument("--max_connections", type=int, default=256, help="above this, new requests get 503")
+    server.add_argument("--max_connections", type=int, default=256,
+                        help="open connections; a new one closes the oldest idle one (keep-alive, or still sending "
+                             "its headers); requests get 503 only when all are being answered (/health never)")
+    server.add_argument("--max_connections_per_client", type=int, default=128,
+                        help="open connections of one client address, shed the same way")
     server.add_argument("--backend", choices=INFERENCE_BACKENDS, default="auto",
                         help="auto: ONNX Runtime when the folder has model.onnx and it is installed")
     server.add_argument("--onednn", choices=ONEDNN_SETTINGS, default="auto", help=ONEDNN_HELP)
@@ -231,7 +235,8 @@ def _serve(args: argparse.Namespace) -> int:
     if note:
         print(note, file=sys.stderr, flush=True)
     limits = Limits(max_batch=args.max_batch, max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout,
-                    header_timeout=args.read_timeout, max_connections=args.max_connections)
+                    header_timeout=args.read_timeout, max_connections=args.max_connections,
+                    max_connections_per_client=args.max_connections_per_client)
     options = ServeOptions(limits=limits, model_batch=args.model_batch, max_wait_ms=args.max_wait_ms,
                            model_threads=args.model_threads, backend=args.backend, onednn=args.onednn)
     from wenxin.common.logs import setup_logging

@@ -22,16 +22,27 @@ What this class adds:
   reports them, and as raw bytes while they are still incomplete.
 
 - **One send per response**: see ``_OneWriteResponses``.
+- **Connections shed, not requests refused.** uvicorn answers every new request with 503 once
+  ``limit_concurrency`` connections are open, however many of them are idle or stuck sending
+  headers (256 half-sent connections, kept open by reconnecting, made 53 of 57 ``/health``
+  probes of another client fail). Here a new connection closes the oldest *idle* one (no
+  request being answered: a keep-alive connection, or one still sending its headers) of its
+  own address once that address holds ``max_per_client`` connections, and of the address
+  holding the most once the service holds one fewer than ``max_total``. A request being
+  answered is never cut, and ``/health`` is answered even when every connection is busy.
 
 It uses ``HttpToolsProtocol``'s ``connection_made``, ``data_received``, ``on_message_begin``,
 ``on_url``, ``on_header``, ``on_headers_complete``, ``on_response_complete``,
-``send_400_response``, ``cycle``, ``loop`` and ``transport``, which uvicorn 0.30 to 0.54 keep.
+``send_400_response``, ``cycle``, ``loop``, ``transport``, ``client``, ``url``, ``connections``
+(the server's set of open protocols) and ``limit_concurrency``, which uvicorn 0.30 to 0.54 keep.
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
-from typing import Any, Optional
+from collections import Counter
+from typing import Any, Iterable, Optional
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -73,18 +84,52 @@ class _OneWriteResponses:
         return getattr(self._transport, name)
 
 
+def request_path(url: bytes) -> bytes:
+    """The path of a request target (``/health?x=1`` -> ``/health``)."""
+    return url.split(b"?", 1)[0]
+
+
 class HeadersTooLarge(Exception):
     """Raised from a parser callback; httptools turns it into a parse error (a 400)."""
 
 
-def hardened_protocol(header_timeout: float, max_header_bytes: int = 16 * 1024) -> type:
-    """An ``HttpToolsProtocol`` subclass (for ``uvicorn.Config(http=...)``) with that deadline
-    and header limit."""
+def hardened_protocol(header_timeout: float, max_header_bytes: int = 16 * 1024, max_per_client: int = 0,
+                      max_total: int = 0) -> type:
+    """An ``HttpToolsProtocol`` subclass (for ``uvicorn.Config(http=...)``) with that deadline,
+    header limit and connection shedding (0: no limit)."""
+    opened = itertools.count()  # the order connections were made in: the oldest is shed first
 
     class HardenedProtocol(HttpToolsProtocol):
         _deadline: Optional[asyncio.TimerHandle] = None
         _header_bytes = 0            # of the request being read
         _reading_headers = True      # its request line and headers are not complete yet
+        _order = 0
+
+        def _idle(self) -> bool:
+            """Not answering a request: open keep-alive, or still sending a request's headers."""
+            return (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing()
+
+        def _host(self) -> Any:
+            return self.client[0] if self.client else None
+
+        def _shed_one(self, candidates: Iterable["HardenedProtocol"]) -> bool:
+            idle = [c for c in candidates if c._idle()]
+            if not idle:
+                return False
+            oldest = min(idle, key=lambda c: c._order)
+            oldest.transport.close()
+            return True
+
+        def _shed(self) -> None:
+            mine = [c for c in self.connections if isinstance(c, HardenedProtocol) and c._host() == self._host()]
+            if max_per_client and len(mine) > max_per_client and not self._shed_one(mine):
+                self.transport.close()  # every other connection of this address is being answered
+                return
+            live = [c for c in self.connections if isinstance(c, HardenedProtocol) and not c.transport.is_closing()]
+            if max_total and len(live) >= max_total:  # keep a free slot: a new request is not refused
+                busiest, _ = Counter(c._host() for c in live).most_common(1)[0]
+                if not self._shed_one(c for c in live if c._host() == busiest and c is not self):
+                    self._shed_one(c for c in live if c is not self)
 
         def _arm(self) -> None:
             if self._deadline is not None:
@@ -110,7 +155,10 @@ def hardened_protocol(header_timeout: float, max_header_bytes: int = 16 * 1024) 
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 except OSError:
                     pass
-            self._arm()
+            self._order = next(opened)
+            self._shed()
+            if not self.transport.is_closing():
+                self._arm()
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
@@ -134,7 +182,14 @@ def hardened_protocol(header_timeout: float, max_header_bytes: int = 16 * 1024) 
 
         def on_headers_complete(self) -> None:
             self._reading_headers = False
-            super().on_headers_complete()
+            if request_path(self.url) != b"/health":
+                super().on_headers_complete()
+                return
+            limit, self.limit_concurrency = self.limit_concurrency, None  # /health is answered even then
+            try:
+                super().on_headers_complete()
+            finally:
+                self.limit_concurrency = limit
 
         def on_response_complete(self) -> None:
             super().on_response_complete()

@@ -52,7 +52,8 @@ class Limits:
     header_timeout: float = 10.0    # seconds for the request line and headers
     max_header_bytes: int = 16 * 1024  # the request line and headers
     keep_alive: float = 5.0         # seconds an idle connection stays open
-    max_connections: int = 256      # above this, new requests get 503
+    max_connections: int = 256      # open connections; a new one sheds the oldest idle one first
+    max_connections_per_client: int = 128  # open connections of one client address (the same shedding)
 
 
 @dataclass
@@ -247,7 +248,8 @@ def check_settings(options: ServeOptions, workers: int = 1) -> None:
     for flag, value, low in (("--workers", workers, 1), ("--model_threads", options.model_threads, 1),
                              ("--model_batch", options.model_batch, 1), ("--max_batch", limits.max_batch, 1),
                              ("--max_body_bytes", limits.max_body_bytes, 16),
-                             ("--max_connections", limits.max_connections, 1), ("--max_wait_ms", options.max_wait_ms, 0),
+                             ("--max_connections", limits.max_connections, 2), ("--max_wait_ms", options.max_wait_ms, 0),
+                             ("--max_connections_per_client", limits.max_connections_per_client, 1),
                              ("--read_timeout", limits.read_timeout, 0.001), ("--read_timeout", limits.header_timeout, 0.001),
                              ("keep_alive", limits.keep_alive, 1), ("max_header_bytes", limits.max_header_bytes, 256)):
         if not value >= low:  # also NaN
@@ -286,7 +288,9 @@ class Service:
             self.pool.close()
             raise
         self.host, self.port = host, self.socket.getsockname()[1]
-        config = uvicorn.Config(self.app, http=hardened_protocol(self.limits.header_timeout, self.limits.max_header_bytes),
+        protocol = hardened_protocol(self.limits.header_timeout, self.limits.max_header_bytes,
+                                     self.limits.max_connections_per_client, self.limits.max_connections)
+        config = uvicorn.Config(self.app, http=protocol,
                                 lifespan="off", access_log=False, log_config=None, server_header=False,
                                 date_header=False, timeout_keep_alive=max(int(self.limits.keep_alive), 1),
                                 limit_concurrency=self.limits.max_connections, backlog=2048,
