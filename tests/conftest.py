@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -144,13 +145,16 @@ def build(config: Dict[str, Any], tmp_path, overrides: Optional[List[str]] = Non
     return build_trainer(load_config(path, overrides or []))
 
 
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING) [\w.]+: ")  # logs.LOG_FORMAT
+
+
 def assert_one_error_block(code: int, out: str, err: str, expected: Any = (), started: bool = False) -> List[str]:
     """A command that refused its input: exit 2, 3 or 4 (a task-file, data or checkpoint problem),
     stderr is exactly one ``error:`` block (one line, or a header and indented problem lines)
     holding every ``expected`` text, no traceback, and (unless ``started``: a problem only a
     running loop can meet) no training started. Returns the block's lines."""
     assert code in (2, 3, 4), (code, out[-2000:], err[-2000:])
-    lines = err.strip().splitlines()
+    lines = [line for line in err.strip().splitlines() if not LOG_LINE.match(line)]  # the log goes to stderr too
     assert lines and lines[0].startswith("error: "), err[-3000:]
     assert all(line.startswith("  ") for line in lines[1:]), err[-3000:]
     assert "Traceback" not in err and "Traceback" not in out

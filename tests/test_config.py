@@ -157,7 +157,8 @@ def test_overrides_parse_json_values_and_list_indices(tmp_path, data_dir):
 def test_missing_data_file_names_file_and_key(tmp_path, data_dir):
     config = task_config(data_dir, str(tmp_path / "out"))
     config["dataset_reader"]["dev_reader"]["config"]["data_path"] = str(tmp_path / "nope.tsv")
-    with pytest.raises(ConfigError) as info:  # found by the config check, before any data is read
+    from wenxin.common.errors import DataError
+    with pytest.raises(DataError) as info:  # found by the config check, before any data is read; exit 3
         build(config, tmp_path)
     assert str(info.value) == f"dataset_reader.dev_reader.config.data_path: data file not found: {tmp_path / 'nope.tsv'}"
 
