@@ -10,19 +10,25 @@ MAPPED = {"wenxin.tasks": "tasks", "wenxin.examples": "examples"}
 
 
 def mapped_packages() -> dict:
-    """Each package under a mapped folder -> its folder (relative, as setuptools wants)."""
+    """Each package under a mapped folder -> its folder (relative, as setuptools wants). A task's
+    ``examples/`` folder (task files, no Python) is listed as a data package of its own, so
+    setuptools neither skips it nor warns that it would."""
     packages = {}
     for package, folder in MAPPED.items():
         packages[package] = folder
         for sub in find_packages(os.path.join(HERE, folder)):
             packages[f"{package}.{sub}"] = os.path.join(folder, *sub.split("."))
+    for task in sorted(os.listdir(os.path.join(HERE, "tasks"))):
+        if os.path.isdir(os.path.join(HERE, "tasks", task, "examples")):
+            packages[f"wenxin.tasks.{task}.examples"] = os.path.join("tasks", task, "examples")
     return packages
 
 
 MAPPED_PACKAGES = mapped_packages()
+EXAMPLE_PACKAGES = [p for p in MAPPED_PACKAGES if p.endswith(".examples") and p.startswith("wenxin.tasks.")]
 
 setup(
     packages=find_packages(include=["wenxin", "wenxin.*"]) + list(MAPPED_PACKAGES),
     package_dir=MAPPED_PACKAGES,
-    package_data={"wenxin.tasks": ["*/examples/*.json"], "wenxin.examples": ["*.json", "*.py", "*.yaml"]},
+    package_data={**{p: ["*.json"] for p in EXAMPLE_PACKAGES}, "wenxin.examples": ["*.json", "*.py", "*.yaml"]},
 )

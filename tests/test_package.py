@@ -144,7 +144,10 @@ def _run(args, cwd, env):
 def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
     dist = tmp_path / "dist"
     # the sdist first, then the wheel built from it: the sdist holds everything the wheel needs
-    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), REPO], tmp_path, dict(os.environ))
+    built = _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), REPO], tmp_path,
+                 dict(os.environ))
+    assert "Package would be ignored" not in built.stdout + built.stderr  # setuptools' warning blocks
+    assert "********" not in built.stdout + built.stderr
     wheel = glob.glob(str(dist / "wenxin-*.whl"))[0]
     assert glob.glob(str(dist / "wenxin-*.tar.gz"))
     venv = tmp_path / "venv"
