@@ -50,14 +50,19 @@ def test_exit_codes_tell_config_data_and_checkpoint_errors_apart(tmp_path, data_
     assert os.path.isdir(REPO)
 
 
-def test_task_file_errors_come_before_paddle_loads(tmp_path, data_dir):
-    config = task_config(data_dir, str(tmp_path / "out"))
-    config["trainer"]["epoch"] = 0
+def _train_reporting_paddle(tmp_path, config) -> subprocess.CompletedProcess:
+    """``wenxin train`` on ``config`` in a fresh interpreter that prints whether Paddle was loaded."""
     path = write_config(str(tmp_path / "config.json"), config)
     code = ("import sys; from wenxin.cli import main; status = main(['train', '--param_path', sys.argv[1]]); "
             "print('paddle loaded:', 'paddle' in sys.modules); sys.exit(status)")
-    proc = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, cwd=str(tmp_path),
+    return subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, cwd=str(tmp_path),
                           timeout=120, env={**os.environ, "PYTHONPATH": REPO})
+
+
+def test_task_file_errors_come_before_paddle_loads(tmp_path, data_dir):
+    config = task_config(data_dir, str(tmp_path / "out"))
+    config["trainer"]["epoch"] = 0
+    proc = _train_reporting_paddle(tmp_path, config)
     assert proc.returncode == 2 and proc.stdout.strip() == "paddle loaded: False", proc
     assert proc.stderr.strip() == "error: trainer.epoch: 0 is below the minimum 1"
 
@@ -212,11 +217,7 @@ def test_an_unknown_task_and_a_key_typo_are_named_before_paddle_loads(tmp_path, 
     config = task_config(data_dir, str(tmp_path / "out"))
     config["task"] = "text_clasification"
     config["trainer"]["train_log_stpe"] = 3
-    path = write_config(str(tmp_path / "config.json"), config)
-    code = ("import sys; from wenxin.cli import main; status = main(['train', '--param_path', sys.argv[1]]); "
-            "print('paddle loaded:', 'paddle' in sys.modules); sys.exit(status)")
-    proc = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, cwd=str(tmp_path),
-                          timeout=120, env={**os.environ, "PYTHONPATH": REPO})
+    proc = _train_reporting_paddle(tmp_path, config)
     assert proc.returncode == 2 and proc.stdout.strip() == "paddle loaded: False", proc
     assert "task: cannot find task package 'text_clasification' (did you mean 'text_classification'?)" in proc.stderr
     assert ("trainer.train_log_stpe: unknown key (did you mean 'train_log_step'?); trainer has "

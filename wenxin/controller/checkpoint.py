@@ -116,7 +116,8 @@ def _dropped_optimizer_state(rel: str, files: Mapping[str, Any]) -> bool:
 def verify(folder: str) -> None:
     """Check every file against the manifest, which must list every file a load reads; the first
     damaged, missing or unlisted one is named. A folder verified before in this process, whose
-    manifest is unchanged, is not hashed again. ``inference/`` is sealed by its own manifest."""
+    files (names, sizes, mtimes) are unchanged, is not hashed again. ``inference/`` is sealed by
+    its own manifest."""
     def check() -> None:
         if os.path.isdir(folder):
             read_manifest(folder)  # an older wenxin's checkpoint is named as such
