@@ -72,3 +72,24 @@ def test_a_run_started_ignoring_sigint_keeps_ignoring_it(tmp_path, data_dir, big
             proc.kill()
     assert proc.returncode == 0, err[-2000:]
     assert "received SIGINT" not in out + err and "done: step 400 of 400" in out
+
+
+def test_a_signal_held_while_paddle_loads_survives_a_handler_installed_meanwhile(tmp_path):
+    """``import paddle`` installs C signal handlers part way through; a SIGTERM arriving after
+    that must still end the command with wenxin's own error, not Paddle's handler (or the default
+    action a library leaves). Stood in for by a block that sets SIGTERM to its default action and
+    then receives it."""
+    code = ("import os, signal, sys\n"
+            "from wenxin.common.process import Terminated, deferred_signals\n"
+            "try:\n"
+            "    with deferred_signals():\n"
+            "        signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+            "        os.kill(os.getpid(), signal.SIGTERM)\n"
+            "        print('still running', flush=True)\n"
+            "except Terminated:\n"
+            "    print('terminated after the block', flush=True)\n"
+            "    sys.exit(143)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": REPO})
+    assert proc.returncode == 143 and proc.stdout.split() == ["still", "running", "terminated", "after", "the", "block"], \
+        proc

@@ -26,16 +26,27 @@ class Terminated(BaseException):
 @contextlib.contextmanager
 def deferred_signals() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM until the block ends, then act on them. ``import paddle`` turns
-    an interrupt in the middle of it into an ``ImportError`` with its own message."""
+    an interrupt in the middle of it into an ``ImportError`` with its own message, and installs
+    C handlers of its own part way through (a SIGTERM that met one ended the process with
+    Paddle's banner), so the signals are blocked, not only caught, while the block runs: they
+    stay pending, and are taken (``sigtimedwait``) when it ends, whatever handlers the block
+    installed."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: List[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM) if not ignored(sig)}
+    held = {sig for sig in (signal.SIGINT, signal.SIGTERM) if not ignored(sig)}
+    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in held}
+    blocking = hasattr(signal, "pthread_sigmask")
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, held) if blocking else None
     try:
         yield
     finally:
+        if blocking:  # take the signals that arrived while blocked, before unblocking
+            for sig in signal.sigpending() & held:
+                signal.sigtimedwait([sig], 0)
+                received.append(sig)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if signal.SIGINT in received:
