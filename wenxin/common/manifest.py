@@ -32,6 +32,11 @@ def files_of(folder: str) -> List[str]:
     return sorted(found)
 
 
+def outside(rel: str) -> bool:
+    """Whether a relative path recorded in a folder's own files points outside the folder."""
+    return os.path.isabs(rel) or ".." in rel.replace("\\", "/").split("/")
+
+
 def manifest_entries(folder: str, rels: Collection[str]) -> Dict[str, Dict[str, Any]]:
     return {rel: {"bytes": os.path.getsize(os.path.join(folder, rel)), "sha256": file_sha256(os.path.join(folder, rel))}
             for rel in sorted(rels)}
@@ -80,7 +85,7 @@ def verify_folder(folder: str, what: str, error: ErrorType, required: Collection
     if omitted:
         raise error(f"{what} manifest does not list {omitted[0]}, which is always read: {manifest}")
     for rel in files:
-        if os.path.isabs(rel) or ".." in rel.replace("\\", "/").split("/"):
+        if outside(rel):
             raise error(f"{what} manifest names a file outside the {what}: {rel} ({folder})")
     for rel in files_of(folder):
         hidden = any(part.startswith(".") for part in rel.split("/"))

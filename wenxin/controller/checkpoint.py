@@ -95,10 +95,16 @@ def write_manifest(folder: str) -> None:
     manifest.write_manifest(folder, FORMAT)
 
 
-def read_manifest(folder: str) -> Dict[str, Dict[str, Any]]:
-    if not os.path.isfile(os.path.join(folder, MANIFEST_FILE)) and os.path.isfile(os.path.join(folder, "extra.pdstate")):
+def _refuse_older_format(folder: str) -> None:
+    """An older wenxin's checkpoint (pickle files, no manifest) is named as such."""
+    legacy = os.path.isfile(os.path.join(folder, "extra.pdstate"))
+    if legacy and not os.path.isfile(os.path.join(folder, MANIFEST_FILE)):
         raise CheckpointError(f"{folder}: a checkpoint of an older wenxin (pickle files); it cannot be "
                               f"resumed, but trainer.load_parameters can take its {LEGACY_MODEL_FILE}")
+
+
+def read_manifest(folder: str) -> Dict[str, Dict[str, Any]]:
+    _refuse_older_format(folder)
     return manifest.read_manifest(folder, "checkpoint", CheckpointError)
 
 
@@ -119,8 +125,7 @@ def verify(folder: str) -> None:
     files (names, sizes, mtimes) are unchanged, is not hashed again. ``inference/`` is sealed by
     its own manifest."""
     def check() -> None:
-        if os.path.isdir(folder):
-            read_manifest(folder)  # an older wenxin's checkpoint is named as such
+        _refuse_older_format(folder)  # verify_folder reads the manifest itself, once
         manifest.verify_folder(folder, "checkpoint", CheckpointError, REQUIRED_FILES, sealed=(INFERENCE_DIR,),
                                unlisted_ok=_dropped_optimizer_state)
     _verified.verify(folder, check)

@@ -74,6 +74,6 @@ def read_preprocessing(folder: str) -> Dict[str, Any]:
         raise ExportError(problems=[f"{path}: {problem}" for problem in e.problems]) from None
     for i, field in enumerate(checked["fields"]):
         vocab = field.get("vocab_path") or ""
-        if vocab and (os.path.isabs(vocab) or ".." in vocab.replace("\\", "/").split("/")):
+        if vocab and manifest.outside(vocab):
             raise ExportError(f"{path}: fields[{i}].vocab_path: {vocab!r} is outside the export folder")
     return checked
