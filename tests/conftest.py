@@ -148,17 +148,22 @@ def build(config: Dict[str, Any], tmp_path, overrides: Optional[List[str]] = Non
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING) [\w.]+: ")  # logs.LOG_FORMAT
 
 
+def without_log(text: str) -> List[str]:
+    """The lines of ``text`` (a command's stderr) that are not log records."""
+    return [line for line in text.strip().splitlines() if not LOG_LINE.match(line)]
+
+
 def assert_one_error_block(code: int, out: str, err: str, expected: Any = (), started: bool = False) -> List[str]:
     """A command that refused its input: exit 2, 3 or 4 (a task-file, data or checkpoint problem),
     stderr is exactly one ``error:`` block (one line, or a header and indented problem lines)
     holding every ``expected`` text, no traceback, and (unless ``started``: a problem only a
     running loop can meet) no training started. Returns the block's lines."""
     assert code in (2, 3, 4), (code, out[-2000:], err[-2000:])
-    lines = [line for line in err.strip().splitlines() if not LOG_LINE.match(line)]  # the log goes to stderr too
+    lines = without_log(err)  # the log goes to stderr too
     assert lines and lines[0].startswith("error: "), err[-3000:]
     assert all(line.startswith("  ") for line in lines[1:]), err[-3000:]
     assert "Traceback" not in err and "Traceback" not in out
-    assert started or "training (" not in out
+    assert started or ("training (" not in err and "training (" not in out)
     for text in ([expected] if isinstance(expected, str) else expected):
         assert text in err, (text, err)
     return lines

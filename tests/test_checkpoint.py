@@ -186,7 +186,7 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_dir, sig):
     proc.send_signal(getattr(signal, sig))
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 75, stderr[-2000:]  # preempted after saving: resumable, not success
-    assert f"stopped: received {sig}" in stdout
+    assert f"stopped: received {sig}" in stderr
     latest = open(os.path.join(out, "checkpoints", "latest")).read()
     step = int(latest.split("_")[1])
     assert step >= 20  # the checkpoint of the step it stopped at

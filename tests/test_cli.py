@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO, run_script, task_config, write_config
+from conftest import REPO, run_script, task_config, without_log, write_config
 from wenxin import __version__
 from wenxin.cli import main
 from wenxin.common.logs import LOG_LEVEL_ENV
@@ -84,14 +84,17 @@ def test_a_run_ends_with_its_result_outputs_and_next_commands(tmp_path, data_dir
     # the "best" dev loss is the highest here: the first evaluation's, so the result is not the final step
     out, path, captured = _trained(tmp_path, data_dir, capsys, progress_bar="on", load_best_at_end=True,
                                    metric="loss", metric_mode="max")
-    lines = captured.out.splitlines()
-    assert "loading Paddle" in lines[0] and f"train {path}: task text_classification" in lines[0]
-    assert "train_reader: loading data from" in captured.out and "[train_reader data]" in captured.err
+    log = captured.err.splitlines()  # the log goes to stderr, the run's result (its closing summary) to stdout
+    assert "loading Paddle" in log[0] and f"train {path}: task text_classification" in log[0]
+    assert "train_reader: loading data from" in captured.err and "[train_reader data]" in captured.err
     state = json.load(open(os.path.join(out, "checkpoints", "best", "trainer_state.json")))
     best_step, records = state["global_step"], _records(out)
     dev = [r for r in records if r["tag"] in ("dev", "best_dev") and r["step"] == best_step][-1]
-    summary = [line.split("wenxin: ", 1)[1] for line in lines if "wenxin: " in line][-5:]
-    assert summary[0] == "done: step 45 of 45"
+    summary = captured.out.splitlines()
+    assert len(summary) == 5 and summary[0] == "done: step 45 of 45", captured.out
+    assert not any(line in captured.err for line in summary)  # shown once: on stdout
+    with open(os.path.join(out, "logs", "train.log"), encoding="utf-8") as f:
+        assert [line.split("wenxin: ", 1)[1] for line in f.read().splitlines()[-5:]] == summary  # and kept
     assert best_step == 15 and summary[1].startswith(
         f"result: {out}/checkpoints/best (step 15, best dev loss; dev loss {dev['loss']:.4g}, test loss")
     assert f"inference model {out}/checkpoints/best/inference" in summary[2]
@@ -103,8 +106,8 @@ def test_a_run_ends_with_its_result_outputs_and_next_commands(tmp_path, data_dir
     # resuming the finished run: nothing trained or evaluated again, nothing appended
     assert main(["train", "--param_path", path, "--set", "trainer.resume=auto"]) == 0
     again = capsys.readouterr()
-    assert "the run already finished at step 45" in again.out and "nothing to train: step 45 of 45" in again.out
-    assert "[dev]" not in again.out and "unused values" not in again.err and "epoch 4" not in again.out
+    assert "the run already finished at step 45" in again.err and "nothing to train: step 45 of 45" in again.err
+    assert "[dev]" not in again.err and "unused values" not in again.err and "epoch 4" not in again.err
     assert _records(out) == records
     # the suggested commands carry the run's overrides
     assert f"wenxin evaluate --param_path {path} --set trainer.resume=auto --checkpoint {out}/checkpoints/best" \
@@ -194,7 +197,7 @@ def test_running_out_of_memory_is_one_error_line_not_a_traceback(tmp_path, data_
                           capture_output=True, text=True, timeout=300, preexec_fn=limit_memory,
                           env={**os.environ, "GLOG_minloglevel": "2"})
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert proc.stderr.strip().startswith("error: out of memory (") and "Traceback" not in proc.stderr
+    assert without_log(proc.stderr)[0].startswith("error: out of memory (") and "Traceback" not in proc.stderr
     assert "streaming: true" in proc.stderr
 
 

@@ -319,7 +319,7 @@ def test_the_ernie3_example_runs_as_the_readme_says(tmp_path):
     done = run_script(tmp_path, ["--param_path", "task.json", "--set", "trainer.epoch=8",
                                  "--set", "model.optimization.learning_rate=0.002"])
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "loaded 40 parameters from ./models/ernie-3.0-mini-zh/model_state.pdparams (paddlenlp layout)" in done.stdout
+    assert "loaded 40 parameters from ./models/ernie-3.0-mini-zh/model_state.pdparams (paddlenlp layout)" in done.stderr
     records = [json.loads(line) for line in open(tmp_path / "output" / "text_classification_ernie3" / "logs" /
                                                  "metrics.jsonl")]
     assert [r for r in records if r["tag"] == "test"][-1]["acc"] > 0.8

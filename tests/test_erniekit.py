@@ -90,7 +90,7 @@ def test_erniekit_bow_classification_trains_unchanged(tmp_path):
     assert erniekit_tree(root) <= cls_bow_config()["model"]["vocab_size"]
     proc = run(root, ["--param_path", "examples/cls_bow_ch.json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    log = proc.stdout
+    log = proc.stderr
     assert "ERNIE-kit task file: task: 'text_classification'" in log  # the built-in, not the decoy
     assert "model.type: BowClassification -> ErnieKitBowClassification" in log
     assert "dataset_reader.train_reader.config.epoch -> trainer.epoch (5)" in log
@@ -280,7 +280,7 @@ def test_erniekit_bow_pairwise_matching_trains_and_predicts_unchanged(tmp_path, 
     args = [] if mode == "dynamic" else ["--set", "model.is_dygraph=0", "--set", "trainer.type=CustomTrainer"]
     proc = run(root, ["--param_path", "examples/mtch_bow_pairwise_ch.json", *args])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "model.type: BowMatchingPairwise -> ErnieKitBowMatchingPairwise" in proc.stdout
+    assert "model.type: BowMatchingPairwise -> ErnieKitBowMatchingPairwise" in proc.stderr
     records = metric_records(root, "mtch_bow_pairwise_ch")
     test = [r for r in records if r["tag"] == "test"][-1]
     assert test["auc"] >= 0.7, test
@@ -299,7 +299,7 @@ def test_erniekit_cnn_classification_trains_unchanged(tmp_path, mode):
     args = [] if mode == "dynamic" else ["--set", "model.is_dygraph=0", "--set", "trainer.type=CustomTrainer"]
     proc = run(root, ["--param_path", "examples/cls_cnn_ch.json", *args])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "model.type: CNNClassification -> ErnieKitCnnClassification" in proc.stdout
+    assert "model.type: CNNClassification -> ErnieKitCnnClassification" in proc.stderr
     records = metric_records(root, "cls_cnn_ch")
     assert [r for r in records if r["tag"] == "test"][-1]["acc"] >= 0.85
 
@@ -329,7 +329,7 @@ def test_erniekit_ernie_classification_runs_unchanged(tmp_path, mode):
     args = [] if mode == "dynamic" else ["--set", "model.is_dygraph=0", "--set", "trainer.type=CustomTrainer"]
     proc = run(root, ["--param_path", "examples/cls_ernie_fc_ch.json", *args])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    log = proc.stdout
+    log = proc.stderr
     assert "model.embedding.config_path -> model.encoder_config" in log
     assert "loaded 40 parameters from ../../models_hub/ernie_3.0_base_ch_dir/params (erniekit layout)" in log
     assert "missing in file (2, keep their init): classifier.weight, classifier.bias" in log
@@ -362,7 +362,7 @@ def test_erniekit_ernie_sequence_labeling_runs_unchanged(tmp_path):
     (root / "dict" / "vocab_label_map.txt").write_text("".join(f"{t}\t{i}\n" for i, t in enumerate(tag_map)))
     proc = run(root, ["--param_path", "examples/seqlab_ernie_fc_ch.json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "model.vocab_path: dropped (the tags are those of the label field's vocab_path)" in proc.stdout
+    assert "model.vocab_path: dropped (the tags are those of the label field's vocab_path)" in proc.stderr
     records = metric_records(root, "seqlab_ernie_3.0_base_fc_ch")
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["f1"] > 0.8, test
@@ -387,8 +387,8 @@ def test_erniekit_ernie_pointwise_matching_runs_unchanged(tmp_path):
         (root / "data" / folder / "part-0").write_text("".join(f"{a}\t{b}\t{y}\n" for a, b, y in part), "utf-8")
     proc = run(root, ["--param_path", "examples/mtch_ernie_fc_pointwise_ch.json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "one ErnieTextFieldReader pair ([CLS] text_a [SEP] text_b [SEP])" in proc.stdout
-    assert "ErnieClassificationDataSetReader -> BasicDataSetReader" in proc.stdout
+    assert "one ErnieTextFieldReader pair ([CLS] text_a [SEP] text_b [SEP])" in proc.stderr
+    assert "ErnieClassificationDataSetReader -> BasicDataSetReader" in proc.stderr
     records = metric_records(root, "mtch_ernie_fc_pointwise_ch")
     test = [r for r in records if r["tag"] == "test"]
     assert test and test[-1]["auc"] > 0.8, test
@@ -411,7 +411,7 @@ def test_erniekit_multi_label_classification_runs_unchanged(tmp_path):
             "".join(f"{text}\t{labels}\n" for text, labels in make_multi_label(n, seed)), encoding="utf-8")
     proc = run(root, ["--param_path", "examples/cls_ernie_multi_label_ch.json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "model.embedding.config_path -> model.encoder_config" in proc.stdout
+    assert "model.embedding.config_path -> model.encoder_config" in proc.stderr
     records = metric_records(root, "cls_ernie_3.0_base_multi_label")
     test = [r for r in records if r["tag"] == "test"][-1]
     assert test["f1"] > 0.7 and test["precision"] > 0.8, test  # all labels everywhere: precision ~0.43

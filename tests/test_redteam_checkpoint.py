@@ -114,7 +114,7 @@ def test_resume_auto_skips_a_damaged_checkpoint(run, damage):
     DAMAGE[damage](str(ckpts / "step_10" / "model.safetensors"))
     code, out, err = cli(config(output_path=str(ckpts.parent), resume="auto"))
     assert code == 0, err[-3000:]
-    assert "skipping a damaged checkpoint" in out and f"resumed from {ckpts / 'step_5'} at step 5" in out
+    assert "skipping a damaged checkpoint" in err and f"resumed from {ckpts / 'step_5'} at step 5" in err
 
 
 def test_resume_auto_refuses_when_every_checkpoint_is_damaged(run):
@@ -165,7 +165,7 @@ def test_latest_marker_garbage_falls_back_to_a_scan(run, marker):
     (ckpts / "latest").write_bytes(marker.encode("utf-8", "surrogateescape"))
     code, out, err = cli(config(output_path=str(ckpts.parent), resume="auto"))
     assert code == 0, err[-3000:]
-    assert f"resumed from {ckpts / 'step_10'} at step 10" in out
+    assert f"resumed from {ckpts / 'step_10'} at step 10" in err
 
 
 def _tamper_json(path, change):

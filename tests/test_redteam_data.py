@@ -96,25 +96,26 @@ def test_fifo_as_data_path_does_not_hang(tmp_path, data_dir, capsys, hang_guard)
 
 # ---- valid but unusual data: read exactly, with warnings where something looks wrong ---------------
 def _train_once(tmp_path, config, capsys):
+    """Train one step; returns the log (stderr)."""
     config["trainer"].update(max_steps=1, is_eval_dev=0, is_eval_test=0)
     code, out, err = _run(tmp_path, config, capsys)
     assert code == 0, err[-3000:]
-    return out
+    return err
 
 
 @pytest.mark.parametrize("label", ["label", "", "01"])
 def test_rare_labels_are_warned_about_and_the_label_map_is_logged(tmp_path, data_dir, capsys, label):
     config, path = _config(tmp_path, data_dir, "train", GOOD + f"文字\t{label}\n".encode(), {})
-    out = _train_once(tmp_path, config, capsys)
-    assert "label map of 'label' (3 labels)" in out
-    assert f"label {label!r} of 'label' occurs in only 1 of 61 lines (first at {path}:61)" in out
+    log = _train_once(tmp_path, config, capsys)
+    assert "label map of 'label' (3 labels)" in log
+    assert f"label {label!r} of 'label' occurs in only 1 of 61 lines (first at {path}:61)" in log
 
 
 def test_crlf_bom_and_no_final_newline(tmp_path, data_dir, capsys):
     data = b"\xef\xbb\xbf" + GOOD.replace(b"\n", b"\r\n")[:-2]
     config, _ = _config(tmp_path, data_dir, "train", data, {})
-    out = _train_once(tmp_path, config, capsys)
-    assert "train_reader: 60 examples" in out and "(2 labels)" in out  # no '1\r' or BOM label
+    log = _train_once(tmp_path, config, capsys)
+    assert "train_reader: 60 examples" in log and "(2 labels)" in log  # no '1\r' or BOM label
 
 
 @pytest.mark.parametrize("char", SPLITLINES_BREAKS, ids=[f"U+{ord(c):04X}" for c in SPLITLINES_BREAKS])

@@ -332,7 +332,7 @@ def test_training_twice_reuses_the_cache_through_the_cli(tmp_path):
             for out in ("first", "second")]
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
-    assert runs[0].stdout.count("token cache built") == 3 and runs[1].stdout.count("token cache opened") == 3
+    assert runs[0].stderr.count("token cache built") == 3 and runs[1].stderr.count("token cache opened") == 3
     timing = ("time", "step_time", "data_time", "steps_per_sec", "eta_sec")
     metrics = [[{k: v for k, v in json.loads(line).items() if k not in timing}
                 for line in open(tmp_path / out / "logs" / "metrics.jsonl")] for out in ("first", "second")]

@@ -72,6 +72,6 @@ def test_run_trainer_script_end_to_end(tmp_path, data_dir):
                            "--set", "trainer.eval_step=5", "--set", "trainer.save_model_step=5"],
                           cwd=str(tmp_path), capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "[dev] step 5" in proc.stdout and "[test] step 5" in proc.stdout
-    assert "Traceback" not in proc.stderr
+    assert "[dev] step 5" in proc.stderr and "[test] step 5" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout.startswith("done: step 15 of 15\nresult: ")  # the log on stderr, the result on stdout
     assert os.path.isdir(os.path.join(out, "checkpoints", "step_10"))

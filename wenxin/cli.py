@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_line())
     parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper, default=None,
                         help=f"log records from this level on (default: ${LOG_LEVEL_ENV}, else INFO); logs go to "
-                             f"stderr, except train's and serve's, whose stdout is their log")
+                             "stderr; stdout carries only a command's result")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_task_args(sub.add_parser("train", help="train (and evaluate) a task"))
     evaluator = sub.add_parser("evaluate", help="score a checkpoint on the task file's dev and test data")
@@ -149,7 +149,7 @@ def run_command(args: argparse.Namespace) -> int:
     quiet_paddle()
     if getattr(args, "log_level", None):
         os.environ[LOG_LEVEL_ENV] = args.log_level  # child processes (sweep trials, workers) too
-    stream = set_console_stream("stdout" if args.command in LOGS_ON_STDOUT else "stderr")
+    stream = set_console_stream("stderr")  # stdout carries only a command's result
     logging.getLogger("wenxin").setLevel(configured_level())
     saved = (threading.excepthook, signal.getsignal(signal.SIGTERM), logging.raiseExceptions)
     watch_thread_failures()
@@ -178,7 +178,7 @@ def _preflight(args: argparse.Namespace) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     from wenxin.runner import train
-    _, preempted = train(args.param_path, args.overrides)
+    _, preempted = train(args.param_path, args.overrides, summary=sys.stdout)  # the result: stdout; logs: stderr
     return EXIT_PREEMPTED if preempted else EXIT_OK
 
 
@@ -330,9 +330,6 @@ def _examples(args: argparse.Namespace) -> int:
           f"wenxin train --param_path examples/text_classification_bow.json", file=sys.stderr)
     return EXIT_OK
 
-
-# commands whose stdout is their log; every other command's stdout carries only its result
-LOGS_ON_STDOUT = ("train", "serve")
 
 # command -> (handler, whether it needs Paddle, whether it reads a task file first)
 COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], bool, bool]] = {

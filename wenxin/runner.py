@@ -4,10 +4,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 from wenxin.common import blas, threads
-from wenxin.common.logs import setup_logging
+from wenxin.common.logs import CONSOLE, setup_logging
 from wenxin.common.progress import progress_enabled
 from wenxin.compat.paddle_internals import set_cpu_threads
 from wenxin.config.loader import load_config
@@ -57,15 +57,20 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
     return trainer_cls(config, lambda: model_cls(config["model"], data_info), readers, scope)
 
 
-def train(param_path: str, overrides: Iterable[str] = ()) -> Tuple[Dict[str, Dict[str, float]], bool]:
+def train(param_path: str, overrides: Iterable[str] = (),
+          summary: Optional[TextIO] = None) -> Tuple[Dict[str, Dict[str, float]], bool]:
     """Load a task file and train; returns the final metrics by reader, and whether a stop signal
-    ended the run early (after saving a checkpoint to resume from)."""
+    ended the run early (after saving a checkpoint to resume from). The run's closing lines (its
+    result, where its outputs are, what to run next) are logged; with ``summary`` (the command
+    line passes stdout) they are written there instead of to the console log."""
     config = load_config(param_path, overrides)
     trainer = build_trainer(config)
     metrics = trainer.do_train()
     if trainer.is_writer:
         for line in run_summary(trainer, param_path, list(overrides)):
-            logger.info("%s", line)
+            logger.info("%s", line, extra={CONSOLE: summary is None})
+            if summary is not None:
+                print(line, file=summary, flush=True)
     return metrics, bool(trainer.state.interrupted)
 
 

@@ -9,6 +9,7 @@ import sys
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_LEVEL_ENV = "WENXIN_LOG_LEVEL"  # DEBUG, INFO (the default), WARNING or ERROR; also --log-level
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+CONSOLE = "console"  # logger.info(..., extra={CONSOLE: False}): the record goes to the log file only
 _console = {"stream": "stdout"}  # where console records go: stdout, or stderr for commands whose stdout is a result
 
 
@@ -43,6 +44,8 @@ class _CurrentStdoutHandler(logging.StreamHandler):
         pass
 
     def emit(self, record: logging.LogRecord) -> None:
+        if not getattr(record, CONSOLE, True):
+            return  # the caller shows this record itself (train's closing summary goes to stdout as its result)
         progress = sys.modules.get("wenxin.common.progress")  # loaded only where a bar is drawn
         if progress is not None and progress.ProgressBar.active is not None:
             progress.ProgressBar.active.clear()  # the bar redraws below the record at its next update
