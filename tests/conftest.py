@@ -148,6 +148,25 @@ def build(config: Dict[str, Any], tmp_path, overrides: Optional[List[str]] = Non
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING) [\w.]+: ")  # logs.LOG_FORMAT
 
 
+def read_until(stream: Any, marker: str, timeout: float = 300.0) -> str:
+    """Read lines from ``stream`` (a child's stderr, text mode) until one holds ``marker`` (a state
+    the child has reached, e.g. a log line), or the stream ends; returns what was read. A child
+    that neither says it nor ends within ``timeout`` seconds fails the test (a hang)."""
+    import threading
+    read: List[str] = []
+    found = threading.Event()
+
+    def reader() -> None:
+        for line in iter(stream.readline, ""):
+            read.append(line)
+            if marker in line:
+                break
+        found.set()
+    threading.Thread(target=reader, daemon=True).start()
+    assert found.wait(timeout), f"no {marker!r} within {timeout} s; read so far:\n{''.join(read)[-2000:]}"
+    return "".join(read)
+
+
 def without_log(text: str) -> List[str]:
     """The lines of ``text`` (a command's stderr) that are not log records."""
     return [line for line in text.strip().splitlines() if not LOG_LINE.match(line)]
@@ -310,18 +329,47 @@ def tab_dir(tmp_path) -> str:
     return folder
 
 
-def answer_across_sigterm(proc: subprocess.Popen, port: int) -> bytes:
-    """Send half of a /predict request to a ``wenxin serve`` process, SIGTERM it, send the rest,
-    and return what came back (a draining service answers it)."""
-    import signal
+def wait_for_metric(port: int, name: str, at_least: float, timeout: float = 120.0) -> None:
+    """Ask a service's /metrics until the sample ``name`` reaches ``at_least`` (a state, not a time)."""
+    import time
+    import urllib.request
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+            text = answer.read().decode("utf-8")
+        values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")]
+        if values and values[0] >= at_least:
+            return
+        assert time.monotonic() < deadline, f"{name} never reached {at_least}:\n{text[-2000:]}"
+        time.sleep(0.02)
+
+
+def wait_until_refused(port: int, timeout: float = 120.0) -> None:
+    """Connect to ``port`` until the connection is refused: the service has stopped listening."""
     import socket
     import time
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=30).close()
+        except ConnectionRefusedError:
+            return
+        assert time.monotonic() < deadline, f"port {port} still accepts connections after {timeout} s"
+        time.sleep(0.02)
+
+
+def answer_across_sigterm(proc: subprocess.Popen, port: int) -> bytes:
+    """Send half of a /predict request to a ``wenxin serve`` process; once the service counts it
+    in flight, SIGTERM it; once it has stopped listening, send the rest; return what came back (a
+    draining service answers it)."""
+    import signal
+    import socket
     good = json.dumps({"texts": ["好"]}).encode()
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(good) + good[:5])
-        time.sleep(0.3)
+        wait_for_metric(port, "wenxin_predict_in_flight", 1)
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        wait_until_refused(port)
         sock.sendall(good[5:])
         answer = b""
         while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):

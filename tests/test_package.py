@@ -140,6 +140,21 @@ def _run(args, cwd, env):
     return proc
 
 
+def _see_site_packages_of_this_environment(venv) -> None:
+    """Put this environment's site-packages folders on ``venv``'s path, as plain folders: their
+    ``.pth`` files are not run, so an editable install of wenxin (the checkout) stays invisible."""
+    import site
+    import sysconfig
+    folders = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()}
+    if site.ENABLE_USER_SITE:
+        folders.add(site.getusersitepackages())
+    ask = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", ask], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    with open(os.path.join(purelib, "the_suites_environment.pth"), "w", encoding="utf-8") as f:
+        f.write("".join(f"{folder}\n" for folder in sorted(folders) if os.path.isdir(folder)))
+
+
 @pytest.mark.slow
 def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
     dist = tmp_path / "dist"
@@ -151,9 +166,12 @@ def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
     wheel = glob.glob(str(dist / "wenxin-*.whl"))[0]
     assert glob.glob(str(dist / "wenxin-*.tar.gz"))
     venv = tmp_path / "venv"
-    # the venv sees this machine's Paddle and other dependencies; pip must find them satisfied
-    # (--no-index: nothing is downloaded, and no second Paddle build is added)
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], tmp_path, dict(os.environ))
+    # the venv sees the Paddle and other dependencies of the environment the suite runs in (a
+    # venv's, or the system's: not the base interpreter's, which a venv's --system-site-packages
+    # would give); pip must find them satisfied (--no-index: nothing is downloaded, and no second
+    # Paddle build is added)
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, dict(os.environ))
+    _see_site_packages_of_this_environment(venv)
     bin_dir = venv / "bin"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(GLOG_minloglevel="2", PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")

@@ -206,6 +206,7 @@ def test_a_failure_inside_the_app_is_a_500_with_json(service, caplog):
     assert 'wenxin_requests_total{path="/predict",status="500"} 1.0' in metrics
     assert "wenxin_errors_total 1.0" in metrics and "wenxin_request_seconds_bucket" in metrics
     assert "wenxin_model_batch_inputs_count" in metrics
+    assert "\nwenxin_predict_in_flight 0.0\n" in metrics  # a failed request is no longer in flight either
 
 
 def test_many_concurrent_clients_each_get_their_own_answers(exported):

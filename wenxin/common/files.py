@@ -17,6 +17,10 @@ def write_text_atomically(path: str, text: str) -> None:
 
 
 def file_sha256(path: str) -> str:
-    """The SHA-256 of a file's bytes, as hex."""
+    """The SHA-256 of a file's bytes, as hex (read in 1 MiB blocks: ``hashlib.file_digest`` is
+    Python 3.11+, and wenxin supports 3.9)."""
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -30,7 +30,8 @@ from http import HTTPStatus
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest,
+                               multiprocess)
 
 from wenxin.common.errors import ConfigError, Problems
 from wenxin.inference.batching import BatchingPool
@@ -131,6 +132,8 @@ class ServiceMetrics:
                               buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=self.registry)
         self.batches = Histogram("wenxin_model_batch_inputs", "inputs in one model batch (after batching)",
                                  buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=self.registry)
+        self.in_flight = Gauge("wenxin_predict_in_flight", "/predict requests whose headers arrived, not yet answered",
+                               multiprocess_mode="livesum", registry=self.registry)
 
     def exposition(self) -> bytes:
         """The Prometheus text of this process, or of all the service's processes."""
@@ -154,6 +157,25 @@ class PredictionApp:
         if scope["type"] != "http":
             return
         start = time.perf_counter()
+        predict = scope["path"] == "/predict"
+        if predict:
+            self.metrics.in_flight.inc()
+        try:
+            status, headers, body, inputs = await self._answer(scope, receive)
+            # counted before the answer leaves: a client that has its answer and then asks /metrics
+            # (served by any worker) finds its request counted
+            seconds = time.perf_counter() - start
+            self._observe(scope["path"], int(status), seconds, inputs)
+        finally:  # a cancelled request too
+            if predict:
+                self.metrics.in_flight.dec()
+        await send({"type": "http.response.start", "status": int(status), "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        logger.info("%s%s %s %d %.1f ms %d inputs", self.log_prefix, scope["method"], scope["path"], int(status),
+                    seconds * 1000, inputs)
+
+    async def _answer(self, scope: Scope, receive: Receive) -> Tuple[HTTPStatus, List[Tuple[bytes, bytes]], bytes, int]:
+        """The status, headers and body that answer a request, and how many inputs it held."""
         inputs, close = 0, False
         try:
             status, payload, inputs = await self._route(scope, receive)
@@ -172,14 +194,7 @@ class PredictionApp:
         headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode("ascii"))]
         if close:
             headers.append((b"connection", b"close"))
-        # counted before the answer leaves: a client that has its answer and then asks /metrics
-        # (served by any worker) finds its request counted
-        seconds = time.perf_counter() - start
-        self._observe(scope["path"], int(status), seconds, inputs)
-        await send({"type": "http.response.start", "status": int(status), "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-        logger.info("%s%s %s %d %.1f ms %d inputs", self.log_prefix, scope["method"], scope["path"], int(status),
-                    seconds * 1000, inputs)
+        return status, headers, body, inputs
 
     def _observe(self, path: str, status: int, seconds: float, inputs: int) -> None:
         known = path if path in ("/predict", "/health", "/metrics") else "other"

@@ -235,7 +235,10 @@ class ServiceWorkers:
     def _stop_all(self) -> None:
         """SIGTERM to every serving worker: each answers its requests in flight and exits; kill
         the late. A worker still loading the model has nothing to answer and is killed at once
-        (a SIGTERM in the middle of ``import paddle`` meets Paddle's own handler and its banner)."""
+        (a SIGTERM in the middle of ``import paddle`` meets Paddle's own handler and its banner).
+        This process's copy of the listening socket is closed first: once the draining workers
+        have closed theirs, a new client is refused at once instead of waiting in the backlog."""
+        self.socket.close()
         alive = [p for p in self._processes.values() if p.is_alive()]
         for process in alive:
             with contextlib.suppress(ProcessLookupError):
