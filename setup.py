@@ -30,5 +30,6 @@ EXAMPLE_PACKAGES = [p for p in MAPPED_PACKAGES if p.endswith(".examples") and p.
 setup(
     packages=find_packages(include=["wenxin", "wenxin.*"]) + list(MAPPED_PACKAGES),
     package_dir=MAPPED_PACKAGES,
-    package_data={**{p: ["*.json"] for p in EXAMPLE_PACKAGES}, "wenxin.examples": ["*.json", "*.py", "*.yaml"]},
+    package_data={**{p: ["*.json"] for p in EXAMPLE_PACKAGES}, "wenxin.examples": ["*.json", "*.py", "*.yaml"],
+                  "wenxin": ["py.typed"]},  # PEP 561: wenxin's type hints are for its users' type checkers too
 )

@@ -65,10 +65,12 @@ def main() -> None:
                 for key in order:
                     p = engines[key]
                     if key != "auto":
-                        runs.setdefault(f"{key}-model", []).append(per_second(lambda: p.run(arrays), batch, args.seconds))
+                        runs.setdefault(f"{key}-model", []).append(
+                            per_second(lambda p=p, arrays=arrays: p.run(arrays), batch, args.seconds))
                     if key in ("auto", "onnx"):
                         runs.setdefault(f"{key}-e2e", []).append(
-                            per_second(lambda: p.predict(rows, batch_size=batch), batch, args.seconds))
+                            per_second(lambda p=p, rows=rows, batch=batch: p.predict(rows, batch_size=batch), batch,
+                                       args.seconds))
             m = {k: statistics.median(v) for k, v in runs.items()}
             onnx = "onnx-model" in m
             best_paddle = max(m["off-model"], m["on-model"])

@@ -125,7 +125,7 @@ def run_paced_round(commands: Dict[str, Sequence[str]], windows: int, log_folder
                 failures.append(child.failure(f"stopped in window {k + 1} (it said {report!r})"))
                 del children[name]
                 child.finish()
-    for name, child in children.items():
+    for child in children.values():
         code = child.finish()
         if code:
             failures.append(child.failure(f"exited with {code} after its last window"))

@@ -56,7 +56,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=20000, help="training pairs / triples")
     args = parser.parse_args()
     rng = random.Random(2024)
-    missing = [name for name in ("train.tsv", "dev.tsv", "test.tsv") if not os.path.isfile(os.path.join(args.source, name))]
+    missing = [name for name in ("train.tsv", "dev.tsv", "test.tsv")
+               if not os.path.isfile(os.path.join(args.source, name))]
     if missing:
         sys.exit(f"error: {os.path.join(args.source, missing[0])} not found: the matching pairs are drawn from the "
                  f"sentiment data; run examples/prepare_sentiment_data.py first (or pass --source)")

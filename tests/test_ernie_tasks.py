@@ -202,7 +202,7 @@ def test_ernie_tagger_fine_tunes_and_exports_word_tags(tmp_path, ernie_dir, mode
     results = Predictor(folder).predict([[text] for text, _ in rows], batch_size=7)
     outputs, _ = trainer.collect_outputs("dev_reader", Phase.EVALUATE)
     vocab = reader.fields[1].vocab.tokens
-    for result, (text, gold), predicted in zip(results, rows, outputs["predictions"]):
+    for result, (text, _), predicted in zip(results, rows, outputs["predictions"]):
         words = text.split(" ")
         assert len(result["tags"]) == len(words)
         starts = np.cumsum([0] + [2 if w == "goods" else 1 for w in words])[:-1]

@@ -194,7 +194,7 @@ def test_progress_bar_redraws_at_most_every_interval():
     calls = []
     for step in range(1, 1001):
         now[0] += 0.001  # 1 ms a step: 1 s in all, so a redraw every 200 steps
-        bar.update(step, lambda: calls.append(step) or "loss 1")
+        bar.update(step, lambda step=step: calls.append(step) or "loss 1")
     assert calls == [1, 201, 401, 601, 801, 1000]  # the first, one per 0.2 s, and the final step
     assert bar.draws == len(calls)
     assert "1000/1000 [0:00:01<0:00:00, 1000.0 it/s] loss 1" in stream.getvalue()

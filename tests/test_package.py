@@ -164,6 +164,12 @@ def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
     assert "Package would be ignored" not in built.stdout + built.stderr  # setuptools' warning blocks
     assert "********" not in built.stdout + built.stderr
     wheel = glob.glob(str(dist / "wenxin-*.whl"))[0]
+    import zipfile
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata_text = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode("utf-8")
+    assert "wenxin/py.typed" in names and any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert "License-Expression: Apache-2.0" in metadata_text and "Classifier: Programming Language :: Python :: 3.13" in metadata_text
     assert glob.glob(str(dist / "wenxin-*.tar.gz"))
     venv = tmp_path / "venv"
     # the venv sees the Paddle and other dependencies of the environment the suite runs in (a
@@ -218,3 +224,20 @@ def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
                     "trainer.max_steps=2", "--set", "trainer.is_eval_dev=0", "--set", "trainer.is_eval_test=0",
                     "--set", "trainer.save_inference=false", "--set", "trainer.load_best_at_end=false"], work, env)
     assert "done: step 2 of 2" in trained.stdout
+
+
+def test_every_dependency_has_a_lower_bound_that_ci_pins_and_no_upper_bound():
+    """.ci/fast-tier's "oldest" job installs each runtime dependency (and the cpu extra's Paddle)
+    at the oldest minor line pyproject.toml allows; a requirement without a lower bound is refused."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("oldest_constraints", os.path.join(REPO, ".ci", "oldest_constraints.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with open(os.path.join(REPO, "pyproject.toml"), encoding="utf-8") as f:
+        text = f.read()
+    pins = module.oldest_constraints(text)
+    assert "numpy==1.23.*" in pins and "httptools~=0.6.1" in pins and "paddlepaddle==3.0.*" in pins
+    assert len(pins) == len(list(module.requirement_lists(text)))
+    assert not [r for r in module.requirement_lists(text) if "<" in r.split(";")[0]]  # no caps without a known cause
+    with pytest.raises(SystemExit, match="'numpy' has no lower bound"):
+        module.oldest_constraints('dependencies = [\n    "numpy",\n]\ncpu = ["paddlepaddle>=3.0"]\n')

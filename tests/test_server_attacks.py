@@ -318,7 +318,7 @@ def test_half_sent_connections_are_shed_and_health_stays_answerable(exported):
         for _ in range(48):  # twice the service's connections, from one address
             held.append(hold())
         answers = []
-        for round_ in range(10):
+        for _ in range(10):
             for i, sock in enumerate(held):  # the attacker reopens what was shed
                 sock.setblocking(False)
                 try:
@@ -342,5 +342,35 @@ def test_half_sent_connections_are_shed_and_health_stays_answerable(exported):
     finally:
         for sock in held:
             sock.close()
+        running.stop()
+        thread.join(timeout=60)
+
+
+def test_todays_uvicorn_has_everything_the_hardened_protocol_uses():
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from wenxin.compat.uvicorn_protocol import missing_internals
+    assert missing_internals(HttpToolsProtocol) == []
+
+
+@pytest.mark.parametrize("protocol,stock", [(type("ChangedProtocol", (), {"on_url": lambda self, url: None}),
+                                             "httptools"), (None, "h11")], ids=["changed", "gone"])
+def test_a_uvicorn_whose_protocol_changed_serves_with_its_stock_one_and_a_warning(exported, monkeypatch, protocol,
+                                                                                   stock):
+    """A uvicorn release that renamed what the hardened protocol uses (or moved the class) must not
+    break serving: the stock protocol answers, and a warning says what is lost."""
+    from conftest import wenxin_log
+    from wenxin.compat import uvicorn_protocol
+    monkeypatch.setattr(uvicorn_protocol, "HttpToolsProtocol", protocol)
+    with wenxin_log() as messages:
+        running = Service(exported, port=0, options=ServeOptions(limits=Limits(header_timeout=TIMEOUT)))
+    warning = [m for m in messages if "serving with uvicorn's stock" in m]
+    assert len(warning) == 1 and f"stock {stock} protocol" in warning[0], messages
+    assert "connection_made()" in warning[0] or "HttpToolsProtocol" in warning[0]
+    assert running.server.config.http == stock
+    thread = running.start_in_thread()
+    try:
+        assert post(running.port, GOOD)[0] == 200
+    finally:
         running.stop()
         thread.join(timeout=60)

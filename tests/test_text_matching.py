@@ -13,7 +13,7 @@ from wenxin.inference.predictor import Predictor
 
 def _pools(n, seed):
     rows = make_sentences(n, seed)
-    return {label: [t for t, l in rows if l == label] for label in (0, 1)}
+    return {label: [text for text, row_label in rows if row_label == label] for label in (0, 1)}
 
 
 def make_pairs(n, seed):

@@ -72,7 +72,8 @@ def mixed_rows(n, seed):
     for text, label in make_sentences(n, seed):
         tags = " ".join(rng.choice("BMES") for _ in text)
         vector = " ".join(f"{rng.uniform(-2, 2):.3f}" for _ in range(3))
-        rows.append((text, text[::-1], label, f"{rng.random():.4f}", vector, " ".join(sorted({str(rng.randint(0, 3)) for _ in range(2)})), tags))
+        ids = " ".join(sorted({str(rng.randint(0, 3)) for _ in range(2)}))
+        rows.append((text, text[::-1], label, f"{rng.random():.4f}", vector, ids, tags))
     return rows
 
 

@@ -14,7 +14,7 @@ threads.USER_THREADS = threads.user_threads()  # Paddle overwrites OMP_NUM_THREA
 # The built-in readers, tokenizers, hooks, optimizers and result formats register themselves
 # when a registry is first asked (wenxin.common.registry.load_builtins), so that importing
 # wenxin (and parsing a command line) does not load Paddle.
-from wenxin.common.registry import RegisterSet
+from wenxin.common.registry import RegisterSet  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["RegisterSet", "__version__"]

@@ -11,8 +11,8 @@ import threading
 from typing import Callable, Dict, List, Optional, Tuple
 
 from wenxin.common.constants import INFERENCE_BACKENDS, ONEDNN_SETTINGS
-from wenxin.common.errors import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, ConfigError, DataError, \
-    WenxinError, exit_status, format_error
+from wenxin.common.errors import (EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, ConfigError,
+                                  DataError, WenxinError, exit_status, format_error)
 from wenxin.common.logs import LOG_LEVEL_ENV, LOG_LEVELS, configured_level, set_console_stream
 from wenxin.common.process import Terminated, end_on_sigterm, load_paddle, quiet_paddle, watch_thread_failures
 

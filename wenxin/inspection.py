@@ -142,8 +142,8 @@ def layer_tree(model: Any) -> Dict[str, Any]:
     for name, layer in model.named_sublayers(include_self=True):
         total = sum(int(np.prod(p.shape)) for p in layer.parameters())
         own = sum(int(np.prod(p.shape)) for p in layer.parameters(include_sublayers=False))
-        rows.append({"name": name or "(model)", "type": type(layer).__name__, "depth": name.count(".") + 1 if name else 0,
-                     "params": total, "own_params": own})
+        rows.append({"name": name or "(model)", "type": type(layer).__name__,
+                     "depth": name.count(".") + 1 if name else 0, "params": total, "own_params": own})
     trainable = sum(int(np.prod(p.shape)) for p in model.parameters() if not p.stop_gradient)
     return {"layers": rows, "total_params": rows[0]["params"], "trainable_params": trainable}
 
@@ -173,7 +173,8 @@ class FlopCounter:
                 handles.append(layer.register_forward_post_hook(self._rnn))
         real_matmul, real_bmm = paddle.matmul, paddle.bmm
 
-        def matmul(x: Any, y: Any, transpose_x: bool = False, transpose_y: bool = False, name: Optional[str] = None) -> Any:
+        def matmul(x: Any, y: Any, transpose_x: bool = False, transpose_y: bool = False,
+                   name: Optional[str] = None) -> Any:
             out = real_matmul(x, y, transpose_x, transpose_y, name)
             inner = x.shape[-2] if transpose_x else x.shape[-1]
             self.add("matmul", 2 * int(np.prod(out.shape)) * int(inner))

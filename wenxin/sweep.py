@@ -459,7 +459,7 @@ class Sweep:
                         self.write_results()
                 time.sleep(0.02 if self.study is not None else 0.2)
         finally:
-            for proc, _, trial in running.values():  # Ctrl-C or an error: the trials save and stop
+            for proc, _, _ in running.values():  # Ctrl-C or an error: the trials save and stop
                 with contextlib.suppress(OSError):
                     proc.send_signal(signal.SIGTERM)
             for (_, fold), (proc, _, trial) in running.items():

@@ -80,7 +80,8 @@ class ErnieMaskedLM(BaseModel):
         picked = paddle.gather(states.reshape([-1, states.shape[-1]]), chosen)  # [K, H]
         targets = paddle.gather(flat_labels, chosen)  # [K]
         hidden = self.mlm_norm(F.gelu(self.mlm_transform(picked)))
-        logits = paddle.matmul(hidden, self.ernie.embeddings.word_embeddings.weight, transpose_y=True) + self.mlm_bias  # [K, V]
+        embeddings = self.ernie.embeddings.word_embeddings.weight  # [V, H]
+        logits = paddle.matmul(hidden, embeddings, transpose_y=True) + self.mlm_bias  # [K, V]
         count = paddle.shape(targets)[0].astype("float32")  # K, the masked positions
         token_loss = F.cross_entropy(logits.astype("float32"), targets.unsqueeze(-1), reduction="none")  # [K, 1]
         loss = token_loss.sum() / paddle.clip(count, min=1.0)

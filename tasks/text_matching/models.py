@@ -91,7 +91,8 @@ class PairwiseMatching(BaseModel):
 
     def structure(self) -> None:
         p = self.model_params
-        info = shared_vocab_info(self.data_info, {f"model.{k}": p[k] for k in ("query_field", "pos_field", "neg_field")})
+        fields = {f"model.{k}": p[k] for k in ("query_field", "pos_field", "neg_field")}
+        info = shared_vocab_info(self.data_info, fields)
         self.encoder = TextEncoder(p["encoder"], info)
 
     def embed(self, fields: Dict[str, paddle.Tensor], name: str) -> paddle.Tensor:
@@ -223,7 +224,8 @@ class ErnieMatchingSiamesePointwise(ErnieTaskModel):
                      "text_b_field": Key(str, "text_b"),
                      "label_field": Key(str, "label"),
                      "num_labels": Key(int, 0, minimum=0, doc="0: from the label field"),
-                     "hidden_size": Key(int, 0, minimum=0, maximum=MAX_WIDTH, doc="the tanh layer's width (0: the encoder's)")}
+                     "hidden_size": Key(int, 0, minimum=0, maximum=MAX_WIDTH,
+                                        doc="the tanh layer's width (0: the encoder's)")}
 
     def structure(self) -> None:
         p = self.model_params

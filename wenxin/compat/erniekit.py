@@ -37,8 +37,8 @@ NOT_YET: Dict[str, str] = {
 # ERNIE-kit's dataset readers whose behaviour wenxin's BasicDataSetReader has (pairs: pair_with)
 DATASET_READERS = {"ErnieClassificationDataSetReader": "BasicDataSetReader"}
 # ERNIE-kit's models on a pretrained ERNIE: embedding.config_path names the encoder's config
-ERNIE_MODELS = ("ErnieClassification", "MultiLabelClassification", "ErnieFcSeqLabel", "ErnieMatchingFcPointwise", "ErnieMatchingSiamesePointwise",
-                "ErnieMatchingSiamesePairwise")
+ERNIE_MODELS = ("ErnieClassification", "MultiLabelClassification", "ErnieFcSeqLabel", "ErnieMatchingFcPointwise",
+                "ErnieMatchingSiamesePointwise", "ErnieMatchingSiamesePairwise")
 # (job type, ERNIE-kit model type) -> wenxin model type, where the networks differ
 MODEL_TYPES = {("text_classification", "BowClassification"): "ErnieKitBowClassification",
                ("text_classification", "CNNClassification"): "ErnieKitCnnClassification",

@@ -35,21 +35,64 @@ It uses ``HttpToolsProtocol``'s ``connection_made``, ``data_received``, ``on_mes
 ``on_url``, ``on_header``, ``on_headers_complete``, ``on_response_complete``,
 ``send_400_response``, ``cycle``, ``loop``, ``transport``, ``client``, ``url``, ``connections``
 (the server's set of open protocols) and ``limit_concurrency``, which uvicorn 0.30 to 0.54 keep.
+``serving_protocol`` checks them where the service starts: when a uvicorn release lacks one, the
+service runs on uvicorn's stock protocol instead, with a warning naming what is missing (and
+without the deadline, the header limit and the shedding).
 """
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
+import logging
 import socket
 from collections import Counter
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, List, Optional, Union
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from wenxin.compat import warn_if_untested
 
+logger = logging.getLogger("wenxin")
 warn_if_untested("uvicorn", uvicorn.__version__)
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # httptools missing, or the module moved: serving_protocol falls back
+    HttpToolsProtocol = None  # type: ignore[assignment,misc]
+
+# what the hardened protocol takes from HttpToolsProtocol: methods it overrides or calls, and
+# attributes the class's own code sets on each connection
+USED_METHODS = ("connection_made", "data_received", "connection_lost", "on_message_begin", "on_url", "on_header",
+                "on_headers_complete", "on_response_complete", "send_400_response")
+USED_ATTRIBUTES = ("cycle", "loop", "transport", "client", "url", "connections", "limit_concurrency")
+STOCK_PROTOCOL = "httptools"  # uvicorn's own class for the same parser (or "h11" without httptools)
+
+
+def missing_internals(protocol: Optional[type]) -> List[str]:
+    """What the hardened protocol needs and ``protocol`` (uvicorn's ``HttpToolsProtocol``) lacks."""
+    if protocol is None:
+        return ["uvicorn.protocols.http.httptools_impl.HttpToolsProtocol"]
+    missing = [f"{name}()" for name in USED_METHODS if not callable(getattr(protocol, name, None))]
+    try:
+        source = inspect.getsource(protocol)
+    except (OSError, TypeError):  # no source to read: trust the methods
+        return missing
+    return missing + [f"self.{name}" for name in USED_ATTRIBUTES if f"self.{name}" not in source]
+
+
+def serving_protocol(header_timeout: float, max_header_bytes: int = 16 * 1024, max_per_client: int = 0,
+                     max_total: int = 0) -> Union[type, str]:
+    """The protocol for ``uvicorn.Config(http=...)``: the hardened one, or, when this uvicorn's
+    ``HttpToolsProtocol`` lacks what it uses, uvicorn's stock protocol, with a warning."""
+    missing = missing_internals(HttpToolsProtocol)
+    if not missing:
+        return hardened_protocol(header_timeout, max_header_bytes, max_per_client, max_total)
+    stock = STOCK_PROTOCOL if HttpToolsProtocol is not None else "h11"
+    logger.warning("uvicorn %s: its HTTP protocol lacks what wenxin's hardening uses (%s); serving with uvicorn's "
+                   "stock %s protocol: no deadline for a request's headers, no header size limit, no connection "
+                   "shedding (put a proxy in front, or install uvicorn 0.30 to 0.54)", uvicorn.__version__,
+                   ", ".join(missing), stock)
+    return stock
 
 
 class _OneWriteResponses:

@@ -585,7 +585,8 @@ class BaseTrainer:
             raise CheckpointError(f"trainer.resume: best: cannot move the later checkpoints in "
                                   f"{self.checkpoints.root} aside ({e.strerror or e})") from None
         if aside:
-            logger.warning("resume: best: the checkpoints after step %d were moved to %s", self.state.global_step, aside)
+            logger.warning("resume: best: the checkpoints after step %d were moved to %s", self.state.global_step,
+                           aside)
 
     def _load_training_state(self, folder: str, parts: Mapping[str, Any]) -> None:
         """Optimizer, LR schedule, loss scaler, hooks and RNG from a checkpoint's parts."""
@@ -601,8 +602,8 @@ class BaseTrainer:
             self.hooks.set_state_dict(extra.get("hooks") or {})
             set_rng_state(extra["rng"])
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-            raise CheckpointError(f"checkpoint extra state is malformed: "
-                                  f"{os.path.join(folder, ckpt.EXTRA_STATE + '.json')} ({type(e).__name__}: {e})") from None
+            path = os.path.join(folder, ckpt.EXTRA_STATE + ".json")
+            raise CheckpointError(f"checkpoint extra state is malformed: {path} ({type(e).__name__}: {e})") from None
 
     def _refuse_different_run(self, folder: str, saved: Dict[str, Any]) -> None:
         """A checkpoint continues only the run it came from: the same model type, optimizer and

@@ -274,7 +274,8 @@ class CheckpointManager:
         saved = state.get("time")
         return {"name": name, "kind": kind, "step": state.get("global_step"),
                 "metric": metrics.get(self.metric),
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(saved)) if isinstance(saved, (int, float)) else None,
+                "time": (time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(saved))
+                         if isinstance(saved, (int, float)) else None),
                 "resumable": _resumable(folder)}
 
     def latest(self) -> Optional[str]:
@@ -367,7 +368,7 @@ class CheckpointManager:
         """Keep the newest ``keep_max`` periodic checkpoints; remove stale temporary folders.
         A checkpoint is renamed to a hidden name before it is deleted, so a crash mid-delete
         never leaves a half-deleted folder that still looks complete."""
-        for step, path in self.step_dirs()[:-self.keep_max]:
+        for _, path in self.step_dirs()[:-self.keep_max]:
             shutil.rmtree(_set_aside(path), ignore_errors=True)
         for name in os.listdir(self.root):
             if name.startswith(".") and (".tmp-" in name or ".old-" in name):

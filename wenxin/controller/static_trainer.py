@@ -132,8 +132,9 @@ class BaseStaticTrainer(BaseTrainer):
             self.model.train()
             value_map = paddle.pir.IrMapping()
             evaluation = self.main_program.clone(value_map)
-            self._eval_programs = {key: self._pruned_clone(evaluation, {k: value_map.look_up(v) for k, v in outs.items()})
-                                   for key, outs in forwards.items()}
+            self._eval_programs = {
+                key: self._pruned_clone(evaluation, {k: value_map.look_up(v) for k, v in outs.items()})
+                for key, outs in forwards.items()}
             block = self.main_program.global_block()
             for op in reversed(block.ops):  # drop the evaluation forwards again (data ops sit first)
                 if op not in train_ops:

@@ -62,7 +62,8 @@ def run_summary(trainer: Any, param_path: str, overrides: Sequence[str] = ()) ->
     lines.append(f"result: {result} (step {step}, {why}{'; ' + scores if scores else ''})")
     where = [f"checkpoints {checkpoints.root}", f"logs {os.path.join(output, 'logs')} (train.log, metrics.jsonl)"]
     if cfg["visualdl"]:
-        where.append(f"VisualDL {os.path.join(output, 'vdl')} (visualdl --logdir {shlex.quote(os.path.join(output, 'vdl'))})")
+        vdl = os.path.join(output, "vdl")
+        where.append(f"VisualDL {vdl} (visualdl --logdir {shlex.quote(vdl)})")
     inference = checkpoints.export_folder(os.path.basename(result), result)
     has_inference = os.path.isdir(inference)
     if has_inference:

@@ -490,7 +490,8 @@ class ScalarFieldReader(BaseFieldReader):
         try:
             value: float = int(text) if self.config["data_type"] == "int" else float(text)
         except ValueError:
-            raise ValueError(f"field '{self.name}': {text[:40]!r} is not a{'n int' if self.config['data_type'] == 'int' else ' number'}") from None
+            kind = "an int" if self.config["data_type"] == "int" else "a number"
+            raise ValueError(f"field '{self.name}': {text[:40]!r} is not {kind}") from None
         if self.config["data_type"] == "int" and not -2**63 <= value < 2**63:
             raise ValueError(f"field '{self.name}': {value} is outside int64")
         if self.config["data_type"] != "int" and not (np.isfinite(value) and abs(value) <= np.finfo(np.float32).max):

@@ -140,8 +140,8 @@ class Predictor:
 
     def warm_up(self, rows: int = 16) -> bool:
         """Run the model once on ``rows`` made-up inputs of 32 characters each, so that a
-        service's first requests find Paddle's kernels built. False when made-up text is no valid input (e.g. numeric fields):
-        then the first real batch does it."""
+        service's first requests find Paddle's kernels built. False when made-up text is no valid
+        input (e.g. numeric fields): then the first real batch does it."""
         text = " ".join("样例文本" * 8)  # 32 tokens for character, whitespace and WordPiece tokenizers
         try:
             self.run(self.convert([[text] * len(self.fields)] * rows))

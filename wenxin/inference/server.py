@@ -263,9 +263,11 @@ def check_settings(options: ServeOptions, workers: int = 1) -> None:
     for flag, value, low in (("--workers", workers, 1), ("--model_threads", options.model_threads, 1),
                              ("--model_batch", options.model_batch, 1), ("--max_batch", limits.max_batch, 1),
                              ("--max_body_bytes", limits.max_body_bytes, 16),
-                             ("--max_connections", limits.max_connections, 2), ("--max_wait_ms", options.max_wait_ms, 0),
+                             ("--max_connections", limits.max_connections, 2),
+                             ("--max_wait_ms", options.max_wait_ms, 0),
                              ("--max_connections_per_client", limits.max_connections_per_client, 1),
-                             ("--read_timeout", limits.read_timeout, 0.001), ("--read_timeout", limits.header_timeout, 0.001),
+                             ("--read_timeout", limits.read_timeout, 0.001),
+                             ("--read_timeout", limits.header_timeout, 0.001),
                              ("keep_alive", limits.keep_alive, 1), ("max_header_bytes", limits.max_header_bytes, 256)):
         if not value >= low:  # also NaN
             problems.add(f"{flag}: {value} is below the minimum {low}")
@@ -290,7 +292,7 @@ class Service:
                  workers: int = 1) -> None:
         import uvicorn
 
-        from wenxin.compat.uvicorn_protocol import hardened_protocol
+        from wenxin.compat.uvicorn_protocol import serving_protocol
         options = options or ServeOptions()
         self.limits = options.limits
         check_settings(options, workers)
@@ -303,8 +305,8 @@ class Service:
             self.pool.close()
             raise
         self.host, self.port = host, self.socket.getsockname()[1]
-        protocol = hardened_protocol(self.limits.header_timeout, self.limits.max_header_bytes,
-                                     self.limits.max_connections_per_client, self.limits.max_connections)
+        protocol = serving_protocol(self.limits.header_timeout, self.limits.max_header_bytes,
+                                    self.limits.max_connections_per_client, self.limits.max_connections)
         config = uvicorn.Config(self.app, http=protocol,
                                 lifespan="off", access_log=False, log_config=None, server_header=False,
                                 date_header=False, timeout_keep_alive=max(int(self.limits.keep_alive), 1),

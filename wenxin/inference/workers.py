@@ -65,7 +65,7 @@ def _worker_main(index: int, sock: socket.socket, model_dir: str, options: Serve
             logger.exception("worker %d could not start", index)
         report.send(("error", type(e).__name__, problems))
         report.close()
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     service.app.log_prefix = f"worker {index + 1}: "
     report.send(("ready", os.getpid(), []))
     report.close()

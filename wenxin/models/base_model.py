@@ -48,7 +48,8 @@ class BaseModel(paddle.nn.Layer):
         """Metrics from outputs accumulated over a whole evaluation (numpy arrays, concatenated)."""
         raise NotImplementedError
 
-    def set_optimizer(self, total_steps: int) -> Tuple[paddle.optimizer.Optimizer, Optional[paddle.optimizer.lr.LRScheduler]]:
+    def set_optimizer(self, total_steps: int
+                      ) -> Tuple[paddle.optimizer.Optimizer, Optional[paddle.optimizer.lr.LRScheduler]]:
         """The optimizer and LR schedule from ``model.optimization``; override for custom ones."""
         from wenxin.controller.optimization import build_optimizer
         return build_optimizer(self.model_params["optimization"], self.parameters(), total_steps,

@@ -41,5 +41,5 @@ class TransformerEncoder(ErnieEncoder):
             vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=config["num_layers"],
             num_attention_heads=heads, intermediate_size=config["intermediate_size"],
             hidden_dropout_prob=config["dropout"], attention_probs_dropout_prob=config["attention_dropout"],
-            max_position_embeddings=config["max_position"], type_vocab_size=0, pad_token_id=padding_id, layer_norm_eps=1e-5,
-            pooling=config["pooling"]))
+            max_position_embeddings=config["max_position"], type_vocab_size=0, pad_token_id=padding_id,
+            layer_norm_eps=1e-5, pooling=config["pooling"]))

@@ -18,5 +18,6 @@ from wenxin.controller.hooks.trackers import MLflowHook, TensorBoardHook
 DEFAULT_HOOKS = (IterationTimerHook, LRSchedulerHook, NaNGuardHook, EvaluationHook, LoggerHook, CheckpointHook)
 
 __all__ = ["HookBase", "HookList", "Priority", "DEFAULT_HOOKS", "CheckpointHook", "EarlyStoppingHook", "EMAHook",
-           "EvaluationHook", "InferenceExportHook", "LoadBestModelHook", "LoggerHook", "LRSchedulerHook", "NaNGuardHook", "NormsHook", "IterationTimerHook",
-           "MLflowHook", "ProfilerHook", "ProgressBarHook", "TensorBoardHook"]
+           "EvaluationHook", "InferenceExportHook", "LoadBestModelHook", "LoggerHook", "LRSchedulerHook",
+           "NaNGuardHook", "NormsHook", "IterationTimerHook", "MLflowHook", "ProfilerHook", "ProgressBarHook",
+           "TensorBoardHook"]

@@ -33,7 +33,9 @@ class CheckpointHook(IntervalHook):
         self.top: List[Tuple[int, float]] = []  # (step, metric), best first
 
     def state_dict(self) -> Optional[Dict[str, Any]]:
-        return {"top": [[step, value] for step, value in self.top]} if self.trainer.trainer_config["save_top_k"] else None
+        if not self.trainer.trainer_config["save_top_k"]:
+            return None
+        return {"top": [[step, value] for step, value in self.top]}
 
     def set_state_dict(self, state: Dict[str, Any]) -> None:
         self.top = [(int(step), float(value)) for step, value in state.get("top", [])]

@@ -75,7 +75,8 @@ class ProfilerHook(HookBase):
         with contextlib.redirect_stdout(operators):
             prof.summary(sorted_by=profiler.SortedKeys.CPUTotal, op_detail=False, thread_sep=False, time_unit="ms",
                          views=[profiler.SummaryView.OperatorView])
-        path = os.path.join(self.folder, f"rank{self.trainer.rank}_{SUMMARY_FILE}" if self.trainer.rank else SUMMARY_FILE)
+        name = f"rank{self.trainer.rank}_{SUMMARY_FILE}" if self.trainer.rank else SUMMARY_FILE
+        path = os.path.join(self.folder, name)
         with open(path, "w", encoding="utf-8") as f:
             f.write(full.getvalue())
         logger.info("profile of steps %d-%d: trace and %s in %s; the top %d operators:\n%s", self.start_step,
