@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from wenxin.common.constants import INFERENCE_BACKENDS, ONEDNN_SETTINGS
 from wenxin.common.errors import (EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, ConfigError,
@@ -242,13 +242,14 @@ def _serve(args: argparse.Namespace) -> int:
     from wenxin.common.logs import setup_logging
     setup_logging()
     log = logging.getLogger("wenxin")
+    service: Union[Service, ServiceWorkers]
     if args.workers == 1:
-        service = Service(folder, args.host, args.port, options)
-        backend, port, stop = service.pool.backend, service.port, lambda signum, frame: None
+        service = one = Service(folder, args.host, args.port, options)
+        backend, port, stop = one.pool.backend, one.port, lambda signum, frame: None
         # uvicorn drains on SIGINT/SIGTERM itself, then raises them again: then exit 0
     else:
-        service = ServiceWorkers(folder, args.host, args.port, args.workers, options)
-        backend, port, stop = service.backend, service.port, lambda signum, frame: service.stop()
+        service = several = ServiceWorkers(folder, args.host, args.port, args.workers, options)
+        backend, port, stop = several.backend, several.port, lambda signum, frame: several.stop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
     log.info("%s %s with %s on http://%s:%d (POST /predict, GET /health, GET /metrics)",

@@ -96,7 +96,8 @@ class Parameter:
             self.values = list(spec["values"])
             return
         low, high = spec.get("min"), spec.get("max")
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or not low < high:
+        if not isinstance(low, (int, float)) or not isinstance(high, (int, float)) or isinstance(low, bool) \
+                or isinstance(high, bool) or not low < high:
             raise ConfigError(f"{where}: min and max must be numbers with min < max (got {low!r}, {high!r})")
         self.low, self.high = float(low), float(high)
         self.log = bool(spec.get("log", False))
@@ -181,7 +182,7 @@ class SweepSpec:
             return []
         if self.method == "grid":
             keys = [p.key for p in self.parameters]
-            return [dict(zip(keys, combo)) for combo in itertools.product(*(p.values for p in self.parameters))]
+            return [dict(zip(keys, combo)) for combo in itertools.product(*(p.values or [] for p in self.parameters))]
         rng = random.Random(self.seed)
         return [{p.key: p.draw(rng) for p in self.parameters} for _ in range(self.trials)]
 
@@ -344,6 +345,7 @@ class Sweep:
 
     def _split_folds(self) -> None:
         reader = self.base["dataset_reader"]["train_reader"]["config"]
+        assert self.spec.folds is not None, "called for a cross-validating sweep only"
         self.fold_data = split_folds(reader["data_path"], "dataset_reader.train_reader.config.data_path",
                                      reader["has_header"], self.spec.folds, self.spec.seed,
                                      os.path.join(self.output, "folds"))

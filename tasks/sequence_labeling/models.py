@@ -47,6 +47,7 @@ class SequenceTagger(BaseModel):
                               f"{', '.join(SEQUENCE_ENCODERS)}, not '{p['encoder']['type']}'")
         self.encoder = TextEncoder(p["encoder"], text_info)
         self.dropout = nn.Dropout(p["dropout"])
+        assert self.encoder.state_dim is not None, "checked above: a sequence encoder"
         self.emissions = nn.Linear(self.encoder.state_dim, len(self.tags))
         self.crf = LinearChainCrf(len(self.tags)) if p["decoder"] == "crf" else None
 

@@ -249,7 +249,7 @@ class ErnieKitBowClassification(BaseModel):
     def structure(self) -> None:
         p = self.model_params
         self._embedding_and_labels()
-        self.encoder = BoWEncoder(p["emb_dim"], pooling="sum")
+        self.encoder: nn.Layer = BoWEncoder(p["emb_dim"], pooling="sum")
         self.fc_1 = nn.Linear(p["emb_dim"], p["hid_dim"])
         self.fc_2 = nn.Linear(p["hid_dim"], p["hid_dim2"])
         self.fc_prediction = nn.Linear(p["hid_dim2"], self.num_labels)

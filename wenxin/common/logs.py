@@ -35,7 +35,7 @@ class _CurrentStdoutHandler(logging.StreamHandler):
     def __init__(self) -> None:
         super().__init__(sys.stdout)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self):  # noqa: ANN201
         return sys.stderr if _console["stream"] == "stderr" else sys.stdout
 

@@ -42,7 +42,7 @@ def deferred_signals() -> Iterator[None]:
     try:
         yield
     finally:
-        if blocking:  # take the signals that arrived while blocked, before unblocking
+        if mask is not None:  # take the signals that arrived while blocked, before unblocking
             for sig in signal.sigpending() & held:
                 signal.sigtimedwait([sig], 0)
                 received.append(sig)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from wenxin.common.errors import ConfigError
 
@@ -42,12 +42,12 @@ class Registry:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self._entries: Dict[str, List[Tuple[str, type]]] = {}
+        self._entries: Dict[str, List[Tuple[str, Any]]] = {}  # classes, or functions (optimizers, schedulers)
 
     def register(self, name: Optional[str] = None) -> Callable[[T], T]:
         def decorator(cls: T) -> T:
             key = name or cls.__name__  # type: ignore[attr-defined]
-            scope = scope_of(cls.__module__)  # type: ignore[attr-defined]
+            scope = scope_of(cls.__module__)
             entries = [e for e in self._entries.get(key, []) if e[0] != scope]
             entries.append((scope, cls))  # re-registration in a scope replaces the old class
             self._entries[key] = entries
@@ -60,7 +60,7 @@ class Registry:
         return sorted(k for k, entries in self._entries.items()
                       if any(s in (scope, BUILTIN_SCOPE) for s, _ in entries))
 
-    def get(self, name: str, scope: Optional[str] = None, key_path: str = "") -> type:
+    def get(self, name: str, scope: Optional[str] = None, key_path: str = "") -> Any:
         """Return the class registered as ``name``, preferring ``scope`` over built-ins."""
         load_builtins()
         entries = dict(self._entries.get(name, []))

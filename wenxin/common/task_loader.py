@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from importlib import metadata
-from typing import Any, List, Optional, Tuple
+from typing import Any, Iterable, List, Optional, Tuple
 
 from wenxin.common.bundled import bundled_folder
 from wenxin.common.errors import ConfigError
@@ -48,8 +48,11 @@ def _user_folders(task: str, config_path: str) -> List[str]:
 
 def _entry_point(task: str) -> Optional[metadata.EntryPoint]:
     """The ``wenxin.tasks`` entry point named ``task`` of an installed distribution, if any."""
-    points = metadata.entry_points()
-    group = points.select(group=ENTRY_POINT_GROUP) if hasattr(points, "select") else points.get(ENTRY_POINT_GROUP, [])
+    group: Iterable[metadata.EntryPoint]
+    if sys.version_info >= (3, 10):
+        group = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    else:  # Python 3.9: a dict of lists
+        group = metadata.entry_points().get(ENTRY_POINT_GROUP, ())
     return next((ep for ep in group if ep.name == task), None)
 
 

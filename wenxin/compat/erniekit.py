@@ -18,6 +18,7 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from wenxin.common.errors import Problems
+from wenxin.common.parsed import dict_at
 from wenxin.common.task_loader import builtin_tasks_dir
 from wenxin.config.document import plain
 
@@ -59,7 +60,7 @@ def is_erniekit(raw: Dict[str, Any]) -> bool:
     if _job_type(raw) is not None:
         return True
     for reader in _readers(raw):
-        config = reader.get("config") if isinstance(reader.get("config"), dict) else {}
+        config = dict_at(reader, "config")
         if "epoch" in config or "key_tag" in config:
             return True
         for field in reader.get("fields") or []:
@@ -126,7 +127,7 @@ def _translate_trainer(trainer: Dict[str, Any], notes: List[str], problems: Prob
 def _translate_reader(name: str, reader: Dict[str, Any], trainer: Dict[str, Any], notes: List[str],
                       problems: Problems, train_labels: bool) -> None:
     path = f"dataset_reader.{name}"
-    config = reader.get("config") if isinstance(reader.get("config"), dict) else {}
+    config = dict_at(reader, "config")
     if "epoch" in config:
         epoch = config.pop("epoch")
         if name == "train_reader":
@@ -244,7 +245,7 @@ def _translate_model(job: str, model: Dict[str, Any], notes: List[str]) -> None:
                 if key not in opt:
                     opt[key] = value
                     notes.append(f"model.optimization.{key}: {value!r} (what ERNIE-kit used for {model['type']})")
-    wenxin_type = MODEL_TYPES.get((job, model.get("type")))
+    wenxin_type = MODEL_TYPES.get((job, str(model.get("type"))))
     if wenxin_type:
         notes.append(f"model.type: {model['type']} -> {wenxin_type} (ERNIE-kit's network; wenxin's "
                      f"{model['type']} is another one)")
@@ -280,7 +281,7 @@ def _translate_optimization(opt: Dict[str, Any], trainer: Dict[str, Any], notes:
 
 
 def _readers(raw: Dict[str, Any]) -> List[Dict[str, Any]]:
-    dataset = raw.get("dataset_reader") if isinstance(raw.get("dataset_reader"), dict) else {}
+    dataset = dict_at(raw, "dataset_reader")
     return [r for r in dataset.values() if isinstance(r, dict)]
 
 
@@ -289,9 +290,9 @@ def _type_of(spec: Any) -> Optional[str]:
 
 
 def _job_type(raw: Dict[str, Any]) -> Optional[str]:
-    trainer = raw.get("trainer") if isinstance(raw.get("trainer"), dict) else {}
-    extra = trainer.get("extra_param") if isinstance(trainer.get("extra_param"), dict) else {}
-    meta = extra.get("meta") if isinstance(extra.get("meta"), dict) else {}
+    trainer = dict_at(raw, "trainer")
+    extra = dict_at(trainer, "extra_param")
+    meta = dict_at(extra, "meta")
     job = meta.get("job_type")
     return job if isinstance(job, str) else None
 
@@ -308,7 +309,7 @@ def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
     notes: List[str] = []
     inference = raw["inference"]
     reader = ((raw.get("dataset_reader") or {}).get("predict_reader") or {})
-    reader_config = reader.get("config") if isinstance(reader.get("config"), dict) else {}
+    reader_config = dict_at(reader, "config")
     native: Dict[str, Any] = {"output_format": "erniekit",
                               "predict_reader": {"config": {"separator": "\t"}}}
     for key, target in (("inference_model_path", "model_dir"), ("output_path", "output_file"),

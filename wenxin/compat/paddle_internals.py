@@ -26,7 +26,10 @@ from paddle.base.data_feeder import convert_dtype
 
 
 def grad_scaler_scale(scaler: paddle.amp.GradScaler) -> float:
-    return float(scaler._scale)  # noqa: SLF001
+    scale = scaler._scale  # noqa: SLF001  (a tensor once the scaler is enabled)
+    if scale is None:
+        raise ValueError("the GradScaler is disabled: it has no loss scale")
+    return float(scale)
 
 
 def use_static_loss_scaling(optimizer: Any, loss_scaling: Any) -> None:

@@ -52,7 +52,8 @@ class ProgramRunner:
         self.read_only = read_only
         self._interpreter: Optional[Any] = None
         self._data_ops: List[Any] = []
-        self._lr_tensor: Optional[Any] = None
+        self._lr_tensor: Any = None  # the learning-rate variable's DenseTensor (Paddle internal), if any
+        self._lr_scheduler: Any = None  # the program's LRScheduler, called for the current rate
         self._lr_dtype: Any = np.float32
         self._checked = False
         self.has_lr_schedule = has_lr_schedule
@@ -84,7 +85,8 @@ class ProgramRunner:
                              f"({getattr(self.program, 'lr_name', None)!r})")
         probe = 0.125 if float(self._lr_scheduler()) != 0.125 else 0.25
         self._set_learning_rate(probe)
-        read_back = np.array(self.scope.find_var(self.program.lr_name).get_tensor()).reshape(-1)
+        lr_name = getattr(self.program, "lr_name", None)
+        read_back = np.array(self.scope.find_var(lr_name).get_tensor()).reshape(-1)
         self._set_learning_rate()
         if read_back.size != 1 or float(read_back[0]) != probe:
             raise ValueError("setting the learning-rate variable does not reach the program")

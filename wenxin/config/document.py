@@ -52,7 +52,7 @@ def _json_int(text: str) -> Any:
 class _YamlLoader(yaml.SafeLoader):
     """PyYAML's safe loader, recording duplicate keys and refusing huge integers."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> _Object:  # type: ignore[override]
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> _Object:
         own = sum(1 for key_node, _ in node.value if key_node.tag != "tag:yaml.org,2002:merge")
         self.flatten_mapping(node)  # merged (<<: *base) pairs first, then the mapping's own
         merged = len(node.value) - own
@@ -73,7 +73,7 @@ class _YamlLoader(yaml.SafeLoader):
             obj[key] = self.construct_object(value_node, deep=deep)
         return obj
 
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> Any:  # type: ignore[override]
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> Any:
         text = str(node.value).replace("_", "")
         if len(text.lstrip("+-")) > 19:
             return _BigInteger(text)

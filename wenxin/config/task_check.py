@@ -29,8 +29,8 @@ class TaskClasses:
     """What a task file resolves to."""
 
     scope: str
-    model_cls: type
-    trainer_cls: type
+    model_cls: Any  # a BaseModel subclass (a registry entry)
+    trainer_cls: Any  # a BaseTrainer subclass
 
 
 def check_settings(config: Dict[str, Any], problems: Problems) -> None:
@@ -62,8 +62,10 @@ def _fill_from_pretrained_folder(config: Dict[str, Any], problems: Problems) -> 
     set: ``model.encoder_config``, ``trainer.pre_train_model`` and the ``vocab_path`` of every
     ERNIE text field. Keys set explicitly are kept."""
     model, trainer = config.get("model"), config.get("trainer")
-    folder = model.get("pretrained") if isinstance(model, dict) else None
-    if not folder or not isinstance(folder, str) or not isinstance(trainer, dict):
+    if not isinstance(model, dict) or not isinstance(trainer, dict):
+        return
+    folder = model.get("pretrained")
+    if not folder or not isinstance(folder, str):
         return
     if not os.path.isdir(folder):
         problems.add(f"model.pretrained: model folder not found: {folder}")

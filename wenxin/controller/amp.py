@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Literal, Optional
 
 import paddle
 
@@ -35,8 +35,8 @@ class AmpSettings:
     """What ``trainer.use_amp`` and its companion keys resolve to."""
 
     enabled: bool
-    dtype: str
-    level: str
+    dtype: Literal["float16", "bfloat16"]
+    level: Literal["O1", "O2"]
     use_loss_scaling: bool
     scaler_kwargs: Dict[str, Any]
     custom_white_list: List[str] = dataclasses.field(default_factory=list)
@@ -46,7 +46,9 @@ class AmpSettings:
     @classmethod
     def from_config(cls, cfg: Dict[str, Any]) -> "AmpSettings":
         place_type = cfg["PADDLE_PLACE_TYPE"]
-        dtype = cfg["amp_dtype"] if cfg["amp_dtype"] != "auto" else ("float16" if place_type == "gpu" else "bfloat16")
+        dtype: Literal["float16", "bfloat16"] = cfg["amp_dtype"]  # the schema allows these two and auto
+        if cfg["amp_dtype"] == "auto":
+            dtype = "float16" if place_type == "gpu" else "bfloat16"
         if cfg["use_amp"] and dtype == "float16" and not float16_kernels_available(place_type):
             raise ConfigError("trainer.amp_dtype: float16 AMP needs a GPU; use bfloat16 on CPU")
         scaling = cfg["use_loss_scaling"] if cfg["use_loss_scaling"] is not None else dtype == "float16"

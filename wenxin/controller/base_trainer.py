@@ -24,6 +24,7 @@ import paddle
 
 from wenxin.common.constants import Phase
 from wenxin.common.errors import CheckpointError, ConfigError, DataError, Problems, WenxinError
+from wenxin.common.parsed import dict_at
 from wenxin.common.registry import RegisterSet
 from wenxin.config.task_check import EVAL_FLAGS
 from wenxin.compat import pretrained
@@ -41,7 +42,7 @@ from wenxin.controller.hooks.writers import METRICS_FILE, ConsoleWriter, JsonlWr
     VisualDLWriter
 from wenxin.common.progress import ProgressBar, progress_enabled
 from wenxin.controller.state import TrainState
-from wenxin.data.dataset_reader import BasicDataSetReader
+from wenxin.data.dataset_reader import BasicDataSetReader, BatchLoader
 from wenxin.data.sampler import ResumableBatchSampler
 from wenxin.data.vocab import Vocab
 from wenxin.models.base_model import BaseModel
@@ -153,7 +154,7 @@ class BaseTrainer:
         self.checkpoints = ckpt.CheckpointManager.for_trainer(self.trainer_config)
         prepare_output_path(self.trainer_config, self.is_writer)
         self._setup_train_data()
-        self._eval_loaders: Dict[str, Iterable[Batch]] = {}
+        self._eval_loaders: Dict[str, BatchLoader] = {}
         self._eval_samplers: Dict[str, ResumableBatchSampler] = {}
         self.metric_logger = MetricLogger(self._make_writers())
         self.hooks = HookList()
@@ -284,8 +285,8 @@ class BaseTrainer:
         reduce_op = {"sum": paddle.distributed.ReduceOp.SUM, "max": paddle.distributed.ReduceOp.MAX}[op]
         with eager_mode():  # collectives on eager tensors, also in a static loop
             tensor = paddle.to_tensor(values, dtype="float64")
-            paddle.distributed.all_reduce(tensor, op=reduce_op)
-            return tensor.tolist()
+            paddle.distributed.all_reduce(tensor, op=reduce_op)  # type: ignore[arg-type]  # a ReduceOp value
+            return [float(v) for v in tensor.numpy()]
 
     def mean_over_ranks(self, value: float) -> float:
         """The mean of ``value`` over all ranks (itself in a single process)."""
@@ -461,7 +462,7 @@ class BaseTrainer:
             self.hooks.call("after_eval", reader_name, metrics)
         return metrics
 
-    def eval_loader(self, reader_name: str) -> Iterable[Batch]:
+    def eval_loader(self, reader_name: str) -> BatchLoader:
         if reader_name not in self._eval_loaders:
             if reader_name not in self.readers:
                 raise ConfigError(f"dataset_reader.{reader_name}: not configured")
@@ -609,7 +610,7 @@ class BaseTrainer:
         """A checkpoint continues only the run it came from: the same model type, optimizer and
         vocabularies. Lists every difference."""
         differences = []
-        saved_model = saved.get("model") if isinstance(saved.get("model"), dict) else {}
+        saved_model = dict_at(saved, "model")
         model = self.config["model"]
         if saved_model.get("type") != model["type"]:
             differences.append(f"model.type: checkpoint {saved_model.get('type')!r}, now {model['type']!r}")

@@ -30,7 +30,7 @@ import re
 import shutil
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from wenxin.common.errors import CheckpointError
 from wenxin.common import manifest
 from wenxin.common.files import write_text_atomically
 from wenxin.common.manifest import MANIFEST_FILE
+from wenxin.common.parsed import dict_at
 from wenxin.common.pickled_weights import load_pickled_weights
 from wenxin.controller.state_io import load_arrays, load_state, save_arrays, save_state, state_files
 
@@ -270,7 +271,7 @@ class CheckpointManager:
             state = read_trainer_state(folder)
         except CheckpointError:
             state = {}
-        metrics = state.get("dev_metrics") if isinstance(state.get("dev_metrics"), dict) else {}
+        metrics = dict_at(state, "dev_metrics")
         saved = state.get("time")
         return {"name": name, "kind": kind, "step": state.get("global_step"),
                 "metric": metrics.get(self.metric),
@@ -431,8 +432,8 @@ def write_checkpoint(folder: str, model_state: Mapping[str, Any], optimizer_stat
 
 
 # The progress counters a checkpoint must hold, and their types.
-_TRAINER_STATE_TYPES = {"global_step": int, "epoch": int, "step_in_epoch": int, "best_step": int,
-                        "best_metric": (float, int, type(None))}
+_TRAINER_STATE_TYPES: Dict[str, Union[type, Tuple[type, ...]]] = {
+    "global_step": int, "epoch": int, "step_in_epoch": int, "best_step": int, "best_metric": (float, int, type(None))}
 
 
 def _read_json(path: str, what: str) -> Any:

@@ -72,7 +72,7 @@ class BaseDynamicTrainer(BaseTrainer):
             if self.world_size > 1:  # every rank skips the same steps (the gradients were all-reduced)
                 flag = paddle.to_tensor([1.0 if self.state.nonfinite_loss else 0.0])
                 paddle.distributed.all_reduce(flag)
-                self.state.nonfinite_loss = flag.item() > 0
+                self.state.nonfinite_loss = float(flag) > 0
         else:
             self.state.nonfinite_loss = False
         if self.capture_gradients:
@@ -92,7 +92,7 @@ class BaseDynamicTrainer(BaseTrainer):
         sums = {}
         for name, param in self.model.named_parameters():
             if param.grad is not None:
-                sums[name] = float(paddle.sum(paddle.square(param.grad.astype("float32"))).item())
+                sums[name] = float(paddle.sum(paddle.square(param.grad.astype("float32"))))
                 if scale:
                     sums[name] /= scale * scale
         self._gradient_square_sums = sums
@@ -152,11 +152,11 @@ class BaseDynamicTrainer(BaseTrainer):
         self.optimizer.set_state_dict(internal)
 
     def scaler_state_dict(self) -> Optional[Dict[str, Any]]:
-        return self.scaler.state_dict() if self.scaler is not None else None
+        return dict(self.scaler.state_dict()) if self.scaler is not None else None
 
     def set_scaler_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
         if self.scaler is not None and state:
-            self.scaler.load_state_dict(state)
+            self.scaler.load_state_dict(state)  # type: ignore[arg-type]  # the dict scaler_state_dict saved
 
     def loss_scale(self) -> Optional[float]:
         """The current loss scale; None without a scaler or where Paddle disables it

@@ -82,14 +82,14 @@ class BaseStaticTrainer(BaseTrainer):
             self._build_programs()
             self.executor = paddle.static.Executor(self.place)
             self.executor.run(self.startup_program)
-        self.scope = paddle.static.global_scope()
+        self.paddle_scope = paddle.static.global_scope()  # the variables (self.scope: the task package)
         with static_mode():
             fast = self.trainer_config["fast_paths"]["program_runner"]
             self._train_runner = ProgramRunner(self.executor, self.main_program, self.feed_names,
-                                               [self.loss, self.nonfinite_flag], self.scope, fast=fast,
+                                               [self.loss, self.nonfinite_flag], self.paddle_scope, fast=fast,
                                                has_lr_schedule=self.lr_scheduler is not None)
             self._micro_runner = (ProgramRunner(self.executor, self.micro_program, self.feed_names,
-                                                [self.micro_loss], self.scope, fast=fast)
+                                                [self.micro_loss], self.paddle_scope, fast=fast)
                                   if self.accumulate > 1 else None)
 
     def train_loop(self) -> Dict[str, Dict[str, float]]:
@@ -107,12 +107,13 @@ class BaseStaticTrainer(BaseTrainer):
         and the optimizer is added."""
         self.main_program = paddle.static.Program()
         self.startup_program = paddle.static.Program()
-        self.main_program.random_seed = self.startup_program.random_seed = self.trainer_config["seed"]
+        # Program.random_seed has a setter; Paddle's type hints call it read-only
+        self.main_program.random_seed = self.startup_program.random_seed = self.trainer_config["seed"]  # type: ignore[misc]
         data: Dict[str, Any] = {}  # one paddle.static.data per tensor name, shared by the forwards
         with paddle.static.program_guard(self.main_program, self.startup_program):
             self.model = self.model_builder()
             if self.amp.enabled and self.amp.level == "O2":  # parameters in low precision
-                self.model = paddle.amp.decorate(models=self.model, level="O2", dtype=self.amp.dtype)
+                self.model = paddle.amp.decorate(models=self.model, level="O2", dtype=self.amp.dtype)  # type: ignore[assignment]
             self.model.train()
             train_specs = self.readers["train_reader"].tensor_specs()
             with self.amp.autocast():
@@ -161,8 +162,8 @@ class BaseStaticTrainer(BaseTrainer):
 
     def _eval_spec_sets(self) -> Dict[str, List[TensorSpec]]:
         """Input tensors by evaluated reader, plus those of the exported model (``predict``)."""
-        sets = {name: self.readers[name].tensor_specs() for name in ("dev_reader", "test_reader")
-                if name in self.readers}
+        sets: Dict[str, List[TensorSpec]] = {name: self.readers[name].tensor_specs()
+                                             for name in ("dev_reader", "test_reader") if name in self.readers}
         if not sets:
             sets["train_reader"] = self.readers["train_reader"].tensor_specs()
         sets[EXPORT_VARIANT] = [s for f in export.inference_fields(self.readers) for s in f.tensor_specs()]
@@ -289,9 +290,11 @@ class BaseStaticTrainer(BaseTrainer):
 
     def run_step(self, batches: List[Batch]) -> Any:
         # gradient accumulation: the micro program takes all but the last batch
-        losses = [self._micro_runner.run(batch)[0] for batch in batches[:-1]]
-        loss, nonfinite = self._train_runner.run(batches[-1])
-        losses.append(loss)
+        micro = self._micro_runner
+        assert micro is not None or len(batches) == 1, "several batches a step need the micro program"
+        losses = [micro.run(batch)[0] for batch in batches[:-1]] if micro is not None else []
+        last_loss, nonfinite = self._train_runner.run(batches[-1])
+        losses.append(last_loss)
         loss = float(np.mean(losses))
         # the program skipped the update already; the NaN guard counts what it skipped
         self.state.nonfinite_loss = self.should_check_loss() and float(np.asarray(nonfinite).reshape(-1)[0]) > 0
@@ -308,7 +311,7 @@ class BaseStaticTrainer(BaseTrainer):
         evaluation = self.eval_program(reader_name)
         if evaluation.runner is None:
             evaluation.runner = ProgramRunner(self.executor, evaluation.program, evaluation.feed_names,
-                                              list(evaluation.fetch.values()), self.scope, read_only=True,
+                                              list(evaluation.fetch.values()), self.paddle_scope, read_only=True,
                                               fast=self.trainer_config["fast_paths"]["program_runner"])
         return dict(zip(evaluation.fetch, (np.asarray(v) for v in evaluation.runner.run(batch))))
 
@@ -328,10 +331,10 @@ class BaseStaticTrainer(BaseTrainer):
 
     # ---- state ---------------------------------------------------------------------------
     def _read(self, var_name: str) -> np.ndarray:
-        return np.array(self.scope.find_var(var_name).get_tensor())
+        return np.array(self.paddle_scope.find_var(var_name).get_tensor())
 
     def _write(self, var_name: str, value: Any) -> None:
-        tensor = self.scope.find_var(var_name).get_tensor()
+        tensor = self.paddle_scope.find_var(var_name).get_tensor()
         array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
         dtype = dense_tensor_dtype(tensor)
         tensor.set(array.astype(dtype, copy=False), self.place)
@@ -353,7 +356,7 @@ class BaseStaticTrainer(BaseTrainer):
                    if op.name() == "builtin.shadow_output"]
         return [n for n in created if not n.endswith((GRAD_BUFFER_SUFFIX, GRADIENT_SQUARE_SUM_SUFFIX))
                 and n not in scaler_vars
-                and self.scope.find_var(n) is not None]
+                and self.paddle_scope.find_var(n) is not None]
 
     def optimizer_state_dict(self) -> Dict[str, Any]:
         state = {name: self._read(name) for name in self._optimizer_var_names()}

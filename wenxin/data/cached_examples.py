@@ -110,7 +110,7 @@ class CachedExamples(collections.abc.Sequence):
         self.folder = folder
         self.specs: List[Spec] = meta["specs"]
         self.slots: List[Dict[str, Any]] = meta["slots"]
-        self.count: int = meta["examples"]
+        self.size: int = meta["examples"]
         self.lengths = _open_array(os.path.join(folder, "lengths.npy"))
         self._arrays: List[Tuple[np.ndarray, Optional[np.ndarray]]] = []
         for k, slot in enumerate(self.slots):
@@ -134,7 +134,7 @@ class CachedExamples(collections.abc.Sequence):
         return CachedExamples.open, (self.folder,)  # DataLoader workers map the files again
 
     def __len__(self) -> int:
-        return self.count
+        return self.size
 
     def _leaf(self, k: int, i: int) -> Any:
         data, offsets = self._arrays[k]
@@ -147,14 +147,14 @@ class CachedExamples(collections.abc.Sequence):
         return rebuild(self.specs[col], (self._leaf(k, i) for k in self._field_slots[col]))
 
     def values(self, col: int, indices: Optional[Sequence[int]] = None) -> List[Any]:
-        return [self.value(col, int(i)) for i in (range(self.count) if indices is None else indices)]
+        return [self.value(col, int(i)) for i in (range(self.size) if indices is None else indices)]
 
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self.count))]
+            return [self[j] for j in range(*i.indices(self.size))]
         if i < 0:
-            i += self.count
-        if not 0 <= i < self.count:
+            i += self.size
+        if not 0 <= i < self.size:
             raise IndexError(i)
         return tuple(self.value(col, i) for col in range(len(self.specs)))
 
@@ -171,4 +171,4 @@ class CachedExamples(collections.abc.Sequence):
         width = self.slots[k].get("width")
         if width is None:
             return None
-        return data.reshape(self.count, width).astype(np.dtype(spec[1]), copy=False)
+        return data.reshape(self.size, width).astype(np.dtype(spec[1]), copy=False)

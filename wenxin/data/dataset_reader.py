@@ -5,7 +5,7 @@ import collections
 import itertools
 import logging
 import os
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar, cast
 
 import numpy as np
 import paddle
@@ -77,15 +77,23 @@ class FitGroup:
                    and f.config.get("tokenizer") == tokenizer for f in (fields[c] for c in self.columns))
 
 
+class BatchLoader(Protocol):
+    """What a reader's loader is: batches, and how many there are (a DataLoader, or a wrapper)."""
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]: ...
+
+    def __len__(self) -> int: ...
+
+
 class _ExampleDataset(paddle.io.Dataset):
-    def __init__(self, examples: List[Tuple[Any, ...]]) -> None:
+    def __init__(self, examples: Sequence[Tuple[Any, ...]]) -> None:
         self.examples = examples
 
     def __getitem__(self, idx: int) -> Tuple[Any, ...]:
         return self.examples[idx]
 
     def __len__(self) -> int:
-        return self.stream_plan.total if self.stream_plan is not None else len(self.examples)
+        return len(self.examples)
 
 
 class _MainThreadBatches:
@@ -439,7 +447,7 @@ class BasicDataSetReader:
             if col in columns:
                 batch[field.name] = np.asarray(columns[col][indices])
             else:
-                batch.update(field.collate(self.field_values(col, indices)))
+                batch.update(field.collate(cast(List[Any], self.field_values(col, indices))))
         return batch
 
     def field_values(self, col: int, indices: Optional[Sequence[int]] = None) -> Sequence[Any]:
@@ -499,7 +507,7 @@ class BasicDataSetReader:
         """The longest padded field of one example."""
         return max(f.length(value) for f, value in zip(self.fields, example))
 
-    def make_loader(self, sampler: ResumableBatchSampler, numpy_batches: bool = False) -> Iterable[Dict[str, Any]]:
+    def make_loader(self, sampler: ResumableBatchSampler, numpy_batches: bool = False) -> BatchLoader:
         """Batches of the converted examples in ``sampler``'s order, as dicts of tensors (numpy
         arrays with ``numpy_batches``: the static trainer's Executor takes them).
 
@@ -510,7 +518,8 @@ class BasicDataSetReader:
         if self.reader_config["num_workers"] == 0:
             return _MainThreadBatches(self, sampler, as_tensors=not numpy_batches)
         return paddle.io.DataLoader(_ExampleDataset(self.examples), batch_sampler=sampler,
-                                    collate_fn=self.collate, num_workers=self.reader_config["num_workers"],
+                                    collate_fn=self.collate,  # type: ignore[arg-type]  # Paddle's hint: a list
+                                    num_workers=self.reader_config["num_workers"],
                                     return_list=True)
 
 

@@ -164,7 +164,7 @@ class ErnieSeqlabelLabelFieldReader(SequenceLabelFieldReader):
         if vocab is not None:
             self._set_outside()
 
-    def convert(self, text: str) -> np.ndarray:
+    def convert(self, text: str) -> np.ndarray:  # type: ignore[override]  # a tag per token
         return self.tag_ids(self.tokenizer.tokenize(text))  # cut in combine, as the text's pieces are
 
     def inside_of(self, tag_id: int) -> int:

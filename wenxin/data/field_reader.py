@@ -168,7 +168,7 @@ class TextFieldReader(BaseFieldReader):
         if config["vocab_path"]:
             self.set_vocab(Vocab.load(config["vocab_path"], self.tokenizer.unk_token))
             self._check_padding()
-            missing = [t for t in config["special_tokens"] if t not in self.vocab]
+            missing = [t for t in config["special_tokens"] if self.vocab is None or t not in self.vocab]
             if missing:
                 raise ConfigError(f"{path}.special_tokens: {missing} not in {config['vocab_path']}")
 
@@ -280,7 +280,7 @@ class LabelFieldReader(BaseFieldReader):
         return self.vocab is None
 
     def fit_counts(self, counts: "collections.Counter[Hashable]") -> None:
-        self.fit(counts)  # type: ignore[arg-type] (a label map depends only on which columns occur)
+        self.fit(str(column) for column in counts)  # a label map depends only on which columns occur
 
     def fit(self, columns: Iterable[str]) -> None:
         labels = {c.strip() for c in columns}
@@ -331,7 +331,7 @@ class SequenceLabelFieldReader(LabelFieldReader):
         tags = {t for c in columns for t in self.tokenizer.tokenize(c)}
         self.vocab = Vocab(sorted(tags))
 
-    def convert(self, text: str) -> np.ndarray:
+    def convert(self, text: str) -> np.ndarray:  # type: ignore[override]  # a tag per token, not one label
         return self.tag_ids(self.tokenizer.tokenize(text)[:self.max_seq_len])
 
     def tag_ids(self, tags: List[str]) -> np.ndarray:
@@ -346,7 +346,7 @@ class SequenceLabelFieldReader(LabelFieldReader):
             ids.append(idx)
         return np.asarray(ids, dtype=np.int64)
 
-    def column(self, values: List[np.ndarray]) -> Optional[np.ndarray]:
+    def column(self, values: List[np.ndarray]) -> Optional[np.ndarray]:  # type: ignore[override]
         return None  # tag sequences are padded per batch
 
     def check_example(self, example: Dict[str, Any]) -> None:
@@ -355,7 +355,7 @@ class SequenceLabelFieldReader(LabelFieldReader):
             raise ValueError(f"{len(example[self.name])} tags in '{self.name}' for "
                              f"{len(example[other])} tokens in '{other}'")
 
-    def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:
+    def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:  # type: ignore[override]
         ids, _ = pad_sequences(values, 0, fixed_length(self.config))
         return {self.name: ids}
 
@@ -402,7 +402,7 @@ class MultiLabelFieldReader(LabelFieldReader):
     def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:  # type: ignore[override]
         return {self.name: self.column(values)}
 
-    def column(self, values: List[np.ndarray]) -> Optional[np.ndarray]:  # type: ignore[override]
+    def column(self, values: List[np.ndarray]) -> np.ndarray:  # type: ignore[override]
         width = len(self.vocab) if self.vocab is not None else 0
         if isinstance(values, np.ndarray):  # [N, width] already (the token cache's column)
             return values.astype(np.float32, copy=False)
@@ -439,7 +439,7 @@ class FloatVectorFieldReader(BaseFieldReader):
     def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:
         return {self.name: self.column(values)}
 
-    def column(self, values: List[np.ndarray]) -> Optional[np.ndarray]:
+    def column(self, values: List[np.ndarray]) -> np.ndarray:
         if isinstance(values, np.ndarray):  # [N, dim] already (the token cache's column)
             return values.astype(np.float32, copy=False)
         return np.stack(values) if values else np.zeros((0, self.dim), np.float32)

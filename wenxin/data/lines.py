@@ -19,10 +19,10 @@ _UTF16_32_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE,
 
 
 class Line(NamedTuple):
-    """One line of a file: its number (from 1), its text, or why it cannot be used."""
+    """One line of a file: its number (from 1), its text, or ("" and) why it cannot be used."""
 
     lineno: int
-    text: Optional[str]
+    text: str
     problem: Optional[str] = None
 
 
@@ -51,7 +51,7 @@ def iter_lines(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: i
                 while raw and not raw.endswith(b"\n"):  # skip the rest of the line, a chunk at a time
                     raw = f.readline(_CHUNK)
                     position += len(raw)
-                yield Line(lineno, None, f"line longer than {max_line_bytes} bytes (reader key max_line_bytes)")
+                yield Line(lineno, "", f"line longer than {max_line_bytes} bytes (reader key max_line_bytes)")
                 continue
             if raw.endswith(b"\n"):
                 raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
@@ -60,9 +60,9 @@ def iter_lines(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: i
             elif lineno == 1 and start == 0 and raw.startswith(_UTF16_32_BOMS):
                 raise DataError(f"{path}: the file is UTF-16/UTF-32 encoded; data files must be UTF-8")
             if b"\x00" in raw:
-                yield Line(lineno, None, "binary data (a NUL byte), not a line of UTF-8 text")
+                yield Line(lineno, "", "binary data (a NUL byte), not a line of UTF-8 text")
                 continue
             try:
                 yield Line(lineno, raw.decode("utf-8"))
             except UnicodeDecodeError as e:
-                yield Line(lineno, None, f"not valid UTF-8 ({e.reason} at byte {e.start} of the line)")
+                yield Line(lineno, "", f"not valid UTF-8 ({e.reason} at byte {e.start} of the line)")

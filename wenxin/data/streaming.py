@@ -200,8 +200,10 @@ def stream_loader(reader: "BasicDataSetReader", sampler: StreamSampler, numpy_ba
     worker processes, each converting only its own batches."""
     if num_workers == 0:
         return StreamBatches(reader, sampler, as_tensors=not numpy_batches)
-    return _WithLength(paddle.io.DataLoader(_WorkerBatches(reader, sampler), batch_size=None, collate_fn=_as_is,
-                                            num_workers=num_workers, return_list=True), sampler)
+    # batch_size None: the dataset yields whole batches (Paddle takes None; its type hints say int)
+    loader = paddle.io.DataLoader(_WorkerBatches(reader, sampler), batch_size=None,  # type: ignore[arg-type]
+                                  collate_fn=_as_is, num_workers=num_workers, return_list=True)
+    return _WithLength(loader, sampler)
 
 
 class _WithLength:

@@ -180,7 +180,7 @@ def _meta_digest(meta: Mapping[str, Any]) -> str:
 
 def _entry_files(folder: str) -> List[str]:
     """Every file of an entry but ``meta.json`` (relative paths)."""
-    found = []
+    found: List[str] = []
     for root, _, names in os.walk(folder):
         found.extend(os.path.relpath(os.path.join(root, name), folder) for name in names)
     return sorted(rel for rel in found if rel != "meta.json")
@@ -409,7 +409,8 @@ def _convert_part(task: Tuple[int, FilePart, Optional[np.ndarray], str, List[int
         for g in fused:
             group, vocab = _ACTIVE.groups[g], PartVocab()
             for col in group.columns:
-                reader.fields[col].vocab = vocab  # type: ignore[assignment] (not set_vocab: nothing to bind)
+                # not set_vocab: nothing to bind; a PartVocab answers what converting asks of a Vocab
+                reader.fields[col].vocab = vocab  # type: ignore[assignment]
             part_vocabs.append((group, vocab))
         rows = list(_sampled(reader.iter_rows([part]), mask))
         first_seen = reader.first_seen(rows)
@@ -424,7 +425,7 @@ def _convert_part(task: Tuple[int, FilePart, Optional[np.ndarray], str, List[int
             for group, vocab in part_vocabs:  # a skipped row: fitting counts all its tokens
                 vocab.undo_row()
                 for col in group.columns:
-                    vocab.to_ids(group.owner.fit_items(row[2][col]))
+                    vocab.to_ids(map(str, group.owner.fit_items(row[2][col])))  # a text field's tokens
         result = writer.save(folder, index)
         result.update(bad_lines=reader.bad_lines, skipped=reader.skipped,
                       first_seen=[[col, seen] for col, seen in first_seen.items()],
@@ -433,8 +434,8 @@ def _convert_part(task: Tuple[int, FilePart, Optional[np.ndarray], str, List[int
     except Exception as e:  # noqa: BLE001
         return _failure(e)
     finally:
-        for field, vocab in zip(reader.fields, vocabs_before):
-            field.vocab = vocab  # the parent's fields, when it converts without workers
+        for field, before in zip(reader.fields, vocabs_before):
+            field.vocab = before  # the parent's fields, when it converts without workers
 
 
 class _PartWriter:
@@ -869,9 +870,9 @@ class TokenCache:
         renumber: Dict[int, List[np.ndarray]] = {}  # slot -> each part's table: local id -> vocab id
         first_slot = np.cumsum([0] + [len(leaf_kinds(spec)) for spec in specs])
         for position, g in enumerate(fused):
-            tables = _fit_from_parts(groups[g], [r["local_vocabs"][position] for r in results])
+            fitted = _fit_from_parts(groups[g], [r["local_vocabs"][position] for r in results])
             for col in groups[g].columns:
-                renumber[int(first_slot[col])] = tables
+                renumber[int(first_slot[col])] = fitted
         for result in results:
             result.pop("local_vocabs", None)  # the parts' tokens are not needed any more
         count = sum(r["examples"] for r in results)
@@ -885,7 +886,7 @@ class TokenCache:
                 slots.append({"kind": kind, "dtype": dtype})
                 continue
             stats = [results[i]["slots"][k] for i in parts_with]
-            tables = [renumber[k][i] for i in parts_with] if k in renumber else None
+            tables: Optional[List[np.ndarray]] = [renumber[k][i] for i in parts_with] if k in renumber else None
             store = np.dtype(dtype)
             fits = all(INT32.min <= s["min"] and s["max"] <= INT32.max for s in stats) if tables is None \
                 else all(len(t) == 0 or int(t.max()) <= INT32.max for t in tables)

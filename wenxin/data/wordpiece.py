@@ -60,7 +60,7 @@ class FullTokenizer(BaseTokenizer):
                                             max_input_chars_per_word=self.max_chars))
         engine.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                                        strip_accents=self.strip_accents, lowercase=self.lowercase)
-        splitters = [pre_tokenizers.BertPreTokenizer()]
+        splitters: List[pre_tokenizers.PreTokenizer] = [pre_tokenizers.BertPreTokenizer()]
         if self.split_symbols:
             splitters.append(pre_tokenizers.Split(Regex(SYMBOLS), "isolated"))
         engine.pre_tokenizer = pre_tokenizers.Sequence(splitters)

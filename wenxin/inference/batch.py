@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 from wenxin.common.errors import DataError, Problems
 from wenxin.common.paddle_support import require_gpu
@@ -48,7 +48,7 @@ def _check_against_model(config: Dict[str, Any], predictor: Predictor) -> None:
     problems.raise_if_any()
 
 
-def run_inference(param_path: str, overrides: List[str] = ()) -> str:
+def run_inference(param_path: str, overrides: Sequence[str] = ()) -> str:
     """Predict every line of the predict_reader's files; returns the output file path."""
     from wenxin.compat import erniekit
     raw = read_task_file(param_path)

@@ -18,14 +18,14 @@ import logging
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import WenxinError
 from wenxin.inference.predictor import InferenceError, Predictor
 
 logger = logging.getLogger("wenxin")
 
-Rows = List[List[str]]
+Rows = List[Sequence[str]]
 Results = List[Dict[str, Any]]
 _STOP = object()
 
@@ -35,9 +35,9 @@ class _Request:
     (settled in that loop's thread), or a thread-safe one."""
     __slots__ = ("rows", "future", "loop", "pieces_rows", "pieces")
 
-    def __init__(self, rows: Rows, loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
+    def __init__(self, rows: Sequence[Sequence[str]], loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
         self.rows, self.loop = rows, loop
-        self.pieces_rows: Rows = rows  # what the model runs: the rows, or pieces of long ones
+        self.pieces_rows: Rows = list(rows)  # what the model runs: the rows, or pieces of long ones
         self.pieces: List[Any] = []
         self.future: Any = loop.create_future() if loop is not None else concurrent.futures.Future()
 
@@ -127,7 +127,7 @@ class BatchingPool:
         self._closed = False
 
     # ---- the caller's side ---------------------------------------------------------------
-    def submit(self, rows: Rows, loop: Optional[asyncio.AbstractEventLoop] = None) -> Any:
+    def submit(self, rows: Sequence[Sequence[str]], loop: Optional[asyncio.AbstractEventLoop] = None) -> Any:
         """Queue ``rows``; the future gets one result per row, in order (or the row's error). With
         ``loop`` (call from its thread), an asyncio future of that loop; else a thread-safe one."""
         request = _Request(rows, loop)
@@ -207,10 +207,10 @@ class BatchingPool:
     # ---- the model threads -----------------------------------------------------------------
     def _model_loop(self, model_dir: str, num_threads: int, backend: str, onednn: str) -> None:
         try:
-            predictor: Optional[Predictor] = Predictor(model_dir, num_threads=num_threads, backend=backend,
-                                                       onednn=onednn)
-            predictor.warm_up(min(16, self.max_batch))  # kernels built before the first request
-            self.onednn = predictor.onednn
+            loaded = Predictor(model_dir, num_threads=num_threads, backend=backend, onednn=onednn)
+            loaded.warm_up(min(16, self.max_batch))  # kernels built before the first request
+            self.onednn = loaded.onednn
+            predictor: Optional[Predictor] = loaded
         except BaseException as e:  # noqa: BLE001 (reported by the constructor)
             self._startup_errors.append(e)
             predictor = None

@@ -9,6 +9,7 @@ import numpy as np
 
 from wenxin.common.constants import InstanceName
 from wenxin.common.registry import RegisterSet
+from wenxin.data.ernie_fields import ErnieTextFieldReader
 from wenxin.data.field_reader import BaseFieldReader, TextFieldReader
 from wenxin.metrics.chunking import extract_chunks
 
@@ -157,7 +158,7 @@ class TaggingFormat(ResultFormat):
         """What a text is cut between, ``(unit, start, end)`` in ``raw``, each unit's size in
         tokens, and how many tokens a piece may have: words and their pieces for ERNIE fields
         (two places go to ``[CLS]`` and ``[SEP]``), else tokens."""
-        if field.word_pieces:
+        if isinstance(field, ErnieTextFieldReader):  # word_pieces
             words = field.words(raw)
             units = [(word, start, end) for word, (start, end) in zip(words, word_offsets(raw, words))]
             return units, [len(ids) for ids in field.word_ids(words)], field.max_seq_len - 2

@@ -65,6 +65,7 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
             got = OnnxEngine(tmp).run(batch)
         except BackendError as e:
             raise InferenceError(str(e)) from None
+        assert paddle.engine is not None  # loaded: Predictor's default
         expected = paddle.engine.run(batch)
         difference = largest_difference(expected, got)
         if not difference <= tolerance:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -68,7 +68,7 @@ class Predictor:
         except WenxinError as e:
             raise InferenceError(str(e)) from None
         self.result_format: ResultFormat = format_cls(self.labels, self.fields)
-        self.engine = None
+        self.engine: Optional[Union[OnnxEngine, PaddleEngine]] = None  # None: the model is not loaded
         self.onednn = ""  # the Paddle backend's oneDNN choice, in words
         self.input_names: List[str] = []
         try:
@@ -136,6 +136,8 @@ class Predictor:
 
     def run(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Input arrays -> the model's outputs by name (``preprocess.json``'s order)."""
+        if self.engine is None:
+            raise InferenceError("this Predictor was made without loading the model (load_model=False)")
         return dict(zip(self.output_names, self.engine.run(batch)))
 
     def warm_up(self, rows: int = 16) -> bool:

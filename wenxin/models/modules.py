@@ -5,15 +5,16 @@ Every encoder maps ids ``[batch, seq_len]`` (+ lengths ``[batch]``) to a fixed v
 """
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import Any, List, Sequence
 
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
 
-def length_mask(seq_lens: paddle.Tensor, max_len: paddle.Tensor | int, dtype: str = "float32") -> paddle.Tensor:
-    """``[batch]`` lengths -> ``[batch, max_len]`` mask of 1 for real tokens, 0 for padding."""
+def length_mask(seq_lens: paddle.Tensor, max_len: paddle.Tensor | int, dtype: Any = "float32") -> paddle.Tensor:
+    """``[batch]`` lengths -> ``[batch, max_len]`` mask of 1 for real tokens, 0 for padding, in
+    ``dtype`` (a Paddle dtype or its name)."""
     positions = paddle.arange(max_len, dtype=seq_lens.dtype).unsqueeze(0)  # [1, T]
     return (positions < seq_lens.unsqueeze(1)).astype(dtype)  # [B, T]
 

@@ -68,6 +68,8 @@ class ProfilerHook(HookBase):
     def _finish(self) -> None:
         import paddle.profiler as profiler
         prof, self.profiler = self.profiler, None
+        if prof is None:
+            return
         prof.stop()  # writes the trace
         full, operators = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(full):  # Paddle prints its tables

@@ -7,6 +7,7 @@ error naming the extra to install.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -159,12 +160,18 @@ class MLflowHook(TrackerHook):
 
     def open(self) -> None:
         uri = self.tracking_uri or "sqlite:///" + os.path.abspath(os.path.join(self.trainer.output_path, "mlflow.db"))
+        stray = os.path.abspath("mlruns")  # MLflow's default artifact root, in the working folder
+        stray_before = os.path.exists(stray)
         try:
             self.client = self.mlflow.tracking.MlflowClient(uri)
             self.client.search_experiments(max_results=1)  # opens (and creates) the store
         except Exception as e:  # noqa: BLE001 (MLflow raises many types for a store it cannot use)
             reason = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
             raise ConfigError(f"MLflowHook params.tracking_uri: cannot use {uri} ({reason})") from None
+        finally:  # MLflow before 3.2 creates it, empty, on opening a SQL store; wenxin's artifacts go elsewhere
+            if not stray_before:
+                with contextlib.suppress(OSError):
+                    os.rmdir(stray)  # only if empty
         if self.run_id is not None:
             try:
                 self.client.update_run(self.run_id, status="RUNNING")

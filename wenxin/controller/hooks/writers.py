@@ -5,7 +5,7 @@ import json
 import logging
 import os
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 from wenxin.common.errors import TrainingError
 from wenxin.common.progress import format_duration
@@ -15,7 +15,7 @@ logger = logging.getLogger("wenxin")
 METRICS_FILE = os.path.join("logs", "metrics.jsonl")  # under trainer.output_path: one JSON record per line
 
 
-def numeric_scalars(scalars: Dict[str, object]) -> Dict[str, float]:
+def numeric_scalars(scalars: Mapping[str, object]) -> Dict[str, float]:
     """The numbers of a record as floats, for writers that chart them: no strings, no bools, no NaN."""
     return {k: float(v) for k, v in scalars.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v}
