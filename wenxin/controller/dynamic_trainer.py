@@ -72,7 +72,7 @@ class BaseDynamicTrainer(BaseTrainer):
             if self.world_size > 1:  # every rank skips the same steps (the gradients were all-reduced)
                 flag = paddle.to_tensor([1.0 if self.state.nonfinite_loss else 0.0])
                 paddle.distributed.all_reduce(flag)
-                self.state.nonfinite_loss = float(flag) > 0
+                self.state.nonfinite_loss = float(flag.numpy()[0]) > 0  # flag: [1]
         else:
             self.state.nonfinite_loss = False
         if self.capture_gradients:
