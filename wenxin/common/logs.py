@@ -10,7 +10,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_LEVEL_ENV = "WENXIN_LOG_LEVEL"  # DEBUG, INFO (the default), WARNING or ERROR; also --log-level
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 CONSOLE = "console"  # logger.info(..., extra={CONSOLE: False}): the record goes to the log file only
-_console = {"stream": "stdout"}  # where console records go: stdout, or stderr for commands whose stdout is a result
+_console = {"stream": "stdout"}  # console records: stdout in a notebook or script; the command line sets stderr
 
 
 def set_console_stream(stream: str) -> str:
