@@ -125,7 +125,8 @@ def test_static_max_pooling_runs_under_onednn(tmp_path, data_dir):
     path = write_config(str(tmp_path / "task.json"), config)
     proc = subprocess.run([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
                           capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "FLAGS_use_onednn": "1", "GLOG_minloglevel": "2"})
+                          env={**os.environ, "FLAGS_use_onednn": "1", "FLAGS_use_mkldnn": "1",  # 3.0's name
+                               "GLOG_minloglevel": "2"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "[dev] step 3" in proc.stderr
 

@@ -15,7 +15,9 @@
   (``FLAGS_new_executor_serial_run``): measured, a static BoW step took 0.30 s with the count
   set, 0.23 s with ``OMP_NUM_THREADS=2`` before Paddle loaded, and 0.21 s with both;
 - ``dtype_name``: a dtype as numpy's name (``paddle.base.data_feeder.convert_dtype``), and a
-  ``DenseTensor``'s dtype without copying it (``_dtype()``).
+  ``DenseTensor``'s dtype without copying it (``_dtype()``);
+- ``onednn_flag_on``: Paddle's oneDNN flag, under 3.0's name (``FLAGS_use_mkldnn``) or 3.1's
+  (``FLAGS_use_onednn``): ``paddle.get_flags`` refuses a name its version does not have.
 """
 from __future__ import annotations
 
@@ -75,3 +77,18 @@ def dense_tensor_dtype(tensor: Any) -> str:
 def set_cpu_threads(count: int) -> None:
     paddle.base.core.set_num_threads(count)
     paddle.set_flags({"FLAGS_new_executor_serial_run": True})
+
+
+# Paddle's oneDNN switch: FLAGS_use_onednn from 3.1 (and the name wenxin documents); Paddle 3.0
+# calls it FLAGS_use_mkldnn and refuses the new name
+ONEDNN_FLAGS = ("FLAGS_use_onednn", "FLAGS_use_mkldnn")
+
+
+def onednn_flag_on() -> bool:
+    """Whether Paddle's oneDNN flag is on, under whichever name this Paddle has."""
+    for name in ONEDNN_FLAGS:
+        try:
+            return bool(paddle.get_flags([name])[name])
+        except ValueError:  # this Paddle does not know the name
+            continue
+    return False

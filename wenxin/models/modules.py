@@ -11,6 +11,8 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
+from wenxin.compat.paddle_internals import onednn_flag_on
+
 
 def length_mask(seq_lens: paddle.Tensor, max_len: paddle.Tensor | int, dtype: Any = "float32") -> paddle.Tensor:
     """``[batch]`` lengths -> ``[batch, max_len]`` mask of 1 for real tokens, 0 for padding, in
@@ -25,7 +27,7 @@ def max_over_time(x: paddle.Tensor) -> paddle.Tensor:
     Uses max-pooling, whose CPU backward is ~12x faster than ``max()``; except in static graphs
     with oneDNN (``FLAGS_use_onednn``), where Paddle 3.3's ``adaptive_max_pool1d`` throws, so
     ``amax`` is used there instead."""
-    if not paddle.in_dynamic_mode() and paddle.get_flags(["FLAGS_use_onednn"])["FLAGS_use_onednn"]:
+    if not paddle.in_dynamic_mode() and onednn_flag_on():
         return paddle.amax(x, axis=-1)
     return F.adaptive_max_pool1d(x, 1).squeeze(-1)
 
