@@ -164,7 +164,9 @@ def test_headers_over_the_limit_are_refused_however_they_arrive(patient_service,
 
 
 BODIES = [
-    ("deep json", b'{"texts": ' + b"[" * 2000 + b"]" * 2000 + b"}", 400, "nested too deep"),
+    # json gives up on 2000 levels up to Python 3.12 (RecursionError); 3.13 parses them, and the shape is refused
+    ("deep json", b'{"texts": ' + b"[" * 2000 + b"]" * 2000 + b"}", 400,
+     "nested too deep" if sys.version_info < (3, 13) else '"texts" must be a list of strings'),
     ("not utf-8", b'{"texts": ["\xc3\x28"]}', 400, "not valid UTF-8 JSON"),
     ("lone surrogate", b'{"texts": ["a\\ud800b"]}', 400, "input 0 holds an unpaired surrogate"),
     ("10,000 texts", json.dumps({"texts": ["a"] * 10000}).encode(), 413, "the limit is 4096"),
