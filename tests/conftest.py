@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -329,33 +329,45 @@ def tab_dir(tmp_path) -> str:
     return folder
 
 
-def wait_for_metric(port: int, name: str, at_least: float, timeout: float = 120.0) -> None:
-    """Ask a service's /metrics until the sample ``name`` reaches ``at_least`` (a state, not a time)."""
+def wait_for(predicate: Callable[[], bool], seconds: float = 120.0, what: str = "", poll: float = 0.1) -> None:
+    """Call ``predicate`` until it is true (a state, not a time); fail after ``seconds`` (a hang)."""
     import time
-    import urllib.request
-    deadline = time.monotonic() + timeout
-    while True:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
-            text = answer.read().decode("utf-8")
-        values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")]
-        if values and values[0] >= at_least:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
             return
-        assert time.monotonic() < deadline, f"{name} never reached {at_least}:\n{text[-2000:]}"
-        time.sleep(0.02)
+        time.sleep(poll)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def metric_value(port: int, name: str) -> Optional[float]:
+    """The sample ``name`` of a service's /metrics (None when it has none)."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+        text = answer.read().decode("utf-8")
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")]
+    return values[0] if values else None
+
+
+def wait_for_metric(port: int, name: str, at_least: float, timeout: float = 120.0) -> None:
+    """Ask a service's /metrics until the sample ``name`` reaches ``at_least``."""
+    def reached() -> bool:
+        value = metric_value(port, name)
+        return value is not None and value >= at_least
+    wait_for(reached, timeout, f"{name} to reach {at_least}", poll=0.02)
 
 
 def wait_until_refused(port: int, timeout: float = 120.0) -> None:
     """Connect to ``port`` until the connection is refused: the service has stopped listening."""
     import socket
-    import time
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def refused() -> bool:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=30).close()
         except ConnectionRefusedError:
-            return
-        assert time.monotonic() < deadline, f"port {port} still accepts connections after {timeout} s"
-        time.sleep(0.02)
+            return True
+        return False
+    wait_for(refused, timeout, f"port {port} to refuse connections", poll=0.02)
 
 
 def answer_across_sigterm(proc: subprocess.Popen, port: int) -> bytes:

@@ -11,9 +11,8 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
-from conftest import REPO, answer_across_sigterm, make_sentences
+from conftest import REPO, answer_across_sigterm, make_sentences, wait_for
 from wenxin.data.export_bundle import seal_export
 from wenxin.inference.predictor import InferenceError, Predictor
 
@@ -32,15 +31,6 @@ def call(port: int, method: str, path: str, body: dict = None) -> tuple:
     data = response.read()
     conn.close()
     return response.status, data
-
-
-def wait_for(predicate, seconds: float = 120.0, what: str = "") -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def serving_pids(log_path: str) -> list:
