@@ -1,6 +1,7 @@
 """SIGKILL at random moments (mid-step, mid-save, mid-epoch), resume, and compare with an
 uninterrupted run: the final parameters must be bit-identical, in dynamic and static mode, and
-with a streamed train reader."""
+with a streamed train reader (TSV and JSON lines)."""
+import json
 import os
 import random
 
@@ -16,8 +17,16 @@ def run_config(data_dir, out, mode):
     config = task_config(data_dir, out, max_steps=STEPS, save_model_step=7, keep_checkpoint_max=2,
                          train_log_step=1000, is_eval_dev=0, is_eval_test=0, resume="auto")
     config["model"]["dropout"] = 0.3
-    if mode == "streaming":  # batches read from the file while training, through a shuffle buffer
-        config["dataset_reader"]["train_reader"]["config"].update(streaming=True, shuffle_buffer=40)
+    train = config["dataset_reader"]["train_reader"]
+    if mode in ("streaming", "jsonl streaming"):  # batches read from the file while training, through a shuffle buffer
+        train["config"].update(streaming=True, shuffle_buffer=40)
+    if mode == "jsonl streaming":  # the training rows as JSON lines
+        jsonl = os.path.join(data_dir, "train.jsonl")
+        with open(train["config"]["data_path"], encoding="utf-8") as f, open(jsonl, "w", encoding="utf-8") as out_file:
+            for line in f:
+                text, label = line.rstrip("\n").split("\t")
+                out_file.write(json.dumps({"label": label, "text_a": text}, ensure_ascii=False) + "\n")
+        train["config"].update(data_path=jsonl, format="jsonl")
     if mode == "static":
         config["model"]["is_dygraph"] = 0
         config["trainer"]["type"] = "CustomStaticTrainer"
@@ -28,7 +37,7 @@ def final_params(out):
     return checkpoint_params(os.path.join(out, "checkpoints", f"step_{STEPS}"))
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "static", "streaming"])
+@pytest.mark.parametrize("mode", ["dynamic", "static", "streaming", pytest.param("jsonl streaming", marks=pytest.mark.slow)])
 def test_sigkill_at_random_moments_then_resume_is_exact(tmp_path, data_dir, mode):
     reference = str(tmp_path / "reference")
     ref_path = write_config(str(tmp_path / "reference.json"), run_config(data_dir, reference, mode))

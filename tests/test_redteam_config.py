@@ -121,7 +121,7 @@ MUTATIONS = {
     "nan-in-open-object": (_set("trainer.extra_param", {"x": float("inf")}), "trainer.extra_param.x"),
     "seed-2-32": (_set("trainer.seed", 2**32), "trainer.seed"),
     "huge-int-in-prefix-map": (_set("trainer.extra_param", {"n": 2**64}), "trainer.extra_param.n"),
-    "separator-empty": (_set(f"{TR}.config.separator", ""), f"{TR}.config.separator"),
+    "format-unknown": (_set(f"{TR}.config.format", "parquet"), f"{TR}.config.format: unknown data format type 'parquet'"),
     "optimizer-unknown-registry": (_set("model.optimization.optimizer", "adamax"),
                                    "model.optimization.optimizer: unknown optimizer type 'adamax'"),
     "scheduler-unknown": (_set("model.optimization.lr_scheduler", "cosine"),
@@ -154,9 +154,9 @@ MUTATIONS = {
 # Several problems in one file are all reported in one run: first those found before Paddle loads
 # (at once), then those that need the task package (model.type's settings, registered names).
 MANY_SCHEMA = _both(_set("trainer.epoch", "3"), _set("trainer.metric_mode", "up"), _set("trainer.epochs", 2),
-                    _set("model.optimization.learning_rate", float("nan")), _set(f"{TR}.config.separator", ""))
+                    _set("model.optimization.learning_rate", float("nan")), _set(f"{TR}.config.batch_size", 0))
 MANY_SCHEMA_PATHS = ["trainer.epoch", "trainer.metric_mode", "trainer.epochs", "model.optimization.learning_rate",
-                     f"{TR}.config.separator"]
+                     f"{TR}.config.batch_size"]
 MANY_TASK = _both(_set("model.hidden_size", "big"), _set("model.optimization.optimizer", "adamax"))
 MANY_TASK_PATHS = ["model.hidden_size", "model.optimization.optimizer"]
 

@@ -1,7 +1,7 @@
 """K-fold cross-validation data for sweeps (``folds: K`` in a sweep file).
 
-The training data's lines are split once, with a seeded shuffle, into K parts of nearly equal
-size, written under ``<sweep output>/folds``:
+The training data's lines (a format's records, where one may span lines) are split once, with a
+seeded shuffle, into K parts of nearly equal size, written under ``<sweep output>/folds``:
 
 - ``part_<k><ext>``: the lines of part k, in their original order (with the header line first
   when the train reader has ``has_header``);
@@ -22,7 +22,7 @@ import glob
 import json
 import os
 import shutil
-from typing import Any, Dict, List, NamedTuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
@@ -40,9 +40,12 @@ class FoldData(NamedTuple):
     dev: List[str]
 
 
-def _source(files: List[str], folds: int, seed: int, has_header: bool) -> Dict[str, Any]:
-    return {"files": [[os.path.abspath(p), os.path.getsize(p), file_sha256(p)] for p in files],
-            "folds": folds, "seed": seed, "has_header": has_header}
+def _source(files: List[str], folds: int, seed: int, has_header: bool, data_format: str) -> Dict[str, Any]:
+    source = {"files": [[os.path.abspath(p), os.path.getsize(p), file_sha256(p)] for p in files],
+              "folds": folds, "seed": seed, "has_header": has_header}
+    if data_format != "tsv":  # (folds split by earlier versions, of TSV only, have no format)
+        source["format"] = data_format
+    return source
 
 
 def _layout(folder: str, folds: int, ext: str) -> FoldData:
@@ -50,13 +53,16 @@ def _layout(folder: str, folds: int, ext: str) -> FoldData:
                     [os.path.join(folder, f"part_{k}{ext}") for k in range(folds)])
 
 
-def split_folds(data_path: str, key_path: str, has_header: bool, folds: int, seed: int, folder: str) -> FoldData:
+def split_folds(data_path: str, key_path: str, has_header: bool, folds: int, seed: int, folder: str,
+                data_format: str = "tsv",
+                records: Optional[Callable[[List[bytes]], List[bytes]]] = None) -> FoldData:
     """The K folds of the training data at ``data_path`` (a file or a folder of files, as the
     reader takes it; ``key_path`` names its config key), written to ``folder`` unless they
-    already are, from the same data."""
+    already are, from the same data. ``records`` joins the lines of a file into the records of
+    ``data_format`` where one may span lines (``RowFormat.group_lines``)."""
     files = list_data_files(data_path, key_path)
     ext = os.path.splitext(files[0])[1]
-    source = _source(files, folds, seed, has_header)
+    source = _source(files, folds, seed, has_header, data_format)
     written = os.path.join(folder, FOLDS_FILE)
     if os.path.isfile(written):
         before = _read_split(written)
@@ -73,6 +79,8 @@ def split_folds(data_path: str, key_path: str, has_header: bool, folds: int, see
     for path in files:
         with open(path, "rb") as f:
             content = f.read().split(b"\n")
+        if records is not None:
+            content = records(content)
         if has_header and content:
             header = header or content[0]
             content = content[1:]

@@ -62,6 +62,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from wenxin.common.errors import ConfigError
 from wenxin.common.files import write_text_atomically
 from wenxin.common.process import parent_death_signal
+from wenxin.common.registry import RegisterSet
 from wenxin.config.document import read_document
 from wenxin.controller.hooks.sweep_report import REPORTS_ENV, decision_path
 from wenxin.folds import FoldData, split_folds
@@ -341,14 +342,17 @@ class Sweep:
         return overrides_of({"dataset_reader.train_reader.config.data_path": self.fold_data.train[fold],
                              "dataset_reader.dev_reader.config.data_path": self.fold_data.dev[fold],
                              "dataset_reader.dev_reader.config.has_header": line_format["has_header"],
-                             "dataset_reader.dev_reader.config.separator": line_format["separator"]})
+                             "dataset_reader.dev_reader.config.separator": line_format["separator"],
+                             "dataset_reader.dev_reader.config.format": line_format["format"]})
 
     def _split_folds(self) -> None:
         reader = self.base["dataset_reader"]["train_reader"]["config"]
         assert self.spec.folds is not None, "called for a cross-validating sweep only"
+        row_format = RegisterSet.data_formats.get(reader["format"], None, "dataset_reader.train_reader.config.format")
         self.fold_data = split_folds(reader["data_path"], "dataset_reader.train_reader.config.data_path",
                                      reader["has_header"], self.spec.folds, self.spec.seed,
-                                     os.path.join(self.output, "folds"))
+                                     os.path.join(self.output, "folds"), reader["format"],
+                                     lambda lines: row_format.group_lines(lines, reader))
 
     def _start(self, trial: Dict[str, Any], fold: Optional[int]) -> subprocess.Popen:
         folder = self.folder(trial, fold)

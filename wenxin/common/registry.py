@@ -17,7 +17,7 @@ T = TypeVar("T")
 BUILTIN_SCOPE = "wenxin"
 # Modules whose import registers the built-in classes of every registry.
 BUILTIN_MODULES = ("wenxin.data.tokenizers", "wenxin.data.wordpiece", "wenxin.data.field_reader",
-                   "wenxin.data.ernie_fields", "wenxin.data.dataset_reader",
+                   "wenxin.data.ernie_fields", "wenxin.data.row_formats", "wenxin.data.dataset_reader",
                    "wenxin.controller.hooks", "wenxin.controller.optimization", "wenxin.controller.task_trainers",
                    "wenxin.inference.formatters")
 _builtins_loaded = False
@@ -83,6 +83,7 @@ class RegisterSet:
 
     models = Registry("model")
     dataset_readers = Registry("dataset reader")
+    data_formats = Registry("data format")
     field_readers = Registry("field reader")
     tokenizers = Registry("tokenizer")
     trainers = Registry("trainer")

@@ -152,6 +152,13 @@ def _resolve(config: Dict[str, Any], scope: str, model_type: str, problems: Prob
             hook_cls = RegisterSet.hooks.get(spec["type"], scope, f"trainer.hooks[{i}].type")
         if hook_cls is not None:
             validate(spec.get("params", {}), hook_cls.config_schema, f"trainer.hooks[{i}].params", problems)
+    dataset = config.get("dataset_reader")
+    readers = [(name, dataset.get(name)) for name in READER_NAMES] if isinstance(dataset, dict) else []
+    for name, reader in readers:
+        reader_config = reader.get("config") if isinstance(reader, dict) else None
+        if isinstance(reader_config, dict) and isinstance(reader_config.get("format"), str):
+            with problems.catch():
+                RegisterSet.data_formats.get(reader_config["format"], scope, f"dataset_reader.{name}.config.format")
     if model_cls is None or trainer_cls is None:
         return None
     return TaskClasses(scope, model_cls, trainer_cls)

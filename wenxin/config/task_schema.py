@@ -29,6 +29,8 @@ TOKENIZER: Schema = {
 
 FIELD: Schema = {
     "name": Key(str, non_empty=True, doc="field name; tensors are named after it"),
+    "column": Key(str, "", doc="format jsonl: the key this field reads; csv with has_header: the header of its "
+                               "column (empty: the field's name)"),
     "data_type": Key(str, "string", choices=["string", "int", "float"]),
     "reader": Key(dict, children={"type": Key(str, doc="TextFieldReader, LabelFieldReader, "
                                                             "SequenceLabelFieldReader, ScalarFieldReader, "
@@ -64,7 +66,10 @@ FIELD: Schema = {
 }
 
 READER_CONFIG: Schema = {
-    "data_path": Key(str, non_empty=True, doc="a TSV file or a folder of them (one column per field)"),
+    "data_path": Key(str, non_empty=True, doc="a data file or a folder of them (see format)"),
+    "format": Key(str, "tsv", doc="a registered data format: tsv (one column per field, in order), jsonl (a JSON "
+                                  "object a line, fields by key), csv (quoted records; with has_header fields "
+                                  "by header name)"),
     "shuffle": Key(bool, False),
     "batch_size": Key(int, 32, minimum=1),
     "sampling_rate": Key(float, 1.0, minimum=0.0, maximum=1.0),
@@ -74,8 +79,8 @@ READER_CONFIG: Schema = {
     "bucket_batches": Key(int, 0, minimum=0, doc="training: sort examples by length within pools of this "
                                                  "many batches, then shuffle the batches, so batches hold "
                                                  "similar lengths and less padding (0: off)"),
-    "has_header": Key(bool, False, doc="skip the first line of each file"),
-    "separator": Key(str, "\t", non_empty=True),
+    "has_header": Key(bool, False, doc="skip the first line of each file (csv: the header naming the columns)"),
+    "separator": Key(str, "", doc="the column delimiter (empty: the format's own, a tab for tsv, a comma for csv)"),
     "skip_bad_lines": Key(bool, False, doc="skip and count malformed lines instead of failing"),
     "num_workers": Key(int, 0, minimum=0, doc="paddle.io.DataLoader worker processes"),
     "cache": Key((bool, str), "auto", choices=[True, False, "auto"],

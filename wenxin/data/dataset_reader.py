@@ -1,4 +1,5 @@
-"""Dataset readers: read TSV files into converted examples and serve batches."""
+"""Dataset readers: read data files (TSV, JSON lines, CSV: ``row_formats``) into converted examples and serve
+batches."""
 from __future__ import annotations
 
 import collections
@@ -15,11 +16,12 @@ from wenxin.common.registry import RegisterSet
 from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSpec, TextFieldReader, \
     UnknownLabelError, convert_row, link_fields
 from wenxin.common.progress import ProgressBar
-from wenxin.data.lines import iter_lines
+from wenxin.data.lines import FilePart
+from wenxin.data.row_formats import RowFormat
 from wenxin.data.sampler import ResumableBatchSampler
 from wenxin.data.streaming import StreamPlan, StreamSampler, check_streaming, first_examples, stream_loader
 from wenxin.data.cached_examples import CacheUnavailable, CachedExamples
-from wenxin.data.token_cache import FilePart, TokenCache, merge_plans, plan_rows
+from wenxin.data.token_cache import TokenCache, merge_plans, plan_rows
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -127,7 +129,8 @@ class _MainThreadBatches:
 
 @RegisterSet.dataset_readers.register("BasicDataSetReader")
 class BasicDataSetReader:
-    """Reads TSV lines whose columns are the configured fields, in order.
+    """Reads the rows of data files (``config.format``: TSV lines whose columns are the fields in
+    order, JSON lines, CSV) and converts them into examples of the configured fields.
 
     Args:
         config: the validated reader config (``dataset_reader.<name>``).
@@ -149,6 +152,8 @@ class BasicDataSetReader:
             self.fields.append(cls(field, path, scope=scope))
         self.fields = link_fields(self.fields)
         self.names = [f.name for f in self.fields]
+        row_format = RegisterSet.data_formats.get(self.reader_config["format"], scope, f"{self.key_path}.config.format")
+        self.row_format: RowFormat = row_format(self.reader_config, self.fields, self.key_path)
         self._columns: Optional[Dict[int, np.ndarray]] = None
         for field in self.fields:
             other = field.config.get("align_with")
@@ -174,27 +179,18 @@ class BasicDataSetReader:
 
     def iter_rows(self, parts: Optional[Sequence[FilePart]] = None,
                   on_bad: Optional[Callable[[str, int, str], None]] = None) -> Iterator[RawLine]:
-        """The lines of the data files (or of ``parts`` of them), split into columns; checks the
-        column count (a bad line goes to ``on_bad``, by default ``_bad_line``). Files are read a
-        line at a time (``wenxin.data.lines``); blank lines and headers are skipped."""
-        cfg = self.reader_config
-        n_fields = len(self.fields)
+        """The rows of the data files (or of ``parts`` of them), split into the fields' columns
+        by the reader's format (``wenxin.data.row_formats``); a malformed row goes to ``on_bad``,
+        by default ``_bad_line``. Files are read a line at a time (``wenxin.data.lines``)."""
         on_bad = on_bad or self._bad_line
         if parts is None:
             parts = [FilePart(path, 0, None, 1) for path in self.data_files()]
-        for path, start, end, first_lineno in parts:
-            for lineno, line, problem in iter_lines(path, cfg["max_line_bytes"], start, end, first_lineno):
-                if problem is not None:
-                    on_bad(path, lineno, problem)
+        for part in parts:
+            for lineno, columns, problem in self.row_format.rows(part):
+                if columns is None:
+                    on_bad(part.path, lineno, problem or "malformed")
                     continue
-                if (cfg["has_header"] and lineno == 1) or not line.strip():
-                    continue
-                columns = line.split(cfg["separator"])
-                if len(columns) != n_fields:
-                    names = ", ".join(f.name for f in self.fields)
-                    on_bad(path, lineno, f"expected {n_fields} columns ({names}), got {len(columns)}")
-                    continue
-                yield path, lineno, columns
+                yield part.path, lineno, columns
 
     def read_lines(self) -> List[RawLine]:
         """All lines of the data files, split into columns (see ``iter_rows``)."""

@@ -9,7 +9,7 @@ mode, so a huge line or a binary file is reported by ``file:line`` without being
 from __future__ import annotations
 
 import codecs
-from typing import Iterator, NamedTuple, Optional
+from typing import Iterator, NamedTuple, Optional, Tuple
 
 from wenxin.common.constants import DEFAULT_MAX_LINE_BYTES
 from wenxin.common.errors import DataError
@@ -26,6 +26,16 @@ class Line(NamedTuple):
     problem: Optional[str] = None
 
 
+class FilePart(NamedTuple):
+    """Lines of one file: from byte ``start`` (a line start, line number ``first_lineno``) to
+    ``end`` (None: the end of the file)."""
+
+    path: str
+    start: int
+    end: Optional[int]
+    first_lineno: int
+
+
 def iter_lines(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: int = 0,
                end: Optional[int] = None, first_lineno: int = 1) -> Iterator[Line]:
     """Every line of ``path``; a line that is too long, holds a NUL byte or is not UTF-8 comes
@@ -33,6 +43,13 @@ def iter_lines(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: i
 
     ``start`` / ``end`` (byte offsets at line starts, ``first_lineno`` the number of the line at
     ``start``) read one part of the file, as the workers of the token cache do."""
+    for line, _ in iter_lines_ending_at(path, max_line_bytes, start, end, first_lineno):
+        yield line
+
+
+def iter_lines_ending_at(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: int = 0,
+                         end: Optional[int] = None, first_lineno: int = 1) -> Iterator[Tuple[Line, int]]:
+    """``iter_lines``, each line with the byte offset just past it (where the next line starts)."""
     try:
         f = open(path, "rb")  # noqa: SIM115 (closed below; a generator)
     except OSError as e:
@@ -51,7 +68,7 @@ def iter_lines(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: i
                 while raw and not raw.endswith(b"\n"):  # skip the rest of the line, a chunk at a time
                     raw = f.readline(_CHUNK)
                     position += len(raw)
-                yield Line(lineno, "", f"line longer than {max_line_bytes} bytes (reader key max_line_bytes)")
+                yield Line(lineno, "", f"line longer than {max_line_bytes} bytes (reader key max_line_bytes)"), position
                 continue
             if raw.endswith(b"\n"):
                 raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
@@ -60,9 +77,9 @@ def iter_lines(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: i
             elif lineno == 1 and start == 0 and raw.startswith(_UTF16_32_BOMS):
                 raise DataError(f"{path}: the file is UTF-16/UTF-32 encoded; data files must be UTF-8")
             if b"\x00" in raw:
-                yield Line(lineno, "", "binary data (a NUL byte), not a line of UTF-8 text")
+                yield Line(lineno, "", "binary data (a NUL byte), not a line of UTF-8 text"), position
                 continue
             try:
-                yield Line(lineno, raw.decode("utf-8"))
+                yield Line(lineno, raw.decode("utf-8")), position
             except UnicodeDecodeError as e:
-                yield Line(lineno, "", f"not valid UTF-8 ({e.reason} at byte {e.start} of the line)")
+                yield Line(lineno, "", f"not valid UTF-8 ({e.reason} at byte {e.start} of the line)"), position

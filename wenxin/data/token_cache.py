@@ -59,6 +59,8 @@ from wenxin.common.errors import DataError, WenxinError
 from wenxin.common.progress import ProgressBar
 from wenxin.data.cached_examples import CacheUnavailable, CachedExamples, Spec, flatten, leaf_kinds, spec_of
 from wenxin.common.threads import available_cores
+from wenxin.data.lines import FilePart
+from wenxin.data.row_formats import RowFormat
 
 if TYPE_CHECKING:
     from wenxin.data.dataset_reader import BasicDataSetReader, FirstSeen, FitGroup, RawLine
@@ -71,19 +73,9 @@ SCAN_BLOCK = 16 << 20
 PART_BYTES = (64 << 10, 16 << 20)  # the bounds of one worker task's share of a file (memory per worker)
 JOIN_CHUNK = 1 << 22  # values per step when part arrays are joined into an entry's file
 FLUSH_ROWS = 2000  # PartVocab sums its lookups into counts every this many rows
-LINE_KEYS = ("separator", "has_header", "skip_bad_lines", "max_line_bytes", "sampling_rate")
+LINE_KEYS = ("format", "separator", "has_header", "skip_bad_lines", "max_line_bytes", "sampling_rate")
 INT32 = np.iinfo(np.int32)
 PR_SET_PDEATHSIG = 1  # prctl option: a signal for this process when its parent dies
-
-
-class FilePart(NamedTuple):
-    """Lines of one file: from byte ``start`` (a line start, line number ``first_lineno``) to
-    ``end`` (None: the end of the file)."""
-
-    path: str
-    start: int
-    end: Optional[int]
-    first_lineno: int
 
 
 class _Damaged(Exception):
@@ -101,43 +93,54 @@ def cache_root(configured: str = "") -> str:
     return os.path.join(base, "wenxin")
 
 
-def scan_files(files: Sequence[str], part_bytes: int) -> Tuple[List[str], List[FilePart], List[int]]:
+def scan_files(files: Sequence[str], part_bytes: int,
+               row_format: Optional[RowFormat] = None) -> Tuple[List[str], List[FilePart], List[int]]:
     """One pass over the data files: each file's SHA-256, the files cut into parts of about
-    ``part_bytes`` at line starts, and the number of lines of each part."""
+    ``part_bytes`` at line starts (at record starts, a second pass, for a ``multiline`` format),
+    and the number of lines of each part."""
     digests: List[str] = []
     parts: List[FilePart] = []
     line_counts: List[int] = []
     for path in files:
-        digest = hashlib.sha256()
-        starts = [(0, 1)]  # (byte offset, line number) of each part
-        position = newlines = 0
-        target = part_bytes
-        last = b"\n"
-        with open(path, "rb") as f:
-            while True:
-                block = f.read(SCAN_BLOCK)
-                if not block:
-                    break
-                digest.update(block)
-                while target < position + len(block):
-                    i = block.find(b"\n", max(0, target - position))
-                    if i < 0:
-                        target = position + len(block)
-                        break
-                    starts.append((position + i + 1, newlines + block.count(b"\n", 0, i + 1) + 1))
-                    target = position + i + 1 + part_bytes
-                newlines += block.count(b"\n")
-                position += len(block)
-                last = block[-1:]
-        if len(starts) > 1 and starts[-1][0] >= position:
-            starts.pop()  # a cut at the very end
-        total_lines = newlines + (last != b"\n")
-        digests.append(digest.hexdigest())
+        digest, starts, size, total_lines = _scan_lines(path, part_bytes)
+        digests.append(digest)
+        if row_format is not None and row_format.multiline:
+            *starts, (_, end_line) = row_format.part_starts(path, part_bytes)
+            total_lines = end_line - 1
         for k, (start, lineno) in enumerate(starts):
             following = starts[k + 1] if k + 1 < len(starts) else (None, total_lines + 1)
             parts.append(FilePart(path, start, following[0], lineno))
             line_counts.append(following[1] - lineno)
     return digests, parts, line_counts
+
+
+def _scan_lines(path: str, part_bytes: int) -> Tuple[str, List[Tuple[int, int]], int, int]:
+    """A file's SHA-256, ``(byte offset, line number)`` of the first line of each part of about
+    ``part_bytes``, its size and its number of lines."""
+    digest = hashlib.sha256()
+    starts = [(0, 1)]
+    position = newlines = 0
+    target = part_bytes
+    last = b"\n"
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(SCAN_BLOCK)
+            if not block:
+                break
+            digest.update(block)
+            while target < position + len(block):
+                i = block.find(b"\n", max(0, target - position))
+                if i < 0:
+                    target = position + len(block)
+                    break
+                starts.append((position + i + 1, newlines + block.count(b"\n", 0, i + 1) + 1))
+                target = position + i + 1 + part_bytes
+            newlines += block.count(b"\n")
+            position += len(block)
+            last = block[-1:]
+    if len(starts) > 1 and starts[-1][0] >= position:
+        starts.pop()  # a cut at the very end
+    return digest.hexdigest(), starts, position, newlines + (last != b"\n")
 
 
 def _digest(value: Any) -> str:
@@ -615,7 +618,7 @@ class TokenCache:
         tokenizers = [getattr(f, "tokenizer", None) for f in reader.fields]
         return {"format": FORMAT, "files": self.files, "fields": reader.config["fields"],
                 "line": {k: cfg[k] for k in LINE_KEYS},
-                "code": _source_digest(list(reader.fields) + [t for t in tokenizers if t is not None])}
+                "code": _source_digest([*reader.fields, reader.row_format, *(t for t in tokenizers if t is not None)])}
 
     def _name(self, kind: str, identity: Dict[str, Any], content: Any) -> str:
         """``<kind>-<data path and fields>-<everything>``: a new entry replaces those of the
@@ -742,7 +745,7 @@ class TokenCache:
         started = time.perf_counter()
         total = sum(os.path.getsize(f) for f in self.files)
         part_bytes = int(np.clip(total // (self.processes * 2), *PART_BYTES))  # few parts: less to merge
-        digests, parts, line_counts = scan_files(self.files, part_bytes)
+        digests, parts, line_counts = scan_files(self.files, part_bytes, self.reader.row_format)
         identity = self._identity()
         data = [[path, digest] for path, digest in zip(self.files, digests)]
         masks: List[Optional[np.ndarray]] = [None] * len(parts)
@@ -776,7 +779,8 @@ class TokenCache:
         reader = self.reader
         started = time.perf_counter()
         total = sum(os.path.getsize(f) for f in self.files)
-        digests, parts, line_counts = scan_files(self.files, int(np.clip(total // (self.processes * 2), *PART_BYTES)))
+        part_bytes = int(np.clip(total // (self.processes * 2), *PART_BYTES))
+        digests, parts, line_counts = scan_files(self.files, part_bytes, self.reader.row_format)
         identity = self._identity()
         name = self._name("rows", identity, [[[p, d] for p, d in zip(self.files, digests)],
                                              [[g.owner.name, g.columns] for g in groups]])

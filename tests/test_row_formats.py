@@ -1,0 +1,272 @@
+"""Data formats beside ERNIE-kit's TSV: JSON lines (fields by key) and CSV (quoted records, fields
+by header name). The same rows train exactly as their TSV, through the in-memory reader, the token
+cache cut into parts and the streamed reader; malformed records are errors naming file:line."""
+import csv
+import io
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+
+from conftest import build, checkpoint_params, make_sentences, task_config, write_tsv
+from test_token_cache import assert_same_examples
+from wenxin.common.errors import ConfigError, DataError
+from wenxin.config.schema import validate
+from wenxin.config.task_schema import READER
+from wenxin.data import token_cache
+from wenxin.data.cached_examples import CachedExamples
+from wenxin.data.dataset_reader import BasicDataSetReader, build_readers
+from wenxin.data.lines import FilePart
+from wenxin.data.row_formats import still_quoted
+
+FIELDS = [{"name": "text_a", "reader": {"type": "TextFieldReader"}, "tokenizer": {"type": "CharTokenizer"},
+           "max_seq_len": 16},
+          {"name": "label", "reader": {"type": "LabelFieldReader"}}]
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("WENXIN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(logging.getLogger("wenxin"), "propagate", True)
+    monkeypatch.setattr(token_cache, "PART_BYTES", (512, 16 << 20))  # several parts of small files
+
+
+def reader_of(path, field_list=FIELDS, name="train_reader", **config):
+    return BasicDataSetReader(validate({"fields": field_list, "config": {"data_path": path, **config}}, READER,
+                                       f"dataset_reader.{name}"), name)
+
+
+def loaded(path, field_list=FIELDS, **config):
+    configs = {"train_reader": validate({"fields": field_list, "config": {"data_path": path, **config}}, READER,
+                                        "dataset_reader.train_reader")}
+    return build_readers(configs, None)["train_reader"]
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    return path
+
+
+def as_jsonl(rows):
+    """Rows of (text, label) as JSON lines: keys in another order, an extra key, labels as numbers
+    where they are digits, every third text as a list of its space-separated words."""
+    lines = []
+    for i, (text, label) in enumerate(rows):
+        value = text.split(" ") if i % 3 == 0 and "" not in text.split(" ") else text
+        label = str(label)
+        lines.append(json.dumps({"id": i, "label": int(label) if label.isdigit() else label, "text": value},
+                                ensure_ascii=i % 2 == 0))
+    return "\n".join(lines) + "\n"
+
+
+def as_csv(rows, multiline=True):
+    """Rows as CSV with a header (columns in another order, one extra), every text quoted where
+    it must be; in every fifth row a line break follows each character (a record over several
+    lines; the character tokenizer splits at it as at nothing)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["label", "note", "text"])
+    for i, (text, label) in enumerate(rows):
+        if multiline and i % 5 == 0:
+            text = "\n".join(text)
+        writer.writerow([label, 'a "quoted", note' if i % 4 == 0 else "", text])
+    return out.getvalue()
+
+
+def text_rows(n, seed):
+    """Sentences with commas and quotes in them, as CSV must quote."""
+    rows = make_sentences(n, seed)
+    return [(f'{t}, "{t[:2]}"' if i % 7 == 0 else t, str(label)) for i, (t, label) in enumerate(rows)]
+
+
+JSONL_FIELDS = [dict(FIELDS[0], column="text"), FIELDS[1]]
+CSV_FIELDS = JSONL_FIELDS
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_jsonl_and_csv_rows_convert_exactly_as_their_tsv(tmp_path, cache):
+    rows = text_rows(300, seed=1)
+    tsv = write_tsv(str(tmp_path / "train.tsv"), [(t.replace("\n", " "), label) for t, label in rows])
+    jsonl = write(str(tmp_path / "train.jsonl"), as_jsonl(rows))
+    csv_path = write(str(tmp_path / "train.csv"), as_csv(rows))
+    options = {"cache": cache, "cache_processes": 2}
+    expected = loaded(tsv, **options)
+    for got in (loaded(jsonl, JSONL_FIELDS, format="jsonl", **options),
+                loaded(csv_path, CSV_FIELDS, format="csv", has_header=True, **options)):
+        assert isinstance(got.examples, CachedExamples) is cache
+        assert len(got) == 300
+        assert_same_examples(expected, got)
+
+
+def test_csv_parts_of_the_token_cache_start_at_records_not_inside_them(tmp_path):
+    """Every record spans lines: a cut at a line start inside one would split it."""
+    rows = text_rows(200, seed=2)
+    body = as_csv([(t.replace(" ", "\n") + "\nend", label) for t, label in rows], multiline=False)
+    path = write(str(tmp_path / "train.csv"), body)
+    fmt = reader_of(path, CSV_FIELDS, format="csv", has_header=True).row_format
+    digests, parts, line_counts = token_cache.scan_files([path], 600, fmt)
+    assert len(parts) > 5 and sum(line_counts) == body.count("\n")
+    records = [r for part in parts for r in fmt.rows(part)]
+    assert [lineno for lineno, _, _ in records] == [lineno for lineno, _, _ in fmt.rows(FilePart(path, 0, None, 1))]
+    assert all(problem is None for _, _, problem in records) and len(records) == 200
+    for part in parts[1:]:  # each part starts at the first line of a record
+        assert any(lineno == part.first_lineno for lineno, _, _ in records), part
+
+
+def test_quoting_rules_follow_pythons_csv_module():
+    """A line ends inside a quoted field exactly when Python's csv module reads the next line
+    into the same record."""
+    cases = ['a,"b', 'a,"b""', 'a,"b"""', '"",x', 'a"b,c', '"a"b,"c', 'x,"y,"z', '"multi', '"a""b","c"', 'a, "b',
+             '"', '""', '"""', 'a,', ',"', '"x"",y', '"x""",y']
+    for line in cases:
+        records = list(csv.reader(io.StringIO(line + "\nnext\n")))
+        assert still_quoted(line, False, ",") is (len(records) == 1), line
+        assert still_quoted(line, False, ";") is (len(list(csv.reader(io.StringIO(line + "\nnext\n"),
+                                                                      delimiter=";"))) == 1), line
+
+
+def test_streamed_jsonl_and_csv_batches_equal_the_tsv_stream(tmp_path):
+    rows = text_rows(161, seed=3)
+    tsv = write_tsv(str(tmp_path / "t" / "train.tsv"), [(t.replace("\n", " "), label) for t, label in rows])
+    jsonl = write(str(tmp_path / "j" / "train.jsonl"), as_jsonl(rows))
+    csv_path = write(str(tmp_path / "c" / "train.csv"), as_csv(rows))
+    readers = [loaded(tsv, streaming=True, shuffle_buffer=16),
+               loaded(jsonl, JSONL_FIELDS, format="jsonl", streaming=True, shuffle_buffer=16),
+               loaded(csv_path, CSV_FIELDS, format="csv", has_header=True, streaming=True, shuffle_buffer=16)]
+    batches = []
+    for r in readers:
+        sampler = r.make_sampler(16, True, 7)
+        sampler.set_epoch(2, 3)  # a resumed epoch: from its fourth batch
+        batches.append([(b["text_a"], b["label"]) for b in r.make_loader(sampler, numpy_batches=True)])
+    assert len(batches[0]) == 11 - 3
+    for other in batches[1:]:
+        for (ta, la), (tb, lb) in zip(batches[0], other):
+            assert np.array_equal(ta, tb) and np.array_equal(la, lb)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_run_on_jsonl_or_csv_trains_exactly_as_on_tsv(tmp_path, data_dir, fmt):
+    """The whole task: train, dev and test readers in the format give the TSV run's parameters."""
+    def config(folder, out, **reader_keys):
+        c = task_config(folder, str(tmp_path / out), max_steps=12, save_model_step=12, is_eval_test=0)
+        for name in ("train", "dev", "test"):
+            reader = c["dataset_reader"][f"{name}_reader"]
+            ext = {"tsv": "tsv", "jsonl": "jsonl", "csv": "csv"}[reader_keys.get("format", "tsv")]
+            reader["config"]["data_path"] = os.path.join(folder, f"{name}.{ext}")
+            reader["config"].update(reader_keys)
+            if reader_keys:
+                reader["fields"][0]["column"] = "text"
+        return c
+
+    converted = str(tmp_path / fmt)
+    for name in ("train", "dev", "test"):
+        with open(os.path.join(data_dir, f"{name}.tsv"), encoding="utf-8") as f:
+            rows = [tuple(line.rstrip("\n").split("\t")) for line in f if line.strip()]
+        write(os.path.join(converted, f"{name}.{fmt}"), as_jsonl(rows) if fmt == "jsonl" else as_csv(rows))
+    keys = {"format": fmt, "has_header": fmt == "csv"}
+    reference = build(config(data_dir, "tsv_out"), tmp_path)
+    reference.do_train()
+    trainer = build(config(converted, "fmt_out", **keys), tmp_path)
+    trainer.do_train()
+    expected = checkpoint_params(str(tmp_path / "tsv_out" / "checkpoints" / "step_12"))
+    got = checkpoint_params(str(tmp_path / "fmt_out" / "checkpoints" / "step_12"))
+    for name, value in expected.items():
+        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(value), err_msg=name)
+
+
+def bad_rows(reader):
+    problems = []
+    rows = list(reader.iter_rows(on_bad=lambda path, lineno, why: problems.append((os.path.basename(path), lineno, why))))
+    return rows, problems
+
+
+def test_malformed_json_lines_are_named_by_line(tmp_path):
+    path = write(str(tmp_path / "d.jsonl"),
+                 '{"text": "好书", "label": 1}\n'
+                 '{"text": "好书", "label": 1\n'  # 2: not JSON
+                 '["好书", 1]\n'  # 3: not an object
+                 '{"txt": "好书", "label": 1}\n'  # 4: no key
+                 '{"text": {"a": 1}, "label": 1}\n'  # 5: an object
+                 '{"text": null, "label": 1}\n'  # 6: null
+                 '{"text": ["a b", "c"], "label": 1}\n'  # 7: an item holding the separator
+                 '{"text": [true], "label": 1}\n'  # 8: an item that is no string
+                 '\n'
+                 + "[" * 100000 + "\n")  # 10: nested too deeply
+    rows, problems = bad_rows(reader_of(path, JSONL_FIELDS, format="jsonl"))
+    assert [r[1:] for r in rows] == [(1, ["好书", "1"])]
+    assert [p[1] for p in problems] == [2, 3, 4, 5, 6, 7, 8, 10]
+    why = {lineno: text for _, lineno, text in problems}
+    assert why[2].startswith("not a JSON object (") and "a JSON list, not an object" in why[3]
+    assert why[4] == "no key 'text' (the object has 'txt', 'label')"
+    assert "key 'text': a JSON dict is not a string" in why[5] and "null is not a string" in why[6]
+    assert "item 0 ('a b') is empty or holds the separator ' '" in why[7] and "item 0 is a bool" in why[8]
+    with pytest.raises(DataError, match=r"d.jsonl:2: not a JSON object .*\(set skip_bad_lines to skip such lines\)"):
+        loaded(path, JSONL_FIELDS, format="jsonl")
+
+
+def test_malformed_csv_records_are_named_by_their_first_line(tmp_path):
+    path = write(str(tmp_path / "d.csv"),
+                 'text,label\n'
+                 '"好书, 真的",1\n'  # 2
+                 '"a ""b""\nc",0\n'  # 3-4: one record
+                 'only one column\n'  # 5
+                 '"closed"then text,1\n'  # 6: text after a closing quote
+                 '好书,1\n'  # 7
+                 '"never closed,1\n'  # 8
+                 '好书,0\n')
+    rows, problems = bad_rows(reader_of(path, CSV_FIELDS, format="csv", has_header=True))
+    assert [r[1:] for r in rows] == [(2, ["好书, 真的", "1"]), (3, ['a "b"\nc', "0"]), (7, ["好书", "1"])]
+    assert problems == [("d.csv", 5, "1 columns, fewer than the header's"),
+                        ("d.csv", 6, "not a well-formed CSV record (',' expected after '\"')"),
+                        ("d.csv", 8, "the quoted field opened on line 8 is never closed")]
+    headerless = write(str(tmp_path / "h.csv"), '"a, b",1\nc,1,extra\n')
+    rows, problems = bad_rows(reader_of(headerless, CSV_FIELDS, format="csv"))
+    assert [r[1:] for r in rows] == [(1, ["a, b", "1"])]
+    assert problems == [("h.csv", 2, "expected 2 columns (text_a, label), got 3")]
+    semicolons = write(str(tmp_path / "s.csv"), 'label;text\n1;"a;b"\n')
+    rows, _ = bad_rows(reader_of(semicolons, CSV_FIELDS, format="csv", has_header=True, separator=";"))
+    assert [r[1:] for r in rows] == [(2, ["a;b", "1"])]
+
+
+def test_a_runaway_quote_is_cut_at_max_line_bytes(tmp_path):
+    path = write(str(tmp_path / "d.csv"), '"opened,1\n' + "x,1\n" * 100 + "y,0\n")
+    rows, problems = bad_rows(reader_of(path, CSV_FIELDS, format="csv", max_line_bytes=64))
+    assert problems[0][1] == 1 and "a record longer than 64 bytes" in problems[0][2]
+    assert "the quoted field opened on line 1 is not closed" in problems[0][2]
+    assert rows and all(r[2] in (["x", "1"], ["y", "0"]) for r in rows)
+
+
+def test_format_settings_that_cannot_work_are_config_errors(tmp_path):
+    path = write(str(tmp_path / "d.csv"), "text,label\n好书,1\n")
+    with pytest.raises(DataError, match=r"d.csv:1: the header has no column 'title' \(field 'text_a', its column\); "
+                                        r"the columns are 'text', 'label'"):
+        loaded(path, [dict(FIELDS[0], column="title"), FIELDS[1]], format="csv", has_header=True)
+    with pytest.raises(ConfigError, match=r"dataset_reader.train_reader.config.has_header: JSON lines have no header"):
+        reader_of(path, format="jsonl", has_header=True)
+    with pytest.raises(ConfigError, match=r"dataset_reader.train_reader.config.separator: '::': a CSV delimiter is "
+                                          r"one character"):
+        reader_of(path, format="csv", separator="::")
+    with pytest.raises(ConfigError, match=r"dataset_reader.train_reader.config.format: unknown data format type "
+                                          r"'json' \(did you mean 'jsonl'\?\)"):
+        reader_of(path, format="json")
+
+
+def test_cross_validation_folds_split_csv_by_record_with_the_header_in_each_part(tmp_path):
+    from wenxin.data.row_formats import CsvFormat
+    from wenxin.folds import split_folds
+    rows = text_rows(40, seed=4)
+    path = write(str(tmp_path / "data" / "train.csv"), as_csv(rows))
+    config = reader_of(path, CSV_FIELDS, format="csv", has_header=True).reader_config
+    split = split_folds(path, "key", True, 3, 0, str(tmp_path / "folds"), "csv",
+                        lambda lines: CsvFormat.group_lines(lines, config))
+    read_back = []
+    for part in split.dev:
+        rows_of_part, problems = bad_rows(reader_of(part, CSV_FIELDS, format="csv", has_header=True))
+        assert not problems and open(part, encoding="utf-8").readline() == "label,note,text\n"
+        read_back += [tuple(columns) for _, _, columns in rows_of_part]
+    written = [("\n".join(text) if i % 5 == 0 else text, label) for i, (text, label) in enumerate(rows)]  # as_csv's
+    assert sorted(read_back) == sorted(written)
