@@ -40,10 +40,10 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
         logger.info("%s", fast_blas)
     for note in config.get("_translations", []):
         logger.info("ERNIE-kit task file: %s", note)
-    if setup_device(cfg["PADDLE_PLACE_TYPE"]) == "cpu":
-        count, reason = threads.choose_threads(cfg["cpu_threads"], user=threads.USER_THREADS)
+    on_cpu = setup_device(cfg["PADDLE_PLACE_TYPE"]) == "cpu"
+    count, reason = threads.choose_threads(cfg["cpu_threads"], user=threads.USER_THREADS)
+    if on_cpu:
         set_cpu_threads(count)
-        logger.info("CPU kernels: %d thread%s (%s)", count, "s" * (count > 1), reason)
     init_distributed(cfg["PADDLE_IS_FLEET"])
     set_seed(cfg["seed"])
     config["_resume_from"] = resume_checkpoint(cfg)  # its vocabularies, not rebuilt ones
@@ -54,7 +54,28 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
     for name, reader in readers.items():
         logger.info("%s: %d examples from %s", name, len(reader), reader.reader_config["data_path"])
     data_info = readers["train_reader"].data_info()
-    return trainer_cls(config, lambda: model_cls(config["model"], data_info), readers, scope)
+    trainer = trainer_cls(config, lambda: model_cls(config["model"], data_info), readers, scope)
+    if on_cpu:
+        if cfg["cpu_threads"] == 0 and threads.USER_THREADS is None:
+            count, reason = fit_threads_to_work(trainer, count, reason)
+        trainer.cpu_threads = count
+        logger.info("CPU kernels: %d thread%s (%s)", count, "s" * (count > 1), reason)
+    return trainer
+
+
+def fit_threads_to_work(trainer: BaseTrainer, share: int, reason: str) -> Tuple[int, str]:
+    """The automatic thread count, now that the model is built: the count of the run it resumes,
+    else ``share`` fitted to the model's size and the machine's load (``threads.fit_to_work``)."""
+    count = trainer.resumed_cpu_threads or 0
+    if count > 0:
+        reason = "as in the run this one resumes, so that it adds its sums in the same order"
+    else:
+        count, smaller = threads.fit_to_work(share, trainer.trainable_parameters(), threads.machine_load(),
+                                             threads.available_cores())
+        reason = smaller or reason
+    if count != share:
+        set_cpu_threads(count)
+    return count, reason
 
 
 def train(param_path: str, overrides: Iterable[str] = (),

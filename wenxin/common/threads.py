@@ -9,10 +9,22 @@ order), and a run is repeatable with the same thread count.
 
 ``cpu_threads: 0`` (automatic) gives each training process its share of the cores it may use:
 the cores of its CPU affinity, capped by a cgroup CPU quota, divided by the processes that
-``paddle.distributed.launch`` starts on this machine. A user's own ``OMP_NUM_THREADS`` above 1 is
-kept. A value of 1 is not taken as a choice: it is what Paddle writes into the environment when it
-loads, so every process started by one that imported Paddle (``paddle.distributed.launch``, a test
-runner) inherits it; ``cpu_threads: 1`` asks for one thread.
+``paddle.distributed.launch`` starts on this machine (a sweep passes each trial its share). Once
+the model is built, the share shrinks where a second thread would not pay (``fit_to_work``):
+
+- a model under ``SMALL_MODEL_PARAMETERS`` trainable parameters gets one thread. Its ops are too
+  small to split: every op would wait for its second thread, idle or not;
+- on a machine whose other work keeps cores busy (the 1-minute load average: a count the kernel
+  keeps, not a timing), the threads fit the cores left free, at least one. A thread that has to
+  wait for a busy core holds up every op it shares.
+
+A resumed run keeps the thread count of the run it continues (a threaded reduction adds in another
+order, so the count is part of what makes a resumed run bit-identical).
+
+A user's own ``OMP_NUM_THREADS`` above 1 is kept. A value of 1 is not taken as a choice: it is what
+Paddle writes into the environment when it loads, so every process started by one that imported
+Paddle (``paddle.distributed.launch``, a test runner) inherits it; ``cpu_threads: 1`` asks for one
+thread.
 """
 from __future__ import annotations
 
@@ -24,6 +36,11 @@ OMP_VARIABLE = "OMP_NUM_THREADS"
 CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"  # cgroup v2: "<quota> <period>" or "max <period>"
 
 USER_THREADS: Optional[int] = None  # the user's OMP_NUM_THREADS, read when wenxin is imported
+# Below this many trainable parameters a model trains on one thread. Measured with
+# benchmarks/framework_overhead.py on 2 cores: the MLP workloads (83k and 1.1k parameters) gained
+# nothing from a second thread idle and ran 4x and 16x slower with it beside two CPU-bound
+# processes; the BoW example (11.7M, its Adam update over the embedding table) ran 1.35x faster.
+SMALL_MODEL_PARAMETERS = 1_000_000
 
 
 def user_threads(environ: Mapping[str, str] = os.environ) -> Optional[int]:
@@ -46,6 +63,29 @@ def available_cores(cpu_max: str = CGROUP_CPU_MAX) -> int:
     except (OSError, ValueError):
         pass
     return max(1, cores)
+
+
+def machine_load() -> float:
+    """The 1-minute load average (runnable and waiting tasks of the whole machine), 0 where unknown."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
+def fit_to_work(share: int, parameters: int, load: float, cores: int) -> Tuple[int, str]:
+    """The automatic thread count once the model is known: ``share`` (from ``choose_threads``),
+    fewer for a small model (``parameters`` trainable) or a machine whose cores other work keeps
+    busy (``load``, see ``machine_load``); with the reason, or "" when ``share`` stands."""
+    if share <= 1:
+        return share, ""
+    if parameters < SMALL_MODEL_PARAMETERS:
+        return 1, (f"a model of {parameters:,} parameters: too little work an op for a second thread "
+                   f"(under {SMALL_MODEL_PARAMETERS:,})")
+    free = math.floor(cores - load + 0.5)
+    if free < share:
+        return max(1, free), f"{cores} cores with a load average of {load:.1f} from other work"
+    return share, ""
 
 
 def choose_threads(requested: int, environ: Mapping[str, str] = os.environ,

@@ -150,6 +150,8 @@ class BaseTrainer:
         if self.amp_unavailable:
             logger.warning("trainer.use_amp: %s; this run computes in float32", self.amp_unavailable)
         self.state = TrainState()
+        self.cpu_threads = 0  # the threads of Paddle's CPU kernels (set by the runner; 0: not on CPU)
+        self.resumed_cpu_threads: Optional[int] = None  # those of the run this one resumes, if it said
         self.lr_scheduler: Optional[paddle.optimizer.lr.LRScheduler] = None
         self.checkpoints = ckpt.CheckpointManager.for_trainer(self.trainer_config)
         prepare_output_path(self.trainer_config, self.is_writer)
@@ -539,6 +541,10 @@ class BaseTrainer:
                 result[key] = concat_ragged(parts)
         return result, np.concatenate([sizes for _, sizes in gathered])
 
+    def trainable_parameters(self) -> int:
+        """The number of trainable parameters of the model."""
+        return sum(int(np.prod(p.shape)) for p in self.model.parameters() if not p.stop_gradient)
+
     # ---- checkpoints ---------------------------------------------------------------------
     def save_checkpoint(self, name: str, update_latest: bool = True) -> str:
         """Write a complete checkpoint ``<output_path>/checkpoints/<name>`` (rank 0 only)."""
@@ -549,7 +555,7 @@ class BaseTrainer:
                  "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
                  "sampler_seed": self.train_sampler.seed}
         trainer_state = {**self.state.to_dict(), "mode": self.mode, "time": time.time(),
-                         "dev_metrics": self.state.metrics_now("dev_reader")}
+                         "dev_metrics": self.state.metrics_now("dev_reader"), "cpu_threads": self.cpu_threads}
 
         def write(folder: str) -> None:
             ckpt.write_checkpoint(folder, self.model_state_dict(), self.optimizer_state_dict(), extra,
@@ -569,6 +575,8 @@ class BaseTrainer:
             warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
             self._load_training_state(folder, parts)
         self.state.load(parts["trainer_state"])
+        threads = parts["trainer_state"].get("cpu_threads")
+        self.resumed_cpu_threads = threads if isinstance(threads, int) and threads > 0 else None
         s = self.state
         if s.finished:
             logger.info("resumed from %s: the run already finished at step %d", folder, s.global_step)
