@@ -17,6 +17,17 @@ def test_automatic_threads_share_the_cores_among_the_local_processes():
     assert threads.choose_threads(0, {"PADDLE_LOCAL_SIZE": "x"}, cores=2)[0] == 2
 
 
+def test_a_parents_share_caps_the_automatic_threads():
+    """wenxin sweep gives each of its parallel trials cores // parallel (WENXIN_CPU_SHARE)."""
+    assert threads.choose_threads(0, {"WENXIN_CPU_SHARE": "1"}, cores=2) == \
+        (1, "the share of 1 core its parent gave it (WENXIN_CPU_SHARE)")
+    assert threads.choose_threads(0, {"WENXIN_CPU_SHARE": "3"}, cores=8)[0] == 3
+    assert threads.choose_threads(0, {"WENXIN_CPU_SHARE": "8"}, cores=2)[0] == 2  # never above the cores
+    for bad in ("0", "-1", "x", ""):
+        assert threads.choose_threads(0, {"WENXIN_CPU_SHARE": bad}, cores=2)[0] == 2
+    assert threads.choose_threads(2, {"WENXIN_CPU_SHARE": "1"}, cores=2)[0] == 2  # the task file's count wins
+
+
 def test_the_task_file_and_then_the_users_variable_win():
     assert threads.choose_threads(3, {"PADDLE_LOCAL_SIZE": "2"}, cores=8, user=5) == (3, "trainer.cpu_threads")
     assert threads.choose_threads(0, {}, cores=8, user=5) == (5, "OMP_NUM_THREADS set by the user")
@@ -57,6 +68,11 @@ def test_a_small_model_or_a_busy_machine_gets_fewer_threads():
     assert threads.fit_to_work(8, big, 3.0, 8) == (5, "8 cores with a load average of 3.0 from other work")
     assert threads.fit_to_work(4, big, 3.0, 8) == (4, "")  # 4 of 8 cores, 5 free: the share stands
     assert threads.fit_to_work(1, 10, 9.0, 8) == (1, "")
+    static_big = threads.STATIC_MODEL_PARAMETERS
+    assert threads.fit_to_work(2, static_big - 1, 0.0, 2, static=True)[0] == 1  # the executor's own threads
+    assert "a static program of 7,999,999 parameters" in threads.fit_to_work(2, static_big - 1, 0.0, 2, static=True)[1]
+    assert threads.fit_to_work(2, static_big, 0.0, 2, static=True) == (2, "")
+    assert threads.fit_to_work(2, static_big, 2.0, 2, static=True)[0] == 1
 
 
 def test_a_training_run_says_how_many_threads_it_uses(tmp_path, data_dir):
@@ -75,7 +91,7 @@ def test_a_training_run_says_how_many_threads_it_uses(tmp_path, data_dir):
 def test_a_resumed_run_keeps_the_thread_count_of_the_run_it_continues(tmp_path, data_dir, monkeypatch):
     """Automatic threads of a large model depend on the machine's load; the resumed run must add
     its sums in the same order as the run it continues, whatever the load is now."""
-    from conftest import build
+    from conftest import build, wenxin_log
     from wenxin.controller.checkpoint import read_trainer_state
     monkeypatch.setattr(threads, "SMALL_MODEL_PARAMETERS", 0)  # the test's model counts as large
     monkeypatch.setattr(threads, "available_cores", lambda *a: 4)
@@ -90,7 +106,9 @@ def test_a_resumed_run_keeps_the_thread_count_of_the_run_it_continues(tmp_path, 
     assert read_trainer_state(str(tmp_path / "out" / "checkpoints" / "step_4"))["cpu_threads"] == 3
     monkeypatch.setattr(threads, "machine_load", lambda: 0.0)  # idle now: 4 would be the choice
     config["trainer"]["max_steps"] = 6
-    assert build(config, tmp_path).cpu_threads == 3
+    with wenxin_log() as log:
+        assert build(config, tmp_path).cpu_threads == 3
+    assert any("CPU kernels: 3 threads (as in the run this one resumes" in line for line in log)
     monkeypatch.setattr(threads, "machine_load", lambda: 3.0)
     assert build(task_config(data_dir, str(tmp_path / "fresh"), max_steps=2, is_eval_dev=0, is_eval_test=0),
                  tmp_path).cpu_threads == 1

@@ -17,4 +17,12 @@ threads.USER_THREADS = threads.user_threads()  # Paddle overwrites OMP_NUM_THREA
 from wenxin.common.registry import RegisterSet  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["RegisterSet", "__version__"]
+__all__ = ["RegisterSet", "Task", "TrainResult", "__version__"]
+
+
+def __getattr__(name: str) -> object:
+    """``wenxin.Task`` and ``wenxin.TrainResult`` (the Python API, ``wenxin.api``), imported when first used."""
+    if name in ("Task", "TrainResult"):
+        from wenxin import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'wenxin' has no attribute {name!r}")

@@ -9,7 +9,6 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Text
 from wenxin.common import blas, threads
 from wenxin.common.logs import CONSOLE, setup_logging
 from wenxin.common.progress import progress_enabled
-from wenxin.compat.paddle_internals import set_cpu_threads
 from wenxin.config.loader import load_config
 from wenxin.config.task_check import resolve_task
 from wenxin.controller.base_trainer import BaseTrainer, prepare_output_path, resume_checkpoint
@@ -40,10 +39,10 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
         logger.info("%s", fast_blas)
     for note in config.get("_translations", []):
         logger.info("ERNIE-kit task file: %s", note)
-    on_cpu = setup_device(cfg["PADDLE_PLACE_TYPE"]) == "cpu"
-    count, reason = threads.choose_threads(cfg["cpu_threads"], user=threads.USER_THREADS)
-    if on_cpu:
-        set_cpu_threads(count)
+    if setup_device(cfg["PADDLE_PLACE_TYPE"]) == "cpu":  # the trainer sets them, once its model is built
+        count, reason = threads.choose_threads(cfg["cpu_threads"], user=threads.USER_THREADS)
+        config["_cpu_threads"] = {"count": count, "reason": reason,
+                                  "automatic": cfg["cpu_threads"] == 0 and threads.USER_THREADS is None}
     init_distributed(cfg["PADDLE_IS_FLEET"])
     set_seed(cfg["seed"])
     config["_resume_from"] = resume_checkpoint(cfg)  # its vocabularies, not rebuilt ones
@@ -54,28 +53,7 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
     for name, reader in readers.items():
         logger.info("%s: %d examples from %s", name, len(reader), reader.reader_config["data_path"])
     data_info = readers["train_reader"].data_info()
-    trainer = trainer_cls(config, lambda: model_cls(config["model"], data_info), readers, scope)
-    if on_cpu:
-        if cfg["cpu_threads"] == 0 and threads.USER_THREADS is None:
-            count, reason = fit_threads_to_work(trainer, count, reason)
-        trainer.cpu_threads = count
-        logger.info("CPU kernels: %d thread%s (%s)", count, "s" * (count > 1), reason)
-    return trainer
-
-
-def fit_threads_to_work(trainer: BaseTrainer, share: int, reason: str) -> Tuple[int, str]:
-    """The automatic thread count, now that the model is built: the count of the run it resumes,
-    else ``share`` fitted to the model's size and the machine's load (``threads.fit_to_work``)."""
-    count = trainer.resumed_cpu_threads or 0
-    if count > 0:
-        reason = "as in the run this one resumes, so that it adds its sums in the same order"
-    else:
-        count, smaller = threads.fit_to_work(share, trainer.trainable_parameters(), threads.machine_load(),
-                                             threads.available_cores())
-        reason = smaller or reason
-    if count != share:
-        set_cpu_threads(count)
-    return count, reason
+    return trainer_cls(config, lambda: model_cls(config["model"], data_info), readers, scope)
 
 
 def train(param_path: str, overrides: Iterable[str] = (),
@@ -119,7 +97,13 @@ def export(param_path: str, checkpoint: str, output: str = "", overrides: Iterab
     folder (default ``<checkpoint>/inference``); with ``onnx`` in ``formats`` it also holds
     ``model.onnx``, checked against Paddle's outputs on a dev batch. The task file supplies the
     model and readers; nothing is written to its output_path."""
-    with checkpoint_trainer(load_config(param_path, overrides), checkpoint) as trainer:
+    return export_config(load_config(param_path, overrides), checkpoint, output, formats)
+
+
+def export_config(config: Dict[str, Any], checkpoint: str, output: str = "",
+                  formats: Sequence[str] = ("paddle",)) -> str:
+    """``export`` of a loaded config (``load_config`` / ``config_from_dict``)."""
+    with checkpoint_trainer(config, checkpoint) as trainer:
         target = output or os.path.join(checkpoint if os.path.isdir(checkpoint) else
                                         os.path.dirname(checkpoint), INFERENCE_DIR)
         folder = trainer.export_inference(target)
@@ -134,14 +118,20 @@ def evaluate(param_path: str, checkpoint: str, reader_names: Sequence[str] = (),
              overrides: Iterable[str] = ()) -> Dict[str, Dict[str, float]]:
     """Score the parameters of ``checkpoint`` on the task file's dev and test readers (or
     ``reader_names``); returns the metrics by reader. Nothing is written to its output_path."""
+    return evaluate_config(load_config(param_path, overrides), checkpoint, reader_names, "--reader", param_path)
+
+
+def evaluate_config(config: Dict[str, Any], checkpoint: str, reader_names: Sequence[str] = (),
+                    key: str = "readers", where: str = "the task") -> Dict[str, Dict[str, float]]:
+    """``evaluate`` of a loaded config; an unknown reader name is an error naming ``key`` and
+    ``where`` the config came from."""
     from wenxin.common.errors import ConfigError
     from wenxin.controller import checkpoint as ckpt
-    config = load_config(param_path, overrides)
     wanted = [name if name.endswith("_reader") else f"{name}_reader" for name in reader_names]
     available = [name for name in ("dev_reader", "test_reader") if config["dataset_reader"].get(name)]
     unknown = [name for name in wanted if name not in available]
     if unknown or not (wanted or available):
-        raise ConfigError(f"--reader: {', '.join(unknown) or 'dev/test'} not configured in {param_path} "
+        raise ConfigError(f"{key}: {', '.join(unknown) or 'dev/test'} not configured in {where} "
                           f"(it has: {', '.join(available) or 'no dev_reader or test_reader'})")
     step = ckpt.read_trainer_state(checkpoint)["global_step"] if os.path.isdir(checkpoint) and \
         os.path.isfile(os.path.join(checkpoint, ckpt.STATE_FILE)) else 0

@@ -20,7 +20,8 @@ A sweep file names config keys (the key paths of ``--set``) and their values::
 
 Each trial is ``wenxin train`` with the trial's overrides, ``trainer.output_path`` set to
 ``<output>/trial_<NNN>`` and ``trainer.resume: auto``, in a process of its own. The processes
-share the machine's cores: each gets ``cores // parallel`` threads. ``sweep.json`` records every
+share the machine's cores: each gets a share of ``cores // parallel`` (``WENXIN_CPU_SHARE``), within
+which its automatic thread count fits its model and the machine's load. ``sweep.json`` records every
 trial, rewritten atomically as trials finish. A sweep started again with the same output (after a
 kill or Ctrl-C) skips the finished trials, and an unfinished trial continues from its own
 checkpoint. The results go to ``results.csv`` and ``results.md`` (best first), and the best
@@ -63,6 +64,7 @@ from wenxin.common.errors import ConfigError
 from wenxin.common.files import write_text_atomically
 from wenxin.common.process import parent_death_signal
 from wenxin.common.registry import RegisterSet
+from wenxin.common.threads import SHARE_VARIABLE
 from wenxin.config.document import read_document
 from wenxin.controller.hooks.sweep_report import REPORTS_ENV, decision_path
 from wenxin.folds import FoldData, split_folds
@@ -359,14 +361,15 @@ class Sweep:
         os.makedirs(folder, exist_ok=True)
         args = [a for o in self.overrides + overrides_of(trial["values"]) + self._fold_overrides(fold) +
                 [f"trainer.output_path={json.dumps(folder)}", "trainer.resume=\"auto\"",
-                 f"trainer.cpu_threads={self.threads}", "trainer.progress_bar=\"off\"",
+                 "trainer.progress_bar=\"off\"",
                  f"trainer.metric={json.dumps(self.spec.metric)}", f"trainer.metric_mode={json.dumps(self.spec.mode)}"]
                 for a in ("--set", o)]
         log_path = os.path.join(folder, "sweep_trial.log")
         logger.info("%s started: %s; its log: %s", self._name(trial, fold),
                     " ".join(overrides_of(trial["values"])) or "the task's own values", log_path)
         log = open(log_path, "ab")
-        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "CPU_NUM": "1"}
+        # the trial's automatic threads fit its share of the cores (wenxin.common.threads)
+        env = {**os.environ, SHARE_VARIABLE: str(self.threads), "OMP_NUM_THREADS": "1", "CPU_NUM": "1"}
         env.pop(REPORTS_ENV, None)
         if self.study is not None and self.spec.prune:
             env[REPORTS_ENV] = folder

@@ -9,9 +9,17 @@ order), and a run is repeatable with the same thread count.
 
 ``cpu_threads: 0`` (automatic) gives each training process its share of the cores it may use:
 the cores of its CPU affinity, capped by a cgroup CPU quota, divided by the processes that
-``paddle.distributed.launch`` starts on this machine (a sweep passes each trial its share). Once
+``paddle.distributed.launch`` starts on this machine, or the share a parent gave it
+(``WENXIN_CPU_SHARE``: a sweep gives each of its parallel trials ``cores // parallel``). Once
 the model is built, the share shrinks where a second thread would not pay (``fit_to_work``):
 
+- a static program under ``STATIC_MODEL_PARAMETERS`` gets one thread: Paddle's executor already
+  runs independent ops on threads of its own, and kernel threads hold only with its serial mode
+  (``set_cpu_threads``), which gives that up. Measured on 2 cores against the plain static loop
+  (1 thread, Paddle's default executor), 2 threads with the serial mode ran the CNN workload of
+  ``benchmarks/framework_overhead.py`` (3.9M parameters) 0.73x and the transformer (4.2M) 0.96x,
+  but the BoW example (11.7M, its step mostly Adam's update of the embedding table) 1.3x (150
+  steps of examples/text_classification_bow_static.json, the whole run: 48.2 s against 37.5 s);
 - a model under ``SMALL_MODEL_PARAMETERS`` trainable parameters gets one thread. Its ops are too
   small to split: every op would wait for its second thread, idle or not;
 - on a machine whose other work keeps cores busy (the 1-minute load average: a count the kernel
@@ -33,6 +41,8 @@ import os
 from typing import Mapping, Optional, Tuple
 
 OMP_VARIABLE = "OMP_NUM_THREADS"
+# a parent running several trainings at once (wenxin sweep) gives each child its share of the cores
+SHARE_VARIABLE = "WENXIN_CPU_SHARE"
 CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"  # cgroup v2: "<quota> <period>" or "max <period>"
 
 USER_THREADS: Optional[int] = None  # the user's OMP_NUM_THREADS, read when wenxin is imported
@@ -41,6 +51,7 @@ USER_THREADS: Optional[int] = None  # the user's OMP_NUM_THREADS, read when wenx
 # nothing from a second thread idle and ran 4x and 16x slower with it beside two CPU-bound
 # processes; the BoW example (11.7M, its Adam update over the embedding table) ran 1.35x faster.
 SMALL_MODEL_PARAMETERS = 1_000_000
+STATIC_MODEL_PARAMETERS = 8_000_000  # the same for a static program (see the module docstring)
 
 
 def user_threads(environ: Mapping[str, str] = os.environ) -> Optional[int]:
@@ -73,12 +84,17 @@ def machine_load() -> float:
         return 0.0
 
 
-def fit_to_work(share: int, parameters: int, load: float, cores: int) -> Tuple[int, str]:
+def fit_to_work(share: int, parameters: int, load: float, cores: int, static: bool = False) -> Tuple[int, str]:
     """The automatic thread count once the model is known: ``share`` (from ``choose_threads``),
-    fewer for a small model (``parameters`` trainable) or a machine whose cores other work keeps
-    busy (``load``, see ``machine_load``); with the reason, or "" when ``share`` stands."""
+    fewer for a static program, a small model (``parameters`` trainable) or a machine whose cores
+    other work keeps busy (``load``, see ``machine_load``); with the reason, or "" when ``share``
+    stands."""
     if share <= 1:
         return share, ""
+    if static and parameters < STATIC_MODEL_PARAMETERS:
+        return 1, (f"a static program of {parameters:,} parameters: Paddle's executor runs independent ops "
+                   f"on threads of its own, and kernel threads would need its serial mode (under "
+                   f"{STATIC_MODEL_PARAMETERS:,})")
     if parameters < SMALL_MODEL_PARAMETERS:
         return 1, (f"a model of {parameters:,} parameters: too little work an op for a second thread "
                    f"(under {SMALL_MODEL_PARAMETERS:,})")
@@ -101,6 +117,17 @@ def choose_threads(requested: int, environ: Mapping[str, str] = os.environ,
     except ValueError:
         local_processes = 1
     share = max(1, cores // local_processes)
+    given = _positive_int(environ.get(SHARE_VARIABLE, ""))
+    if given is not None and given < share:
+        return given, f"the share of {given} core{'s' * (given > 1)} its parent gave it ({SHARE_VARIABLE})"
     if local_processes > 1:
         return share, f"{cores} cores shared by {local_processes} processes on this machine"
     return share, f"the {cores} cores this process may use"
+
+
+def _positive_int(text: str) -> Optional[int]:
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value > 0 else None

@@ -11,9 +11,10 @@
 - ``set_cpu_threads``: the thread count of Paddle's CPU math (MKL and OpenMP kernels), which Paddle
   fixes at load time from ``OMP_NUM_THREADS`` (``paddle.base.core.set_num_threads``). OpenMP's
   count holds for the thread that sets it, and the static executor runs ops on threads of its own,
-  so static programs are also made to run their ops on the calling thread
-  (``FLAGS_new_executor_serial_run``): measured, a static BoW step took 0.30 s with the count
-  set, 0.23 s with ``OMP_NUM_THREADS=2`` before Paddle loaded, and 0.21 s with both;
+  so with more than one thread static programs are also made to run their ops on the calling
+  thread (``FLAGS_new_executor_serial_run``; with one, Paddle's default executor stays): measured,
+  a static BoW step took 0.30 s with the count set, 0.23 s with ``OMP_NUM_THREADS=2`` before Paddle
+  loaded, and 0.21 s with both;
 - ``dtype_name``: a dtype as numpy's name (``paddle.base.data_feeder.convert_dtype``), and a
   ``DenseTensor``'s dtype without copying it (``_dtype()``);
 - ``onednn_flag_on``: Paddle's oneDNN flag, under 3.0's name (``FLAGS_use_mkldnn``) or 3.1's
@@ -76,7 +77,8 @@ def dense_tensor_dtype(tensor: Any) -> str:
 
 def set_cpu_threads(count: int) -> None:
     paddle.base.core.set_num_threads(count)
-    paddle.set_flags({"FLAGS_new_executor_serial_run": True})
+    # more than one: static programs must run their ops on this thread, whose count it is
+    paddle.set_flags({"FLAGS_new_executor_serial_run": count > 1})
 
 
 # Paddle's oneDNN switch: FLAGS_use_onednn from 3.1 (and the name wenxin documents); Paddle 3.0

@@ -98,11 +98,22 @@ def load_config(path: str, overrides: Iterable[str] = (), with_task: bool = True
     those errors come at once. Relative data paths are kept relative to the working directory,
     as in Wenxin.
     """
-    from wenxin.compat import erniekit
-    from wenxin.config.task_check import check_settings, check_task
     raw = read_document(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be an object")
+    return config_from_dict(raw, path, overrides, with_task)
+
+
+def config_from_dict(raw: Dict[str, Any], path: str, overrides: Iterable[str] = (),
+                     with_task: bool = True) -> Dict[str, Any]:
+    """``load_config`` of a task already read into ``raw`` (a notebook's dict, say); ``path`` is
+    where it counts as written (its folder is searched for the task package). ``raw`` is not
+    changed."""
+    import copy
+
+    from wenxin.compat import erniekit
+    from wenxin.config.task_check import check_settings, check_task
+    raw = copy.deepcopy(raw)
     problems = Problems()
     translations: List[str] = []
     if erniekit.is_erniekit(raw):  # an ERNIE-kit task file: onto the native schema first

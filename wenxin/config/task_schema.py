@@ -168,7 +168,8 @@ TRAINER: Schema = {
     "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
     "PADDLE_IS_FLEET": Key(bool, False),
     "cpu_threads": Key(int, 0, minimum=0, doc="threads of Paddle's CPU kernels in each process (0: its share of the "
-                                              "cores it may use, or the user's OMP_NUM_THREADS above 1)"),
+                                              "cores it may use, fewer for a small model, a static program or a "
+                                              "busy machine; the user's OMP_NUM_THREADS above 1)"),
     "seed": Key(int, 42, minimum=0, maximum=2**32 - 1),
     "epoch": Key(int, 1, minimum=1),
     "max_steps": Key(int, -1, doc="> 0: stop after this many optimizer steps (overrides epoch)"),

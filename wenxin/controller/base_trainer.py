@@ -22,12 +22,14 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 import numpy as np
 import paddle
 
+from wenxin.common import threads
 from wenxin.common.constants import Phase
 from wenxin.common.errors import CheckpointError, ConfigError, DataError, Problems, WenxinError
 from wenxin.common.parsed import dict_at
 from wenxin.common.registry import RegisterSet
 from wenxin.config.task_check import EVAL_FLAGS
 from wenxin.compat import pretrained
+from wenxin.compat.paddle_internals import set_cpu_threads
 from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import export
@@ -150,8 +152,7 @@ class BaseTrainer:
         if self.amp_unavailable:
             logger.warning("trainer.use_amp: %s; this run computes in float32", self.amp_unavailable)
         self.state = TrainState()
-        self.cpu_threads = 0  # the threads of Paddle's CPU kernels (set by the runner; 0: not on CPU)
-        self.resumed_cpu_threads: Optional[int] = None  # those of the run this one resumes, if it said
+        self.cpu_threads = 0  # the threads of Paddle's CPU kernels (``apply_cpu_threads``; 0: not on CPU)
         self.lr_scheduler: Optional[paddle.optimizer.lr.LRScheduler] = None
         self.checkpoints = ckpt.CheckpointManager.for_trainer(self.trainer_config)
         prepare_output_path(self.trainer_config, self.is_writer)
@@ -541,6 +542,36 @@ class BaseTrainer:
                 result[key] = concat_ragged(parts)
         return result, np.concatenate([sizes for _, sizes in gathered])
 
+    def apply_cpu_threads(self) -> None:
+        """Set the threads of Paddle's CPU kernels, once the model is built and before any program
+        runs (a static program's executor takes its mode from the count): the runner's choice
+        (``config["_cpu_threads"]``), fitted to the model and the machine where it is automatic,
+        or the count of the run this one resumes (see ``wenxin.common.threads``)."""
+        choice = self.config.get("_cpu_threads")
+        if not choice:
+            return
+        count, reason = choice["count"], choice["reason"]
+        if choice["automatic"]:
+            resumed = self._resumed_cpu_threads()
+            if resumed:
+                count, reason = resumed, "as in the run this one resumes, so that it adds its sums in the same order"
+            else:
+                count, smaller = threads.fit_to_work(count, self.trainable_parameters(), threads.machine_load(),
+                                                     threads.available_cores(), static=self.mode == "static")
+                reason = smaller or reason
+        set_cpu_threads(count)
+        self.cpu_threads = count
+        logger.info("CPU kernels: %d thread%s (%s)", count, "s" * (count > 1), reason)
+
+    def _resumed_cpu_threads(self) -> Optional[int]:
+        """The thread count saved by the checkpoint this run resumes, if it saved one."""
+        source = self.config.get("_resume_from")
+        try:
+            count = ckpt.read_trainer_state(source).get("cpu_threads") if source and os.path.isdir(source) else None
+        except WenxinError:
+            return None  # the checkpoint's own check reports it when it loads
+        return count if isinstance(count, int) and count > 0 else None
+
     def trainable_parameters(self) -> int:
         """The number of trainable parameters of the model."""
         return sum(int(np.prod(p.shape)) for p in self.model.parameters() if not p.stop_gradient)
@@ -575,8 +606,6 @@ class BaseTrainer:
             warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
             self._load_training_state(folder, parts)
         self.state.load(parts["trainer_state"])
-        threads = parts["trainer_state"].get("cpu_threads")
-        self.resumed_cpu_threads = threads if isinstance(threads, int) and threads > 0 else None
         s = self.state
         if s.finished:
             logger.info("resumed from %s: the run already finished at step %d", folder, s.global_step)

@@ -38,6 +38,7 @@ class BaseDynamicTrainer(BaseTrainer):
 
     def setup_execution(self) -> None:
         self.model = self.model_builder()
+        self.apply_cpu_threads()
         self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.state.max_steps)
         if self.amp.enabled and self.amp.level == "O2":
             self.model, self.optimizer = paddle.amp.decorate(models=self.model, optimizers=self.optimizer,

@@ -80,6 +80,7 @@ class BaseStaticTrainer(BaseTrainer):
             # Paddle's own layers probe Tensor.place while building; PIR warns on each probe
             warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface")
             self._build_programs()
+            self.apply_cpu_threads()  # before the executor: its mode follows the count
             self.executor = paddle.static.Executor(self.place)
             self.executor.run(self.startup_program)
         self.paddle_scope = paddle.static.global_scope()  # the variables (self.scope: the task package)

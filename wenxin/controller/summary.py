@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller.hooks.writers import METRICS_FILE
@@ -36,17 +36,22 @@ def result_metrics(metrics_file: str, step: int, metric: str) -> str:
     return ", ".join(f"{tag} {metric} {newest[tag]:.4g}" for tag in ("dev", "test") if tag in newest)
 
 
+def result_checkpoint(trainer: Any) -> Tuple[Optional[str], int, str]:
+    """The checkpoint a finished run's result is, its step, and why: the best one where the run
+    loaded it at the end (``load_best_at_end``), else the newest (None if it saved none)."""
+    cfg, state, checkpoints = trainer.trainer_config, trainer.state, trainer.checkpoints
+    best = os.path.join(checkpoints.root, ckpt.BEST_DIR)
+    if state.best_step >= 0 and cfg["load_best_at_end"] and os.path.isdir(best):
+        return best, state.best_step, f"best dev {cfg['metric']}"
+    return checkpoints.latest(), state.global_step, "final"
+
+
 def run_summary(trainer: Any, param_path: str, overrides: Sequence[str] = ()) -> List[str]:
     """The closing lines of a run (rank 0). The commands they suggest carry the run's ``--set``
     overrides, so that copied they act on this run and its output, not the task file's."""
     cfg, state, checkpoints = trainer.trainer_config, trainer.state, trainer.checkpoints
     output = cfg["output_path"]
-    best = os.path.join(checkpoints.root, ckpt.BEST_DIR)
-    result: Optional[str]
-    if state.best_step >= 0 and cfg["load_best_at_end"] and os.path.isdir(best):
-        result, step, why = best, state.best_step, f"best dev {cfg['metric']}"
-    else:
-        result, step, why = checkpoints.latest(), state.global_step, "final"
+    result, step, why = result_checkpoint(trainer)
     task = shlex.quote(param_path) + "".join(f" --set {shlex.quote(o)}" for o in overrides)
     kept = [o for o in overrides if not o.strip().startswith(("trainer.resume=", "trainer.load_checkpoint="))]
     resume_task = shlex.quote(param_path) + "".join(f" --set {shlex.quote(o)}" for o in kept)
