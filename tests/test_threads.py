@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, run_script, task_config, write_config
 from wenxin.common import threads
 
@@ -60,19 +62,51 @@ def test_a_small_model_or_a_busy_machine_gets_fewer_threads():
     """The share stands for a large model on free cores; a small model gets one thread; other work
     keeping cores busy (the load average) leaves the threads the free cores, at least one."""
     big = threads.SMALL_MODEL_PARAMETERS
-    assert threads.fit_to_work(2, big, 0.2, 2) == (2, "")
-    assert threads.fit_to_work(2, big - 1, 0.0, 2)[0] == 1
-    assert "a model of 999,999 parameters" in threads.fit_to_work(2, big - 1, 0.0, 2)[1]
-    assert threads.fit_to_work(2, big, 1.2, 2) == (1, "2 cores with a load average of 1.2 from other work")
-    assert threads.fit_to_work(2, big, 5.0, 2)[0] == 1  # never 0
-    assert threads.fit_to_work(8, big, 3.0, 8) == (5, "8 cores with a load average of 3.0 from other work")
-    assert threads.fit_to_work(4, big, 3.0, 8) == (4, "")  # 4 of 8 cores, 5 free: the share stands
-    assert threads.fit_to_work(1, 10, 9.0, 8) == (1, "")
+    def busy(cores):
+        return lambda: cores
+
+    def unasked():
+        raise AssertionError("the machine is measured only where its load decides")
+
+    big = threads.SMALL_MODEL_PARAMETERS
+    assert threads.fit_to_work(2, big, busy(0.2), 2) == (2, "")
+    assert threads.fit_to_work(2, big - 1, unasked, 2)[0] == 1
+    assert "a model of 999,999 parameters" in threads.fit_to_work(2, big - 1, unasked, 2)[1]
+    assert threads.fit_to_work(2, big, busy(1.2), 2) == (1, "2 cores, 1.2 of them busy with other work")
+    assert threads.fit_to_work(2, big, busy(5.0), 2)[0] == 1  # never 0
+    assert threads.fit_to_work(8, big, busy(3.0), 8) == (5, "8 cores, 3.0 of them busy with other work")
+    assert threads.fit_to_work(4, big, busy(3.0), 8) == (4, "")  # 4 of 8 cores, 5 free: the share stands
+    assert threads.fit_to_work(1, 10, unasked, 8) == (1, "")
     static_big = threads.STATIC_MODEL_PARAMETERS
-    assert threads.fit_to_work(2, static_big - 1, 0.0, 2, static=True)[0] == 1  # the executor's own threads
-    assert "a static program of 7,999,999 parameters" in threads.fit_to_work(2, static_big - 1, 0.0, 2, static=True)[1]
-    assert threads.fit_to_work(2, static_big, 0.0, 2, static=True) == (2, "")
-    assert threads.fit_to_work(2, static_big, 2.0, 2, static=True)[0] == 1
+    assert threads.fit_to_work(2, static_big - 1, unasked, 2, static=True)[0] == 1  # the executor's own threads
+    assert "a static program of 7,999,999 parameters" in threads.fit_to_work(2, static_big - 1, unasked, 2,
+                                                                               static=True)[1]
+    assert threads.fit_to_work(2, static_big, busy(0.0), 2, static=True) == (2, "")
+    assert threads.fit_to_work(2, static_big, busy(2.0), 2, static=True)[0] == 1
+
+
+def test_other_processes_cpu_time_counts_as_busy_cores(tmp_path, monkeypatch):
+    """/proc/stat's busy ticks (user, nice, system, irq, softirq, steal) less this process's own."""
+    stat = tmp_path / "stat"
+    samples = iter(["cpu  100 0 100 900 50 0 0 0 0 0\n", "cpu  250 0 150 1000 60 0 0 0 0 0\n"])
+
+    def fake_open(path, *args, **kwargs):
+        assert path == str(stat)
+        stat.write_text(next(samples))
+        return open(stat, *args, **kwargs)
+
+    monkeypatch.setattr(threads, "PROC_STAT", str(stat))
+    monkeypatch.setattr(threads, "open", fake_open, raising=False)
+    monkeypatch.setattr(threads.os, "sysconf", lambda name: 100)
+    own = iter([(1.0, 0.5, 0, 0, 0), (1.2, 0.55, 0, 0, 0)])
+    monkeypatch.setattr(threads.os, "times", lambda: next(own))
+    monkeypatch.setattr(threads.time, "sleep", lambda seconds: None)
+    # 200 busy ticks = 2.0 s of CPU, 0.25 s of it this process's, over 0.5 s: 3.5 cores of others
+    assert threads.busy_cores_of_others(0.5) == pytest.approx(3.5)
+    monkeypatch.setattr(threads, "PROC_STAT", str(tmp_path / "missing"))
+    monkeypatch.setattr(threads, "open", open, raising=False)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.7, 0, 0))
+    assert threads.busy_cores_of_others(0.5) == 0.7  # no /proc/stat: the load average
 
 
 def test_a_training_run_says_how_many_threads_it_uses(tmp_path, data_dir):
@@ -95,7 +129,7 @@ def test_a_resumed_run_keeps_the_thread_count_of_the_run_it_continues(tmp_path, 
     from wenxin.controller.checkpoint import read_trainer_state
     monkeypatch.setattr(threads, "SMALL_MODEL_PARAMETERS", 0)  # the test's model counts as large
     monkeypatch.setattr(threads, "available_cores", lambda *a: 4)
-    monkeypatch.setattr(threads, "machine_load", lambda: 1.0)  # 3 cores free
+    monkeypatch.setattr(threads, "busy_cores_of_others", lambda: 1.0)  # 3 cores free
     monkeypatch.setattr(threads, "USER_THREADS", None)
     monkeypatch.delenv("PADDLE_LOCAL_SIZE", raising=False)
     config = task_config(data_dir, str(tmp_path / "out"), max_steps=4, save_model_step=2, is_eval_dev=0,
@@ -104,12 +138,12 @@ def test_a_resumed_run_keeps_the_thread_count_of_the_run_it_continues(tmp_path, 
     assert first.cpu_threads == 3
     first.do_train()
     assert read_trainer_state(str(tmp_path / "out" / "checkpoints" / "step_4"))["cpu_threads"] == 3
-    monkeypatch.setattr(threads, "machine_load", lambda: 0.0)  # idle now: 4 would be the choice
+    monkeypatch.setattr(threads, "busy_cores_of_others", lambda: 0.0)  # idle now: 4 would be the choice
     config["trainer"]["max_steps"] = 6
     with wenxin_log() as log:
         assert build(config, tmp_path).cpu_threads == 3
     assert any("CPU kernels: 3 threads (as in the run this one resumes" in line for line in log)
-    monkeypatch.setattr(threads, "machine_load", lambda: 3.0)
+    monkeypatch.setattr(threads, "busy_cores_of_others", lambda: 3.0)
     assert build(task_config(data_dir, str(tmp_path / "fresh"), max_steps=2, is_eval_dev=0, is_eval_test=0),
                  tmp_path).cpu_threads == 1
 

@@ -1,7 +1,10 @@
-"""A one-line terminal progress bar with rate and ETA, for loading data, training and evaluation.
+"""A one-line progress bar with rate and ETA, for loading data, training and evaluation.
 
-It redraws at most every ``min_interval`` seconds, so a step costs one clock read; the console
-log handler clears the bar's line before a log record and the bar redraws after it.
+It redraws at most every ``min_interval`` seconds, so a step costs one clock read. On a terminal
+it redraws its line of stderr: the console log handler clears the line before a log record and
+the bar redraws after it. In a Jupyter kernel (stderr is no terminal there, and ``\r`` and ANSI
+codes do not redraw a cell's output) it is one output of the cell, replaced in place through
+IPython's display protocol (``display_id``), beside the log records.
 """
 from __future__ import annotations
 
@@ -18,12 +21,32 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (an IPython shell with a kernel runs it)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    return getattr(shell, "kernel", None) is not None
+
+
 def progress_enabled(setting: str, stream: Optional[TextIO] = None) -> bool:
-    """``on``, ``off``, or ``auto``: on only when ``stream`` (stderr) is a terminal."""
+    """``on``, ``off``, or ``auto``: on only when ``stream`` (stderr) is a terminal, or in a
+    Jupyter kernel."""
     if setting == "auto":
         stream = stream or sys.stderr
-        return bool(getattr(stream, "isatty", lambda: False)())
+        return bool(getattr(stream, "isatty", lambda: False)()) or in_notebook()
     return setting == "on"
+
+
+class _NotebookLine:
+    """One text output of the running notebook cell, replaced in place."""
+
+    def __init__(self) -> None:
+        from IPython.display import Pretty, display
+        self._pretty = Pretty
+        self._handle = display(Pretty(""), display_id=True)
+
+    def show(self, text: str) -> None:
+        self._handle.update(self._pretty(text))
 
 
 class ProgressBar:
@@ -50,6 +73,8 @@ class ProgressBar:
         self.start = clock()
         self._last_draw = 0.0
         self.draws = 0
+        self._notebook: Optional[_NotebookLine] = None
+        self._in_notebook = stream is None and in_notebook()
         ProgressBar.active = self
 
     @property
@@ -73,12 +98,20 @@ class ProgressBar:
         eta = (self.total - self.done) / rate if rate > 0 else 0.0
         line = (f"[{self.desc}] {fraction * 100:3.0f}%|{bar}| {self.done}/{self.total} "
                 f"[{format_duration(elapsed)}<{format_duration(eta)}, {rate:.1f} it/s]")
-        self.stream.write("\r\033[K" + line + (f" {postfix}" if postfix else ""))
-        self.stream.flush()
+        line += f" {postfix}" if postfix else ""
+        if self._in_notebook:
+            self._notebook = self._notebook or _NotebookLine()
+            self._notebook.show(line)
+        else:
+            self.stream.write("\r\033[K" + line)
+            self.stream.flush()
         self.draws += 1
 
     def clear(self) -> None:
-        """Erase the bar's line (before a log record); the next update redraws it."""
+        """Erase the bar's line (before a log record); the next update redraws it. (A notebook's
+        bar is an output of its own, which log records do not cross.)"""
+        if self._in_notebook:
+            return
         self.stream.write("\r\033[K")
         self.stream.flush()
         self._last_draw = 0.0
@@ -87,8 +120,11 @@ class ProgressBar:
         """Draw the final state and end the line (``keep``), or erase it."""
         if keep:
             self._draw(self.clock(), "")
-            self.stream.write("\n")
-            self.stream.flush()
+            if not self._in_notebook:
+                self.stream.write("\n")
+                self.stream.flush()
+        elif self._notebook is not None:
+            self._notebook.show("")
         else:
             self.clear()
         if ProgressBar.active is self:

@@ -22,9 +22,11 @@ the model is built, the share shrinks where a second thread would not pay (``fit
   steps of examples/text_classification_bow_static.json, the whole run: 48.2 s against 37.5 s);
 - a model under ``SMALL_MODEL_PARAMETERS`` trainable parameters gets one thread. Its ops are too
   small to split: every op would wait for its second thread, idle or not;
-- on a machine whose other work keeps cores busy (the 1-minute load average: a count the kernel
-  keeps, not a timing), the threads fit the cores left free, at least one. A thread that has to
-  wait for a busy core holds up every op it shares.
+- on a machine whose other work keeps cores busy (the CPU time other processes use over half a
+  second, from ``/proc/stat``: CPU time, not a timing), the threads fit the cores left free, at
+  least one. A thread that has to wait for a busy core holds up every op it shares. (The 1-minute
+  load average was the first measure: it lags by minutes, so a run started just after another
+  took one thread on an idle machine.)
 
 A resumed run keeps the thread count of the run it continues (a threaded reduction adds in another
 order, so the count is part of what makes a resumed run bit-identical).
@@ -38,12 +40,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Mapping, Optional, Tuple
+import time
+from typing import Callable, Mapping, Optional, Tuple
 
 OMP_VARIABLE = "OMP_NUM_THREADS"
 # a parent running several trainings at once (wenxin sweep) gives each child its share of the cores
 SHARE_VARIABLE = "WENXIN_CPU_SHARE"
 CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"  # cgroup v2: "<quota> <period>" or "max <period>"
+PROC_STAT = "/proc/stat"
+BUSY_WINDOW = 0.5  # seconds over which other processes' CPU time is counted
 
 USER_THREADS: Optional[int] = None  # the user's OMP_NUM_THREADS, read when wenxin is imported
 # Below this many trainable parameters a model trains on one thread. Measured with
@@ -76,19 +81,36 @@ def available_cores(cpu_max: str = CGROUP_CPU_MAX) -> int:
     return max(1, cores)
 
 
-def machine_load() -> float:
-    """The 1-minute load average (runnable and waiting tasks of the whole machine), 0 where unknown."""
+def busy_cores_of_others(window: float = BUSY_WINDOW) -> float:
+    """The cores other processes keep busy: the machine's CPU time (``/proc/stat``) less this
+    process's own (``os.times``) over ``window`` seconds, per second. CPU time, not a timing: a
+    core another process uses counts whether this one waits or not. Without ``/proc/stat``, the
+    1-minute load average (which lags by minutes)."""
     try:
-        return os.getloadavg()[0]
-    except OSError:
-        return 0.0
+        start, own_start = _machine_busy_seconds(), sum(os.times()[:2])
+        time.sleep(window)
+        end, own_end = _machine_busy_seconds(), sum(os.times()[:2])
+    except (OSError, ValueError, IndexError):
+        try:
+            return os.getloadavg()[0]
+        except OSError:
+            return 0.0
+    return max(0.0, (end - start - (own_end - own_start)) / window)
 
 
-def fit_to_work(share: int, parameters: int, load: float, cores: int, static: bool = False) -> Tuple[int, str]:
+def _machine_busy_seconds() -> float:
+    """CPU seconds every core of the machine has spent busy (not idle, not waiting for I/O)."""
+    with open(PROC_STAT, encoding="ascii") as f:
+        ticks = [int(v) for v in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def fit_to_work(share: int, parameters: int, busy: Callable[[], float], cores: int,
+                static: bool = False) -> Tuple[int, str]:
     """The automatic thread count once the model is known: ``share`` (from ``choose_threads``),
     fewer for a static program, a small model (``parameters`` trainable) or a machine whose cores
-    other work keeps busy (``load``, see ``machine_load``); with the reason, or "" when ``share``
-    stands."""
+    other work keeps busy (``busy()``, called only when it decides: ``busy_cores_of_others``); with
+    the reason, or "" when ``share`` stands."""
     if share <= 1:
         return share, ""
     if static and parameters < STATIC_MODEL_PARAMETERS:
@@ -98,9 +120,10 @@ def fit_to_work(share: int, parameters: int, load: float, cores: int, static: bo
     if parameters < SMALL_MODEL_PARAMETERS:
         return 1, (f"a model of {parameters:,} parameters: too little work an op for a second thread "
                    f"(under {SMALL_MODEL_PARAMETERS:,})")
-    free = math.floor(cores - load + 0.5)
+    others = busy()
+    free = math.floor(cores - others + 0.5)
     if free < share:
-        return max(1, free), f"{cores} cores with a load average of {load:.1f} from other work"
+        return max(1, free), f"{cores} cores, {others:.1f} of them busy with other work"
     return share, ""
 
 

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import os
 import sys
 import traceback
 from typing import Any, Dict, Optional
 
 from wenxin.common.errors import ConfigError, DataError, Problems
+from wenxin.common.model_names import resolve_model
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import validate, validate_value
 from wenxin.config.task_schema import MODEL_BASE
+
+logger = logging.getLogger("wenxin")
 
 # A padded batch of more int64 values than this (2 GiB) cannot be what the user meant.
 MAX_BATCH_VALUES = 1 << 28
@@ -64,12 +68,17 @@ def _fill_from_pretrained_folder(config: Dict[str, Any], problems: Problems) -> 
     model, trainer = config.get("model"), config.get("trainer")
     if not isinstance(model, dict) or not isinstance(trainer, dict):
         return
-    folder = model.get("pretrained")
-    if not folder or not isinstance(folder, str):
+    name = model.get("pretrained")
+    if not name or not isinstance(name, str):
         return
-    if not os.path.isdir(folder):
-        problems.add(f"model.pretrained: model folder not found: {folder}")
+    try:
+        folder = resolve_model(name, download=model.get("pretrained_download") is True)
+    except ConfigError as e:
+        problems.add(str(e))
         return
+    if folder != name:
+        logger.info("model.pretrained: '%s' is %s", name, folder)
+        model["pretrained"] = folder
     model.setdefault("encoder_config", folder)
     if not trainer.get("pre_train_model") and not trainer.get("load_parameters"):
         trainer["pre_train_model"] = folder

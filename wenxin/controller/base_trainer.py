@@ -556,7 +556,7 @@ class BaseTrainer:
             if resumed:
                 count, reason = resumed, "as in the run this one resumes, so that it adds its sums in the same order"
             else:
-                count, smaller = threads.fit_to_work(count, self.trainable_parameters(), threads.machine_load(),
+                count, smaller = threads.fit_to_work(count, self.trainable_parameters(), threads.busy_cores_of_others,
                                                      threads.available_cores(), static=self.mode == "static")
                 reason = smaller or reason
         set_cpu_threads(count)
