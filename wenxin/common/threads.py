@@ -53,7 +53,7 @@ BUSY_WINDOW = 0.5  # seconds over which other processes' CPU time is counted
 USER_THREADS: Optional[int] = None  # the user's OMP_NUM_THREADS, read when wenxin is imported
 # Below this many trainable parameters a model trains on one thread. Measured with
 # benchmarks/framework_overhead.py on 2 cores: the MLP workloads (83k and 1.1k parameters) gained
-# nothing from a second thread idle and ran 4x and 16x slower with it beside two CPU-bound
+# nothing from a second thread idle and ran 4 to 7 times slower with it beside two CPU-bound
 # processes; the BoW example (11.7M, its Adam update over the embedding table) ran 1.35x faster.
 SMALL_MODEL_PARAMETERS = 1_000_000
 STATIC_MODEL_PARAMETERS = 8_000_000  # the same for a static program (see the module docstring)
