@@ -161,11 +161,16 @@ class CsvFormat(RowFormat):
 
     def __init__(self, config: Dict[str, Any], fields: Sequence[Any], key_path: str) -> None:
         super().__init__(config, fields, key_path)
-        self.delimiter = config["separator"] or ","
+        self.delimiter = self.delimiter_of(config)
         if len(self.delimiter) != 1 or self.delimiter in "\"\r\n":
             raise ConfigError(f"{key_path}.config.separator: {self.delimiter!r}: a CSV delimiter is one character, "
                               f"not a quote or a line break")
         self._headers: Dict[str, List[int]] = {}
+
+    @staticmethod
+    def delimiter_of(config: Dict[str, Any]) -> str:
+        """The delimiter of a reader ``config``: its ``separator``, else a comma."""
+        return str(config["separator"] or ",")
 
     # ---- records ----
     def records(self, part: FilePart) -> Iterator[Tuple[int, int, Optional[str], Optional[str], int]]:
@@ -201,7 +206,7 @@ class CsvFormat(RowFormat):
         grouped: List[bytes] = []
         pending: List[bytes] = []
         quoted = False
-        delimiter = config["separator"] or ","
+        delimiter = cls.delimiter_of(config)
         for line in lines:
             pending.append(line)
             quoted = still_quoted(line.decode("utf-8", "replace"), quoted, delimiter)

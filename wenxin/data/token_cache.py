@@ -102,7 +102,7 @@ def scan_files(files: Sequence[str], part_bytes: int,
     parts: List[FilePart] = []
     line_counts: List[int] = []
     for path in files:
-        digest, starts, size, total_lines = _scan_lines(path, part_bytes)
+        digest, starts, total_lines = _scan_lines(path, part_bytes)
         digests.append(digest)
         if row_format is not None and row_format.multiline:
             *starts, (_, end_line) = row_format.part_starts(path, part_bytes)
@@ -114,9 +114,9 @@ def scan_files(files: Sequence[str], part_bytes: int,
     return digests, parts, line_counts
 
 
-def _scan_lines(path: str, part_bytes: int) -> Tuple[str, List[Tuple[int, int]], int, int]:
+def _scan_lines(path: str, part_bytes: int) -> Tuple[str, List[Tuple[int, int]], int]:
     """A file's SHA-256, ``(byte offset, line number)`` of the first line of each part of about
-    ``part_bytes``, its size and its number of lines."""
+    ``part_bytes``, and its number of lines."""
     digest = hashlib.sha256()
     starts = [(0, 1)]
     position = newlines = 0
@@ -140,7 +140,7 @@ def _scan_lines(path: str, part_bytes: int) -> Tuple[str, List[Tuple[int, int]],
             last = block[-1:]
     if len(starts) > 1 and starts[-1][0] >= position:
         starts.pop()  # a cut at the very end
-    return digest.hexdigest(), starts, position, newlines + (last != b"\n")
+    return digest.hexdigest(), starts, newlines + (last != b"\n")
 
 
 def _digest(value: Any) -> str:
