@@ -19,9 +19,11 @@ processes: ``wenxin.inference.workers``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -77,14 +79,29 @@ class RequestError(Exception):
         self.status, self.close = status, close
 
 
+MAX_JSON_DEPTH = 32  # a /predict body needs 3 levels ({"rows": [[...]]}); deeper is refused before parsing
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_A_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def json_depth_exceeds(body: bytes, limit: int) -> bool:
+    """Whether the arrays and objects of a JSON text nest deeper than ``limit``. Checked before
+    ``json.loads``, whose own limit is the interpreter's recursion limit: that differs between
+    Pythons (3.13 parses 2000 levels) and anything in the process may raise it."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_A_BRACKET)  # strings may hold brackets
+    return max(itertools.accumulate(_BRACKET_STEP[b] for b in brackets), default=0) > limit
+
+
 def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str]]:
     """Validate a /predict body; raises RequestError with the 4xx to answer."""
+    if json_depth_exceeds(body, MAX_JSON_DEPTH):
+        raise RequestError(HTTPStatus.BAD_REQUEST, f"body is not valid JSON: nested too deep "
+                                                   f"(more than {MAX_JSON_DEPTH} levels)")
     try:
         data = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise RequestError(HTTPStatus.BAD_REQUEST, f"body is not valid UTF-8 JSON: {e}") from None
-    except RecursionError:
-        raise RequestError(HTTPStatus.BAD_REQUEST, "body is not valid JSON: nested too deep") from None
     if not isinstance(data, dict) or ("texts" in data) == ("rows" in data):
         raise RequestError(HTTPStatus.BAD_REQUEST, 'expected an object with "texts" (a list of strings) '
                                                    'or "rows" (a list of lists of strings)')
