@@ -1,6 +1,6 @@
 """SIGKILL at random moments (mid-step, mid-save, mid-epoch), resume, and compare with an
 uninterrupted run: the final parameters must be bit-identical, in dynamic and static mode, and
-with a streamed train reader (TSV and JSON lines)."""
+with a streamed train reader (TSV, JSON lines and a Hugging Face dataset)."""
 import json
 import os
 import random
@@ -18,8 +18,17 @@ def run_config(data_dir, out, mode):
                          train_log_step=1000, is_eval_dev=0, is_eval_test=0, resume="auto")
     config["model"]["dropout"] = 0.3
     train = config["dataset_reader"]["train_reader"]
-    if mode in ("streaming", "jsonl streaming"):  # batches read from the file while training, through a shuffle buffer
+    if mode.endswith("streaming"):  # batches read from the files while training, through a shuffle buffer
         train["config"].update(streaming=True, shuffle_buffer=40)
+    if mode == "hf_dataset streaming":  # the training rows as a Hugging Face dataset saved in 3 shards
+        import datasets
+        with open(train["config"]["data_path"], encoding="utf-8") as f:
+            rows = [line.rstrip("\n").split("\t") for line in f]
+        saved = os.path.join(data_dir, "train_dataset")
+        if not os.path.isdir(saved):
+            datasets.Dataset.from_dict({"text_a": [t for t, _ in rows], "label": [label for _, label in rows]}
+                                       ).save_to_disk(saved, num_shards=3)
+        train["config"].update(data_path=saved, format="hf_dataset")
     if mode == "jsonl streaming":  # the training rows as JSON lines
         jsonl = os.path.join(data_dir, "train.jsonl")
         with open(train["config"]["data_path"], encoding="utf-8") as f, open(jsonl, "w", encoding="utf-8") as out_file:
@@ -37,7 +46,8 @@ def final_params(out):
     return checkpoint_params(os.path.join(out, "checkpoints", f"step_{STEPS}"))
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "static", "streaming", pytest.param("jsonl streaming", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("mode", ["dynamic", "static", "streaming", pytest.param("jsonl streaming", marks=pytest.mark.slow),
+                                  pytest.param("hf_dataset streaming", marks=pytest.mark.slow)])
 def test_sigkill_at_random_moments_then_resume_is_exact(tmp_path, data_dir, mode):
     reference = str(tmp_path / "reference")
     ref_path = write_config(str(tmp_path / "reference.json"), run_config(data_dir, reference, mode))

@@ -270,3 +270,32 @@ def test_cross_validation_folds_split_csv_by_record_with_the_header_in_each_part
         read_back += [tuple(columns) for _, _, columns in rows_of_part]
     written = [("\n".join(text) if i % 5 == 0 else text, label) for i, (text, label) in enumerate(rows)]  # as_csv's
     assert sorted(read_back) == sorted(written)
+
+
+def test_prediction_files_in_jsonl_and_csv_predict_as_their_tsv(tmp_path, exported_classifier):
+    """wenxin infer reads the predict_reader's format: the fields by key or header, extra keys
+    and columns ignored; a malformed record is an error naming file:line."""
+    from conftest import write_config
+    from wenxin.inference.batch import run_inference
+    rows = [("这本书很好", "1"), ("太差了, \"真的\"", "0"), ("一般 还行", "1")]
+    inputs = {"tsv": write_tsv(str(tmp_path / "in.tsv"), rows),
+              "jsonl": write(str(tmp_path / "in.jsonl"), "".join(
+                  json.dumps({"gold": label, "text_a": t}, ensure_ascii=False) + "\n" for t, label in rows)),
+              "csv": write(str(tmp_path / "in.csv"), as_csv(rows).replace("label,note,text", "gold,note,text_a", 1))}
+    outputs = {}
+    for fmt, path in inputs.items():
+        reader = {"data_path": path, "format": fmt, "has_header": fmt == "csv"}
+        infer = write_config(str(tmp_path / f"{fmt}.json"), {"model_dir": exported_classifier,
+                                                            "output_file": str(tmp_path / f"out_{fmt}.tsv"),
+                                                            "predict_reader": {"config": reader}})
+        outputs[fmt] = open(run_inference(infer), encoding="utf-8").read()
+    assert outputs["tsv"].count("\n") == 3
+    assert outputs["jsonl"] == outputs["tsv"] and outputs["csv"] == outputs["tsv"]
+    write(str(tmp_path / "bad.jsonl"), '{"text_a": "好"}\n{"text": "好"}\n')
+    infer = write_config(str(tmp_path / "bad.json"), {"model_dir": exported_classifier,
+                                                      "output_file": str(tmp_path / "out_bad.tsv"),
+                                                      "predict_reader": {"config": {"data_path": str(tmp_path / "bad.jsonl"),
+                                                                                    "format": "jsonl"}}})
+    with pytest.raises(DataError, match=r"bad.jsonl:2: no key 'text_a' \(the object has 'text'\)"):
+        run_inference(infer)
+    assert not os.path.exists(tmp_path / "out_bad.tsv")

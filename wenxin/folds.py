@@ -28,7 +28,7 @@ import numpy as np
 
 from wenxin.common.errors import ConfigError, DataError
 from wenxin.common.files import file_sha256
-from wenxin.data.dataset_reader import list_data_files
+from wenxin.data.lines import list_data_files
 
 FOLDS_FILE = "folds.json"
 

@@ -272,6 +272,12 @@ class Sweep:
         if not base["trainer"]["is_eval_dev"]:
             raise ConfigError("trainer.is_eval_dev: a sweep compares trials by their dev metric; set it to true")
         self.spec = SweepSpec(sweep_path, read_document(sweep_path, "sweep file"), base)
+        data_format = base["dataset_reader"]["train_reader"]["config"]["format"]
+        format_cls = RegisterSet.data_formats.builtin(data_format)  # None: a task's own, taken to read lines
+        if self.spec.folds is not None and format_cls is not None and not format_cls.line_based:
+            raise ConfigError(f"{sweep_path}: folds: cross-validation splits data files by line or record, and "
+                              f"format {data_format!r} reads no lines; write the training split as JSON lines "
+                              f"(datasets: Dataset.to_json) and read it with format: jsonl to cross-validate")
         self.output = os.path.abspath(self.spec.output)
         values = self.spec.trial_values()
         # every trial's overrides must make a valid task file (Optuna's: the first value or the

@@ -17,7 +17,8 @@ T = TypeVar("T")
 BUILTIN_SCOPE = "wenxin"
 # Modules whose import registers the built-in classes of every registry.
 BUILTIN_MODULES = ("wenxin.data.tokenizers", "wenxin.data.wordpiece", "wenxin.data.field_reader",
-                   "wenxin.data.ernie_fields", "wenxin.data.row_formats", "wenxin.data.dataset_reader",
+                   "wenxin.data.ernie_fields", "wenxin.data.row_formats", "wenxin.data.hf_datasets",
+                   "wenxin.data.dataset_reader",
                    "wenxin.controller.hooks", "wenxin.controller.optimization", "wenxin.controller.task_trainers",
                    "wenxin.inference.formatters")
 _builtins_loaded = False
@@ -40,8 +41,9 @@ def scope_of(module_name: str) -> str:
 class Registry:
     """A named table of classes, filled by the ``register`` decorator."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, builtin_modules: Tuple[str, ...] = ()) -> None:
         self.kind = kind
+        self.builtin_modules = builtin_modules  # where its built-ins are, when they load without Paddle
         self._entries: Dict[str, List[Tuple[str, Any]]] = {}  # classes, or functions (optimizers, schedulers)
 
     def register(self, name: Optional[str] = None) -> Callable[[T], T]:
@@ -59,6 +61,16 @@ class Registry:
         load_builtins()
         return sorted(k for k, entries in self._entries.items()
                       if any(s in (scope, BUILTIN_SCOPE) for s, _ in entries))
+
+    def builtin(self, name: str) -> Any:
+        """The built-in class registered as ``name``, or None. A registry with
+        ``builtin_modules`` imports only those (the config check asks before Paddle loads)."""
+        if self.builtin_modules:
+            for module in self.builtin_modules:
+                importlib.import_module(module)
+        else:
+            load_builtins()
+        return dict(self._entries.get(name, [])).get(BUILTIN_SCOPE)
 
     def get(self, name: str, scope: Optional[str] = None, key_path: str = "") -> Any:
         """Return the class registered as ``name``, preferring ``scope`` over built-ins."""
@@ -83,7 +95,7 @@ class RegisterSet:
 
     models = Registry("model")
     dataset_readers = Registry("dataset reader")
-    data_formats = Registry("data format")
+    data_formats = Registry("data format", ("wenxin.data.row_formats", "wenxin.data.hf_datasets"))
     field_readers = Registry("field reader")
     tokenizers = Registry("tokenizer")
     trainers = Registry("trainer")

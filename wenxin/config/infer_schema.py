@@ -8,10 +8,14 @@ from wenxin.config.schema import Key, Schema
 INFER_SCHEMA: Schema = {
     "model_dir": Key(str, non_empty=True, doc="an exported folder (wenxin export / trainer.save_inference)"),
     "predict_reader": Key(dict, children={"config": Key(dict, children={
-        "data_path": Key(str, non_empty=True, doc="a text file or folder; one example per line, fields tab-separated"),
-        "separator": Key(str, "\t", non_empty=True),
+        "data_path": Key(str, non_empty=True, doc="a data file or folder in format (tsv: one example per line, "
+                                                  "the model's fields tab-separated; hf_dataset: also a name)"),
+        "format": Key(str, "tsv", doc="a registered data format, as in a task file: tsv, jsonl, csv, hf_dataset"),
+        "separator": Key(str, "", doc="the column delimiter (empty: the format's own)"),
         "max_line_bytes": Key(int, DEFAULT_MAX_LINE_BYTES, minimum=16, doc="a longer line is an error"),
         "has_header": Key(bool, False),
+        "split": Key(str, "", doc="format hf_dataset: the split to predict (empty: the dataset's only split)"),
+        "download": Key(bool, False, doc="format hf_dataset: let datasets download a dataset its cache lacks"),
     })}),
     "output_file": Key(str, non_empty=True, doc="one prediction per input line, in order; classifiers write "
                                 "label<TAB>probability (see README for other result formats)"),

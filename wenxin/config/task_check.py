@@ -167,7 +167,12 @@ def _resolve(config: Dict[str, Any], scope: str, model_type: str, problems: Prob
         reader_config = reader.get("config") if isinstance(reader, dict) else None
         if isinstance(reader_config, dict) and isinstance(reader_config.get("format"), str):
             with problems.catch():
-                RegisterSet.data_formats.get(reader_config["format"], scope, f"dataset_reader.{name}.config.format")
+                row_format = RegisterSet.data_formats.get(reader_config["format"], scope,
+                                                          f"dataset_reader.{name}.config.format")
+                if _builtin_format(reader_config["format"]) is not row_format:  # the task's own
+                    problem = row_format.source_problem(reader_config, f"dataset_reader.{name}")
+                    if problem:
+                        problems.add(problem, kind=DataError)
     if model_cls is None or trainer_cls is None:
         return None
     return TaskClasses(scope, model_cls, trainer_cls)
@@ -193,9 +198,10 @@ def _check_readers(dataset: Dict[str, Any], trainer: Dict[str, Any], problems: P
             continue
         path = f"dataset_reader.{name}"
         rc = reader.get("config", {})
-        data_path = rc.get("data_path")
-        if data_path and not os.path.exists(data_path):
-            problems.add(f"{path}.config.data_path: data file not found: {data_path}", kind=DataError)
+        row_format = _builtin_format(rc.get("format", "tsv"))
+        problem = row_format.source_problem(rc, path) if row_format is not None else None
+        if problem:
+            problems.add(problem, kind=DataError)
         batch = max(rc.get("batch_size", 1), trainer.get("eval_batch_size", 0) if name != "train_reader" else 0)
         for i, field in enumerate(reader.get("fields", [])):
             vocab = field.get("vocab_path")
@@ -205,6 +211,12 @@ def _check_readers(dataset: Dict[str, Any], trainer: Dict[str, Any], problems: P
                 problems.add(f"{path}.fields[{i}].max_seq_len: {field['max_seq_len']} padded for every one of "
                              f"{batch} examples is more than {MAX_BATCH_VALUES} values a batch; "
                              f"lower max_seq_len or the batch size")
+
+
+def _builtin_format(name: Any) -> Any:
+    """The built-in data format class named ``name`` (a task's own formats are checked once the
+    task is imported), or None."""
+    return RegisterSet.data_formats.builtin(name) if isinstance(name, str) else None
 
 
 def _check_paths(trainer: Dict[str, Any], problems: Problems) -> None:

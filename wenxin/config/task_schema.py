@@ -30,7 +30,7 @@ TOKENIZER: Schema = {
 FIELD: Schema = {
     "name": Key(str, non_empty=True, doc="field name; tensors are named after it"),
     "column": Key(str, "", doc="format jsonl: the key this field reads; csv with has_header: the header of its "
-                               "column (empty: the field's name)"),
+                               "column; hf_dataset: its column (empty: the field's name)"),
     "data_type": Key(str, "string", choices=["string", "int", "float"]),
     "reader": Key(dict, children={"type": Key(str, doc="TextFieldReader, LabelFieldReader, "
                                                             "SequenceLabelFieldReader, ScalarFieldReader, "
@@ -66,10 +66,14 @@ FIELD: Schema = {
 }
 
 READER_CONFIG: Schema = {
-    "data_path": Key(str, non_empty=True, doc="a data file or a folder of them (see format)"),
+    "data_path": Key(str, non_empty=True, doc="a data file or a folder of them (see format; hf_dataset: also a "
+                                              "dataset name in the datasets cache)"),
     "format": Key(str, "tsv", doc="a registered data format: tsv (one column per field, in order), jsonl (a JSON "
                                   "object a line, fields by key), csv (quoted records; with has_header fields "
-                                  "by header name)"),
+                                  "by header name), hf_dataset (a Hugging Face datasets split, fields by column)"),
+    "split": Key(str, "", doc="format hf_dataset: the split to read (empty: the dataset's only split)"),
+    "download": Key(bool, False, doc="format hf_dataset: let datasets download a dataset its cache lacks "
+                                     "(off: offline, the cache only)"),
     "shuffle": Key(bool, False),
     "batch_size": Key(int, 32, minimum=1),
     "sampling_rate": Key(float, 1.0, minimum=0.0, maximum=1.0),

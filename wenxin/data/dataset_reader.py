@@ -32,21 +32,6 @@ RAW_TEXT_CHECK_LINES = 2000  # training lines whose tagged tokens must come out 
 SKIPPED_SHOWN = 5  # skipped lines named in the log
 
 
-def list_data_files(data_path: str, key_path: str) -> List[str]:
-    """A file, or the sorted non-hidden files of a folder."""
-    if os.path.isfile(data_path):
-        return [data_path]
-    if os.path.isdir(data_path):
-        files = sorted(os.path.join(data_path, n) for n in os.listdir(data_path)
-                       if not n.startswith(".") and os.path.isfile(os.path.join(data_path, n)))
-        if not files:
-            raise DataError(f"{key_path}: folder has no data files: {data_path}")
-        return files
-    if os.path.exists(data_path):
-        raise DataError(f"{key_path}: not a regular file or folder (a FIFO or a device?): {data_path}")
-    raise DataError(f"{key_path}: data file not found: {data_path}")
-
-
 FirstSeen = Dict[int, Dict[str, Tuple[str, int]]]  # field position -> label -> (file, line) where it first occurs
 
 
@@ -171,7 +156,7 @@ class BasicDataSetReader:
     def data_files(self) -> List[str]:
         """The reader's data files (``config.data_path``: a file or a folder); all empty is an error."""
         key = f"{self.key_path}.config.data_path"
-        files = list_data_files(self.reader_config["data_path"], key)
+        files = self.row_format.data_files()
         if all(os.path.getsize(f) == 0 for f in files):
             raise DataError(f"{key}: {', '.join(files)}: "
                             f"{'the file is' if len(files) == 1 else 'the files are'} empty")

@@ -9,7 +9,8 @@ mode, so a huge line or a binary file is reported by ``file:line`` without being
 from __future__ import annotations
 
 import codecs
-from typing import Iterator, NamedTuple, Optional, Tuple
+import os
+from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 from wenxin.common.constants import DEFAULT_MAX_LINE_BYTES
 from wenxin.common.errors import DataError
@@ -83,3 +84,18 @@ def iter_lines_ending_at(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
                 yield Line(lineno, raw.decode("utf-8")), position
             except UnicodeDecodeError as e:
                 yield Line(lineno, "", f"not valid UTF-8 ({e.reason} at byte {e.start} of the line)"), position
+
+
+def list_data_files(data_path: str, key_path: str) -> List[str]:
+    """A file, or the sorted non-hidden files of a folder."""
+    if os.path.isfile(data_path):
+        return [data_path]
+    if os.path.isdir(data_path):
+        files = sorted(os.path.join(data_path, n) for n in os.listdir(data_path)
+                       if not n.startswith(".") and os.path.isfile(os.path.join(data_path, n)))
+        if not files:
+            raise DataError(f"{key_path}: folder has no data files: {data_path}")
+        return files
+    if os.path.exists(data_path):
+        raise DataError(f"{key_path}: not a regular file or folder (a FIFO or a device?): {data_path}")
+    raise DataError(f"{key_path}: data file not found: {data_path}")

@@ -11,21 +11,24 @@
   ``has_header`` each field reads the column its ``column`` (or name) heads, in any order;
   without, the columns are the fields in order.
 
-A format yields ``(line number, columns, problem)``: columns for a well-formed example, else the
-problem (the reader reports it as ``file:line``, or skips the line with ``skip_bad_lines``). A
-format whose records may span lines (``multiline``) also says where a file may be cut into parts
-(``part_starts``), so the token cache's workers and the streamed reader never start inside a record.
-Formats are a registry (``RegisterSet.data_formats``): a task may register its own.
+A format names its data files (``data_files``: by default ``data_path``, a file or a folder of
+them) and yields ``(line number, columns, problem)`` for each: columns for a well-formed example,
+else the problem (the reader reports it as ``file:line``, or skips the line with
+``skip_bad_lines``). A format whose files are not cut at line starts (CSV records may span lines;
+``wenxin.data.hf_datasets`` counts rows of Arrow files) says where a file may be cut into parts
+(``part_starts``), so the token cache's workers never start inside a record. Formats are a
+registry (``RegisterSet.data_formats``): a task may register its own.
 """
 from __future__ import annotations
 
 import csv
 import json
+import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, DataError
 from wenxin.common.registry import RegisterSet
-from wenxin.data.lines import FilePart, iter_lines, iter_lines_ending_at
+from wenxin.data.lines import FilePart, iter_lines, iter_lines_ending_at, list_data_files
 
 FormattedRow = Tuple[int, Optional[List[str]], Optional[str]]  # (line number, columns, problem)
 KEYS_SHOWN = 8  # keys of a JSON object named in a "no key" problem
@@ -36,21 +39,40 @@ class RowFormat:
     ``fields`` its field readers (each with ``name`` and ``config``), ``key_path`` the reader's
     key (``dataset_reader.train_reader``) for errors."""
 
-    multiline = False  # whether a record may span lines
+    line_based = True  # files of text lines (sweep folds split them by line or record)
 
     def __init__(self, config: Dict[str, Any], fields: Sequence[Any], key_path: str) -> None:
         self.config, self.fields, self.key_path = config, list(fields), key_path
         self.names = [f.name for f in self.fields]
 
+    @classmethod
+    def source_problem(cls, config: Dict[str, Any], key_path: str) -> Optional[str]:
+        """Why the reader ``config``'s data cannot be found, checked before anything heavy loads
+        (``key_path``: the reader's key), or None."""
+        data_path = config.get("data_path")
+        if data_path and not os.path.exists(data_path):
+            return f"{key_path}.config.data_path: data file not found: {data_path}"
+        return None
+
+    def data_files(self) -> List[str]:
+        """The files to read: ``data_path``, a file or the sorted non-hidden files of a folder."""
+        return list_data_files(self.config["data_path"], f"{self.key_path}.config.data_path")
+
     def rows(self, part: FilePart) -> Iterator[FormattedRow]:
         """The rows of one part of a file, in order."""
         raise NotImplementedError
 
-    def part_starts(self, path: str, part_bytes: int) -> List[Tuple[int, int]]:
-        """``multiline`` formats: ``(byte offset, line number)`` of the first record of each part
-        of about ``part_bytes`` (the first is ``(0, 1)``), and the file's line count last as
-        ``(size, lines + 1)``."""
-        raise NotImplementedError
+    def predict_rows(self, part: FilePart) -> Iterator[FormattedRow]:
+        """The rows of a file to predict (``wenxin infer``): ``rows``, unless a format keeps more
+        (TSV keeps empty lines, so outputs stay aligned with input lines)."""
+        return self.rows(part)
+
+    def part_starts(self, path: str, part_bytes: int) -> Optional[List[Tuple[int, int]]]:
+        """Where the token cache may cut a file into parts of about ``part_bytes``: None for line
+        starts; else ``(position, line number)`` of the first record of each part (the first is
+        ``(0, 1)``), and the file's end last as ``(end, lines + 1)``. A position is what
+        ``rows`` takes as a ``FilePart``'s ``start`` and ``end``: a byte offset for text files."""
+        return None
 
     @classmethod
     def group_lines(cls, lines: List[bytes], config: Dict[str, Any]) -> List[bytes]:
@@ -88,6 +110,23 @@ class TsvFormat(RowFormat):
                 continue
             yield lineno, columns, None
 
+    def predict_rows(self, part: FilePart) -> Iterator[FormattedRow]:
+        """Every line, empty ones too (outputs stay aligned with input lines); the first columns
+        are the fields', extra columns (gold labels) are ignored."""
+        n_fields, has_header = len(self.fields), self.config["has_header"]
+        for lineno, line, problem in self._lines(part):
+            if problem is not None:
+                yield lineno, None, problem
+                continue
+            if has_header and lineno == 1:
+                continue
+            columns = line.split(self.separator)
+            if len(columns) < n_fields:
+                yield lineno, None, (f"expected at least {n_fields} columns ({', '.join(self.names)}), "
+                                     f"got {len(columns)}")
+                continue
+            yield lineno, columns[:n_fields], None
+
 
 @RegisterSet.data_formats.register("jsonl")
 class JsonLinesFormat(RowFormat):
@@ -123,14 +162,14 @@ class JsonLinesFormat(RowFormat):
             if key not in record:
                 keys = ", ".join(map(repr, list(record)[:KEYS_SHOWN])) + (", ..." if len(record) > KEYS_SHOWN else "")
                 return None, f"no key {key!r} (the object has {keys or 'no keys'})"
-            text, problem = _as_text(record[key], joiner)
+            text, problem = as_text(record[key], joiner)
             if problem is not None:
                 return None, f"key {key!r}: {problem}"
             columns.append(text)
         return columns, None
 
 
-def _as_text(value: Any, joiner: str) -> Tuple[str, Optional[str]]:
+def as_text(value: Any, joiner: str) -> Tuple[str, Optional[str]]:
     """A JSON value as a column's text: a string as is, a number in decimal, a list of them
     joined by ``joiner``; anything else is a problem."""
     if isinstance(value, str):
@@ -156,8 +195,6 @@ def _as_text(value: Any, joiner: str) -> Tuple[str, Optional[str]]:
 @RegisterSet.data_formats.register("csv")
 class CsvFormat(RowFormat):
     """RFC 4180 comma-separated records with quoting (see the module docstring)."""
-
-    multiline = True
 
     def __init__(self, config: Dict[str, Any], fields: Sequence[Any], key_path: str) -> None:
         super().__init__(config, fields, key_path)

@@ -96,16 +96,17 @@ def cache_root(configured: str = "") -> str:
 def scan_files(files: Sequence[str], part_bytes: int,
                row_format: Optional[RowFormat] = None) -> Tuple[List[str], List[FilePart], List[int]]:
     """One pass over the data files: each file's SHA-256, the files cut into parts of about
-    ``part_bytes`` at line starts (at record starts, a second pass, for a ``multiline`` format),
-    and the number of lines of each part."""
+    ``part_bytes`` at line starts (where the format says, a second pass, for a format that cuts
+    its own parts: ``RowFormat.part_starts``), and the number of lines of each part."""
     digests: List[str] = []
     parts: List[FilePart] = []
     line_counts: List[int] = []
     for path in files:
         digest, starts, total_lines = _scan_lines(path, part_bytes)
         digests.append(digest)
-        if row_format is not None and row_format.multiline:
-            *starts, (_, end_line) = row_format.part_starts(path, part_bytes)
+        own_starts = row_format.part_starts(path, part_bytes) if row_format is not None else None
+        if own_starts is not None:
+            *starts, (_, end_line) = own_starts
             total_lines = end_line - 1
         for k, (start, lineno) in enumerate(starts):
             following = starts[k + 1] if k + 1 < len(starts) else (None, total_lines + 1)

@@ -10,28 +10,28 @@ from wenxin.common.paddle_support import require_gpu
 from wenxin.config.infer_schema import INFER_SCHEMA
 from wenxin.config.loader import apply_overrides, read_task_file
 from wenxin.config.schema import validate
-from wenxin.data.dataset_reader import list_data_files
-from wenxin.data.lines import iter_lines
+from wenxin.common.registry import RegisterSet
+from wenxin.data.field_reader import BaseFieldReader
+from wenxin.data.lines import FilePart
+from wenxin.data.row_formats import RowFormat
 from wenxin.inference.predictor import Predictor
 
 logger = logging.getLogger("wenxin")
 
 
 
-def read_rows(config: Dict[str, Any], n_fields: int) -> List[List[str]]:
-    """Every line becomes a row (empty lines too, so outputs stay aligned with inputs); the first
-    ``n_fields`` columns are used, extra columns (e.g. gold labels) are ignored."""
+def read_rows(config: Dict[str, Any], fields: Sequence[BaseFieldReader]) -> List[List[str]]:
+    """The rows to predict, read in the predict_reader's ``format`` (``wenxin.data.row_formats``)
+    as the model's ``fields``. TSV keeps every line (empty ones too, so outputs stay aligned with
+    input lines) and ignores extra columns (e.g. gold labels); a malformed row is an error."""
+    format_cls = RegisterSet.data_formats.get(config["format"], None, "predict_reader.config.format")
+    row_format: RowFormat = format_cls(config, fields, "predict_reader")
     rows: List[List[str]] = []
-    for path in list_data_files(config["data_path"], "predict_reader.config.data_path"):
-        for lineno, line, problem in iter_lines(path, config["max_line_bytes"]):
-            if problem is not None:
+    for path in row_format.data_files():
+        for lineno, columns, problem in row_format.predict_rows(FilePart(path, 0, None, 1)):
+            if columns is None:
                 raise DataError(f"{path}:{lineno}: {problem}")
-            if config["has_header"] and lineno == 1:
-                continue
-            columns = line.split(config["separator"])
-            if len(columns) < n_fields:
-                raise DataError(f"{path}:{lineno}: expected at least {n_fields} columns, got {len(columns)}")
-            rows.append(columns[:n_fields])
+            rows.append(columns)
     return rows
 
 
@@ -65,7 +65,7 @@ def run_inference(param_path: str, overrides: Sequence[str] = ()) -> str:
                           num_threads=config["num_threads"], backend=config["backend"],
                           onednn=config["onednn"])
     _check_against_model(config, predictor)
-    rows = read_rows(config["predict_reader"]["config"], len(predictor.fields))
+    rows = read_rows(config["predict_reader"]["config"], predictor.fields)
     results = predictor.predict(rows, batch_size=config["batch_size"])
     erniekit_lines = config["output_format"] == "erniekit"
     out = config["output_file"]
