@@ -344,3 +344,32 @@ def test_a_dataset_saved_anew_at_the_same_path_is_read_anew(tmp_path):
     save({"train": as_dataset(second)}, folder)
     again = loaded(folder, HF_FIELDS, format="hf_dataset")
     assert_same_examples(loaded(write_tsv(str(tmp_path / "second.tsv"), second)), again)
+
+
+def test_a_folder_of_files_is_read_through_load_dataset_offline(tmp_path, monkeypatch, no_network):
+    """A folder load_dataset reads (JSON lines named by split here), converted into the datasets
+    cache once, without the Hub."""
+    rows = make_sentences(30, seed=6)
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    for split, part in (("train", rows[:20]), ("test", rows[20:])):
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps({"review": t, "label": str(label)}) + "\n"
+                                                       for t, label in part), encoding="utf-8")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")
+    reader = loaded(str(folder), HF_FIELDS, format="hf_dataset", split="train")
+    assert_same_examples(loaded(write_tsv(str(tmp_path / "train.tsv"), rows[:20])), reader)
+    assert all(path.startswith(str(tmp_path / "hf_cache")) for path in reader.row_format.data_files())
+
+
+def test_cross_validation_folds_refuse_a_dataset(tmp_path, data_dir):
+    from wenxin.sweep import Sweep
+    folder = save({"train": as_dataset(make_sentences(20, seed=1))}, str(tmp_path / "saved"))
+    config = task_config(data_dir, str(tmp_path / "out"))
+    config["dataset_reader"]["train_reader"]["config"].update(data_path=folder, format="hf_dataset")
+    config["dataset_reader"]["train_reader"]["fields"][0]["column"] = "review"
+    spec = write_config(str(tmp_path / "cv.json"), {"method": "grid", "folds": 3, "output": str(tmp_path / "cv"),
+                                                    "parameters": {"model.optimization.learning_rate": [0.01]}})
+    with pytest.raises(ConfigError, match=r"cv.json: folds: cross-validation splits data files by line or record, "
+                                          r"and format 'hf_dataset' reads no lines; .*format: jsonl"):
+        Sweep(write_config(str(tmp_path / "task.json"), config), spec)
+    assert not os.path.exists(tmp_path / "cv")
