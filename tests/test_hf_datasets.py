@@ -11,18 +11,16 @@ import sys
 import numpy as np
 import pytest
 
-datasets = pytest.importorskip("datasets")
-
-from conftest import build, checkpoint_params, make_sentences, task_config, write_config, write_tsv  # noqa: E402
-from test_token_cache import assert_same_examples  # noqa: E402
-from wenxin.common.errors import ConfigError, DataError  # noqa: E402
-from wenxin.config.schema import validate  # noqa: E402
-from wenxin.config.task_schema import READER  # noqa: E402
-from wenxin.data import token_cache  # noqa: E402
-from wenxin.data.cached_examples import CachedExamples  # noqa: E402
-from wenxin.data.dataset_reader import BasicDataSetReader, build_readers  # noqa: E402
-from wenxin.data.hf_datasets import HfDatasetFormat  # noqa: E402
-from wenxin.data.lines import FilePart  # noqa: E402
+from conftest import build, checkpoint_params, make_sentences, task_config, write_config, write_tsv
+from test_token_cache import assert_same_examples
+from wenxin.common.errors import ConfigError, DataError
+from wenxin.config.schema import validate
+from wenxin.config.task_schema import READER
+from wenxin.data import token_cache
+from wenxin.data.cached_examples import CachedExamples
+from wenxin.data.dataset_reader import BasicDataSetReader, build_readers
+from wenxin.data.hf_datasets import HfDatasetFormat
+from wenxin.data.lines import FilePart
 
 FIELDS = [{"name": "text_a", "reader": {"type": "TextFieldReader"}, "tokenizer": {"type": "CharTokenizer"},
            "max_seq_len": 16},
@@ -30,8 +28,14 @@ FIELDS = [{"name": "text_a", "reader": {"type": "TextFieldReader"}, "tokenizer":
 HF_FIELDS = [dict(FIELDS[0], column="review"), FIELDS[1]]
 
 
+datasets = None  # imported by the first test that runs, not when the suite is collected: its import
+# reads HF_* variables once, and other tests in the same process set them for their own imports
+
+
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
+    global datasets
+    datasets = pytest.importorskip("datasets")
     monkeypatch.setenv("WENXIN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(logging.getLogger("wenxin"), "propagate", True)
     monkeypatch.setattr(token_cache, "PART_BYTES", (512, 16 << 20))  # several parts of small files

@@ -3,6 +3,7 @@ Hugging Face Hub's cache, laid out on disk as each writes it; a download only wh
 allows it, tested through huggingface_hub's offline switch against its cache, never the network."""
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -16,13 +17,26 @@ from wenxin.config.loader import load_config
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
+def hub_setting(monkeypatch, name, value):
+    """Set a huggingface_hub environment variable (None: unset) as a user would before starting,
+    and, where huggingface_hub is already imported (it reads them once, at import: another test
+    in this process may have imported it), its constant too."""
+    if value is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, value)
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        monkeypatch.setattr(constants, name, value == "1" if name == "HF_HUB_OFFLINE" else value)
+
+
 @pytest.fixture(autouse=True)
 def empty_caches(tmp_path, monkeypatch):
     """Every cache in the test's folder, empty; the Hub offline (never the network)."""
     monkeypatch.setenv("PPNLP_HOME", str(tmp_path / "ppnlp"))
     monkeypatch.setenv("AISTUDIO_CACHE_HOME", str(tmp_path / "aistudio_home"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf_hub"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_setting(monkeypatch, "HF_HUB_CACHE", str(tmp_path / "hf_hub"))
+    hub_setting(monkeypatch, "HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
 
 
@@ -79,9 +93,9 @@ def test_an_org_and_name_in_ai_studios_cache_takes_its_newest_commit(tmp_path, e
 def test_an_org_and_name_in_the_hugging_face_cache_through_huggingface_hub(tmp_path, ernie_dir, monkeypatch):  # noqa: F811
     pytest.importorskip("huggingface_hub")
     snapshot = hub_cache(tmp_path, "PaddlePaddle/ernie-tiny-zh", str(ernie_dir / "paddlenlp"))
-    monkeypatch.delenv("HF_HUB_OFFLINE")  # read with local_files_only: no download is allowed
+    hub_setting(monkeypatch, "HF_HUB_OFFLINE", None)  # read with local_files_only: no download is allowed
     assert resolved(named_config(ernie_dir, tmp_path, "PaddlePaddle/ernie-tiny-zh"), tmp_path) == snapshot
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # allowed, but offline: huggingface_hub's own cache answers
+    hub_setting(monkeypatch, "HF_HUB_OFFLINE", "1")  # allowed, but offline: huggingface_hub's own cache answers
     config = named_config(ernie_dir, tmp_path, "PaddlePaddle/ernie-tiny-zh", pretrained_download=True)
     assert resolved(config, tmp_path) == snapshot
 
