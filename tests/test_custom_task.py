@@ -75,3 +75,37 @@ def test_a_task_of_models_only_trains_with_the_built_in_trainers(tmp_path, train
     assert type(trainer).__module__ == "wenxin.controller.task_trainers"
     assert trainer.mode == ("dynamic" if is_dygraph else "static")
     assert trainer.do_train()["dev_reader"]["acc"] >= 0.95
+
+
+@pytest.mark.parametrize("is_dygraph", [1, 0])
+def test_a_tasks_own_optimizer_and_schedule_replace_the_built_ins_of_that_name(tmp_path, is_dygraph):
+    """A task registering its own ``adamw`` and ``linear_warmup_decay`` trains with them, not with
+    the built-ins the config check also knows (the names were once looked up without the task's scope)."""
+    import shutil
+
+    import paddle
+    from conftest import build
+    task = tmp_path / "own_optimizer_task"
+    task.mkdir()
+    shutil.copy(os.path.join(TASK_DIR, "model.py"), task / "model.py")
+    (task / "optim.py").write_text(
+        "import paddle\n"
+        "from wenxin.common.registry import RegisterSet\n"
+        "USED = []\n\n"
+        "@RegisterSet.optimizers.register('adamw')\n"
+        "def adamw(opt, params, lr, clip, decay_filter):\n"
+        "    USED.append('adamw')\n"
+        "    return paddle.optimizer.SGD(learning_rate=lr, parameters=params, grad_clip=clip)\n\n"
+        "@RegisterSet.lr_schedulers.register('linear_warmup_decay')\n"
+        "def linear(opt, base, decay_steps):\n"
+        "    USED.append('linear_warmup_decay')\n"
+        "    return paddle.optimizer.lr.StepDecay(base, step_size=1000)\n")
+    (task / "__init__.py").write_text("from . import model, optim  # noqa: F401\n")
+    config = keyword_config(tmp_path, str(task), "CustomDynamicTrainer" if is_dygraph else "CustomStaticTrainer",
+                            is_dygraph)
+    config["model"]["optimization"].update(optimizer="adamw", lr_scheduler="linear_warmup_decay")
+    trainer = build(config, tmp_path)
+    trainer.do_train()
+    assert set(sys.modules[f"{trainer.scope}.optim"].USED) == {"linear_warmup_decay", "adamw"}
+    assert type(trainer.lr_scheduler) is paddle.optimizer.lr.StepDecay
+    assert type(trainer.optimizer) is paddle.optimizer.SGD

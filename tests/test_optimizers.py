@@ -7,7 +7,7 @@ import pytest
 
 from conftest import build, task_config
 from wenxin.common.registry import RegisterSet
-from wenxin.controller.optimization import build_lr_scheduler
+from wenxin.optim.optimizers import build_lr_scheduler
 
 OPTIMIZERS = ["adamw", "adam", "sgd", "momentum"]
 

@@ -16,6 +16,7 @@ from wenxin.controller.checkpoint import INFERENCE_DIR, VOCAB_DIR
 from wenxin.controller.env import init_distributed, set_seed, setup_device
 from wenxin.controller.summary import run_summary
 from wenxin.data.dataset_reader import build_readers
+from wenxin.models.base_model import BaseModel
 
 logger = logging.getLogger("wenxin")
 
@@ -53,7 +54,13 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
     for name, reader in readers.items():
         logger.info("%s: %d examples from %s", name, len(reader), reader.reader_config["data_path"])
     data_info = readers["train_reader"].data_info()
-    return trainer_cls(config, lambda: model_cls(config["model"], data_info), readers, scope)
+
+    def make_model() -> BaseModel:
+        model = model_cls(config["model"], data_info)
+        model.task_scope = scope  # its optimizer and schedule names are looked up in the task first
+        return model
+
+    return trainer_cls(config, make_model, readers, scope)
 
 
 def train(param_path: str, overrides: Iterable[str] = (),

@@ -19,7 +19,7 @@ BUILTIN_SCOPE = "wenxin"
 BUILTIN_MODULES = ("wenxin.data.tokenizers", "wenxin.data.wordpiece", "wenxin.data.field_reader",
                    "wenxin.data.ernie_fields", "wenxin.data.row_formats", "wenxin.data.hf_datasets",
                    "wenxin.data.dataset_reader",
-                   "wenxin.controller.hooks", "wenxin.controller.optimization", "wenxin.controller.task_trainers",
+                   "wenxin.controller.hooks", "wenxin.optim.optimizers", "wenxin.controller.task_trainers",
                    "wenxin.inference.formatters")
 _builtins_loaded = False
 
@@ -57,24 +57,29 @@ class Registry:
 
         return decorator
 
-    def names(self, scope: Optional[str] = None) -> List[str]:
-        load_builtins()
-        return sorted(k for k, entries in self._entries.items()
-                      if any(s in (scope, BUILTIN_SCOPE) for s, _ in entries))
-
-    def builtin(self, name: str) -> Any:
-        """The built-in class registered as ``name``, or None. A registry with
-        ``builtin_modules`` imports only those (the config check asks before Paddle loads)."""
+    def _load_builtins(self) -> None:
+        """Import the modules that register this registry's built-ins: its own
+        ``builtin_modules``, else every built-in module."""
         if self.builtin_modules:
             for module in self.builtin_modules:
                 importlib.import_module(module)
         else:
             load_builtins()
+
+    def names(self, scope: Optional[str] = None) -> List[str]:
+        self._load_builtins()
+        return sorted(k for k, entries in self._entries.items()
+                      if any(s in (scope, BUILTIN_SCOPE) for s, _ in entries))
+
+    def builtin(self, name: str) -> Any:
+        """The built-in class registered as ``name``, or None (the config check asks before
+        Paddle loads: the data formats' modules load without it)."""
+        self._load_builtins()
         return dict(self._entries.get(name, [])).get(BUILTIN_SCOPE)
 
     def get(self, name: str, scope: Optional[str] = None, key_path: str = "") -> Any:
         """Return the class registered as ``name``, preferring ``scope`` over built-ins."""
-        load_builtins()
+        self._load_builtins()
         entries = dict(self._entries.get(name, []))
         if scope in entries:
             return entries[scope]
@@ -101,5 +106,5 @@ class RegisterSet:
     trainers = Registry("trainer")
     hooks = Registry("hook")
     result_formats = Registry("result format")
-    optimizers = Registry("optimizer")
-    lr_schedulers = Registry("LR scheduler")
+    optimizers = Registry("optimizer", ("wenxin.optim.optimizers",))
+    lr_schedulers = Registry("LR scheduler", ("wenxin.optim.optimizers",))

@@ -7,7 +7,6 @@ reports them all in one run.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 import os
 import sys
@@ -181,7 +180,6 @@ def _resolve(config: Dict[str, Any], scope: str, model_type: str, problems: Prob
 def _check_optimization(opt: Any, scope: Optional[str], problems: Problems) -> None:
     if not isinstance(opt, dict):
         return
-    importlib.import_module("wenxin.controller.optimization")  # registers the built-in optimizers and schedules
     for key, registry in (("optimizer", RegisterSet.optimizers), ("lr_scheduler", RegisterSet.lr_schedulers)):
         if key in opt:
             with problems.catch():

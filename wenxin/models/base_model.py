@@ -6,6 +6,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import paddle
 
 from wenxin.config.schema import Schema
+from wenxin.optim.optimizers import build_optimizer
 
 
 class BaseModel(paddle.nn.Layer):
@@ -30,6 +31,9 @@ class BaseModel(paddle.nn.Layer):
     #: 2-core CPU (docs/performance.md): oneDNN is slower at batch 1 for every model and at any
     #: batch for BoW and the CRF tagger, faster from 16 rows for convolutions and the transformer
     onednn_min_rows: Optional[int] = None
+    #: the task package of the run (set by ``wenxin.runner`` once the model is built): where
+    #: ``set_optimizer`` looks up the optimizer and schedule names before the built-ins
+    task_scope: Optional[str] = None
 
     def __init__(self, model_params: Dict[str, Any], data_info: Dict[str, Dict[str, Any]]) -> None:
         super().__init__()
@@ -50,10 +54,10 @@ class BaseModel(paddle.nn.Layer):
 
     def set_optimizer(self, total_steps: int
                       ) -> Tuple[paddle.optimizer.Optimizer, Optional[paddle.optimizer.lr.LRScheduler]]:
-        """The optimizer and LR schedule from ``model.optimization``; override for custom ones."""
-        from wenxin.controller.optimization import build_optimizer
+        """The optimizer and LR schedule from ``model.optimization`` (the names looked up in the
+        run's task package first, then among the built-ins); override for custom ones."""
         return build_optimizer(self.model_params["optimization"], self.parameters(), total_steps,
-                               self.decay_filter())
+                               self.decay_filter(), scope=self.task_scope)
 
     def decay_filter(self) -> Callable[[str], bool]:
         """Which parameters get weight decay: all but biases and normalization scales."""
