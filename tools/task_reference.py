@@ -1,10 +1,13 @@
-"""Render the task-file schema as Markdown tables: ``python -m wenxin.config.reference``.
+"""Render the task-file schema as Markdown tables: ``python tools/task_reference.py`` (the
+task file's keys) or ``python tools/task_reference.py taggers`` (the tagger models' keys).
 
-The README's "task.json reference" section is this output; a test keeps them in sync.
+The README's "task.json reference" section is this output; a test keeps them in sync. A tool of
+the repository, not of the package: it reads the schema of the tasks too, which sit above it.
 """
 from __future__ import annotations
 
 import json
+import sys
 from typing import List, Sequence, Tuple
 
 from wenxin.config.schema import REQUIRED, Key, Schema
@@ -59,14 +62,17 @@ def render(sections: Sequence[Tuple[str, Schema]] = tuple(SECTIONS)) -> str:
 
 
 def render_taggers() -> str:
-    """The tagger models' keys (``tasks/sequence_labeling``), for the README's tagging section."""
-    from tasks.sequence_labeling.models import ErnieFcSeqLabel, SequenceTagger
+    """The tagger models' keys (the built-in ``sequence_labeling`` task), for the README's tagging section."""
+    from wenxin.common.registry import RegisterSet
+    from wenxin.common.task_loader import import_task
     from wenxin.models.encoders import ENCODER_SCHEMA
     from wenxin.models.transformer import TRANSFORMER_SCHEMA
-    return render([("model (SequenceTagger, BiGruCrf, BiGruSoftmax)", SequenceTagger.config_schema),
+    scope = import_task("sequence_labeling")
+    tagger, ernie = (RegisterSet.models.get(name, scope) for name in ("SequenceTagger", "ErnieFcSeqLabel"))
+    return render([("model (SequenceTagger, BiGruCrf, BiGruSoftmax)", tagger.config_schema),
                    ("model.encoder", ENCODER_SCHEMA), ("model.encoder.transformer", TRANSFORMER_SCHEMA),
-                   ("model (ErnieFcSeqLabel)", ErnieFcSeqLabel.config_schema)])
+                   ("model (ErnieFcSeqLabel)", ernie.config_schema)])
 
 
 if __name__ == "__main__":
-    print(render())
+    print(render_taggers() if sys.argv[1:] == ["taggers"] else render())
