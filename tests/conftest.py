@@ -209,13 +209,13 @@ def hang_guard():
 def checkpoint_params(folder: str) -> Dict[str, Any]:
     """A checkpoint's parameters (numpy arrays by structured name)."""
     from wenxin.controller.checkpoint import MODEL_FILE
-    from wenxin.controller.state_io import load_arrays
+    from wenxin.common.state_io import load_arrays
     return load_arrays(os.path.join(str(folder), MODEL_FILE), "model")
 
 
 def checkpoint_state(folder: str, name: str = "extra") -> Dict[str, Any]:
     """A checkpoint's extra (``"extra"``) or optimizer (``"optimizer"``) state."""
-    from wenxin.controller.state_io import load_state
+    from wenxin.common.state_io import load_state
     return load_state(str(folder), name, name)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import paddle
 
 from conftest import NEGATIVE, NEUTRAL, POSITIVE
-from wenxin.compat import pretrained
+from wenxin.translation import pretrained
 from wenxin.models.ernie import ErnieConfig, ErnieEncoder
 
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]

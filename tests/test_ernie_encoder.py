@@ -12,8 +12,9 @@ import paddle
 import pytest
 
 from wenxin.common.errors import CheckpointError, ConfigError
-from wenxin.compat import pretrained
+from wenxin.controller.checkpoint import load_pretrained_params
 from wenxin.controller.graph_mode import static_mode
+from wenxin.translation import pretrained
 from wenxin.models.ernie import ErnieConfig, ErnieEncoder
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "ernie")
@@ -25,7 +26,7 @@ TOLERANCE = 1e-5
 
 def encoder_params(folder: str) -> dict:
     names = ["ernie." + n for n in ErnieEncoder(ErnieConfig.from_file(os.path.join(FIXTURES, "paddlenlp"))).state_dict()]
-    params, _, _ = pretrained.load_pretrained_params(os.path.join(FIXTURES, folder), names)
+    params, _, _ = load_pretrained_params(os.path.join(FIXTURES, folder), names)
     return {name[len("ernie."):]: np.asarray(value.numpy() if hasattr(value, "numpy") else value)
             for name, value in params.items()}
 
@@ -139,10 +140,10 @@ def test_damaged_tensor_files_are_named(tmp_path):
     target = folder / "pooled_fc.w_0"
     target.write_bytes(target.read_bytes()[:-7])
     with pytest.raises(CheckpointError, match=r"pooled_fc.w_0: not a Paddle tensor file \(shape \[48, 48\]"):
-        pretrained.load_pretrained_params(str(folder), [])
+        load_pretrained_params(str(folder), [])
     target.write_bytes(b"\x00" * 3)
     with pytest.raises(CheckpointError, match="pooled_fc.w_0: not a Paddle tensor file"):
-        pretrained.load_pretrained_params(str(folder), [])
+        load_pretrained_params(str(folder), [])
 
 
 def test_a_models_own_names_are_kept(tmp_path):
@@ -151,9 +152,9 @@ def test_a_models_own_names_are_kept(tmp_path):
     path = str(tmp_path / "own.pdparams")
     paddle.save({"encoder.convs.0.weight": np.ones([2, 2], "float32"), "embeddings.weight": np.ones([3], "float32")},
                 path)
-    params, _, layout = pretrained.load_pretrained_params(path, ["encoder.convs.0.weight", "embeddings.weight"])
+    params, _, layout = load_pretrained_params(path, ["encoder.convs.0.weight", "embeddings.weight"])
     assert layout == "wenxin" and sorted(params) == ["embeddings.weight", "encoder.convs.0.weight"]
-    params, _, layout = pretrained.load_pretrained_params(path, ["ernie.encoder.convs.0.weight"])
+    params, _, layout = load_pretrained_params(path, ["ernie.encoder.convs.0.weight"])
     assert layout == "paddlenlp" and "ernie.encoder.convs.0.weight" in params
 
 
@@ -164,7 +165,7 @@ def test_erniekit_params_as_one_pickled_file(tmp_path):
     tensors = pretrained.read_tensor_folder(os.path.join(FIXTURES, "erniekit", "params"))
     paddle.save({name: paddle.to_tensor(value) for name, value in tensors.items()}, str(folder / "params"))
     names = ["ernie." + n for n in encoder_params("paddlenlp")]
-    params, source, layout = pretrained.load_pretrained_params(str(folder), names)
+    params, source, layout = load_pretrained_params(str(folder), names)
     assert layout == "erniekit" and source == str(folder / "params") and set(params) == set(names)
     reference = encoder_params("paddlenlp")
     for name in reference:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, make_sentences, run_script
-from wenxin.compat.erniekit import is_erniekit, translate
+from wenxin.translation.erniekit import is_erniekit, translate
 
 
 def example(task, name):
@@ -158,7 +158,7 @@ def test_keys_wenxin_cannot_honour_are_reported_together():
 
 def test_erniekit_leftover_keys_and_erniem_fields():
     from wenxin.common.errors import ConfigError
-    from wenxin.compat.erniekit import translate_infer
+    from wenxin.translation.erniekit import translate_infer
     raw = example("text_matching", "mtch_bow_pairwise_ch.json")  # its dev/test labels carry reader_type
     config, notes = translate(raw)
     assert "reader_type" not in config["dataset_reader"]["dev_reader"]["fields"][2]

@@ -275,18 +275,19 @@ def _tensor_file(lod_size):
 
 
 def test_hostile_erniekit_params_folders_are_one_error(tmp_path):
-    from wenxin.compat import pretrained
+    from wenxin.controller.checkpoint import load_pretrained_params
+    from wenxin.translation import pretrained
     folder = tmp_path / "ernie_dir" / "params"
     shutil.copytree(os.path.join(FIXTURES, "erniekit", "params"), folder)
     names = ["ernie." + n for n in pretrained.to_wenxin_names(pretrained.read_tensor_folder(str(folder)))[0]]
     (folder / "word_embedding").write_bytes(_tensor_file(2**63 + 5))
     with pytest.raises(CheckpointError, match=f"{folder / 'word_embedding'}: not a Paddle tensor file .*LoD level"):
-        pretrained.load_pretrained_params(str(folder.parent), names)
+        load_pretrained_params(str(folder.parent), names)
     shutil.copy(os.path.join(FIXTURES, "erniekit", "params", "word_embedding"), folder / "word_embedding")
     (folder / "notes").mkdir()
     with pytest.raises(CheckpointError, match=f"{folder / 'notes'}: not a file; an ERNIE-kit params folder"):
-        pretrained.load_pretrained_params(str(folder.parent), names)
+        load_pretrained_params(str(folder.parent), names)
     os.rmdir(folder / "notes")
     (folder / "README.txt").write_text("downloaded from the model hub")
     with pytest.raises(CheckpointError, match=f"{folder / 'README.txt'}: not a Paddle tensor file"):
-        pretrained.load_pretrained_params(str(folder.parent), names)
+        load_pretrained_params(str(folder.parent), names)

@@ -312,7 +312,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from wenxin.compat.pretrained import convert_to_safetensors
+    from wenxin.translation.pretrained import convert_to_safetensors
     output, count = convert_to_safetensors(args.source, args.output)
     print(output)
     print(f"{count} parameters written as safetensors; the original is kept (delete it once you no longer need it)",

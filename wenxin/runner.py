@@ -191,7 +191,7 @@ def migrate(param_path: str, output: str = "") -> Dict[str, Any]:
     import sys
 
     from wenxin.common.errors import ConfigError, Problems
-    from wenxin.compat import erniekit
+    from wenxin.translation import erniekit
     from wenxin.config.document import check_values
     from wenxin.config.infer_schema import INFER_SCHEMA
     from wenxin.config.loader import read_task_file

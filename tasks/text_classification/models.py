@@ -230,7 +230,7 @@ class MultiLabelClassification(ErnieTaskModel):
 @RegisterSet.models.register("ErnieKitBowClassification")
 class ErnieKitBowClassification(BaseModel):
     """ERNIE-kit's ``BowClassification`` network, which ERNIE-kit task files select (see
-    ``wenxin.compat.erniekit``): the sum of the tokens' embeddings, two tanh layers (``hid_dim``,
+    ``wenxin.translation.erniekit``): the sum of the tokens' embeddings, two tanh layers (``hid_dim``,
     ``hid_dim2``) and a softmax. wenxin's own ``BowClassification`` mean/max-pools n-gram bags into
     one hidden layer. Unlike ERNIE-kit, padding is left out of the sum, so a text's vector does not
     depend on the batch it is in."""

@@ -129,7 +129,7 @@ class PairwiseMatching(BaseModel):
 @RegisterSet.models.register("ErnieKitBowMatchingPairwise")
 class ErnieKitBowMatchingPairwise(BaseModel):
     """ERNIE-kit's ``BowMatchingPairwise`` network, which ERNIE-kit task files select (see
-    ``wenxin.compat.erniekit``). Each text: the sum of its tokens' embeddings -> softsign ->
+    ``wenxin.translation.erniekit``). Each text: the sum of its tokens' embeddings -> softsign ->
     linear -> ReLU, one embedding table for all texts. Trained on (query ``text_a``, matching
     ``text_b``, non-matching ``text_c``) with the margin ranking loss on cosines (margin 0.1);
     evaluated and exported on (``text_a``, ``text_b``) pairs as ``[1 - s, s]`` with

@@ -10,3 +10,12 @@ def dict_at(mapping: Mapping[str, Any], key: str) -> Dict[str, Any]:
     caller's checks report it where that matters)."""
     value = mapping.get(key)
     return value if isinstance(value, dict) else {}
+
+
+def plain(data: Any) -> Any:
+    """A copy made of plain dicts and lists (no parse-time bookkeeping, no shared objects)."""
+    if isinstance(data, dict):
+        return {k: plain(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [plain(v) for v in data]
+    return data

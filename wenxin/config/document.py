@@ -202,15 +202,6 @@ def check_values(data: Any, problems: Problems, path: str = "") -> None:
                      f"(quote it to make it a string)", key=path)
 
 
-def plain(data: Any) -> Any:
-    """A copy made of plain dicts and lists (no parse-time bookkeeping)."""
-    if isinstance(data, dict):
-        return {k: plain(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [plain(v) for v in data]
-    return data
-
-
 def _join(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 

@@ -12,7 +12,8 @@ import os
 from typing import Any, Dict, Iterable, List, Optional
 
 from wenxin.common.errors import ConfigError, Problems
-from wenxin.config.document import MAX_DEPTH, check_structure, check_values, plain, read_document
+from wenxin.common.parsed import plain
+from wenxin.config.document import MAX_DEPTH, check_structure, check_values, read_document
 from wenxin.config.schema import Schema, validate
 from wenxin.config.task_schema import MODEL_BASE, PRETRAINED, ROOT
 
@@ -111,7 +112,7 @@ def config_from_dict(raw: Dict[str, Any], path: str, overrides: Iterable[str] = 
     changed."""
     import copy
 
-    from wenxin.compat import erniekit
+    from wenxin.translation import erniekit
     from wenxin.config.task_check import check_settings, check_task
     raw = copy.deepcopy(raw)
     problems = Problems()

@@ -28,7 +28,6 @@ from wenxin.common.errors import CheckpointError, ConfigError, DataError, Proble
 from wenxin.common.parsed import dict_at
 from wenxin.common.registry import RegisterSet
 from wenxin.config.task_check import EVAL_FLAGS
-from wenxin.compat import pretrained
 from wenxin.compat.paddle_internals import set_cpu_threads
 from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
@@ -742,10 +741,10 @@ class BaseTrainer:
 
     def load_pretrained(self, params_path: str, prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
         """Warm-start from a params file, a checkpoint folder, or a PaddleNLP / ERNIE-kit model
-        folder (ERNIE/BERT weights are renamed to ``ernie.*``, see ``wenxin.compat.pretrained``);
+        folder (ERNIE/BERT weights are renamed to ``ernie.*``, see ``wenxin.translation.pretrained``);
         logs what matched and what did not. A pickled ``.pdparams`` (or ERNIE-kit ``params``) file
         is read with ``wenxin.common.pickled_weights``, which refuses anything but arrays."""
-        params, path, layout = pretrained.load_pretrained_params(params_path, self.model.state_dict().keys())
+        params, path, layout = ckpt.load_pretrained_params(params_path, self.model.state_dict().keys())
         if layout != "wenxin":
             path = f"{path} ({layout} layout)"
         report = self._load_model_params(params, path, prefix_map=prefix_map)

@@ -30,7 +30,7 @@ import re
 import shutil
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -40,7 +40,8 @@ from wenxin.common.files import write_text_atomically
 from wenxin.common.manifest import MANIFEST_FILE
 from wenxin.common.parsed import dict_at
 from wenxin.common.pickled_weights import load_pickled_weights
-from wenxin.controller.state_io import load_arrays, load_state, save_arrays, save_state, state_files
+from wenxin.common.state_io import load_arrays, load_state, save_arrays, save_state, state_files
+from wenxin.translation import pretrained
 
 logger = logging.getLogger("wenxin")
 
@@ -503,6 +504,32 @@ def resolve_params_file(path: str) -> str:
             return os.path.join(path, MODEL_FILE)
         return os.path.join(path, LEGACY_MODEL_FILE)
     return path
+
+
+def load_pretrained_params(path: str, model_names: Iterable[str]) -> Tuple[Dict[str, Any], str, str]:
+    """Parameters of ``trainer.pre_train_model[].params_path`` under the model's names.
+
+    ``path`` is a wenxin checkpoint folder or params file, a PaddleNLP model folder, an ERNIE-kit
+    ``<model>_dir`` or its ``params`` (folder or file). ERNIE/BERT names are renamed to
+    ``ernie.*`` when that matches more of ``model_names`` than the names as saved (a wenxin
+    model's own ``encoder.*`` stays as it is). Returns (params, the file or folder read, the
+    layout: ``erniekit``, ``paddlenlp`` or ``wenxin``)."""
+    source = pretrained.find_weights(path) or path
+    erniekit_params = os.path.isdir(source) and os.path.basename(os.path.normpath(source)) == "params"
+    if pretrained.is_tensor_folder(source) or erniekit_params:
+        params: Mapping[str, Any] = pretrained.read_tensor_folder(source)
+    elif os.path.isdir(source):
+        source = resolve_params_file(source)
+        params = load_model_params(path, "pretrained params file")
+    else:
+        params = load_model_params(source, "pretrained params file")
+    if not isinstance(params, Mapping):
+        raise CheckpointError(f"{source}: not a parameter dict (got {type(params).__name__})")
+    renamed, layout = pretrained.to_wenxin_names(params)
+    wanted = set(model_names)
+    if layout != "wenxin" and len(wanted.intersection(renamed)) <= len(wanted.intersection(params)):
+        return dict(params), source, "wenxin"
+    return renamed, source, layout
 
 
 def _as_array(value: Any) -> np.ndarray:

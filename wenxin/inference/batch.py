@@ -50,7 +50,7 @@ def _check_against_model(config: Dict[str, Any], predictor: Predictor) -> None:
 
 def run_inference(param_path: str, overrides: Sequence[str] = ()) -> str:
     """Predict every line of the predict_reader's files; returns the output file path."""
-    from wenxin.compat import erniekit
+    from wenxin.translation import erniekit
     raw = read_task_file(param_path)
     place_key = "PADDLE_PLACE_TYPE"
     if erniekit.is_erniekit_infer(raw):

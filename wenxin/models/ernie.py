@@ -3,7 +3,7 @@ post-norm transformer blocks and a tanh pooler, configured from a pretrained mod
 
 Parameter names are those of PaddleNLP's ``ErnieModel``/``BertModel`` (``embeddings.*``,
 ``encoder.layers.N.*``, ``pooler.dense.*``), so PaddleNLP checkpoints load by name;
-``wenxin.compat.pretrained`` maps ERNIE-kit's names onto them.
+``wenxin.translation.pretrained`` maps ERNIE-kit's names onto them.
 """
 from __future__ import annotations
 

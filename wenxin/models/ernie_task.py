@@ -31,7 +31,7 @@ ENCODER_KEYS = {
 
 class ErnieTaskModel(BaseModel):
     """Keeps the encoder at ``self.ernie``, where pretrained weights load (``ernie.*``: see
-    ``wenxin.compat.pretrained``), and checks that text fields fit it."""
+    ``wenxin.translation.pretrained``), and checks that text fields fit it."""
 
     onednn_min_rows = 128  # oneDNN 0.93x at batch 16, 1.13x at 128 (docs/performance.md)
 

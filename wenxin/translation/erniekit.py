@@ -18,9 +18,8 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from wenxin.common.errors import Problems
-from wenxin.common.parsed import dict_at
+from wenxin.common.parsed import dict_at, plain
 from wenxin.common.task_loader import builtin_tasks_dir
-from wenxin.config.document import plain
 
 JOB_TYPES = ("text_classification", "sequence_labeling", "text_matching")
 READER_NAMES = ("train_reader", "dev_reader", "test_reader", "predict_reader")

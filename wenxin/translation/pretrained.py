@@ -19,7 +19,7 @@ import math
 import os
 import re
 import struct
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -204,33 +204,6 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def load_pretrained_params(path: str, model_names: Iterable[str]) -> Tuple[Dict[str, Any], str, str]:
-    """Parameters of ``trainer.pre_train_model[].params_path`` under the model's names.
-
-    ``path`` is a wenxin checkpoint folder or params file, a PaddleNLP model folder, an ERNIE-kit
-    ``<model>_dir`` or its ``params`` (folder or file). ERNIE/BERT names are renamed to
-    ``ernie.*`` when that matches more of ``model_names`` than the names as saved (a wenxin
-    model's own ``encoder.*`` stays as it is). Returns (params, the file or folder read, the
-    layout: ``erniekit``, ``paddlenlp`` or ``wenxin``)."""
-    from wenxin.controller import checkpoint as ckpt  # the trainer's own formats
-
-    source = find_weights(path) or path
-    if is_tensor_folder(source) or (os.path.isdir(source) and os.path.basename(os.path.normpath(source)) == "params"):
-        params: Mapping[str, Any] = read_tensor_folder(source)
-    elif os.path.isdir(source):
-        source = ckpt.resolve_params_file(source)
-        params = ckpt.load_model_params(path, "pretrained params file")
-    else:
-        params = ckpt.load_model_params(source, "pretrained params file")
-    if not isinstance(params, Mapping):
-        raise CheckpointError(f"{source}: not a parameter dict (got {type(params).__name__})")
-    renamed, layout = to_wenxin_names(params)
-    wanted = set(model_names)
-    if layout != "wenxin" and len(wanted.intersection(renamed)) <= len(wanted.intersection(params)):
-        return dict(params), source, "wenxin"
-    return renamed, source, layout
-
-
 SAFETENSORS_FILE = PADDLENLP_FILES[0]  # model.safetensors: what a folder's converted weights are named
 
 
@@ -243,7 +216,7 @@ def convert_to_safetensors(source: str, output: str = "") -> Tuple[str, int]:
     Parameter names stay as saved. An existing ``output`` is never overwritten. Returns the
     file written and the number of parameters."""
     from wenxin.common.pickled_weights import load_pickled_weights
-    from wenxin.controller.state_io import save_arrays
+    from wenxin.common.state_io import save_arrays
 
     if not os.path.exists(source):
         raise CheckpointError(f"weights not found: {source}")
