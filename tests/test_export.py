@@ -7,9 +7,9 @@ import pytest
 
 from conftest import build, task_config
 from wenxin.common.constants import Phase
-from wenxin.common.errors import ExportError
+from wenxin.common.errors import ExportError, InferenceError
 from wenxin.data.export_bundle import seal_export
-from wenxin.inference.predictor import InferenceError, Predictor
+from wenxin.inference.predictor import Predictor
 
 
 def trained(tmp_path, data_dir, mode, model_type="BowClassification"):

@@ -13,7 +13,8 @@ from conftest import build, task_config, write_config
 from wenxin.cli import main
 from wenxin.common.constants import Phase
 from wenxin.inference.backends import ONNX_FILE
-from wenxin.inference.predictor import InferenceError, Predictor
+from wenxin.common.errors import InferenceError
+from wenxin.inference.predictor import Predictor
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("paddle2onnx")

@@ -14,7 +14,8 @@ import threading
 
 from conftest import REPO, answer_across_sigterm, make_sentences, wait_for
 from wenxin.data.export_bundle import seal_export
-from wenxin.inference.predictor import InferenceError, Predictor
+from wenxin.common.errors import InferenceError
+from wenxin.inference.predictor import Predictor
 
 
 def free_port() -> int:

@@ -66,7 +66,7 @@ from wenxin.common.process import parent_death_signal
 from wenxin.common.registry import RegisterSet
 from wenxin.common.threads import SHARE_VARIABLE
 from wenxin.config.document import read_document
-from wenxin.controller.hooks.sweep_report import REPORTS_ENV, decision_path
+from wenxin.controller.hooks.sweep_report import decision_path
 from wenxin.folds import FoldData, split_folds
 
 logger = logging.getLogger("wenxin")
@@ -362,10 +362,19 @@ class Sweep:
                                      os.path.join(self.output, "folds"), reader["format"],
                                      lambda lines: row_format.group_lines(lines, reader))
 
+    def _report_overrides(self, folder: str) -> List[str]:
+        """A pruning sweep's trials report to it through a ``SweepReportHook`` added to their
+        ``trainer.hooks`` (the task's own hooks kept, before any trial value that sets theirs)."""
+        if self.study is None or not self.spec.prune:
+            return []
+        hooks = self.base["trainer"]["hooks"] + [{"type": "SweepReportHook", "params": {"folder": folder}}]
+        return [f"trainer.hooks={json.dumps(hooks, ensure_ascii=False)}"]
+
     def _start(self, trial: Dict[str, Any], fold: Optional[int]) -> subprocess.Popen:
         folder = self.folder(trial, fold)
         os.makedirs(folder, exist_ok=True)
-        args = [a for o in self.overrides + overrides_of(trial["values"]) + self._fold_overrides(fold) +
+        args = [a for o in self.overrides + self._report_overrides(folder) + overrides_of(trial["values"]) +
+                self._fold_overrides(fold) +
                 [f"trainer.output_path={json.dumps(folder)}", "trainer.resume=\"auto\"",
                  "trainer.progress_bar=\"off\"",
                  f"trainer.metric={json.dumps(self.spec.metric)}", f"trainer.metric_mode={json.dumps(self.spec.mode)}"]
@@ -376,9 +385,6 @@ class Sweep:
         log = open(log_path, "ab")
         # the trial's automatic threads fit its share of the cores (wenxin.common.threads)
         env = {**os.environ, SHARE_VARIABLE: str(self.threads), "OMP_NUM_THREADS": "1", "CPU_NUM": "1"}
-        env.pop(REPORTS_ENV, None)
-        if self.study is not None and self.spec.prune:
-            env[REPORTS_ENV] = folder
         try:
             return subprocess.Popen([sys.executable, "-m", "wenxin.cli", "train", "--param_path", self.param_path,
                                      *args], stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -51,6 +51,10 @@ class ExportError(WenxinError):
     """An exported inference folder is missing, incomplete, damaged or malformed."""
 
 
+class InferenceError(WenxinError):
+    """An export folder is missing, incomplete or corrupt, or an input cannot be predicted."""
+
+
 class InstallError(WenxinError, ImportError):
     """PaddlePaddle is missing, too old, installed twice, or cannot run on the configured device."""
 

@@ -7,6 +7,7 @@ problems are reported together in one ``ConfigError``.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 from typing import Any, Dict, Iterable, List, Optional
@@ -14,8 +15,10 @@ from typing import Any, Dict, Iterable, List, Optional
 from wenxin.common.errors import ConfigError, Problems
 from wenxin.common.parsed import plain
 from wenxin.config.document import MAX_DEPTH, check_structure, check_values, read_document
-from wenxin.config.schema import Schema, validate
-from wenxin.config.task_schema import MODEL_BASE, PRETRAINED, ROOT
+from wenxin.config.schema import validate
+from wenxin.config.task_check import check_settings, check_task
+from wenxin.config.task_schema import ROOT
+from wenxin.translation import erniekit
 
 
 def read_task_file(path: str) -> Dict[str, Any]:
@@ -110,10 +113,6 @@ def config_from_dict(raw: Dict[str, Any], path: str, overrides: Iterable[str] = 
     """``load_config`` of a task already read into ``raw`` (a notebook's dict, say); ``path`` is
     where it counts as written (its folder is searched for the task package). ``raw`` is not
     changed."""
-    import copy
-
-    from wenxin.translation import erniekit
-    from wenxin.config.task_check import check_settings, check_task
     raw = copy.deepcopy(raw)
     problems = Problems()
     translations: List[str] = []
@@ -136,16 +135,3 @@ def config_from_dict(raw: Dict[str, Any], path: str, overrides: Iterable[str] = 
                 locate_task(config["task"], path)
     problems.raise_if_any()
     return config
-
-
-def normalize_pretrained(value: Any, problems: Optional[Problems] = None) -> List[Dict[str, Any]]:
-    """``pre_train_model`` may be a path or a list of {name, params_path, prefix_map}."""
-    if isinstance(value, str):
-        value = [{"params_path": value}] if value else []
-    return [validate(v, PRETRAINED, f"trainer.pre_train_model[{i}]", problems) for i, v in enumerate(value)]
-
-
-def validate_model_section(model: Dict[str, Any], model_schema: Schema,
-                           problems: Optional[Problems] = None) -> Dict[str, Any]:
-    """Check ``model`` against the base keys plus the model class's own ``config_schema``."""
-    return validate(model, {**MODEL_BASE, **model_schema}, "model", problems)

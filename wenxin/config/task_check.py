@@ -11,13 +11,13 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from wenxin.common.errors import ConfigError, DataError, Problems
 from wenxin.common.model_names import resolve_model
 from wenxin.common.registry import RegisterSet
-from wenxin.config.schema import validate, validate_value
-from wenxin.config.task_schema import MODEL_BASE
+from wenxin.config.schema import Schema, validate, validate_value
+from wenxin.config.task_schema import MODEL_BASE, PRETRAINED
 
 logger = logging.getLogger("wenxin")
 
@@ -39,7 +39,6 @@ class TaskClasses:
 def check_settings(config: Dict[str, Any], problems: Problems) -> None:
     """The checks that need neither the task package nor Paddle: required sections, flag
     combinations, and that every named file exists."""
-    from wenxin.config.loader import normalize_pretrained
     trainer = config.get("trainer", {})
     dataset = config.get("dataset_reader", {})
     if "dataset_reader" in config and dataset.get("train_reader") is None:
@@ -97,7 +96,6 @@ def _fill_from_pretrained_folder(config: Dict[str, Any], problems: Problems) -> 
 def check_task(config: Dict[str, Any], problems: Problems) -> Optional[TaskClasses]:
     """Check a schema-validated config (in place: the model section gets its defaults,
     ``pre_train_model`` its list form); returns the resolved classes when the task loaded."""
-    from wenxin.config.loader import validate_model_section
     check_settings(config, problems)
     model = config.get("model")
     model_type = None
@@ -235,3 +233,16 @@ def resolve_task(config: Dict[str, Any]) -> TaskClasses:
     problems.raise_if_any()
     assert classes is not None
     return classes
+
+
+def normalize_pretrained(value: Any, problems: Optional[Problems] = None) -> List[Dict[str, Any]]:
+    """``pre_train_model`` may be a path or a list of {name, params_path, prefix_map}."""
+    if isinstance(value, str):
+        value = [{"params_path": value}] if value else []
+    return [validate(v, PRETRAINED, f"trainer.pre_train_model[{i}]", problems) for i, v in enumerate(value)]
+
+
+def validate_model_section(model: Dict[str, Any], model_schema: Schema,
+                           problems: Optional[Problems] = None) -> Dict[str, Any]:
+    """Check ``model`` against the base keys plus the model class's own ``config_schema``."""
+    return validate(model, {**MODEL_BASE, **model_schema}, "model", problems)

@@ -38,7 +38,6 @@ from wenxin.controller.env import rng_state, set_rng_state
 from wenxin.controller.graph_mode import eager_mode
 from wenxin.controller.hooks import (DEFAULT_HOOKS, EarlyStoppingHook, HookBase, HookList, InferenceExportHook,
                                      LoadBestModelHook, ProfilerHook, ProgressBarHook)
-from wenxin.controller.hooks.sweep_report import REPORTS_ENV, SweepReportHook
 from wenxin.controller.hooks.writers import METRICS_FILE, ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, \
     VisualDLWriter
 from wenxin.common.progress import ProgressBar, progress_enabled
@@ -221,8 +220,6 @@ class BaseTrainer:
             stopper = EarlyStoppingHook(**self.trainer_config["early_stopping"])
             stopper.where = "trainer.early_stopping"
             self.register_hook(stopper)
-        if os.environ.get(REPORTS_ENV) and self.world_size == 1:  # a trial of an Optuna sweep
-            self.register_hook(SweepReportHook(os.environ[REPORTS_ENV], self.trainer_config["metric"]))
         if self.trainer_config["save_inference"] or self.trainer_config["output_layout"] == "erniekit":
             self.register_hook(InferenceExportHook())
         self.show_progress = self.is_writer and progress_enabled(self.trainer_config["progress_bar"])

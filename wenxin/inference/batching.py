@@ -20,8 +20,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from wenxin.common.errors import WenxinError
-from wenxin.inference.predictor import InferenceError, Predictor
+from wenxin.common.errors import InferenceError, WenxinError
+from wenxin.inference.predictor import Predictor
 
 logger = logging.getLogger("wenxin")
 

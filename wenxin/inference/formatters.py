@@ -8,6 +8,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from wenxin.common.constants import InstanceName
+from wenxin.common.errors import InferenceError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.ernie_fields import ErnieTextFieldReader
 from wenxin.data.field_reader import BaseFieldReader, TextFieldReader
@@ -54,7 +55,6 @@ class ResultFormat:
 
     def erniekit_line(self, result: Dict[str, Any], row: Sequence[str]) -> str:
         """The line ERNIE-kit's inference wrote for this task (``output_format: erniekit``)."""
-        from wenxin.inference.predictor import InferenceError
         raise InferenceError(f"ERNIE-kit's output format for {type(self).__name__} results is not supported yet; "
                              f"use output_format: wenxin")
 

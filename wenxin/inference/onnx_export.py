@@ -13,7 +13,8 @@ import numpy as np
 
 from wenxin.data.export_bundle import seal_export
 from wenxin.inference.backends import ONNX_FILE, BackendError, OnnxEngine, largest_difference
-from wenxin.inference.predictor import InferenceError, Predictor, _model_files
+from wenxin.common.errors import InferenceError
+from wenxin.inference.predictor import Predictor, _model_files
 
 logger = logging.getLogger("wenxin")
 

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from wenxin.common.errors import ExportError, WenxinError
+from wenxin.common.errors import ExportError, InferenceError, WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.export_bundle import MODEL_PREFIX, PREPROCESS_FILE, read_preprocessing, verify_export
 from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
@@ -17,10 +17,6 @@ from wenxin.inference.formatters import ResultFormat
 
 logger = logging.getLogger("wenxin")
 _logged_choices: set = set()  # each oneDNN choice is logged once per process
-
-
-class InferenceError(WenxinError):
-    """An export folder is missing, incomplete or corrupt, or an input cannot be predicted."""
 
 
 def _model_files(model_dir: str) -> tuple:

@@ -35,9 +35,8 @@ import orjson
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest,
                                multiprocess)
 
-from wenxin.common.errors import ConfigError, Problems
+from wenxin.common.errors import ConfigError, InferenceError, Problems
 from wenxin.inference.batching import BatchingPool
-from wenxin.inference.predictor import InferenceError
 
 logger = logging.getLogger("wenxin.serve")
 

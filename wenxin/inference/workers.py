@@ -31,8 +31,7 @@ import time
 from typing import Any, Deque, Dict, Iterator, List, Optional, Set, Tuple
 
 from wenxin.common import errors
-from wenxin.common.errors import WenxinError
-from wenxin.inference.predictor import InferenceError
+from wenxin.common.errors import InferenceError, WenxinError
 from wenxin.inference.server import ServeOptions, check_settings, listen
 
 logger = logging.getLogger("wenxin.serve")
@@ -76,7 +75,7 @@ def _worker_main(index: int, sock: socket.socket, model_dir: str, options: Serve
 
 def _error(class_name: str, problems: List[str]) -> WenxinError:
     """A worker's startup error, as the same class when it is one of wenxin's."""
-    kind = getattr(errors, class_name, None) if class_name != "InferenceError" else InferenceError
+    kind = getattr(errors, class_name, None)
     if not (isinstance(kind, type) and issubclass(kind, WenxinError)):
         kind = InferenceError
     return kind(problems=problems)

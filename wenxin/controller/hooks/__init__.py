@@ -12,6 +12,7 @@ from wenxin.controller.hooks.nan_guard import NaNGuardHook
 from wenxin.controller.hooks.norms import NormsHook
 from wenxin.controller.hooks.profiler import ProfilerHook
 from wenxin.controller.hooks.progress import ProgressBarHook
+from wenxin.controller.hooks.sweep_report import SweepReportHook
 from wenxin.controller.hooks.timer import IterationTimerHook
 from wenxin.controller.hooks.trackers import MLflowHook, TensorBoardHook
 
@@ -20,4 +21,4 @@ DEFAULT_HOOKS = (IterationTimerHook, LRSchedulerHook, NaNGuardHook, EvaluationHo
 __all__ = ["HookBase", "HookList", "Priority", "DEFAULT_HOOKS", "CheckpointHook", "EarlyStoppingHook", "EMAHook",
            "EvaluationHook", "InferenceExportHook", "LoadBestModelHook", "LoggerHook", "LRSchedulerHook",
            "NaNGuardHook", "NormsHook", "IterationTimerHook", "MLflowHook", "ProfilerHook", "ProgressBarHook",
-           "TensorBoardHook"]
+           "SweepReportHook", "TensorBoardHook"]

@@ -1,4 +1,6 @@
-"""A trial of an Optuna sweep reports its dev metric and stops when the sweep prunes it."""
+"""A trial of an Optuna sweep reports its dev metric and stops when the sweep prunes it. The sweep
+adds the hook to each trial's ``trainer.hooks`` (``{"type": "SweepReportHook", "params":
+{"folder": ...}}``)."""
 from __future__ import annotations
 
 import json
@@ -8,13 +10,14 @@ import os
 import time
 from typing import Dict
 
-from wenxin.common.errors import TrainingError
+from wenxin.common.errors import ConfigError, TrainingError
 from wenxin.common.files import write_text_atomically
+from wenxin.common.registry import RegisterSet
+from wenxin.config.schema import Key
 from wenxin.controller.hooks.base import HookBase, Priority
 
 logger = logging.getLogger("wenxin")
 
-REPORTS_ENV = "WENXIN_SWEEP_REPORTS"  # set by ``wenxin sweep`` for its trials: the folder of the exchange
 DECISION_TIMEOUT = 600.0
 
 
@@ -26,16 +29,25 @@ def decision_path(folder: str, step: int) -> str:
     return os.path.join(folder, f"decision_{step}.json")
 
 
+@RegisterSet.hooks.register("SweepReportHook")
 class SweepReportHook(HookBase):
     """After each dev evaluation, writes ``report_<step>.json`` (the step and the sweep's
-    metric) into the exchange folder and waits for the sweep's ``decision_<step>.json``. A pruned
-    trial stops as a finished run does: its checkpoint is saved, the exit status is 0. Used only
-    in single-process trials (the sweep starts them so)."""
+    metric) into the exchange ``folder`` and waits for the sweep's ``decision_<step>.json``. A
+    pruned trial stops as a finished run does: its checkpoint is saved, the exit status is 0.
+    Single-process trials only (the sweep starts them so)."""
 
     priority = Priority.LOW + 5  # after the checkpoint hook kept best/ and the top-k
+    config_schema = {"folder": Key(str, non_empty=True, doc="the folder the trial and the sweep exchange files in"),
+                     "metric": Key(str, "", doc="the dev metric reported (empty: trainer.metric)")}
 
-    def __init__(self, folder: str, metric: str) -> None:
+    def __init__(self, folder: str, metric: str = "") -> None:
         self.folder, self.metric = folder, metric
+
+    def before_train(self) -> None:
+        if self.trainer.world_size != 1:
+            raise ConfigError("trainer.hooks: SweepReportHook reports single-process trials; this run has "
+                              f"{self.trainer.world_size} processes")
+        self.metric = self.metric or self.trainer.trainer_config["metric"]
 
     def after_eval(self, reader_name: str, metrics: Dict[str, float]) -> None:
         if reader_name != "dev_reader" or self.metric not in metrics:
