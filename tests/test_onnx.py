@@ -12,7 +12,7 @@ import pytest
 from conftest import build, task_config, write_config
 from wenxin.cli import main
 from wenxin.common.constants import Phase
-from wenxin.inference.backends import ONNX_FILE
+from wenxin.inference.onnx_backend import ONNX_FILE
 from wenxin.common.errors import InferenceError
 from wenxin.inference.predictor import Predictor
 

@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
-from wenxin.common.constants import INFERENCE_BACKENDS, ONEDNN_SETTINGS
+from wenxin.common.constants import ONEDNN_SETTINGS
 from wenxin.common.errors import (EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, ConfigError,
                                   DataError, WenxinError, exit_status, format_error)
 from wenxin.common.logs import LOG_LEVEL_ENV, LOG_LEVELS, configured_level, set_console_stream
@@ -28,6 +28,8 @@ EXIT_CODES_HELP = ("exit status: 0 done, 2 usage, task-file or installation erro
                    "130/143 interrupted/terminated before training")
 
 
+BACKEND_HELP = ("a registered inference backend: paddle, onnxruntime (the folder's model.onnx), or auto: ONNX "
+                "Runtime when the folder has model.onnx and it is installed, else Paddle")
 ONEDNN_HELP = ("the Paddle backend's oneDNN; auto: the exported model's rule (e.g. CNN and transformer models "
                "from 16 rows a batch, BoW never), logged and shown by /health")
 
@@ -71,8 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="one input (fields separated by tabs; repeatable); default: lines of --input or stdin")
     predictor.add_argument("--input", default="", help="a text file, one input per line")
     predictor.add_argument("--batch_size", type=int, default=64)
-    predictor.add_argument("--backend", choices=INFERENCE_BACKENDS, default="auto",
-                           help="auto: ONNX Runtime when the folder has model.onnx and it is installed")
+    predictor.add_argument("--backend", default="auto", help=BACKEND_HELP)
     predictor.add_argument("--onednn", choices=ONEDNN_SETTINGS, default="auto", help=ONEDNN_HELP)
     exporter = sub.add_parser("export", help="export a checkpoint as a self-contained inference folder")
     _add_task_args(exporter)
@@ -104,8 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "its headers); requests get 503 only when all are being answered (/health never)")
     server.add_argument("--max_connections_per_client", type=int, default=128,
                         help="open connections of one client address, shed the same way")
-    server.add_argument("--backend", choices=INFERENCE_BACKENDS, default="auto",
-                        help="auto: ONNX Runtime when the folder has model.onnx and it is installed")
+    server.add_argument("--backend", default="auto", help=BACKEND_HELP)
     server.add_argument("--onednn", choices=ONEDNN_SETTINGS, default="auto", help=ONEDNN_HELP)
     inspector = sub.add_parser("inspect", help="show the task's data (lengths, truncation, labels, vocabulary, "
                                                "samples) and model (layers, parameters, FLOPs) without training")

@@ -21,10 +21,7 @@ class Phase:
     PREDICT = "predict"
 
 
-# Engines that run an exported model (wenxin.inference.backends); auto: ONNX Runtime when the
-# folder has model.onnx and onnxruntime is installed, else Paddle Inference.
-INFERENCE_BACKENDS = ("auto", "paddle", "onnxruntime")
-# The Paddle backend's oneDNN (wenxin.inference.backends.PaddleEngine); auto: off for small
-# batches, and for larger ones whichever way the first of them ran faster.
+# The Paddle backend's oneDNN (wenxin.inference.paddle_backend); auto: the exported model's rule
+# (with oneDNN from a number of rows a batch, or never).
 ONEDNN_SETTINGS = ("auto", "on", "off")
 DEFAULT_MAX_LINE_BYTES = 512 << 10  # a longer data line is malformed (config.max_line_bytes)

@@ -20,7 +20,7 @@ BUILTIN_MODULES = ("wenxin.data.tokenizers", "wenxin.data.wordpiece", "wenxin.da
                    "wenxin.data.ernie_fields", "wenxin.data.row_formats", "wenxin.data.hf_datasets",
                    "wenxin.data.dataset_reader",
                    "wenxin.controller.hooks", "wenxin.optim.optimizers", "wenxin.controller.task_trainers",
-                   "wenxin.inference.formatters")
+                   "wenxin.inference.formatters", "wenxin.inference.paddle_backend", "wenxin.inference.onnx_backend")
 _builtins_loaded = False
 
 
@@ -71,6 +71,12 @@ class Registry:
         return sorted(k for k, entries in self._entries.items()
                       if any(s in (scope, BUILTIN_SCOPE) for s, _ in entries))
 
+    def registered(self) -> Dict[str, Any]:
+        """Every registered name with its class: the built-in one, else the newest registration
+        (for registries whose users have no task scope, such as the inference backends)."""
+        self._load_builtins()
+        return {name: dict(entries).get(BUILTIN_SCOPE, entries[-1][1]) for name, entries in self._entries.items()}
+
     def builtin(self, name: str) -> Any:
         """The built-in class registered as ``name``, or None (the config check asks before
         Paddle loads: the data formats' modules load without it)."""
@@ -108,3 +114,5 @@ class RegisterSet:
     result_formats = Registry("result format")
     optimizers = Registry("optimizer", ("wenxin.optim.optimizers",))
     lr_schedulers = Registry("LR scheduler", ("wenxin.optim.optimizers",))
+    inference_backends = Registry("inference backend", ("wenxin.inference.paddle_backend",
+                                                        "wenxin.inference.onnx_backend"))

@@ -2,7 +2,7 @@
 so ``wenxin migrate`` checks the infer files it writes without loading Paddle."""
 from __future__ import annotations
 
-from wenxin.common.constants import DEFAULT_MAX_LINE_BYTES, INFERENCE_BACKENDS, ONEDNN_SETTINGS
+from wenxin.common.constants import DEFAULT_MAX_LINE_BYTES, ONEDNN_SETTINGS
 from wenxin.config.schema import Key, Schema
 
 INFER_SCHEMA: Schema = {
@@ -22,9 +22,9 @@ INFER_SCHEMA: Schema = {
     "batch_size": Key(int, 64, minimum=1),
     "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
     "num_threads": Key(int, 1, minimum=1),
-    "backend": Key(str, "auto", choices=list(INFERENCE_BACKENDS),
-                   doc="auto: ONNX Runtime when model_dir has model.onnx (wenxin export --format onnx) and it is "
-                       "installed, else Paddle Inference"),
+    "backend": Key(str, "auto", doc="a registered inference backend (paddle, onnxruntime) or auto: ONNX Runtime "
+                                     "when model_dir has model.onnx (wenxin export --format onnx) and it is "
+                                     "installed, else Paddle Inference"),
     "onednn": Key(str, "auto", choices=list(ONEDNN_SETTINGS),
                   doc="the Paddle backend's oneDNN; auto: the exported model's rule (CNN and transformer models "
                       "from 16 rows a batch, ERNIE from 128, others never)"),

@@ -37,7 +37,7 @@ PREPROCESS: Schema = {
     "result_format": Key(str, "classification", non_empty=True),
     "max_seq_len": Key(dict, {}, open_keys=True),
     "tensors": Key(list, [], items=Key(dict, open_keys=True)),
-    "onednn_min_rows": Key((int, type(None)), None, minimum=1),  # the model's oneDNN rule (PaddleEngine)
+    "onednn_min_rows": Key((int, type(None)), None, minimum=1),  # the model's oneDNN rule (PaddleBackend)
 }
 
 _verified = manifest.VerifiedCache()

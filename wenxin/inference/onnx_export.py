@@ -11,10 +11,12 @@ from typing import Dict
 
 import numpy as np
 
-from wenxin.data.export_bundle import seal_export
-from wenxin.inference.backends import ONNX_FILE, BackendError, OnnxEngine, largest_difference
 from wenxin.common.errors import InferenceError
-from wenxin.inference.predictor import Predictor, _model_files
+from wenxin.data.export_bundle import seal_export
+from wenxin.inference.backends import BackendError, largest_difference
+from wenxin.inference.onnx_backend import ONNX_FILE, open_session
+from wenxin.inference.paddle_backend import model_files
+from wenxin.inference.predictor import Predictor
 
 logger = logging.getLogger("wenxin")
 
@@ -55,7 +57,10 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
     ``tolerance``, or nothing is written. Returns the ONNX file's path."""
     if importlib.util.find_spec("paddle2onnx") is None:
         raise InferenceError('--format onnx needs paddle2onnx and onnxruntime: pip install "wenxin[onnx]"')
-    graph, params = _model_files(folder)
+    files = model_files(folder)
+    if files is None:
+        raise InferenceError(f"{folder}: no exported Paddle model to convert")
+    graph, params = files
     target = os.path.join(folder, ONNX_FILE)
     tmp = os.path.join(folder, f".{ONNX_FILE}.tmp")
     try:
@@ -63,7 +68,8 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
         paddle = Predictor(folder, backend="paddle")
         batch = {name: check_batch[name] for name in paddle.input_names}
         try:
-            got = OnnxEngine(tmp).run(batch)
+            session = open_session(tmp)
+            got = session.run([o.name for o in session.get_outputs()], batch)
         except BackendError as e:
             raise InferenceError(str(e)) from None
         assert paddle.engine is not None  # loaded: Predictor's default

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -11,22 +11,19 @@ from wenxin.common.errors import ExportError, InferenceError, WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.export_bundle import MODEL_PREFIX, PREPROCESS_FILE, read_preprocessing, verify_export
 from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
-from wenxin.inference.backends import ONNX_FILE, BackendError, OnnxEngine, PaddleEngine, choose_backend
+from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend, backend_class
+from wenxin.inference.paddle_backend import model_files
 from wenxin.inference.formatters import ResultFormat
 
 
 logger = logging.getLogger("wenxin")
-_logged_choices: set = set()  # each oneDNN choice is logged once per process
+_logged_choices: set = set()  # each backend's choice of a setting is logged once per process
 
 
-def _model_files(model_dir: str) -> tuple:
-    params = os.path.join(model_dir, f"{MODEL_PREFIX}.pdiparams")
-    for ext in (".json", ".pdmodel"):
-        graph = os.path.join(model_dir, MODEL_PREFIX + ext)
-        if os.path.isfile(graph) and os.path.isfile(params):
-            return graph, params
-    raise InferenceError(f"{model_dir}: not an exported model folder (need {MODEL_PREFIX}.json or "
-                         f".pdmodel, {MODEL_PREFIX}.pdiparams and {PREPROCESS_FILE})")
+def _check_model_files(model_dir: str) -> None:
+    if model_files(model_dir) is None:
+        raise InferenceError(f"{model_dir}: not an exported model folder (need {MODEL_PREFIX}.json or "
+                             f".pdmodel, {MODEL_PREFIX}.pdiparams and {PREPROCESS_FILE})")
 
 
 class Predictor:
@@ -38,10 +35,11 @@ class Predictor:
         num_threads: CPU math threads of this predictor.
         load_model: False reads only the preprocessing description (``convert`` and the result
             format work, ``run`` does not): what a thread that only converts inputs needs.
-        backend: ``paddle``, ``onnxruntime`` (the folder's ``model.onnx``), or ``auto``: ONNX
-            Runtime when the folder has a model for it and it is installed, else Paddle.
+        backend: a registered inference backend (``paddle``, ``onnxruntime`` for the folder's
+            ``model.onnx``; ``wenxin.inference.backends``), or ``auto``: ONNX Runtime when the
+            folder has a model for it and it is installed, else Paddle.
         onednn: the Paddle backend's oneDNN: ``auto`` (the exported model's rule,
-            ``onednn_min_rows``), ``on`` or ``off`` (see ``PaddleEngine``).
+            ``onednn_min_rows``), ``on`` or ``off`` (see ``PaddleBackend``).
 
     A ``paddle.inference`` predictor is not safe to share between threads; use each from the
     thread that created it.
@@ -52,7 +50,7 @@ class Predictor:
         if not os.path.isdir(model_dir):
             raise InferenceError(f"model folder not found: {model_dir}")
         meta_path = os.path.join(model_dir, PREPROCESS_FILE)
-        graph, params = _model_files(model_dir)
+        _check_model_files(model_dir)
         verify_export(model_dir)
         self.meta: Dict[str, Any] = read_preprocessing(model_dir)
         self.fields: List[BaseFieldReader] = self._build_fields(model_dir, meta_path)
@@ -64,26 +62,25 @@ class Predictor:
         except WenxinError as e:
             raise InferenceError(str(e)) from None
         self.result_format: ResultFormat = format_cls(self.labels, self.fields)
-        self.engine: Optional[Union[OnnxEngine, PaddleEngine]] = None  # None: the model is not loaded
+        self.engine: Optional[InferenceBackend] = None  # None: the model is not loaded
         self.onednn = ""  # the Paddle backend's oneDNN choice, in words
         self.input_names: List[str] = []
         try:
-            self.backend = choose_backend(model_dir, "paddle" if use_gpu and backend == "auto" else backend)
+            backend_cls = backend_class(backend, model_dir, use_gpu)
+            self.backend = backend_cls.name
             if not load_model:
                 return
-            if self.backend == "onnxruntime":
-                self.engine = OnnxEngine(os.path.join(model_dir, ONNX_FILE), num_threads)
-            else:
-                self.engine = PaddleEngine(graph, params, use_gpu, num_threads, onednn,
-                                           self.meta.get("onednn_min_rows"))
+            self.engine = backend_cls(model_dir, self.meta, EngineOptions(use_gpu, num_threads, {"onednn": onednn}))
         except BackendError as e:
             raise InferenceError(str(e)) from None
         self.input_names = self.engine.input_names
-        if isinstance(self.engine, PaddleEngine):
-            self.onednn = self.engine.onednn_choice()
-            if self.onednn not in _logged_choices:
-                _logged_choices.add(self.onednn)
-                logger.info("Paddle backend: oneDNN %s", self.onednn)
+        choices = self.engine.choices()
+        self.onednn = choices.get("onednn", "")
+        for setting, choice in choices.items():
+            if (self.backend, setting, choice) not in _logged_choices:
+                _logged_choices.add((self.backend, setting, choice))
+                logger.info("%s backend: %s %s", backend_cls.title, backend_cls.setting_titles.get(setting, setting),
+                            choice)
 
     def _build_fields(self, model_dir: str, meta_path: str) -> List[BaseFieldReader]:
         fields = []

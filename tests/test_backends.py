@@ -1,0 +1,86 @@
+"""Inference backends are a registry: a backend of one's own is one module, picked by name or by
+auto in its order; an unknown name is one clear error."""
+import importlib.util
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import wenxin_log
+from wenxin.common.errors import InferenceError
+from wenxin.common.registry import RegisterSet
+from wenxin.inference.predictor import Predictor
+
+MODULE = '''
+from wenxin.common.registry import RegisterSet
+from wenxin.inference.backends import InferenceBackend
+from wenxin.inference.paddle_backend import PaddleBackend
+
+CALLS = []
+
+
+@RegisterSet.inference_backends.register("recording")
+class RecordingBackend(InferenceBackend):
+    """Paddle's outputs, counting the batches it runs."""
+
+    name = "recording"
+    title = "Recording"
+    auto_order = AUTO_ORDER
+
+    def __init__(self, model_dir, meta, options):
+        self.inner = PaddleBackend(model_dir, meta, options)
+        self.input_names = self.inner.input_names
+
+    @classmethod
+    def unusable(cls, model_dir, use_gpu):
+        return "it records CPU runs only" if use_gpu else None
+
+    def run(self, batch):
+        CALLS.append(len(next(iter(batch.values()))))
+        return self.inner.run(batch)
+
+    def choices(self):
+        return {"mode": "recording"}
+'''
+
+
+@pytest.fixture
+def backend_module(tmp_path, monkeypatch):
+    """A backend written in a module of its own, imported as a user's plugin would be."""
+    def load(auto_order):
+        path = tmp_path / f"recording_backend_{auto_order}.py"
+        path.write_text(MODULE.replace("AUTO_ORDER", str(auto_order)), encoding="utf-8")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, path.stem, module)
+        spec.loader.exec_module(module)
+        return module
+    yield load
+    RegisterSet.inference_backends._entries.pop("recording", None)
+
+
+def test_a_backend_of_ones_own_is_one_module(exported_classifier, backend_module):
+    module = backend_module(auto_order=0)  # by name only
+    texts = [["这本书很好"], ["太差了"], ["一般"]]
+    expected = Predictor(exported_classifier, backend="paddle").predict(texts)
+    assert Predictor(exported_classifier).backend == "paddle"  # auto never takes an order-0 backend
+    with wenxin_log() as messages:
+        mine = Predictor(exported_classifier, backend="recording")
+    assert mine.backend == "recording" and "Recording backend: mode recording" in messages
+    got = mine.predict(texts)
+    assert module.CALLS == [3]
+    for a, b in zip(expected, got):
+        assert a["label"] == b["label"] and np.allclose(a["probs"], b["probs"])
+    with pytest.raises(InferenceError, match="backend recording: it records CPU runs only"):
+        Predictor(exported_classifier, backend="recording", use_gpu=True)
+
+
+def test_auto_takes_the_first_usable_backend_in_its_order(exported_classifier, backend_module):
+    backend_module(auto_order=1)  # before ONNX Runtime (10) and Paddle (100)
+    assert Predictor(exported_classifier).backend == "recording"
+
+
+def test_an_unknown_backend_is_one_error_with_a_suggestion(exported_classifier):
+    with pytest.raises(InferenceError, match=r"^backend: unknown inference backend type 'paddel' \(did you mean "
+                                             r"'paddle'\?\); known: onnxruntime, paddle \(or auto\)$"):
+        Predictor(exported_classifier, backend="paddel")

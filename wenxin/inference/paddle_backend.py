@@ -1,0 +1,111 @@
+"""Paddle Inference: the ``paddle`` backend, which runs every exported folder."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from wenxin.common.constants import ONEDNN_SETTINGS
+from wenxin.common.registry import RegisterSet
+from wenxin.data.export_bundle import MODEL_PREFIX
+from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend
+
+
+def model_files(model_dir: str) -> Optional[tuple]:
+    """The exported graph (``.json`` under PIR, ``.pdmodel`` before it) and parameters, or None."""
+    params = os.path.join(model_dir, f"{MODEL_PREFIX}.pdiparams")
+    for ext in (".json", ".pdmodel"):
+        graph = os.path.join(model_dir, MODEL_PREFIX + ext)
+        if os.path.isfile(graph) and os.path.isfile(params):
+            return graph, params
+    return None
+
+
+@RegisterSet.inference_backends.register("paddle")
+class PaddleBackend(InferenceBackend):
+    """``paddle.inference`` on CPU (or GPU 0).
+
+    oneDNN (setting ``onednn``: ``auto``, ``on`` or ``off``). Paddle enables it by default on CPU.
+    On this repository's 2-core CPU it made every model slower at batch 1 (0.37x to 0.83x), and
+    BoW and the CRF tagger at any batch (0.5x, 0.9x); from batch 16 the CNN and transformer faster
+    (1.3x to 3.0x) and ERNIE about even (0.93x at 16, 1.13x at 128); outputs moved by at most 4e-7
+    (docs/performance.md). ``auto`` follows the exported model's rule (``onednn_min_rows``,
+    declared by its class and recorded in ``preprocess.json``): batches of at least that many rows
+    with oneDNN, smaller ones without; a model without a rule never uses it. The choice is a rule,
+    never a timing, so the same input gives the same output on an idle or a busy machine.
+    """
+
+    name = "paddle"
+    title = "Paddle"
+    setting_titles = {"onednn": "oneDNN"}
+    auto_order = 100  # after ONNX Runtime, which runs a folder that has its model faster
+    gpu = True
+
+    def __init__(self, model_dir: str, meta: Dict[str, Any], options: EngineOptions) -> None:
+        onednn = options.settings.get("onednn", "auto")
+        if onednn not in ONEDNN_SETTINGS:
+            raise BackendError(f"onednn: {onednn!r} is not one of {', '.join(ONEDNN_SETTINGS)}")
+        files = model_files(model_dir)
+        if files is None:
+            raise BackendError(f"{model_dir}: no exported Paddle model ({MODEL_PREFIX}.json or .pdmodel, "
+                               f"{MODEL_PREFIX}.pdiparams)")
+        self.graph, self.params = files
+        self.use_gpu, self.num_threads = options.use_gpu, options.num_threads
+        self.onednn = onednn
+        self.onednn_min_rows: Optional[int] = meta.get("onednn_min_rows")
+        self._predictors: Dict[bool, Any] = {}
+        self.input_names = self._predictor(self.uses_onednn(1)).get_input_names()
+
+    @classmethod
+    def unusable(cls, model_dir: str, use_gpu: bool) -> Optional[str]:
+        return None if model_files(model_dir) else f"{model_dir}: no exported Paddle model"
+
+    def _predictor(self, onednn: bool) -> Any:
+        if onednn not in self._predictors:
+            from paddle import inference
+            config = inference.Config(self.graph, self.params)
+            if self.use_gpu:
+                config.enable_use_gpu(256, 0)
+            else:
+                config.disable_gpu()
+                config.set_cpu_math_library_num_threads(self.num_threads)
+                if onednn:
+                    config.enable_mkldnn()
+                else:
+                    config.disable_mkldnn()
+            config.disable_glog_info()
+            try:
+                self._predictors[onednn] = inference.create_predictor(config)
+            except Exception as e:  # paddle raises RuntimeError/ValueError for corrupt files
+                raise BackendError(f"{os.path.dirname(self.graph)}: cannot load the model "
+                                   f"({type(e).__name__}: {e})") from None
+        return self._predictors[onednn]
+
+    def uses_onednn(self, rows: int) -> bool:
+        """Whether a batch of ``rows`` runs with oneDNN."""
+        if self.use_gpu or self.onednn == "off":
+            return False
+        if self.onednn == "on":
+            return True
+        return self.onednn_min_rows is not None and rows >= self.onednn_min_rows
+
+    def choices(self) -> Dict[str, str]:
+        """What ``uses_onednn`` decides, in words (the log and ``/health`` say it)."""
+        if self.use_gpu:
+            return {"onednn": "off (GPU)"}
+        if self.onednn != "auto":
+            return {"onednn": f"{self.onednn} (set)"}
+        if self.onednn_min_rows is None:
+            return {"onednn": "off (the model's rule)"}
+        return {"onednn": f"on for batches of {self.onednn_min_rows} or more rows, off below (the model's rule)"}
+
+    def run(self, batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
+        rows = len(next(iter(batch.values()))) if batch else 0
+        predictor = self._predictor(self.uses_onednn(rows))
+        for name in self.input_names:
+            handle = predictor.get_input_handle(name)
+            handle.reshape(batch[name].shape)
+            handle.copy_from_cpu(batch[name])
+        predictor.run()
+        return [predictor.get_output_handle(h).copy_to_cpu() for h in predictor.get_output_names()]
