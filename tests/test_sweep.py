@@ -145,7 +145,7 @@ def test_bad_sweep_files_are_one_error_naming_the_key(tmp_path, data_dir):
     assert proc.returncode == 2 and "model.hidden_sise" in err and "Traceback" not in err, err
     assert not os.path.exists(tmp_path / "out" / "sweep")
     cases = [({"parameters": {"model.hidden_size": {"min": 4, "max": 8}}}, "grid search needs a list of values"),
-             ({"method": "bayes", "parameters": {"model.hidden_size": [4]}}, "method: grid, random or optuna"),
+             ({"method": "bayes", "parameters": {"model.hidden_size": [4]}}, "method: unknown sweep method type 'bayes'"),
              ({"parameters": {"model.hidden_size": ["big"]}}, "model.hidden_size"),
              ({"parallel": 0, "parameters": {"model.hidden_size": [4]}}, "parallel: a positive integer")]
     for spec, message in cases:  # the same checks, in this process
@@ -388,3 +388,56 @@ def test_trial_progress_tells_dev_evaluations_and_training_steps(tmp_path):
     with open(metrics, "a", encoding="utf-8") as f:
         f.write(json.dumps({"tag": "train", "step": 15, "loss": 0.4}) + "\n" + json.dumps({"tag": "dev", "step": 15, "acc": 0.8}) + "\n")
     assert quiet.lines("trial 1", str(folder), "acc") == ["trial 1: step 15, dev acc 0.8"]
+
+
+METHOD = '''
+import json
+import os
+
+from wenxin.common.registry import RegisterSet
+from wenxin.sweep_methods.base import SweepMethod
+
+
+@RegisterSet.sweep_methods.register("descending")
+class Descending(SweepMethod):
+    """Each listed value of the first parameter, largest first, asked as trials start; what each
+    trial scored goes to told.jsonl."""
+
+    def open(self, output, trials):
+        self.output = output
+        self.left = sorted(self.spec.parameters[0].values, reverse=True)[len(trials):]
+
+    def ask(self, trial):
+        trial["values"] = {self.spec.parameters[0].key: self.left.pop(0)}
+        trial["descending"] = len(self.left)
+
+    def tell(self, trial):
+        with open(os.path.join(self.output, "told.jsonl"), "a") as f:
+            f.write(json.dumps([trial["trial"], trial["status"], trial["descending"]]) + "\\n")
+'''
+
+
+def test_a_sweep_method_of_ones_own_is_one_module_of_the_task(tmp_path):
+    """The sweep file names a method the task package registers: the sweep imports the task for
+    it, asks it for each trial's values and tells it each result."""
+    import shutil
+    from test_custom_task import TASK_DIR, keyword_config
+    task = tmp_path / "task_with_method"
+    task.mkdir()
+    shutil.copy(os.path.join(TASK_DIR, "model.py"), task / "model.py")
+    (task / "descending.py").write_text(METHOD, encoding="utf-8")
+    (task / "__init__.py").write_text("from . import descending, model  # noqa: F401\n")
+    config = keyword_config(tmp_path, str(task))
+    config["trainer"].update(epoch=1)
+    folder = str(tmp_path / "mine")
+    spec = write_config(str(tmp_path / "mine.json"), {
+        "method": "descending", "trials": 2, "output": folder,
+        "parameters": {"model.optimization.learning_rate": [0.01, 0.05, 0.1]}})
+    proc = start(write_config(str(tmp_path / "task.json"), config), spec)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    trials = sweep_trials(folder)
+    assert [t["values"]["model.optimization.learning_rate"] for t in trials] == [0.1, 0.05]
+    assert [t["descending"] for t in trials] == [2, 1] and {t["status"] for t in trials} == {"done"}
+    with open(os.path.join(folder, "told.jsonl"), encoding="utf-8") as f:
+        assert sorted(json.loads(line) for line in f) == [[0, "done", 2], [1, "done", 1]]

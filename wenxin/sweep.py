@@ -46,13 +46,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import importlib.util
-import itertools
 import json
 import logging
-import math
 import os
-import random
 import signal
 import statistics
 import subprocess
@@ -68,84 +64,30 @@ from wenxin.common.threads import SHARE_VARIABLE
 from wenxin.config.document import read_document
 from wenxin.controller.hooks.sweep_report import decision_path
 from wenxin.folds import FoldData, split_folds
+from wenxin.sweep_methods.base import Parameter, SweepMethod
 
 logger = logging.getLogger("wenxin")
 
 STATE_FILE = "sweep.json"
 SPEC_KEYS = {"method", "trials", "parallel", "seed", "metric", "mode", "output", "parameters", "prune", "folds"}
 FINISHED = ("done", "failed", "pruned")
+RECORD_KEYS = {"trial", "values", "status", "folds", "returncode", "metric", "std", "step", "seconds", "error"}
 
 
 # ---- the sweep file -----------------------------------------------------------------------------
-class Parameter:
-    """One swept key: a list of values, or a numeric range (random search only)."""
-
-    def __init__(self, key: str, spec: Any, where: str) -> None:
-        self.key = key
-        self.values: Optional[List[Any]] = None
-        self.low = self.high = 0.0
-        self.log = False
-        self.integer = False
-        if isinstance(spec, list):
-            spec = {"values": spec}
-        if not isinstance(spec, dict):
-            raise ConfigError(f"{where}: a list of values, or {{values: [...]}} or {{min, max}} (got {spec!r})")
-        unknown = set(spec) - {"values", "min", "max", "log", "type"}
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; use values, or min, max, log and type")
-        if "values" in spec:
-            if not isinstance(spec["values"], list) or not spec["values"]:
-                raise ConfigError(f"{where}.values: a non-empty list")
-            self.values = list(spec["values"])
-            return
-        low, high = spec.get("min"), spec.get("max")
-        if not isinstance(low, (int, float)) or not isinstance(high, (int, float)) or isinstance(low, bool) \
-                or isinstance(high, bool) or not low < high:
-            raise ConfigError(f"{where}: min and max must be numbers with min < max (got {low!r}, {high!r})")
-        self.low, self.high = float(low), float(high)
-        self.log = bool(spec.get("log", False))
-        if self.log and self.low <= 0:
-            raise ConfigError(f"{where}: log: true needs min > 0")
-        kind = spec.get("type", "float")
-        if kind not in ("float", "int"):
-            raise ConfigError(f"{where}.type: float or int (got {kind!r})")
-        self.integer = kind == "int"
-
-    def distribution(self) -> Any:
-        """The Optuna distribution of this parameter."""
-        import optuna
-        if self.values is not None:
-            return optuna.distributions.CategoricalDistribution(self.values)
-        if self.integer:
-            return optuna.distributions.IntDistribution(int(self.low), int(self.high), log=self.log)
-        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log)
-
-    def draw(self, rng: random.Random) -> Any:
-        if self.values is not None:
-            return rng.choice(self.values)
-        if self.log:
-            value = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
-        else:
-            value = rng.uniform(self.low, self.high)
-        return int(round(value)) if self.integer else value
-
-
 class SweepSpec:
     """A parsed and checked sweep file."""
 
-    def __init__(self, path: str, data: Any, base: Dict[str, Any]) -> None:
+    def __init__(self, path: str, data: Any, base: Dict[str, Any], scope: Optional[str] = None) -> None:
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be an object")
         unknown = set(data) - SPEC_KEYS
         if unknown:
             raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; known: {sorted(SPEC_KEYS)}")
         self.method = data.get("method", "grid")
-        if self.method not in ("grid", "random", "optuna"):
-            raise ConfigError(f"{path}: method: grid, random or optuna (got {self.method!r})")
-        if self.method == "optuna":
-            if importlib.util.find_spec("optuna") is None:
-                raise ConfigError(f"{path}: method: optuna needs the optuna package: pip install \"wenxin[sweep]\" "
-                                  f"(or optuna)")
+        if not isinstance(self.method, str):
+            raise ConfigError(f"{path}: method: a name (got {self.method!r})")
+        method_cls = RegisterSet.sweep_methods.get(self.method, scope, f"{path}: method")
         self.folds = data.get("folds")
         if self.folds is not None and (not isinstance(self.folds, int) or isinstance(self.folds, bool)
                                        or self.folds < 2):
@@ -171,23 +113,9 @@ class SweepSpec:
         if not isinstance(parameters, dict) or not parameters:
             raise ConfigError(f"{path}: parameters: an object of config keys and their values")
         self.parameters = [Parameter(key, spec, f"{path}: parameters.{key}") for key, spec in parameters.items()]
-        if self.method == "grid":
-            ranged = [p.key for p in self.parameters if p.values is None]
-            if ranged:
-                raise ConfigError(f"{path}: parameters.{ranged[0]}: grid search needs a list of values "
-                                  f"(ranges are for method: random)")
+        method_cls.check(self, path)
         self.raw = data
-
-    def trial_values(self) -> List[Dict[str, Any]]:
-        """Every trial's values, in order (the same on every start of the sweep); Optuna's are
-        drawn as the sweep goes, so none here."""
-        if self.method == "optuna":
-            return []
-        if self.method == "grid":
-            keys = [p.key for p in self.parameters]
-            return [dict(zip(keys, combo)) for combo in itertools.product(*(p.values or [] for p in self.parameters))]
-        rng = random.Random(self.seed)
-        return [{p.key: p.draw(rng) for p in self.parameters} for _ in range(self.trials)]
+        self.search: SweepMethod = method_cls(self)
 
 
 def _positive(value: Any, where: str) -> int:
@@ -271,7 +199,8 @@ class Sweep:
         base = load_config(param_path, overrides, with_task=False)
         if not base["trainer"]["is_eval_dev"]:
             raise ConfigError("trainer.is_eval_dev: a sweep compares trials by their dev metric; set it to true")
-        self.spec = SweepSpec(sweep_path, read_document(sweep_path, "sweep file"), base)
+        data = read_document(sweep_path, "sweep file")
+        self.spec = SweepSpec(sweep_path, data, base, _method_scope(data, base))
         data_format = base["dataset_reader"]["train_reader"]["config"]["format"]
         format_cls = RegisterSet.data_formats.builtin(data_format)  # None: a task's own, taken to read lines
         if self.spec.folds is not None and format_cls is not None and not format_cls.line_based:
@@ -279,11 +208,12 @@ class Sweep:
                               f"format {data_format!r} reads no lines; write the training split as JSON lines "
                               f"(datasets: Dataset.to_json) and read it with format: jsonl to cross-validate")
         self.output = os.path.abspath(self.spec.output)
-        values = self.spec.trial_values()
-        # every trial's overrides must make a valid task file (Optuna's: the first value or the
-        # lower end of each parameter, for its keys and types)
-        probes = values or [{p.key: p.values[0] if p.values is not None else
-                             (int(p.low) if p.integer else p.low) for p in self.spec.parameters}]
+        self.search = self.spec.search
+        planned = self.search.planned()
+        values = planned or []
+        # every trial's overrides must make a valid task file (a method that plans nothing: the
+        # first value or the lower end of each parameter, for its keys and types)
+        probes = values or [{p.key: p.first() for p in self.spec.parameters}]
         for i, trial in enumerate(probes):
             try:
                 load_config(param_path, self.overrides + overrides_of(trial))
@@ -293,8 +223,8 @@ class Sweep:
         self.trials: List[Dict[str, Any]] = [self._fresh(i, v) for i, v in enumerate(values)]
         self.fold_data: Optional[FoldData] = None
         self.threads = max(1, len(os.sched_getaffinity(0)) // self.spec.parallel)
-        self.study: Any = None
-        self._asked: Dict[int, Any] = {}  # our trial index -> its optuna.Trial
+        self.total = len(values) if planned is not None else self.spec.trials
+        self._asked: set = set()  # trials the method was asked for in this process
         self._pruning: set = set()
 
     def _fresh(self, index: int, values: Dict[str, Any]) -> Dict[str, Any]:
@@ -319,14 +249,13 @@ class Sweep:
         if not same:
             raise ConfigError(f"{self.output} holds another sweep (a different task file, sweep file or --set); "
                               f"set output in the sweep file, or move the folder away")
-        if self.spec.method == "optuna":  # the trials drawn so far
+        if self.search.planned() is None:  # the trials asked for so far
             self.trials = [self._fresh(old["trial"], old["values"]) for old in saved["trials"]]
         for trial, old in zip(self.trials, saved["trials"]):
             if old.get("status") in FINISHED:
                 trial.update(old)
                 continue
-            if "optuna" in old:
-                trial["optuna"] = old["optuna"]
+            trial.update({k: v for k, v in old.items() if k not in RECORD_KEYS})  # the method's own (Optuna's number)
             for fold, old_fold in zip(trial.get("folds", []), old.get("folds", [])):
                 if old_fold.get("status") in FINISHED:  # the finished folds of an unfinished trial
                     fold.update(old_fold)
@@ -365,7 +294,7 @@ class Sweep:
     def _report_overrides(self, folder: str) -> List[str]:
         """A pruning sweep's trials report to it through a ``SweepReportHook`` added to their
         ``trainer.hooks`` (the task's own hooks kept, before any trial value that sets theirs)."""
-        if self.study is None or not self.spec.prune:
+        if not self.search.reports:
             return []
         hooks = self.base["trainer"]["hooks"] + [{"type": "SweepReportHook", "params": {"folder": folder}}]
         return [f"trainer.hooks={json.dumps(hooks, ensure_ascii=False)}"]
@@ -412,8 +341,7 @@ class Sweep:
             if any(f["status"] not in FINISHED for f in trial["folds"]):
                 return
             self._summarize_folds(trial)
-        if self.study is not None:
-            self._tell(trial)
+        self.search.tell(trial)
 
     @staticmethod
     def _name(trial: Dict[str, Any], fold: Optional[int]) -> str:
@@ -445,12 +373,12 @@ class Sweep:
         self._load_state()
         if self.spec.folds is not None:
             self._split_folds()
-        if self.spec.method == "optuna":
-            self._open_study()
+        self.search.open(self.output, self.trials)
         self._save_state()
         waiting = [unit for t in self.trials if t["status"] not in FINISHED for unit in self._units(t)]
         done = sum(t["status"] in FINISHED for t in self.trials)
-        total = self.spec.trials if self.spec.method == "optuna" else len(self.trials)
+        total = self.total
+        unplanned = self.search.planned() is None
         if done:
             logger.info("sweep: %d of %d trials finished before; running the other %d", done, total, total - done)
         running: Dict[Tuple[int, Optional[int]], Tuple[subprocess.Popen, float, Dict[str, Any]]] = {}
@@ -461,15 +389,16 @@ class Sweep:
                     if not waiting:
                         waiting = self._units(self._new_trial())
                     trial, fold = waiting.pop(0)
-                    if self.study is not None and trial["trial"] not in self._asked:
-                        self._ask(trial)
+                    if unplanned and trial["trial"] not in self._asked:
+                        self.search.ask(trial)
+                        self._asked.add(trial["trial"])
                     trial["status"] = "running"
                     if fold is not None:
                         trial["folds"][fold]["status"] = "running"
                     running[(trial["trial"], fold)] = (self._start(trial, fold), time.time(), trial)
                     self._save_state()
                 for (_, fold), (proc, started, trial) in list(running.items()):
-                    if self.study is not None and self.spec.prune:
+                    if self.search.reports:
                         self._answer_reports(trial)
                     for line in progress.lines(self._name(trial, fold), self.folder(trial, fold), self.spec.metric):
                         logger.info("%s", line)
@@ -478,7 +407,7 @@ class Sweep:
                         self._finish(trial, fold, proc.returncode, time.time() - started)
                         self._save_state()
                         self.write_results()
-                time.sleep(0.02 if self.study is not None else 0.2)
+                time.sleep(0.02 if self.search.reports else 0.2)  # a reporting trial waits for its answer
         finally:
             for proc, _, _ in running.values():  # Ctrl-C or an error: the trials save and stop
                 with contextlib.suppress(OSError):
@@ -494,36 +423,15 @@ class Sweep:
         self.write_results()
         return self.trials
 
-    # ---- Optuna ----
-    def _open_study(self) -> None:
-        import optuna
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        pruner = optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0) if self.spec.prune \
-            else optuna.pruners.NopPruner()
-        self.study = optuna.create_study(
-            study_name="sweep", storage=f"sqlite:///{os.path.join(self.output, 'optuna.db')}", load_if_exists=True,
-            sampler=optuna.samplers.TPESampler(seed=self.spec.seed), pruner=pruner,
-            direction="maximize" if self.spec.mode == "max" else "minimize")
-        for trial in self.trials:  # trials a killed sweep left running are asked again with their values
-            if trial["status"] not in FINISHED and "optuna" in trial:
-                with contextlib.suppress(Exception):  # already finished in the study
-                    self.study.tell(trial["optuna"], state=optuna.trial.TrialState.FAIL)
-                self.study.enqueue_trial(trial["values"], skip_if_exists=False)
-
+    # ---- a method's answers to reporting trials ----
     def _new_trial(self) -> Dict[str, Any]:
         trial = self._fresh(len(self.trials), {})
         self.trials.append(trial)
         return trial
 
-    def _ask(self, trial: Dict[str, Any]) -> None:
-        asked = self.study.ask({p.key: p.distribution() for p in self.spec.parameters})
-        self._asked[trial["trial"]] = asked
-        trial["optuna"] = asked.number
-        trial["values"] = {p.key: asked.params[p.key] for p in self.spec.parameters}
-
     def _answer_reports(self, trial: Dict[str, Any]) -> None:
-        """Report the trial's new dev metrics to Optuna and write its decisions."""
-        folder, asked = self.folder(trial), self._asked[trial["trial"]]
+        """Give the method the trial's new dev metrics and write its decisions."""
+        folder = self.folder(trial)
         for name in os.listdir(folder):
             if not (name.startswith("report_") and name.endswith(".json")):
                 continue
@@ -532,23 +440,12 @@ class Sweep:
             step = int(report["step"])
             if os.path.isfile(decision_path(folder, step)):
                 continue
-            asked.report(float(report["value"]), step)
-            prune = bool(asked.should_prune())
+            prune = self.search.answer(trial, step, float(report["value"]))
             if prune:
                 self._pruning.add(trial["trial"])
                 logger.info("trial %d pruned at step %d (dev %s %.6g)", trial["trial"], step, self.spec.metric,
                             report["value"])
             write_text_atomically(decision_path(folder, step), json.dumps({"prune": prune}))
-
-    def _tell(self, trial: Dict[str, Any]) -> None:
-        import optuna
-        asked = self._asked.pop(trial["trial"])
-        if trial["status"] == "done":
-            self.study.tell(asked, trial["metric"])
-        elif trial["status"] == "pruned":
-            self.study.tell(asked, state=optuna.trial.TrialState.PRUNED)
-        else:
-            self.study.tell(asked, state=optuna.trial.TrialState.FAIL)
 
     # ---- tables ----
     def ranked(self) -> List[Dict[str, Any]]:
@@ -602,6 +499,16 @@ class Sweep:
         from wenxin.config.loader import load_config
         return load_config(self.param_path, self.overrides + overrides_of(trial["values"]) + overrides_of(
             {"trainer.metric": self.spec.metric, "trainer.metric_mode": self.spec.mode}))
+
+
+def _method_scope(data: Any, base: Dict[str, Any]) -> Optional[str]:
+    """The task package's scope when the sweep file names a method that is not built in (a task
+    may register its own), else None: the task and Paddle load only then."""
+    method = data.get("method") if isinstance(data, dict) else None
+    if not isinstance(method, str) or method in RegisterSet.sweep_methods.registered() or "task" not in base:
+        return None
+    from wenxin.common.task_loader import import_task
+    return import_task(base["task"], base.get("_source", ""))
 
 
 def _die_with_parent() -> None:

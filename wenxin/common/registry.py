@@ -114,5 +114,7 @@ class RegisterSet:
     result_formats = Registry("result format")
     optimizers = Registry("optimizer", ("wenxin.optim.optimizers",))
     lr_schedulers = Registry("LR scheduler", ("wenxin.optim.optimizers",))
+    sweep_methods = Registry("sweep method", ("wenxin.sweep_methods.grid", "wenxin.sweep_methods.random_search",
+                                              "wenxin.sweep_methods.optuna_search"))
     inference_backends = Registry("inference backend", ("wenxin.inference.paddle_backend",
                                                         "wenxin.inference.onnx_backend"))
