@@ -15,7 +15,7 @@ from wenxin.common.errors import DataError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import validate
 from wenxin.config.task_schema import READER
-from wenxin.data import token_cache
+from wenxin.data import cache_store, token_cache, vocab_counts
 from wenxin.data.cached_examples import CachedExamples
 from wenxin.data.dataset_reader import build_readers
 from wenxin.data.field_reader import BaseFieldReader, TensorSpec
@@ -176,10 +176,10 @@ META_EDITS = {  # each once sealed: the digest tells it; the last two also re-di
     "files emptied": lambda meta: meta.update(files={}),
     "a file dropped": lambda meta: meta["files"].pop("s0.data.npy"),
     "examples changed": lambda meta: meta.update(examples=3),
-    "files emptied, digest redone": lambda meta: meta.update(files={}, digest=token_cache._meta_digest({**meta, "files": {}})),
+    "files emptied, digest redone": lambda meta: meta.update(files={}, digest=cache_store._meta_digest({**meta, "files": {}})),
     "entry not a pair, digest redone": lambda meta: meta.update(
         files={**meta["files"], "s0.data.npy": 5},
-        digest=token_cache._meta_digest({**meta, "files": {**meta["files"], "s0.data.npy": 5}})),
+        digest=cache_store._meta_digest({**meta, "files": {**meta["files"], "s0.data.npy": 5}})),
 }
 
 
@@ -221,7 +221,7 @@ def test_a_killed_build_leaves_no_entry_and_the_next_run_builds_one(tmp_path, ca
         raise KeyboardInterrupt  # as a SIGKILL would stop it, but leaving the scratch folder behind
     with monkeypatch.context() as patch:
         patch.setattr(token_cache.TokenCache, "_build_examples", killed)
-        patch.setattr(token_cache.shutil, "rmtree", lambda *a, **k: None)  # a killed process cleans nothing
+        patch.setattr(cache_store.shutil, "rmtree", lambda *a, **k: None)  # a killed process cleans nothing
         with pytest.raises(KeyboardInterrupt):
             load(train, fields(), True)
     assert glob.glob(str(cache_dir / ".tmp-*")) and not glob.glob(str(cache_dir / "ex-*"))
@@ -308,15 +308,15 @@ def test_packed_part_counts_sum_as_counters_do_after_a_trip_through_pickle(parts
     import pickle
     rng = random.Random(0)
     counters = [collections.Counter({token: rng.randint(1, 9) for token in tokens}) for tokens in parts]
-    packed = [pickle.loads(pickle.dumps(token_cache.pack_counter(c))) for c in counters]
+    packed = [pickle.loads(pickle.dumps(vocab_counts.pack_counter(c))) for c in counters]
     assert [p.token_list() for p in packed] == [list(c) for c in counters]
     joinable = all(isinstance(t, str) and "\n" not in t for tokens in parts for t in tokens)
     assert all(isinstance(p.tokens, str) for p in packed) == joinable
     expected: collections.Counter = collections.Counter()
     for c in counters:
         expected.update(c)
-    assert token_cache._summed(packed) == expected
-    tokens, totals, positions = token_cache._merge_part_vocabs(packed)
+    assert vocab_counts.summed(packed) == expected
+    tokens, totals, positions = vocab_counts.merge_part_vocabs(packed)
     for c, where in zip(counters, positions):  # each part's local ids point at its tokens
         assert [tokens[i] for i in where] == list(c)
 

@@ -17,51 +17,19 @@ from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSp
     UnknownLabelError, convert_row, link_fields
 from wenxin.common.progress import ProgressBar
 from wenxin.data.lines import FilePart
+from wenxin.data.reading import FirstSeen, FitGroup, RawLine
 from wenxin.data.row_formats import RowFormat
 from wenxin.data.sampler import ResumableBatchSampler
 from wenxin.data.streaming import StreamPlan, StreamSampler, check_streaming, first_examples, stream_loader
 from wenxin.data.cached_examples import CacheUnavailable, CachedExamples
-from wenxin.data.token_cache import TokenCache, merge_plans, plan_rows
+from wenxin.data.token_cache import StreamCounts, TokenCache, merge_plans, plan_rows
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-RawLine = Tuple[str, int, List[str]]  # (file, line number, columns)
 RARE_LABEL_COUNT = 3  # a label seen this often or less in a training set of 50+ lines is suspicious
 RAW_TEXT_CHECK_LINES = 2000  # training lines whose tagged tokens must come out of their raw sentence
 SKIPPED_SHOWN = 5  # skipped lines named in the log
-
-
-FirstSeen = Dict[int, Dict[str, Tuple[str, int]]]  # field position -> label -> (file, line) where it first occurs
-
-
-class FitGroup:
-    """A vocab fitted on training data: the ``owner`` field's, counted over the columns at
-    ``columns`` (the owner's and those of fields naming it in ``vocab_from``)."""
-
-    def __init__(self, owner: BaseFieldReader, columns: List[int]) -> None:
-        self.owner, self.columns = owner, columns
-
-    def count(self, rows: Iterable[RawLine]) -> "collections.Counter[Any]":
-        """The owner's ``fit_items`` counted over these columns of ``rows``."""
-        counts: collections.Counter = collections.Counter()
-        items = self.owner.fit_items
-        for _, _, columns in rows:
-            for col in self.columns:
-                counts.update(items(columns[col]))
-        return counts
-
-    def fit(self, rows: Iterable[RawLine]) -> None:
-        self.owner.fit_counts(self.count(rows))
-
-    def fits_while_converting(self, fields: Sequence[BaseFieldReader]) -> bool:
-        """Whether the token cache may fit this vocab from the conversion itself
-        (``token_cache.PartVocab``): every field of the group converts as ``TextFieldReader``
-        does (the ids ``vocab.to_ids`` gives for ``fit_items``, cut to length) with the owner's
-        tokenizer."""
-        tokenizer = self.owner.config.get("tokenizer")
-        return all(type(f).convert is TextFieldReader.convert and type(f).fit_items is TextFieldReader.fit_items
-                   and f.config.get("tokenizer") == tokenizer for f in (fields[c] for c in self.columns))
 
 
 class BatchLoader(Protocol):
@@ -219,12 +187,14 @@ class BasicDataSetReader:
         if self.reader_config["streaming"]:
             first_seen = self._plan_stream(to_fit)
         elif cache is not None:
-            first_seen = self._with_cache(lambda: cache.load(to_fit), "convert in memory")
-            if first_seen is None:
+            cached = self._with_cache(lambda: cache.load(to_fit), "convert in memory")
+            if cached is None:
                 self.bad_lines, self.skipped = 0, []
+            else:
+                self.examples, self.bad_lines, self.skipped, first_seen = cached
         if first_seen is None:
             first_seen = self._load_in_memory(to_fit, train_reader is None)
-        self._share_fitted_vocabs()
+        self.share_fitted_vocabs()
         self.skipped = sorted(self.skipped)[:SKIPPED_SHOWN]  # a folder's files are sorted by path
         for path, lineno, problem in self.skipped:
             logger.warning("%s:%d: skipped: %s", path, lineno, problem)
@@ -250,7 +220,7 @@ class BasicDataSetReader:
             logger.warning("%s: the token cache is not used: %s", self.name, e)
             return None
 
-    def _plan_stream(self, to_fit: List["FitGroup"]) -> "FirstSeen":
+    def _plan_stream(self, to_fit: List[FitGroup]) -> FirstSeen:
         """A streamed reader's pass before training: row counts and fitted vocabularies, from or
         into the token cache's folder (in this process with ``cache: false``)."""
         problem = check_streaming(self, self.name)
@@ -265,22 +235,22 @@ class BasicDataSetReader:
             merged = merge_plans(results)
             for group, counts in zip(to_fit, merged["counts"]):
                 group.owner.fit_counts(counts)
-            self.bad_lines, self.skipped = merged["bad_lines"], [tuple(s) for s in merged["skipped"]]
-            planned = ([r["rows"] for r in results],
-                       {col: {label: tuple(where) for label, where in seen.items()}
-                        for col, seen in merged["first_seen"].items()})
-        rows, first_seen = planned
-        self.stream_plan = StreamPlan(files, rows)
-        return first_seen
+            planned = StreamCounts([r["rows"] for r in results], merged["bad_lines"],
+                                   [(p, n, why) for p, n, why in merged["skipped"]],
+                                   {col: {label: (where[0], where[1]) for label, where in seen.items()}
+                                    for col, seen in merged["first_seen"].items()})
+        self.bad_lines, self.skipped = planned.bad_lines, planned.skipped
+        self.stream_plan = StreamPlan(files, planned.rows)
+        return planned.first_seen
 
-    def _load_in_memory(self, to_fit: List["FitGroup"], fitting: bool) -> "FirstSeen":
+    def _load_in_memory(self, to_fit: List[FitGroup], fitting: bool) -> FirstSeen:
         """Read every line, fit, and convert into a list of examples held in memory."""
         lines = self._sample(self.read_lines())
         logger.info("%s: %d lines read%s", self.name, len(lines),
                     "; fitting vocabularies and converting" if fitting else "; converting")
         for group in to_fit:
             group.fit(lines)
-        self._share_fitted_vocabs()
+        self.share_fitted_vocabs()
         keep_raw = self.reader_config["need_generate_examples"]
         bar = ProgressBar(len(lines), f"{self.name} data") if self.show_progress else None
         examples: List[Tuple[Any, ...]] = []
@@ -295,7 +265,7 @@ class BasicDataSetReader:
         self.examples = examples
         return self.first_seen(lines)
 
-    def first_seen(self, rows: Iterable[RawLine]) -> "FirstSeen":
+    def first_seen(self, rows: Iterable[RawLine]) -> FirstSeen:
         """For each single-label field (by position), where each label first occurs."""
         cols = [col for col, f in enumerate(self.fields) if isinstance(f, LabelFieldReader) and f.single_label]
         first: FirstSeen = {col: {} for col in cols}
@@ -304,7 +274,7 @@ class BasicDataSetReader:
                 first[col].setdefault(columns[col].strip(), (path, lineno))
         return first
 
-    def _report_labels(self, first_seen: "FirstSeen") -> None:
+    def _report_labels(self, first_seen: FirstSeen) -> None:
         """Log each label map with its counts, and warn about labels so rare that they are more
         likely a stray header, an empty label or a typo (``01``) than a class."""
         for col, first in first_seen.items():
@@ -353,7 +323,7 @@ class BasicDataSetReader:
                     break
 
     def _known_vocabs(self, train_reader: Optional["BasicDataSetReader"],
-                      saved_vocab_dir: Optional[str] = None) -> List["FitGroup"]:
+                      saved_vocab_dir: Optional[str] = None) -> List[FitGroup]:
         """Give fields without a vocab file the vocab they share or resume with; returns the
         vocabs the training data must fit. Other readers share the train reader's field of the
         same name (or of ``vocab_from``); the train reader takes vocabs saved in
@@ -390,7 +360,7 @@ class BasicDataSetReader:
                                       f"{type(field).__name__} (its tokens and ids mean something else)")
         return groups
 
-    def _share_fitted_vocabs(self) -> None:
+    def share_fitted_vocabs(self) -> None:
         """Fields with ``vocab_from`` take their owner's vocab, once it is fitted."""
         for field in self.fields:
             owner = field.config.get("vocab_from")

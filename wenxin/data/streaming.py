@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
 
 from wenxin.common.errors import DataError
-from wenxin.data.token_cache import FilePart
+from wenxin.data.lines import FilePart
+from wenxin.data.reading import RawLine, RowReader
 
-if TYPE_CHECKING:
-    from wenxin.data.dataset_reader import BasicDataSetReader, RawLine
 
 DRAW_BLOCK = 4096  # shuffle-buffer positions drawn from the RNG at a time
 WARNED_LINES = 5  # malformed lines met while streaming that are logged (by each process)
@@ -51,14 +50,14 @@ class StreamPlan:
         return sum(self.rows)
 
 
-def epoch_rows(reader: "BasicDataSetReader", plan: StreamPlan, seed: int, epoch: int, shuffle: bool,
-               buffer: int) -> Iterator["RawLine"]:
+def epoch_rows(reader: RowReader, plan: StreamPlan, seed: int, epoch: int, shuffle: bool,
+               buffer: int) -> Iterator[RawLine]:
     """The rows of one epoch, in order (see the module docstring, steps 1 and 2). A file whose
     row count differs from the plan's (edited while training) is an error."""
     rng = np.random.RandomState((seed * 100003 + epoch) % 2**32)
     order = rng.permutation(len(plan.files)) if shuffle else np.arange(len(plan.files))
 
-    def rows() -> Iterator["RawLine"]:
+    def rows() -> Iterator[RawLine]:
         for i in order:
             seen = 0
             for row in reader.iter_rows([FilePart(plan.files[i], 0, None, 1)]):
@@ -71,7 +70,7 @@ def epoch_rows(reader: "BasicDataSetReader", plan: StreamPlan, seed: int, epoch:
     if not shuffle or buffer <= 1:
         yield from rows()
         return
-    pool: List["RawLine"] = []
+    pool: List[RawLine] = []
     draws: List[int] = []
     for row in rows():
         if len(pool) < buffer:
@@ -94,7 +93,7 @@ class StreamSampler:
 
     bucket_batches = 0
 
-    def __init__(self, reader: "BasicDataSetReader", plan: StreamPlan, batch_size: int, shuffle: bool, seed: int,
+    def __init__(self, reader: RowReader, plan: StreamPlan, batch_size: int, shuffle: bool, seed: int,
                  drop_last: bool = False, rank: int = 0, num_replicas: int = 1, pad: bool = True,
                  buffer: int = 10000) -> None:
         self.reader, self.plan = reader, plan
@@ -117,7 +116,7 @@ class StreamSampler:
         n = self.rows_of_rank()
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
-    def _rank_rows(self) -> Iterator["RawLine"]:
+    def _rank_rows(self) -> Iterator[RawLine]:
         """This rank's rows of the epoch: its share of the stream, continued from the stream's
         start where padding needs more."""
         needed = self.rows_of_rank()
@@ -128,7 +127,7 @@ class StreamSampler:
             for _ in itertools.count())  # endless: the plan has rows, and a pass with fewer is an error
         yield from itertools.islice(cyclic, self.rank, self.rank + needed * self.num_replicas, self.num_replicas)
 
-    def batches(self, worker: int = 0, workers: int = 1) -> Iterator[Tuple[int, List["RawLine"]]]:
+    def batches(self, worker: int = 0, workers: int = 1) -> Iterator[Tuple[int, List[RawLine]]]:
         """``(batch number, rows)`` of the batches from ``start_batch`` on that go to ``worker``
         (every ``workers``-th, from ``start_batch``: the DataLoader asks worker 0 first)."""
         rows = self._rank_rows()
@@ -138,12 +137,12 @@ class StreamSampler:
             if b >= self.start_batch and (b - self.start_batch) % workers == worker:  # the first to worker 0
                 yield b, batch
 
-    def __iter__(self) -> Iterator[List["RawLine"]]:
+    def __iter__(self) -> Iterator[List[RawLine]]:
         for _, rows in self.batches():
             yield rows
 
 
-def convert_batch(reader: "BasicDataSetReader", rows: List["RawLine"]) -> Dict[str, np.ndarray]:
+def convert_batch(reader: RowReader, rows: List[RawLine]) -> Dict[str, np.ndarray]:
     """A batch's rows converted and collated; a batch whose every row is malformed is an error."""
     before = reader.bad_lines
     examples = [example for _, example in reader.converted(rows)]
@@ -162,7 +161,7 @@ class StreamBatches:
     """Iterates a ``StreamSampler``'s batches in the calling thread, converted and collated
     (tensors for the eager trainer)."""
 
-    def __init__(self, reader: "BasicDataSetReader", sampler: StreamSampler, as_tensors: bool) -> None:
+    def __init__(self, reader: RowReader, sampler: StreamSampler, as_tensors: bool) -> None:
         self.reader, self.sampler, self.as_tensors = reader, sampler, as_tensors
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
@@ -180,7 +179,7 @@ class _WorkerBatches(paddle.io.IterableDataset):
     """A DataLoader worker's batches: those numbered ``worker (mod workers)``. The DataLoader
     takes one from each worker in turn, so the batches arrive in their order."""
 
-    def __init__(self, reader: "BasicDataSetReader", sampler: StreamSampler) -> None:
+    def __init__(self, reader: RowReader, sampler: StreamSampler) -> None:
         self.reader, self.sampler = reader, sampler
 
     def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
@@ -194,7 +193,7 @@ def _as_is(batch: Any) -> Any:
     return batch
 
 
-def stream_loader(reader: "BasicDataSetReader", sampler: StreamSampler, numpy_batches: bool,
+def stream_loader(reader: RowReader, sampler: StreamSampler, numpy_batches: bool,
                   num_workers: int) -> Any:
     """The batches of ``sampler``: in the calling thread, or in ``num_workers`` DataLoader
     worker processes, each converting only its own batches."""
@@ -219,13 +218,13 @@ class _WithLength:
         return len(self.sampler) - self.sampler.start_batch
 
 
-def first_examples(reader: "BasicDataSetReader", plan: StreamPlan, count: int) -> List[Tuple[Any, ...]]:
+def first_examples(reader: RowReader, plan: StreamPlan, count: int) -> List[Tuple[Any, ...]]:
     """The first ``count`` examples in file order (for an export's sample batch)."""
     rows = (row for path in plan.files for row in reader.iter_rows([FilePart(path, 0, None, 1)]))
     return [example for _, example in itertools.islice(reader.converted(rows), count)]
 
 
-def check_streaming(reader: "BasicDataSetReader", name: str) -> Optional[str]:
+def check_streaming(reader: RowReader, name: str) -> Optional[str]:
     """Why this reader cannot stream, or None."""
     cfg = reader.reader_config
     if name != "train_reader":

@@ -3,12 +3,9 @@ from __future__ import annotations
 
 import math
 import random
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Protocol
 
 from wenxin.common.errors import ConfigError
-
-if TYPE_CHECKING:
-    from wenxin.sweep import SweepSpec
 
 
 class Parameter:
@@ -62,6 +59,16 @@ class Parameter:
         return int(round(value)) if self.integer else value
 
 
+class SweepSettings(Protocol):
+    """What a method reads of the sweep file (``wenxin.sweep.SweepSpec``)."""
+
+    parameters: List[Parameter]
+    trials: int  # how many trials, for methods that draw them
+    seed: int
+    prune: bool  # whether weak trials may be stopped early
+    mode: str  # max or min: which way the metric improves
+
+
 class SweepMethod:
     """How a sweep picks its trials' values.
 
@@ -73,11 +80,11 @@ class SweepMethod:
     when it starts again.
     """
 
-    def __init__(self, spec: "SweepSpec") -> None:
+    def __init__(self, spec: SweepSettings) -> None:
         self.spec = spec
 
     @classmethod
-    def check(cls, spec: "SweepSpec", where: str) -> None:
+    def check(cls, spec: SweepSettings, where: str) -> None:
         """Refuse a sweep file this method cannot run (``where``: the file, for errors)."""
 
     def planned(self) -> Optional[List[Dict[str, Any]]]:

@@ -6,7 +6,7 @@ from typing import Any, Dict, List
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
-from wenxin.sweep_methods.base import SweepMethod
+from wenxin.sweep_methods.base import SweepMethod, SweepSettings
 
 
 @RegisterSet.sweep_methods.register("grid")
@@ -14,7 +14,7 @@ class GridSearch(SweepMethod):
     """Every combination of the listed values."""
 
     @classmethod
-    def check(cls, spec: Any, where: str) -> None:
+    def check(cls, spec: SweepSettings, where: str) -> None:
         ranged = [p.key for p in spec.parameters if p.values is None]
         if ranged:
             raise ConfigError(f"{where}: parameters.{ranged[0]}: grid search needs a list of values "

@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
-from wenxin.sweep_methods.base import Parameter, SweepMethod
+from wenxin.sweep_methods.base import Parameter, SweepMethod, SweepSettings
 
 logger = logging.getLogger("wenxin")
 FINISHED = ("done", "failed", "pruned")
@@ -35,7 +35,7 @@ class OptunaSearch(SweepMethod):
     study: Any = None
 
     @classmethod
-    def check(cls, spec: Any, where: str) -> None:
+    def check(cls, spec: SweepSettings, where: str) -> None:
         if importlib.util.find_spec("optuna") is None:
             raise ConfigError(f"{where}: method: optuna needs the optuna package: pip install \"wenxin[sweep]\" "
                               f"(or optuna)")
