@@ -23,7 +23,7 @@ def rows(n, seed):
     return out
 
 
-def keyword_config(tmp_path, task, trainer_type="CustomDynamicTrainer", is_dygraph=1):
+def keyword_config(tmp_path, task, trainer_type="CustomTrainer", is_dygraph=1):
     """The keyword-spotting task over generated data in ``tmp_path/data``."""
     data = str(tmp_path / "data")
     write_tsv(f"{data}/train.tsv", rows(300, 1))
@@ -53,7 +53,7 @@ def test_task_outside_the_framework_trains_through_run_trainer(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
                           env={**os.environ, "GLOG_minloglevel": "2"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert open(os.path.join(out, "keyword_trainer_ran")).read() == "yes"  # the task's own trainer
+    assert open(os.path.join(out, "keyword_trainer_ran")).read() == "yes, dynamic"  # the task's own trainer
     with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
         dev = [json.loads(line) for line in f if '"dev"' in line]
     assert dev[-1]["acc"] >= 0.95 and dev[-1]["examples"] == 80
@@ -109,3 +109,35 @@ def test_a_tasks_own_optimizer_and_schedule_replace_the_built_ins_of_that_name(t
     assert set(sys.modules[f"{trainer.scope}.optim"].USED) == {"linear_warmup_decay", "adamw"}
     assert type(trainer.lr_scheduler) is paddle.optimizer.lr.StepDecay
     assert type(trainer.optimizer) is paddle.optimizer.SGD
+
+
+def test_a_tasks_own_trainer_written_once_runs_in_both_modes_with_parity(tmp_path):
+    """The keyword task's trainer subclasses BaseTrainer once: model.is_dygraph alone picks the
+    engine, its do_train and do_evaluate run in both, and from the same weights the two modes
+    train to the same losses and metrics."""
+    import numpy as np
+    import paddle
+    from conftest import build, losses_of
+
+    def config(mode):
+        c = keyword_config(tmp_path, TASK_DIR, is_dygraph=1 if mode == "dynamic" else 0)
+        c["trainer"].update(output_path=str(tmp_path / mode), train_log_step=1, epoch=1)
+        return c
+
+    dynamic = build(config("dynamic"), tmp_path)
+    init = str(tmp_path / "init.pdparams")
+    paddle.save({k: v.numpy() for k, v in dynamic.model_state_dict().items()}, init)
+    static_config = config("static")
+    static_config["trainer"]["load_parameters"] = init
+    static = build(static_config, tmp_path)
+    assert type(dynamic).__name__ == type(static).__name__ == "KeywordTrainer"
+    assert (dynamic.mode, static.mode) == ("dynamic", "static")
+    results = {"dynamic": dynamic.do_train(), "static": static.do_train()}
+    for mode in ("dynamic", "static"):
+        assert open(os.path.join(tmp_path, mode, "keyword_trainer_ran")).read() == f"yes, {mode}"
+    d, s = losses_of(str(tmp_path / "dynamic")), losses_of(str(tmp_path / "static"))
+    assert sorted(d) == sorted(s) and len(d) > 10
+    np.testing.assert_allclose([s[k] for k in sorted(s)], [d[k] for k in sorted(d)], atol=1e-5, rtol=0)
+    dev = {mode: r["dev_reader"] for mode, r in results.items()}
+    assert dev["static"]["acc"] == dev["dynamic"]["acc"]
+    assert dev["static"]["predicted_positive"] == dev["dynamic"]["predicted_positive"]

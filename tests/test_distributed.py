@@ -251,7 +251,8 @@ def test_micro_batches_do_not_all_reduce(tmp_path, data_dir):
     from conftest import build
     trainer = build(task_config(data_dir, str(tmp_path / "out"), max_steps=1, is_eval_dev=0, is_eval_test=0,
                                 gradient_accumulation_steps=3), tmp_path)
-    model, entered = trainer.train_model, []
+    engine = trainer.engine
+    model, entered = engine.train_model, []
 
     class Recorder:
         def __call__(self, *args):
@@ -262,7 +263,8 @@ def test_micro_batches_do_not_all_reduce(tmp_path, data_dir):
             entered.append(trainer.state.global_step)
             yield
 
-    trainer.train_model, trainer.world_size = Recorder(), 2
+    engine.train_model = engine.step.train_model = Recorder()
+    trainer.world_size = engine.step.world_size = 2
     trainer.mean_over_ranks = lambda value: value
     trainer.check_ranks_start_together = lambda: None
     trainer.should_check_loss = lambda: False  # no collective in this single process

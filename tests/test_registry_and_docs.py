@@ -40,5 +40,6 @@ def test_unknown_name_lists_known_and_suggests():
 def test_readme_reference_matches_schema():
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         readme = f.read()
-    assert render() in readme, "README is stale: regenerate with python tools/task_reference.py"
-    assert render_taggers() in readme, "README's tagger keys are stale: regenerate with python tools/task_reference.py taggers"
+    assert render() in readme, "README is stale: regenerate with python tools/task_reference.py --write README.md"
+    assert render_taggers() in readme, ("README's tagger keys are stale: regenerate with "
+                                        "python tools/task_reference.py taggers --write README.md")

@@ -69,7 +69,7 @@ def test_loss_scaling_gives_the_unscaled_updates(tmp_path, float16_on_cpu, accum
                                    gradient_accumulation_steps=accumulate), tmp_path)
     scaled, steps = train(scaled_config(str(tmp_path / "d"), str(tmp_path / "amp"), rows,
                                         gradient_accumulation_steps=accumulate, **fp16_scaling()), tmp_path)
-    ops = {op.name() for op in scaled.main_program.global_block().ops}
+    ops = {op.name() for op in scaled.engine.main_program.global_block().ops}
     assert {"pd_op.check_finite_and_unscale_", "pd_op.update_loss_scaling_"} <= ops
     assert [scale for _, scale, _ in steps] == [1024.0, 2048.0, 2048.0, 4096.0, 4096.0, 8192.0, 8192.0,
                                                 16384.0, 16384.0, 32768.0]
@@ -125,8 +125,8 @@ def test_static_bfloat16_program_casts_the_matmuls(tmp_path, monkeypatch, data_d
         return {op.name() for op in program.global_block().ops
                 if any("bf16" in str(value.type()) for value in op.results())}
 
-    assert {"pd_op.cast", "pd_op.matmul", "pd_op.matmul_grad"} <= bf16_ops(trainer.main_program)
-    assert not bf16_ops(trainer.eval_program("dev_reader").program)
+    assert {"pd_op.cast", "pd_op.matmul", "pd_op.matmul_grad"} <= bf16_ops(trainer.engine.main_program)
+    assert not bf16_ops(trainer.engine.eval_program("dev_reader").program)
     assert trainer.loss_scale() is None  # bfloat16 is not loss-scaled
     assert all(str(v.dtype) == "paddle.float32" for v in trainer.model.state_dict().values())
 

@@ -1,5 +1,6 @@
 """Render the task-file schema as Markdown tables: ``python tools/task_reference.py`` (the
-task file's keys) or ``python tools/task_reference.py taggers`` (the tagger models' keys).
+task file's keys) or ``python tools/task_reference.py taggers`` (the tagger models' keys);
+``--write FILE`` replaces those tables in FILE (the README) instead of printing them.
 
 The README's "task.json reference" section is this output; a test keeps them in sync. A tool of
 the repository, not of the package: it reads the schema of the tasks too, which sit above it.
@@ -74,5 +75,28 @@ def render_taggers() -> str:
                    ("model (ErnieFcSeqLabel)", ernie.config_schema)])
 
 
+def replace_tables(text: str, tables: str) -> str:
+    """``text`` with the rendered tables that start at ``tables``' first heading (up to the end
+    of the table under its last heading) replaced by ``tables``."""
+    headings = [line for line in tables.splitlines() if line.startswith("#### ")]
+    start = text.index(headings[0])
+    last_table = text.index("\n|", text.index(headings[-1], start))
+    end = text.find("\n\n", last_table + 1)
+    return text[:start] + tables.rstrip("\n") + (text[end:] if end >= 0 else "\n")
+
+
+def main(args: List[str]) -> None:
+    taggers = "taggers" in args
+    tables = render_taggers() if taggers else render()
+    if "--write" not in args:
+        print(tables)
+        return
+    path = args[args.index("--write") + 1]
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(replace_tables(text, tables))
+
+
 if __name__ == "__main__":
-    print(render_taggers() if sys.argv[1:] == ["taggers"] else render())
+    main(sys.argv[1:])

@@ -144,11 +144,13 @@ def _resolve(config: Dict[str, Any], scope: str, model_type: str, problems: Prob
         with problems.catch():
             trainer_cls = RegisterSet.trainers.get(trainer["type"], scope, "trainer.type")
     model = config.get("model", {})
-    if trainer_cls is not None and isinstance(model.get("is_dygraph", 1), int):
+    bound = getattr(trainer_cls, "engine_class", None)  # a trainer bound to one engine (BaseDynamicTrainer)
+    if bound is not None and isinstance(model.get("is_dygraph", 1), int):
         wanted = "dynamic" if model.get("is_dygraph", 1) else "static"
-        if getattr(trainer_cls, "mode", "") != wanted:
-            problems.add(f"trainer.type: '{trainer['type']}' is a {getattr(trainer_cls, 'mode', '') or 'unknown'}-"
-                         f"mode trainer but model.is_dygraph={model.get('is_dygraph', 1)} asks for {wanted}",
+        if bound.mode != wanted:
+            problems.add(f"trainer.type: '{trainer['type']}' is a {bound.mode}-mode trainer but "
+                         f"model.is_dygraph={model.get('is_dygraph', 1)} asks for {wanted} (trainer.type "
+                         f"CustomTrainer, or a task trainer on BaseTrainer, runs either mode)",
                          key="trainer.type")
     for i, spec in enumerate(trainer.get("hooks", [])):
         if "type" not in spec:

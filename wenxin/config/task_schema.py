@@ -168,7 +168,8 @@ PROFILE: Schema = {
 }
 
 TRAINER: Schema = {
-    "type": Key(str, "CustomDynamicTrainer"),
+    "type": Key(str, "CustomTrainer", doc="a registered trainer; CustomTrainer (and a task's trainer on "
+                                            "BaseTrainer) runs the mode model.is_dygraph picks"),
     "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
     "PADDLE_IS_FLEET": Key(bool, False),
     "cpu_threads": Key(int, 0, minimum=0, doc="threads of Paddle's CPU kernels in each process (0: its share of the "

@@ -1,8 +1,10 @@
 """``BaseTrainer``: everything about training that does not depend on how a step executes.
 
-The dynamic and static trainers subclass it and implement the execution primitives
-(``setup_execution``, ``run_step``, ``eval_step`` and the state accessors). The loop, hooks,
-evaluation, logging, checkpoint policy, resume and parameter loading live here once.
+A trainer holds an execution engine (``wenxin.controller.engine``), chosen by
+``model.is_dygraph``: the eager or the static one. The engine builds the model and optimizer and
+runs steps; the loop, hooks, evaluation, logging, checkpoint policy, resume and parameter loading
+live here once. ``BaseDynamicTrainer`` and ``BaseStaticTrainer`` are this trainer bound to one
+engine (``wenxin.controller.dynamic_trainer``, ``wenxin.controller.static_trainer``).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import tempfile
 import threading
 import time
 import warnings
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Type
 
 import numpy as np
 import paddle
@@ -33,6 +35,9 @@ from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import export
 from wenxin.controller.amp import AmpSettings
+from wenxin.controller.eager_engine import EagerEngine
+from wenxin.controller.engine import Batch, ExecutionEngine
+from wenxin.controller.static_engine import StaticEngine
 from wenxin.common.process import ignored, last_thread_failure
 from wenxin.controller.env import rng_state, set_rng_state
 from wenxin.controller.graph_mode import eager_mode
@@ -48,8 +53,7 @@ from wenxin.data.vocab import Vocab
 from wenxin.models.base_model import BaseModel
 
 logger = logging.getLogger("wenxin")
-
-Batch = Dict[str, Any]
+__all__ = ["Batch", "BaseTrainer"]  # Batch: the engines' (tasks import it from here)
 
 
 def batch_size_of(batch: Batch) -> int:
@@ -120,28 +124,30 @@ def _failure(error: BaseException) -> str:
 
 
 class BaseTrainer:
-    """The shared training loop. Tasks subclass a mode-specific base and implement
-    ``do_train`` (usually ``return self.train_loop()``) and ``do_evaluate``.
+    """The shared training loop, over the execution engine ``model.is_dygraph`` picks.
+
+    A task's trainer subclasses it once and works in both modes. Its entry points are
+    ``do_train`` (by default ``return self.train_loop()``) and ``do_evaluate`` (by default the
+    model's ``get_metrics`` over all of a reader's outputs, ``collect_outputs``), as in Wenxin.
 
     Args:
         config: the validated task config.
-        model_builder: creates the task model (a ``BaseModel``); the static trainer calls it
+        model_builder: creates the task model (a ``BaseModel``); the static engine calls it
             inside its program guard, so the same model class serves both modes.
         readers: loaded dataset readers by name (``train_reader``, ``dev_reader``, ...).
         scope: the task package, for task-registered hooks.
     """
 
-    mode: str = ""
-    numpy_batches: bool = False  # batches as numpy arrays instead of tensors (the static trainer)
+    engine_class: Optional[Type[ExecutionEngine]] = None  # None: model.is_dygraph chooses
 
     def __init__(self, config: Dict[str, Any], model_builder: Callable[[], BaseModel],
                  readers: Dict[str, BasicDataSetReader], scope: Optional[str] = None) -> None:
         self.config = config
         self.trainer_config: Dict[str, Any] = config["trainer"]
         self.model_builder = model_builder
-        self.model: BaseModel
         self.readers = readers
         self.scope = scope
+        self.engine: ExecutionEngine = self.engine_for(config)(self)
         self.output_path: str = self.trainer_config["output_path"]
         self.rank, self.world_size = paddle.distributed.get_rank(), paddle.distributed.get_world_size()
         self.is_writer = self.rank == 0
@@ -151,7 +157,6 @@ class BaseTrainer:
             logger.warning("trainer.use_amp: %s; this run computes in float32", self.amp_unavailable)
         self.state = TrainState()
         self.cpu_threads = 0  # the threads of Paddle's CPU kernels (``apply_cpu_threads``; 0: not on CPU)
-        self.lr_scheduler: Optional[paddle.optimizer.lr.LRScheduler] = None
         self.checkpoints = ckpt.CheckpointManager.for_trainer(self.trainer_config)
         prepare_output_path(self.trainer_config, self.is_writer)
         self._setup_train_data()
@@ -163,8 +168,37 @@ class BaseTrainer:
         # a hook that reads gradient norms asks for them before the step is built (static programs)
         self.gradient_norms_wanted = any(getattr(h, "wants_gradient_norms", False) for h in self.hooks.hooks)
         self.capture_gradients = False  # set by such a hook for the steps whose norms it reads
-        self.setup_execution()
+        self.engine.setup()
         self._load_initial_state()
+
+    @classmethod
+    def engine_for(cls, config: Dict[str, Any]) -> Type[ExecutionEngine]:
+        """The engine class: the one this trainer is bound to, else ``model.is_dygraph``'s."""
+        if cls.engine_class is not None:
+            return cls.engine_class
+        return EagerEngine if config["model"].get("is_dygraph", 1) else StaticEngine
+
+    # ---- what the engine holds -------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        """``dynamic`` or ``static``: the engine's mode."""
+        return self.engine.mode
+
+    @property
+    def numpy_batches(self) -> bool:
+        return self.engine.numpy_batches
+
+    @property
+    def model(self) -> BaseModel:
+        return self.engine.model
+
+    @property
+    def optimizer(self) -> Any:
+        return self.engine.optimizer
+
+    @property
+    def lr_scheduler(self) -> Optional[paddle.optimizer.lr.LRScheduler]:
+        return self.engine.lr_scheduler
 
     # ---- setup ---------------------------------------------------------------------------
     def _setup_train_data(self) -> None:
@@ -239,42 +273,46 @@ class BaseTrainer:
         hook.trainer = self
         self.hooks.add(hook, priority)
 
-    # ---- execution primitives (implemented by the dynamic / static trainers) -------------------
-    def setup_execution(self) -> None:
-        """Build the model (``self.model_builder()``), optimizer, LR schedule and scaler
-        (and the programs in static mode)."""
-        raise NotImplementedError
-
+    # ---- execution primitives (the engine's) ------------------------------------------------
     def run_step(self, batches: List[Batch]) -> Any:
-        """One optimizer update over ``batches`` (gradient accumulation); returns the mean loss
-        (a tensor or float) and sets ``state.nonfinite_loss`` when it checked and found NaN/Inf."""
-        raise NotImplementedError
+        """One optimizer update over ``batches`` (see ``ExecutionEngine.run_step``)."""
+        return self.engine.run_step(batches)
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
         """The model's outputs for one batch of ``reader_name``, as numpy arrays."""
-        raise NotImplementedError
-
-    def begin_eval(self) -> None: ...
-    def end_eval(self) -> None: ...
+        return self.engine.eval_step(batch, phase, reader_name)
 
     def model_state_dict(self) -> Dict[str, Any]:
         """Parameters and buffers by structured name (``encoder.fc.weight``)."""
-        raise NotImplementedError
+        return self.engine.model_state_dict()
 
     def set_model_state_dict(self, state: Mapping[str, Any]) -> None:
-        raise NotImplementedError
+        self.engine.set_model_state_dict(state)
 
     def optimizer_state_dict(self) -> Dict[str, Any]:
         """Optimizer accumulators keyed by structured parameter names."""
-        raise NotImplementedError
+        return self.engine.optimizer_state_dict()
 
     def set_optimizer_state_dict(self, state: Mapping[str, Any]) -> None:
-        raise NotImplementedError
+        self.engine.set_optimizer_state_dict(state)
 
     def scaler_state_dict(self) -> Optional[Dict[str, Any]]:
-        return None
+        return self.engine.scaler_state_dict()
 
-    def set_scaler_state_dict(self, state: Optional[Dict[str, Any]]) -> None: ...
+    def set_scaler_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
+        self.engine.set_scaler_state_dict(state)
+
+    def loss_scale(self) -> Optional[float]:
+        """The current loss scale; None without loss scaling."""
+        return self.engine.loss_scale()
+
+    def gradient_square_sums(self) -> Dict[str, float]:
+        """The sum of squares of each parameter's gradient in the last step (see the engine's)."""
+        return self.engine.gradient_square_sums()
+
+    def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
+        """Save the prediction graph for ``fields`` at ``prefix``; returns the output names in order."""
+        return self.engine.save_inference_graph(prefix, fields)
 
     def reduce_over_ranks(self, values: List[float], op: str = "sum") -> List[float]:
         """``values`` reduced elementwise over all ranks (``sum`` or ``max``; themselves in a
@@ -307,9 +345,6 @@ class BaseTrainer:
     def current_lr(self) -> float:
         return float(self.lr_scheduler.get_lr()) if self.lr_scheduler is not None else 0.0
 
-    def loss_scale(self) -> Optional[float]:
-        return None
-
     def should_check_loss(self) -> bool:
         """Whether the step about to run checks its loss for NaN/Inf (``trainer.nan_check_step``)."""
         every = self.trainer_config["nan_check_step"]
@@ -317,14 +352,22 @@ class BaseTrainer:
 
     # ---- task entry points ---------------------------------------------------------------
     def do_train(self) -> Dict[str, Dict[str, float]]:
-        raise NotImplementedError
+        """Train; returns the last metrics by reader. A task may do more around ``train_loop``."""
+        return self.train_loop()
 
     def do_evaluate(self, reader_name: str, phase: str, step: int) -> Dict[str, float]:
-        raise NotImplementedError
+        """The metrics of a reader: the model's ``get_metrics`` over all of its outputs
+        (sequence outputs of batches of different lengths are zero-padded to the longest)."""
+        outputs, meta_info = self.collect_outputs(reader_name, phase)
+        return self.model.get_metrics(outputs, meta_info, phase)
 
     # ---- the loop ------------------------------------------------------------------------
     def train_loop(self) -> Dict[str, Dict[str, float]]:
         """Run until ``max_steps`` or a hook asks to stop; returns the last metrics by reader."""
+        with self.engine.running():
+            return self._train_loop()
+
+    def _train_loop(self) -> Dict[str, Dict[str, float]]:
         s = self.state
         self.check_ranks_start_together()
         if s.finished:  # resumed from the end of a finished run
@@ -338,24 +381,7 @@ class BaseTrainer:
                     self.readers["train_reader"].reader_config["batch_size"], self.accumulate)
         previous_handlers = self._catch_stop_signals()
         try:
-            while s.global_step < s.max_steps and not s.should_stop:
-                self.train_sampler.set_epoch(s.epoch, s.step_in_epoch * self.accumulate)
-                if s.step_in_epoch == 0:
-                    self.hooks.call("before_epoch")
-                batches = iter(self.train_loader)
-                while s.step_in_epoch < s.steps_per_epoch and s.global_step < s.max_steps and not s.should_stop:
-                    self.hooks.call("before_step")
-                    start = time.perf_counter()
-                    group = self._next_batches(batches)
-                    s.last_data_time = time.perf_counter() - start
-                    s.last_loss = self.run_step(group)
-                    s.global_step += 1
-                    s.step_in_epoch += 1
-                    self.hooks.call("after_step")
-                if s.step_in_epoch >= s.steps_per_epoch:
-                    self.hooks.call("after_epoch")
-                    s.epoch += 1
-                    s.step_in_epoch = 0
+            self._run_epochs()
             self.hooks.call("after_train")
         finally:
             for sig, handler in previous_handlers.items():
@@ -364,6 +390,27 @@ class BaseTrainer:
         if s.stop_reason:
             logger.info("stopped: %s", s.stop_reason)
         return s.metrics
+
+    def _run_epochs(self) -> None:
+        s = self.state
+        while s.global_step < s.max_steps and not s.should_stop:
+            self.train_sampler.set_epoch(s.epoch, s.step_in_epoch * self.accumulate)
+            if s.step_in_epoch == 0:
+                self.hooks.call("before_epoch")
+            batches = iter(self.train_loader)
+            while s.step_in_epoch < s.steps_per_epoch and s.global_step < s.max_steps and not s.should_stop:
+                self.hooks.call("before_step")
+                start = time.perf_counter()
+                group = self._next_batches(batches)
+                s.last_data_time = time.perf_counter() - start
+                s.last_loss = self.run_step(group)
+                s.global_step += 1
+                s.step_in_epoch += 1
+                self.hooks.call("after_step")
+            if s.step_in_epoch >= s.steps_per_epoch:
+                self.hooks.call("after_epoch")
+                s.epoch += 1
+                s.step_in_epoch = 0
 
     def preflight(self) -> None:
         """Before the first step, meet what training would otherwise meet only at its first
@@ -488,11 +535,15 @@ class BaseTrainer:
 
     def run_eval_batches(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
         """This rank's outputs over its shard of a reader, and the batch sizes."""
+        with self.engine.running():
+            return self._run_eval_batches(reader_name, phase)
+
+    def _run_eval_batches(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
         chunks: Dict[str, List[np.ndarray]] = collections.defaultdict(list)
         sizes: List[int] = []
         loader = self.eval_loader(reader_name)
         bar = ProgressBar(len(loader), reader_name.replace("_reader", "")) if self.show_progress else None
-        self.begin_eval()
+        self.engine.begin_eval()
         try:
             for batch in loader:
                 outputs = self.eval_step(batch, phase, reader_name)
@@ -502,7 +553,7 @@ class BaseTrainer:
                 if bar is not None:
                     bar.update(len(sizes))
         finally:
-            self.end_eval()
+            self.engine.end_eval()
             if bar is not None:
                 bar.close(keep=False)
         merged = {k: concat_ragged(v) for k, v in chunks.items()}
@@ -716,16 +767,6 @@ class BaseTrainer:
             issue = getattr(trained, "raw_text_issue", None)
             if issue:
                 raise ConfigError(f"export: {issue}")
-
-    def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
-        """Save the prediction graph for ``fields`` at ``prefix``; returns the output names in order."""
-        raise NotImplementedError
-
-    def gradient_square_sums(self) -> Dict[str, float]:
-        """The sum of squares of each parameter's gradient (by structured name) in the last step,
-        as the optimizer received it: after accumulation and all-reduce, before clipping and the
-        loss scale. Only for steps a hook asked for (``capture_gradients``)."""
-        raise NotImplementedError
 
     def save_vocabs(self, folder: str) -> None:
         """Write the training fields' vocabularies and label maps into ``folder``."""

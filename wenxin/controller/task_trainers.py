@@ -1,38 +1,26 @@
-"""The trainers every task gets: ``ModelMetricsMixin``'s ``do_train``/``do_evaluate`` on either
-execution mode, registered as built-ins. A task folder needs only its models; a task that
-registers a trainer under the same name uses its own."""
+"""The trainers every task gets, registered as built-ins: ``CustomTrainer`` runs the mode
+``model.is_dygraph`` picks; ``CustomDynamicTrainer`` and ``CustomStaticTrainer`` (ERNIE-kit's
+names) are bound to one. Each trains with the shared loop and evaluates by the model's
+``get_metrics`` (``BaseTrainer.do_train`` / ``do_evaluate``). A task folder needs only its
+models; a task that registers a trainer under the same name uses its own."""
 from __future__ import annotations
 
-from typing import Dict
-
 from wenxin.common.registry import RegisterSet
+from wenxin.controller.base_trainer import BaseTrainer
 from wenxin.controller.dynamic_trainer import BaseDynamicTrainer
 from wenxin.controller.static_trainer import BaseStaticTrainer
 
 
-class ModelMetricsMixin:
-    """Trains with the shared loop and evaluates a reader by the model's ``get_metrics`` over all
-    of its outputs (sequence outputs of batches with different lengths are zero-padded to the
-    longest). Mix it in before ``BaseDynamicTrainer`` or ``BaseStaticTrainer``; a task overrides
-    either method when it needs more (see ``tests/test_tasks/keyword_spotting``)."""
-
-    def do_train(self) -> Dict[str, Dict[str, float]]:
-        return self.train_loop()  # type: ignore[attr-defined]
-
-    def do_evaluate(self, reader_name: str, phase: str, step: int) -> Dict[str, float]:
-        outputs, meta_info = self.collect_outputs(reader_name, phase)  # type: ignore[attr-defined]
-        return self.model.get_metrics(outputs, meta_info, phase)  # type: ignore[attr-defined]
+@RegisterSet.trainers.register("CustomTrainer")
+class CustomTrainer(BaseTrainer):
+    """The default trainer (``trainer.type``), for any task, in the mode ``model.is_dygraph`` picks."""
 
 
 @RegisterSet.trainers.register("CustomDynamicTrainer")
-class CustomDynamicTrainer(ModelMetricsMixin, BaseDynamicTrainer):
-    """The default eager-mode trainer (``trainer.type``), for any task."""
+class CustomDynamicTrainer(BaseDynamicTrainer):
+    """The eager-mode trainer, for any task."""
 
 
 @RegisterSet.trainers.register("CustomStaticTrainer")
-class CustomStaticTrainer(ModelMetricsMixin, BaseStaticTrainer):
-    """The default static-graph trainer, for any task."""
-
-
-# ERNIE-kit's name for its static-graph trainer
-RegisterSet.trainers.register("CustomTrainer")(CustomStaticTrainer)
+class CustomStaticTrainer(BaseStaticTrainer):
+    """The static-graph trainer, for any task."""

@@ -1,0 +1,398 @@
+"""``StaticEngine``: training steps as static-graph (PIR Program + Executor) programs.
+
+The same model Layer as in eager mode is called under ``paddle.static.program_guard`` with
+``paddle.static.data`` inputs derived from the field readers' tensor specs: once for training,
+and once in evaluation mode for each distinct set of evaluation (and export) inputs. Those
+evaluation forwards are cloned into pruned programs before the optimizer is added, and removed
+from the training program. Parameters and optimizer state live in the Executor's
+scope; checkpoints name them by structured parameter names, like the eager engine, so a
+checkpoint of one mode loads in the other. Each program runs through a ``ProgramRunner``,
+which skips ``Executor.run``'s per-call program lookup. With ``trainer.use_amp`` the training
+forward is built under ``paddle.amp.auto_cast`` and float16 loss scaling is part of the program.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, ContextManager, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+import paddle
+
+from wenxin.common.constants import InstanceName, Phase
+from wenxin.common.errors import ConfigError
+from wenxin.controller import export
+from wenxin.controller.checkpoint import rename_state_keys
+from wenxin.controller.engine import Batch, ExecutionEngine
+from wenxin.controller.graph_mode import static_mode
+from wenxin.compat.paddle_internals import dense_tensor_dtype, dtype_name, prune_program, skip_update_when, \
+    static_scaler_values, use_static_loss_scaling
+from wenxin.compat.program_runner import ProgramRunner
+from wenxin.data.field_reader import TensorSpec
+
+
+GRAD_BUFFER_SUFFIX = "@GRAD_BUFFER"
+GRADIENT_SQUARE_SUM_SUFFIX = "@GRAD_SQUARE_SUM"  # what a gradient-norm hook reads
+EXPORT_VARIANT = "predict"  # the evaluation program of the exported model's inputs
+
+
+@dataclasses.dataclass
+class _EvalProgram:
+    """A forward-only program, the values it can fetch by output name, and its inputs."""
+
+    program: paddle.static.Program
+    fetch: Dict[str, Any]
+    feed_names: List[str]
+    runner: Optional[ProgramRunner] = None  # made on first use
+
+
+def _prune(program: paddle.static.Program, targets: List[Any]) -> None:
+    """Remove, in place, the ops that ``targets`` do not depend on (inputs included)."""
+    prune_program(program, targets)
+
+
+def _data_values(program: paddle.static.Program) -> Dict[str, Any]:
+    """The program's inputs (``pd_op.data`` results) by feed name."""
+    return {op.attrs()["name"]: op.result(0) for op in program.global_block().ops if op.name() == "pd_op.data"}
+
+
+def _set_inference_mode(program: paddle.static.Program) -> None:
+    """Switch ops with an ``is_test`` attribute (dropout, batch norm) to inference behaviour."""
+    for op in program.global_block().ops:
+        if op.has_attr("is_test"):
+            op.set_bool_attr("is_test", True)
+
+
+class StaticEngine(ExecutionEngine):
+    """Static-graph training: startup/train/eval programs built from one model Layer, run by an
+    Executor, with the optimizer (LR schedule with warmup, weight decay, global-norm clipping)
+    added by ``minimize``. The program's optimizer step (``_minimize``) holds mixed precision,
+    gradient accumulation and the NaN/Inf skip in one place."""
+
+    mode = "static"
+    numpy_batches = True  # the Executor takes numpy arrays
+
+    def setup(self) -> None:
+        trainer = self.trainer
+        if trainer.amp_unavailable:  # logged by BaseTrainer; build float32 programs
+            trainer.amp = trainer.amp.disabled()
+        self.amp = trainer.amp
+        self.place = paddle.CPUPlace() if paddle.get_device() == "cpu" else paddle.CUDAPlace(
+            int(paddle.get_device().split(":")[1]))
+        with static_mode(), warnings.catch_warnings():
+            # Paddle's own layers probe Tensor.place while building; PIR warns on each probe
+            warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface")
+            self._build_programs()
+            trainer.apply_cpu_threads()  # before the executor: its mode follows the count
+            self.executor = paddle.static.Executor(self.place)
+            self.executor.run(self.startup_program)
+        self.paddle_scope = paddle.static.global_scope()  # the variables (trainer.scope: the task package)
+        with static_mode():
+            fast = trainer.trainer_config["fast_paths"]["program_runner"]
+            self._train_runner = ProgramRunner(self.executor, self.main_program, self.feed_names,
+                                               [self.loss, self.nonfinite_flag], self.paddle_scope, fast=fast,
+                                               has_lr_schedule=self.lr_scheduler is not None)
+            self._micro_runner = (ProgramRunner(self.executor, self.micro_program, self.feed_names,
+                                                [self.micro_loss], self.paddle_scope, fast=fast)
+                                  if trainer.accumulate > 1 else None)
+
+    def running(self) -> ContextManager[Any]:
+        return static_mode()
+
+    def _build_programs(self) -> None:
+        """One program holds the training forward and, for every distinct set of input tensors
+        the evaluation readers and the export need, a forward in evaluation mode. It is cloned
+        into pruned evaluation programs; then the main program is pruned to the training forward
+        and the optimizer is added."""
+        self.main_program = paddle.static.Program()
+        self.startup_program = paddle.static.Program()
+        # Program.random_seed has a setter; Paddle's type hints call it read-only
+        self.main_program.random_seed = self.startup_program.random_seed = self.trainer.trainer_config["seed"]  # type: ignore[misc]
+        data: Dict[str, Any] = {}  # one paddle.static.data per tensor name, shared by the forwards
+        with paddle.static.program_guard(self.main_program, self.startup_program):
+            self.model = self.trainer.model_builder()
+            if self.amp.enabled and self.amp.level == "O2":  # parameters in low precision
+                self.model = paddle.amp.decorate(models=self.model, level="O2", dtype=self.amp.dtype)  # type: ignore[assignment]
+            self.model.train()
+            train_specs = self.trainer.readers["train_reader"].tensor_specs()
+            with self.amp.autocast():
+                outputs = self.model(self._data(data, train_specs, "train_reader"), Phase.TRAINING)
+            self.feed_names = list(_data_values(self.main_program))
+            train_ops = set(self.main_program.global_block().ops)
+            self.model.eval()
+            forwards: Dict[Tuple[str, ...], Dict[str, Any]] = {}
+            self._eval_variant_of: Dict[str, Tuple[str, ...]] = {}
+            for reader_name, specs in self._eval_spec_sets().items():
+                phase = Phase.PREDICT if reader_name == EXPORT_VARIANT else Phase.EVALUATE
+                key = (phase, *sorted(s.name for s in specs))
+                if key not in forwards:
+                    with self.amp.eval_autocast():
+                        forwards[key] = self.model(self._data(data, specs, reader_name), phase)
+                self._eval_variant_of[reader_name] = key
+            self.model.train()
+            value_map = paddle.pir.IrMapping()
+            evaluation = self.main_program.clone(value_map)
+            self._eval_programs = {
+                key: self._pruned_clone(evaluation, {k: value_map.look_up(v) for k, v in outs.items()})
+                for key, outs in forwards.items()}
+            block = self.main_program.global_block()
+            for op in reversed(block.ops):  # drop the evaluation forwards again (data ops sit first)
+                if op not in train_ops:
+                    block.remove_op(op)
+            self.loss = outputs[InstanceName.LOSS]
+            self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.trainer.state.max_steps)
+            objective = self._mixed_precision() if self.amp.enabled else self.loss
+            self._minimize(objective)
+            self._scaler_vars = self._find_scaler_vars()
+        # structured name ("fc.weight") <-> program variable name ("linear_2.w_0")
+        self.var_names = {k: v.name for k, v in self.model.state_dict().items()}
+
+    @staticmethod
+    def _data(data: Dict[str, Any], specs: List[TensorSpec], reader_name: str) -> Dict[str, Any]:
+        """``paddle.static.data`` for ``specs``, reusing those already made for the same name."""
+        for s in specs:
+            if s.name not in data:
+                data[s.name] = paddle.static.data(s.name, s.shape, s.dtype)
+            elif list(data[s.name].shape) != list(s.shape) or dtype_name(data[s.name].dtype) != s.dtype:
+                raise ConfigError(f"dataset_reader.{reader_name}: tensor '{s.name}' {s.shape} {s.dtype} differs "
+                                  f"from the train_reader's {list(data[s.name].shape)} "
+                                  f"{dtype_name(data[s.name].dtype)}")
+        return {s.name: data[s.name] for s in specs}
+
+    def _eval_spec_sets(self) -> Dict[str, List[TensorSpec]]:
+        """Input tensors by evaluated reader, plus those of the exported model (``predict``)."""
+        sets: Dict[str, List[TensorSpec]] = {name: self.trainer.readers[name].tensor_specs()
+                                             for name in ("dev_reader", "test_reader") if name in self.trainer.readers}
+        if not sets:
+            sets["train_reader"] = self.trainer.readers["train_reader"].tensor_specs()
+        sets[EXPORT_VARIANT] = [s for f in export.inference_fields(self.trainer.readers) for s in f.tensor_specs()]
+        return sets
+
+    @staticmethod
+    def _pruned_clone(program: paddle.static.Program, fetch: Dict[str, Any]) -> "_EvalProgram":
+        value_map = paddle.pir.IrMapping()
+        clone = program.clone(value_map)
+        fetch = {k: value_map.look_up(v) for k, v in fetch.items()}
+        _prune(clone, list(fetch.values()))
+        _set_inference_mode(clone)
+        return _EvalProgram(clone, fetch, list(_data_values(clone)))
+
+    def _mixed_precision(self) -> Any:
+        """Wrap the optimizer for mixed precision and return the loss to differentiate.
+
+        With float16 and loss scaling, the loss is multiplied by a persistable loss scale; the
+        optimizer unscales the gradients, skips the update when any is NaN/Inf, and (dynamic
+        scaling) updates the scale by the ``incr_every_n_steps`` / ``decr_every_n_nan_or_inf``
+        rules. bfloat16 has float32's range and is not scaled (as in eager mode)."""
+        settings = self.amp.scaler_kwargs
+        scaling = self._scales_loss()
+        self.optimizer = paddle.static.amp.decorate(
+            self.optimizer, level=self.amp.level, dtype=self.amp.dtype,
+            init_loss_scaling=settings["init_loss_scaling"] if scaling else 1.0,
+            use_dynamic_loss_scaling=scaling and settings["use_dynamic_loss_scaling"],
+            incr_every_n_steps=settings["incr_every_n_steps"],
+            decr_every_n_nan_or_inf=settings["decr_every_n_nan_or_inf"],
+            incr_ratio=settings["incr_ratio"], decr_ratio=settings["decr_ratio"])
+        loss = self.loss.astype("float32")
+        if not scaling:
+            return loss
+        loss_scaling = paddle.pir.core.create_persistable_value(
+            dtype="float32", shape=[1], name=paddle.utils.unique_name.generate("loss_scaling"),
+            initializer=paddle.nn.initializer.Constant(settings["init_loss_scaling"]))
+        use_static_loss_scaling(self.optimizer, loss_scaling)  # see wenxin.compat.paddle_internals
+        return loss * loss_scaling
+
+    def _find_scaler_vars(self) -> Dict[str, str]:
+        """The persistable loss-scaling variables by ``GradScaler.state_dict`` key (empty
+        without loss scaling)."""
+        return {role: value.name for role, value in static_scaler_values(self.optimizer).items()}
+
+    def _minimize(self, objective: Any) -> None:
+        """Backward, then (gradient accumulation) add the gradients into persistable buffers, and
+        (data parallelism) all-reduce them, before the optimizer applies them; a step whose loss
+        is NaN/Inf (on any rank, in any micro-batch) skips the update, as in eager mode.
+
+        With accumulation, the program up to the buffer update is cloned as ``micro_program`` and
+        run for the first k-1 batches of a step; the main program runs the k-th batch and applies
+        the buffers' mean, then zeroes them. So each batch is forwarded once and memory stays
+        that of one batch. (Paddle 3.3's ``GradientMergeOptimizer`` and static
+        ``fleet.distributed_optimizer`` do not support PIR programs.)
+
+        Adam and AdamW skip through their ops' own ``found_inf`` input; other optimizers' ops sit
+        in a ``cond``. Either way parameters and every accumulator stay exactly as they were. With
+        float16 loss scaling the mixed-precision optimizer skips overflowing steps itself (and
+        lowers the scale)."""
+        params_grads = self.optimizer.backward(objective)
+        bad = 1.0 - paddle.isfinite(self.loss.astype("float32")).all().astype("float32")  # 1: NaN/Inf loss
+        if self.trainer.accumulate > 1:
+            buffers = []
+            for param, grad in params_grads:
+                buffer = paddle.pir.core.create_persistable_value(
+                    dtype=param.dtype, shape=param.shape, name=f"{param.name}{GRAD_BUFFER_SUFFIX}",
+                    initializer=paddle.nn.initializer.Constant(0.0))
+                paddle.assign(buffer + grad, output=buffer)
+                buffers.append((param, buffer))
+            bad_buffer = paddle.pir.core.create_persistable_value(
+                dtype="float32", shape=[], name=f"nonfinite_losses{GRAD_BUFFER_SUFFIX}",
+                initializer=paddle.nn.initializer.Constant(0.0))
+            paddle.assign(bad_buffer + bad, output=bad_buffer)
+            value_map = paddle.pir.IrMapping()
+            self.micro_program = self.main_program.clone(value_map)
+            self.micro_loss = value_map.look_up(self.loss)
+            params_grads = [(param, buffer / self.trainer.accumulate) for param, buffer in buffers]
+            bad = bad_buffer + 0.0
+        if self.trainer.world_size > 1:
+            for _, grad in params_grads:
+                paddle.distributed.all_reduce(grad)
+            params_grads = [(param, grad / self.trainer.world_size) for param, grad in params_grads]
+            paddle.distributed.all_reduce(bad)  # every rank skips the same steps
+        self.nonfinite_flag = bad
+        if self.trainer.gradient_norms_wanted:
+            self._record_gradient_square_sums(params_grads)
+        if self._scales_loss() or skip_update_when(self.optimizer, paddle.reshape(bad > 0.0, [1])):
+            self.optimizer.apply_gradients(params_grads)
+        else:
+            def update() -> Any:
+                self.optimizer.apply_gradients(params_grads)
+                return paddle.zeros([1])
+
+            paddle.static.nn.cond(bad == 0.0, update, lambda: paddle.zeros([1]))
+        if self.trainer.accumulate > 1:
+            for _, buffer in buffers:
+                paddle.assign(paddle.zeros_like(buffer), output=buffer)
+            paddle.assign(paddle.zeros_like(bad_buffer), output=bad_buffer)
+
+    def _record_gradient_square_sums(self, params_grads: List[Tuple[Any, Any]]) -> None:
+        """Every step writes each gradient's sum of squares to a persistable value, which
+        ``gradient_square_sums`` reads (only when a hook asked for gradient norms)."""
+        if self._scales_loss():
+            raise ConfigError("trainer.hooks: gradient norms are not available in static mode with float16 loss "
+                              "scaling (the program's gradients are of the scaled loss)")
+        self._gradient_sum_names: Dict[str, str] = {}
+        for param, grad in params_grads:
+            if grad is None:
+                continue
+            name = f"{param.name}{GRADIENT_SQUARE_SUM_SUFFIX}"
+            value = paddle.pir.core.create_persistable_value(dtype="float32", shape=[], name=name,
+                                                             initializer=paddle.nn.initializer.Constant(0.0))
+            paddle.assign(paddle.sum(paddle.square(grad.astype("float32"))), output=value)
+            self._gradient_sum_names[param.name] = name
+
+    def gradient_square_sums(self) -> Dict[str, float]:
+        by_var = {var: name for name, var in self.var_names.items()}
+        return {by_var[param]: float(self._read(name)) for param, name in self._gradient_sum_names.items()
+                if param in by_var}
+
+    def _scales_loss(self) -> bool:
+        """Whether the program scales the loss (float16 AMP), whose optimizer skips overflows itself."""
+        return self.amp.enabled and self.amp.use_loss_scaling and self.amp.dtype == "float16"
+
+    def run_step(self, batches: List[Batch]) -> Any:
+        # gradient accumulation: the micro program takes all but the last batch
+        micro = self._micro_runner
+        assert micro is not None or len(batches) == 1, "several batches a step need the micro program"
+        losses = [micro.run(batch)[0] for batch in batches[:-1]] if micro is not None else []
+        last_loss, nonfinite = self._train_runner.run(batches[-1])
+        losses.append(last_loss)
+        loss = float(np.mean(losses))
+        # the program skipped the update already; the NaN guard counts what it skipped
+        checked = self.trainer.should_check_loss()
+        self.trainer.state.nonfinite_loss = checked and float(np.asarray(nonfinite).reshape(-1)[0]) > 0
+        return loss
+
+    def eval_program(self, reader_name: str) -> _EvalProgram:
+        """The evaluation program for a reader's inputs (``predict``: the exported model's)."""
+        variants = self._eval_variant_of  # a reader without a program of its own uses an evaluated one's
+        key = variants.get(reader_name) or next(variants[name] for name in ("dev_reader", "test_reader", "train_reader")
+                                                if name in variants)
+        return self._eval_programs[key]
+
+    def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
+        evaluation = self.eval_program(reader_name)
+        if evaluation.runner is None:
+            evaluation.runner = ProgramRunner(self.executor, evaluation.program, evaluation.feed_names,
+                                              list(evaluation.fetch.values()), self.paddle_scope, read_only=True,
+                                              fast=self.trainer.trainer_config["fast_paths"]["program_runner"])
+        return dict(zip(evaluation.fetch, (np.asarray(v) for v in evaluation.runner.run(batch))))
+
+    # ---- export ---------------------------------------------------------------------------
+    def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
+        """``paddle.static.save_inference_model`` from the prediction-phase forward (dropout
+        off), pruned to the inference fields and its outputs."""
+        evaluation = self.eval_program(EXPORT_VARIANT)
+        names = sorted(k for k in evaluation.fetch if k not in (InstanceName.LOSS, InstanceName.LABELS))
+        feeds = _data_values(evaluation.program)
+        feed_names = [s.name for f in fields for s in f.tensor_specs() if s.name in feeds]
+        with static_mode():
+            paddle.static.save_inference_model(prefix, [feeds[n] for n in feed_names],
+                                               [evaluation.fetch[n] for n in names], self.executor,
+                                               program=evaluation.program)
+        return names
+
+    # ---- state ---------------------------------------------------------------------------
+    def _read(self, var_name: str) -> np.ndarray:
+        return np.array(self.paddle_scope.find_var(var_name).get_tensor())
+
+    def _write(self, var_name: str, value: Any) -> None:
+        tensor = self.paddle_scope.find_var(var_name).get_tensor()
+        array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+        dtype = dense_tensor_dtype(tensor)
+        tensor.set(array.astype(dtype, copy=False), self.place)
+
+    def model_state_dict(self) -> Dict[str, Any]:
+        return {name: self._read(var) for name, var in self.var_names.items()}
+
+    def set_model_state_dict(self, state: Mapping[str, Any]) -> None:
+        for name, value in state.items():
+            self._write(self.var_names[name], value)
+
+    def _optimizer_var_names(self) -> List[str]:
+        """Optimizer state in the scope; gradient buffers (zero at every step end) and gradient
+        norms (recomputed every step) are left out."""
+        scaler_vars = set(self._scaler_vars.values())
+        # the persistable values the startup program creates, other than parameters (the
+        # optimizer's ops sit inside the NaN guard's cond, where Program.state_dict does not look)
+        created = [op.attrs()["output_name"] for op in self.startup_program.global_block().ops
+                   if op.name() == "builtin.shadow_output"]
+        return [n for n in created if not n.endswith((GRAD_BUFFER_SUFFIX, GRADIENT_SQUARE_SUM_SUFFIX))
+                and n not in scaler_vars
+                and self.paddle_scope.find_var(n) is not None]
+
+    def optimizer_state_dict(self) -> Dict[str, Any]:
+        state = {name: self._read(name) for name in self._optimizer_var_names()}
+        return rename_state_keys(state, {var: name for name, var in self.var_names.items()})
+
+    def set_optimizer_state_dict(self, state: Mapping[str, Any]) -> None:
+        internal = rename_state_keys({k: v for k, v in state.items() if not isinstance(v, Mapping)},
+                                self.var_names)
+        expected = set(self._optimizer_var_names())
+        missing = expected - set(internal)
+        if missing:
+            raise ValueError(f"missing optimizer state: {', '.join(sorted(missing)[:5])}")
+        for name in expected:
+            self._write(name, internal[name])
+
+    def scaler_state_dict(self) -> Optional[Dict[str, Any]]:
+        """The loss-scaling state in ``paddle.amp.GradScaler.state_dict``'s layout, so either
+        mode can resume it."""
+        if not self._scaler_vars:
+            return None
+        settings = self.amp.scaler_kwargs
+        state: Dict[str, Any] = {key: settings[key] for key in
+                                 ("incr_ratio", "decr_ratio", "incr_every_n_steps", "decr_every_n_nan_or_inf")}
+        state["use_dynamic_loss_scaling"] = "incr_count" in self._scaler_vars
+        state["scale"] = self._read(self._scaler_vars["scale"]).reshape([1])
+        for key in ("incr_count", "decr_count"):
+            state[key] = int(self._read(self._scaler_vars[key])[0]) if key in self._scaler_vars else 0
+        return state
+
+    def set_scaler_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
+        if not self._scaler_vars or not state:
+            return
+        self._write(self._scaler_vars["scale"], np.asarray(state["scale"], dtype=np.float32).reshape([1]))
+        for key in ("incr_count", "decr_count"):
+            if key in self._scaler_vars:
+                self._write(self._scaler_vars[key], np.array([state.get(key, 0)], dtype=np.int32))
+
+    def loss_scale(self) -> Optional[float]:
+        return float(self._read(self._scaler_vars["scale"])[0]) if self._scaler_vars else None
