@@ -11,7 +11,8 @@ from wenxin.common.logs import CONSOLE, setup_logging
 from wenxin.common.progress import progress_enabled
 from wenxin.config.loader import load_config
 from wenxin.config.task_check import resolve_task
-from wenxin.controller.base_trainer import BaseTrainer, prepare_output_path, resume_checkpoint
+from wenxin.controller.base_trainer import BaseTrainer
+from wenxin.controller.checkpointer import prepare_output_path, resume_checkpoint
 from wenxin.controller.checkpoint import INFERENCE_DIR, VOCAB_DIR
 from wenxin.controller.env import init_distributed, set_seed, setup_device
 from wenxin.controller.summary import run_summary

@@ -8,9 +8,6 @@ engine (``wenxin.controller.dynamic_trainer``, ``wenxin.controller.static_traine
 """
 from __future__ import annotations
 
-import collections
-import itertools
-import json
 import logging
 import os
 import shutil
@@ -18,8 +15,7 @@ import signal
 import tempfile
 import threading
 import time
-import warnings
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Type
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Type
 
 import numpy as np
 import paddle
@@ -27,7 +23,6 @@ import paddle
 from wenxin.common import threads
 from wenxin.common.constants import Phase
 from wenxin.common.errors import CheckpointError, ConfigError, DataError, Problems, WenxinError
-from wenxin.common.parsed import dict_at
 from wenxin.common.registry import RegisterSet
 from wenxin.config.task_check import EVAL_FLAGS
 from wenxin.compat.paddle_internals import set_cpu_threads
@@ -35,8 +30,10 @@ from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import export
 from wenxin.controller.amp import AmpSettings
+from wenxin.controller.checkpointer import Checkpointer, prepare_output_path
 from wenxin.controller.eager_engine import EagerEngine
 from wenxin.controller.engine import Batch, ExecutionEngine
+from wenxin.controller.evaluator import Evaluator
 from wenxin.controller.static_engine import StaticEngine
 from wenxin.common.process import ignored, last_thread_failure
 from wenxin.controller.env import rng_state, set_rng_state
@@ -45,71 +42,13 @@ from wenxin.controller.hooks import (DEFAULT_HOOKS, EarlyStoppingHook, HookBase,
                                      LoadBestModelHook, ProfilerHook, ProgressBarHook)
 from wenxin.controller.hooks.writers import METRICS_FILE, ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, \
     VisualDLWriter
-from wenxin.common.progress import ProgressBar, progress_enabled
+from wenxin.common.progress import progress_enabled
 from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BasicDataSetReader, BatchLoader
-from wenxin.data.sampler import ResumableBatchSampler
-from wenxin.data.vocab import Vocab
 from wenxin.models.base_model import BaseModel
 
 logger = logging.getLogger("wenxin")
 __all__ = ["Batch", "BaseTrainer"]  # Batch: the engines' (tasks import it from here)
-
-
-def batch_size_of(batch: Batch) -> int:
-    """Leading dimension of a batch (eager Tensors, numpy arrays, or static-mode DenseTensors)."""
-    first = next(iter(batch.values()))
-    shape = first.shape() if callable(first.shape) else first.shape
-    return int(shape[0])
-
-
-def _pad_to_common_shape(arrays: List[np.ndarray]) -> List[np.ndarray]:
-    """Zero-pad every axis but the first to the largest size among ``arrays``."""
-    if len({a.shape[1:] for a in arrays}) <= 1:
-        return arrays
-    target = np.max([a.shape[1:] for a in arrays], axis=0)
-    return [np.pad(a, [(0, 0)] + [(0, int(t) - n) for t, n in zip(target, a.shape[1:])]) for a in arrays]
-
-
-def concat_ragged(arrays: List[np.ndarray]) -> np.ndarray:
-    """Concatenate along the first axis; batches of different sequence lengths (``[B, T_b]``)
-    are zero-padded to the longest first."""
-    return np.concatenate(_pad_to_common_shape(arrays), axis=0)
-
-
-def prepare_output_path(cfg: Dict[str, Any], is_writer: bool = True) -> None:
-    """Create ``trainer.output_path``; never train over an earlier run's checkpoints unless
-    asked to resume it, and fail clearly when the folder cannot be used."""
-    path = cfg["output_path"]
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ConfigError(f"trainer.output_path: {path} exists and is not a folder")
-    if is_writer:
-        try:
-            os.makedirs(path, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(f"trainer.output_path: cannot create {path}: {e.strerror}") from None
-        if not os.access(path, os.W_OK):
-            raise ConfigError(f"trainer.output_path: folder is not writable: {path}")
-    manager = ckpt.CheckpointManager.for_trainer(cfg)
-    if manager.has_checkpoints() and cfg["resume"] == "none" and not cfg["load_checkpoint"]:
-        raise ConfigError(f"trainer.output_path: {path} already holds checkpoints of an earlier run; "
-                          f"to continue it set trainer.resume=auto (--set trainer.resume=auto); to start "
-                          f"afresh choose another output_path or move {path} away")
-
-
-class _FirstBatch:
-    """The first batch of a loader, as a loader of one batch."""
-
-    def __init__(self, loader: Iterable[Batch]) -> None:
-        self.loader = loader
-
-    def __iter__(self) -> Iterator[Batch]:
-        for batch in self.loader:
-            yield batch
-            return
-
-    def __len__(self) -> int:
-        return 1
 
 
 def _first_line(error: BaseException) -> str:
@@ -160,8 +99,8 @@ class BaseTrainer:
         self.checkpoints = ckpt.CheckpointManager.for_trainer(self.trainer_config)
         prepare_output_path(self.trainer_config, self.is_writer)
         self._setup_train_data()
-        self._eval_loaders: Dict[str, BatchLoader] = {}
-        self._eval_samplers: Dict[str, ResumableBatchSampler] = {}
+        self.evaluator = Evaluator(self)
+        self.checkpointer = Checkpointer(self)
         self.metric_logger = MetricLogger(self._make_writers())
         self.hooks = HookList()
         self._setup_hooks()
@@ -169,7 +108,7 @@ class BaseTrainer:
         self.gradient_norms_wanted = any(getattr(h, "wants_gradient_norms", False) for h in self.hooks.hooks)
         self.capture_gradients = False  # set by such a hook for the steps whose norms it reads
         self.engine.setup()
-        self._load_initial_state()
+        self.checkpointer.load_initial_state()
 
     @classmethod
     def engine_for(cls, config: Dict[str, Any]) -> Type[ExecutionEngine]:
@@ -443,11 +382,10 @@ class BaseTrainer:
 
     def _evaluate_first_batch(self, reader_name: str, problems: Problems) -> Optional[Dict[str, float]]:
         """The task's metrics over the first batch of ``reader_name`` (None after a problem)."""
-        loader = self.eval_loader(reader_name)
-        self._eval_loaders[reader_name] = _FirstBatch(loader)
         phase = Phase.EVALUATE if reader_name == "dev_reader" else Phase.TEST
         try:
-            return self.do_evaluate(reader_name, phase, self.state.global_step)
+            with self.evaluator.first_batch_only(reader_name):
+                return self.do_evaluate(reader_name, phase, self.state.global_step)
         except WenxinError as e:
             for message in e.problems:
                 problems.add(message)
@@ -456,8 +394,6 @@ class BaseTrainer:
         except Exception as e:  # noqa: BLE001 (the task's code; reported instead of after an epoch)
             problems.add(f"dataset_reader.{reader_name}: evaluating its first batch before training failed "
                          f"({_failure(e)})")
-        finally:
-            self._eval_loaders[reader_name] = loader
         return None
 
     def _next_batches(self, batches: Iterator[Batch]) -> List[Batch]:
@@ -509,85 +445,14 @@ class BaseTrainer:
         return metrics
 
     def eval_loader(self, reader_name: str) -> BatchLoader:
-        if reader_name not in self._eval_loaders:
-            if reader_name not in self.readers:
-                raise ConfigError(f"dataset_reader.{reader_name}: not configured")
-            reader = self.readers[reader_name]
-            batch_size = self.trainer_config["eval_batch_size"] or reader.reader_config["batch_size"]
-            # each rank a shard; batches of similar lengths (the whole shard sorted), so that little
-            # of each is padding: run_eval_batches puts the outputs back in the reader's order
-            sampler = reader.make_sampler(batch_size, shuffle=False, seed=0, rank=self.rank,
-                                          num_replicas=self.world_size, pad=False, bucket_batches=len(reader))
-            self._eval_samplers[reader_name] = sampler
-            self._eval_loaders[reader_name] = reader.make_loader(sampler, self.numpy_batches)
-        return self._eval_loaders[reader_name]
+        """The batches of an evaluation reader (this rank's shard)."""
+        return self.evaluator.loader(reader_name)
 
     def collect_outputs(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         """Run the model over a whole reader (all ranks' shards, in the reader's order);
         per-example outputs are concatenated, scalar outputs (like ``loss``) become one value per
         batch, weighted by ``meta_info["batch_sizes"]``."""
-        merged, batch_sizes = self.run_eval_batches(reader_name, phase)
-        if self.world_size > 1:
-            merged, batch_sizes = self._gather_outputs(merged, batch_sizes)
-        meta = {"reader": reader_name, "step": self.state.global_step,
-                "batch_sizes": batch_sizes, "num_examples": int(batch_sizes.sum())}
-        return merged, meta
-
-    def run_eval_batches(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
-        """This rank's outputs over its shard of a reader, and the batch sizes."""
-        with self.engine.running():
-            return self._run_eval_batches(reader_name, phase)
-
-    def _run_eval_batches(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
-        chunks: Dict[str, List[np.ndarray]] = collections.defaultdict(list)
-        sizes: List[int] = []
-        loader = self.eval_loader(reader_name)
-        bar = ProgressBar(len(loader), reader_name.replace("_reader", "")) if self.show_progress else None
-        self.engine.begin_eval()
-        try:
-            for batch in loader:
-                outputs = self.eval_step(batch, phase, reader_name)
-                sizes.append(batch_size_of(batch))
-                for key, value in outputs.items():
-                    chunks[key].append(value.reshape(1) if value.ndim == 0 else value)
-                if bar is not None:
-                    bar.update(len(sizes))
-        finally:
-            self.engine.end_eval()
-            if bar is not None:
-                bar.close(keep=False)
-        merged = {k: concat_ragged(v) for k, v in chunks.items()}
-        # the examples run, in the order they ran (sorted by length) -> back to the shard's order
-        sampler = self._eval_samplers.get(reader_name)
-        if sampler is not None and sampler.bucket_batches:
-            ran = [i for batch in itertools.islice(iter(sampler), len(sizes)) for i in batch]
-            order = np.argsort(np.asarray(ran, dtype=np.int64), kind="stable")
-            for key, value in merged.items():
-                if len(value) == len(ran):  # per-example outputs
-                    merged[key] = value[order]
-        return merged, np.asarray(sizes)
-
-    def _gather_outputs(self, merged: Dict[str, np.ndarray], batch_sizes: np.ndarray
-                        ) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
-        """All ranks' evaluation outputs in the reader's order. Rank r evaluated examples
-        r, r + W, r + 2W, ... (no padding), so per-example outputs are re-interleaved; per-batch
-        outputs (like loss) are concatenated with their batch sizes."""
-        gathered: List[Any] = []
-        with eager_mode():  # collectives on Python objects need eager mode, also in a static loop
-            paddle.distributed.all_gather_object(gathered, (merged, batch_sizes))
-        total = int(sum(int(sizes.sum()) for _, sizes in gathered))
-        result: Dict[str, np.ndarray] = {}
-        for key in merged:
-            parts = [outputs[key] for outputs, _ in gathered]
-            if all(len(p) == int(sizes.sum()) for p, (_, sizes) in zip(parts, gathered)):
-                parts = _pad_to_common_shape(parts)
-                full = np.empty((total, *parts[0].shape[1:]), dtype=parts[0].dtype)
-                for rank, part in enumerate(parts):
-                    full[rank::self.world_size] = part
-                result[key] = full
-            else:
-                result[key] = concat_ragged(parts)
-        return result, np.concatenate([sizes for _, sizes in gathered])
+        return self.evaluator.collect_outputs(reader_name, phase)
 
     def apply_cpu_threads(self) -> None:
         """Set the threads of Paddle's CPU kernels, once the model is built and before any program
@@ -623,111 +488,23 @@ class BaseTrainer:
         """The number of trainable parameters of the model."""
         return sum(int(np.prod(p.shape)) for p in self.model.parameters() if not p.stop_gradient)
 
-    # ---- checkpoints ---------------------------------------------------------------------
+    # ---- checkpoints (the checkpointer's) ----------------------------------------------------
     def save_checkpoint(self, name: str, update_latest: bool = True) -> str:
         """Write a complete checkpoint ``<output_path>/checkpoints/<name>`` (rank 0 only)."""
-        if not self.is_writer:
-            return ""
-        self.hooks.call("before_save", name)
-        extra = {"scaler": self.scaler_state_dict(), "rng": rng_state(), "hooks": self.hooks.state_dict(),
-                 "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
-                 "sampler_seed": self.train_sampler.seed}
-        trainer_state = {**self.state.to_dict(), "mode": self.mode, "time": time.time(),
-                         "dev_metrics": self.state.metrics_now("dev_reader"), "cpu_threads": self.cpu_threads}
-
-        def write(folder: str) -> None:
-            ckpt.write_checkpoint(folder, self.model_state_dict(), self.optimizer_state_dict(), extra,
-                                  trainer_state, self.config, self.save_vocabs)
-
-        path = self.checkpoints.save(name, write, update_latest=update_latest)
-        self.hooks.call("after_save", name, path)
-        return path
+        return self.checkpointer.save(name, update_latest)
 
     def load_checkpoint(self, folder: str) -> None:
-        """Restore model, optimizer, LR schedule, scaler, RNG, hook state and progress from a
-        verified checkpoint; one with another model, optimizer or vocabulary is refused."""
-        parts = ckpt.read_checkpoint(folder)
-        self._refuse_different_run(folder, parts["config"])
-        self._load_model_params(parts["model"], folder, strict=True)
-        with warnings.catch_warnings():  # LinearWarmup restores its nested schedule, yet warns
-            warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
-            self._load_training_state(folder, parts)
-        self.state.load(parts["trainer_state"])
-        s = self.state
-        if s.finished:
-            logger.info("resumed from %s: the run already finished at step %d", folder, s.global_step)
-        else:
-            logger.info("resumed from %s at step %d (epoch %d, step %d in epoch)", folder, s.global_step,
-                        min(s.epoch + 1, max(s.num_epochs, 1)), s.step_in_epoch)
+        """Restore the whole training state from a verified checkpoint of this run."""
+        self.checkpointer.load(folder)
 
-    def _abandon_checkpoints_after_best(self) -> None:
-        """A run continued from ``best`` abandons the checkpoints its first run wrote after it:
-        they move aside (not deleted), and ``latest`` names ``best`` until this run saves."""
-        try:
-            aside = self.checkpoints.set_aside_after(self.state.global_step)
-            self.checkpoints.mark_latest(ckpt.BEST_DIR)
-        except OSError as e:
-            raise CheckpointError(f"trainer.resume: best: cannot move the later checkpoints in "
-                                  f"{self.checkpoints.root} aside ({e.strerror or e})") from None
-        if aside:
-            logger.warning("resume: best: the checkpoints after step %d were moved to %s", self.state.global_step,
-                           aside)
+    def restore_model_params(self, params: Mapping[str, Any], source: str) -> None:
+        """Load a complete set of model parameters (e.g. the best checkpoint's)."""
+        self.checkpointer.load_params(params, source, strict=True)
 
-    def _load_training_state(self, folder: str, parts: Mapping[str, Any]) -> None:
-        """Optimizer, LR schedule, loss scaler, hooks and RNG from a checkpoint's parts."""
-        try:
-            self.set_optimizer_state_dict(parts["optimizer"])
-        except Exception as e:  # noqa: BLE001 (Paddle raises many types for a state that does not fit)
-            raise CheckpointError(f"{folder}: optimizer state does not fit this model/optimizer ({e})") from None
-        extra = parts["extra"]
-        try:
-            if self.lr_scheduler is not None and extra.get("lr_scheduler"):
-                self.lr_scheduler.set_state_dict(extra["lr_scheduler"])
-            self.set_scaler_state_dict(extra.get("scaler"))
-            self.hooks.set_state_dict(extra.get("hooks") or {})
-            set_rng_state(extra["rng"])
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-            path = os.path.join(folder, ckpt.EXTRA_STATE + ".json")
-            raise CheckpointError(f"checkpoint extra state is malformed: {path} ({type(e).__name__}: {e})") from None
-
-    def _refuse_different_run(self, folder: str, saved: Dict[str, Any]) -> None:
-        """A checkpoint continues only the run it came from: the same model type, optimizer and
-        vocabularies. Lists every difference."""
-        differences = []
-        saved_model = dict_at(saved, "model")
-        model = self.config["model"]
-        if saved_model.get("type") != model["type"]:
-            differences.append(f"model.type: checkpoint {saved_model.get('type')!r}, now {model['type']!r}")
-        saved_opt = (saved_model.get("optimization") or {}).get("optimizer", "adamw")
-        if saved_opt != model["optimization"]["optimizer"]:
-            differences.append(f"model.optimization.optimizer: checkpoint {saved_opt!r}, "
-                               f"now {model['optimization']['optimizer']!r}")
-        vocab_dir = os.path.join(folder, ckpt.VOCAB_DIR)
-        for field in self.readers["train_reader"].fields:
-            path = os.path.join(vocab_dir, f"{field.name}.txt")
-            if field.vocab is None or not os.path.isfile(path):
-                continue
-            saved_tokens = Vocab.load(path).tokens
-            if saved_tokens != field.vocab.tokens:
-                first = next((i for i, (a, b) in enumerate(zip(saved_tokens, field.vocab.tokens)) if a != b),
-                             min(len(saved_tokens), len(field.vocab.tokens)))
-                differences.append(f"vocabulary of '{field.name}': checkpoint {len(saved_tokens)} tokens, now "
-                                   f"{len(field.vocab.tokens)}; first difference at id {first}")
-        if differences:
-            raise CheckpointError(f"{folder}: this checkpoint is of another run; differences:\n  "
-                                  + "\n  ".join(differences))
-
-    def _load_model_params(self, loaded: Mapping[str, Any], source: str, strict: bool = False,
-                           prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
-        current = self.model_state_dict()
-        matched, report = ckpt.match_parameters(current, loaded, source, prefix_map)
-        bad = [name for name, value in matched.items() if not np.isfinite(value).all()]
-        if bad:
-            raise CheckpointError(f"{source}: parameters hold NaN/Inf: {', '.join(bad[:5])}")
-        if strict and (report.missing or report.mismatched or report.unexpected):
-            raise CheckpointError(f"{source}: checkpoint does not match the model:\n{report.summary()}")
-        self.set_model_state_dict(matched)
-        return report
+    def load_pretrained(self, params_path: str, prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
+        """Warm-start from a params file, a checkpoint folder, or a PaddleNLP / ERNIE-kit model
+        folder; logs what matched and what did not (see ``Checkpointer.load_pretrained``)."""
+        return self.checkpointer.load_pretrained(params_path, prefix_map)
 
     # ---- export ---------------------------------------------------------------------------
     def export_inference(self, folder: str, quiet: bool = False) -> str:
@@ -772,76 +549,3 @@ class BaseTrainer:
         """Write the training fields' vocabularies and label maps into ``folder``."""
         for field in self.readers["train_reader"].fields:
             field.save_vocab(folder)
-
-    def restore_model_params(self, params: Mapping[str, Any], source: str) -> None:
-        """Load a complete set of model parameters (e.g. the best checkpoint's)."""
-        self._load_model_params(params, source, strict=True)
-
-    def load_pretrained(self, params_path: str, prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
-        """Warm-start from a params file, a checkpoint folder, or a PaddleNLP / ERNIE-kit model
-        folder (ERNIE/BERT weights are renamed to ``ernie.*``, see ``wenxin.translation.pretrained``);
-        logs what matched and what did not. A pickled ``.pdparams`` (or ERNIE-kit ``params``) file
-        is read with ``wenxin.common.pickled_weights``, which refuses anything but arrays."""
-        params, path, layout = ckpt.load_pretrained_params(params_path, self.model.state_dict().keys())
-        if layout != "wenxin":
-            path = f"{path} ({layout} layout)"
-        report = self._load_model_params(params, path, prefix_map=prefix_map)
-        if not report.loaded:
-            raise CheckpointError(f"{path}: no parameter matches the model:\n{report.summary()}")
-        logger.info(report.summary())
-        return report
-
-    def _load_initial_state(self) -> None:
-        cfg = self.trainer_config
-        for entry in cfg["pre_train_model"]:
-            self.load_pretrained(entry["params_path"], entry["prefix_map"])
-        if cfg["load_parameters"]:
-            self.load_pretrained(cfg["load_parameters"])
-        resume_from = self.config["_resume_from"] if "_resume_from" in self.config else resume_checkpoint(cfg)
-        if resume_from:
-            self.load_checkpoint(resume_from)
-            if cfg["resume"] == "best" and self.is_writer:
-                self._abandon_checkpoints_after_best()
-        elif cfg["resume"] == "auto":
-            logger.info("resume=auto: no checkpoint in %s, starting fresh", self.checkpoints.root)
-        if self.is_writer:
-            try:
-                with open(os.path.join(self.output_path, "config.json"), "w", encoding="utf-8") as f:
-                    json.dump({k: v for k, v in self.config.items() if not k.startswith("_")}, f,
-                              indent=2, ensure_ascii=False)
-                self.save_vocabs(os.path.join(self.output_path, "vocab"))
-            except OSError as e:
-                raise ConfigError(f"trainer.output_path: cannot write to {self.output_path} "
-                                  f"({e.strerror or e})") from None
-
-
-def resume_checkpoint(cfg: Dict[str, Any]) -> Optional[str]:
-    """The checkpoint a run continues: ``load_checkpoint``; with ``resume: auto`` the newest
-    one in ``output_path`` whose checksums match (damaged ones are skipped with a warning); with
-    ``resume: best`` the best one, which must be whole and hold its optimizer state."""
-    if cfg["load_checkpoint"]:
-        ckpt.verify(cfg["load_checkpoint"])  # before its vocabularies are used
-        return cfg["load_checkpoint"]
-    if cfg["resume"] == "best":
-        manager = ckpt.CheckpointManager.for_trainer(cfg)
-        best = os.path.join(manager.root, ckpt.BEST_DIR)
-        if not os.path.isdir(best):
-            raise CheckpointError(f"trainer.resume: best: there is no best checkpoint in {manager.root} (it is "
-                                  f"saved when the dev trainer.metric improves, with trainer.save_best)")
-        problem = ckpt.is_valid(best)
-        if problem is not None:
-            raise CheckpointError(f"trainer.resume: best: {problem}")
-        if not ckpt.has_optimizer_state(best):
-            raise CheckpointError(f"trainer.resume: best: {best} holds no optimizer state, so a run cannot "
-                                  f"continue from it; keep it with trainer.keep_optimizer_state: latest_and_best "
-                                  f"(or all), or start a new run from its weights with trainer.load_parameters")
-        return best
-    if cfg["resume"] == "auto":
-        manager = ckpt.CheckpointManager.for_trainer(cfg)
-        latest = manager.latest()
-        if latest is None and manager.has_checkpoints():  # never train over damaged results
-            raise CheckpointError(f"trainer.resume: no usable checkpoint in {manager.root}: every one is damaged, "
-                                  f"incomplete or without optimizer state (see the warnings); move them away "
-                                  f"to start afresh")
-        return latest
-    return None

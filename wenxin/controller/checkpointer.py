@@ -1,0 +1,234 @@
+"""Checkpoints of a run: what is saved and restored, resuming, warm starts from pretrained
+weights (``Checkpointer``, held by the trainer), and the checkpoint a run continues. The files
+themselves (layout, manifest, verification) are ``wenxin.controller.checkpoint``'s."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import warnings
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional
+
+import numpy as np
+
+from wenxin.common.errors import CheckpointError, ConfigError
+from wenxin.common.parsed import dict_at
+from wenxin.controller import checkpoint as ckpt
+from wenxin.controller.env import rng_state, set_rng_state
+from wenxin.data.vocab import Vocab
+
+if TYPE_CHECKING:
+    from wenxin.controller.base_trainer import BaseTrainer
+
+logger = logging.getLogger("wenxin")
+
+
+def prepare_output_path(cfg: Dict[str, Any], is_writer: bool = True) -> None:
+    """Create ``trainer.output_path``; never train over an earlier run's checkpoints unless
+    asked to resume it, and fail clearly when the folder cannot be used."""
+    path = cfg["output_path"]
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"trainer.output_path: {path} exists and is not a folder")
+    if is_writer:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"trainer.output_path: cannot create {path}: {e.strerror}") from None
+        if not os.access(path, os.W_OK):
+            raise ConfigError(f"trainer.output_path: folder is not writable: {path}")
+    manager = ckpt.CheckpointManager.for_trainer(cfg)
+    if manager.has_checkpoints() and cfg["resume"] == "none" and not cfg["load_checkpoint"]:
+        raise ConfigError(f"trainer.output_path: {path} already holds checkpoints of an earlier run; "
+                          f"to continue it set trainer.resume=auto (--set trainer.resume=auto); to start "
+                          f"afresh choose another output_path or move {path} away")
+
+
+class Checkpointer:
+    """Saves and restores a trainer's complete state (model, optimizer, LR schedule, loss scaler,
+    RNG, hooks, progress), refuses a checkpoint of another run, and loads pretrained weights."""
+
+    def __init__(self, trainer: "BaseTrainer") -> None:
+        self.trainer = trainer
+
+    def save(self, name: str, update_latest: bool = True) -> str:
+        """Write a complete checkpoint ``<output_path>/checkpoints/<name>`` (rank 0 only)."""
+        trainer = self.trainer
+        if not trainer.is_writer:
+            return ""
+        trainer.hooks.call("before_save", name)
+        extra = {"scaler": trainer.scaler_state_dict(), "rng": rng_state(), "hooks": trainer.hooks.state_dict(),
+                 "lr_scheduler": trainer.lr_scheduler.state_dict() if trainer.lr_scheduler else None,
+                 "sampler_seed": trainer.train_sampler.seed}
+        trainer_state = {**trainer.state.to_dict(), "mode": trainer.mode, "time": time.time(),
+                         "dev_metrics": trainer.state.metrics_now("dev_reader"), "cpu_threads": trainer.cpu_threads}
+
+        def write(folder: str) -> None:
+            ckpt.write_checkpoint(folder, trainer.model_state_dict(), trainer.optimizer_state_dict(), extra,
+                                  trainer_state, trainer.config, trainer.save_vocabs)
+
+        path = trainer.checkpoints.save(name, write, update_latest=update_latest)
+        trainer.hooks.call("after_save", name, path)
+        return path
+
+    def load(self, folder: str) -> None:
+        """Restore model, optimizer, LR schedule, scaler, RNG, hook state and progress from a
+        verified checkpoint; one with another model, optimizer or vocabulary is refused."""
+        parts = ckpt.read_checkpoint(folder)
+        self._refuse_different_run(folder, parts["config"])
+        self.load_params(parts["model"], folder, strict=True)
+        with warnings.catch_warnings():  # LinearWarmup restores its nested schedule, yet warns
+            warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
+            self._load_training_state(folder, parts)
+        s = self.trainer.state
+        s.load(parts["trainer_state"])
+        if s.finished:
+            logger.info("resumed from %s: the run already finished at step %d", folder, s.global_step)
+        else:
+            logger.info("resumed from %s at step %d (epoch %d, step %d in epoch)", folder, s.global_step,
+                        min(s.epoch + 1, max(s.num_epochs, 1)), s.step_in_epoch)
+
+    def _abandon_checkpoints_after_best(self) -> None:
+        """A run continued from ``best`` abandons the checkpoints its first run wrote after it:
+        they move aside (not deleted), and ``latest`` names ``best`` until this run saves."""
+        checkpoints, step = self.trainer.checkpoints, self.trainer.state.global_step
+        try:
+            aside = checkpoints.set_aside_after(step)
+            checkpoints.mark_latest(ckpt.BEST_DIR)
+        except OSError as e:
+            raise CheckpointError(f"trainer.resume: best: cannot move the later checkpoints in "
+                                  f"{checkpoints.root} aside ({e.strerror or e})") from None
+        if aside:
+            logger.warning("resume: best: the checkpoints after step %d were moved to %s", step, aside)
+
+    def _load_training_state(self, folder: str, parts: Mapping[str, Any]) -> None:
+        """Optimizer, LR schedule, loss scaler, hooks and RNG from a checkpoint's parts."""
+        try:
+            self.trainer.set_optimizer_state_dict(parts["optimizer"])
+        except Exception as e:  # noqa: BLE001 (Paddle raises many types for a state that does not fit)
+            raise CheckpointError(f"{folder}: optimizer state does not fit this model/optimizer ({e})") from None
+        extra = parts["extra"]
+        try:
+            if self.trainer.lr_scheduler is not None and extra.get("lr_scheduler"):
+                self.trainer.lr_scheduler.set_state_dict(extra["lr_scheduler"])
+            self.trainer.set_scaler_state_dict(extra.get("scaler"))
+            self.trainer.hooks.set_state_dict(extra.get("hooks") or {})
+            set_rng_state(extra["rng"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            path = os.path.join(folder, ckpt.EXTRA_STATE + ".json")
+            raise CheckpointError(f"checkpoint extra state is malformed: {path} ({type(e).__name__}: {e})") from None
+
+    def _refuse_different_run(self, folder: str, saved: Dict[str, Any]) -> None:
+        """A checkpoint continues only the run it came from: the same model type, optimizer and
+        vocabularies. Lists every difference."""
+        differences = []
+        saved_model = dict_at(saved, "model")
+        model = self.trainer.config["model"]
+        if saved_model.get("type") != model["type"]:
+            differences.append(f"model.type: checkpoint {saved_model.get('type')!r}, now {model['type']!r}")
+        saved_opt = (saved_model.get("optimization") or {}).get("optimizer", "adamw")
+        if saved_opt != model["optimization"]["optimizer"]:
+            differences.append(f"model.optimization.optimizer: checkpoint {saved_opt!r}, "
+                               f"now {model['optimization']['optimizer']!r}")
+        vocab_dir = os.path.join(folder, ckpt.VOCAB_DIR)
+        for field in self.trainer.readers["train_reader"].fields:
+            path = os.path.join(vocab_dir, f"{field.name}.txt")
+            if field.vocab is None or not os.path.isfile(path):
+                continue
+            saved_tokens = Vocab.load(path).tokens
+            if saved_tokens != field.vocab.tokens:
+                first = next((i for i, (a, b) in enumerate(zip(saved_tokens, field.vocab.tokens)) if a != b),
+                             min(len(saved_tokens), len(field.vocab.tokens)))
+                differences.append(f"vocabulary of '{field.name}': checkpoint {len(saved_tokens)} tokens, now "
+                                   f"{len(field.vocab.tokens)}; first difference at id {first}")
+        if differences:
+            raise CheckpointError(f"{folder}: this checkpoint is of another run; differences:\n  "
+                                  + "\n  ".join(differences))
+
+    def load_params(self, loaded: Mapping[str, Any], source: str, strict: bool = False,
+                           prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
+        current = self.trainer.model_state_dict()
+        matched, report = ckpt.match_parameters(current, loaded, source, prefix_map)
+        bad = [name for name, value in matched.items() if not np.isfinite(value).all()]
+        if bad:
+            raise CheckpointError(f"{source}: parameters hold NaN/Inf: {', '.join(bad[:5])}")
+        if strict and (report.missing or report.mismatched or report.unexpected):
+            raise CheckpointError(f"{source}: checkpoint does not match the model:\n{report.summary()}")
+        self.trainer.set_model_state_dict(matched)
+        return report
+
+    def restore_model_params(self, params: Mapping[str, Any], source: str) -> None:
+        """Load a complete set of model parameters (e.g. the best checkpoint's)."""
+        self.load_params(params, source, strict=True)
+
+    def load_pretrained(self, params_path: str, prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
+        """Warm-start from a params file, a checkpoint folder, or a PaddleNLP / ERNIE-kit model
+        folder (ERNIE/BERT weights are renamed to ``ernie.*``, see ``wenxin.translation.pretrained``);
+        logs what matched and what did not. A pickled ``.pdparams`` (or ERNIE-kit ``params``) file
+        is read with ``wenxin.common.pickled_weights``, which refuses anything but arrays."""
+        params, path, layout = ckpt.load_pretrained_params(params_path, self.trainer.model.state_dict().keys())
+        if layout != "wenxin":
+            path = f"{path} ({layout} layout)"
+        report = self.load_params(params, path, prefix_map=prefix_map)
+        if not report.loaded:
+            raise CheckpointError(f"{path}: no parameter matches the model:\n{report.summary()}")
+        logger.info(report.summary())
+        return report
+
+    def load_initial_state(self) -> None:
+        """Pretrained weights, then the checkpoint the run continues (if any); rank 0 writes the
+        run's resolved config and vocabularies."""
+        trainer = self.trainer
+        cfg = trainer.trainer_config
+        for entry in cfg["pre_train_model"]:
+            self.load_pretrained(entry["params_path"], entry["prefix_map"])
+        if cfg["load_parameters"]:
+            self.load_pretrained(cfg["load_parameters"])
+        resume_from = trainer.config["_resume_from"] if "_resume_from" in trainer.config else resume_checkpoint(cfg)
+        if resume_from:
+            self.load(resume_from)
+            if cfg["resume"] == "best" and trainer.is_writer:
+                self._abandon_checkpoints_after_best()
+        elif cfg["resume"] == "auto":
+            logger.info("resume=auto: no checkpoint in %s, starting fresh", trainer.checkpoints.root)
+        if trainer.is_writer:
+            try:
+                with open(os.path.join(trainer.output_path, "config.json"), "w", encoding="utf-8") as f:
+                    json.dump({k: v for k, v in trainer.config.items() if not k.startswith("_")}, f,
+                              indent=2, ensure_ascii=False)
+                trainer.save_vocabs(os.path.join(trainer.output_path, "vocab"))
+            except OSError as e:
+                raise ConfigError(f"trainer.output_path: cannot write to {trainer.output_path} "
+                                  f"({e.strerror or e})") from None
+
+
+def resume_checkpoint(cfg: Dict[str, Any]) -> Optional[str]:
+    """The checkpoint a run continues: ``load_checkpoint``; with ``resume: auto`` the newest
+    one in ``output_path`` whose checksums match (damaged ones are skipped with a warning); with
+    ``resume: best`` the best one, which must be whole and hold its optimizer state."""
+    if cfg["load_checkpoint"]:
+        ckpt.verify(cfg["load_checkpoint"])  # before its vocabularies are used
+        return cfg["load_checkpoint"]
+    if cfg["resume"] == "best":
+        manager = ckpt.CheckpointManager.for_trainer(cfg)
+        best = os.path.join(manager.root, ckpt.BEST_DIR)
+        if not os.path.isdir(best):
+            raise CheckpointError(f"trainer.resume: best: there is no best checkpoint in {manager.root} (it is "
+                                  f"saved when the dev trainer.metric improves, with trainer.save_best)")
+        problem = ckpt.is_valid(best)
+        if problem is not None:
+            raise CheckpointError(f"trainer.resume: best: {problem}")
+        if not ckpt.has_optimizer_state(best):
+            raise CheckpointError(f"trainer.resume: best: {best} holds no optimizer state, so a run cannot "
+                                  f"continue from it; keep it with trainer.keep_optimizer_state: latest_and_best "
+                                  f"(or all), or start a new run from its weights with trainer.load_parameters")
+        return best
+    if cfg["resume"] == "auto":
+        manager = ckpt.CheckpointManager.for_trainer(cfg)
+        latest = manager.latest()
+        if latest is None and manager.has_checkpoints():  # never train over damaged results
+            raise CheckpointError(f"trainer.resume: no usable checkpoint in {manager.root}: every one is damaged, "
+                                  f"incomplete or without optimizer state (see the warnings); move them away "
+                                  f"to start afresh")
+        return latest
+    return None
