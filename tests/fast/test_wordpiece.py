@@ -12,7 +12,7 @@ from wenxin.config.schema import validate
 from wenxin.config.task_schema import FIELD
 from wenxin.data.ernie_fields import ErnieTextFieldReader, truncate_pair
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "ernie")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "ernie")
 VOCAB = os.path.join(FIXTURES, "vocab.txt")
 with open(os.path.join(FIXTURES, "tokenizer_reference.json"), encoding="utf-8") as _f:
     REFERENCE = json.load(_f)
