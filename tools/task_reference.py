@@ -55,7 +55,7 @@ def render(sections: Sequence[Tuple[str, Schema]] = tuple(SECTIONS)) -> str:
     """Markdown tables of ``sections`` (title, schema); by default the task file's own keys."""
     lines: List[str] = []
     for title, schema in sections:
-        lines += [f"#### `{title}`", "", "| key | type | default | notes |", "|---|---|---|---|"]
+        lines += [f"### `{title}`", "", "| key | type | default | notes |", "|---|---|---|---|"]
         for name, key in schema.items():
             lines.append(f"| `{name}` | {_types(key)} | {_default(key)} | {_notes(key)} |")
         lines.append("")
@@ -78,7 +78,7 @@ def render_taggers() -> str:
 def replace_tables(text: str, tables: str) -> str:
     """``text`` with the rendered tables that start at ``tables``' first heading (up to the end
     of the table under its last heading) replaced by ``tables``."""
-    headings = [line for line in tables.splitlines() if line.startswith("#### ")]
+    headings = [line for line in tables.splitlines() if line.startswith("### ")]
     start = text.index(headings[0])
     last_table = text.index("\n|", text.index(headings[-1], start))
     end = text.find("\n\n", last_table + 1)
@@ -93,9 +93,9 @@ def main(args: List[str]) -> None:
         return
     path = args[args.index("--write") + 1]
     with open(path, encoding="utf-8") as f:
-        text = f.read()
+        text = replace_tables(f.read(), tables)  # before the file is opened for writing
     with open(path, "w", encoding="utf-8") as f:
-        f.write(replace_tables(text, tables))
+        f.write(text)
 
 
 if __name__ == "__main__":

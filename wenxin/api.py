@@ -135,7 +135,7 @@ class Task:
         except ConfigError:
             folder = self.export(source)
         table = [[row] if isinstance(row, str) else list(row) for row in rows]
-        return Predictor(folder).predict(table, batch_size=batch_size)
+        return Predictor(folder, task=self.config.get("task") or "").predict(table, batch_size=batch_size)
 
     def __repr__(self) -> str:
         return f"Task({self.config.get('task')!r}, model {self.config['model']['type']!r}, output {self.output_path!r})"

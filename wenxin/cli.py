@@ -30,6 +30,8 @@ EXIT_CODES_HELP = ("exit status: 0 done, 2 usage, task-file or installation erro
 
 BACKEND_HELP = ("a registered inference backend: paddle, onnxruntime (the folder's model.onnx), or auto: ONNX "
                 "Runtime when the folder has model.onnx and it is installed, else Paddle")
+TASK_HELP = ("a task package to import first (a task file's \"task\"), for a model whose fields use its own "
+             "tokenizers or field readers; nothing is imported unless named")
 ONEDNN_HELP = ("the Paddle backend's oneDNN; auto: the exported model's rule (e.g. CNN and transformer models "
                "from 16 rows a batch, BoW never), logged and shown by /health")
 
@@ -75,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     predictor.add_argument("--batch_size", type=int, default=64)
     predictor.add_argument("--backend", default="auto", help=BACKEND_HELP)
     predictor.add_argument("--onednn", choices=ONEDNN_SETTINGS, default="auto", help=ONEDNN_HELP)
+    predictor.add_argument("--task", default="", help=TASK_HELP)
     exporter = sub.add_parser("export", help="export a checkpoint as a self-contained inference folder")
     _add_task_args(exporter)
     exporter.add_argument("--checkpoint", required=True, help="checkpoint folder or params file")
@@ -107,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="open connections of one client address, shed the same way")
     server.add_argument("--backend", default="auto", help=BACKEND_HELP)
     server.add_argument("--onednn", choices=ONEDNN_SETTINGS, default="auto", help=ONEDNN_HELP)
+    server.add_argument("--task", default="", help=TASK_HELP)
     inspector = sub.add_parser("inspect", help="show the task's data (lengths, truncation, labels, vocabulary, "
                                                "samples) and model (layers, parameters, FLOPs) without training")
     _add_task_args(inspector)
@@ -197,7 +201,7 @@ def _predict(args: argparse.Namespace) -> int:
     lines = list(args.text)
     if not lines:
         lines = _read_input(args.input)
-    predictor = Predictor(folder, backend=args.backend, onednn=args.onednn)
+    predictor = Predictor(folder, backend=args.backend, onednn=args.onednn, task=args.task)
     rows = [line.split("\t") for line in lines]
     for row, result in zip(rows, predictor.predict(rows, batch_size=max(args.batch_size, 1))):
         print("\t".join(row + [predictor.result_format.line(result)]), flush=False)  # the input, then the result
@@ -238,7 +242,8 @@ def _serve(args: argparse.Namespace) -> int:
                     header_timeout=args.read_timeout, max_connections=args.max_connections,
                     max_connections_per_client=args.max_connections_per_client)
     options = ServeOptions(limits=limits, model_batch=args.model_batch, max_wait_ms=args.max_wait_ms,
-                           model_threads=args.model_threads, backend=args.backend, onednn=args.onednn)
+                           model_threads=args.model_threads, backend=args.backend, onednn=args.onednn,
+                           task=args.task)
     from wenxin.common.logs import setup_logging
     setup_logging()
     log = logging.getLogger("wenxin")

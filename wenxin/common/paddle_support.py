@@ -18,7 +18,7 @@ MIN_PADDLE = (3, 0)
 PADDLE_DISTRIBUTIONS = ("paddlepaddle", "paddlepaddle-gpu", "paddlepaddle-xpu", "paddlepaddle-dcu",
                         "paddlepaddle-rocm", "paddlepaddle-npu")
 INSTALL_HINT = ("install one build: pip install \"wenxin[cpu]\" for CPU, or paddlepaddle-gpu 3.x from "
-                "Paddle's package index for CUDA (README: Installing)")
+                "Paddle's package index for CUDA (docs/install.md)")
 
 
 def version_tuple(text: str) -> Tuple[int, ...]:
@@ -85,7 +85,7 @@ def require_gpu(key: str) -> None:
     build = ", ".join(f"{name} {version}" for name, version in installed_builds()) or f"paddle {paddle.__version__}"
     if not paddle.is_compiled_with_cuda():
         raise InstallError(f"{key}: 'gpu', but the installed Paddle ({build}) is a CPU build: install "
-                           f"paddlepaddle-gpu 3.x from Paddle's package index in its place (README: Installing), "
+                           f"paddlepaddle-gpu 3.x from Paddle's package index in its place (docs/install.md), "
                            f"or set 'cpu'")
     if paddle.device.cuda.device_count() == 0:
         raise InstallError(f"{key}: 'gpu', but the installed Paddle ({build}) sees no GPU (check the driver, "

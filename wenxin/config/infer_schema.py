@@ -28,6 +28,8 @@ INFER_SCHEMA: Schema = {
     "onednn": Key(str, "auto", choices=list(ONEDNN_SETTINGS),
                   doc="the Paddle backend's oneDNN; auto: the exported model's rule (CNN and transformer models "
                       "from 16 rows a batch, ERNIE from 128, others never)"),
+    "task": Key(str, "", doc="a task package to import first, for a model whose fields use its own tokenizers "
+                             "or field readers (nothing is imported unless named)"),
     "output_format": Key(str, "wenxin", choices=["wenxin", "erniekit"],
                          doc="erniekit: ERNIE-kit's lines (the input columns, then the task's result; the "
                              "default for ERNIE-kit infer files)"),

@@ -219,7 +219,7 @@ TRAINER: Schema = {
                                                  "ahead)"),
     "max_nan_steps": Key(int, 1, minimum=1, doc="stop after this many non-finite losses in a row"),
     "output_path": Key(str, "./output", non_empty=True),
-    "pre_train_model": Key((list, str), [], doc="params files to warm-start from (see README)"),
+    "pre_train_model": Key((list, str), [], doc="params files to warm-start from (docs/tasks.md, fine-tuning ERNIE)"),
     "load_parameters": Key(str, "", doc="model parameters to start from (no optimizer state)"),
     "load_checkpoint": Key(str, "", doc="checkpoint folder to resume from"),
     "resume": Key(str, "none", choices=["none", "auto", "best"],
@@ -228,7 +228,7 @@ TRAINER: Schema = {
     "visualdl": Key(bool, True, doc="also log scalars to VisualDL (output_path/vdl)"),
     "progress_bar": Key(str, "auto", choices=["auto", "on", "off"],
                         doc="progress bars with ETA for training and evaluation; auto: when stderr is a terminal"),
-    "hooks": Key(list, [], items=Key(dict, children=HOOK), doc="extra hooks (see README)"),
+    "hooks": Key(list, [], items=Key(dict, children=HOOK), doc="extra hooks (docs/training.md, hooks)"),
     "output_layout": Key(str, "wenxin", choices=["wenxin", "erniekit"],
                          doc="erniekit: checkpoints in save_checkpoints/checkpoints_step_<N> and an inference model "
                              "in save_inference_model/inference_step_<N> at every save (set for ERNIE-kit task files)"),

@@ -63,7 +63,7 @@ def run_inference(param_path: str, overrides: Sequence[str] = ()) -> str:
         require_gpu(place_key)
     predictor = Predictor(config["model_dir"], use_gpu=config["PADDLE_PLACE_TYPE"] == "gpu",
                           num_threads=config["num_threads"], backend=config["backend"],
-                          onednn=config["onednn"])
+                          onednn=config["onednn"], task=config["task"])
     _check_against_model(config, predictor)
     rows = read_rows(config["predict_reader"]["config"], predictor.fields)
     results = predictor.predict(rows, batch_size=config["batch_size"])

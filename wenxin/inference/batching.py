@@ -94,11 +94,12 @@ class BatchingPool:
         max_batch: most rows in one model batch (a larger request runs as its own batch).
         max_wait_ms: how long the first request of a batch waits for others.
         num_threads: CPU math threads of each predictor.
+        task: a task package to import first (see ``Predictor``).
     """
 
     def __init__(self, model_dir: str, model_threads: int = 1, max_batch: int = 64, max_wait_ms: float = 2.0,
-                 num_threads: int = 1, backend: str = "auto", onednn: str = "auto") -> None:
-        self.converter = Predictor(model_dir, load_model=False, backend=backend)
+                 num_threads: int = 1, backend: str = "auto", onednn: str = "auto", task: str = "") -> None:
+        self.converter = Predictor(model_dir, load_model=False, backend=backend, task=task)
         self.backend = self.converter.backend
         self.meta = self.converter.meta
         self.num_fields = len(self.converter.fields)

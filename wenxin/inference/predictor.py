@@ -7,8 +7,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from wenxin.common.errors import ExportError, InferenceError, WenxinError
+from wenxin.common.errors import ConfigError, ExportError, InferenceError, WenxinError
 from wenxin.common.registry import RegisterSet
+from wenxin.common.task_loader import builtin_task_names, import_task
 from wenxin.data.export_bundle import MODEL_PREFIX, PREPROCESS_FILE, read_preprocessing, verify_export
 from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend, backend_class
@@ -40,15 +41,20 @@ class Predictor:
             folder has a model for it and it is installed, else Paddle.
         onednn: the Paddle backend's oneDNN: ``auto`` (the exported model's rule,
             ``onednn_min_rows``), ``on`` or ``off`` (see ``PaddleBackend``).
+        task: a task package to import first (as a task file's ``task`` names it), for an export
+            whose fields use the task's own tokenizers or field readers. Never imported unless
+            named here: code runs only where the caller asks for it.
 
     A ``paddle.inference`` predictor is not safe to share between threads; use each from the
     thread that created it.
     """
 
     def __init__(self, model_dir: str, use_gpu: bool = False, num_threads: int = 1, load_model: bool = True,
-                 backend: str = "auto", onednn: str = "auto") -> None:
+                 backend: str = "auto", onednn: str = "auto", task: str = "") -> None:
         if not os.path.isdir(model_dir):
             raise InferenceError(f"model folder not found: {model_dir}")
+        if task:  # its own tokenizers and field readers register as it is imported
+            import_task(task)
         meta_path = os.path.join(model_dir, PREPROCESS_FILE)
         _check_model_files(model_dir)
         verify_export(model_dir)
@@ -89,9 +95,15 @@ class Predictor:
             if cfg.get("vocab_path"):
                 cfg["vocab_path"] = os.path.join(model_dir, cfg["vocab_path"])
             where = f"{meta_path}: fields[{i}]"
-            cls = RegisterSet.field_readers.get(cfg["reader"]["type"], None, where)
             try:
+                cls = RegisterSet.field_readers.get(cfg["reader"]["type"], None, where)
                 fields.append(cls(cfg, where))
+            except ConfigError as e:
+                task = self.meta.get("task")
+                builtin = task in builtin_task_names()
+                hint = f"; the model was trained by task '{task}': import it with --task {task} (Predictor(task=...))" \
+                    if task and not builtin else ""
+                raise ExportError(f"{e}{hint}") from None
             except WenxinError:
                 raise
             except Exception as e:  # noqa: BLE001 (a reader's own checks raise many types)

@@ -68,6 +68,7 @@ class ServeOptions:
     num_threads: int = 1        # CPU math threads of each predictor
     backend: str = "auto"
     onednn: str = "auto"        # the Paddle backend's oneDNN
+    task: str = ""              # a task package to import first (its own tokenizers, field readers)
 
 
 class RequestError(Exception):
@@ -313,7 +314,7 @@ class Service:
         self.limits = options.limits
         check_settings(options, workers)
         self.pool = BatchingPool(model_dir, options.model_threads, options.model_batch, options.max_wait_ms,
-                                 options.num_threads, options.backend, options.onednn)
+                                 options.num_threads, options.backend, options.onednn, options.task)
         self.app = PredictionApp(self.pool, self.limits, workers)
         try:
             self.socket = sock or listen(host, port)

@@ -100,7 +100,8 @@ class ServiceWorkers:
         self.stop_timeout = stop_timeout
         from wenxin.inference.predictor import Predictor
         # the folder's files and the backend, checked here before any worker loads the model
-        self.backend = Predictor(model_dir, load_model=False, backend=self.options.backend).backend
+        self.backend = Predictor(model_dir, load_model=False, backend=self.options.backend,
+                                 task=self.options.task).backend
         self.socket = listen(host, port)
         self.host, self.port = host, self.socket.getsockname()[1]
         self._context = multiprocessing.get_context("spawn")
