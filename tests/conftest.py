@@ -407,3 +407,29 @@ def wenxin_log(level: int = logging.INFO) -> Iterator[List[str]]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)
+
+
+FAST_TIER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast") + os.sep
+
+
+@pytest.fixture(autouse=True)
+def no_paddle_operations_in_the_fast_tier(request, monkeypatch):
+    """The fast tier (tests/fast) runs no Paddle operation: building a layer, making a tensor,
+    an executor, a DataLoader, saving or exporting with Paddle fails the test there."""
+    if not str(request.node.fspath).startswith(FAST_TIER):
+        yield
+        return
+    import paddle
+
+    def refuse(what):
+        def refused(*args, **kwargs):
+            raise AssertionError(f"the fast tier runs no Paddle operation, and this test called {what}: move it to "
+                                 f"tests/ (or give it the numpy engine, tests/fast/fake_engine.py)")
+        return refused
+
+    for owner, name in ((paddle, "to_tensor"), (paddle.nn.Layer, "__init__"), (paddle.static, "Executor"),
+                        (paddle.static, "program_guard"), (paddle.jit, "save"), (paddle, "save"),
+                        (paddle.io, "DataLoader"), (paddle.inference, "create_predictor")):
+        monkeypatch.setattr(owner, name, refuse(f"paddle{'' if owner is paddle else '.' + owner.__name__.split('.')[-1]}"
+                                                f".{name}"))
+    yield

@@ -9,9 +9,7 @@ import pytest
 
 from conftest import assert_one_error_block, make_sentences, task_config, write_config
 from wenxin.cli import main
-from wenxin.common.errors import DataError
 from wenxin.data.lines import iter_lines
-from wenxin.data.vocab import Vocab
 
 GOOD = "".join(f"{text}\t{label}\n" for text, label in make_sentences(60, seed=7)).encode("utf-8")
 # characters str.splitlines() treats as line breaks; inside a line they are text
@@ -66,34 +64,6 @@ def _config(tmp_path, data_dir, which, data, reader_settings, **trainer):
     return config, path
 
 
-@pytest.mark.parametrize("name", sorted(ERRORS))
-def test_bad_data_file_fails_clearly(tmp_path, data_dir, capsys, hang_guard, name):
-    hang_guard(120)
-    which, data, settings, expected = ERRORS[name]
-    config, _ = _config(tmp_path, data_dir, which, data, settings)
-    assert_one_error_block(*_run(tmp_path, config, capsys), expected)
-    assert not os.path.exists(str(tmp_path / "out" / "checkpoints"))
-
-
-def test_binary_file_inside_a_data_folder(tmp_path, data_dir, capsys):
-    folder = tmp_path / "parts"
-    folder.mkdir()
-    (folder / "a.tsv").write_bytes(GOOD)
-    (folder / "b.bin").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(200))
-    config = task_config(data_dir, str(tmp_path / "out"))
-    config["dataset_reader"]["train_reader"]["config"]["data_path"] = str(folder)
-    assert_one_error_block(*_run(tmp_path, config, capsys), f"{folder / 'b.bin'}:1: binary data")
-
-
-def test_fifo_as_data_path_does_not_hang(tmp_path, data_dir, capsys, hang_guard):
-    hang_guard(60)
-    fifo = str(tmp_path / "pipe.tsv")
-    os.mkfifo(fifo)
-    config = task_config(data_dir, str(tmp_path / "out"))
-    config["dataset_reader"]["train_reader"]["config"]["data_path"] = fifo
-    assert_one_error_block(*_run(tmp_path, config, capsys), "not a regular file")
-
-
 # ---- valid but unusual data: read exactly, with warnings where something looks wrong ---------------
 def _train_once(tmp_path, config, capsys):
     """Train one step; returns the log (stderr)."""
@@ -118,14 +88,6 @@ def test_crlf_bom_and_no_final_newline(tmp_path, data_dir, capsys):
     assert "train_reader: 60 examples" in log and "(2 labels)" in log  # no '1\r' or BOM label
 
 
-@pytest.mark.parametrize("char", SPLITLINES_BREAKS, ids=[f"U+{ord(c):04X}" for c in SPLITLINES_BREAKS])
-def test_only_newline_ends_a_line(tmp_path, char):
-    path = tmp_path / "data.tsv"
-    path.write_bytes(f"a{char}b\t1\nc\t0\n".encode("utf-8"))
-    lines = list(iter_lines(str(path)))
-    assert [(line.lineno, line.text) for line in lines] == [(1, f"a{char}b\t1"), (2, "c\t0")]
-
-
 def test_reading_a_huge_line_keeps_memory_small(tmp_path):
     path = tmp_path / "huge.tsv"
     with open(path, "wb") as f:
@@ -138,31 +100,6 @@ def test_reading_a_huge_line_keeps_memory_small(tmp_path):
     tracemalloc.stop()
     assert lines[0].problem.startswith("line longer than") and lines[1].text == "ok\t1"
     assert peak < 8 << 20, peak
-
-
-@pytest.mark.parametrize("content,expected", [
-    (b"", "vocab file is empty"),
-    (b"[PAD]\n[UNK]\n\nx\n", ":3: empty token"),
-    (b"[PAD]\n\x00\x01\n", ":2: binary data"),
-    (b"[PAD]\n\xff\n", ":2: not valid UTF-8"),
-    (b"[PAD]\nx\n", "has no unknown token"),
-])
-def test_bad_vocab_files(tmp_path, content, expected):
-    path = tmp_path / "vocab.txt"
-    path.write_bytes(content)
-    with pytest.raises(DataError, match=expected):
-        Vocab.load(str(path), "[UNK]")
-
-
-def test_vocab_file_bom_crlf_and_line_separators(tmp_path):
-    path = tmp_path / "vocab.txt"
-    path.write_bytes("\ufeff[PAD]\r\n[UNK]\r\na\u2028b\nc\x85d\n".encode("utf-8"))
-    assert Vocab.load(str(path), "[UNK]").tokens == ["[PAD]", "[UNK]", "a\u2028b", "c\x85d"]
-
-
-def test_cases_count():
-    # the parametrized cases of this module, counted as data files
-    assert len(ERRORS) + 2 + 3 + 1 + len(SPLITLINES_BREAKS) + 1 + 5 + 1 >= 40
 
 
 EXPLODING_RUN = """

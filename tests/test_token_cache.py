@@ -15,11 +15,10 @@ from wenxin.common.errors import DataError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import validate
 from wenxin.config.task_schema import READER
-from wenxin.data import cache_store, token_cache, vocab_counts
+from wenxin.data import cache_store, token_cache
 from wenxin.data.cached_examples import CachedExamples
 from wenxin.data.dataset_reader import build_readers
 from wenxin.data.field_reader import BaseFieldReader, TensorSpec
-from wenxin.data.vocab import Vocab
 
 
 def reader(path, field_list, **config):
@@ -109,23 +108,6 @@ def test_cached_examples_equal_converted_ones_for_every_field_kind(tmp_path, pro
     assert [line for _, line, _ in cold["train_reader"].skipped] == [58, 231]
     assert len(glob.glob(str(tmp_path / "cache" / "ex-*"))) == 2  # train and dev
     assert len(glob.glob(str(tmp_path / "cache" / "fit-*"))) == 1
-
-
-def test_sampling_rate_and_ernie_fields_cache_as_they_convert(tmp_path):
-    model = str(tmp_path / "ernie")
-    make_ernie_model(model)
-    tagged = write_tsv(str(tmp_path / "tags.tsv"), make_tagged(300, seed=3))
-    tagger = [ernie_text("text_a", model, max_seq_len=8),
-              {"name": "label", "reader": {"type": "ErnieSeqlabelLabelFieldReader"}}]
-    pairs = write_tsv(str(tmp_path / "pairs.tsv"), [(a, b[::-1], label) for (a, label), (b, _) in
-                                                    zip(make_sentences(300, 4), make_sentences(300, 5))])
-    pair = [ernie_text("text_a", model, max_seq_len=12, pair_with="text_b"), ernie_text("text_b", model),
-            {"name": "label", "reader": {"type": "LabelFieldReader"}}]
-    for path, field_list in ((tagged, tagger), (pairs, pair)):
-        options = {"sampling_rate": 0.6, "cache_processes": 2}
-        memory, cached = load(path, field_list, False, **options), load(path, field_list, True, **options)
-        assert 120 < len(memory["train_reader"]) < 240
-        assert_same_examples(memory["train_reader"], cached["train_reader"])
 
 
 def test_a_warm_cache_converts_nothing_and_a_resume_finds_the_first_runs_entry(tmp_path, monkeypatch):
@@ -289,38 +271,6 @@ def test_cached_examples_survive_pickling_for_dataloader_workers(tmp_path):
     assert all(_same(a, b) for a, b in zip(examples, again))
 
 
-def test_vocab_ranking_matches_the_reference_order():
-    counts = {"b": 3, "a": 3, "c": 1, "d": 5, "[PAD]": 9, "e": 1}
-    import collections
-    vocab = Vocab.from_counts(collections.Counter(counts))
-    reference = sorted((t for t in counts if t not in ("[PAD]", "[UNK]")), key=lambda t: (-counts[t], t))
-    assert vocab.tokens == ["[PAD]", "[UNK]"] + reference
-
-
-@pytest.mark.parametrize("parts", [
-    [["a", "b", "c"], ["c", "d"], [], ["a"]],  # text tokens: joined for the trip between processes
-    [["x\ny", "x"], ["x", "y"]],  # a token with a newline: travels as a list
-    [[""], ["", "z"]],  # empty tokens
-    [[1, 2], [2, "2"]],  # label values that are not strings
-])
-def test_packed_part_counts_sum_as_counters_do_after_a_trip_through_pickle(parts):
-    import collections
-    import pickle
-    rng = random.Random(0)
-    counters = [collections.Counter({token: rng.randint(1, 9) for token in tokens}) for tokens in parts]
-    packed = [pickle.loads(pickle.dumps(vocab_counts.pack_counter(c))) for c in counters]
-    assert [p.token_list() for p in packed] == [list(c) for c in counters]
-    joinable = all(isinstance(t, str) and "\n" not in t for tokens in parts for t in tokens)
-    assert all(isinstance(p.tokens, str) for p in packed) == joinable
-    expected: collections.Counter = collections.Counter()
-    for c in counters:
-        expected.update(c)
-    assert vocab_counts.summed(packed) == expected
-    tokens, totals, positions = vocab_counts.merge_part_vocabs(packed)
-    for c, where in zip(counters, positions):  # each part's local ids point at its tokens
-        assert [tokens[i] for i in where] == list(c)
-
-
 def test_training_twice_reuses_the_cache_through_the_cli(tmp_path):
     data = tmp_path / "data"
     for name, seed, n in (("train", 1, 240), ("dev", 2, 60), ("test", 3, 60)):
@@ -338,3 +288,20 @@ def test_training_twice_reuses_the_cache_through_the_cli(tmp_path):
     metrics = [[{k: v for k, v in json.loads(line).items() if k not in timing}
                 for line in open(tmp_path / out / "logs" / "metrics.jsonl")] for out in ("first", "second")]
     assert metrics[0] == metrics[1] and any("acc" in record for record in metrics[0])
+
+
+def test_sampling_rate_and_ernie_fields_cache_as_they_convert(tmp_path):
+    model = str(tmp_path / "ernie")
+    make_ernie_model(model)
+    tagged = write_tsv(str(tmp_path / "tags.tsv"), make_tagged(300, seed=3))
+    tagger = [ernie_text("text_a", model, max_seq_len=8),
+              {"name": "label", "reader": {"type": "ErnieSeqlabelLabelFieldReader"}}]
+    pairs = write_tsv(str(tmp_path / "pairs.tsv"), [(a, b[::-1], label) for (a, label), (b, _) in
+                                                    zip(make_sentences(300, 4), make_sentences(300, 5))])
+    pair = [ernie_text("text_a", model, max_seq_len=12, pair_with="text_b"), ernie_text("text_b", model),
+            {"name": "label", "reader": {"type": "LabelFieldReader"}}]
+    for path, field_list in ((tagged, tagger), (pairs, pair)):
+        options = {"sampling_rate": 0.6, "cache_processes": 2}
+        memory, cached = load(path, field_list, False, **options), load(path, field_list, True, **options)
+        assert 120 < len(memory["train_reader"]) < 240
+        assert_same_examples(memory["train_reader"], cached["train_reader"])

@@ -10,10 +10,10 @@ import random
 from typing import Any, Dict, List, Mapping, Optional, Set
 
 import numpy as np
-
-from conftest import write_config
 from wenxin.controller.base_trainer import BaseTrainer
 from wenxin.controller.engine import Batch, ExecutionEngine
+
+from conftest import write_config
 
 
 class NumpyBow:
@@ -154,8 +154,8 @@ def numpy_trainer(config: Dict[str, Any], tmp_path: Any, overrides: Optional[Lis
     """A trainer on the numpy engine for ``config``, built as ``wenxin.runner.build_trainer``
     builds one (the checked config, the checkpoint a run resumes, the readers), without Paddle."""
     from wenxin.config.loader import load_config
-    from wenxin.controller.checkpointer import prepare_output_path, resume_checkpoint
     from wenxin.controller.checkpoint import VOCAB_DIR
+    from wenxin.controller.checkpointer import prepare_output_path, resume_checkpoint
     from wenxin.data.dataset_reader import build_readers
     path = write_config(os.path.join(str(tmp_path), f"task_{random.random():.8f}.json"), copy.deepcopy(config))
     config = load_config(path, overrides or [])

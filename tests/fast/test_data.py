@@ -1,18 +1,17 @@
 """Tokenizers, vocab, field readers, dataset readers and the batch sampler."""
-import os
 
 import numpy as np
 import pytest
-
-from conftest import fields, write_tsv
 from wenxin.common.errors import DataError
 from wenxin.config.schema import validate
 from wenxin.config.task_schema import FIELD, READER
-from wenxin.data.dataset_reader import BasicDataSetReader, build_readers
+from wenxin.data.dataset_reader import BasicDataSetReader
 from wenxin.data.field_reader import LabelFieldReader, ScalarFieldReader, TextFieldReader
 from wenxin.data.sampler import ResumableBatchSampler
 from wenxin.data.tokenizers import CharTokenizer, WhitespaceTokenizer
 from wenxin.data.vocab import Vocab
+
+from conftest import fields, write_tsv
 
 
 def field(**overrides):
@@ -160,20 +159,6 @@ def test_folder_data_path_header_and_invalid_utf8(tmp_path):
     empty.mkdir()
     with pytest.raises(DataError, match="folder has no data files"):
         BasicDataSetReader(reader_config(str(empty)), "train_reader").load()
-
-
-def test_dev_reader_shares_train_vocab_and_loader_batches(tmp_path):
-    train = write_tsv(str(tmp_path / "train.tsv"), [("好看好看", 1), ("难看", 0), ("一般般", 0)])
-    dev = write_tsv(str(tmp_path / "dev.tsv"), [("好难", 1)])
-    readers = build_readers({"train_reader": reader_config(train), "dev_reader": reader_config(dev)}, None)
-    train_vocab = readers["train_reader"].field("text_a").vocab
-    assert readers["dev_reader"].field("text_a").vocab is train_vocab
-    loader = readers["train_reader"].make_loader(readers["train_reader"].make_sampler(2, False, 0))
-    batches = list(loader)
-    assert [b["label"].shape[0] for b in batches] == [2, 1]
-    assert batches[0]["text_a"].shape == [2, 4]
-    out = str(tmp_path / "vocab")
-    assert os.path.isfile(readers["train_reader"].field("text_a").save_vocab(out))
 
 
 def test_sampler_is_seeded_and_resumable():

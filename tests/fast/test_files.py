@@ -5,7 +5,6 @@ import hashlib
 import os
 
 import pytest
-
 from wenxin.common.files import file_sha256, write_text_atomically
 
 

@@ -3,7 +3,6 @@ import itertools
 
 import numpy as np
 import pytest
-
 from wenxin.metrics.classification import accuracy, binary_auc, precision_recall_f1
 
 

@@ -3,10 +3,10 @@ import os
 import sys
 
 import pytest
-
-from conftest import REPO
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import Registry
+
+from conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, "tools"))
 from task_reference import render, render_taggers  # noqa: E402 (a tool of the repository, not of the package)

@@ -7,11 +7,11 @@ import signal
 
 import numpy as np
 import pytest
-
-from conftest import make_sentences, task_config, write_tsv
 from fake_engine import numpy_trainer
 from wenxin.common.errors import CheckpointError, ConfigError, TrainingError
 from wenxin.controller.hooks import HookBase
+
+from conftest import make_sentences, task_config, write_tsv
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import json
 import os
 
 import pytest
-
 from wenxin.common.errors import ConfigError
 from wenxin.config.schema import validate
 from wenxin.config.task_schema import FIELD

@@ -1,0 +1,99 @@
+"""The tests of tests/test_redteam_config.py that run no Paddle operation (the fast tier)."""
+
+import copy
+
+import pytest
+
+from conftest import assert_one_error_block, task_config
+from test_redteam_config import (  # noqa: F401 (helpers and fixtures)
+    BINARY_FILES,
+    MANY_SCHEMA,
+    MANY_SCHEMA_PATHS,
+    MANY_TASK,
+    MANY_TASK_PATHS,
+    MUTATIONS,
+    RAW_FILES,
+    SCHEMA_MUTATIONS,
+    _refused_without_harm,
+    _write_config,
+    run_cli,
+)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMA_MUTATIONS))
+def test_every_key_refuses_bad_values(tmp_path, data_dir, capsys, hang_guard, name):
+    hang_guard(60)
+    mutate, expected = SCHEMA_MUTATIONS[name]
+    _refused_without_harm(tmp_path, data_dir, capsys, mutate, expected + ":")
+
+
+def test_every_problem_of_a_file_in_one_run(tmp_path, data_dir, capsys):
+    config = copy.deepcopy(task_config(data_dir, str(tmp_path / "out")))
+    MANY_SCHEMA(config)
+    MANY_TASK(config)
+    lines = assert_one_error_block(*run_cli(_write_config(tmp_path, config), capsys), MANY_SCHEMA_PATHS)
+    assert lines[0] == f"error: {len(lines) - 1} problems:" and len(lines) - 1 == len(MANY_SCHEMA_PATHS)
+
+    config = copy.deepcopy(task_config(data_dir, str(tmp_path / "out")))
+    MANY_TASK(config)
+    lines = assert_one_error_block(*run_cli(_write_config(tmp_path, config), capsys), MANY_TASK_PATHS)
+    assert lines[0] == f"error: {len(lines) - 1} problems:" and len(lines) - 1 == len(MANY_TASK_PATHS)
+
+
+def test_overrides_problems_join_the_files(tmp_path, data_dir, capsys):
+    config = copy.deepcopy(task_config(data_dir, str(tmp_path / "out")))
+    config["trainer"]["epoch"] = "x"
+    assert_one_error_block(*run_cli(_write_config(tmp_path, config), capsys,
+                                    ["trainer.seed=NaN", "trainer.nope=1", "a.b", "trainer..x=1"]),
+                           ["trainer.epoch", "trainer.seed: nan", "trainer.nope: unknown key",
+                            "--set 'a.b'", "--set 'trainer..x=1'"])
+
+
+@pytest.mark.parametrize("name", sorted(RAW_FILES))
+def test_malformed_task_file_names_position(tmp_path, capsys, hang_guard, name):
+    hang_guard(60)
+    filename, text, expected = RAW_FILES[name]
+    path = tmp_path / filename
+    path.write_text(text, encoding="utf-8")
+    assert_one_error_block(*run_cli(str(path), capsys), expected)
+
+
+@pytest.mark.parametrize("name", sorted(BINARY_FILES))
+def test_task_file_that_is_not_utf8_text(tmp_path, capsys, name):
+    data, expected = BINARY_FILES[name]
+    path = tmp_path / "task.json"
+    path.write_bytes(data)
+    assert_one_error_block(*run_cli(str(path), capsys), [str(path), expected])
+
+
+def test_task_file_that_is_a_folder_or_huge(tmp_path, capsys):
+    folder = tmp_path / "task.json"
+    folder.mkdir()
+    assert_one_error_block(*run_cli(str(folder), capsys), "is a folder")
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as f:
+        f.truncate(17 << 20)  # sparse: no time or disk spent
+    assert_one_error_block(*run_cli(str(huge), capsys), "a task file may have at most")
+
+
+def test_overrides_too_deep_are_one_error(tmp_path, data_dir, capsys):
+    path = _write_config(tmp_path, task_config(data_dir, str(tmp_path / "out")))
+    assert_one_error_block(*run_cli(path, capsys, ["a." * 5000 + "b=1"]), "a key path of 5001 levels")
+    assert_one_error_block(*run_cli(path, capsys, ["trainer.x=" + "[" * 900 + "]" * 900]),
+                           "--set trainer.x: nested deeper than 64 levels")
+
+
+def test_a_yaml_merge_key_overridden_is_not_a_duplicate(tmp_path, data_dir, capsys):
+    import yaml
+    config = task_config(data_dir, str(tmp_path / "out"), max_steps=2, is_eval_dev=0, is_eval_test=0)
+    text = yaml.safe_dump(config, allow_unicode=True)
+    text = "defaults: &defaults\n  epoch: 5\n  max_steps: 9\n" + text.replace("trainer:\n", "trainer:\n  <<: *defaults\n", 1)
+    document = yaml.safe_load(text)
+    assert document["trainer"]["max_steps"] == 2 and document["trainer"]["epoch"] == 3  # the mapping's own keys win
+    from wenxin.config.document import parse_document
+    parsed = parse_document("task.YAML", text)  # an upper-case extension is YAML too
+    assert parsed["trainer"]["max_steps"] == 2 and parsed["trainer"].duplicates == []
+
+
+def test_cases_count():
+    assert len(MUTATIONS) + len(SCHEMA_MUTATIONS) + len(RAW_FILES) + len(BINARY_FILES) >= 150
