@@ -223,7 +223,8 @@ class Sweep:
         self.trials: List[Dict[str, Any]] = [self._fresh(i, v) for i, v in enumerate(values)]
         self.fold_data: Optional[FoldData] = None
         self.threads = max(1, len(os.sched_getaffinity(0)) // self.spec.parallel)
-        self.total = len(values) if planned is not None else self.spec.trials
+        self.asks = planned is None  # the method is asked for each trial's values as it starts
+        self.total = self.spec.trials if self.asks else len(values)
         self._asked: set = set()  # trials the method was asked for in this process
         self._pruning: set = set()
 
@@ -249,7 +250,7 @@ class Sweep:
         if not same:
             raise ConfigError(f"{self.output} holds another sweep (a different task file, sweep file or --set); "
                               f"set output in the sweep file, or move the folder away")
-        if self.search.planned() is None:  # the trials asked for so far
+        if self.asks:  # the trials asked for so far
             self.trials = [self._fresh(old["trial"], old["values"]) for old in saved["trials"]]
         for trial, old in zip(self.trials, saved["trials"]):
             if old.get("status") in FINISHED:
@@ -378,7 +379,6 @@ class Sweep:
         waiting = [unit for t in self.trials if t["status"] not in FINISHED for unit in self._units(t)]
         done = sum(t["status"] in FINISHED for t in self.trials)
         total = self.total
-        unplanned = self.search.planned() is None
         if done:
             logger.info("sweep: %d of %d trials finished before; running the other %d", done, total, total - done)
         running: Dict[Tuple[int, Optional[int]], Tuple[subprocess.Popen, float, Dict[str, Any]]] = {}
@@ -389,7 +389,7 @@ class Sweep:
                     if not waiting:
                         waiting = self._units(self._new_trial())
                     trial, fold = waiting.pop(0)
-                    if unplanned and trial["trial"] not in self._asked:
+                    if self.asks and trial["trial"] not in self._asked:
                         self.search.ask(trial)
                         self._asked.add(trial["trial"])
                     trial["status"] = "running"
