@@ -97,35 +97,31 @@ class TsvFormat(RowFormat):
         self.separator = config["separator"] or "\t"
 
     def rows(self, part: FilePart) -> Iterator[FormattedRow]:
-        n_fields, has_header = len(self.fields), self.config["has_header"]
-        for lineno, line, problem in self._lines(part):
-            if problem is not None:
-                yield lineno, None, problem
-                continue
-            if (has_header and lineno == 1) or not line.strip():
-                continue
-            columns = line.split(self.separator)
-            if len(columns) != n_fields:
-                yield lineno, None, f"expected {n_fields} columns ({', '.join(self.names)}), got {len(columns)}"
-                continue
-            yield lineno, columns, None
+        return self._split(part, predicting=False)
 
     def predict_rows(self, part: FilePart) -> Iterator[FormattedRow]:
         """Every line, empty ones too (outputs stay aligned with input lines); the first columns
         are the fields', extra columns (gold labels) are ignored."""
+        return self._split(part, predicting=True)
+
+    def _split(self, part: FilePart, predicting: bool) -> Iterator[FormattedRow]:
+        """The lines' columns: training takes exactly one per field and skips empty lines;
+        predicting keeps every line and takes the first columns."""
         n_fields, has_header = len(self.fields), self.config["has_header"]
         for lineno, line, problem in self._lines(part):
             if problem is not None:
                 yield lineno, None, problem
                 continue
-            if has_header and lineno == 1:
+            if (has_header and lineno == 1) or (not predicting and not line.strip()):
                 continue
             columns = line.split(self.separator)
-            if len(columns) < n_fields:
-                yield lineno, None, (f"expected at least {n_fields} columns ({', '.join(self.names)}), "
-                                     f"got {len(columns)}")
-                continue
-            yield lineno, columns[:n_fields], None
+            if predicting and len(columns) >= n_fields:
+                yield lineno, columns[:n_fields], None
+            elif len(columns) == n_fields:
+                yield lineno, columns, None
+            else:
+                least = "at least " if predicting else ""
+                yield lineno, None, f"expected {least}{n_fields} columns ({', '.join(self.names)}), got {len(columns)}"
 
 
 @RegisterSet.data_formats.register("jsonl")
