@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, DataError
+from wenxin.common.model_names import is_model_name
 from wenxin.common.registry import RegisterSet
 from wenxin.data.lines import FilePart
 from wenxin.data.row_formats import FormattedRow, RowFormat, as_text
 
 READ_ROWS = 4096  # rows converted to Python values at a time
-DATASET_NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 SAVED_MARKERS = ("state.json", "dataset_dict.json")  # what save_to_disk writes in its folder
 
 
@@ -170,7 +169,7 @@ class HfDatasetFormat(RowFormat):
     @classmethod
     def source_problem(cls, config: Dict[str, Any], key_path: str) -> Optional[str]:
         data_path = config.get("data_path") or ""
-        if not data_path or os.path.exists(data_path) or DATASET_NAME.match(data_path):
+        if not data_path or os.path.exists(data_path) or is_model_name(data_path):  # a Hub name, as models have
             return None
         return (f"{key_path}.config.data_path: not found: {data_path} (format hf_dataset: a folder, a file, or a "
                 f"dataset name such as org/name)")
