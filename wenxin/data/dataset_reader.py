@@ -22,7 +22,7 @@ from wenxin.data.row_formats import RowFormat
 from wenxin.data.sampler import ResumableBatchSampler
 from wenxin.data.streaming import StreamPlan, StreamSampler, check_streaming, first_examples, stream_loader
 from wenxin.data.cached_examples import CacheUnavailable, CachedExamples
-from wenxin.data.token_cache import StreamCounts, TokenCache, merge_plans, plan_rows
+from wenxin.data.token_cache import StreamCounts, TokenCache, counted, merge_plans, plan_rows
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -235,10 +235,8 @@ class BasicDataSetReader:
             merged = merge_plans(results)
             for group, counts in zip(to_fit, merged["counts"]):
                 group.owner.fit_counts(counts)
-            planned = StreamCounts([r["rows"] for r in results], merged["bad_lines"],
-                                   [(p, n, why) for p, n, why in merged["skipped"]],
-                                   {col: {label: (where[0], where[1]) for label, where in seen.items()}
-                                    for col, seen in merged["first_seen"].items()})
+            planned = StreamCounts([r["rows"] for r in results],
+                                   *counted(merged["bad_lines"], merged["skipped"], merged["first_seen"].items()))
         self.bad_lines, self.skipped = planned.bad_lines, planned.skipped
         self.stream_plan = StreamPlan(files, planned.rows)
         return planned.first_seen

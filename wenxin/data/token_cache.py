@@ -155,11 +155,17 @@ class StreamCounts(NamedTuple):
     first_seen: FirstSeen
 
 
+def counted(bad_lines: int, skipped: Iterable[Any], first_seen: Iterable[Tuple[Any, Dict[str, Any]]]
+            ) -> Tuple[int, List[Tuple[str, int, str]], FirstSeen]:
+    """Malformed lines and where labels first occur, from their JSON form (an entry's meta, or
+    ``merge_plans``: lists where tuples were) back into a reader's."""
+    return (bad_lines, [(p, n, why) for p, n, why in skipped],
+            {int(col): {label: (where[0], where[1]) for label, where in seen.items()} for col, seen in first_seen})
+
+
 def _outcome(meta: Dict[str, Any]) -> Tuple[int, List[Tuple[str, int, str]], FirstSeen]:
     """An entry's malformed lines and first labels, as its meta records them."""
-    first_seen = {int(col): {label: (where[0], where[1]) for label, where in seen.items()}
-                  for col, seen in meta["first_seen"]}
-    return meta["bad_lines"], [(p, n, why) for p, n, why in meta["skipped"]], first_seen
+    return counted(meta["bad_lines"], meta["skipped"], meta["first_seen"])
 
 
 class _Build(NamedTuple):
@@ -379,8 +385,8 @@ class TokenCache:
 
     def stream_plan(self, groups: List[FitGroup]) -> "StreamCounts":
         """For a streamed reader: each data file's well-formed rows and the malformed ones, and
-        where each label first occurs; fits the groups' vocabularies. One parallel pass, kept as an entry of the cache
-        (its vocabularies and counts only) so that the next run skips it."""
+        where each label first occurs; fits the groups' vocabularies. One parallel pass, kept as an
+        entry of the cache (its vocabularies and counts only) so that the next run skips it."""
         reader = self.reader
         started = time.perf_counter()
         total = sum(os.path.getsize(f) for f in self.files)
