@@ -22,6 +22,7 @@ import paddle
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.controller import export
+from wenxin.controller.amp import AmpSettings
 from wenxin.controller.checkpoint import rename_state_keys
 from wenxin.controller.engine import Batch, ExecutionEngine
 from wenxin.controller.graph_mode import static_mode
@@ -76,7 +77,6 @@ class StaticEngine(ExecutionEngine):
         trainer = self.trainer
         if trainer.amp_unavailable:  # logged by BaseTrainer; build float32 programs
             trainer.amp = trainer.amp.disabled()
-        self.amp = trainer.amp
         self.place = paddle.CPUPlace() if paddle.get_device() == "cpu" else paddle.CUDAPlace(
             int(paddle.get_device().split(":")[1]))
         with static_mode(), warnings.catch_warnings():
@@ -98,6 +98,11 @@ class StaticEngine(ExecutionEngine):
 
     def running(self) -> ContextManager[Any]:
         return static_mode()
+
+    @property
+    def amp(self) -> AmpSettings:
+        """The trainer's mixed-precision settings (disabled in ``setup`` where AMP cannot compute)."""
+        return self.trainer.amp
 
     def _build_programs(self) -> None:
         """One program holds the training forward and, for every distinct set of input tensors
