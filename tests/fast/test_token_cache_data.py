@@ -3,7 +3,7 @@
 import random
 
 import pytest
-from wenxin.data import vocab_counts
+from wenxin.data import part_pool, vocab_counts
 from wenxin.data.vocab import Vocab
 
 
@@ -37,3 +37,26 @@ def test_packed_part_counts_sum_as_counters_do_after_a_trip_through_pickle(parts
     tokens, totals, positions = vocab_counts.merge_part_vocabs(packed)
     for c, where in zip(counters, positions):  # each part's local ids point at its tokens
         assert [tokens[i] for i in where] == list(c)
+
+
+def _die_on_the_third(task):
+    """A worker process that is killed while it works on task 3."""
+    import os
+    import signal
+    if task == 3 and os.getpid() != part_pool.context():
+        os.kill(os.getpid(), signal.SIGKILL)
+    return task * 10
+
+
+def test_a_worker_killed_mid_part_never_leaves_the_build_waiting(hang_guard):
+    """The pool once waited forever for the result of a task whose worker died (seen as a hung
+    CI run); now the parts without a result run in this process, after a warning."""
+    import logging
+    import os
+    from conftest import wenxin_log
+    hang_guard(120)
+    with wenxin_log(logging.WARNING) as messages:
+        results = part_pool.run_parts(_die_on_the_third, list(range(8)), processes=2, shared=os.getpid(),
+                                      progress="test parts")
+    assert results == [t * 10 for t in range(8)]
+    assert any(m.startswith("test parts: a worker process died (killed or crashed)") for m in messages), messages

@@ -2,21 +2,26 @@
 
 The work's shared context (a reader, say) is set before the workers fork, so it reaches them
 without pickling; a worker returns ``Failed`` for an error, which the parent raises again (the
-first in part order). Workers ignore Ctrl-C (the parent stops them), die quietly when the pool
-ends them, and die with the parent even when it is SIGKILLed.
+first in part order). Workers ignore Ctrl-C (the parent stops them), end their part and exit
+when the parent stops early, and die with the parent even when it is SIGKILLed; a worker that dies
+is reported and its parts run in the parent.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import multiprocessing
 import signal
-from typing import Any, Callable, Iterable, List, NamedTuple, Optional
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable, List, NamedTuple, Optional
 
 from wenxin.common.errors import DataError, WenxinError
 from wenxin.common.progress import ProgressBar
 from wenxin.data.cached_examples import CacheUnavailable
 
+logger = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1  # prctl option: a signal for this process when its parent dies
 _context: Any = None  # the running work's context (set in the parent before the workers fork)
 
@@ -55,29 +60,41 @@ def run_parts(work: Callable[[Any], Any], tasks: List[Any], processes: int, shar
               weights: Optional[List[int]] = None, progress: str = "") -> List[Any]:
     """``work(task)`` for every task in up to ``processes`` forked workers (in this process for
     one), with ``context()`` returning ``shared``; results in task order. ``progress`` titles a
-    progress bar advanced by each task's weight."""
+    progress bar advanced by each task's weight.
+
+    A worker that dies (killed, or crashed) never leaves the parent waiting for a result that
+    will not come (``multiprocessing.Pool`` did, when a task's worker died): the executor reports
+    it, and the tasks without a result run in this process, after a warning."""
     global _context
     bar = ProgressBar(sum(weights or []), progress) if progress and weights else None
     results: List[Any] = []
-    processes = min(processes, len(tasks))
+    weights = weights or [0] * len(tasks)
+
+    def take(result: Any) -> None:
+        if isinstance(result, Failed):
+            raise CacheUnavailable(result.message) if result.unavailable else DataError(result.message)
+        results.append(result)
+        if bar is not None:
+            bar.update(bar.done + weights[len(results) - 1])
+
     _context = shared
     try:
-        with contextlib.ExitStack() as stack:
-            if processes > 1:
-                pool = stack.enter_context(multiprocessing.get_context("fork").Pool(
-                    processes, initializer=_worker_signals))
-                outcomes: Iterable[Any] = pool.imap(work, tasks)
-            else:
-                outcomes = map(work, tasks)
-            for result, weight in zip(outcomes, weights or [0] * len(tasks)):
-                if isinstance(result, Failed):
-                    raise CacheUnavailable(result.message) if result.unavailable else DataError(result.message)
-                results.append(result)
-                if bar is not None:
-                    bar.update(bar.done + weight)
-            if processes > 1:
-                pool.close()  # let the workers exit (leaving the block would kill them, and
-                pool.join()   # Paddle's signal handler would print a crash report for each)
+        processes = min(processes, len(tasks))
+        if processes > 1:
+            pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"),
+                                       initializer=_worker_signals)
+            try:
+                for result in pool.map(work, tasks):
+                    take(result)
+            except BrokenProcessPool:
+                logger.warning("%s: a worker process died (killed or crashed); the %d parts left run in this "
+                               "process", progress or "worker processes", len(tasks) - len(results))
+            except BaseException:  # an error or a signal: stop, leaving the workers to end their part and exit
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown(wait=True)  # they exit by themselves (killed, Paddle would print a crash report each)
+        for task in tasks[len(results):]:
+            take(work(task))
     finally:
         _context = None
         if bar is not None:
