@@ -130,3 +130,52 @@ def make_multi_label(n: int, seed: int) -> List[tuple]:
             chars.insert(rng.randint(0, len(chars)), rng.choice([POSITIVE, NEGATIVE, ["书"]][label]))
         rows.append(("".join(chars), " ".join(str(label) for label in labels)))
     return rows
+
+
+# ERNIE-kit's entity-relation label map (dict/entity_relation_label_map.json)
+RELATION_LABELS = {"O": 0, "I": 1, "B-毕业院校@S": 2, "B-毕业院校@O": 3, "B-出生地@S": 4, "B-出生地@O": 5,
+                   "B-祖籍@S": 6, "B-祖籍@O": 7, "B-国籍@S": 8, "B-国籍@O": 9, "B-出生日期@S": 10, "B-出生日期@O": 11}
+SPO_CUES = {"好": "出生日期", "赞": "出生地", "美": "国籍"}  # the character before an object names its predicate
+SPO_SUBJECTS = [c for c in POSITIVE if c not in SPO_CUES]
+
+
+def make_spo(n: int, seed: int) -> List[Dict[str, Any]]:
+    """ERNIE-kit extraction records ``{"text", "spo_list"}``, each decodable by ERNIE-kit's
+    pairing rules: a subject (POSITIVE characters but the cues, or a latin word of several word
+    pieces) followed by ``是`` and one to three objects (digits, or NEGATIVE characters), each after
+    the cue character naming the text's predicate (``SPO_CUES``); or two subjects, ``，``-joined, sharing
+    one object. NEUTRAL filler around. Offsets are characters, end exclusive, as ERNIE-kit's."""
+    import random
+    rng = random.Random(seed)
+
+    def subject() -> str:
+        if rng.random() < 0.7:
+            return "".join(rng.choice(SPO_SUBJECTS) for _ in range(rng.randint(2, 3)))
+        return "".join(rng.choice("abcdefgh") for _ in range(rng.randint(2, 4)))
+
+    def obj() -> str:
+        if rng.random() < 0.5:
+            return "".join(rng.choice("0123456789") for _ in range(rng.randint(2, 4)))
+        return "".join(rng.choice(NEGATIVE) for _ in range(rng.randint(1, 3)))
+
+    rows = []
+    for _ in range(n):
+        text = "".join(rng.choice(NEUTRAL) for _ in range(rng.randint(1, 3)))
+        subjects = []
+        for _ in range(2 if rng.random() < 0.25 else 1):
+            if subjects:
+                text += "，"
+            start = len(text)
+            text += subject()
+            subjects.append([start, len(text)])
+        text += "是"
+        spo_list = []
+        cue = rng.choice(list(SPO_CUES))
+        for _ in range(1 if len(subjects) > 1 else rng.randint(1, 3)):
+            text += cue
+            span = [len(text), len(text) + len(value := obj())]
+            text += value + "，"
+            spo_list += [{"predicate": SPO_CUES[cue], "subject": list(s), "object": span} for s in subjects]
+        text += "".join(rng.choice(NEUTRAL) for _ in range(rng.randint(0, 2)))
+        rows.append({"text": text, "spo_list": spo_list})
+    return rows

@@ -43,7 +43,7 @@ def max_lengths(fields: Sequence[BaseFieldReader], result_format: str) -> Dict[s
     limits: Dict[str, Any] = {}
     for field in fields:
         if isinstance(field, TextFieldReader):
-            longer = "split" if result_format == "tagging" else "truncated"
+            longer = "split" if result_format in ("tagging", "spo") else "truncated"
             limits[field.name] = {"tokens": field.max_seq_len, "longer": longer}
     return limits
 

@@ -43,6 +43,10 @@ class BaseFieldReader:
         scope: the task package, for looking up task-registered tokenizers.
     """
 
+    #: format jsonl: the field's value is any JSON value, given to ``convert`` as its JSON text
+    #: (e.g. a list of objects), not a string, a number or a list of them
+    reads_json = False
+
     def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
         self.config = config
         self.name: str = config["name"]

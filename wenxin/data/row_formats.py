@@ -5,7 +5,8 @@
   (a tab), one column per field in order;
 - ``jsonl``: one JSON object a line; each field reads the value at its ``column`` key (its
   name by default). A string is the column as is, a number its decimal text, a list of strings
-  or numbers its items joined by the field's ``tokenizer.split_char`` (a space);
+  or numbers its items joined by the field's ``tokenizer.split_char`` (a space); a field that
+  reads JSON (``reads_json``, e.g. an extraction's ``spo_list``) gets the value's JSON text;
 - ``csv``: RFC 4180 records, fields quoted with ``"`` where they hold the delimiter (``separator``,
   a comma unless set), a quote (doubled) or line breaks (a record may span lines). With
   ``has_header`` each field reads the column its ``column`` (or name) heads, in any order;
@@ -134,7 +135,8 @@ class JsonLinesFormat(RowFormat):
             raise ConfigError(f"{key_path}.config.has_header: JSON lines have no header line (format: jsonl); "
                               f"set has_header: false")
         self.keys = [self.source_key(f) for f in self.fields]
-        self.joiners = [((f.config.get("tokenizer") or {}).get("split_char") or " ") for f in self.fields]
+        self.joiners = [None if getattr(f, "reads_json", False) else
+                        ((f.config.get("tokenizer") or {}).get("split_char") or " ") for f in self.fields]
 
     def rows(self, part: FilePart) -> Iterator[FormattedRow]:
         for lineno, line, problem in self._lines(part):
@@ -158,7 +160,8 @@ class JsonLinesFormat(RowFormat):
             if key not in record:
                 keys = ", ".join(map(repr, list(record)[:KEYS_SHOWN])) + (", ..." if len(record) > KEYS_SHOWN else "")
                 return None, f"no key {key!r} (the object has {keys or 'no keys'})"
-            text, problem = as_text(record[key], joiner)
+            text, problem = (json.dumps(record[key], ensure_ascii=False), None) if joiner is None \
+                else as_text(record[key], joiner)
             if problem is not None:
                 return None, f"key {key!r}: {problem}"
             columns.append(text)

@@ -72,8 +72,11 @@ def run_inference(param_path: str, overrides: Sequence[str] = ()) -> str:
     tmp = f"{out}.tmp"
     try:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        document = predictor.result_format.erniekit_document(results, rows) if erniekit_lines else None
         with open(tmp, "w", encoding="utf-8") as f:
-            for r, row in zip(results, rows):
+            if document is not None:
+                f.write(document)
+            for r, row in zip(results, rows if document is None else ()):
                 f.write((predictor.result_format.erniekit_line(r, row) if erniekit_lines
                          else predictor.result_format.line(r)) + "\n")
         os.replace(tmp, out)  # an interrupted run never leaves a half-written prediction file

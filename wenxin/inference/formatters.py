@@ -58,6 +58,11 @@ class ResultFormat:
         raise InferenceError(f"ERNIE-kit's output format for {type(self).__name__} results is not supported yet; "
                              f"use output_format: wenxin")
 
+    def erniekit_document(self, results: Sequence[Dict[str, Any]], rows: Sequence[Sequence[str]]) -> Optional[str]:
+        """ERNIE-kit's whole prediction file, where it wrote one document rather than a line per
+        input (extraction); None for line formats (``erniekit_line``)."""
+        return None
+
     def label(self, idx: int) -> Any:
         return self.labels[idx] if self.labels else idx
 

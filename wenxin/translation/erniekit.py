@@ -14,6 +14,7 @@ pair readers (two ``ErnieClassificationFieldReader`` fields become one ``pair_wi
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -21,7 +22,12 @@ from wenxin.common.errors import Problems
 from wenxin.common.parsed import dict_at, plain
 from wenxin.common.task_loader import builtin_tasks_dir
 
-JOB_TYPES = ("text_classification", "sequence_labeling", "text_matching")
+# trainer.extra_param.meta.job_type -> the built-in task that runs it
+JOB_TASKS = {"text_classification": "text_classification", "sequence_labeling": "sequence_labeling",
+             "text_matching": "text_matching",
+             "entity_relation_extraction": "information_extraction_many_to_many",
+             "entity_attribute_extraction": "information_extraction_many_to_many"}
+JOB_TYPES = tuple(JOB_TASKS)
 READER_NAMES = ("train_reader", "dev_reader", "test_reader", "predict_reader")
 
 # ERNIE-kit field readers and tokenizers -> wenxin's, with the settings that give ERNIE-kit's behaviour
@@ -38,7 +44,11 @@ NOT_YET: Dict[str, str] = {
 DATASET_READERS = {"ErnieClassificationDataSetReader": "BasicDataSetReader"}
 # ERNIE-kit's models on a pretrained ERNIE: embedding.config_path names the encoder's config
 ERNIE_MODELS = ("ErnieClassification", "MultiLabelClassification", "ErnieFcSeqLabel", "ErnieMatchingFcPointwise",
-                "ErnieMatchingSiamesePointwise", "ErnieMatchingSiamesePairwise")
+                "ErnieMatchingSiamesePointwise", "ErnieMatchingSiamesePairwise", "ErnieFcIe")
+# ERNIE-kit's IEReader: JSON lines, its settings in config.extra_params (see _translate_ie_reader)
+IE_READER = "IEReader"
+IE_EXTRA_PARAMS = ("vocab_path", "label_map_config", "num_labels", "max_seq_len", "do_lower_case", "in_tokens",
+                   "tokenizer", "need_data_distribute", "need_generate_examples")
 # (job type, ERNIE-kit model type) -> wenxin model type, where the networks differ
 MODEL_TYPES = {("text_classification", "BowClassification"): "ErnieKitBowClassification",
                ("text_classification", "CNNClassification"): "ErnieKitCnnClassification",
@@ -79,16 +89,17 @@ def translate(raw: Dict[str, Any], source: str = "") -> Tuple[Dict[str, Any], Li
         problems.add(f"trainer.extra_param.meta.job_type: {job!r} does not name a task wenxin has "
                       f"(one of {', '.join(JOB_TYPES)}); an ERNIE-kit task file names its task there")
     else:
-        config["task"] = os.path.join(builtin_tasks_dir(), job)
-        notes.append(f"task: {job!r} from trainer.extra_param.meta.job_type: wenxin's built-in task "
+        config["task"] = os.path.join(builtin_tasks_dir(), JOB_TASKS[job])
+        notes.append(f"task: {JOB_TASKS[job]!r} from trainer.extra_param.meta.job_type {job!r}: wenxin's built-in task "
                      f"({config['task']}), never a folder of that name in your tree")
     trainer = config.setdefault("trainer", {})
     if isinstance(trainer, dict):
         _translate_trainer(trainer, notes, problems)
         trainer.setdefault("output_layout", "erniekit")
-        if job == "sequence_labeling" and "metric" not in trainer:
+        if job in ("sequence_labeling", "entity_relation_extraction", "entity_attribute_extraction") \
+                and "metric" not in trainer:
             trainer["metric"] = "f1"
-            notes.append("trainer.metric: 'f1' (chunk F1 picks the best model, as ERNIE-kit reports it)")
+            notes.append("trainer.metric: 'f1' (F1 picks the best model, as ERNIE-kit reports it)")
         notes.append("trainer.output_layout: erniekit (checkpoints in save_checkpoints/checkpoints_step_<N>, "
                      "an inference model in save_inference_model/inference_step_<N> at every save)")
     train = (config.get("dataset_reader") or {}).get("train_reader") or {}
@@ -141,6 +152,8 @@ def _translate_reader(name: str, reader: Dict[str, Any], trainer: Dict[str, Any]
         if config.pop("key_tag") not in (False, 0, None):
             problems.add(f"{path}.config.key_tag: true is not supported (ERNIE-kit's basic reader ignores it too; "
                          f"remove it or set it to false)")
+    if reader.get("type") == IE_READER:
+        _translate_ie_reader(name, reader, notes, problems)
     if config.get("extra_params"):
         problems.add(f"{path}.config.extra_params: {sorted(config['extra_params'])} cannot be honoured")
     config.pop("extra_params", None)
@@ -152,6 +165,47 @@ def _translate_reader(name: str, reader: Dict[str, Any], trainer: Dict[str, Any]
         if isinstance(field, dict):
             _translate_field(f"{path}.fields[{i}]", field, notes, problems, train_labels)
     _pair_ernie_fields(path, fields, notes)
+
+
+def _translate_ie_reader(name: str, reader: Dict[str, Any], notes: List[str], problems: Problems) -> None:
+    """ERNIE-kit's ``IEReader`` (no fields; JSON lines; its settings in ``config.extra_params``)
+    -> a jsonl reader of an ``ErnieIeTextFieldReader`` text and, except for prediction, an
+    ``IeSpoLabelFieldReader`` label field."""
+    path = f"dataset_reader.{name}"
+    config = dict_at(reader, "config")
+    extra = config.pop("extra_params", None) or {}
+    if not isinstance(extra, dict):
+        problems.add(f"{path}.config.extra_params: must be an object")
+        return
+    if reader.get("fields"):
+        problems.add(f"{path}.fields: IEReader builds its own fields; ERNIE-kit's files leave this list empty")
+    for key in sorted(set(extra) - set(IE_EXTRA_PARAMS)):
+        problems.add(f"{path}.config.extra_params.{key}: not an IEReader setting wenxin knows")
+    if extra.get("in_tokens") not in (None, False, 0):
+        problems.add(f"{path}.config.extra_params.in_tokens: true (batches counted in tokens) is not supported; "
+                     f"set it to false (batch_size counts texts)")
+    tokenizer = extra.get("tokenizer", "FullTokenizer")
+    if tokenizer != "FullTokenizer":
+        problems.add(f"{path}.config.extra_params.tokenizer: {tokenizer!r}: IEReader reads WordPiece vocabularies "
+                     f"with FullTokenizer")
+    for key in ("need_data_distribute", "need_generate_examples"):
+        if key in extra:
+            config.setdefault(key, extra.pop(key))
+    text: Dict[str, Any] = {"name": "text_a", "column": "text", "reader": {"type": "ErnieIeTextFieldReader"},
+                            "tokenizer": {"type": "FullTokenizer", "lowercase": bool(extra.get("do_lower_case", True)),
+                                          "split_symbols": False},
+                            "vocab_path": extra.get("vocab_path", ""), "max_seq_len": extra.get("max_seq_len", 512)}
+    fields = [text]
+    if name != "predict_reader":
+        fields.append({"name": "label", "column": "spo_list", "reader": {"type": "IeSpoLabelFieldReader"},
+                       "vocab_path": extra.get("label_map_config", ""), "num_labels": extra.get("num_labels", 0)})
+    reader["type"] = "BasicDataSetReader"
+    reader["fields"] = fields
+    config["format"] = "jsonl"
+    notes.append(f"{path}: IEReader -> BasicDataSetReader of JSON lines (format: jsonl): 'text' read by an "
+                 f"ErnieIeTextFieldReader (extra_params vocab_path, max_seq_len, do_lower_case)"
+                 + ("" if name == "predict_reader" else ", 'spo_list' by an IeSpoLabelFieldReader (extra_params "
+                    "label_map_config, num_labels)"))
 
 
 def _pair_ernie_fields(path: str, fields: List[Dict[str, Any]], notes: List[str]) -> None:
@@ -233,6 +287,8 @@ def _translate_model(job: str, model: Dict[str, Any], notes: List[str]) -> None:
         if isinstance(embedding, dict) and "config_path" in embedding and "encoder_config" not in model:
             model["encoder_config"] = embedding["config_path"]
             notes.append(f"model.embedding.config_path -> model.encoder_config ({embedding['config_path']!r})")
+        if model.get("type") == "ErnieFcIe" and isinstance(model.get("num_labels"), int):
+            notes.append("model.num_labels: checked against the label map")
         if model.get("type") == "ErnieFcSeqLabel":
             for key in ("vocab_path", "num_labels"):
                 if key in model:
@@ -326,8 +382,10 @@ def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
     for key in ("PADDLE_IS_LOCAL", "is_ernie"):
         if key in inference:
             notes.append(f"inference.{key}: dropped (the exported model says what it is; inference is local)")
+    if "label_map_config" in inference:
+        _infer_label_map(str(inference["label_map_config"]), native, notes, problems)
     extra = set(inference) - {"type", "inference_model_path", "output_path", "thread_num", "PADDLE_PLACE_TYPE",
-                              "num_labels", "extra_param", "PADDLE_IS_LOCAL", "is_ernie"}
+                              "num_labels", "extra_param", "PADDLE_IS_LOCAL", "is_ernie", "label_map_config"}
     for key in sorted(extra):
         problems.add(f"inference.{key}: not an ERNIE-kit inference key wenxin knows")
     if "data_path" in reader_config:
@@ -336,7 +394,13 @@ def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
         native["batch_size"] = reader_config["batch_size"]
     if reader_config.get("key_tag") not in (None, False, 0):
         problems.add("dataset_reader.predict_reader.config.key_tag: true is not supported")
-    if reader_config.get("extra_params"):
+    if reader.get("type") == IE_READER:
+        ie_reader = plain(reader)
+        _translate_ie_reader("predict_reader", ie_reader, notes, problems)
+        native["predict_reader"]["config"]["format"] = "jsonl"
+        notes.append("dataset_reader.predict_reader.config.extra_params: the exported model carries its own "
+                     "text settings (vocab, max_seq_len, lower-casing); the JSON lines' 'text' is read")
+    elif reader_config.get("extra_params"):
         problems.add("dataset_reader.predict_reader.config.extra_params: cannot be honoured")
     names = [f.get("name") for f in reader.get("fields") or [] if isinstance(f, dict)]
     if names:
@@ -346,3 +410,20 @@ def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
     notes.append("output_format: erniekit (each line: the input columns, then the result)")
     problems.raise_if_any()
     return native, notes
+
+
+def _infer_label_map(path: str, native: Dict[str, Any], notes: List[str], problems: Problems) -> None:
+    """``inference.label_map_config`` (extraction): the exported model carries its labels; the
+    map's size is checked against them (``num_labels``)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            mapping = json.load(f)
+    except (OSError, ValueError) as e:
+        problems.add(f"inference.label_map_config: cannot read {path} ({e})")
+        return
+    if not isinstance(mapping, dict):
+        problems.add(f"inference.label_map_config: {path} is not a JSON label map (label -> id)")
+        return
+    native.setdefault("num_labels", len(mapping))
+    notes.append(f"inference.label_map_config: the labels are the exported model's; its {len(mapping)} labels are "
+                 f"checked against them")
