@@ -139,6 +139,36 @@ def build_parser() -> argparse.ArgumentParser:
     converter.add_argument("source", help="a .pdparams or params file, or a PaddleNLP / ERNIE-kit model folder")
     converter.add_argument("-o", "--output", default="",
                            help="the safetensors file (default: <folder>/model.safetensors, or <file>.safetensors)")
+    distiller = sub.add_parser("distill", help="data distillation (ERNIE-kit's run_distill.sh): train a teacher, "
+                                              "let it label unlabeled texts, train a small student on them")
+    distiller.add_argument("--teacher", default="", help="the teacher's task file (e.g. an ERNIE classifier)")
+    distiller.add_argument("--teacher_model", default="", help="the teacher's exported model: skips training it")
+    distiller.add_argument("--teacher_infer", default="", help="an infer file naming the teacher's export "
+                                                               "(ERNIE-kit's cls_ernie_fc_ch_infer.json)")
+    distiller.add_argument("--student", required=True, help="the student's task file (e.g. a BoW or CNN classifier); "
+                                                            "its training data includes --labels_out")
+    distiller.add_argument("--unlabeled", required=True, help="the unlabeled (augmented) texts: a file or a folder")
+    distiller.add_argument("--labels_out", required=True, help="where the teacher's labels go: student text<TAB>label")
+    distiller.add_argument("--student_column", type=int, default=0, help="the column the student reads (0-based)")
+    distiller.add_argument("--teacher_column", type=int, default=-1,
+                           help="the column the teacher reads (default: the last)")
+    distiller.add_argument("--teacher_set", action="append", default=[], metavar="KEY=VALUE",
+                           help="override a key of the teacher's task file (repeatable), as train's --set")
+    distiller.add_argument("--student_set", action="append", default=[], metavar="KEY=VALUE",
+                           help="override a key of the student's task file (repeatable)")
+    augmenter = sub.add_parser("augment", help="augment texts for distillation (unknown-word noise, same-POS "
+                                              "replacement, n-gram sampling): student text<TAB>teacher text lines")
+    augmenter.add_argument("--input", required=True, help="a file of texts, words split by spaces (word or word/TAG)")
+    augmenter.add_argument("--output", required=True, help="the augmented lines")
+    augmenter.add_argument("--column", type=int, default=0, help="the input's column of words (0-based, tab-separated)")
+    augmenter.add_argument("--copies", type=int, default=20, help="copies tried per sentence (repeats are dropped)")
+    augmenter.add_argument("--unk", type=float, default=0.1, help="probability of a word becoming [UNK]")
+    augmenter.add_argument("--pos", type=float, default=0.1,
+                           help="probability of a word becoming another of its part of speech (needs word/TAG)")
+    augmenter.add_argument("--ngram", type=float, default=0.25, help="probability of cutting a copy to an n-gram")
+    augmenter.add_argument("--max_ngram", type=int, default=5, help="the longest n-gram kept")
+    augmenter.add_argument("--seed", type=int, default=1)
+    augmenter.add_argument("--join", default="", help="what joins the words of the teacher's text (\"\": Chinese)")
     examples = sub.add_parser("examples", help="copy the example task files and data scripts into DIR/examples")
     examples.add_argument("folder", nargs="?", default=".", help="target folder (default: the working folder)")
     return parser
@@ -325,6 +355,41 @@ def _convert(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _distill(args: argparse.Namespace) -> int:
+    from wenxin.distill import distill
+    result = distill(args.teacher, args.student, args.unlabeled, args.labels_out, args.teacher_model,
+                     args.teacher_infer, args.student_column, args.teacher_column, args.teacher_set,
+                     args.student_set)
+    print(json.dumps({"teacher_model": result.teacher_model, "labels": result.labels_file,
+                      "label_counts": result.label_counts, "student_model": result.student_model,
+                      "student_metrics": result.student_metrics}, ensure_ascii=False))
+    return EXIT_OK
+
+
+def _augment(args: argparse.Namespace) -> int:
+    from wenxin.data.augment import AugmentSettings, augment, parse_tagged, teacher_text
+    settings = AugmentSettings(args.copies, args.unk, args.pos, args.ngram, args.max_ngram, args.seed)
+    sentences = []
+    for lineno, line in enumerate(_read_input(args.input), 1):
+        columns = line.split("\t")
+        if args.column >= len(columns) or args.column < -len(columns):
+            raise DataError(f"{args.input}:{lineno}: no column {args.column} ({len(columns)} columns)")
+        if columns[args.column].strip():
+            sentences.append(parse_tagged(columns[args.column]))
+    tmp, written = f"{args.output}.tmp", 0
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for _, words in augment(sentences, settings):
+                f.write(" ".join(words) + "\t" + teacher_text(words, args.join) + "\n")
+                written += 1
+        os.replace(tmp, args.output)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    print(json.dumps({"sentences": len(sentences), "augmented": written, "output": args.output}))
+    return EXIT_OK
+
+
 def _examples(args: argparse.Namespace) -> int:
     from wenxin.runner import copy_examples
     written = copy_examples(args.folder)
@@ -351,6 +416,8 @@ COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], bool, bool]] = {
     "migrate": (_migrate, False, False),
     "convert": (_convert, False, False),
     "examples": (_examples, False, False),
+    "distill": (_distill, True, False),
+    "augment": (_augment, False, False),
 }
 
 

@@ -7,6 +7,7 @@ import os
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 from wenxin.common import blas, threads
+from wenxin.common.errors import WenxinError
 from wenxin.common.logs import CONSOLE, setup_logging
 from wenxin.common.progress import progress_enabled
 from wenxin.config.loader import load_config
@@ -15,7 +16,7 @@ from wenxin.controller.base_trainer import BaseTrainer
 from wenxin.controller.checkpointer import prepare_output_path, resume_checkpoint
 from wenxin.controller.checkpoint import INFERENCE_DIR, VOCAB_DIR
 from wenxin.controller.env import init_distributed, set_seed, setup_device
-from wenxin.controller.summary import run_summary
+from wenxin.controller.summary import result_checkpoint, run_summary
 from wenxin.data.dataset_reader import build_readers
 from wenxin.models.base_model import BaseModel
 
@@ -70,15 +71,35 @@ def train(param_path: str, overrides: Iterable[str] = (),
     ended the run early (after saving a checkpoint to resume from). The run's closing lines (its
     result, where its outputs are, what to run next) are logged; with ``summary`` (the command
     line passes stdout) they are written there instead of to the console log."""
+    trainer, metrics = _train_and_sum_up(param_path, list(overrides), summary)
+    return metrics, bool(trainer.state.interrupted)
+
+
+def train_for_export(param_path: str, overrides: Iterable[str] = ()) -> Tuple[Dict[str, Dict[str, float]],
+                                                                             Optional[str]]:
+    """Train a task file to its end; returns the final metrics by reader and the exported model of
+    the run's result (its best or final checkpoint; None where the run exported none). A run
+    stopped by a signal is an error."""
+    trainer, metrics = _train_and_sum_up(param_path, list(overrides), None)
+    if trainer.state.interrupted:
+        raise WenxinError(f"{param_path}: the run was stopped before it finished (resume it with "
+                          f"--set trainer.resume=auto)")
+    result, _, _ = result_checkpoint(trainer)
+    folder = trainer.checkpoints.export_folder(os.path.basename(result), result) if result else None
+    return metrics, folder if folder and os.path.isdir(folder) else None
+
+
+def _train_and_sum_up(param_path: str, overrides: List[str], summary: Optional[TextIO]
+                      ) -> Tuple[BaseTrainer, Dict[str, Dict[str, float]]]:
     config = load_config(param_path, overrides)
     trainer = build_trainer(config)
     metrics = trainer.do_train()
     if trainer.is_writer:
-        for line in run_summary(trainer, param_path, list(overrides)):
+        for line in run_summary(trainer, param_path, overrides):
             logger.info("%s", line, extra={CONSOLE: summary is None})
             if summary is not None:
                 print(line, file=summary, flush=True)
-    return metrics, bool(trainer.state.interrupted)
+    return trainer, metrics
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from wenxin.common.task_loader import builtin_tasks_dir
 # trainer.extra_param.meta.job_type -> the built-in task that runs it
 JOB_TASKS = {"text_classification": "text_classification", "sequence_labeling": "sequence_labeling",
              "text_matching": "text_matching",
+             "data_distillation_text_classification": "text_classification",  # the student of distillation
              "entity_relation_extraction": "information_extraction_many_to_many",
              "entity_attribute_extraction": "information_extraction_many_to_many"}
 JOB_TYPES = tuple(JOB_TASKS)
@@ -49,7 +50,7 @@ ERNIE_MODELS = ("ErnieClassification", "MultiLabelClassification", "ErnieFcSeqLa
 IE_READER = "IEReader"
 IE_EXTRA_PARAMS = ("vocab_path", "label_map_config", "num_labels", "max_seq_len", "do_lower_case", "in_tokens",
                    "tokenizer", "need_data_distribute", "need_generate_examples")
-# (job type, ERNIE-kit model type) -> wenxin model type, where the networks differ
+# (task, ERNIE-kit model type) -> wenxin model type, where the networks differ
 MODEL_TYPES = {("text_classification", "BowClassification"): "ErnieKitBowClassification",
                ("text_classification", "CNNClassification"): "ErnieKitCnnClassification",
                ("text_matching", "BowMatchingPairwise"): "ErnieKitBowMatchingPairwise"}
@@ -300,7 +301,7 @@ def _translate_model(job: str, model: Dict[str, Any], notes: List[str]) -> None:
                 if key not in opt:
                     opt[key] = value
                     notes.append(f"model.optimization.{key}: {value!r} (what ERNIE-kit used for {model['type']})")
-    wenxin_type = MODEL_TYPES.get((job, str(model.get("type"))))
+    wenxin_type = MODEL_TYPES.get((JOB_TASKS[job], str(model.get("type"))))
     if wenxin_type:
         notes.append(f"model.type: {model['type']} -> {wenxin_type} (ERNIE-kit's network; wenxin's "
                      f"{model['type']} is another one)")
