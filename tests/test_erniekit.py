@@ -153,7 +153,7 @@ def test_keys_wenxin_cannot_honour_are_reported_together():
     with pytest.raises(ConfigError) as info:
         translate(raw)
     assert len(info.value.problems) == 4
-    assert "SentencePiece vocabularies (ERNIE-M) are not supported" in str(info.value)
+    assert "a SentencePiece vocabulary (ERNIE-M's) is read by ERNIE-M's field" in str(info.value)
 
 
 def test_erniekit_leftover_keys_and_erniem_fields():
@@ -175,12 +175,18 @@ def test_erniekit_leftover_keys_and_erniem_fields():
     raw = cls_bow_config()  # ERNIE-M's fields, as cls_ernie_m_1.0_base_one_sent.json has them
     for reader in raw["dataset_reader"].values():
         reader["fields"][0].update(reader={"type": "ErnieTextFieldReaderForMultilingual"},
-                                   tokenizer={"type": "FullTokenizerErnieM",
-                                              "params": {"spm_model_file": "./data/dict/sentencepiece.bpe.model"}})
+                                   tokenizer={"type": "FullTokenizerErnieM", "split_char": " ",
+                                              "params": {"do_lower_case": "false",
+                                                         "spm_model_file": "./data/dict/sentencepiece.bpe.model"}})
+    config, notes = translate(raw)
+    field = config["dataset_reader"]["train_reader"]["fields"][0]
+    assert field["reader"] == {"type": "ErnieMTextFieldReader"}
+    assert field["tokenizer"] == {"type": "ErnieMTokenizer", "lowercase": False,
+                                  "spm_model_file": "./data/dict/sentencepiece.bpe.model"}
+    raw["dataset_reader"]["train_reader"]["fields"][0]["tokenizer"]["params"].update(do_lower_case="maybe", x=1)
     with pytest.raises(ConfigError) as info:
         translate(raw)
-    assert all("ErnieTextFieldReaderForMultilingual': ERNIE-M's field reader" in p and "not supported" in p
-               for p in info.value.problems) and len(info.value.problems) == 3
+    assert "do_lower_case: 'maybe' is not true or false" in str(info.value)
 
 
 def test_a_sentencepiece_vocab_is_refused_by_fulltokenizer(tmp_path):
@@ -188,7 +194,7 @@ def test_a_sentencepiece_vocab_is_refused_by_fulltokenizer(tmp_path):
     from wenxin.data.vocab import Vocab
     from wenxin.data.wordpiece import FullTokenizer
     vocab = Vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [f"\u2581w{i}" for i in range(20)] + ["a", "##b"], "[UNK]")
-    with pytest.raises(ConfigError, match="SentencePiece vocabulary .*ERNIE-M is not supported"):
+    with pytest.raises(ConfigError, match="SentencePiece vocabulary .*read ERNIE-M's with ErnieMTextFieldReader"):
         FullTokenizer({"unk_token": "[UNK]"}).bind_vocab(vocab)
 
 

@@ -14,7 +14,9 @@ TOKENIZER: Schema = {
     "split_char": Key(str, " ", doc="separator used by WhitespaceTokenizer (and skipped by CharTokenizer with "
                                     "split_latin_digits)"),
     "unk_token": Key(str, "[UNK]", doc="token for out-of-vocabulary pieces"),
-    "lowercase": Key(bool, True, doc="lower-case text before tokenizing"),
+    "lowercase": Key((bool, type(None)), None, doc="lower-case text before tokenizing (null: the tokenizer's "
+                                                   "default, true but for ErnieMTokenizer)"),
+    "spm_model_file": Key(str, "", doc="ErnieMTokenizer: ERNIE-M's SentencePiece model (sentencepiece.bpe.model)"),
     "split_latin_digits": Key(bool, False, doc="CharTokenizer: every character is a token, latin letters "
                                                "and digits too (character taggers); false: runs of them "
                                                "stay whole"),

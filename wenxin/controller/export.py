@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Any, Dict, List, Optional, Sequence
 
 from wenxin.data.dataset_reader import BasicDataSetReader
@@ -57,6 +58,12 @@ def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_n
         cfg = dict(field.config)
         if field.save_vocab(os.path.join(folder, "vocab")):
             cfg["vocab_path"] = os.path.join("vocab", f"{field.name}.txt")
+        model_file = (cfg.get("tokenizer") or {}).get("spm_model_file")
+        if model_file:  # a SentencePiece model (ERNIE-M) travels with the export
+            copied = os.path.join("vocab", f"{field.name}.spm.model")
+            os.makedirs(os.path.join(folder, "vocab"), exist_ok=True)
+            shutil.copyfile(model_file, os.path.join(folder, copied))
+            cfg["tokenizer"] = {**cfg["tokenizer"], "spm_model_file": copied}
         field_configs.append(cfg)
     meta = {"format": FORMAT_VERSION, "task": config.get("task"), "model_type": config["model"]["type"],
             "fields": field_configs, "outputs": list(output_names), "labels": list(labels),

@@ -76,4 +76,8 @@ def read_preprocessing(folder: str) -> Dict[str, Any]:
         vocab = field.get("vocab_path") or ""
         if vocab and manifest.outside(vocab):
             raise ExportError(f"{path}: fields[{i}].vocab_path: {vocab!r} is outside the export folder")
+        model_file = (field.get("tokenizer") or {}).get("spm_model_file") or ""
+        if model_file and manifest.outside(model_file):
+            raise ExportError(f"{path}: fields[{i}].tokenizer.spm_model_file: {model_file!r} is outside the export "
+                              f"folder")
     return checked

@@ -332,10 +332,11 @@ class TokenCache:
     # ---- keys ----
     def _identity(self) -> Dict[str, Any]:
         reader, cfg = self.reader, self.reader.reader_config
-        tokenizers = [getattr(f, "tokenizer", None) for f in reader.fields]
+        tokenizers: List[Any] = [t for t in (getattr(f, "tokenizer", None) for f in reader.fields) if t is not None]
         return {"format": FORMAT, "files": self.files, "fields": reader.config["fields"],
                 "line": {k: cfg[k] for k in LINE_KEYS},
-                "code": _source_digest([*reader.fields, reader.row_format, *(t for t in tokenizers if t is not None)])}
+                "code": _source_digest([*reader.fields, reader.row_format, *tokenizers]),
+                "tokenizer_files": [t.content_digest() for t in tokenizers if hasattr(t, "content_digest")]}
 
     def _name(self, kind: str, identity: Dict[str, Any], content: Any) -> str:
         """``<kind>-<data path and fields>-<everything>``: a new entry replaces those of the

@@ -17,10 +17,12 @@ class BaseTokenizer:
     given vocab (WordPiece) sets ``needs_vocab`` and receives the field's vocab in ``bind_vocab``."""
 
     needs_vocab = False
+    lowercase_default = True  # where the config leaves ``lowercase`` unset (null)
 
     def __init__(self, config: Dict[str, Any]) -> None:
         self.config = config
-        self.lowercase: bool = config.get("lowercase", True)
+        lowercase = config.get("lowercase")
+        self.lowercase: bool = self.lowercase_default if lowercase is None else bool(lowercase)
         self.unk_token: str = config.get("unk_token", "[UNK]")
         self.ngram: int = config.get("ngram", 1)
 

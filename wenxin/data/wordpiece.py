@@ -55,7 +55,7 @@ class FullTokenizer(BaseTokenizer):
         if marked * 10 > len(vocab):  # WordPiece marks word pieces with ##, SentencePiece word starts with ▁
             raise ConfigError(f"the vocab is a SentencePiece vocabulary ({marked} of {len(vocab)} tokens start with "
                               f"'{SENTENCEPIECE_MARK}', as ERNIE-M's does); FullTokenizer reads WordPiece vocab.txt "
-                              f"files, and ERNIE-M is not supported yet")
+                              f"files: read ERNIE-M's with ErnieMTextFieldReader and ErnieMTokenizer")
         engine = Tokenizer(models.WordPiece(dict(vocab.token_to_id), unk_token=self.unk_token,
                                             max_input_chars_per_word=self.max_chars))
         engine.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,

@@ -94,6 +94,9 @@ class Predictor:
             cfg = dict(cfg)
             if cfg.get("vocab_path"):
                 cfg["vocab_path"] = os.path.join(model_dir, cfg["vocab_path"])
+            if (cfg.get("tokenizer") or {}).get("spm_model_file"):
+                cfg["tokenizer"] = {**cfg["tokenizer"],
+                                    "spm_model_file": os.path.join(model_dir, cfg["tokenizer"]["spm_model_file"])}
             where = f"{meta_path}: fields[{i}]"
             try:
                 cls = RegisterSet.field_readers.get(cfg["reader"]["type"], None, where)

@@ -1,5 +1,7 @@
 """The ERNIE/BERT encoder: word, position, token-type and (ERNIE 3.0) task-type embeddings,
 post-norm transformer blocks and a tanh pooler, configured from a pretrained model's config file.
+ERNIE-M is the same network without token types (``model_type: ernie_m``); its text fields
+number positions from 2 (``wenxin.data.ernie_m``).
 
 Parameter names are those of PaddleNLP's ``ErnieModel``/``BertModel`` (``embeddings.*``,
 ``encoder.layers.N.*``, ``pooler.dense.*``), so PaddleNLP checkpoints load by name;
@@ -19,7 +21,8 @@ from wenxin.common.errors import ConfigError
 from wenxin.models.modules import length_mask
 
 # config file names, in the order they are looked for in a model folder
-CONFIG_FILES = ("config.json", "model_config.json", "ernie_config.json", "bert_config.json")
+CONFIG_FILES = ("config.json", "model_config.json", "ernie_config.json", "bert_config.json",
+                "ernie_m_1.0_base_config.json")
 
 
 @dataclasses.dataclass
@@ -44,6 +47,7 @@ class ErnieConfig:
     layer_norm_eps: float = 1e-12  # PaddleNLP's default; ERNIE-kit's and older PaddleNLP's is 1e-5
     pad_token_id: int = 0
     pooling: str = "first"  # pooler input: the first token's state ([CLS]) or the mean of the real tokens
+    model_type: str = "ernie"  # "ernie_m": ERNIE-M, whose text fields number positions from 2
 
     @classmethod
     def from_dict(cls, values: Dict[str, Any], source: str) -> "ErnieConfig":
@@ -59,6 +63,13 @@ class ErnieConfig:
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: not an ERNIE/BERT config object")
         values = dict(values)
+        if values.get("model_type") in ("ernie_m", "ernie-m"):
+            # PaddleNLP's ErnieMModel: no token types, a feed-forward of 4 x hidden whatever
+            # intermediate_size says, and Paddle's default LayerNorm epsilon
+            values.update(model_type="ernie_m", type_vocab_size=0, intermediate_size=0, use_task_id=False)
+            default_eps = 1e-5
+        elif not isinstance(values.get("model_type"), str):
+            values.pop("model_type", None)
         if "sent_type_vocab_size" in values:  # ERNIE-kit's name
             values["type_vocab_size"] = values.pop("sent_type_vocab_size")
         if values.get("use_sent_id") is False:

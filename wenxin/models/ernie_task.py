@@ -66,9 +66,17 @@ class ErnieTaskModel(BaseModel):
             raise ConfigError(f"{key}: the vocab of '{name}' has {info['vocab_size']} tokens, more than the "
                               f"encoder's vocab_size {config.vocab_size} (model.encoder_config): another "
                               f"model's vocab.txt?")
-        if info["max_seq_len"] > config.max_position_embeddings:
-            raise ConfigError(f"{key}: max_seq_len {info['max_seq_len']} of '{name}' is more than the encoder's "
+        offset = info.get("position_offset", 0)
+        if info["max_seq_len"] + offset > config.max_position_embeddings:
+            raise ConfigError(f"{key}: max_seq_len {info['max_seq_len']} of '{name}'"
+                              f"{f' (positions from {offset})' if offset else ''} is more than the encoder's "
                               f"max_position_embeddings {config.max_position_embeddings}")
+        if config.model_type == "ernie_m" and not info.get("ernie_m"):
+            raise ConfigError(f"{key}: the encoder is ERNIE-M (model.encoder_config), whose text fields are "
+                              f"ErnieMTextFieldReader (its SentencePiece tokenizer, positions from 2); '{name}' "
+                              f"is an ErnieTextFieldReader")
+        if info.get("ernie_m") and config.model_type not in ("ernie_m", "ernie"):
+            raise ConfigError(f"{key}: '{name}' reads ERNIE-M's inputs, but the encoder is a {config.model_type}")
         return info
 
     def encode(self, fields_dict: Dict[str, paddle.Tensor], name: str,

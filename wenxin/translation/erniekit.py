@@ -36,11 +36,8 @@ FIELD_READERS = {"CustomTextFieldReader": "TextFieldReader", "TextFieldReader": 
 TOKENIZERS = {"CustomTokenizer": {"type": "WhitespaceTokenizer", "lowercase": False}}
 ERNIE_FIELD_READERS = ("ErnieTextFieldReader", "ErnieClassificationFieldReader")
 # ERNIE-kit names wenxin does not have yet, and why
-NOT_YET: Dict[str, str] = {
-    "ErnieTextFieldReaderForMultilingual": "ERNIE-M's field reader (with FullTokenizerErnieM and a SentencePiece "
-                                           "spm_model_file) is not supported yet; wenxin's ERNIE fields read "
-                                           "WordPiece vocab.txt files, so no other reader can stand in for it",
-}
+NOT_YET: Dict[str, str] = {}
+ERNIE_M_FIELD_READER = "ErnieTextFieldReaderForMultilingual"
 # ERNIE-kit's dataset readers whose behaviour wenxin's BasicDataSetReader has (pairs: pair_with)
 DATASET_READERS = {"ErnieClassificationDataSetReader": "BasicDataSetReader"}
 # ERNIE-kit's models on a pretrained ERNIE: embedding.config_path names the encoder's config
@@ -75,7 +72,8 @@ def is_erniekit(raw: Dict[str, Any]) -> bool:
             return True
         for field in reader.get("fields") or []:
             if isinstance(field, dict) and _type_of(field.get("reader")) in (
-                    *FIELD_READERS, *ERNIE_FIELD_READERS, "ErnieSeqlabelLabelFieldReader", *NOT_YET):
+                    *FIELD_READERS, *ERNIE_FIELD_READERS, "ErnieSeqlabelLabelFieldReader", ERNIE_M_FIELD_READER,
+                    *NOT_YET):
                 return True
     return False
 
@@ -238,6 +236,9 @@ def _translate_field(path: str, field: Dict[str, Any], notes: List[str], problem
     if kind in ERNIE_FIELD_READERS:
         _translate_ernie_field(path, field, kind, notes, problems)
         return
+    if kind == ERNIE_M_FIELD_READER:
+        _translate_ernie_m_field(path, field, notes, problems)
+        return
     if kind in FIELD_READERS and FIELD_READERS[kind] != kind:
         field["reader"]["type"] = FIELD_READERS[kind]
         notes.append(f"{path}.reader.type: {kind} -> {FIELD_READERS[kind]}")
@@ -271,8 +272,9 @@ def _translate_ernie_field(path: str, field: Dict[str, Any], kind: str, notes: L
     if not isinstance(params, dict):
         params = {}
     if params.get("use_sentence_piece_vocab"):
-        problems.add(f"{path}.tokenizer.params.use_sentence_piece_vocab: SentencePiece vocabularies "
-                     f"(ERNIE-M) are not supported; FullTokenizer reads WordPiece vocab.txt files")
+        problems.add(f"{path}.tokenizer.params.use_sentence_piece_vocab: a SentencePiece vocabulary (ERNIE-M's) is "
+                     f"read by ERNIE-M's field, ErnieTextFieldReaderForMultilingual with FullTokenizerErnieM; "
+                     f"FullTokenizer reads WordPiece vocab.txt files")
     for key in sorted(set(params) - {"use_sentence_piece_vocab", "do_lower_case"}):
         problems.add(f"{path}.tokenizer.params.{key}: not a FullTokenizer setting wenxin knows")
     if tokenizer.get("type") == "FullTokenizer":
@@ -280,6 +282,31 @@ def _translate_ernie_field(path: str, field: Dict[str, Any], kind: str, notes: L
         tokenizer.setdefault("split_symbols", False)
         notes.append(f"{path}.tokenizer: FullTokenizer as ERNIE-kit's (lowercase {tokenizer['lowercase']}, "
                      f"symbols such as emoji kept inside words: split_symbols false)")
+
+
+def _translate_ernie_m_field(path: str, field: Dict[str, Any], notes: List[str], problems: Problems) -> None:
+    """ERNIE-kit's ERNIE-M field: ``ErnieTextFieldReaderForMultilingual`` with ``FullTokenizerErnieM``
+    (``params``: ``spm_model_file``, ``do_lower_case``, a bool or the strings "true"/"false")."""
+    field["reader"]["type"] = "ErnieMTextFieldReader"
+    tokenizer: Dict[str, Any] = field["tokenizer"] if isinstance(field.get("tokenizer"), dict) else {}
+    if tokenizer.get("type", "FullTokenizerErnieM") != "FullTokenizerErnieM":
+        problems.add(f"{path}.tokenizer.type: {tokenizer['type']!r}: ERNIE-M's field reads FullTokenizerErnieM")
+        return
+    params = tokenizer.get("params") or {}
+    lower = params.get("do_lower_case", False)
+    if isinstance(lower, str) and lower.strip().lower() in ("true", "false"):
+        lower = lower.strip().lower() == "true"
+    if not isinstance(lower, bool):
+        problems.add(f"{path}.tokenizer.params.do_lower_case: {lower!r} is not true or false")
+        return
+    for key in sorted(set(params) - {"do_lower_case", "spm_model_file"}):
+        problems.add(f"{path}.tokenizer.params.{key}: not a FullTokenizerErnieM setting wenxin knows")
+    field["tokenizer"] = {"type": "ErnieMTokenizer", "lowercase": lower,
+                          "spm_model_file": params.get("spm_model_file", ""),
+                          **{k: tokenizer[k] for k in ("unk_token",) if k in tokenizer}}
+    notes.append(f"{path}: ErnieTextFieldReaderForMultilingual -> ErnieMTextFieldReader, FullTokenizerErnieM -> "
+                 f"ErnieMTokenizer (SentencePiece {params.get('spm_model_file', '')!r}, lowercase {lower}; the whole "
+                 f"text is one piece of input, split_char unused; positions from 2)")
 
 
 def _translate_model(job: str, model: Dict[str, Any], notes: List[str]) -> None:

@@ -1,0 +1,155 @@
+"""ERNIE-M's inputs: its SentencePiece tokenizer over its ``vocab.txt`` (the ids of PaddleNLP's
+``ErnieMTokenizer``, checked against it in ``tests/fast/test_ernie_m_tokenizer.py``) and the text
+field reader of its ``[CLS] a [SEP]`` / ``[CLS] a [SEP] [SEP] b [SEP]`` inputs, whose positions
+start at 2 (ERNIE-M's position table reserves the first two rows, as XLM-R's does).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from wenxin.common.errors import ConfigError
+from wenxin.common.registry import RegisterSet
+from wenxin.config.schema import validate
+from wenxin.config.task_schema import TOKENIZER
+from wenxin.data.ernie_fields import CLS_TOKEN, POS_IDS, SENT_IDS, SEP_TOKEN, ErnieExample, ErnieTextFieldReader, \
+    truncate_pair
+from wenxin.data.field_reader import TensorSpec
+from wenxin.data.tokenizers import BaseTokenizer
+
+WORD_START = "\u2581"  # SentencePiece's mark of a word's start
+PUNCTUATION = frozenset(",;:.?!~，；：。？！《》【】")
+POSITION_OFFSET = 2
+
+
+def _own_piece(char: str) -> bool:
+    """Characters ERNIE-M makes pieces of their own: CJK ideographs (U+4E00-U+9FFF) and its
+    punctuation."""
+    return "\u4e00" <= char <= "\u9fff" or char in PUNCTUATION
+
+
+def split_piece(piece: str) -> List[str]:
+    """ERNIE-M's rules on one SentencePiece piece: word-start marks are dropped except at the
+    piece's start, CJK characters and punctuation become pieces of their own, and a piece is cut
+    where digits meet other characters (``▁abc123`` -> ``▁abc``, ``123``)."""
+    if piece == WORD_START:
+        return []
+    parts: List[str] = []
+    start = 0
+    for i, char in enumerate(piece):
+        if char == WORD_START:
+            continue
+        if _own_piece(char):
+            if i > start and piece[start:i] != WORD_START:
+                parts.append(piece[start:i])
+            parts.append(char)
+            start = i + 1
+        elif i > 0 and char.isdigit() != piece[i - 1].isdigit():
+            if i > start and piece[start:i] != WORD_START:
+                parts.append(piece[start:i])
+            start = i
+    if len(piece) > start:
+        parts.append(piece[start:])
+    return parts
+
+
+_SPECIALS = re.compile(r"(\[CLS\]|\[SEP\]|\[PAD\]|\[UNK\]|\[MASK\])|([^\[]+|\[)")
+
+
+@RegisterSet.tokenizers.register("ErnieMTokenizer")
+class ErnieMTokenizer(BaseTokenizer):
+    """ERNIE-M's tokenizer: SentencePiece (``spm_model_file``, ERNIE-M's
+    ``sentencepiece.bpe.model``) and ERNIE-M's piece rules (``split_piece``); ids come from the
+    field's ``vocab_path`` (ERNIE-M's ``vocab.txt``), unknown pieces are ``unk_token``. Text that
+    spells a special token (``[SEP]``) is read as text, as PaddleNLP reads it. Lower-cases only
+    with ``lowercase: true`` (ERNIE-M is cased)."""
+
+    needs_vocab = True
+    lowercase_default = False
+
+    def __init__(self, config: Dict[str, Any]) -> None:
+        super().__init__(config)
+        path = config.get("spm_model_file") or ""
+        if not path:
+            raise ConfigError("tokenizer.spm_model_file: ErnieMTokenizer needs ERNIE-M's SentencePiece model "
+                              "(sentencepiece.bpe.model)")
+        if not os.path.isfile(path):
+            raise ConfigError(f"tokenizer.spm_model_file: file not found: {path}")
+        try:
+            import sentencepiece
+        except ImportError:
+            raise ConfigError("tokenizer.type: ErnieMTokenizer needs the sentencepiece package: "
+                              "pip install sentencepiece (or wenxin[ernie-m])") from None
+        self.model_file = path
+        self.processor = sentencepiece.SentencePieceProcessor()
+        try:
+            self.processor.Load(path)
+        except (OSError, RuntimeError) as e:
+            raise ConfigError(f"tokenizer.spm_model_file: {path} is not a SentencePiece model ({e})") from None
+
+    def content_digest(self) -> str:
+        """The SentencePiece model's SHA-256 (the token cache keys on it: a model replaced at the
+        same path converts again)."""
+        with open(self.model_file, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+
+    def split(self, text: str) -> List[str]:
+        if not text:
+            return []
+        if self.lowercase:  # as PaddleNLP: spellings of the special tokens keep their case
+            text = _SPECIALS.sub(lambda m: m.group(1) or m.group(2).lower(), text)
+        return [part for piece in self.processor.EncodeAsPieces(text) for part in split_piece(piece)]
+
+    def tokenize(self, text: str) -> List[str]:
+        return self.split(text)
+
+
+@RegisterSet.field_readers.register("ErnieMTextFieldReader")
+class ErnieMTextFieldReader(ErnieTextFieldReader):
+    """ERNIE-M's text: ``[CLS] a [SEP]``, or with ``pair_with`` ``[CLS] a [SEP] [SEP] b [SEP]``
+    (truncated to ``max_seq_len - 4`` longest first), the whole text tokenized at once by
+    ``ErnieMTokenizer`` (the default; give ``tokenizer.spm_model_file``). The tensors of
+    ``ErnieTextFieldReader`` but the token types (ERNIE-M has none); positions start at 2.
+    ERNIE-kit's ``ErnieTextFieldReaderForMultilingual``."""
+
+    def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
+        tokenizer = config.get("tokenizer") or {}
+        if tokenizer.get("type", "ErnieMTokenizer") != "ErnieMTokenizer":
+            raise ConfigError(f"{path}.tokenizer.type: {tokenizer['type']!r}: ERNIE-M reads text with ErnieMTokenizer "
+                              f"(its SentencePiece model)")
+        config = {**config, "tokenizer": validate({**tokenizer, "type": "ErnieMTokenizer"}, TOKENIZER,
+                                                  f"{path}.tokenizer")}
+        try:
+            super().__init__(config, path, scope)
+        except ConfigError as e:
+            message = str(e)
+            raise ConfigError(message if message.startswith(path) else f"{path}.{message}") from None
+        if self.max_seq_len < 4 and config.get("pair_with"):
+            raise ConfigError(f"{path}.max_seq_len: {self.max_seq_len} leaves no room for a pair")
+
+    def words(self, text: str) -> List[str]:
+        return [text] if text.strip() else []
+
+    def convert_pair(self, text_a: str, text_b: str) -> ErnieExample:
+        a, b = truncate_pair(self._ids(text_a), self._ids(text_b), self.max_seq_len - 4)
+        ids = [self.cls_id] + a + [self.sep_id, self.sep_id] + b + [self.sep_id]
+        return np.asarray(ids, dtype=np.int64), np.zeros(len(ids), dtype=np.int64), []
+
+    def collate(self, values: List[ErnieExample]) -> Dict[str, np.ndarray]:  # type: ignore[override]
+        batch = super().collate(values)
+        del batch[f"{self.name}_{SENT_IDS}"]  # ERNIE-M has no token types
+        batch[f"{self.name}_{POS_IDS}"] = batch[f"{self.name}_{POS_IDS}"] + POSITION_OFFSET
+        return batch
+
+    def tensor_specs(self) -> List[TensorSpec]:
+        return [spec for spec in super().tensor_specs() if spec.name != f"{self.name}_{SENT_IDS}"]
+
+    def info(self) -> Dict[str, Any]:
+        return {**super().info(), "ernie_m": True, "position_offset": POSITION_OFFSET}
+
+
+__all__ = ["CLS_TOKEN", "SEP_TOKEN", "ErnieMTextFieldReader", "ErnieMTokenizer", "split_piece"]
