@@ -30,6 +30,9 @@ EXAMPLE_PACKAGES = [p for p in MAPPED_PACKAGES if p.endswith(".examples") and p.
 setup(
     packages=find_packages(include=["wenxin", "wenxin.*"]) + list(MAPPED_PACKAGES),
     package_dir=MAPPED_PACKAGES,
-    package_data={**{p: ["*.json"] for p in EXAMPLE_PACKAGES}, "wenxin.examples": ["*.json", "*.py", "*.yaml"],
+    package_data={**{p: ["*.json", "*/*.json"] for p in EXAMPLE_PACKAGES},
+                  "wenxin.examples": ["*.json", "*.py", "*.yaml"],
+                  # ERNIE-kit's extraction demo data and label maps, laid out as ERNIE-kit's task
+                  "wenxin.tasks.information_extraction_many_to_many": ["data/*/*/*.json", "dict/*.json"],
                   "wenxin": ["py.typed"]},  # PEP 561: wenxin's type hints are for its users' type checkers too
 )

@@ -1,7 +1,8 @@
-"""Prepare the extraction example: a character vocabulary of ERNIE-kit's DuIE demo data (shipped
-in ``tasks/information_extraction_many_to_many/data/``, from PaddlePaddle/ERNIE, Apache-2.0) and
-the config of a small ERNIE encoder that ``examples/information_extraction_ernie.json`` trains
-from random initialization (no pretrained model can be downloaded here; with one, point
+"""Prepare the extraction example: ERNIE-kit's DuIE demo data (shipped with the built-in task
+``information_extraction_many_to_many`` in its ``data/`` and ``dict/``, from PaddlePaddle/ERNIE,
+Apache-2.0) copied into ``examples/data/extraction/``, a character vocabulary of it, and the
+config of a small ERNIE encoder that ``examples/information_extraction_ernie.json`` trains from
+random initialization (no pretrained model can be downloaded here; with one, point
 ``model.pretrained`` at it instead).
 
     python examples/prepare_extraction_data.py [--output examples/data/extraction]
@@ -14,8 +15,6 @@ import os
 from typing import List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(os.path.dirname(HERE), "tasks", "information_extraction_many_to_many", "data",
-                    "entity_relation_data")
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
 ENCODER = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 512,
            "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
@@ -39,13 +38,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", default=os.path.join(HERE, "data", "extraction"))
     args = parser.parse_args()
+    import shutil
+    from wenxin.common.task_loader import builtin_tasks_dir
+    task = os.path.join(builtin_tasks_dir(), "information_extraction_many_to_many")
     os.makedirs(args.output, exist_ok=True)
-    vocab = vocabulary(os.path.join(DATA, "train_data", "train.json"))
+    for split in ("train", "dev", "test", "predict"):
+        shutil.copyfile(os.path.join(task, "data", "entity_relation_data", f"{split}_data", f"{split}.json"),
+                        os.path.join(args.output, f"{split}.json"))
+    shutil.copyfile(os.path.join(task, "dict", "entity_relation_label_map.json"),
+                    os.path.join(args.output, "label_map.json"))
+    vocab = vocabulary(os.path.join(args.output, "train.json"))
     with open(os.path.join(args.output, "vocab.txt"), "w", encoding="utf-8") as f:
         f.writelines(token + "\n" for token in vocab)
     with open(os.path.join(args.output, "config.json"), "w", encoding="utf-8") as f:
         json.dump({**ENCODER, "vocab_size": len(vocab)}, f, indent=2)
-    print(f"wrote {args.output}/vocab.txt ({len(vocab)} tokens) and config.json (a small ERNIE)")
+    print(f"wrote {args.output}: the demo data, vocab.txt ({len(vocab)} tokens) and config.json (a small ERNIE)")
 
 
 if __name__ == "__main__":
