@@ -11,28 +11,30 @@ MAPPED = {"wenxin.tasks": "tasks", "wenxin.examples": "examples"}
 
 def mapped_packages() -> dict:
     """Each package under a mapped folder -> its folder (relative, as setuptools wants). A task's
-    ``examples/`` folder (task files, no Python) is listed as a data package of its own, so
-    setuptools neither skips it nor warns that it would."""
+    folders of JSON files without Python (``examples/``, and ERNIE-kit's ``data/`` and ``dict/``
+    layout) are listed as data packages of their own, so setuptools neither skips them nor warns
+    that it would."""
     packages = {}
     for package, folder in MAPPED.items():
         packages[package] = folder
         for sub in find_packages(os.path.join(HERE, folder)):
             packages[f"{package}.{sub}"] = os.path.join(folder, *sub.split("."))
     for task in sorted(os.listdir(os.path.join(HERE, "tasks"))):
-        if os.path.isdir(os.path.join(HERE, "tasks", task, "examples")):
-            packages[f"wenxin.tasks.{task}.examples"] = os.path.join("tasks", task, "examples")
+        root = os.path.join(HERE, "tasks", task)
+        for folder, _, files in os.walk(root):
+            relative = os.path.relpath(folder, root)
+            if relative != "." and "__pycache__" not in relative and any(f.endswith(".json") for f in files) \
+                    and not os.path.isfile(os.path.join(folder, "__init__.py")):  # examples/, data/, dict/
+                packages[f"wenxin.tasks.{task}." + relative.replace(os.sep, ".")] = os.path.relpath(folder, HERE)
     return packages
 
 
 MAPPED_PACKAGES = mapped_packages()
-EXAMPLE_PACKAGES = [p for p in MAPPED_PACKAGES if p.endswith(".examples") and p.startswith("wenxin.tasks.")]
+DATA_PACKAGES = [p for p in MAPPED_PACKAGES if p.startswith("wenxin.tasks.") and p.count(".") > 2]
 
 setup(
     packages=find_packages(include=["wenxin", "wenxin.*"]) + list(MAPPED_PACKAGES),
     package_dir=MAPPED_PACKAGES,
-    package_data={**{p: ["*.json", "*/*.json"] for p in EXAMPLE_PACKAGES},
-                  "wenxin.examples": ["*.json", "*.py", "*.yaml"],
-                  # ERNIE-kit's extraction demo data and label maps, laid out as ERNIE-kit's task
-                  "wenxin.tasks.information_extraction_many_to_many": ["data/*/*/*.json", "dict/*.json"],
+    package_data={**{p: ["*.json"] for p in DATA_PACKAGES}, "wenxin.examples": ["*.json", "*.py", "*.yaml"],
                   "wenxin": ["py.typed"]},  # PEP 561: wenxin's type hints are for its users' type checkers too
 )
