@@ -377,6 +377,7 @@ def _augment(args: argparse.Namespace) -> int:
         if columns[args.column].strip():
             sentences.append(parse_tagged(columns[args.column]))
     tmp, written = f"{args.output}.tmp", 0
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             for _, words in augment(sentences, settings):

@@ -59,8 +59,7 @@ def test_the_command_writes_erniekits_unlabeled_lines(tmp_path):
     from wenxin.cli import main
     source = tmp_path / "train.tsv"
     source.write_text("好/a 书/n 很/d 好/a\t1\n\n这/r 个/q 差/a\t0\n", encoding="utf-8")
-    out = tmp_path / "aug" / "part.0"
-    out.parent.mkdir()
+    out = tmp_path / "aug" / "part.0"  # its folder is made
     assert main(["augment", "--input", str(source), "--output", str(out), "--copies", "10", "--seed", "2"]) == 0
     lines = out.read_text(encoding="utf-8").splitlines()
     assert lines and all(len(line.split("\t")) == 2 for line in lines)
