@@ -76,3 +76,32 @@ def test_distill_reports_bad_unlabeled_lines_and_a_teacher_that_is_no_classifier
         list(unlabeled_rows(str(tmp_path / "missing"), 0, -1))
     infer = os.path.join(EXAMPLES, "cls_ernie_fc_ch_infer.json")
     assert teacher_model_of(infer) == "./output/cls_ernie_3.0_base_fc_ch_dy/save_inference_model/inference_step_4000/"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("gawk") is None or os.path.realpath(shutil.which("awk") or "") != os.path.realpath(
+    shutil.which("gawk") or ""), reason="run_distill.sh needs GNU awk (its strtonum) as awk")
+def test_erniekits_run_distill_sh_runs_unchanged_with_wenxins_scripts(tmp_path):
+    """ERNIE-kit's own run_distill.sh, with wenxin's run_trainer.py and run_infer.py in the task
+    folder: the teacher trains to its infer file's inference_step_4000 (6,400 texts, batch 8, 5
+    epochs), labels the unlabeled texts through awk, and the student trains on them."""
+    import subprocess
+    import sys
+    root, splits = distill_folder(tmp_path)
+    rows = make_sentences(6400, 11)
+    (root / "distill" / "chnsenticorp" / "teacher" / "train" / "part-0").write_text(
+        "".join(f"{t}\t{label}\n" for t, label in rows), encoding="utf-8")
+    with open(os.path.join(REPO, "tests", "fixtures", "run_distill.sh"), encoding="utf-8") as f:
+        (root / "run_distill.sh").write_text(f.read(), encoding="utf-8")
+    for script in ("run_trainer.py", "run_infer.py"):
+        shutil.copy(os.path.join(REPO, script), root / script)
+    bin_dir = os.path.dirname(sys.executable)
+    env = {**os.environ, "GLOG_minloglevel": "2", "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+           "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(["bash", "run_distill.sh"], cwd=root, capture_output=True, text=True, timeout=1200, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    labelled = (root / "distill" / "chnsenticorp" / "student" / "train" / "part.1").read_text(encoding="utf-8")
+    lines = [line.split("\t") for line in labelled.splitlines()]
+    assert [text for text, _ in lines] == [" ".join(text) for text, _ in splits["unlabeled"]]
+    assert {label for _, label in lines} <= {"0", "1"}
+    assert "result: ./output/cls_cnn_ch/" in proc.stdout
