@@ -179,3 +179,35 @@ def make_spo(n: int, seed: int) -> List[Dict[str, Any]]:
         text += "".join(rng.choice(NEUTRAL) for _ in range(rng.randint(0, 2)))
         rows.append({"text": text, "spo_list": spo_list})
     return rows
+
+
+def run_encoder(config: ErnieConfig, params: Dict[str, np.ndarray], mode: str, ids: np.ndarray,
+                lengths: np.ndarray, **inputs: np.ndarray) -> List[np.ndarray]:
+    """An ``ErnieEncoder`` with ``params`` (all of its parameters, nothing else), in eval mode, on
+    ``ids`` and ``lengths`` and the optional inputs by keyword (``token_type_ids``,
+    ``position_ids``), in the ``dynamic`` or ``static`` graph mode: ``[states, pooled]``."""
+    from wenxin.controller.graph_mode import static_mode
+    if mode == "dynamic":
+        encoder = ErnieEncoder(config)
+        assert set(encoder.state_dict()) == set(params)  # nothing missing, nothing left over
+        encoder.set_state_dict({k: paddle.to_tensor(v) for k, v in params.items()})
+        encoder.eval()
+        states, pooled = encoder(paddle.to_tensor(ids), paddle.to_tensor(lengths),
+                                 **{k: paddle.to_tensor(v) for k, v in inputs.items()})
+        return [states.numpy(), pooled.numpy()]
+    with static_mode():
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            encoder = ErnieEncoder(config)
+            encoder.eval()
+            arrays = {"ids": ids, "lengths": lengths, **inputs}
+            feeds = {name: paddle.static.data(name, [-1] * value.ndim, "int64") for name, value in arrays.items()}
+            states, pooled = encoder(feeds["ids"], feeds["lengths"], **{k: feeds[k] for k in inputs})
+        assert set(encoder.state_dict()) == set(params)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        scope = paddle.static.Scope()
+        with paddle.static.scope_guard(scope):
+            exe.run(startup)
+            for name, param in encoder.state_dict().items():
+                scope.find_var(param.name).get_tensor().set(params[name], paddle.CPUPlace())
+            return exe.run(main, feed=arrays, fetch_list=[states, pooled])

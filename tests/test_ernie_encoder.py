@@ -13,8 +13,8 @@ import pytest
 
 from wenxin.common.errors import CheckpointError, ConfigError
 from wenxin.controller.checkpoint import load_pretrained_params
-from wenxin.controller.graph_mode import static_mode
 from wenxin.translation import pretrained
+from ernie_helpers import run_encoder
 from wenxin.models.ernie import ErnieConfig, ErnieEncoder
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "ernie")
@@ -36,36 +36,6 @@ def real_positions() -> np.ndarray:
     return np.arange(REFERENCE["ids"].shape[1])[None, :] < REFERENCE["seq_lens"][:, None]
 
 
-def run_dynamic(config: ErnieConfig, params: dict):
-    encoder = ErnieEncoder(config)
-    assert set(encoder.state_dict()) == set(params)  # nothing missing, nothing left over
-    encoder.set_state_dict({k: paddle.to_tensor(v) for k, v in params.items()})
-    encoder.eval()
-    hidden, pooled = encoder(paddle.to_tensor(REFERENCE["ids"]), paddle.to_tensor(REFERENCE["seq_lens"]),
-                             paddle.to_tensor(REFERENCE["token_type_ids"]))
-    return hidden.numpy(), pooled.numpy()
-
-
-def run_static(config: ErnieConfig, params: dict):
-    with static_mode():
-        main, startup = paddle.static.Program(), paddle.static.Program()
-        with paddle.static.program_guard(main, startup):
-            encoder = ErnieEncoder(config)
-            encoder.eval()
-            ids = paddle.static.data("ids", [-1, -1], "int64")
-            lens = paddle.static.data("lens", [-1], "int64")
-            types = paddle.static.data("types", [-1, -1], "int64")
-            hidden, pooled = encoder(ids, lens, types)
-        exe = paddle.static.Executor(paddle.CPUPlace())
-        scope = paddle.static.Scope()
-        with paddle.static.scope_guard(scope):
-            exe.run(startup)
-            for name, param in encoder.state_dict().items():
-                scope.find_var(param.name).get_tensor().set(params[name], paddle.CPUPlace())
-            return exe.run(main, feed={"ids": REFERENCE["ids"], "lens": REFERENCE["seq_lens"],
-                                       "types": REFERENCE["token_type_ids"]}, fetch_list=[hidden, pooled])
-
-
 @pytest.mark.parametrize("folder", ["paddlenlp", "paddlenlp_safetensors", "erniekit", "erniekit/params"])
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_encoder_matches_paddlenlp(folder, mode):
@@ -77,7 +47,8 @@ def test_encoder_matches_paddlenlp(folder, mode):
         config = dataclasses.replace(config, layer_norm_eps=1e-12)
     params = encoder_params(folder)
     assert len(params) == 8 + 16 * 3  # ERNIE 3.0 shape: token-type and task-type embeddings included
-    hidden, pooled = (run_dynamic if mode == "dynamic" else run_static)(config, params)
+    hidden, pooled = run_encoder(config, params, mode, REFERENCE["ids"], REFERENCE["seq_lens"],
+                                 token_type_ids=REFERENCE["token_type_ids"])
     np.testing.assert_allclose(hidden[real_positions()], REFERENCE["hidden"][real_positions()], atol=TOLERANCE, rtol=0)
     np.testing.assert_allclose(pooled, REFERENCE["pooled"], atol=TOLERANCE, rtol=0)
 

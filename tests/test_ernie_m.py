@@ -9,12 +9,11 @@ import os
 import shutil
 
 import numpy as np
-import paddle
 import pytest
 
 from conftest import REPO, run_script
+from ernie_helpers import run_encoder
 from wenxin.controller.checkpoint import load_pretrained_params
-from wenxin.controller.graph_mode import static_mode
 from wenxin.models.ernie import ErnieConfig, ErnieEncoder
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "ernie_m")
@@ -36,30 +35,6 @@ def encoder_params(folder: str, config: ErnieConfig) -> dict:
             for name, value in params.items()}
 
 
-def run(config: ErnieConfig, params: dict, mode: str):
-    ids, lengths, positions = inputs()
-    if mode == "dynamic":
-        encoder = ErnieEncoder(config)
-        encoder.set_state_dict({k: paddle.to_tensor(v) for k, v in params.items()})
-        encoder.eval()
-        states, pooled = encoder(paddle.to_tensor(ids), paddle.to_tensor(lengths), position_ids=paddle.to_tensor(positions))
-        return states.numpy(), pooled.numpy()
-    with static_mode():
-        main, startup = paddle.static.Program(), paddle.static.Program()
-        with paddle.static.program_guard(main, startup):
-            encoder = ErnieEncoder(config)
-            encoder.eval()
-            feeds = [paddle.static.data(n, s, "int64") for n, s in (("ids", [-1, -1]), ("lens", [-1]), ("pos", [-1, -1]))]
-            states, pooled = encoder(feeds[0], feeds[1], position_ids=feeds[2])
-        exe = paddle.static.Executor(paddle.CPUPlace())
-        scope = paddle.static.Scope()
-        with paddle.static.scope_guard(scope):
-            exe.run(startup)
-            for name, param in encoder.state_dict().items():
-                scope.find_var(param.name).get_tensor().set(params[name], paddle.CPUPlace())
-            return exe.run(main, feed={"ids": ids, "lens": lengths, "pos": positions}, fetch_list=[states, pooled])
-
-
 @pytest.mark.parametrize("folder", ["paddlenlp", "erniekit"])
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_encoder_matches_paddlenlps_ernie_m(folder, mode):
@@ -69,8 +44,8 @@ def test_encoder_matches_paddlenlps_ernie_m(folder, mode):
         assert config.model_type == "ernie_m" and config.intermediate_size == 0
     params = encoder_params(folder, config)
     assert "embeddings.token_type_embeddings.weight" not in params and len(params) == 6 + 16 * 2
-    states, pooled = run(config, params, mode)
-    ids, lengths, _ = inputs()
+    ids, lengths, positions = inputs()
+    states, pooled = run_encoder(config, params, mode, ids, lengths, position_ids=positions)
     real = np.arange(ids.shape[1])[None, :] < lengths[:, None]
     np.testing.assert_allclose(states[real], REFERENCE["states"][real], atol=TOLERANCE, rtol=0)
     np.testing.assert_allclose(pooled, REFERENCE["pooled"], atol=TOLERANCE, rtol=0)
