@@ -285,3 +285,14 @@ def test_ie_reader_settings_wenxin_cannot_honour_are_reported_together(tmp_path)
     for problem in ("extra_params.in_tokens: true (batches counted in tokens) is not supported",
                     "extra_params.tokenizer: 'SentencePieceTokenizer'", "extra_params.bogus: not an IEReader setting"):
         assert problem in str(error.value)
+
+
+def test_a_label_field_without_its_text_field_is_one_error(fields):
+    text_field, _ = fields
+    config = validate({"name": "label", "reader": {"type": "IeSpoLabelFieldReader"}, "align_with": "text_b",
+                       "vocab_path": fields[1].config["vocab_path"]}, FIELD, "r.fields[1]")
+    with pytest.raises(ConfigError, match=r"r.fields\[1\].align_with: no ErnieIeTextFieldReader field 'text_b' in "
+                                          r"this reader to label"):
+        IeSpoLabelFieldReader(config, "r.fields[1]").link([text_field])
+    with pytest.raises(ConfigError, match=r"align_with: no ErnieIeTextFieldReader field in this reader to label"):
+        IeSpoLabelFieldReader({**config, "align_with": ""}, "r.fields[1]").link([])

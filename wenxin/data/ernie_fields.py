@@ -2,7 +2,7 @@
 types, as ERNIE-kit's ``ErnieTextFieldReader`` writes them."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Type, TypeVar
 
 import numpy as np
 
@@ -114,6 +114,20 @@ class ErnieTextFieldReader(TextFieldReader):
         return {**super().info(), "ernie_inputs": True, "pair": self.pair_index is not None}
 
 
+T = TypeVar("T", bound=BaseFieldReader)
+
+
+def aligned_text_field(fields: List[BaseFieldReader], kind: Type[T], name: str, path: str, verb: str) -> T:
+    """The text field a label field labels: the ``kind`` field named ``name`` (its
+    ``align_with``), or the first ``kind`` field when ``name`` is empty; else one error naming
+    ``<path>.align_with``."""
+    texts = [f for f in fields if isinstance(f, kind) and (not name or f.name == name)]
+    if not texts:
+        raise ConfigError(f"{path}.align_with: no {kind.__name__} field {repr(name) + ' ' if name else ''}"
+                          f"in this reader to {verb}")
+    return texts[0]
+
+
 @RegisterSet.field_readers.register("ErnieSeqlabelLabelFieldReader")
 class ErnieSeqlabelLabelFieldReader(SequenceLabelFieldReader):
     """One tag per word of an ``ErnieTextFieldReader`` field (``align_with``, default the first),
@@ -136,13 +150,8 @@ class ErnieSeqlabelLabelFieldReader(SequenceLabelFieldReader):
             self._set_outside()
 
     def link(self, fields: List[BaseFieldReader]) -> None:
-        texts = [f for f in fields if isinstance(f, ErnieTextFieldReader)
-                 and (not self.text_field or f.name == self.text_field)]
-        if not texts:
-            raise ConfigError(f"{self.path}.align_with: no ErnieTextFieldReader field "
-                              f"{repr(self.text_field) + ' ' if self.text_field else ''}in this reader to tag")
-        self.text_reader = texts[0]
-        self.text_field = texts[0].name
+        self.text_reader = aligned_text_field(fields, ErnieTextFieldReader, self.text_field, self.path, "tag")
+        self.text_field = self.text_reader.name
 
     def _set_outside(self) -> None:
         assert self.vocab is not None

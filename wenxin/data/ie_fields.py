@@ -18,7 +18,7 @@ import numpy as np
 
 from wenxin.common.errors import ConfigError, DataError
 from wenxin.common.registry import RegisterSet
-from wenxin.data.ernie_fields import ErnieTextFieldReader
+from wenxin.data.ernie_fields import ErnieTextFieldReader, aligned_text_field
 from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSpec, UnknownLabelError
 from wenxin.data.vocab import Vocab
 from wenxin.metrics.spo import INSIDE, OUTSIDE
@@ -140,12 +140,7 @@ class IeSpoLabelFieldReader(LabelFieldReader):
         self.vocab = Vocab(read_label_map(path, self.path))
 
     def link(self, fields: List[BaseFieldReader]) -> None:
-        texts = [f for f in fields if isinstance(f, ErnieIeTextFieldReader)
-                 and (not self.text_field or f.name == self.text_field)]
-        if not texts:
-            raise ConfigError(f"{self.path}.align_with: no ErnieIeTextFieldReader field "
-                              f"{repr(self.text_field) + ' ' if self.text_field else ''}in this reader to label")
-        self.text_field = texts[0].name
+        self.text_field = aligned_text_field(fields, ErnieIeTextFieldReader, self.text_field, self.path, "label").name
 
     def convert(self, text: str) -> List[Tuple[int, int, int, int, int]]:  # type: ignore[override]
         """The ``spo_list`` JSON -> ``(subject label id, subject start, end, object start, end)``."""
