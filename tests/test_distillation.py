@@ -63,8 +63,8 @@ def test_erniekit_distillation_runs_from_its_files(tmp_path):
     assert os.path.isfile(os.path.join(root, student, "preprocess.json"))
 
 
-def test_distill_reports_bad_unlabeled_lines_and_a_teacher_that_is_no_classifier(tmp_path):
-    from wenxin.common.errors import ConfigError, DataError
+def test_distill_reports_bad_unlabeled_input_and_reads_the_teacher_an_infer_file_names(tmp_path):
+    from wenxin.common.errors import DataError
     from wenxin.distill import teacher_model_of, unlabeled_rows
     bad = tmp_path / "part.0"
     bad.write_text("a b\tab\nonly one column\n", encoding="utf-8")
@@ -72,8 +72,11 @@ def test_distill_reports_bad_unlabeled_lines_and_a_teacher_that_is_no_classifier
                                         r"column 1"):
         list(unlabeled_rows(str(bad), 0, 1))
     assert list(unlabeled_rows(str(bad), 0, -1)) == [("a b", "ab"), ("only one column", "only one column")]
-    with pytest.raises(ConfigError, match="--unlabeled: no such file or folder"):
+    with pytest.raises(DataError, match="--unlabeled: data file not found: .*missing"):
         list(unlabeled_rows(str(tmp_path / "missing"), 0, -1))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="--unlabeled: folder has no data files"):
+        list(unlabeled_rows(str(tmp_path / "empty"), 0, -1))
     infer = os.path.join(EXAMPLES, "cls_ernie_fc_ch_infer.json")
     assert teacher_model_of(infer) == "./output/cls_ernie_3.0_base_fc_ch_dy/save_inference_model/inference_step_4000/"
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, DataError
-from wenxin.data.lines import DEFAULT_MAX_LINE_BYTES, iter_lines
+from wenxin.data.lines import DEFAULT_MAX_LINE_BYTES, iter_lines, list_data_files
 
 logger = logging.getLogger("wenxin")
 
@@ -43,16 +43,7 @@ class DistillResult:
 def unlabeled_rows(path: str, student_column: int, teacher_column: int) -> Iterator[Tuple[str, str]]:
     """``(student text, teacher text)`` of each non-empty line of a file or of every file in a
     folder (sorted); a line without the columns is an error naming ``file:line``."""
-    if os.path.isdir(path):
-        files = sorted(os.path.join(path, name) for name in os.listdir(path)
-                       if os.path.isfile(os.path.join(path, name)) and not name.startswith("."))
-    elif os.path.isfile(path):
-        files = [path]
-    else:
-        raise ConfigError(f"--unlabeled: no such file or folder: {path}")
-    if not files:
-        raise ConfigError(f"--unlabeled: {path} holds no files")
-    for name in files:
+    for name in list_data_files(path, "--unlabeled"):
         for lineno, line, problem in iter_lines(name, DEFAULT_MAX_LINE_BYTES):
             if problem is not None:
                 raise DataError(f"{name}:{lineno}: {problem}")
