@@ -16,8 +16,7 @@ from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import validate
 from wenxin.config.task_schema import TOKENIZER
-from wenxin.data.ernie_fields import CLS_TOKEN, POS_IDS, SENT_IDS, SEP_TOKEN, ErnieExample, ErnieTextFieldReader, \
-    truncate_pair
+from wenxin.data.ernie_fields import POS_IDS, SENT_IDS, ErnieExample, ErnieTextFieldReader, truncate_pair
 from wenxin.data.field_reader import TensorSpec
 from wenxin.data.tokenizers import BaseTokenizer
 
@@ -123,11 +122,7 @@ class ErnieMTextFieldReader(ErnieTextFieldReader):
                               f"(its SentencePiece model)")
         config = {**config, "tokenizer": validate({**tokenizer, "type": "ErnieMTokenizer"}, TOKENIZER,
                                                   f"{path}.tokenizer")}
-        try:
-            super().__init__(config, path, scope)
-        except ConfigError as e:
-            message = str(e)
-            raise ConfigError(message if message.startswith(path) else f"{path}.{message}") from None
+        super().__init__(config, path, scope)
         if self.max_seq_len < 4 and config.get("pair_with"):
             raise ConfigError(f"{path}.max_seq_len: {self.max_seq_len} leaves no room for a pair")
 
@@ -152,4 +147,4 @@ class ErnieMTextFieldReader(ErnieTextFieldReader):
         return {**super().info(), "ernie_m": True, "position_offset": POSITION_OFFSET}
 
 
-__all__ = ["CLS_TOKEN", "SEP_TOKEN", "ErnieMTextFieldReader", "ErnieMTokenizer", "split_piece"]
+__all__ = ["ErnieMTextFieldReader", "ErnieMTokenizer", "split_piece"]

@@ -149,9 +149,14 @@ class BaseFieldReader:
 
 
 def build_tokenizer(config: Optional[Dict[str, Any]], path: str, scope: Optional[str]) -> BaseTokenizer:
+    """The field's tokenizer. A tokenizer checks its own config and names its keys from
+    ``tokenizer.``; the field's path (``path``) goes before them here."""
     config = config or {"type": "CharTokenizer", "unk_token": "[UNK]", "lowercase": True}
     cls = RegisterSet.tokenizers.get(config["type"], scope, f"{path}.tokenizer.type")
-    return cls(config)
+    try:
+        return cls(config)
+    except ConfigError as e:
+        raise ConfigError(problems=[f"{path}.{problem}" for problem in e.problems]) from None
 
 
 @RegisterSet.field_readers.register("TextFieldReader")
