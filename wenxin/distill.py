@@ -15,10 +15,11 @@ spaces) and the raw text the teacher reads; a file of one column serves both.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, DataError
 from wenxin.data.lines import DEFAULT_MAX_LINE_BYTES, iter_lines, list_data_files
@@ -70,29 +71,23 @@ def label_with_teacher(model_dir: str, unlabeled: str, output: str, student_colu
     counts: Dict[str, int] = {}
     tmp = f"{output}.tmp"
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    rows = unlabeled_rows(unlabeled, student_column, teacher_column)
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            batch: List[Tuple[str, str]] = []
-            for row in unlabeled_rows(unlabeled, student_column, teacher_column):
-                batch.append(row)
-                if len(batch) == BATCH:
-                    _write_labels(predictor, batch, f, counts)
-                    batch = []
-            if batch:
-                _write_labels(predictor, batch, f, counts)
+            while True:
+                batch = list(itertools.islice(rows, BATCH))
+                if not batch:
+                    break
+                results = predictor.predict([[teacher] for _, teacher in batch], batch_size=BATCH)
+                for (student, _), result in zip(batch, results):
+                    label = str(result["label"])
+                    counts[label] = counts.get(label, 0) + 1
+                    f.write(f"{student}\t{label}\n")
         os.replace(tmp, output)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
     return counts
-
-
-def _write_labels(predictor: object, batch: Sequence[Tuple[str, str]], out: object, counts: Dict[str, int]) -> None:
-    results = predictor.predict([[teacher] for _, teacher in batch], batch_size=BATCH)  # type: ignore[attr-defined]
-    for (student, _), result in zip(batch, results):
-        label = str(result["label"])
-        counts[label] = counts.get(label, 0) + 1
-        out.write(f"{student}\t{label}\n")  # type: ignore[attr-defined]
 
 
 def teacher_model_of(infer_file: str) -> str:
