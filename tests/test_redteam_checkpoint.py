@@ -337,6 +337,7 @@ def test_full_disk_during_an_export(tmp_path, data_dir, monkeypatch):
 
 
 def test_full_disk_during_run_infer(tmp_path, monkeypatch):
+    from wenxin.common import files
     from wenxin.inference import batch
 
     class FakePredictor:
@@ -370,7 +371,7 @@ def test_full_disk_during_run_infer(tmp_path, monkeypatch):
             handle.write = _enospc
         return handle
 
-    monkeypatch.setattr(batch, "open", full_open, raising=False)
+    monkeypatch.setattr(files, "open", full_open, raising=False)  # where the prediction file is written
     with pytest.raises(DataError, match=f"cannot write {out}"):
         batch.run_inference(str(infer))
     assert out.read_text() == "earlier\n" and not os.path.exists(f"{out}.tmp")

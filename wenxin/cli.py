@@ -367,6 +367,7 @@ def _distill(args: argparse.Namespace) -> int:
 
 
 def _augment(args: argparse.Namespace) -> int:
+    from wenxin.common.files import open_atomically
     from wenxin.data.augment import AugmentSettings, augment, parse_tagged, teacher_text
     settings = AugmentSettings(args.copies, args.unk, args.pos, args.ngram, args.max_ngram, args.seed)
     sentences = []
@@ -376,17 +377,11 @@ def _augment(args: argparse.Namespace) -> int:
             raise DataError(f"{args.input}:{lineno}: no column {args.column} ({len(columns)} columns)")
         if columns[args.column].strip():
             sentences.append(parse_tagged(columns[args.column]))
-    tmp, written = f"{args.output}.tmp", 0
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for _, words in augment(sentences, settings):
-                f.write(" ".join(words) + "\t" + teacher_text(words, args.join) + "\n")
-                written += 1
-        os.replace(tmp, args.output)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    written = 0
+    with open_atomically(args.output) as f:
+        for _, words in augment(sentences, settings):
+            f.write(" ".join(words) + "\t" + teacher_text(words, args.join) + "\n")
+            written += 1
     print(json.dumps({"sentences": len(sentences), "augmented": written, "output": args.output}))
     return EXIT_OK
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, DataError
+from wenxin.common.files import open_atomically
 from wenxin.data.lines import DEFAULT_MAX_LINE_BYTES, iter_lines, list_data_files
 
 logger = logging.getLogger("wenxin")
@@ -69,24 +70,17 @@ def label_with_teacher(model_dir: str, unlabeled: str, output: str, student_colu
         raise ConfigError(f"--teacher_model: {model_dir} is a {predictor.meta['result_format']} model; distillation "
                           f"labels texts with a classifier")
     counts: Dict[str, int] = {}
-    tmp = f"{output}.tmp"
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     rows = unlabeled_rows(unlabeled, student_column, teacher_column)
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            while True:
-                batch = list(itertools.islice(rows, BATCH))
-                if not batch:
-                    break
-                results = predictor.predict([[teacher] for _, teacher in batch], batch_size=BATCH)
-                for (student, _), result in zip(batch, results):
-                    label = str(result["label"])
-                    counts[label] = counts.get(label, 0) + 1
-                    f.write(f"{student}\t{label}\n")
-        os.replace(tmp, output)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with open_atomically(output) as f:
+        while True:
+            batch = list(itertools.islice(rows, BATCH))
+            if not batch:
+                break
+            results = predictor.predict([[teacher] for _, teacher in batch], batch_size=BATCH)
+            for (student, _), result in zip(batch, results):
+                label = str(result["label"])
+                counts[label] = counts.get(label, 0) + 1
+                f.write(f"{student}\t{label}\n")
     return counts
 
 

@@ -1,8 +1,10 @@
 """Files written whole or not at all, and their content digests."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from typing import Iterator, TextIO
 
 
 def write_text_atomically(path: str, text: str) -> None:
@@ -14,6 +16,22 @@ def write_text_atomically(path: str, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def open_atomically(path: str) -> Iterator[TextIO]:
+    """A text file to write ``path`` with, line by line: it is ``<path>.tmp``, renamed over
+    ``path`` when the block ends; when the block raises, it is removed and ``path`` keeps what it
+    held. Makes ``path``'s folder if it is missing."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            yield f
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def file_sha256(path: str) -> str:

@@ -5,7 +5,6 @@ start at 2 (ERNIE-M's position table reserves the first two rows, as XLM-R's doe
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from typing import Any, Dict, List, Optional
@@ -13,6 +12,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from wenxin.common.errors import ConfigError
+from wenxin.common.files import file_sha256
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import validate
 from wenxin.config.task_schema import TOKENIZER
@@ -93,8 +93,7 @@ class ErnieMTokenizer(BaseTokenizer):
     def content_digest(self) -> str:
         """The SentencePiece model's SHA-256 (the token cache keys on it: a model replaced at the
         same path converts again)."""
-        with open(self.model_file, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+        return file_sha256(self.model_file)
 
     def split(self, text: str) -> List[str]:
         if not text:

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Dict, List, Sequence
 
 from wenxin.common.errors import DataError, Problems
+from wenxin.common.files import open_atomically
 from wenxin.common.paddle_support import require_gpu
 from wenxin.config.infer_schema import INFER_SCHEMA
 from wenxin.config.loader import apply_overrides, read_task_file
@@ -69,19 +69,14 @@ def run_inference(param_path: str, overrides: Sequence[str] = ()) -> str:
     results = predictor.predict(rows, batch_size=config["batch_size"])
     erniekit_lines = config["output_format"] == "erniekit"
     out = config["output_file"]
-    tmp = f"{out}.tmp"
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        document = predictor.result_format.erniekit_document(results, rows) if erniekit_lines else None
-        with open(tmp, "w", encoding="utf-8") as f:
+    document = predictor.result_format.erniekit_document(results, rows) if erniekit_lines else None
+    try:  # an interrupted run never leaves a half-written prediction file
+        with open_atomically(out) as f:
             if document is not None:
                 f.write(document)
             for r, row in zip(results, rows if document is None else ()):
                 f.write((predictor.result_format.erniekit_line(r, row) if erniekit_lines
                          else predictor.result_format.line(r)) + "\n")
-        os.replace(tmp, out)  # an interrupted run never leaves a half-written prediction file
     except OSError as e:  # a full disk: no partial file, an earlier output stays
-        if os.path.isfile(tmp):
-            os.remove(tmp)
         raise DataError(f"output_file: cannot write {out} ({e.strerror or e}); nothing was written") from None
     return out
