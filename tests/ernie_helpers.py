@@ -211,3 +211,53 @@ def run_encoder(config: ErnieConfig, params: Dict[str, np.ndarray], mode: str, i
             for name, param in encoder.state_dict().items():
                 scope.find_var(param.name).get_tensor().set(params[name], paddle.CPUPlace())
             return exe.run(main, feed=arrays, fetch_list=[states, pooled])
+
+
+GEN_LETTERS = "abcdefghij"
+
+
+def make_gen_rows(n: int, seed: int) -> List[tuple]:
+    """ERNIE-Gen rows ``(answer, paragraph, tgt)``: the answer is 2 to 5 letters (spaced, so one
+    word piece each), the paragraph 6 letters, and the target is the answer: a copy a tiny model
+    learns in under a thousand steps (with paragraphs of varying length it needs thousands)."""
+    import random
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        answer = " ".join(rng.choice(GEN_LETTERS) for _ in range(rng.randint(2, 5)))
+        paragraph = " ".join(rng.choice(GEN_LETTERS) for _ in range(6))
+        rows.append((answer, paragraph, answer))
+    return rows
+
+
+def write_gen_tsv(path: str, rows: List[tuple], target: bool = True) -> None:
+    """ERNIE-kit's generation TSV: a header line naming the columns, then the rows."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("answer\tparagraph" + ("\ttgt" if target else "") + "\n")
+        f.writelines("\t".join(row if target else row[:2]) + "\n" for row in rows)
+
+
+def gen_config(data_dir: str, model_dir: str, output: str, mode: str = "dynamic", **model: Any) -> Dict[str, Any]:
+    """A native ERNIE-Gen config over ``data_dir/{train,dev}.tsv`` (``write_gen_tsv``), warm-started
+    from ``model_dir`` (``make_ernie_model(..., type_vocab_size=8, use_task_id=False)``)."""
+    vocab = os.path.join(model_dir, "vocab.txt")
+    fields = [{"name": "answer", "reader": {"type": "ErnieGenSourceFieldReader"}, "vocab_path": vocab,
+               "max_seq_len": 16, "source_budget": 40},
+              {"name": "paragraph", "reader": {"type": "ErnieGenSourceFieldReader"}, "vocab_path": vocab,
+               "max_seq_len": 24},
+              {"name": "tgt", "reader": {"type": "ErnieGenTargetFieldReader"}, "vocab_path": vocab, "max_seq_len": 12}]
+
+    def reader(name: str, shuffle: bool) -> Dict[str, Any]:
+        return {"type": "BasicDataSetReader", "fields": fields,
+                "config": {"data_path": os.path.join(data_dir, f"{name}.tsv"), "has_header": True,
+                           "shuffle": shuffle, "batch_size": 16}}
+    return {
+        "task": "text_generation",
+        "dataset_reader": {"train_reader": reader("train", True), "dev_reader": reader("dev", False)},
+        "model": {"type": "ErnieInfillingGeneration", "is_dygraph": int(mode == "dynamic"), "encoder_config": model_dir,
+                  "source_field": "answer", "target_field": "tgt", "tgt_type_id": 7, "max_dec_len": 10,
+                  "optimization": {"learning_rate": 0.005, "warmup_proportion": 0.1}, **model},
+        "trainer": {"type": "CustomTrainer", "epoch": 2, "train_log_step": 10, "is_eval_dev": 1, "metric": "bleu4",
+                    "output_path": output, "visualdl": False,
+                    "pre_train_model": [{"name": "tiny_ernie_gen", "params_path": model_dir}]},
+    }

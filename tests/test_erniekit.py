@@ -145,7 +145,7 @@ def test_keys_wenxin_cannot_honour_are_reported_together():
     from wenxin.common.errors import ConfigError
     raw = cls_bow_config()
     raw["trainer"]["is_do_train"] = 0
-    raw["trainer"]["extra_param"]["meta"]["job_type"] = "text_generation"
+    raw["trainer"]["extra_param"]["meta"]["job_type"] = "machine_reading_comprehension"
     raw["dataset_reader"]["train_reader"]["config"]["key_tag"] = True
     raw["dataset_reader"]["dev_reader"]["fields"][0].update(
         reader={"type": "ErnieTextFieldReader"},

@@ -108,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "its headers); requests get 503 only when all are being answered (/health never)")
     server.add_argument("--max_connections_per_client", type=int, default=128,
                         help="open connections of one client address, shed the same way")
+    server.add_argument("--max_new_tokens", type=int, default=256,
+                        help="generation models: the most tokens one /generate or /predict answer may have")
+    server.add_argument("--generation_timeout", type=float, default=60.0,
+                        help="generation models: seconds one request may decode before it ends (finish_reason "
+                             "time_limit)")
     server.add_argument("--backend", default="auto", help=BACKEND_HELP)
     server.add_argument("--onednn", choices=ONEDNN_SETTINGS, default="auto", help=ONEDNN_HELP)
     server.add_argument("--task", default="", help=TASK_HELP)
@@ -270,7 +275,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr, flush=True)
     limits = Limits(max_batch=args.max_batch, max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout,
                     header_timeout=args.read_timeout, max_connections=args.max_connections,
-                    max_connections_per_client=args.max_connections_per_client)
+                    max_connections_per_client=args.max_connections_per_client,
+                    max_new_tokens=args.max_new_tokens, generation_timeout=args.generation_timeout)
     options = ServeOptions(limits=limits, model_batch=args.model_batch, max_wait_ms=args.max_wait_ms,
                            model_threads=args.model_threads, backend=args.backend, onednn=args.onednn,
                            task=args.task)

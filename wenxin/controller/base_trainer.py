@@ -218,8 +218,14 @@ class BaseTrainer:
         return self.engine.run_step(batches)
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
-        """The model's outputs for one batch of ``reader_name``, as numpy arrays."""
-        return self.engine.eval_step(batch, phase, reader_name)
+        """The model's outputs for one batch of ``reader_name``, as numpy arrays; a generation
+        model (one with ``generate_outputs``) adds what it decodes through the engine's step functions."""
+        outputs = self.engine.eval_step(batch, phase, reader_name)
+        generate = getattr(self.model, "generate_outputs", None)
+        if generate is not None:
+            arrays = {k: v.numpy() if isinstance(v, paddle.Tensor) else np.asarray(v) for k, v in batch.items()}
+            outputs.update(generate(arrays, self.engine.run_step_function))
+        return outputs
 
     def model_state_dict(self) -> Dict[str, Any]:
         """Parameters and buffers by structured name (``encoder.fc.weight``)."""
@@ -517,9 +523,18 @@ class BaseTrainer:
             os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
             tmp = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(os.path.abspath(folder)))
             fields = export.inference_fields(self.readers)
-            outputs = self.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields)
+            extra: Dict[str, Any] = {}
+            if getattr(self.model, "step_specs", None) is not None:  # generation: its step functions
+                prompt = self.model.prompt_source()
+                extra = {"steps": self.engine.save_step_functions(tmp),
+                         "generation": {"settings": self.model.decode_settings().as_dict(),
+                                        "prompt": {"inputs": dict(prompt.inputs), "lengths": prompt.lengths},
+                                        "max_new_tokens_limit": self.model.max_new_tokens_limit}}
+                outputs = list(self.model.prediction_outputs)
+            else:
+                outputs = self.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields)
             export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config,
-                                      self.model.prediction_format, self.model.onednn_min_rows)
+                                      self.model.prediction_format, self.model.onednn_min_rows, extra)
             export.seal_export(tmp)
             ckpt.replace_folder(tmp, folder)
         except OSError as e:  # a full disk: no partial export, an earlier one stays

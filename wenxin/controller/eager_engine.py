@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import warnings
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -12,7 +13,7 @@ import paddle
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.compat.paddle_internals import grad_scaler_scale
 from wenxin.controller.checkpoint import rename_state_keys
-from wenxin.controller.engine import Batch, ExecutionEngine
+from wenxin.controller.engine import Batch, ExecutionEngine, step_meta
 from wenxin.controller.state import loss_value
 
 
@@ -28,6 +29,19 @@ class _PredictGraph(paddle.nn.Layer):
     def forward(self, fields):  # noqa: ANN001, ANN201 (traced by dy2static)
         outputs = self.model(fields, Phase.PREDICT)
         return tuple(outputs[name] for name in self.output_names)
+
+
+class _StepGraph(paddle.nn.Layer):
+    """One step function of a generation model (``step_specs``), as a layer ``paddle.jit.save`` traces."""
+
+    def __init__(self, model: paddle.nn.Layer, name: str, input_names: List[str]) -> None:
+        super().__init__()
+        self.model = model
+        self.step = name
+        self.input_names = input_names
+
+    def forward(self, inputs):  # noqa: ANN001, ANN201 (traced by dy2static; a dict, as _PredictGraph's)
+        return tuple(getattr(self.model, self.step)(*[inputs[name] for name in self.input_names]))
 
 
 class EagerOptimizerStep:
@@ -134,6 +148,12 @@ class EagerEngine(ExecutionEngine):
             outputs = self.model(batch, phase)
         return {k: v.numpy() for k, v in outputs.items() if isinstance(v, paddle.Tensor)}
 
+    def run_step_function(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        specs, output_names = self.model.step_specs()[name]
+        with paddle.no_grad():
+            values = getattr(self.model, name)(*[paddle.to_tensor(inputs[s.name]) for s in specs])
+        return {n: v.numpy() for n, v in zip(output_names, values)}
+
     def begin_eval(self) -> None:
         self.model.eval()
 
@@ -155,6 +175,22 @@ class EagerEngine(ExecutionEngine):
         finally:
             self.model.train()
         return names
+
+    def save_step_functions(self, folder: str) -> Dict[str, Dict[str, Any]]:
+        """``paddle.jit.save`` of each step function, its inputs from ``step_specs``."""
+        steps: Dict[str, Dict[str, Any]] = {}
+        self.model.eval()
+        try:
+            for name, (specs, outputs) in self.model.step_specs().items():
+                with warnings.catch_warnings():  # PIR warns on each probe of Tensor.place while tracing
+                    warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface")
+                    paddle.jit.save(_StepGraph(self.model, name, [s.name for s in specs]), os.path.join(folder, name),
+                                    input_spec=[{s.name: paddle.static.InputSpec(s.shape, s.dtype, s.name)
+                                                 for s in specs}])
+                steps[name] = step_meta(specs, outputs)
+        finally:
+            self.model.train()
+        return steps
 
     # ---- state ---------------------------------------------------------------------------
     def _param_names(self) -> Dict[str, str]:

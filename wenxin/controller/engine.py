@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 Batch = Dict[str, Any]  # input name -> a tensor (eager) or a numpy array (static)
 
 
+def step_meta(specs: List[Any], outputs: List[str]) -> Dict[str, Any]:
+    """A step function's entry in ``preprocess.json``'s ``steps``: its inputs and output names."""
+    return {"inputs": [{"name": s.name, "shape": s.shape, "dtype": s.dtype} for s in specs], "outputs": list(outputs)}
+
+
 class ExecutionEngine:
     """The execution primitives of one mode (see the module docstring).
 
@@ -57,6 +62,16 @@ class ExecutionEngine:
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
         """The model's outputs for one batch of ``reader_name``, as numpy arrays."""
+        raise NotImplementedError
+
+    def run_step_function(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Run the model's step function ``name`` (a generation model's ``prefill``/``extend``,
+        declared by its ``step_specs``) on numpy inputs, in evaluation mode."""
+        raise NotImplementedError
+
+    def save_step_functions(self, folder: str) -> Dict[str, Dict[str, Any]]:
+        """Save each of the model's step functions as an inference program ``folder/<name>``;
+        returns ``preprocess.json``'s ``steps`` (each step's inputs and output names)."""
         raise NotImplementedError
 
     def begin_eval(self) -> None:

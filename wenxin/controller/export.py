@@ -51,8 +51,9 @@ def max_lengths(fields: Sequence[BaseFieldReader], result_format: str) -> Dict[s
 
 def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_names: Sequence[str],
                         labels: Sequence[str], config: Dict[str, Any], result_format: str = "classification",
-                        onednn_min_rows: Optional[int] = None) -> None:
-    """Copy vocabs into ``folder/vocab`` and describe the fields with paths relative to ``folder``."""
+                        onednn_min_rows: Optional[int] = None, extra: Optional[Dict[str, Any]] = None) -> None:
+    """Copy vocabs into ``folder/vocab`` and describe the fields with paths relative to ``folder``
+    (``extra``: more keys of ``preprocess.json``, a generation model's ``steps`` and ``generation``)."""
     field_configs = []
     for field in fields:
         cfg = dict(field.config)
@@ -70,6 +71,6 @@ def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_n
             "result_format": result_format, "max_seq_len": max_lengths(fields, result_format),
             "onednn_min_rows": onednn_min_rows,
             "tensors": [{"name": s.name, "shape": s.shape, "dtype": s.dtype}
-                        for f in fields for s in f.tensor_specs()]}
+                        for f in fields for s in f.tensor_specs()], **(extra or {})}
     with open(os.path.join(folder, PREPROCESS_FILE), "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2, ensure_ascii=False)

@@ -13,6 +13,7 @@ forward is built under ``paddle.amp.auto_cast`` and float16 loss scaling is part
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from typing import Any, ContextManager, Dict, List, Mapping, Optional, Tuple
 
@@ -24,7 +25,7 @@ from wenxin.common.errors import ConfigError
 from wenxin.controller import export
 from wenxin.controller.amp import AmpSettings
 from wenxin.controller.checkpoint import rename_state_keys
-from wenxin.controller.engine import Batch, ExecutionEngine
+from wenxin.controller.engine import Batch, ExecutionEngine, step_meta
 from wenxin.controller.graph_mode import static_mode
 from wenxin.compat.paddle_internals import dense_tensor_dtype, dtype_name, prune_program, skip_update_when, \
     static_scaler_values, use_static_loss_scaling
@@ -35,6 +36,12 @@ from wenxin.data.field_reader import TensorSpec
 GRAD_BUFFER_SUFFIX = "@GRAD_BUFFER"
 GRADIENT_SQUARE_SUM_SUFFIX = "@GRAD_SQUARE_SUM"  # what a gradient-norm hook reads
 EXPORT_VARIANT = "predict"  # the evaluation program of the exported model's inputs
+STEP = "step"  # the programs of a generation model's step functions: (STEP, name)
+
+
+def step_input(function: str, name: str) -> str:
+    """The program input of a step function's input (they share the program with the fields)."""
+    return f"{function}__{name}"
 
 
 @dataclasses.dataclass
@@ -134,6 +141,9 @@ class StaticEngine(ExecutionEngine):
                     with self.amp.eval_autocast():
                         forwards[key] = self.model(self._data(data, specs, reader_name), phase)
                 self._eval_variant_of[reader_name] = key
+            for name, (specs, output_names) in self.step_specs().items():  # a generation model's decoding steps
+                inputs = [paddle.static.data(step_input(name, s.name), s.shape, s.dtype) for s in specs]
+                forwards[(STEP, name)] = dict(zip(output_names, getattr(self.model, name)(*inputs)))
             self.model.train()
             value_map = paddle.pir.IrMapping()
             evaluation = self.main_program.clone(value_map)
@@ -170,7 +180,8 @@ class StaticEngine(ExecutionEngine):
                                              for name in ("dev_reader", "test_reader") if name in self.trainer.readers}
         if not sets:
             sets["train_reader"] = self.trainer.readers["train_reader"].tensor_specs()
-        sets[EXPORT_VARIANT] = [s for f in export.inference_fields(self.trainer.readers) for s in f.tensor_specs()]
+        if not self.step_specs():  # a generation model exports its step functions instead
+            sets[EXPORT_VARIANT] = [s for f in export.inference_fields(self.trainer.readers) for s in f.tensor_specs()]
         return sets
 
     @staticmethod
@@ -312,13 +323,23 @@ class StaticEngine(ExecutionEngine):
                                                 if name in variants)
         return self._eval_programs[key]
 
-    def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
-        evaluation = self.eval_program(reader_name)
+    def step_specs(self) -> Dict[str, Tuple[List[TensorSpec], List[str]]]:
+        """The model's step functions (none but a generation model's)."""
+        specs = getattr(self.model, "step_specs", None)
+        return specs() if specs is not None else {}
+
+    def _run(self, evaluation: _EvalProgram, feed: Batch) -> Dict[str, np.ndarray]:
         if evaluation.runner is None:
             evaluation.runner = ProgramRunner(self.executor, evaluation.program, evaluation.feed_names,
                                               list(evaluation.fetch.values()), self.paddle_scope, read_only=True,
                                               fast=self.trainer.trainer_config["fast_paths"]["program_runner"])
-        return dict(zip(evaluation.fetch, (np.asarray(v) for v in evaluation.runner.run(batch))))
+        return dict(zip(evaluation.fetch, (np.asarray(v) for v in evaluation.runner.run(feed))))
+
+    def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
+        return self._run(self.eval_program(reader_name), batch)
+
+    def run_step_function(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        return self._run(self._eval_programs[(STEP, name)], {step_input(name, k): v for k, v in inputs.items()})
 
     # ---- export ---------------------------------------------------------------------------
     def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
@@ -333,6 +354,20 @@ class StaticEngine(ExecutionEngine):
                                                [evaluation.fetch[n] for n in names], self.executor,
                                                program=evaluation.program)
         return names
+
+    def save_step_functions(self, folder: str) -> Dict[str, Dict[str, Any]]:
+        """``paddle.static.save_inference_model`` of each step function's program."""
+        steps: Dict[str, Dict[str, Any]] = {}
+        for name, (specs, outputs) in self.step_specs().items():
+            evaluation = self._eval_programs[(STEP, name)]
+            feeds = _data_values(evaluation.program)
+            with static_mode():
+                paddle.static.save_inference_model(os.path.join(folder, name),
+                                                   [feeds[step_input(name, s.name)] for s in specs],
+                                                   [evaluation.fetch[o] for o in outputs], self.executor,
+                                                   program=evaluation.program)
+            steps[name] = step_meta(specs, outputs)
+        return steps
 
     # ---- state ---------------------------------------------------------------------------
     def _read(self, var_name: str) -> np.ndarray:

@@ -1,7 +1,8 @@
 """The inference export folder's format, shared by the exporter (training) and the predictor
 (serving) so neither imports the other::
 
-    inference.json / inference.pdiparams   the graph and weights
+    inference.json / inference.pdiparams   the graph and weights (a generation model: one pair per
+                                           step function instead, prefill.* and extend.*)
     preprocess.json                        field reader configs, output names, label names
     vocab/<field>.txt                      the vocabularies the field readers use
     model.onnx                             optional (wenxin export --format onnx)
@@ -23,6 +24,7 @@ from wenxin.config.schema import Key, Schema, validate
 from wenxin.config.task_schema import FIELD
 
 MODEL_PREFIX = "inference"
+FIRST_STEP = "prefill"  # the step function every generation export has (its steps are in preprocess.json)
 PREPROCESS_FILE = "preprocess.json"
 FORMAT_VERSION = 1
 WHAT = "export"
@@ -38,6 +40,11 @@ PREPROCESS: Schema = {
     "max_seq_len": Key(dict, {}, open_keys=True),
     "tensors": Key(list, [], items=Key(dict, open_keys=True)),
     "onednn_min_rows": Key((int, type(None)), None, minimum=1),  # the model's oneDNN rule (PaddleBackend)
+    # a generation model: each step function's program (its file prefix) with its inputs and outputs
+    "steps": Key(dict, {}, items=Key(dict, children={
+        "inputs": Key(list, items=Key(dict, open_keys=True)), "outputs": Key(list, items=Key(str, non_empty=True))})),
+    # and how it decodes (wenxin.models.decoding.DecodeSettings' fields)
+    "generation": Key((dict, type(None)), None, open_keys=True),
 }
 
 _verified = manifest.VerifiedCache()

@@ -86,3 +86,21 @@ class FullTokenizer(BaseTokenizer):
         if self._engine is None:
             self._encode("")
         return [e.ids for e in self._engine.encode_batch(texts, add_special_tokens=False)]
+
+
+def detokenize(tokens: List[str]) -> str:
+    """WordPiece tokens back to text: ``##`` pieces join their word, a space goes between two
+    latin/digit words, nothing between CJK characters or around punctuation."""
+    text = ""
+    for token in tokens:
+        if token.startswith("##"):
+            text += token[2:]
+        elif text and _latin(text[-1]) and _latin(token[0]):
+            text += " " + token
+        else:
+            text += token
+    return text
+
+
+def _latin(char: str) -> bool:
+    return char.isascii() and char.isalnum()

@@ -12,6 +12,7 @@ from wenxin.common.errors import InferenceError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.ernie_fields import ErnieTextFieldReader
 from wenxin.data.field_reader import BaseFieldReader, TextFieldReader
+from wenxin.data.wordpiece import detokenize
 from wenxin.metrics.chunking import extract_chunks
 
 
@@ -84,6 +85,33 @@ class ClassificationFormat(ResultFormat):
         """ERNIE-kit's classification line: the input columns, then the class probabilities as a
         Python list."""
         return "\t".join(row) + "\t" + str(result["probs"])
+
+
+@RegisterSet.result_formats.register("generation")
+class GenerationFormat(ResultFormat):
+    """``{"text", "tokens"}``: the generated text (word pieces joined) and its tokens; line: the
+    text. ERNIE-kit's line: the tokens, tab-separated."""
+
+    def tokens_of(self, ids: np.ndarray) -> List[str]:
+        """Token ids (-1 after the end) -> tokens of the first field's vocab."""
+        vocab = self.fields[0].vocab
+        assert vocab is not None, "a generation export's source field has its vocab"
+        return [vocab.tokens[i] if 0 <= i < len(vocab) else vocab.unk_token or "[UNK]" for i in ids.tolist() if i >= 0]
+
+    def results(self, outputs, batch, rows):  # noqa: ANN001, ANN201
+        generated = next(iter(outputs.values()))  # [B, max_new_tokens]
+        results = []
+        for ids in generated:
+            tokens = self.tokens_of(ids)
+            results.append({"text": detokenize(tokens), "tokens": tokens})
+        return results
+
+    def line(self, result: Dict[str, Any]) -> str:
+        return str(result["text"])
+
+    def erniekit_line(self, result: Dict[str, Any], row: Sequence[str]) -> str:
+        """ERNIE-kit's generation line: the best hypothesis's tokens, separated by tabs."""
+        return "\t".join(result["tokens"])
 
 
 @RegisterSet.result_formats.register("multi_label")

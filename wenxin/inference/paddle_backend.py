@@ -8,15 +8,16 @@ import numpy as np
 
 from wenxin.common.constants import ONEDNN_SETTINGS
 from wenxin.common.registry import RegisterSet
-from wenxin.data.export_bundle import MODEL_PREFIX
+from wenxin.data.export_bundle import FIRST_STEP, MODEL_PREFIX
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend
 
 
-def model_files(model_dir: str) -> Optional[tuple]:
-    """The exported graph (``.json`` under PIR, ``.pdmodel`` before it) and parameters, or None."""
-    params = os.path.join(model_dir, f"{MODEL_PREFIX}.pdiparams")
+def model_files(model_dir: str, prefix: str = MODEL_PREFIX) -> Optional[tuple]:
+    """The exported graph (``.json`` under PIR, ``.pdmodel`` before it) and parameters, or None.
+    ``prefix``: ``inference``, or a generation export's step function (``prefill``, ``extend``)."""
+    params = os.path.join(model_dir, f"{prefix}.pdiparams")
     for ext in (".json", ".pdmodel"):
-        graph = os.path.join(model_dir, MODEL_PREFIX + ext)
+        graph = os.path.join(model_dir, prefix + ext)
         if os.path.isfile(graph) and os.path.isfile(params):
             return graph, params
     return None
@@ -25,6 +26,9 @@ def model_files(model_dir: str) -> Optional[tuple]:
 @RegisterSet.inference_backends.register("paddle")
 class PaddleBackend(InferenceBackend):
     """``paddle.inference`` on CPU (or GPU 0).
+
+    Setting ``program``: which program of the folder it runs (``inference``, or one step
+    function of a generation export).
 
     oneDNN (setting ``onednn``: ``auto``, ``on`` or ``off``). Paddle enables it by default on CPU.
     On this repository's 2-core CPU it made every model slower at batch 1 (0.37x to 0.83x), and
@@ -46,10 +50,11 @@ class PaddleBackend(InferenceBackend):
         onednn = options.settings.get("onednn", "auto")
         if onednn not in ONEDNN_SETTINGS:
             raise BackendError(f"onednn: {onednn!r} is not one of {', '.join(ONEDNN_SETTINGS)}")
-        files = model_files(model_dir)
+        prefix = options.settings.get("program", MODEL_PREFIX)
+        files = model_files(model_dir, prefix)
         if files is None:
-            raise BackendError(f"{model_dir}: no exported Paddle model ({MODEL_PREFIX}.json or .pdmodel, "
-                               f"{MODEL_PREFIX}.pdiparams)")
+            raise BackendError(f"{model_dir}: no exported Paddle model ({prefix}.json or .pdmodel, "
+                               f"{prefix}.pdiparams)")
         self.graph, self.params = files
         self.use_gpu, self.num_threads = options.use_gpu, options.num_threads
         self.onednn = onednn
@@ -59,7 +64,8 @@ class PaddleBackend(InferenceBackend):
 
     @classmethod
     def unusable(cls, model_dir: str, use_gpu: bool) -> Optional[str]:
-        return None if model_files(model_dir) else f"{model_dir}: no exported Paddle model"
+        found = model_files(model_dir) or model_files(model_dir, FIRST_STEP)
+        return None if found else f"{model_dir}: no exported Paddle model"
 
     def _predictor(self, onednn: bool) -> Any:
         if onednn not in self._predictors:

@@ -3,18 +3,19 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
 from wenxin.common.errors import ConfigError, ExportError, InferenceError, WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.common.task_loader import builtin_task_names, import_task
-from wenxin.data.export_bundle import MODEL_PREFIX, PREPROCESS_FILE, read_preprocessing, verify_export
+from wenxin.data.export_bundle import FIRST_STEP, MODEL_PREFIX, PREPROCESS_FILE, read_preprocessing, verify_export
 from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend, backend_class
 from wenxin.inference.paddle_backend import model_files
 from wenxin.inference.formatters import ResultFormat
+from wenxin.models.decoding import DecodeSettings, PromptSource, SteppedModel, decode_stream, generate_batch
 
 
 logger = logging.getLogger("wenxin")
@@ -22,9 +23,10 @@ _logged_choices: set = set()  # each backend's choice of a setting is logged onc
 
 
 def _check_model_files(model_dir: str) -> None:
-    if model_files(model_dir) is None:
+    if model_files(model_dir) is None and model_files(model_dir, FIRST_STEP) is None:
         raise InferenceError(f"{model_dir}: not an exported model folder (need {MODEL_PREFIX}.json or "
-                             f".pdmodel, {MODEL_PREFIX}.pdiparams and {PREPROCESS_FILE})")
+                             f".pdmodel, {MODEL_PREFIX}.pdiparams and {PREPROCESS_FILE}; a generation model "
+                             f"{FIRST_STEP}.json and the other step functions')")
 
 
 class Predictor:
@@ -44,6 +46,10 @@ class Predictor:
         task: a task package to import first (as a task file's ``task`` names it), for an export
             whose fields use the task's own tokenizers or field readers. Never imported unless
             named here: code runs only where the caller asks for it.
+
+    A generation export (``preprocess.json``'s ``steps``) holds step functions instead of one
+    graph: ``run`` decodes every row through them (``generated`` token ids), and ``stream``
+    yields one row's tokens as they are chosen.
 
     A ``paddle.inference`` predictor is not safe to share between threads; use each from the
     thread that created it.
@@ -69,6 +75,14 @@ class Predictor:
             raise InferenceError(str(e)) from None
         self.result_format: ResultFormat = format_cls(self.labels, self.fields)
         self.engine: Optional[InferenceBackend] = None  # None: the model is not loaded
+        self.steps: Dict[str, Dict[str, Any]] = self.meta.get("steps") or {}  # a generation model's step functions
+        self.step_engines: Dict[str, InferenceBackend] = {}
+        generation = self.meta.get("generation") or {}
+        self.decode_settings: Optional[DecodeSettings] = None
+        self.prompt_source: Optional[PromptSource] = None
+        self.max_new_tokens_limit = 0
+        if self.steps:
+            self._read_generation(generation, meta_path)
         self.onednn = ""  # the Paddle backend's oneDNN choice, in words
         self.input_names: List[str] = []
         try:
@@ -76,7 +90,11 @@ class Predictor:
             self.backend = backend_cls.name
             if not load_model:
                 return
-            self.engine = backend_cls(model_dir, self.meta, EngineOptions(use_gpu, num_threads, {"onednn": onednn}))
+            for name in self.steps:
+                self.step_engines[name] = backend_cls(model_dir, self.meta, EngineOptions(
+                    use_gpu, num_threads, {"onednn": onednn, "program": name}))
+            self.engine = self.step_engines.get(FIRST_STEP) or backend_cls(
+                model_dir, self.meta, EngineOptions(use_gpu, num_threads, {"onednn": onednn}))
         except BackendError as e:
             raise InferenceError(str(e)) from None
         self.input_names = self.engine.input_names
@@ -87,6 +105,81 @@ class Predictor:
                 _logged_choices.add((self.backend, setting, choice))
                 logger.info("%s backend: %s %s", backend_cls.title, backend_cls.setting_titles.get(setting, setting),
                             choice)
+
+    def _read_generation(self, generation: Dict[str, Any], meta_path: str) -> None:
+        """A generation export's decoding settings and where its prompts are (``generation``)."""
+        try:
+            self.decode_settings = DecodeSettings(**generation["settings"])
+            self.decode_settings.check()
+            prompt = generation["prompt"]
+            self.prompt_source = PromptSource(dict(prompt["inputs"]), str(prompt["lengths"]))
+            self.max_new_tokens_limit = int(generation["max_new_tokens_limit"])
+        except (KeyError, TypeError, WenxinError) as e:
+            raise ExportError(f"{meta_path}: generation: not a decoding description "
+                              f"({type(e).__name__}: {e})") from None
+        if FIRST_STEP not in self.steps or "extend" not in self.steps:
+            raise ExportError(f"{meta_path}: steps: a generation export has {FIRST_STEP} and extend, "
+                              f"not {sorted(self.steps)}")
+
+    def settings_for(self, overrides: Optional[Dict[str, Any]] = None) -> DecodeSettings:
+        """The export's decoding settings with ``overrides`` (e.g. ``{"max_new_tokens": 8}``)
+        applied; an unknown or bad setting is an ``InferenceError`` naming it."""
+        if self.decode_settings is None:
+            raise InferenceError("this model does not generate (no step functions in its export)")
+        base = self.decode_settings.as_dict()
+        changes = dict(overrides or {})
+        unknown = sorted(set(changes) - set(base) | ({"eos_id"} & set(changes)))  # the end token is the model's
+        if unknown:
+            known = sorted(set(base) - {"eos_id"})
+            raise InferenceError(f"unknown decoding settings {unknown} (known: {', '.join(known)})")
+        for key, value in changes.items():
+            kind = type(base[key])
+            if kind is str:
+                fits, what = isinstance(value, str), "a string"
+            elif kind is int:
+                fits, what = isinstance(value, int) and not isinstance(value, bool), "an integer"
+            else:
+                fits, what = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+            if not fits:
+                raise InferenceError(f"decoding setting {key}: {value!r} is not {what}")
+        settings = DecodeSettings(**{**base, **changes})
+        try:
+            settings.check()
+        except WenxinError as e:
+            raise InferenceError(str(e)) from None
+        if settings.max_new_tokens > self.max_new_tokens_limit:
+            raise InferenceError(f"max_new_tokens {settings.max_new_tokens} is more than the model's position table "
+                                 f"allows after the longest source ({self.max_new_tokens_limit})")
+        return settings
+
+    def run_step(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Run the exported step function ``name`` on inputs named as ``preprocess.json`` says."""
+        engine = self.step_engines[name]
+        declared = {i["name"] for i in self.steps[name]["inputs"]}
+        feed = {}
+        for program_name in engine.input_names:  # the declared name, or "<step>__<name>" (a static program's)
+            input_name = program_name[len(name) + 2:] if program_name.startswith(f"{name}__") else program_name
+            if input_name not in declared:
+                raise ExportError(f"{name}: the program's input {program_name!r} is none of the declared "
+                                  f"{sorted(declared)}")
+            feed[program_name] = inputs[input_name]
+        return dict(zip(self.steps[name]["outputs"], engine.run(feed)))
+
+    def stream(self, row: Sequence[str], settings: Optional[DecodeSettings] = None,
+               before_step: Optional[Callable[[], None]] = None) -> Iterator[int]:
+        """One row's generated token ids, each as soon as it is chosen (``decode_stream``);
+        stopping the iteration stops the decoding. ``before_step`` is called before every model
+        step (an exception it raises ends the decoding there: a time limit, a cancellation)."""
+        if self.engine is None or self.prompt_source is None:
+            raise InferenceError("this Predictor cannot generate (not loaded, or not a generation model)")
+        prompt = self.prompt_source.prompts(self.convert([row]))[0]
+
+        def step(name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+            if before_step is not None:
+                before_step()
+            return self.run_step(name, inputs)
+
+        yield from decode_stream(SteppedModel(step), prompt, settings or self.settings_for())
 
     def _build_fields(self, model_dir: str, meta_path: str) -> List[BaseFieldReader]:
         fields = []
@@ -146,6 +239,9 @@ class Predictor:
         """Input arrays -> the model's outputs by name (``preprocess.json``'s order)."""
         if self.engine is None:
             raise InferenceError("this Predictor was made without loading the model (load_model=False)")
+        if self.steps:
+            assert self.prompt_source is not None
+            return {self.output_names[0]: generate_batch(self.run_step, batch, self.prompt_source, self.settings_for())}
         return dict(zip(self.output_names, self.engine.run(batch)))
 
     def warm_up(self, rows: int = 16) -> bool:

@@ -5,6 +5,12 @@ Endpoints:
     GET  /metrics  -> Prometheus text: requests, errors, latency, rows per request and per model batch
     POST /predict  <- {"texts": ["...", ...]} (one-field models) or {"rows": [["a", "b"], ...]}
                    -> {"predictions": [{"label", "probability", "probs"}, ...]}
+    POST /generate <- {"text": "..."} or {"row": ["a", "b"]}, optional decoding settings
+                      ("max_new_tokens", "strategy", "beam_size", "temperature", "top_k", "top_p",
+                      "seed", ...) and "stream" (generation models only)
+                   -> {"text", "tokens", "finish_reason"}; with "stream": true, server-sent events:
+                      "token" ({"token", "text": what it adds}) as each is chosen, then "done"
+                      ({"text", "tokens", "finish_reason"}) or "error"
 
 The HTTP layer is uvicorn with the httptools (llhttp) parser, strict by itself (a malformed
 request line, header or ``Content-Length`` is a 400 and the connection is closed), a small ASGI
@@ -12,7 +18,9 @@ app, and a request-start deadline and header size limit (``wenxin.compat.uvicorn
 The app refuses chunked bodies, bodies over ``max_body_bytes`` (declared or sent), bodies that
 arrive slower than ``read_timeout``, and JSON that is not UTF-8, too deep or of the wrong shape,
 each with a 4xx and a JSON error; anything unexpected is a 500 with a JSON error and a logged
-traceback. Predictions run in shared batches (``wenxin.inference.batching``). SIGTERM or Ctrl-C
+traceback. Predictions run in shared batches (``wenxin.inference.batching``); generation
+requests one at a time on a thread of their own (``wenxin.inference.generation_worker``), each
+ending at ``max_new_tokens``, after ``generation_timeout`` seconds, or when its client goes away. SIGTERM or Ctrl-C
 stops accepting connections, answers the requests in flight, and exits 0. Several worker
 processes: ``wenxin.inference.workers``.
 """
@@ -37,6 +45,8 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
 
 from wenxin.common.errors import ConfigError, InferenceError, Problems
 from wenxin.inference.batching import BatchingPool
+from wenxin.inference.generation_worker import Event, GenerationJob, GenerationWorker
+from wenxin.models.decoding import DecodeSettings
 
 logger = logging.getLogger("wenxin.serve")
 
@@ -56,6 +66,8 @@ class Limits:
     keep_alive: float = 5.0         # seconds an idle connection stays open
     max_connections: int = 256      # open connections; a new one sheds the oldest idle one first
     max_connections_per_client: int = 128  # open connections of one client address (the same shedding)
+    max_new_tokens: int = 256       # generation: tokens in one answer
+    generation_timeout: float = 60.0  # generation: seconds one request may decode
 
 
 @dataclass
@@ -132,6 +144,62 @@ def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str
     return rows
 
 
+GENERATE_OPTIONS = ("text", "row", "stream")  # a /generate body's keys besides the decoding settings
+
+
+def parse_generate_request(body: bytes, num_fields: int, worker: GenerationWorker,
+                           limits: Limits) -> Tuple[List[str], DecodeSettings, bool]:
+    """Validate a /generate body: the row, the decoding settings (the export's, with the
+    request's changes, ``max_new_tokens`` at most the service's) and whether to stream."""
+    if json_depth_exceeds(body, MAX_JSON_DEPTH):
+        raise RequestError(HTTPStatus.BAD_REQUEST, f"body is not valid JSON: nested too deep "
+                                                   f"(more than {MAX_JSON_DEPTH} levels)")
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise RequestError(HTTPStatus.BAD_REQUEST, f"body is not valid UTF-8 JSON: {e}") from None
+    if not isinstance(data, dict) or ("text" in data) == ("row" in data):
+        raise RequestError(HTTPStatus.BAD_REQUEST, 'expected an object with "text" (a string) or "row" '
+                                                   '(a list of strings, one per input field)')
+    if "text" in data:
+        if num_fields != 1:
+            raise RequestError(HTTPStatus.BAD_REQUEST, f'this model reads {num_fields} fields: send "row"')
+        if not isinstance(data["text"], str):
+            raise RequestError(HTTPStatus.BAD_REQUEST, '"text" must be a string')
+        row = [data["text"]]
+    else:
+        row = data["row"]
+        if not isinstance(row, list) or len(row) != num_fields or not all(isinstance(c, str) for c in row):
+            raise RequestError(HTTPStatus.BAD_REQUEST, f'"row" must be a list of {num_fields} strings')
+    for text in row:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RequestError(HTTPStatus.BAD_REQUEST, "the input holds an unpaired surrogate "
+                                                       "(not a Unicode character)") from None
+    stream = data.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError(HTTPStatus.BAD_REQUEST, '"stream" must be true or false')
+    overrides = {k: v for k, v in data.items() if k not in GENERATE_OPTIONS}
+    asked = overrides.get("max_new_tokens")
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked > limits.max_new_tokens:
+        raise RequestError(HTTPStatus.BAD_REQUEST, f"max_new_tokens {asked} is over the service's limit "
+                                                   f"{limits.max_new_tokens}")
+    if "max_new_tokens" not in overrides and worker.reference.decode_settings is not None \
+            and worker.reference.decode_settings.max_new_tokens > limits.max_new_tokens:
+        overrides["max_new_tokens"] = limits.max_new_tokens  # the export's own is more than the service allows
+    try:
+        settings = worker.settings_for(overrides)
+    except InferenceError as e:
+        raise RequestError(HTTPStatus.BAD_REQUEST, str(e)) from None
+    return row, settings, stream
+
+
+def server_sent_event(event: Event) -> bytes:
+    """One event of a /generate stream, as ``text/event-stream`` writes it."""
+    return b"event: " + event.kind.encode("ascii") + b"\ndata: " + orjson.dumps(event.data) + b"\n\n"
+
+
 class ServiceMetrics:
     """The service's Prometheus metrics, in a registry of its own. When several processes serve
     (``PROMETHEUS_MULTIPROC_DIR`` is set before they start), each writes its values to files
@@ -149,6 +217,8 @@ class ServiceMetrics:
                               buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=self.registry)
         self.batches = Histogram("wenxin_model_batch_inputs", "inputs in one model batch (after batching)",
                                  buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=self.registry)
+        self.generations = Counter("wenxin_generations", "generation requests decoded, by how they ended "
+                                   "(eos, length, time_limit, cancelled, error)", ["reason"], registry=self.registry)
         self.in_flight = Gauge("wenxin_predict_in_flight", "/predict requests whose headers arrived, not yet answered",
                                multiprocess_mode="livesum", registry=self.registry)
 
@@ -164,14 +234,18 @@ class ServiceMetrics:
 class PredictionApp:
     """The ASGI application: routes, limits, the JSON contract, logging and metrics."""
 
-    def __init__(self, pool: BatchingPool, limits: Limits, workers: int = 1) -> None:
-        self.pool, self.limits, self.workers = pool, limits, workers
+    def __init__(self, pool: BatchingPool, limits: Limits, workers: int = 1,
+                 generator: Optional[GenerationWorker] = None) -> None:
+        self.pool, self.limits, self.workers, self.generator = pool, limits, workers, generator
         self.log_prefix = ""  # "worker 2: " when several processes serve
         self.metrics = ServiceMetrics()
         pool.on_batch = self.metrics.batches.observe
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            return
+        if scope["path"] == "/generate" and scope["method"] == "POST":
+            await self._generate(scope, receive, send)
             return
         start = time.perf_counter()
         predict = scope["path"] == "/predict"
@@ -203,6 +277,12 @@ class PredictionApp:
         except Exception as e:  # noqa: BLE001 (every failure is an answer, never a dropped connection)
             logger.exception("%s %s failed", scope["method"], scope["path"])
             status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(e).__name__}: {e}"}
+        headers, body = self._encode(payload, close)
+        return status, headers, body, inputs
+
+    @staticmethod
+    def _encode(payload: Any, close: bool = False) -> Tuple[List[Tuple[bytes, bytes]], bytes]:
+        """The headers and body of an answer: JSON, or Prometheus text (bytes)."""
         if isinstance(payload, bytes):
             body, content_type = payload, CONTENT_TYPE_LATEST.encode("latin-1")
         else:
@@ -211,10 +291,75 @@ class PredictionApp:
         headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode("ascii"))]
         if close:
             headers.append((b"connection", b"close"))
-        return status, headers, body, inputs
+        return headers, body
+
+    async def _generate(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """POST /generate (see the module docstring): one answer, or a stream of events. The
+        decoding stops when the client disconnects (a task waits for that on ``receive``)."""
+        start = time.perf_counter()
+        status, tokens = HTTPStatus.OK, 0
+        try:
+            try:
+                if self.generator is None:
+                    raise RequestError(HTTPStatus.NOT_FOUND, "this model does not generate (its export has no step "
+                                                             "functions): use /predict")
+                body = await self._read_body(scope, receive)
+                row, settings, stream = parse_generate_request(body, self.pool.num_fields, self.generator, self.limits)
+            except RequestError as e:
+                status = e.status
+                headers, body = self._encode({"error": str(e)}, e.close)
+                await send({"type": "http.response.start", "status": int(status), "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+            job = GenerationJob(row, settings, self.limits.generation_timeout, asyncio.get_running_loop())
+            watcher = asyncio.create_task(self._cancel_on_disconnect(receive, job))
+            self.generator.submit(job)
+            try:
+                status, last = await (self._stream(job, send) if stream else self._answer_generation(job, send))
+                tokens = len(last.data.get("tokens", []))
+                self.metrics.generations.labels(last.data.get("finish_reason", "error")).inc()
+            finally:
+                job.cancel()  # a no-op once it is done; stops it when this request ends early
+                watcher.cancel()
+        finally:
+            seconds = time.perf_counter() - start
+            self._observe("/generate", int(status), seconds, 0)
+            logger.info("%sPOST /generate %d %.1f ms %d tokens", self.log_prefix, int(status), seconds * 1000, tokens)
+
+    @staticmethod
+    async def _cancel_on_disconnect(receive: Receive, job: GenerationJob) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                job.cancel()
+                return
+
+    async def _answer_generation(self, job: GenerationJob, send: Send) -> Tuple[HTTPStatus, Event]:
+        """Wait for the whole result and answer it as one JSON object."""
+        while True:
+            event = await job.events.get()
+            if event.kind == "token":
+                continue
+            status = HTTPStatus.OK if event.kind == "done" else HTTPStatus.UNPROCESSABLE_ENTITY
+            headers, body = self._encode(event.data)
+            await send({"type": "http.response.start", "status": int(status), "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return status, event
+
+    @staticmethod
+    async def _stream(job: GenerationJob, send: Send) -> Tuple[HTTPStatus, Event]:
+        """Send each event as it comes (server-sent events), until ``done`` or ``error``."""
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        while True:
+            event = await job.events.get()
+            last = event.kind != "token"
+            await send({"type": "http.response.body", "body": server_sent_event(event), "more_body": not last})
+            if last:
+                return HTTPStatus.OK, event
 
     def _observe(self, path: str, status: int, seconds: float, inputs: int) -> None:
-        known = path if path in ("/predict", "/health", "/metrics") else "other"
+        known = path if path in ("/predict", "/generate", "/health", "/metrics") else "other"
         self.metrics.requests.labels(known, str(status)).inc()
         self.metrics.latency.observe(seconds)
         if status >= 500:
@@ -236,7 +381,7 @@ class PredictionApp:
                                    "onednn": self.pool.onednn or None}, 0
         if path == "/metrics" and method == "GET":
             return HTTPStatus.OK, self.metrics.exposition(), 0
-        if path in ("/predict", "/health", "/metrics"):
+        if path in ("/predict", "/generate", "/health", "/metrics"):
             raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} is not allowed on {path}", close=True)
         raise RequestError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}", close=method != "GET")
 
@@ -285,7 +430,9 @@ def check_settings(options: ServeOptions, workers: int = 1) -> None:
                              ("--max_connections_per_client", limits.max_connections_per_client, 1),
                              ("--read_timeout", limits.read_timeout, 0.001),
                              ("--read_timeout", limits.header_timeout, 0.001),
-                             ("keep_alive", limits.keep_alive, 1), ("max_header_bytes", limits.max_header_bytes, 256)):
+                             ("keep_alive", limits.keep_alive, 1), ("max_header_bytes", limits.max_header_bytes, 256),
+                             ("--max_new_tokens", limits.max_new_tokens, 1),
+                             ("--generation_timeout", limits.generation_timeout, 1e-6)):
         if not value >= low:  # also NaN
             problems.add(f"{flag}: {value} is below the minimum {low}")
     problems.raise_if_any()
@@ -315,11 +462,13 @@ class Service:
         check_settings(options, workers)
         self.pool = BatchingPool(model_dir, options.model_threads, options.model_batch, options.max_wait_ms,
                                  options.num_threads, options.backend, options.onednn, options.task)
-        self.app = PredictionApp(self.pool, self.limits, workers)
+        self.generator = (GenerationWorker(model_dir, options.num_threads, options.backend, options.onednn,
+                                           options.task) if self.pool.meta.get("steps") else None)
+        self.app = PredictionApp(self.pool, self.limits, workers, self.generator)
         try:
             self.socket = sock or listen(host, port)
         except ConfigError:
-            self.pool.close()
+            self.close_models()
             raise
         self.host, self.port = host, self.socket.getsockname()[1]
         protocol = serving_protocol(self.limits.header_timeout, self.limits.max_header_bytes,
@@ -339,7 +488,12 @@ class Service:
         try:
             self.server.run(sockets=[self.socket])
         finally:
-            self.pool.close()
+            self.close_models()
+
+    def close_models(self) -> None:
+        self.pool.close()
+        if self.generator is not None:
+            self.generator.close()
 
     def start_in_thread(self) -> threading.Thread:
         """Serve from a background thread (tests, notebooks); returns once it accepts requests."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Counter, Dict, List, Sequence, Tuple
+from typing import Any, Counter, Dict, List, Sequence, Tuple
+
+_BASIC: List[Any] = []  # the basic tokenizer, made on first use
 
 
 def ngrams(tokens: Sequence[str], n: int) -> "Counter[Tuple[str, ...]]":
@@ -68,3 +70,16 @@ def rouge_l(references: Sequence[Sequence[str]], hypotheses: Sequence[Sequence[s
 def generation_metrics(references: List[List[str]], hypotheses: List[List[str]]) -> Dict[str, float]:
     """``bleu4`` and the ROUGE-L scores of tokenized references and hypotheses."""
     return {"bleu4": corpus_bleu(references, hypotheses), **rouge_l(references, hypotheses)}
+
+
+def basic_tokens(text: str) -> List[str]:
+    """The tokens BLEU and ROUGE count, as ERNIE-kit's evaluation cut texts (BERT's basic
+    tokenizer: lower-cased, each CJK character and punctuation mark a token, words split at
+    spaces), by the ``tokenizers`` library's BERT normalizer and pre-tokenizer."""
+    if not _BASIC:
+        from tokenizers import normalizers, pre_tokenizers
+
+        _BASIC.extend([normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=True),
+                       pre_tokenizers.BertPreTokenizer()])
+    normalizer, splitter = _BASIC
+    return [piece for piece, _ in splitter.pre_tokenize_str(normalizer.normalize_str(text))]

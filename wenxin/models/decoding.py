@@ -14,7 +14,7 @@ different lengths is left to a caller that pads them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Tuple
 
 import numpy as np
 
@@ -23,9 +23,9 @@ from wenxin.common.errors import ConfigError
 
 class IncrementalModel(Protocol):
     """What decoding needs of a model (see the module docstring). Logits are ``[rows, vocab]``
-    arrays (NumPy, or anything ``np.asarray`` takes); the cache is the model's own."""
+    arrays (NumPy, or anything ``np.asarray`` takes); the prompt and the cache are the model's own."""
 
-    def prefill(self, prompt: List[int]) -> Tuple[Any, Any]: ...
+    def prefill(self, prompt: Any) -> Tuple[Any, Any]: ...
 
     def extend(self, tokens: List[int], cache: Any) -> Tuple[Any, Any]: ...
 
@@ -49,6 +49,9 @@ class DecodeSettings:
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+
+    def as_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
 
     def check(self) -> None:
         problems = []
@@ -80,23 +83,29 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def decode(model: IncrementalModel, prompt: List[int], settings: DecodeSettings) -> List[int]:
+def decode(model: IncrementalModel, prompt: Any, settings: DecodeSettings) -> List[int]:
     """The generated tokens after ``prompt`` (see ``DecodeSettings``)."""
+    return list(decode_stream(model, prompt, settings))
+
+
+def decode_stream(model: IncrementalModel, prompt: Any, settings: DecodeSettings) -> Iterator[int]:
+    """``decode``'s tokens as they are chosen: greedy search and sampling yield each token before
+    the model computes the next (a consumer that stops iterating stops the work); beam search's
+    best hypothesis is known only at its end, so its tokens come together then."""
     settings.check()
     if settings.strategy == "beam":
-        return beam_search(model, prompt, settings)
+        yield from beam_search(model, prompt, settings)
+        return
     rng = np.random.default_rng(settings.seed)
     logits, cache = model.prefill(prompt)
-    out: List[int] = []
     for step in range(settings.max_new_tokens):
         row = np.asarray(logits, dtype=np.float64)[0]
         token = int(np.argmax(row)) if settings.strategy == "greedy" else sample_token(row, settings, rng)
         if token == settings.eos_id:
-            break
-        out.append(token)
+            return
+        yield token
         if step + 1 < settings.max_new_tokens:
             logits, cache = model.extend([token], cache)
-    return out
 
 
 def sample_token(logits: np.ndarray, settings: DecodeSettings, rng: np.random.Generator) -> int:
@@ -113,7 +122,7 @@ def sample_token(logits: np.ndarray, settings: DecodeSettings, rng: np.random.Ge
     return int(order[rng.choice(len(order), p=probs)])
 
 
-def beam_search(model: IncrementalModel, prompt: List[int], settings: DecodeSettings) -> List[int]:
+def beam_search(model: IncrementalModel, prompt: Any, settings: DecodeSettings) -> List[int]:
     """The best finished hypothesis by length-normalized log-probability. At each step every
     alive beam's continuations compete; those ending in ``eos_id`` finish, the best others (up to
     ``beam_size``) go on. The search ends when ``beam_size`` hypotheses have finished and no
@@ -151,3 +160,57 @@ def beam_search(model: IncrementalModel, prompt: List[int], settings: DecodeSett
         logits, cache = model.extend(tokens, model.select(cache, parents))
     finished.extend((score / length_penalty(len(seq), alpha), seq) for score, seq in beams)
     return max(finished, key=lambda item: (item[0], [-t for t in item[1]]))[1] if finished else []
+
+
+StepRunner = Callable[[str, Dict[str, np.ndarray]], Dict[str, np.ndarray]]  # (step name, inputs) -> outputs
+
+
+class SteppedModel:
+    """An ``IncrementalModel`` over a model's two step functions, however they run (eagerly, as
+    static programs, or exported): ``prefill`` (the prompt's named inputs -> ``logits``
+    ``[1, V]`` and ``cache``) and ``extend`` (``tokens`` ``[R]`` and ``cache`` -> ``logits``
+    ``[R, V]`` and the grown ``cache``). The cache is one array whose third axis is the row."""
+
+    def __init__(self, run: StepRunner) -> None:
+        self.run = run
+
+    def prefill(self, prompt: Dict[str, np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+        out = self.run("prefill", prompt)
+        return out["logits"], out["cache"]
+
+    def extend(self, tokens: List[int], cache: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        out = self.run("extend", {"tokens": np.asarray(tokens, dtype=np.int64), "cache": cache})
+        return out["logits"], out["cache"]
+
+    def select(self, cache: np.ndarray, rows: List[int]) -> np.ndarray:
+        return np.ascontiguousarray(cache[:, :, rows])
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptSource:
+    """Where a batch's rows keep a generation model's prompts: each ``prefill`` input is a batch
+    tensor ``[B, T]`` (``inputs``: prefill input -> tensor name), cut to the row's length (the
+    tensor ``lengths`` ``[B]``). The model states it; an export records it (``preprocess.json``'s
+    ``generation.prompt``), so the Predictor feeds the exported steps as training fed the model's."""
+
+    inputs: Mapping[str, str]
+    lengths: str
+
+    def prompts(self, batch: Mapping[str, np.ndarray]) -> List[Dict[str, np.ndarray]]:
+        """Each row's ``prefill`` inputs, without padding (``[1, length]``)."""
+        lengths = np.asarray(batch[self.lengths]).reshape(-1).tolist()
+        return [{name: np.ascontiguousarray(np.asarray(batch[tensor])[row:row + 1, :length])
+                 for name, tensor in self.inputs.items()} for row, length in enumerate(lengths)]
+
+
+def generate_batch(run: StepRunner, batch: Mapping[str, np.ndarray], source: PromptSource,
+                   settings: DecodeSettings) -> np.ndarray:
+    """Every row of ``batch`` decoded through the step functions ``run`` runs: ``[B,
+    max_new_tokens]`` token ids, -1 after each row's end."""
+    prompts = source.prompts(batch)
+    out = np.full((len(prompts), settings.max_new_tokens), -1, dtype=np.int64)
+    model = SteppedModel(run)
+    for row, prompt in enumerate(prompts):
+        tokens = decode(model, prompt, settings)
+        out[row, :len(tokens)] = tokens
+    return out

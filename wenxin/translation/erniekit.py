@@ -27,7 +27,8 @@ JOB_TASKS = {"text_classification": "text_classification", "sequence_labeling": 
              "text_matching": "text_matching",
              "data_distillation_text_classification": "text_classification",  # the student of distillation
              "entity_relation_extraction": "information_extraction_many_to_many",
-             "entity_attribute_extraction": "information_extraction_many_to_many"}
+             "entity_attribute_extraction": "information_extraction_many_to_many",
+             "text_generation": "text_generation"}
 JOB_TYPES = tuple(JOB_TASKS)
 READER_NAMES = ("train_reader", "dev_reader", "test_reader", "predict_reader")
 
@@ -42,11 +43,27 @@ ERNIE_M_FIELD_READER = "ErnieTextFieldReaderForMultilingual"
 DATASET_READERS = {"ErnieClassificationDataSetReader": "BasicDataSetReader"}
 # ERNIE-kit's models on a pretrained ERNIE: embedding.config_path names the encoder's config
 ERNIE_MODELS = ("ErnieClassification", "MultiLabelClassification", "ErnieFcSeqLabel", "ErnieMatchingFcPointwise",
-                "ErnieMatchingSiamesePointwise", "ErnieMatchingSiamesePairwise", "ErnieFcIe")
+                "ErnieMatchingSiamesePointwise", "ErnieMatchingSiamesePairwise", "ErnieFcIe",
+                "ErnieInfillingGeneration")
 # ERNIE-kit's IEReader: JSON lines, its settings in config.extra_params (see _translate_ie_reader)
 IE_READER = "IEReader"
 IE_EXTRA_PARAMS = ("vocab_path", "label_map_config", "num_labels", "max_seq_len", "do_lower_case", "in_tokens",
                    "tokenizer", "need_data_distribute", "need_generate_examples")
+# ERNIE-kit's InfillingGenReader: a TSV with a header; its settings in config.extra_params (see _translate_gen_reader)
+GEN_READER = "InfillingGenReader"
+GEN_MODEL = "ErnieInfillingGeneration"
+GEN_EXTRA_PARAMS = ("vocab_path", "max_seq_len", "do_lower_case", "in_tokens", "tokenizer", "tgt_type_id",
+                    "max_src_len", "max_tgt_len", "max_dec_len", "mask_prob", "continuous_position", "two_stream",
+                    "random_noise", "task_type", "tokenized_input", "do_dec", "random_seed", "need_data_distribute",
+                    "need_generate_examples")
+# InfillingGenReader's settings that are the model's in wenxin, with ERNIE-kit's defaults
+GEN_MODEL_PARAMS = {"tgt_type_id": 1, "max_dec_len": 32, "mask_prob": 0.5}
+# InfillingGenReader's settings wenxin has one value of: (key, the value, what another value was)
+GEN_FIXED = (("continuous_position", True, "positions restarting per text"),
+             ("two_stream", True, "UniLM-style single-stream training"),
+             ("random_noise", False, "random tokens as infilling noise"),
+             ("task_type", "normal", "the dialogue and translation variants"),
+             ("tokenized_input", False, "pre-tokenized input"))
 # (task, ERNIE-kit model type) -> wenxin model type, where the networks differ
 MODEL_TYPES = {("text_classification", "BowClassification"): "ErnieKitBowClassification",
                ("text_classification", "CNNClassification"): "ErnieKitCnnClassification",
@@ -99,9 +116,14 @@ def translate(raw: Dict[str, Any], source: str = "") -> Tuple[Dict[str, Any], Li
                 and "metric" not in trainer:
             trainer["metric"] = "f1"
             notes.append("trainer.metric: 'f1' (F1 picks the best model, as ERNIE-kit reports it)")
+        if job == "text_generation" and "metric" not in trainer:
+            trainer["metric"] = "bleu4"
+            notes.append("trainer.metric: 'bleu4' (BLEU-4 picks the best model, as ERNIE-kit reports it)")
         notes.append("trainer.output_layout: erniekit (checkpoints in save_checkpoints/checkpoints_step_<N>, "
                      "an inference model in save_inference_model/inference_step_<N> at every save)")
     train = (config.get("dataset_reader") or {}).get("train_reader") or {}
+    if job == "text_generation" and isinstance(config.get("model"), dict):
+        _generation_model_settings(train, config["model"], notes)
     train_labels = any(isinstance(f, dict) and f.get("name") == "label" for f in train.get("fields") or [])
     for name in READER_NAMES:
         reader = (config.get("dataset_reader") or {}).get(name)
@@ -117,6 +139,10 @@ def translate(raw: Dict[str, Any], source: str = "") -> Tuple[Dict[str, Any], Li
 
 
 def _translate_trainer(trainer: Dict[str, Any], notes: List[str], problems: Problems) -> None:
+    if trainer.get("type") == "CustomGenerationTrainer":  # ERNIE-kit's generation trainer (static only)
+        trainer["type"] = "CustomTrainer"
+        notes.append("trainer.type: CustomGenerationTrainer -> CustomTrainer (the built-in trainer, in the mode "
+                     "model.is_dygraph picks; evaluation decodes through the model's step functions)")
     if "ramdom_seed" in trainer:  # ERNIE-kit's spelling
         trainer["seed"] = trainer.pop("ramdom_seed")
         notes.append("trainer.ramdom_seed -> trainer.seed")
@@ -153,6 +179,8 @@ def _translate_reader(name: str, reader: Dict[str, Any], trainer: Dict[str, Any]
                          f"remove it or set it to false)")
     if reader.get("type") == IE_READER:
         _translate_ie_reader(name, reader, notes, problems)
+    if reader.get("type") == GEN_READER:
+        _translate_gen_reader(name, reader, notes, problems)
     if config.get("extra_params"):
         problems.add(f"{path}.config.extra_params: {sorted(config['extra_params'])} cannot be honoured")
     config.pop("extra_params", None)
@@ -205,6 +233,100 @@ def _translate_ie_reader(name: str, reader: Dict[str, Any], notes: List[str], pr
                  f"ErnieIeTextFieldReader (extra_params vocab_path, max_seq_len, do_lower_case)"
                  + ("" if name == "predict_reader" else ", 'spo_list' by an IeSpoLabelFieldReader (extra_params "
                     "label_map_config, num_labels)"))
+
+
+def _generation_model_settings(train: Dict[str, Any], model: Dict[str, Any], notes: List[str]) -> None:
+    """InfillingGenReader's settings that wenxin's model holds (``tgt_type_id``, ``max_dec_len``,
+    ``mask_prob``), from the train reader's ``extra_params``; ERNIE-kit always decoded by beam
+    search (one beam: greedy)."""
+    extra = dict_at(dict_at(train, "config"), "extra_params")
+    for key, default in GEN_MODEL_PARAMS.items():
+        if key not in model:
+            model[key] = extra.get(key, default)
+            notes.append(f"dataset_reader.train_reader.config.extra_params.{key} -> model.{key} ({model[key]!r})")
+    model.setdefault("decoding", "beam")
+    if isinstance(train.get("config"), dict) and train.get("type") == GEN_READER:
+        header = _tsv_header(str(dict_at(train, "config").get("data_path", "")))
+        sources = [h for h in header or [] if h not in ("tgt", "knowledge")]
+        if sources:
+            model.setdefault("source_field", sources[0])
+            model.setdefault("target_field", "tgt")
+
+
+def _tsv_header(path: str) -> Optional[List[str]]:
+    """The column names on the first line of a TSV file (or of the first file of a folder), or None."""
+    if os.path.isdir(path):
+        names = sorted(n for n in os.listdir(path) if not n.startswith("."))
+        path = os.path.join(path, names[0]) if names else path
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return f.readline().rstrip("\r\n").split("\t")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _translate_gen_reader(name: str, reader: Dict[str, Any], notes: List[str], problems: Problems) -> None:
+    """ERNIE-kit's ``InfillingGenReader`` (no fields; a TSV whose header names the columns: ``tgt``
+    is the target, every other column a source) -> a TSV reader of one ``ErnieGenSourceFieldReader``
+    per source column and, where the file has one, an ``ErnieGenTargetFieldReader`` for ``tgt``."""
+    path = f"dataset_reader.{name}"
+    config = dict_at(reader, "config")
+    extra = config.pop("extra_params", None) or {}
+    if not isinstance(extra, dict):
+        problems.add(f"{path}.config.extra_params: must be an object")
+        return
+    if reader.get("fields"):
+        problems.add(f"{path}.fields: InfillingGenReader builds its own fields; ERNIE-kit's files leave this "
+                     f"list empty")
+    for key in sorted(set(extra) - set(GEN_EXTRA_PARAMS)):
+        problems.add(f"{path}.config.extra_params.{key}: not an InfillingGenReader setting wenxin knows")
+    if extra.get("in_tokens") not in (None, False, 0):
+        problems.add(f"{path}.config.extra_params.in_tokens: true (batches counted in tokens) is not supported; "
+                     f"set it to false (batch_size counts examples)")
+    if extra.get("tokenizer", "FullTokenizer") != "FullTokenizer":
+        problems.add(f"{path}.config.extra_params.tokenizer: {extra['tokenizer']!r}: wenxin's ERNIE-Gen reads "
+                     f"WordPiece vocabularies with FullTokenizer")
+    for key, value, other in GEN_FIXED:
+        if key in extra and extra[key] != value:
+            problems.add(f"{path}.config.extra_params.{key}: {extra[key]!r} ({other}) is not supported; "
+                         f"ERNIE-Gen runs with {key}: {json.dumps(value)}")
+    for key in ("need_data_distribute", "need_generate_examples"):
+        if key in extra:
+            config.setdefault(key, extra.pop(key))
+    data_path = str(config.get("data_path", ""))
+    header = _tsv_header(data_path)
+    if header is None:
+        problems.add(f"{path}.config.data_path: cannot read the header line of {data_path!r} (InfillingGenReader "
+                     f"takes its columns from it: the sources, and tgt)")
+        return
+    if "knowledge" in header:
+        problems.add(f"{path}.config.data_path: {data_path}: a 'knowledge' column (ERNIE-kit's dialogue task) is "
+                     f"not supported")
+    sources = [h for h in header if h not in ("tgt", "knowledge")]
+    if not sources:
+        problems.add(f"{path}.config.data_path: {data_path}: the header {header} names no source column")
+        return
+    max_seq_len = int(extra.get("max_seq_len", 512))
+    target_len = max(int(extra.get("max_tgt_len", 64)), int(extra.get("max_dec_len", 32)) + 1)
+    text = {"tokenizer": {"type": "FullTokenizer", "lowercase": bool(extra.get("do_lower_case", True)),
+                          "split_symbols": False}, "vocab_path": extra.get("vocab_path", "")}
+    fields: List[Dict[str, Any]] = []
+    for column in header:
+        if column == "tgt":
+            fields.append({"name": "tgt", "reader": {"type": "ErnieGenTargetFieldReader"}, **plain(text),
+                           "max_seq_len": int(extra.get("max_tgt_len", 64))})
+        else:
+            fields.append({"name": column, "reader": {"type": "ErnieGenSourceFieldReader"}, **plain(text),
+                           "max_seq_len": int(extra.get("max_src_len", 320))})
+    first = next(f for f in fields if f["name"] == sources[0])
+    first["source_budget"] = max(3, max_seq_len - target_len)
+    reader["type"] = "BasicDataSetReader"
+    reader["fields"] = fields
+    config.update(format="tsv", has_header=True)
+    notes.append(f"{path}: InfillingGenReader -> BasicDataSetReader of TSV with a header: sources {sources} "
+                 f"(ErnieGenSourceFieldReader, each cut to max_src_len - 2 tokens, all to {first['source_budget']} = "
+                 f"max_seq_len - {target_len})" + (", target 'tgt' (ErnieGenTargetFieldReader, max_tgt_len)"
+                                                   if "tgt" in header else ""))
 
 
 def _pair_ernie_fields(path: str, fields: List[Dict[str, Any]], notes: List[str]) -> None:
@@ -373,10 +495,15 @@ def _type_of(spec: Any) -> Optional[str]:
 
 
 def _job_type(raw: Dict[str, Any]) -> Optional[str]:
+    """``trainer.extra_param.meta.job_type``; ERNIE-kit's generation files name none, their
+    reader and model say it."""
     trainer = dict_at(raw, "trainer")
     extra = dict_at(trainer, "extra_param")
     meta = dict_at(extra, "meta")
     job = meta.get("job_type")
+    if job is None and (_type_of(raw.get("model")) == GEN_MODEL
+                        or any(r.get("type") == GEN_READER for r in _readers(raw))):
+        return "text_generation"
     return job if isinstance(job, str) else None
 
 
@@ -428,6 +555,11 @@ def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
         native["predict_reader"]["config"]["format"] = "jsonl"
         notes.append("dataset_reader.predict_reader.config.extra_params: the exported model carries its own "
                      "text settings (vocab, max_seq_len, lower-casing); the JSON lines' 'text' is read")
+    elif reader.get("type") == GEN_READER:
+        native["predict_reader"]["config"]["has_header"] = True
+        notes.append("dataset_reader.predict_reader: InfillingGenReader -> a TSV whose header line is skipped; its "
+                     "columns are the exported model's sources, in order. config.extra_params: the exported model "
+                     "carries its own settings (vocab, lengths, max_dec_len, beam search)")
     elif reader_config.get("extra_params"):
         problems.add("dataset_reader.predict_reader.config.extra_params: cannot be honoured")
     names = [f.get("name") for f in reader.get("fields") or [] if isinstance(f, dict)]

@@ -40,6 +40,13 @@ _ERNIEKIT_NAMES = {
     "pooled_fc.w_0": "pooler.dense.weight",
     "pooled_fc.b_0": "pooler.dense.bias",
 }
+# ERNIE-Gen's output layer (ERNIE-kit's names) -> wenxin's ErnieInfillingGeneration.lm_head (not under ernie.)
+_ERNIEKIT_HEAD_NAMES = {
+    "mask_lm_trans_fc.w_0": "lm_head.transform.weight", "mask_lm_trans_fc.b_0": "lm_head.transform.bias",
+    "mask_lm_trans_layer_norm_scale": "lm_head.layer_norm.weight",
+    "mask_lm_trans_layer_norm_bias": "lm_head.layer_norm.bias",
+    "mask_lm_out_fc.b_0": "lm_head.bias", "mask_lm_out_fc.w_0": "lm_head.decoder.weight",
+}
 _ERNIEKIT_LAYER_MODULES = {
     "multi_head_att_query_fc": "self_attn.q_proj", "multi_head_att_key_fc": "self_attn.k_proj",
     "multi_head_att_value_fc": "self_attn.v_proj", "multi_head_att_output_fc": "self_attn.out_proj",
@@ -75,7 +82,7 @@ def to_wenxin_names(params: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
         renamed = {}
         for name, value in params.items():
             new = erniekit_to_paddlenlp(name)
-            renamed[ENCODER_PREFIX + new if new else name] = value
+            renamed[ENCODER_PREFIX + new if new else _ERNIEKIT_HEAD_NAMES.get(name, name)] = value
         return renamed, "erniekit"
     if any(name.startswith(ENCODER_ROOTS) for name in params):  # a bare ErnieModel / BertModel
         return {(ENCODER_PREFIX + n if n.startswith(ENCODER_ROOTS) else n): v for n, v in params.items()}, "paddlenlp"

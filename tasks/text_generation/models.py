@@ -1,0 +1,213 @@
+"""``ErnieInfillingGeneration``: ERNIE-Gen's infilling sequence-to-sequence model (ERNIE-kit's)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from wenxin.common.constants import InstanceName, Phase
+from wenxin.common.errors import ConfigError
+from wenxin.common.registry import RegisterSet
+from wenxin.config.schema import Key
+from wenxin.data.ernie_fields import SENT_IDS
+from wenxin.data.field_reader import TensorSpec
+from wenxin.data.vocab import Vocab
+from wenxin.data.wordpiece import detokenize
+from wenxin.metrics.generation import basic_tokens, generation_metrics
+from wenxin.models.decoding import DecodeSettings, PromptSource, StepRunner, generate_batch
+from wenxin.models.ernie_gen import LmHead, extend_streams, run_two_streams, two_stream_bias
+from wenxin.models.ernie_task import ErnieTaskModel
+
+GENERATED = "generated"  # output: the decoded token ids of each example [B, max_dec_len], -1 after the end
+REFERENCES = "references"  # output: the gold targets' ids [B, T] ([CLS] t [SEP])
+
+
+@RegisterSet.models.register("ErnieInfillingGeneration")
+class ErnieInfillingGeneration(ErnieTaskModel):
+    """ERNIE-Gen (``wenxin.models.ernie_gen``) on a pretrained ERNIE: the sources of an
+    ``ErnieGenSourceFieldReader`` field generate the ``ErnieGenTargetFieldReader`` target.
+
+    Training: cross-entropy of the query stream's predictions of the target tokens (with
+    ``label_smooth``), the context's target tokens replaced by ``[MASK]`` with probability
+    ``mask_prob``. Evaluation: the loss, and the targets decoded (``decoding``: greedy, beam
+    search with ``beam_size`` and ``length_penalty``, or sampling) and scored by BLEU-4 and
+    ROUGE-L against the gold targets. The step functions ``prefill`` and ``extend`` are what
+    decoding runs, in either graph mode and in the exported model."""
+
+    config_schema = {**ErnieTaskModel.config_schema,
+                     "source_field": Key(str, "src", doc="the first ErnieGenSourceFieldReader field"),
+                     "target_field": Key(str, "tgt", doc="the ErnieGenTargetFieldReader field"),
+                     "tgt_type_id": Key(int, 1, minimum=0, doc="the target's token type"),
+                     "max_dec_len": Key(int, 32, minimum=1, doc="the most tokens a decoded target has"),
+                     "label_smooth": Key(float, 0.0, minimum=0.0, maximum=1.0),
+                     "mask_prob": Key(float, 0.5, minimum=0.0, maximum=1.0,
+                                      doc="training: the chance a target token of the context becomes [MASK]"),
+                     "weight_sharing": Key(bool, True, doc="the output layer is the word embedding's transpose"),
+                     "decoding": Key(str, "beam", choices=["greedy", "beam", "sample"]),
+                     "beam_size": Key(int, 1, minimum=1),
+                     "length_penalty": Key(float, 1.0, minimum=0.0, doc="beam search: GNMT's alpha"),
+                     "temperature": Key(float, 1.0, minimum=1e-6),
+                     "top_k": Key(int, 0, minimum=0),
+                     "top_p": Key(float, 1.0, minimum=1e-6, maximum=1.0),
+                     "seed": Key(int, 0, minimum=0, doc="sampling's seed"),
+                     "decode_in_eval": Key(bool, True, doc="evaluation decodes and reports BLEU-4 and ROUGE-L")}
+    prediction_format = "generation"
+    prediction_outputs = (GENERATED,)  # what the exported model's Predictor.run returns
+
+    def structure(self) -> None:
+        p = self.model_params
+        config = self.build_encoder()
+        source = self.ernie_field(p["source_field"], "model.source_field")
+        if not source.get("gen_source") or source.get("source_of"):
+            raise ConfigError(f"model.source_field: '{p['source_field']}' must be the first "
+                              f"ErnieGenSourceFieldReader field of the train_reader")
+        target = self.data_info.get(p["target_field"]) or {}
+        if not target.get("gen_target"):
+            raise ConfigError(f"model.target_field: '{p['target_field']}' is not an ErnieGenTargetFieldReader "
+                              f"field of the train_reader")
+        if not 0 <= p["tgt_type_id"] < max(config.type_vocab_size, 1):
+            raise ConfigError(f"model.tgt_type_id: {p['tgt_type_id']} is outside the encoder's type_vocab_size "
+                              f"{config.type_vocab_size} (model.encoder_config)")
+        if len(source["sources"]) > max(p["tgt_type_id"], 1) and config.type_vocab_size:
+            raise ConfigError(f"model.tgt_type_id: {p['tgt_type_id']}, but the {len(source['sources'])} sources "
+                              f"take the token types 0..{len(source['sources']) - 1}")
+        longest = source["max_seq_len"] + max(target["max_seq_len"], p["max_dec_len"] + 1)
+        if longest > config.max_position_embeddings:
+            raise ConfigError(f"model.max_dec_len: a source of {source['max_seq_len']} tokens and a target of "
+                              f"{max(target['max_seq_len'], p['max_dec_len'] + 1)} need {longest} positions, more "
+                              f"than the encoder's max_position_embeddings {config.max_position_embeddings}: "
+                              f"lower the source field's source_budget")
+        self.special = {k: int(target[k]) for k in ("mask_id", "cls_id", "sep_id")}
+        # the most tokens a decoding may add: the positions past the longest source and its [CLS]
+        self.max_new_tokens_limit = config.max_position_embeddings - source["max_seq_len"] - 1
+        self.lm_head = LmHead(config.hidden_size, config.vocab_size, config.hidden_act, config.layer_norm_eps,
+                              p["weight_sharing"], config.initializer_range)
+        self._tokens: Optional[List[str]] = None
+
+    # ---- the network ------------------------------------------------------------------------
+    def embed(self, ids: paddle.Tensor, types: Optional[paddle.Tensor], positions: paddle.Tensor) -> paddle.Tensor:
+        return self.ernie.embeddings(ids, token_type_ids=types, position_ids=positions)
+
+    def logits(self, states: paddle.Tensor) -> paddle.Tensor:
+        return self.lm_head(states, self.ernie.word_embeddings.weight).astype("float32")
+
+    def streams(self, src: paddle.Tensor, src_types: paddle.Tensor, src_lens: paddle.Tensor, tgt: paddle.Tensor,
+                tgt_lens: paddle.Tensor, queries: Any) -> Tuple[paddle.Tensor, List[paddle.Tensor]]:
+        """The query stream's states ``[B, Q, H]`` for queries ``0..Q-1`` over the batch laid out
+        ``[source [B, S] | target [B, T]]``, and the context's per-layer keys and values."""
+        src_width, tgt_width = paddle.shape(src)[1], paddle.shape(tgt)[1]
+        tgt_type = paddle.full_like(tgt, self.model_params["tgt_type_id"])
+        src_positions = paddle.arange(src_width, dtype="int64").unsqueeze(0).expand_as(src)  # [B, S]
+        tgt_positions = src_lens.unsqueeze(1) + paddle.arange(tgt_width, dtype="int64").unsqueeze(0)  # [B, T]
+        context = paddle.concat([self.embed(src, src_types, src_positions),
+                                 self.embed(tgt, tgt_type, tgt_positions)], axis=1)  # [B, S + T, H]
+        query_positions = src_lens.unsqueeze(1) + paddle.arange(queries, dtype="int64").unsqueeze(0)  # [B, Q]
+        mask_ids = paddle.full_like(query_positions, self.special["mask_id"])
+        query = self.embed(mask_ids, paddle.full_like(mask_ids, self.model_params["tgt_type_id"]),
+                           query_positions)  # [B, Q, H]
+        context_bias, query_bias = two_stream_bias(src_lens, tgt_lens, src_width, tgt_width, queries)
+        return run_two_streams(self.ernie, context, query, context_bias, query_bias)
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        p = self.model_params
+        src, tgt = p["source_field"], p["target_field"]
+        if tgt not in fields_dict:
+            raise ConfigError(f"model.target_field: '{tgt}' is not read here: a generation model's prediction "
+                              f"runs its step functions (prefill, extend), not its forward")
+        target = fields_dict[tgt]  # [B, T]: [CLS] t1 ... [SEP]
+        tgt_lens = fields_dict[f"{tgt}_{InstanceName.SEQ_LENS}"]  # [B]
+        width = paddle.shape(target)[1]
+        positions = paddle.arange(width, dtype="int64").unsqueeze(0)  # [1, T]
+        context_target = target
+        if phase == Phase.TRAINING and self.training and p["mask_prob"] > 0:
+            noise = (paddle.rand(paddle.shape(target)) < p["mask_prob"]) & (positions >= 1)  # never the [CLS]
+            context_target = paddle.where(noise, paddle.full_like(target, self.special["mask_id"]), target)
+        states, _ = self.streams(fields_dict[src], fields_dict[f"{src}_{SENT_IDS}"],
+                                 fields_dict[f"{src}_{InstanceName.SEQ_LENS}"], context_target, tgt_lens, width)
+        logprobs = F.log_softmax(self.logits(states), axis=-1)  # [B, T, V]: query i predicts target token i
+        nll = -paddle.take_along_axis(logprobs, target.unsqueeze(-1), axis=-1).squeeze(-1)  # [B, T]
+        smooth = p["label_smooth"] if phase == Phase.TRAINING else 0.0
+        if smooth:
+            nll = (1.0 - smooth) * nll - smooth * logprobs.mean(axis=-1)
+        weights = ((positions >= 1) & (positions < tgt_lens.unsqueeze(1))).astype("float32")  # [B, T]
+        loss = (nll * weights).sum() / paddle.clip(weights.sum(), min=1.0)
+        return {InstanceName.LOSS: loss}
+
+    # ---- step functions: what decoding runs ----------------------------------------------------
+    def step_specs(self) -> Dict[str, Tuple[List[TensorSpec], List[str]]]:
+        """Each step function's inputs and output names."""
+        config = self.ernie.config
+        heads = config.num_attention_heads
+        cache = TensorSpec("cache", [config.num_hidden_layers, 2, -1, heads, -1, config.hidden_size // heads],
+                           "float32")
+        return {"prefill": ([TensorSpec("src_ids", [1, -1], "int64"), TensorSpec("src_types", [1, -1], "int64")],
+                            ["logits", "cache"]),
+                "extend": ([TensorSpec("tokens", [-1], "int64"), cache], ["logits", "cache"])}
+
+    def prefill(self, src_ids: paddle.Tensor, src_types: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """One source ``[1, S]`` (no padding) -> the first target token's logits ``[1, V]`` and the
+        cache of ``[source, [CLS]]`` ``[L, 2, 1, heads, S + 1, d]``."""
+        src_lens = paddle.full([1], 0, dtype="int64") + paddle.shape(src_ids)[1].astype("int64")  # [1]
+        cls = paddle.full([1, 1], self.special["cls_id"], dtype="int64")
+        states, cache = self.streams(src_ids, src_types, src_lens, cls, paddle.ones([1], dtype="int64"), 2)
+        return self.logits(states[:, 1]), paddle.stack(cache)
+
+    def extend(self, tokens: paddle.Tensor, cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """The chosen tokens ``[R]`` (one per row of the cache) -> the next logits ``[R, V]`` and
+        the cache with them ``[L, 2, R, heads, N + 1, d]``. The token sits at position ``N``
+        (the cache's length), the ``[MASK]`` after it at ``N + 1``."""
+        position = paddle.full_like(tokens, 0) + paddle.shape(cache)[4].astype("int64")  # [R]
+        types = paddle.full_like(tokens, self.model_params["tgt_type_id"]).unsqueeze(1)  # [R, 1]
+        token = self.embed(tokens.unsqueeze(1), types, position.unsqueeze(1))  # [R, 1, H]
+        mask = self.embed(paddle.full_like(tokens, self.special["mask_id"]).unsqueeze(1), types,
+                          (position + 1).unsqueeze(1))
+        states, grown = extend_streams(self.ernie, token, mask, cache)
+        return self.logits(states[:, 0]), grown
+
+    # ---- decoding and metrics ----------------------------------------------------------------
+    def decode_settings(self) -> DecodeSettings:
+        p = self.model_params
+        return DecodeSettings(strategy=p["decoding"], max_new_tokens=p["max_dec_len"], eos_id=self.special["sep_id"],
+                              beam_size=p["beam_size"], length_penalty=p["length_penalty"],
+                              temperature=p["temperature"], top_k=p["top_k"], top_p=p["top_p"], seed=p["seed"])
+
+    def prompt_source(self) -> PromptSource:
+        """Where a batch keeps each source: the first source field's ids, types and lengths."""
+        src = self.model_params["source_field"]
+        return PromptSource({"src_ids": src, "src_types": f"{src}_{SENT_IDS}"}, f"{src}_{InstanceName.SEQ_LENS}")
+
+    def generate_outputs(self, batch: Dict[str, np.ndarray], run: StepRunner) -> Dict[str, np.ndarray]:
+        """``generated`` ``[B, max_dec_len]`` (-1 after each target's end): each source of a batch
+        decoded through the step functions that ``run`` runs; and the gold ``references``."""
+        if not self.model_params["decode_in_eval"]:
+            return {}
+        generated = generate_batch(run, batch, self.prompt_source(), self.decode_settings())
+        return {GENERATED: generated, REFERENCES: np.asarray(batch[self.model_params["target_field"]])}
+
+    def tokens(self) -> List[str]:
+        if self._tokens is None:
+            info = self.data_info[self.model_params["target_field"]]
+            self._tokens = Vocab.load(info["vocab_path"]).tokens
+        return self._tokens
+
+    def text_of(self, ids: np.ndarray) -> str:
+        """The text of token ids, up to the first ``[SEP]`` or -1."""
+        vocab, words = self.tokens(), []
+        for token_id in ids.tolist():
+            if token_id < 0 or token_id == self.special["sep_id"]:
+                break
+            words.append(vocab[token_id] if token_id < len(vocab) else "[UNK]")
+        return detokenize(words)
+
+    def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
+        metrics: Dict[str, float] = {}
+        if InstanceName.LOSS in outputs:
+            loss = float(np.average(outputs[InstanceName.LOSS], weights=meta_info["batch_sizes"]))
+            metrics.update(loss=loss, ppl=float(np.exp(min(loss, 50.0))))
+        if GENERATED in outputs:
+            references = [basic_tokens(self.text_of(row[1:])) for row in outputs[REFERENCES]]
+            hypotheses = [basic_tokens(self.text_of(row)) for row in outputs[GENERATED]]
+            metrics.update(generation_metrics(references, hypotheses))
+        return metrics
