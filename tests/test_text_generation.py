@@ -357,3 +357,26 @@ def test_a_cancelled_generation_stops_at_its_next_step(untrained_export):
         assert [(e.kind, e.data["finish_reason"], e.data["tokens"]) for e in events] == [("done", "cancelled", [])]
     finally:
         worker.close()
+
+
+def test_label_smoothing_is_cross_entropy_against_the_smoothed_labels():
+    """The loss's smoothing term (logsumexp - mean of the logits, for speed) equals Paddle's
+    cross-entropy against ``label_smooth``'s soft labels."""
+    import paddle.nn.functional as F
+    rng = np.random.default_rng(0)
+    logits = paddle.to_tensor(rng.normal(size=(3, 5, 11)).astype("float32"))
+    labels = paddle.to_tensor(rng.integers(0, 11, size=(3, 5)))
+    smooth = 0.1
+    ours = (1 - smooth) * F.cross_entropy(logits, labels.unsqueeze(-1), reduction="none").squeeze(-1) \
+        + smooth * (paddle.logsumexp(logits, axis=-1) - logits.mean(axis=-1))
+    soft = F.label_smooth(F.one_hot(labels, 11), epsilon=smooth)
+    reference = F.cross_entropy(logits, soft, soft_label=True, reduction="none").squeeze(-1)
+    np.testing.assert_allclose(ours.numpy(), reference.numpy(), atol=1e-5)
+
+
+def test_a_generation_export_is_refused_by_onnx_with_its_reason(untrained_export):
+    pytest.importorskip("paddle2onnx")
+    from wenxin.common.errors import InferenceError
+    from wenxin.inference.onnx_export import export_onnx
+    with pytest.raises(InferenceError, match="step functions prefill and extend.*converting it to ONNX is not supported"):
+        export_onnx(untrained_export, {})

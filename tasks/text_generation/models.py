@@ -126,11 +126,13 @@ class ErnieInfillingGeneration(ErnieTaskModel):
             context_target = paddle.where(noise, paddle.full_like(target, self.special["mask_id"]), target)
         states, _ = self.streams(fields_dict[src], fields_dict[f"{src}_{SENT_IDS}"],
                                  fields_dict[f"{src}_{InstanceName.SEQ_LENS}"], context_target, tgt_lens, width)
-        logprobs = F.log_softmax(self.logits(states), axis=-1)  # [B, T, V]: query i predicts target token i
-        nll = -paddle.take_along_axis(logprobs, target.unsqueeze(-1), axis=-1).squeeze(-1)  # [B, T]
+        logits = self.logits(states)  # [B, T, V]: query i predicts target token i
+        # cross_entropy and logsumexp rather than log_softmax, whose CPU backward is 30x slower
+        # (measured: 0.37 s against 0.012 s on [16, 16, 3429] logits)
+        nll = F.cross_entropy(logits, target.unsqueeze(-1), reduction="none").squeeze(-1)  # [B, T]
         smooth = p["label_smooth"] if phase == Phase.TRAINING else 0.0
-        if smooth:
-            nll = (1.0 - smooth) * nll - smooth * logprobs.mean(axis=-1)
+        if smooth:  # against the uniform distribution: -mean(log p) = logsumexp(logits) - mean(logits)
+            nll = (1.0 - smooth) * nll + smooth * (paddle.logsumexp(logits, axis=-1) - logits.mean(axis=-1))
         weights = ((positions >= 1) & (positions < tgt_lens.unsqueeze(1))).astype("float32")  # [B, T]
         loss = (nll * weights).sum() / paddle.clip(weights.sum(), min=1.0)
         return {InstanceName.LOSS: loss}

@@ -61,7 +61,8 @@ FIELD: Schema = {
     "pair_with": Key(str, "", doc="ErnieTextFieldReader: the field whose column is the second text of a "
                                   "pair, encoded with this one as [CLS] a [SEP] b [SEP]"),
     "source_budget": Key(int, 0, minimum=0, doc="ErnieGenSourceFieldReader (the first source): the most tokens "
-                                                "of the whole source, [CLS] and [SEP]s included (0: max_seq_len)"),
+                                                "of the whole source, [CLS] and [SEP]s included (0: no cut "
+                                                "beyond each source's own)"),
     "truncation_type": Key(int, 0, choices=[0, 1, 2], doc="0 keep head, 1 keep tail, 2 keep both ends"),
     "padding_id": Key(int, 0, minimum=0),
     "min_freq": Key(int, 1, minimum=1, doc="vocab building: drop rarer tokens"),

@@ -6,7 +6,8 @@ reads it: one or more source columns and one target column.
   field holds the tensors (``<name>`` ids ``[B, S]``, ``<name>_sent_ids`` ``[B, S]``,
   ``<name>_seq_lens`` ``[B]``), the others have none. Each text is cut to ``max_seq_len - 2``
   tokens (ERNIE-kit's ``max_src_len``); the whole source is then cut to ``source_budget`` tokens
-  from its end, which ERNIE-kit did not do (its positions then ran past the position table).
+  from its end (default: no further cut), which ERNIE-kit did not do (its positions could run past
+  the position table).
 - ``ErnieGenTargetFieldReader``: the target, ``[CLS] t [SEP]`` cut to ``max_seq_len`` tokens
   (ERNIE-kit's ``max_tgt_len``; a cut target loses its ``[SEP]``, as in ERNIE-kit): ``<name>``
   ``[B, T]`` and ``<name>_seq_lens`` ``[B]``. It is a label: the exported model does not read it.
@@ -28,8 +29,9 @@ MASK_TOKEN = "[MASK]"
 
 @RegisterSet.field_readers.register("ErnieGenSourceFieldReader")
 class ErnieGenSourceFieldReader(ErnieTextFieldReader):
-    """A source text of an ERNIE-Gen example (see the module docstring). ``source_budget``
-    (default: ``max_seq_len``) bounds the whole source of the first source field."""
+    """A source text of an ERNIE-Gen example (see the module docstring). ``source_budget`` of the
+    first source field bounds the whole source (default: 1 + the sum of each source's
+    ``max_seq_len - 1``, the longest the texts' own cuts allow)."""
 
     def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
         if config.get("pair_with"):
@@ -38,8 +40,8 @@ class ErnieGenSourceFieldReader(ErnieTextFieldReader):
         super().__init__(config, path, scope)
         self.parts: List[str] = []  # the first source field: every source field's name, in order
         self.owner: Optional[str] = None  # the others: the first source field's name
-        self.source_budget: int = config.get("source_budget") or self.max_seq_len
-        if self.source_budget < 3:
+        self.source_budget: int = config.get("source_budget") or 0  # 0: set in link, no cut beyond the texts'
+        if self.source_budget and self.source_budget < 3:
             raise ConfigError(f"{path}.source_budget: {self.source_budget} leaves no room for a source between "
                               f"[CLS] and [SEP]")
 
@@ -47,6 +49,8 @@ class ErnieGenSourceFieldReader(ErnieTextFieldReader):
         sources = [f for f in fields if isinstance(f, ErnieGenSourceFieldReader)]
         if sources[0] is self:
             self.parts = [f.name for f in sources]
+            if not self.config.get("source_budget"):  # the longest source the texts' own cuts allow
+                self.source_budget = 1 + sum(f.max_seq_len - 1 for f in sources)
             if len(sources) > 1 and any(f.vocab is not None and self.vocab is not None
                                         and f.vocab.tokens != self.vocab.tokens for f in sources[1:]):
                 raise ConfigError(f"{self.path}.vocab_path: the source fields of one reader share one vocab")

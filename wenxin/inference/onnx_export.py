@@ -12,7 +12,7 @@ from typing import Dict
 import numpy as np
 
 from wenxin.common.errors import InferenceError
-from wenxin.data.export_bundle import seal_export
+from wenxin.data.export_bundle import FIRST_STEP, seal_export
 from wenxin.inference.backends import BackendError, largest_difference
 from wenxin.inference.onnx_backend import ONNX_FILE, open_session
 from wenxin.inference.paddle_backend import model_files
@@ -58,6 +58,9 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
     if importlib.util.find_spec("paddle2onnx") is None:
         raise InferenceError('--format onnx needs paddle2onnx and onnxruntime: pip install "wenxin[onnx]"')
     files = model_files(folder)
+    if files is None and model_files(folder, FIRST_STEP) is not None:
+        raise InferenceError(f"{folder}: a generation model's export (its step functions {FIRST_STEP} and extend) "
+                             f"is written and runs with the paddle backend; converting it to ONNX is not supported")
     if files is None:
         raise InferenceError(f"{folder}: no exported Paddle model to convert")
     graph, params = files

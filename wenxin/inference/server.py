@@ -105,15 +105,30 @@ def json_depth_exceeds(body: bytes, limit: int) -> bool:
     return max(itertools.accumulate(_BRACKET_STEP[b] for b in brackets), default=0) > limit
 
 
-def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str]]:
-    """Validate a /predict body; raises RequestError with the 4xx to answer."""
+def load_json_body(body: bytes) -> Any:
+    """A request body's JSON, or a 400 saying why it is none (not UTF-8 JSON, nested too deep)."""
     if json_depth_exceeds(body, MAX_JSON_DEPTH):
         raise RequestError(HTTPStatus.BAD_REQUEST, f"body is not valid JSON: nested too deep "
                                                    f"(more than {MAX_JSON_DEPTH} levels)")
     try:
-        data = json.loads(body.decode("utf-8"))
+        return json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise RequestError(HTTPStatus.BAD_REQUEST, f"body is not valid UTF-8 JSON: {e}") from None
+
+
+def check_texts(texts: List[str], which: str) -> None:
+    """A 400 for a text holding an unpaired surrogate (JSON's "\\ud800"), which is no text."""
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"{which} holds an unpaired surrogate "
+                                                       f"(not a Unicode character)") from None
+
+
+def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str]]:
+    """Validate a /predict body; raises RequestError with the 4xx to answer."""
+    data = load_json_body(body)
     if not isinstance(data, dict) or ("texts" in data) == ("rows" in data):
         raise RequestError(HTTPStatus.BAD_REQUEST, 'expected an object with "texts" (a list of strings) '
                                                    'or "rows" (a list of lists of strings)')
@@ -135,12 +150,7 @@ def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str
         raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                            f"{len(rows)} inputs in one request; the limit is {max_batch}")
     for i, row in enumerate(rows):
-        for text in row:
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:  # JSON's "\\ud800": a lone surrogate is no text
-                raise RequestError(HTTPStatus.BAD_REQUEST, f"input {i} holds an unpaired surrogate "
-                                                           f"(not a Unicode character)") from None
+        check_texts(row, f"input {i}")
     return rows
 
 
@@ -151,13 +161,7 @@ def parse_generate_request(body: bytes, num_fields: int, worker: GenerationWorke
                            limits: Limits) -> Tuple[List[str], DecodeSettings, bool]:
     """Validate a /generate body: the row, the decoding settings (the export's, with the
     request's changes, ``max_new_tokens`` at most the service's) and whether to stream."""
-    if json_depth_exceeds(body, MAX_JSON_DEPTH):
-        raise RequestError(HTTPStatus.BAD_REQUEST, f"body is not valid JSON: nested too deep "
-                                                   f"(more than {MAX_JSON_DEPTH} levels)")
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise RequestError(HTTPStatus.BAD_REQUEST, f"body is not valid UTF-8 JSON: {e}") from None
+    data = load_json_body(body)
     if not isinstance(data, dict) or ("text" in data) == ("row" in data):
         raise RequestError(HTTPStatus.BAD_REQUEST, 'expected an object with "text" (a string) or "row" '
                                                    '(a list of strings, one per input field)')
@@ -171,12 +175,7 @@ def parse_generate_request(body: bytes, num_fields: int, worker: GenerationWorke
         row = data["row"]
         if not isinstance(row, list) or len(row) != num_fields or not all(isinstance(c, str) for c in row):
             raise RequestError(HTTPStatus.BAD_REQUEST, f'"row" must be a list of {num_fields} strings')
-    for text in row:
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise RequestError(HTTPStatus.BAD_REQUEST, "the input holds an unpaired surrogate "
-                                                       "(not a Unicode character)") from None
+    check_texts(row, "the input")
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(HTTPStatus.BAD_REQUEST, '"stream" must be true or false')

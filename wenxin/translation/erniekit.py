@@ -194,20 +194,31 @@ def _translate_reader(name: str, reader: Dict[str, Any], trainer: Dict[str, Any]
     _pair_ernie_fields(path, fields, notes)
 
 
+def _own_fields_reader_settings(path: str, reader: Dict[str, Any], kind: str, known: Tuple[str, ...],
+                                problems: Problems) -> Optional[Dict[str, Any]]:
+    """The ``config.extra_params`` of an ERNIE-kit reader that builds its own fields (``IEReader``,
+    ``InfillingGenReader``), taken out of its config; None when they are not an object. Fields
+    given anyway and settings wenxin does not know are problems."""
+    extra = dict_at(reader, "config").pop("extra_params", None) or {}
+    if not isinstance(extra, dict):
+        problems.add(f"{path}.config.extra_params: must be an object")
+        return None
+    if reader.get("fields"):
+        problems.add(f"{path}.fields: {kind} builds its own fields; ERNIE-kit's files leave this list empty")
+    for key in sorted(set(extra) - set(known)):
+        problems.add(f"{path}.config.extra_params.{key}: not an {kind} setting wenxin knows")
+    return extra
+
+
 def _translate_ie_reader(name: str, reader: Dict[str, Any], notes: List[str], problems: Problems) -> None:
     """ERNIE-kit's ``IEReader`` (no fields; JSON lines; its settings in ``config.extra_params``)
     -> a jsonl reader of an ``ErnieIeTextFieldReader`` text and, except for prediction, an
     ``IeSpoLabelFieldReader`` label field."""
     path = f"dataset_reader.{name}"
     config = dict_at(reader, "config")
-    extra = config.pop("extra_params", None) or {}
-    if not isinstance(extra, dict):
-        problems.add(f"{path}.config.extra_params: must be an object")
+    extra = _own_fields_reader_settings(path, reader, IE_READER, IE_EXTRA_PARAMS, problems)
+    if extra is None:
         return
-    if reader.get("fields"):
-        problems.add(f"{path}.fields: IEReader builds its own fields; ERNIE-kit's files leave this list empty")
-    for key in sorted(set(extra) - set(IE_EXTRA_PARAMS)):
-        problems.add(f"{path}.config.extra_params.{key}: not an IEReader setting wenxin knows")
     if extra.get("in_tokens") not in (None, False, 0):
         problems.add(f"{path}.config.extra_params.in_tokens: true (batches counted in tokens) is not supported; "
                      f"set it to false (batch_size counts texts)")
@@ -271,15 +282,9 @@ def _translate_gen_reader(name: str, reader: Dict[str, Any], notes: List[str], p
     per source column and, where the file has one, an ``ErnieGenTargetFieldReader`` for ``tgt``."""
     path = f"dataset_reader.{name}"
     config = dict_at(reader, "config")
-    extra = config.pop("extra_params", None) or {}
-    if not isinstance(extra, dict):
-        problems.add(f"{path}.config.extra_params: must be an object")
+    extra = _own_fields_reader_settings(path, reader, GEN_READER, GEN_EXTRA_PARAMS, problems)
+    if extra is None:
         return
-    if reader.get("fields"):
-        problems.add(f"{path}.fields: InfillingGenReader builds its own fields; ERNIE-kit's files leave this "
-                     f"list empty")
-    for key in sorted(set(extra) - set(GEN_EXTRA_PARAMS)):
-        problems.add(f"{path}.config.extra_params.{key}: not an InfillingGenReader setting wenxin knows")
     if extra.get("in_tokens") not in (None, False, 0):
         problems.add(f"{path}.config.extra_params.in_tokens: true (batches counted in tokens) is not supported; "
                      f"set it to false (batch_size counts examples)")
@@ -288,7 +293,7 @@ def _translate_gen_reader(name: str, reader: Dict[str, Any], notes: List[str], p
                      f"WordPiece vocabularies with FullTokenizer")
     for key, value, other in GEN_FIXED:
         if key in extra and extra[key] != value:
-            problems.add(f"{path}.config.extra_params.{key}: {extra[key]!r} ({other}) is not supported; "
+            problems.add(f"{path}.config.extra_params.{key}: {json.dumps(extra[key])} ({other}) is not supported; "
                          f"ERNIE-Gen runs with {key}: {json.dumps(value)}")
     for key in ("need_data_distribute", "need_generate_examples"):
         if key in extra:
