@@ -112,6 +112,7 @@ def test_both_graph_modes_train_with_parity_and_decode_alike(tmp_path, gen_data)
             trainer.engine.begin_eval()
             first = trainer.engine.run_step_function("prefill", source)
             second = trainer.engine.run_step_function("extend", {"tokens": np.array([5], dtype=np.int64),
+                                                                 "positions": first["position"],
                                                                  "cache": first["cache"]})
             generated = trainer.model.generate_outputs(arrays, trainer.engine.run_step_function)["generated"]
             trainer.engine.end_eval()
@@ -132,6 +133,7 @@ class Uncached:
         self.model = model
         self.src = paddle.to_tensor(prompt["src_ids"])
         self.types = paddle.to_tensor(prompt["src_types"])
+        self.positions = paddle.to_tensor(prompt["src_positions"]) if "src_positions" in prompt else None
 
     def logits(self, seqs):
         rows = []
@@ -139,8 +141,9 @@ class Uncached:
         with paddle.no_grad():
             for seq in seqs:
                 target = paddle.to_tensor([[cls] + seq], dtype="int64")
-                states, _ = self.model.streams(self.src, self.types, paddle.to_tensor([self.src.shape[1]], dtype="int64"),
-                                               target, paddle.to_tensor([len(seq) + 1], dtype="int64"), len(seq) + 2)
+                states, _ = self.model.streams(self.src, self.types, self.positions,
+                                               paddle.to_tensor([self.src.shape[1]], dtype="int64"), target,
+                                               paddle.to_tensor([len(seq) + 1], dtype="int64"), len(seq) + 2)
                 rows.append(self.model.logits(states[:, -1]).numpy()[0])
         return np.stack(rows)
 
@@ -155,11 +158,13 @@ class Uncached:
         return [list(cache[r]) for r in rows]
 
 
-def test_cached_decoding_equals_decoding_without_cache(tmp_path, gen_data):
+@pytest.mark.parametrize("continuous", [True, False])
+def test_cached_decoding_equals_decoding_without_cache(tmp_path, gen_data, continuous):
     """After some training (so that outputs depend on the source), greedy search, beam search
     and seeded sampling over the key/value cache choose exactly the tokens that recomputing the
-    whole sequence at every step chooses, and their logits agree."""
-    config = config_for(gen_data, tmp_path / "out", **LEARN)
+    whole sequence at every step chooses, and their logits agree; with positions running on
+    over source and target, and restarting (``continuous_position: false``)."""
+    config = config_for(gen_data, tmp_path / "out", continuous_position=continuous, **LEARN)
     config["trainer"].update(max_steps=150, is_eval_dev=0)
     trainer = build(config, tmp_path)
     trainer.do_train()
@@ -174,6 +179,7 @@ def test_cached_decoding_equals_decoding_without_cache(tmp_path, gen_data):
         for prompt in prompts:
             assert decode(cached, prompt, settings) == decode(Uncached(model, prompt), prompt, settings), settings
     logits, cache = cached.prefill(prompts[0])
+    assert cache[1] == (prompts[0]["src_ids"].shape[1] + 1 if continuous else 1)  # the first new token's position
     uncached = Uncached(model, prompts[0])
     np.testing.assert_allclose(logits, uncached.logits([[]]), atol=1e-5)
     for seq in ([7], [7, 9], [7, 9, 11]):

@@ -11,7 +11,7 @@ from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import Key
-from wenxin.data.ernie_fields import SENT_IDS
+from wenxin.data.ernie_fields import POS_IDS, SENT_IDS
 from wenxin.data.field_reader import TensorSpec
 from wenxin.data.vocab import Vocab
 from wenxin.data.wordpiece import detokenize
@@ -45,6 +45,9 @@ class ErnieInfillingGeneration(ErnieTaskModel):
                      "mask_prob": Key(float, 0.5, minimum=0.0, maximum=1.0,
                                       doc="training: the chance a target token of the context becomes [MASK]"),
                      "weight_sharing": Key(bool, True, doc="the output layer is the word embedding's transpose"),
+                     "continuous_position": Key(bool, True, doc="positions run on over the sources and the target "
+                                                                "(ERNIE-kit's default); false: they restart at 1 in "
+                                                                "each source and at 0 at the target's [CLS]"),
                      "decoding": Key(str, "beam", choices=["greedy", "beam", "sample"]),
                      "beam_size": Key(int, 1, minimum=1),
                      "length_penalty": Key(float, 1.0, minimum=0.0, doc="beam search: GNMT's alpha"),
@@ -73,15 +76,18 @@ class ErnieInfillingGeneration(ErnieTaskModel):
         if len(source["sources"]) > max(p["tgt_type_id"], 1) and config.type_vocab_size:
             raise ConfigError(f"model.tgt_type_id: {p['tgt_type_id']}, but the {len(source['sources'])} sources "
                               f"take the token types 0..{len(source['sources']) - 1}")
-        longest = source["max_seq_len"] + max(target["max_seq_len"], p["max_dec_len"] + 1)
+        target_len = max(target["max_seq_len"], p["max_dec_len"] + 1)
+        longest = source["max_seq_len"] + target_len if p["continuous_position"] else max(source["max_seq_len"],
+                                                                                             target_len)
         if longest > config.max_position_embeddings:
             raise ConfigError(f"model.max_dec_len: a source of {source['max_seq_len']} tokens and a target of "
                               f"{max(target['max_seq_len'], p['max_dec_len'] + 1)} need {longest} positions, more "
                               f"than the encoder's max_position_embeddings {config.max_position_embeddings}: "
                               f"lower the source field's source_budget")
         self.special = {k: int(target[k]) for k in ("mask_id", "cls_id", "sep_id")}
-        # the most tokens a decoding may add: the positions past the longest source and its [CLS]
-        self.max_new_tokens_limit = config.max_position_embeddings - source["max_seq_len"] - 1
+        # the most tokens a decoding may add: the positions past the longest source and the [CLS]
+        self.max_new_tokens_limit = config.max_position_embeddings - 1 - (
+            source["max_seq_len"] if p["continuous_position"] else 0)
         self.lm_head = LmHead(config.hidden_size, config.vocab_size, config.hidden_act, config.layer_norm_eps,
                               p["weight_sharing"], config.initializer_range)
         self._tokens: Optional[List[str]] = None
@@ -93,17 +99,23 @@ class ErnieInfillingGeneration(ErnieTaskModel):
     def logits(self, states: paddle.Tensor) -> paddle.Tensor:
         return self.lm_head(states, self.ernie.word_embeddings.weight).astype("float32")
 
-    def streams(self, src: paddle.Tensor, src_types: paddle.Tensor, src_lens: paddle.Tensor, tgt: paddle.Tensor,
-                tgt_lens: paddle.Tensor, queries: Any) -> Tuple[paddle.Tensor, List[paddle.Tensor]]:
+    def streams(self, src: paddle.Tensor, src_types: paddle.Tensor, src_positions: Optional[paddle.Tensor],
+                src_lens: paddle.Tensor, tgt: paddle.Tensor, tgt_lens: paddle.Tensor,
+                queries: Any) -> Tuple[paddle.Tensor, List[paddle.Tensor]]:
         """The query stream's states ``[B, Q, H]`` for queries ``0..Q-1`` over the batch laid out
-        ``[source [B, S] | target [B, T]]``, and the context's per-layer keys and values."""
+        ``[source [B, S] | target [B, T]]``, and the context's per-layer keys and values. The
+        positions run on from the source into the target (``continuous_position``), or restart:
+        ``src_positions`` ``[B, S]`` in the source, 0 at the target's ``[CLS]``."""
         src_width, tgt_width = paddle.shape(src)[1], paddle.shape(tgt)[1]
         tgt_type = paddle.full_like(tgt, self.model_params["tgt_type_id"])
-        src_positions = paddle.arange(src_width, dtype="int64").unsqueeze(0).expand_as(src)  # [B, S]
-        tgt_positions = src_lens.unsqueeze(1) + paddle.arange(tgt_width, dtype="int64").unsqueeze(0)  # [B, T]
+        start = src_lens.unsqueeze(1) if self.model_params["continuous_position"] else paddle.zeros_like(
+            src_lens).unsqueeze(1)  # [B, 1]: the position of the target's [CLS]
+        if src_positions is None:  # continuous
+            src_positions = paddle.arange(src_width, dtype="int64").unsqueeze(0).expand_as(src)  # [B, S]
+        tgt_positions = start + paddle.arange(tgt_width, dtype="int64").unsqueeze(0)  # [B, T]
         context = paddle.concat([self.embed(src, src_types, src_positions),
                                  self.embed(tgt, tgt_type, tgt_positions)], axis=1)  # [B, S + T, H]
-        query_positions = src_lens.unsqueeze(1) + paddle.arange(queries, dtype="int64").unsqueeze(0)  # [B, Q]
+        query_positions = start + paddle.arange(queries, dtype="int64").unsqueeze(0)  # [B, Q]
         mask_ids = paddle.full_like(query_positions, self.special["mask_id"])
         query = self.embed(mask_ids, paddle.full_like(mask_ids, self.model_params["tgt_type_id"]),
                            query_positions)  # [B, Q, H]
@@ -124,7 +136,7 @@ class ErnieInfillingGeneration(ErnieTaskModel):
         if phase == Phase.TRAINING and self.training and p["mask_prob"] > 0:
             noise = (paddle.rand(paddle.shape(target)) < p["mask_prob"]) & (positions >= 1)  # never the [CLS]
             context_target = paddle.where(noise, paddle.full_like(target, self.special["mask_id"]), target)
-        states, _ = self.streams(fields_dict[src], fields_dict[f"{src}_{SENT_IDS}"],
+        states, _ = self.streams(fields_dict[src], fields_dict[f"{src}_{SENT_IDS}"], self.source_positions(fields_dict),
                                  fields_dict[f"{src}_{InstanceName.SEQ_LENS}"], context_target, tgt_lens, width)
         logits = self.logits(states)  # [B, T, V]: query i predicts target token i
         # cross_entropy and logsumexp rather than log_softmax, whose CPU backward is 30x slower
@@ -137,6 +149,12 @@ class ErnieInfillingGeneration(ErnieTaskModel):
         loss = (nll * weights).sum() / paddle.clip(weights.sum(), min=1.0)
         return {InstanceName.LOSS: loss}
 
+    def source_positions(self, fields_dict: Dict[str, paddle.Tensor]) -> Optional[paddle.Tensor]:
+        """The source's own positions ``[B, S]`` when they restart per source, else None."""
+        if self.model_params["continuous_position"]:
+            return None
+        return fields_dict[f"{self.model_params['source_field']}_{POS_IDS}"]
+
     # ---- step functions: what decoding runs ----------------------------------------------------
     def step_specs(self) -> Dict[str, Tuple[List[TensorSpec], List[str]]]:
         """Each step function's inputs and output names."""
@@ -144,27 +162,32 @@ class ErnieInfillingGeneration(ErnieTaskModel):
         heads = config.num_attention_heads
         cache = TensorSpec("cache", [config.num_hidden_layers, 2, -1, heads, -1, config.hidden_size // heads],
                            "float32")
-        return {"prefill": ([TensorSpec("src_ids", [1, -1], "int64"), TensorSpec("src_types", [1, -1], "int64")],
-                            ["logits", "cache"]),
-                "extend": ([TensorSpec("tokens", [-1], "int64"), cache], ["logits", "cache"])}
+        prompt = [TensorSpec(name, [1, -1], "int64") for name in self.prompt_source().inputs]
+        return {"prefill": (prompt, ["logits", "cache", "position"]),
+                "extend": ([TensorSpec("tokens", [-1], "int64"), TensorSpec("positions", [-1], "int64"), cache],
+                           ["logits", "cache"])}
 
-    def prefill(self, src_ids: paddle.Tensor, src_types: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
-        """One source ``[1, S]`` (no padding) -> the first target token's logits ``[1, V]`` and the
-        cache of ``[source, [CLS]]`` ``[L, 2, 1, heads, S + 1, d]``."""
+    def prefill(self, src_ids: paddle.Tensor, src_types: paddle.Tensor,
+                src_positions: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+        """One source ``[1, S]`` (no padding) -> the first target token's logits ``[1, V]``, the
+        cache of ``[source, [CLS]]`` ``[L, 2, 1, heads, S + 1, d]`` and the first target token's
+        position ``[1]``."""
         src_lens = paddle.full([1], 0, dtype="int64") + paddle.shape(src_ids)[1].astype("int64")  # [1]
         cls = paddle.full([1, 1], self.special["cls_id"], dtype="int64")
-        states, cache = self.streams(src_ids, src_types, src_lens, cls, paddle.ones([1], dtype="int64"), 2)
-        return self.logits(states[:, 1]), paddle.stack(cache)
+        one = paddle.ones([1], dtype="int64")
+        states, cache = self.streams(src_ids, src_types, src_positions, src_lens, cls, one, 2)
+        position = src_lens + 1 if self.model_params["continuous_position"] else one
+        return self.logits(states[:, 1]), paddle.stack(cache), position
 
-    def extend(self, tokens: paddle.Tensor, cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
-        """The chosen tokens ``[R]`` (one per row of the cache) -> the next logits ``[R, V]`` and
-        the cache with them ``[L, 2, R, heads, N + 1, d]``. The token sits at position ``N``
-        (the cache's length), the ``[MASK]`` after it at ``N + 1``."""
-        position = paddle.full_like(tokens, 0) + paddle.shape(cache)[4].astype("int64")  # [R]
+    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor,
+               cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """The chosen tokens ``[R]`` (one per row of the cache) at ``positions`` ``[R]`` -> the
+        next logits ``[R, V]`` and the cache with them ``[L, 2, R, heads, N + 1, d]``; the
+        ``[MASK]`` that predicts the next token sits one position further."""
         types = paddle.full_like(tokens, self.model_params["tgt_type_id"]).unsqueeze(1)  # [R, 1]
-        token = self.embed(tokens.unsqueeze(1), types, position.unsqueeze(1))  # [R, 1, H]
+        token = self.embed(tokens.unsqueeze(1), types, positions.unsqueeze(1))  # [R, 1, H]
         mask = self.embed(paddle.full_like(tokens, self.special["mask_id"]).unsqueeze(1), types,
-                          (position + 1).unsqueeze(1))
+                          (positions + 1).unsqueeze(1))
         states, grown = extend_streams(self.ernie, token, mask, cache)
         return self.logits(states[:, 0]), grown
 
@@ -176,9 +199,13 @@ class ErnieInfillingGeneration(ErnieTaskModel):
                               temperature=p["temperature"], top_k=p["top_k"], top_p=p["top_p"], seed=p["seed"])
 
     def prompt_source(self) -> PromptSource:
-        """Where a batch keeps each source: the first source field's ids, types and lengths."""
+        """Where a batch keeps each source: the first source field's ids, types (positions when
+        they restart per source) and lengths."""
         src = self.model_params["source_field"]
-        return PromptSource({"src_ids": src, "src_types": f"{src}_{SENT_IDS}"}, f"{src}_{InstanceName.SEQ_LENS}")
+        inputs = {"src_ids": src, "src_types": f"{src}_{SENT_IDS}"}
+        if not self.model_params["continuous_position"]:
+            inputs["src_positions"] = f"{src}_{POS_IDS}"
+        return PromptSource(inputs, f"{src}_{InstanceName.SEQ_LENS}")
 
     def generate_outputs(self, batch: Dict[str, np.ndarray], run: StepRunner) -> Dict[str, np.ndarray]:
         """``generated`` ``[B, max_dec_len]`` (-1 after each target's end): each source of a batch

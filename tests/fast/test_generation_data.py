@@ -67,17 +67,20 @@ def test_fields_build_erniekit_records(vocab):
         batch = {}
         for f, column in zip(fields, zip(values)):
             batch.update(f.collate(list(column)))
-        assert sorted(batch) == ["s0", "s0_sent_ids", "s0_seq_lens", "tgt", "tgt_seq_lens"]
-        assert [s.name for f in fields for s in f.tensor_specs()] == ["s0", "s0_sent_ids", "s0_seq_lens", "tgt",
-                                                                      "tgt_seq_lens"]
+        restarting = [0] + [i for text in texts[:-1] for i in range(1, min(len(text), max_src_len - 2) + 2)]
+        assert values[0][2].tolist() == restarting  # ERNIE-kit's positions without continuous_position
+        assert sorted(batch) == ["s0", "s0_pos_ids", "s0_sent_ids", "s0_seq_lens", "tgt", "tgt_seq_lens"]
+        assert [s.name for f in fields for s in f.tensor_specs()] == ["s0", "s0_sent_ids", "s0_pos_ids", "s0_seq_lens",
+                                                                      "tgt", "tgt_seq_lens"]
 
 
 def test_the_whole_source_keeps_to_its_budget(vocab):
     first = ErnieGenSourceFieldReader(field("a", "ErnieGenSourceFieldReader", vocab, max_seq_len=10, source_budget=8), "a")
     second = ErnieGenSourceFieldReader(field("b", "ErnieGenSourceFieldReader", vocab, max_seq_len=10), "b")
     fields = link_fields([first, second])
-    ids, types = convert_row(fields, ["甲乙丙", "丁戊己庚辛"])[0]
+    ids, types, positions = convert_row(fields, ["甲乙丙", "丁戊己庚辛"])[0]
     assert ids.tolist() == [1, 5, 6, 7, 2, 8, 9, 2] and types.tolist() == [0, 0, 0, 0, 0, 1, 1, 1]  # ends on [SEP]
+    assert positions.tolist() == [0, 1, 2, 3, 4, 1, 2, 3]
     assert first.info()["max_seq_len"] == 8 and first.info()["sources"] == ["a", "b"]
     assert second.info()["source_of"] == "a"
 
@@ -123,6 +126,9 @@ def test_erniekit_generation_file_translates(tmp_path):
     assert fields[0]["source_budget"] == 512 - 64
     assert config["dataset_reader"]["train_reader"]["config"]["has_header"] is True
     assert any("CustomGenerationTrainer -> CustomTrainer" in n for n in notes)
+    assert model["continuous_position"] is True
+    config, _ = translate(erniekit_task(tmp_path, {"continuous_position": False}))
+    assert config["model"]["continuous_position"] is False  # ERNIE-kit's positions restarting per text
     infer = json.load(open(os.path.join(EXAMPLES, "cls_ernie_gen_infilling_ch_infer.json"), encoding="utf-8"))
     native, _ = translate_infer(infer)
     assert native["predict_reader"]["config"]["has_header"] is True and native["output_format"] == "erniekit"

@@ -4,7 +4,9 @@ reads it: one or more source columns and one target column.
 - ``ErnieGenSourceFieldReader``: a source text. Every source field of a reader contributes to one
   sequence, ``[CLS] s1 [SEP] s2 [SEP] ...``, the k-th source with token type k; the first source
   field holds the tensors (``<name>`` ids ``[B, S]``, ``<name>_sent_ids`` ``[B, S]``,
-  ``<name>_seq_lens`` ``[B]``), the others have none. Each text is cut to ``max_seq_len - 2``
+  ``<name>_pos_ids`` ``[B, S]``: positions restarting at 1 in each source after ``[CLS]`` at 0,
+  which a model without ``continuous_position`` uses, ``<name>_seq_lens`` ``[B]``), the others
+  have none. Each text is cut to ``max_seq_len - 2``
   tokens (ERNIE-kit's ``max_src_len``); the whole source is then cut to ``source_budget`` tokens
   from its end (default: no further cut), which ERNIE-kit did not do (its positions could run past
   the position table).
@@ -20,7 +22,7 @@ import numpy as np
 
 from wenxin.common.constants import InstanceName
 from wenxin.common.errors import ConfigError
-from wenxin.data.ernie_fields import SENT_IDS, ErnieTextFieldReader
+from wenxin.data.ernie_fields import POS_IDS, SENT_IDS, ErnieTextFieldReader
 from wenxin.data.field_reader import BaseFieldReader, TensorSpec, pad_sequences
 from wenxin.common.registry import RegisterSet
 
@@ -68,9 +70,14 @@ class ErnieGenSourceFieldReader(ErnieTextFieldReader):
         for kind, name in enumerate(self.parts):
             ids += example[name]
             types += [kind] * len(example[name])
+        positions = [0]
+        for name in self.parts:
+            positions += range(1, len(example[name]) + 1)
         if len(ids) > self.source_budget:  # keep the start, end on [SEP]
             ids, types = ids[:self.source_budget - 1] + [self.sep_id], types[:self.source_budget]
-        return np.asarray(ids, dtype=np.int64), np.asarray(types, dtype=np.int64)
+            positions = positions[:self.source_budget]
+        return (np.asarray(ids, dtype=np.int64), np.asarray(types, dtype=np.int64),
+                np.asarray(positions, dtype=np.int64))
 
     def length(self, value: Any) -> int:
         return 0 if value is None else len(value[0])
@@ -80,12 +87,15 @@ class ErnieGenSourceFieldReader(ErnieTextFieldReader):
             return {}
         ids, lengths = pad_sequences([v[0] for v in values], self.padding_id, 0)  # [B, S], [B]
         types, _ = pad_sequences([v[1] for v in values], 0, 0)  # [B, S]
-        return {self.name: ids, f"{self.name}_{SENT_IDS}": types, f"{self.name}_{InstanceName.SEQ_LENS}": lengths}
+        positions, _ = pad_sequences([v[2] for v in values], 0, 0)  # [B, S]
+        return {self.name: ids, f"{self.name}_{SENT_IDS}": types, f"{self.name}_{POS_IDS}": positions,
+                f"{self.name}_{InstanceName.SEQ_LENS}": lengths}
 
     def tensor_specs(self) -> List[TensorSpec]:
         if self.owner is not None:
             return []
         return [TensorSpec(self.name, [-1, -1], "int64"), TensorSpec(f"{self.name}_{SENT_IDS}", [-1, -1], "int64"),
+                TensorSpec(f"{self.name}_{POS_IDS}", [-1, -1], "int64"),
                 TensorSpec(f"{self.name}_{InstanceName.SEQ_LENS}", [-1], "int64")]
 
     def info(self) -> Dict[str, Any]:

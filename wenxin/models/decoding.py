@@ -168,22 +168,26 @@ StepRunner = Callable[[str, Dict[str, np.ndarray]], Dict[str, np.ndarray]]  # (s
 class SteppedModel:
     """An ``IncrementalModel`` over a model's two step functions, however they run (eagerly, as
     static programs, or exported): ``prefill`` (the prompt's named inputs -> ``logits``
-    ``[1, V]`` and ``cache``) and ``extend`` (``tokens`` ``[R]`` and ``cache`` -> ``logits``
-    ``[R, V]`` and the grown ``cache``). The cache is one array whose third axis is the row."""
+    ``[1, V]``, ``cache`` and ``position`` ``[1]``, the first new token's position) and
+    ``extend`` (``tokens`` ``[R]``, their ``positions`` ``[R]`` and ``cache`` -> ``logits``
+    ``[R, V]`` and the grown ``cache``). The cache is one array whose third axis is the row; this
+    object's cache is ``(array, next position)``, every row of a step being at the same position."""
 
     def __init__(self, run: StepRunner) -> None:
         self.run = run
 
-    def prefill(self, prompt: Dict[str, np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+    def prefill(self, prompt: Dict[str, np.ndarray]) -> Tuple[np.ndarray, Tuple[np.ndarray, int]]:
         out = self.run("prefill", prompt)
-        return out["logits"], out["cache"]
+        return out["logits"], (out["cache"], int(np.asarray(out["position"]).reshape(-1)[0]))
 
-    def extend(self, tokens: List[int], cache: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        out = self.run("extend", {"tokens": np.asarray(tokens, dtype=np.int64), "cache": cache})
-        return out["logits"], out["cache"]
+    def extend(self, tokens: List[int], cache: Tuple[np.ndarray, int]) -> Tuple[np.ndarray, Tuple[np.ndarray, int]]:
+        array, position = cache
+        out = self.run("extend", {"tokens": np.asarray(tokens, dtype=np.int64),
+                                  "positions": np.full(len(tokens), position, dtype=np.int64), "cache": array})
+        return out["logits"], (out["cache"], position + 1)
 
-    def select(self, cache: np.ndarray, rows: List[int]) -> np.ndarray:
-        return np.ascontiguousarray(cache[:, :, rows])
+    def select(self, cache: Tuple[np.ndarray, int], rows: List[int]) -> Tuple[np.ndarray, int]:
+        return np.ascontiguousarray(cache[0][:, :, rows]), cache[1]
 
 
 @dataclasses.dataclass(frozen=True)

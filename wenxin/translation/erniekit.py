@@ -57,10 +57,9 @@ GEN_EXTRA_PARAMS = ("vocab_path", "max_seq_len", "do_lower_case", "in_tokens", "
                     "random_noise", "task_type", "tokenized_input", "do_dec", "random_seed", "need_data_distribute",
                     "need_generate_examples")
 # InfillingGenReader's settings that are the model's in wenxin, with ERNIE-kit's defaults
-GEN_MODEL_PARAMS = {"tgt_type_id": 1, "max_dec_len": 32, "mask_prob": 0.5}
+GEN_MODEL_PARAMS = {"tgt_type_id": 1, "max_dec_len": 32, "mask_prob": 0.5, "continuous_position": True}
 # InfillingGenReader's settings wenxin has one value of: (key, the value, what another value was)
-GEN_FIXED = (("continuous_position", True, "positions restarting per text"),
-             ("two_stream", True, "UniLM-style single-stream training"),
+GEN_FIXED = (("two_stream", True, "UniLM-style single-stream training"),
              ("random_noise", False, "random tokens as infilling noise"),
              ("task_type", "normal", "the dialogue and translation variants"),
              ("tokenized_input", False, "pre-tokenized input"))
