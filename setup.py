@@ -7,11 +7,12 @@ from setuptools import find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAPPED = {"wenxin.tasks": "tasks", "wenxin.examples": "examples"}
+DATA_FILES = ("*.json", "*.tsv")  # what a task's data folders hold (ERNIE-kit's JSON lines, label maps, TSV)
 
 
 def mapped_packages() -> dict:
     """Each package under a mapped folder -> its folder (relative, as setuptools wants). A task's
-    folders of JSON files without Python (``examples/``, and ERNIE-kit's ``data/`` and ``dict/``
+    folders of JSON or TSV files without Python (``examples/``, and ERNIE-kit's ``data/`` and ``dict/``
     layout) are listed as data packages of their own, so setuptools neither skips them nor warns
     that it would."""
     packages = {}
@@ -23,7 +24,7 @@ def mapped_packages() -> dict:
         root = os.path.join(HERE, "tasks", task)
         for folder, _, files in os.walk(root):
             relative = os.path.relpath(folder, root)
-            if relative != "." and "__pycache__" not in relative and any(f.endswith(".json") for f in files) \
+            if relative != "." and "__pycache__" not in relative and any(f.endswith((".json", ".tsv")) for f in files) \
                     and not os.path.isfile(os.path.join(folder, "__init__.py")):  # examples/, data/, dict/
                 packages[f"wenxin.tasks.{task}." + relative.replace(os.sep, ".")] = os.path.relpath(folder, HERE)
     return packages
@@ -35,6 +36,6 @@ DATA_PACKAGES = [p for p in MAPPED_PACKAGES if p.startswith("wenxin.tasks.") and
 setup(
     packages=find_packages(include=["wenxin", "wenxin.*"]) + list(MAPPED_PACKAGES),
     package_dir=MAPPED_PACKAGES,
-    package_data={**{p: ["*.json"] for p in DATA_PACKAGES}, "wenxin.examples": ["*.json", "*.py", "*.yaml"],
+    package_data={**{p: list(DATA_FILES) for p in DATA_PACKAGES}, "wenxin.examples": ["*.json", "*.py", "*.yaml"],
                   "wenxin": ["py.typed"]},  # PEP 561: wenxin's type hints are for its users' type checkers too
 )
