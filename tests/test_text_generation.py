@@ -386,3 +386,18 @@ def test_a_generation_export_is_refused_by_onnx_with_its_reason(untrained_export
     from wenxin.inference.onnx_export import export_onnx
     with pytest.raises(InferenceError, match="step functions prefill and extend.*converting it to ONNX is not supported"):
         export_onnx(untrained_export, {})
+
+
+@pytest.mark.parametrize("model, message", [
+    ({"tgt_type_id": 8}, "model.tgt_type_id: 8 is outside the encoder's type_vocab_size 8"),
+    ({"tgt_type_id": 1}, "model.tgt_type_id: 1, but the 2 sources take the token types 0..1"),
+    ({"max_dec_len": 100}, "need 141 positions, more than the encoder's max_position_embeddings 128"),
+    ({"source_field": "paragraph"}, "model.source_field: 'paragraph' must be the first ErnieGenSourceFieldReader"),
+    ({"target_field": "answer"}, "model.target_field: 'answer' is not an ErnieGenTargetFieldReader field")])
+def test_model_settings_that_cannot_work_are_one_error_naming_the_key(tmp_path, gen_data, model, message):
+    """Each is found while the trainer is built, before any training."""
+    import re
+
+    from wenxin.common.errors import ConfigError
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build(config_for(gen_data, tmp_path / "out", **model), tmp_path)

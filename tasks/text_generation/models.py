@@ -73,7 +73,7 @@ class ErnieInfillingGeneration(ErnieTaskModel):
         if not 0 <= p["tgt_type_id"] < max(config.type_vocab_size, 1):
             raise ConfigError(f"model.tgt_type_id: {p['tgt_type_id']} is outside the encoder's type_vocab_size "
                               f"{config.type_vocab_size} (model.encoder_config)")
-        if len(source["sources"]) > max(p["tgt_type_id"], 1) and config.type_vocab_size:
+        if len(source["sources"]) > p["tgt_type_id"] and config.type_vocab_size:  # ERNIE-kit asserted it too
             raise ConfigError(f"model.tgt_type_id: {p['tgt_type_id']}, but the {len(source['sources'])} sources "
                               f"take the token types 0..{len(source['sources']) - 1}")
         target_len = max(target["max_seq_len"], p["max_dec_len"] + 1)
