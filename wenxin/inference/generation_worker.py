@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from wenxin.common.errors import InferenceError, WenxinError
+from wenxin.common.errors import WenxinError
 from wenxin.inference.predictor import Predictor
 from wenxin.models.decoding import DecodeSettings
 
@@ -113,14 +113,14 @@ class GenerationWorker:
                 raise _Stopped("time_limit")
 
         ids: List[int] = []
-        text, reason = "", "eos"
+        reason = "eos"
         result: Dict[str, Any] = {"text": "", "tokens": []}
         try:
             for token_id in predictor.stream(job.row, job.settings, before_step):
                 ids.append(token_id)
+                known = len(result["text"])  # the text so far; the new token adds what follows it
                 result = predictor.result_format.results({"generated": np.asarray([ids])}, {}, [job.row])[0]
-                job.send(Event("token", {"token": result["tokens"][-1], "text": result["text"][len(text):]}))
-                text = result["text"]
+                job.send(Event("token", {"token": result["tokens"][-1], "text": result["text"][known:]}))
             if len(ids) >= job.settings.max_new_tokens:
                 reason = "length"
         except _Stopped as e:
@@ -133,10 +133,3 @@ class GenerationWorker:
             job.send(Event("error", {"error": f"internal error: {type(e).__name__}: {e}"}))
             return
         job.send(Event("done", {"text": result["text"], "tokens": result["tokens"], "finish_reason": reason}))
-
-
-def check_row(row: Any, num_fields: int) -> List[str]:
-    """A /generate request's input row, or an ``InferenceError`` saying what is wrong."""
-    if not isinstance(row, list) or len(row) != num_fields or not all(isinstance(c, str) for c in row):
-        raise InferenceError(f'"row" must be a list of {num_fields} strings')
-    return row

@@ -26,7 +26,7 @@ def _check_model_files(model_dir: str) -> None:
     if model_files(model_dir) is None and model_files(model_dir, FIRST_STEP) is None:
         raise InferenceError(f"{model_dir}: not an exported model folder (need {MODEL_PREFIX}.json or "
                              f".pdmodel, {MODEL_PREFIX}.pdiparams and {PREPROCESS_FILE}; a generation model "
-                             f"{FIRST_STEP}.json and the other step functions')")
+                             f"{FIRST_STEP}.json and the other step functions)")
 
 
 class Predictor:

@@ -197,8 +197,11 @@ def _own_fields_reader_settings(path: str, reader: Dict[str, Any], kind: str, kn
                                 problems: Problems) -> Optional[Dict[str, Any]]:
     """The ``config.extra_params`` of an ERNIE-kit reader that builds its own fields (``IEReader``,
     ``InfillingGenReader``), taken out of its config; None when they are not an object. Fields
-    given anyway and settings wenxin does not know are problems."""
-    extra = dict_at(reader, "config").pop("extra_params", None) or {}
+    given anyway, settings wenxin does not know, ``in_tokens: true`` and a tokenizer other than
+    ``FullTokenizer`` are problems; ``need_data_distribute`` and ``need_generate_examples`` move
+    to the reader's config."""
+    config = dict_at(reader, "config")
+    extra = config.pop("extra_params", None) or {}
     if not isinstance(extra, dict):
         problems.add(f"{path}.config.extra_params: must be an object")
         return None
@@ -206,6 +209,16 @@ def _own_fields_reader_settings(path: str, reader: Dict[str, Any], kind: str, kn
         problems.add(f"{path}.fields: {kind} builds its own fields; ERNIE-kit's files leave this list empty")
     for key in sorted(set(extra) - set(known)):
         problems.add(f"{path}.config.extra_params.{key}: not an {kind} setting wenxin knows")
+    if extra.get("in_tokens") not in (None, False, 0):
+        problems.add(f"{path}.config.extra_params.in_tokens: true (batches counted in tokens) is not supported; "
+                     f"set it to false (batch_size counts examples)")
+    tokenizer = extra.get("tokenizer", "FullTokenizer")
+    if tokenizer != "FullTokenizer":
+        problems.add(f"{path}.config.extra_params.tokenizer: {tokenizer!r}: {kind} reads WordPiece vocabularies "
+                     f"with FullTokenizer")
+    for key in ("need_data_distribute", "need_generate_examples"):
+        if key in extra:
+            config.setdefault(key, extra.pop(key))
     return extra
 
 
@@ -218,16 +231,6 @@ def _translate_ie_reader(name: str, reader: Dict[str, Any], notes: List[str], pr
     extra = _own_fields_reader_settings(path, reader, IE_READER, IE_EXTRA_PARAMS, problems)
     if extra is None:
         return
-    if extra.get("in_tokens") not in (None, False, 0):
-        problems.add(f"{path}.config.extra_params.in_tokens: true (batches counted in tokens) is not supported; "
-                     f"set it to false (batch_size counts texts)")
-    tokenizer = extra.get("tokenizer", "FullTokenizer")
-    if tokenizer != "FullTokenizer":
-        problems.add(f"{path}.config.extra_params.tokenizer: {tokenizer!r}: IEReader reads WordPiece vocabularies "
-                     f"with FullTokenizer")
-    for key in ("need_data_distribute", "need_generate_examples"):
-        if key in extra:
-            config.setdefault(key, extra.pop(key))
     text: Dict[str, Any] = {"name": "text_a", "column": "text", "reader": {"type": "ErnieIeTextFieldReader"},
                             "tokenizer": {"type": "FullTokenizer", "lowercase": bool(extra.get("do_lower_case", True)),
                                           "split_symbols": False},
@@ -284,19 +287,10 @@ def _translate_gen_reader(name: str, reader: Dict[str, Any], notes: List[str], p
     extra = _own_fields_reader_settings(path, reader, GEN_READER, GEN_EXTRA_PARAMS, problems)
     if extra is None:
         return
-    if extra.get("in_tokens") not in (None, False, 0):
-        problems.add(f"{path}.config.extra_params.in_tokens: true (batches counted in tokens) is not supported; "
-                     f"set it to false (batch_size counts examples)")
-    if extra.get("tokenizer", "FullTokenizer") != "FullTokenizer":
-        problems.add(f"{path}.config.extra_params.tokenizer: {extra['tokenizer']!r}: wenxin's ERNIE-Gen reads "
-                     f"WordPiece vocabularies with FullTokenizer")
     for key, value, other in GEN_FIXED:
         if key in extra and extra[key] != value:
             problems.add(f"{path}.config.extra_params.{key}: {json.dumps(extra[key])} ({other}) is not supported; "
                          f"ERNIE-Gen runs with {key}: {json.dumps(value)}")
-    for key in ("need_data_distribute", "need_generate_examples"):
-        if key in extra:
-            config.setdefault(key, extra.pop(key))
     data_path = str(config.get("data_path", ""))
     header = _tsv_header(data_path)
     if header is None:
