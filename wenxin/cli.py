@@ -174,6 +174,20 @@ def build_parser() -> argparse.ArgumentParser:
     augmenter.add_argument("--max_ngram", type=int, default=5, help="the longest n-gram kept")
     augmenter.add_argument("--seed", type=int, default=1)
     augmenter.add_argument("--join", default="", help="what joins the words of the teacher's text (\"\": Chinese)")
+    studio = sub.add_parser("studio", help="a web page to launch, watch, compare and restart runs of the task files "
+                                           "under a root folder (needs wenxin[studio])")
+    studio.add_argument("--root", default=".", help="the folder of task files, data and runs (default: here); "
+                                                    "runs go to ROOT/studio_runs, the studio's state to "
+                                                    "ROOT/.wenxin-studio")
+    studio.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only; any other "
+                                                             "needs a token)")
+    studio.add_argument("--port", type=_port, default=8870, help="TCP port (0: any free one; default: %(default)s)")
+    studio.add_argument("--token", default=None, help="the token a browser must present (default: "
+                                                      "$WENXIN_STUDIO_TOKEN; off loopback, else a new one, printed)")
+    studio.add_argument("--max_runs", type=int, default=0,
+                        help="runs at once (default 0: one per two cores); each gets its share of the cores")
+    studio.add_argument("--restart_budget", type=int, default=3,
+                        help="restarts of a run that dies (crash, kill) before it counts as failed")
     examples = sub.add_parser("examples", help="copy the example task files and data scripts into DIR/examples")
     examples.add_argument("folder", nargs="?", default=".", help="target folder (default: the working folder)")
     return parser
@@ -392,6 +406,23 @@ def _augment(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _studio(args: argparse.Namespace) -> int:
+    try:
+        from wenxin.studio.server import StudioServer
+    except ImportError as e:
+        raise ConfigError(f"wenxin studio needs the studio extra: pip install 'wenxin[studio]' ({e})") from None
+    from wenxin.common.logs import setup_logging
+    setup_logging()
+    server = StudioServer(args.root, args.host, args.port, args.token, args.max_runs, args.restart_budget)
+    address = server.url + (f"?token={server.token}" if server.generated_token else "")
+    print(f"wenxin studio over {os.path.abspath(args.root)}: open {address}", file=sys.stderr, flush=True)
+    if server.generated_token:
+        print("(the token is printed this once; set $WENXIN_STUDIO_TOKEN or --token to choose one)",
+              file=sys.stderr, flush=True)
+    server.run()
+    return EXIT_OK
+
+
 def _examples(args: argparse.Namespace) -> int:
     from wenxin.runner import copy_examples
     written = copy_examples(args.folder)
@@ -418,6 +449,7 @@ COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], bool, bool]] = {
     "migrate": (_migrate, False, False),
     "convert": (_convert, False, False),
     "examples": (_examples, False, False),
+    "studio": (_studio, False, False),
     "distill": (_distill, True, False),
     "augment": (_augment, False, False),
 }

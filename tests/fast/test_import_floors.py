@@ -10,7 +10,8 @@ from conftest import REPO
 
 # floor: the packages and modules on it (a longer prefix wins), top first
 FLOORS = [
-    ("face", ["wenxin.cli", "wenxin.__main__", "wenxin.api", "wenxin.inspection", "wenxin.lr_find", "wenxin"]),
+    ("face", ["wenxin.cli", "wenxin.__main__", "wenxin.api", "wenxin.inspection", "wenxin.lr_find", "wenxin.studio",
+              "wenxin"]),
     ("runner", ["wenxin.runner"]),
     ("trainer, sweep, serving", ["wenxin.controller", "wenxin.sweep", "wenxin.sweep_methods", "wenxin.folds",
                                  "wenxin.inference"]),

@@ -248,9 +248,16 @@ TRAINER: Schema = {
     "extra_param": Key(dict, {}, open_keys=True),
 }
 
+STUDIO: Schema = {
+    "form": Key(list, [], items=Key(str, non_empty=True),
+                doc="the key paths wenxin studio's launch form shows for this task file (default: learning rate, "
+                    "optimizer, schedule, epochs, batch size, graph mode, evaluation and save steps, hooks)"),
+}
+
 ROOT: Schema = {
     "task": Key(str, non_empty=True, doc="task package: a name under tasks/ or a path to a task folder"),
     "dataset_reader": Key(dict, children=DATASET_READER),
     "model": Key(dict, open_keys=True),  # checked against MODEL_BASE + the model's own keys
     "trainer": Key(dict, {}, children=TRAINER),
+    "studio": Key(dict, {}, children=STUDIO, doc="settings of wenxin studio's launch form (training ignores them)"),
 }

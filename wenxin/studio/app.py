@@ -1,0 +1,460 @@
+"""The studio's web application (Starlette): pages, and the JSON API they call.
+
+Pages (``/``, ``/launch``, ``/runs/{id}``, ``/compare``) are small HTML shells; ``static/studio.js``
+fills them from the API and keeps them current by polling, writing every value as text (never as
+HTML). The charts are uPlot's (MIT), vendored in ``static/``; nothing loads from another site.
+
+API (JSON): ``GET /api/tasks``, ``GET /api/form?task=PATH``, ``POST /api/runs`` (launch a run or a
+sweep), ``GET /api/runs``, ``GET /api/runs/{id}``, ``GET /api/runs/{id}/metrics?since=OFFSET``,
+``GET /api/runs/{id}/log``, ``POST /api/runs/{id}/stop|resume|clone|delete|predict``,
+``POST /api/examples`` (copy the examples into the root).
+"""
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+from wenxin.common.errors import ConfigError, WenxinError
+from wenxin.studio import forms, run_files
+from wenxin.studio.security import BodyTooLarge
+from wenxin.studio.store import ACTIVE, QUEUED, RUNS_DIR, STATE_DIR, Store, database_path
+from wenxin.studio.supervisor import Supervisor
+
+STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+SKIPPED_DIRS = {RUNS_DIR, STATE_DIR, "output", "node_modules", "site-packages", "__pycache__", "venv", ".venv",
+                "data", "vocab", "checkpoints", "dict"}
+MAX_LISTED_FILES = 500
+MAX_TASK_FILE_BYTES = 1024 * 1024
+MAX_NAME = 80
+MAX_TEXTS = 32
+MAX_TEXT_CHARS = 4096
+
+
+class StudioError(Exception):
+    """A request the studio refuses: its status and one line saying why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Studio:
+    """The studio's state behind the pages: the root, the store, the supervisor, and the models
+    tried so far."""
+
+    def __init__(self, root: str, supervisor: Supervisor, restart_budget: int = 3) -> None:
+        self.root = os.path.realpath(root)
+        self.store: Store = supervisor.store
+        self.supervisor = supervisor
+        self.restart_budget = restart_budget
+        self._predictors: Dict[str, Any] = {}
+        self._predict_lock = threading.Lock()
+
+    # ---- task and sweep files ----
+    def list_files(self) -> Dict[str, List[str]]:
+        """Task files and sweep files under the root (a JSON/YAML file with a ``task`` and a
+        ``dataset_reader``, or an ERNIE-kit task file; a sweep file has ``parameters``)."""
+        from wenxin.translation.erniekit import is_erniekit
+        tasks: List[str] = []
+        sweeps: List[str] = []
+        for folder, dirs, files in os.walk(self.root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
+            if folder[len(self.root):].count(os.sep) >= 4:
+                dirs[:] = []
+            for name in sorted(files):
+                if not name.endswith((".json", ".yaml", ".yml")) or len(tasks) + len(sweeps) >= MAX_LISTED_FILES:
+                    continue
+                path = os.path.join(folder, name)
+                real = os.path.realpath(path)
+                if os.path.commonpath([self.root, real]) != self.root:  # a link out of the root
+                    continue
+                data = self._parse(path)
+                rel = os.path.relpath(path, self.root)
+                if isinstance(data, dict) and (("task" in data and "dataset_reader" in data) or is_erniekit(data)):
+                    tasks.append(rel)
+                elif isinstance(data, dict) and isinstance(data.get("parameters"), dict):
+                    sweeps.append(rel)
+        return {"tasks": tasks, "sweeps": sweeps}
+
+    @staticmethod
+    def _parse(path: str) -> Any:
+        try:
+            if os.path.getsize(path) > MAX_TASK_FILE_BYTES:
+                return None
+            from wenxin.config.document import read_document
+            return read_document(path)
+        except (OSError, WenxinError, ValueError):
+            return None
+
+    def task_path(self, rel: Any) -> str:
+        if not isinstance(rel, str) or not rel:
+            raise StudioError(400, "task: name a task file inside the root")
+        try:
+            path = forms.inside_root(self.root, rel, "task")
+        except ConfigError as e:
+            raise StudioError(400, str(e)) from None
+        if not os.path.isfile(path):
+            raise StudioError(404, f"task: {rel!r} is not a file under the root")
+        return path
+
+    def form(self, rel: Any) -> Dict[str, Any]:
+        """The launch form of a task file: its fields and the command it runs as it is."""
+        path = self.task_path(rel)
+        config, model_schema, scope = self._load(path, [])
+        fields = forms.form_fields(config, model_schema, scope)
+        return {"task": os.path.relpath(path, self.root), "fields": fields,
+                "command": display_command("train", os.path.relpath(path, self.root), {}, "")}
+
+    @staticmethod
+    def _load(path: str, overrides: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], Optional[str]]:
+        from wenxin.config.loader import load_config
+        from wenxin.config.task_check import resolve_task
+        try:
+            config = load_config(path, overrides)
+            classes = resolve_task(config)
+        except WenxinError as e:
+            raise StudioError(400, str(e)) from None
+        return config, classes.model_cls.config_schema, classes.scope
+
+    # ---- launching ----
+    def launch(self, body: Dict[str, Any], source: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """Queue a run of a task file (or a sweep, with ``sweep``) with the form's ``values``;
+        returns its id and command. The values are checked against the form, and the task with
+        them against the schema, before anything is queued."""
+        task_rel = source["task_path"] if source else body.get("task")
+        path = self.task_path(task_rel)
+        values = body.get("values", {})
+        if not isinstance(values, dict):
+            raise StudioError(400, "values: expected an object of key path -> value")
+        config, model_schema, scope = self._load(path, [])
+        fields = forms.form_fields(config, model_schema, scope)
+        try:
+            overrides = forms.overrides_from_form(fields, values, self.root)
+        except ConfigError as e:
+            raise StudioError(400, str(e)) from None
+        if source:  # the clone keeps the source's values of keys the form does not show
+            shown = {field["key"] for field in fields}
+            overrides = {**{k: v for k, v in source["overrides"].items() if k not in shown}, **overrides}
+        settings = [override_text(key, value) for key, value in overrides.items()]
+        self._load(path, settings)  # the task with these values must load, before it is queued
+        sweep_rel = source["sweep_path"] if source else body.get("sweep") or ""
+        sweep_path = ""
+        if sweep_rel:
+            try:
+                sweep_path = forms.inside_root(self.root, sweep_rel, "sweep")
+            except ConfigError as e:
+                raise StudioError(400, str(e)) from None
+            if not os.path.isfile(sweep_path):
+                raise StudioError(404, f"sweep: {sweep_rel!r} is not a file under the root")
+        name = body.get("name") or os.path.splitext(os.path.basename(path))[0]
+        if not isinstance(name, str) or len(name) > MAX_NAME or not name.strip():
+            raise StudioError(400, f"name: at most {MAX_NAME} characters")
+        kind = "sweep" if sweep_path else "train"
+        run_id = self.store.add_run(name=name.strip(), kind=kind, task_path=os.path.relpath(path, self.root),
+                                    sweep_path=os.path.relpath(sweep_path, self.root) if sweep_path else "",
+                                    overrides=overrides, command=[], folder="", restart_budget=self.restart_budget)
+        folder = os.path.join(RUNS_DIR, f"{run_id:04d}-{slug(name)}")
+        command = run_command(kind, path, settings, os.path.join(self.root, folder), sweep_path)
+        self.store.set_folder_and_command(run_id, folder, command)
+        self.supervisor.wake()
+        return {"id": run_id, "command": display_command(kind, os.path.relpath(path, self.root), overrides,
+                                                          folder, os.path.relpath(sweep_path, self.root)
+                                                          if sweep_path else "")}
+
+    # ---- watching ----
+    def run_or_404(self, run_id: int) -> Dict[str, Any]:
+        run = self.store.run(run_id)
+        if run is None:
+            raise StudioError(404, f"no run {run_id}")
+        return run
+
+    def folder(self, run: Dict[str, Any]) -> str:
+        return os.path.join(self.root, run["folder"])
+
+    def summary(self, run: Dict[str, Any]) -> Dict[str, Any]:
+        folder = self.folder(run)
+        latest = run_files.latest_train_record(folder)
+        return {key: run[key] for key in ("id", "name", "kind", "task_path", "sweep_path", "overrides", "status",
+                                          "cause", "restarts", "restart_budget", "created", "started", "ended")} | {
+            "best": run_files.best_metric(folder),
+            "step": latest.get("step") if latest else None,
+            "eta_sec": latest.get("eta_sec") if latest and run["status"] in ACTIVE else None,
+            "command": display_command(run["kind"], run["task_path"], run["overrides"], run["folder"],
+                                       run["sweep_path"])}
+
+    def details(self, run_id: int) -> Dict[str, Any]:
+        run = self.run_or_404(run_id)
+        folder = self.folder(run)
+        return {**self.summary(run), "events": self.store.events(run_id),
+                "checkpoints": run_files.checkpoints(folder), "trackers": run_files.trackers(folder),
+                "exported": run_files.exported_model(folder) is not None,
+                "sweep": run_files.sweep_table(folder, self._sweep_output(run)) if run["kind"] == "sweep" else None,
+                "config": (run_files.resolved_config(folder) or {})}
+
+    def _sweep_output(self, run: Dict[str, Any]) -> str:
+        """Where a sweep file with its own ``output`` writes (relative to the root), else ""."""
+        spec = self._parse(os.path.join(self.root, run["sweep_path"]))
+        output = spec.get("output") if isinstance(spec, dict) else None
+        return os.path.join(self.root, output) if isinstance(output, str) and output else ""
+
+    # ---- control ----
+    def delete(self, run_id: int, confirm: Any) -> None:
+        run = self.run_or_404(run_id)
+        if confirm != run["name"]:
+            raise StudioError(400, "confirm: type the run's name to delete it")
+        if run["status"] in ACTIVE:
+            raise StudioError(409, f"run {run_id} is {run['status']}: stop it first")
+        folder = self.folder(run)
+        try:
+            real = forms.inside_root(os.path.join(self.root, RUNS_DIR), folder, "run folder")
+        except ConfigError as e:
+            raise StudioError(400, str(e)) from None
+        if real != os.path.realpath(os.path.join(self.root, RUNS_DIR)) and os.path.isdir(real):
+            shutil.rmtree(real)
+        self.store.delete(run_id)
+
+    def predict(self, run_id: int, texts: Any) -> Dict[str, Any]:
+        run = self.run_or_404(run_id)
+        if not isinstance(texts, list) or not texts or len(texts) > MAX_TEXTS \
+                or not all(isinstance(t, str) and 0 < len(t) <= MAX_TEXT_CHARS for t in texts):
+            raise StudioError(400, f"texts: a list of 1 to {MAX_TEXTS} texts of 1 to {MAX_TEXT_CHARS} characters")
+        model_dir = run_files.exported_model(self.folder(run))
+        if model_dir is None:
+            raise StudioError(409, f"run {run_id} has no exported model yet (trainer.save_inference)")
+        from wenxin.inference.predictor import Predictor
+        with self._predict_lock:
+            stamp = f"{model_dir}:{os.path.getmtime(os.path.join(model_dir, 'preprocess.json'))}"
+            predictor = self._predictors.get(stamp)
+            if predictor is None:
+                try:
+                    predictor = Predictor(model_dir, num_threads=1)
+                except WenxinError as e:
+                    raise StudioError(409, str(e)) from None
+                self._predictors = {stamp: predictor}  # one model in memory at a time
+            try:  # a text's tab-separated parts are the model's columns (a matching pair: two)
+                results = predictor.predict([text.split("\t") for text in texts])
+            except WenxinError as e:
+                raise StudioError(400, str(e)) from None
+        plain = json.loads(json.dumps(results, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
+        return {"model_dir": os.path.relpath(model_dir, self.root), "predictions": plain}
+
+
+def override_text(key: str, value: Any) -> str:
+    """``key=value`` as ``--set`` reads it back: JSON, except a string that JSON would not read
+    (``adam``), which goes as it is."""
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            return f"{key}={value}"
+    return f"{key}={json.dumps(value, ensure_ascii=False)}"
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:40] or "run"
+
+
+def run_command(kind: str, task: str, settings: List[str], folder: str, sweep: str = "") -> List[str]:
+    """The argument list of a run (never a shell line)."""
+    command = [sys.executable, "-m", "wenxin.cli", kind, "--param_path", task]
+    if sweep:
+        command += ["--sweep", sweep]
+    for setting in settings:
+        command += ["--set", setting]
+    command += ["--set", f"trainer.output_path={os.path.join(folder, 'output')}"]
+    if kind == "train":
+        command += ["--set", "trainer.resume=auto"]
+    return command
+
+
+def display_command(kind: str, task: str, overrides: Dict[str, Any], folder: str, sweep: str = "") -> str:
+    """The command line a user types for the same run (run from the root)."""
+    words = ["wenxin", kind, "--param_path", task] + (["--sweep", sweep] if sweep else [])
+    for key, value in overrides.items():
+        words += ["--set", override_text(key, value)]
+    if folder:
+        words += ["--set", f"trainer.output_path={os.path.join(folder, 'output')}"]
+        if kind == "train":
+            words += ["--set", "trainer.resume=auto"]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+# ---- the web application ----
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title} · wenxin studio</title>
+<link rel="stylesheet" href="/static/uPlot.min.css"><link rel="stylesheet" href="/static/studio.css">
+</head><body data-page="{page}" data-arg="{arg}">
+<header><a class="brand" href="/">wenxin studio</a><nav><a href="/">runs</a> <a href="/launch">launch</a>
+<a href="/compare">compare</a></nav><span class="root" title="the studio's root">{root}</span></header>
+<main id="main"><noscript>The studio's pages need JavaScript.</noscript></main>
+<script src="/static/uPlot.iife.min.js"></script><script src="/static/studio.js"></script>
+</body></html>
+"""
+
+
+def page(title: str, name: str, root: str, arg: str = "") -> str:
+    return PAGE.format(title=html.escape(title), page=name, arg=html.escape(arg), root=html.escape(root))
+
+
+def build_app(studio: Studio) -> Any:
+    """The Starlette application of ``studio``."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, JSONResponse, Response
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
+    def error(e: StudioError) -> JSONResponse:
+        return JSONResponse({"error": str(e)}, status_code=e.status)
+
+    async def body_of(request: Request) -> Dict[str, Any]:
+        try:
+            data = await request.json()
+        except BodyTooLarge:
+            raise StudioError(413, "the request body is too large") from None
+        except ValueError:
+            raise StudioError(400, "the request body is not JSON") from None
+        if not isinstance(data, dict):
+            raise StudioError(400, "the request body must be a JSON object")
+        return data
+
+    def run_id_of(request: Request) -> int:
+        text = request.path_params["run_id"]
+        if not text.isdigit() or len(text) > 12:
+            raise StudioError(404, "no such run")
+        return int(text)
+
+    def api(handler: Any) -> Any:
+        async def endpoint(request: Request) -> Response:
+            try:
+                result = await handler(request)
+            except StudioError as e:
+                return error(e)
+            return result if isinstance(result, Response) else JSONResponse(result)
+        return endpoint
+
+    async def in_thread(function: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, function, *args)
+
+    # pages
+    async def runs_page(request: Request) -> HTMLResponse:
+        return HTMLResponse(page("runs", "runs", studio.root))
+
+    async def launch_page(request: Request) -> HTMLResponse:
+        return HTMLResponse(page("launch", "launch", studio.root, request.query_params.get("task", "")))
+
+    async def run_page(request: Request) -> HTMLResponse:
+        return HTMLResponse(page(f"run {request.path_params['run_id']}", "run", studio.root,
+                                 request.path_params["run_id"]))
+
+    async def compare_page(request: Request) -> HTMLResponse:
+        return HTMLResponse(page("compare", "compare", studio.root, request.query_params.get("ids", "")))
+
+    # API
+    async def tasks(request: Request) -> Any:
+        return await in_thread(studio.list_files)
+
+    async def form(request: Request) -> Any:
+        return await in_thread(studio.form, request.query_params.get("task"))
+
+    async def launch(request: Request) -> Any:
+        body = await body_of(request)
+        return await in_thread(studio.launch, body)
+
+    async def runs(request: Request) -> Any:
+        return {"runs": [studio.summary(run) for run in studio.store.runs()], "max_runs": studio.supervisor.max_runs}
+
+    async def run(request: Request) -> Any:
+        return studio.details(run_id_of(request))
+
+    async def metrics(request: Request) -> Any:
+        run = studio.run_or_404(run_id_of(request))
+        since = request.query_params.get("since", "0")
+        if not since.isdigit():
+            raise StudioError(400, "since: a byte offset")
+        records, offset = run_files.metrics_since(studio.folder(run), int(since))
+        return {"records": records, "next": offset}
+
+    async def log(request: Request) -> Any:
+        run = studio.run_or_404(run_id_of(request))
+        return {"text": run_files.log_tail(studio.folder(run))}
+
+    async def stop(request: Request) -> Any:
+        run_id = run_id_of(request)
+        studio.run_or_404(run_id)
+        try:
+            return {"status": studio.supervisor.stop(run_id)}
+        except ValueError as e:
+            raise StudioError(409, str(e)) from None
+
+    async def resume(request: Request) -> Any:
+        run_id = run_id_of(request)
+        studio.run_or_404(run_id)
+        try:
+            studio.supervisor.resume(run_id)
+        except ValueError as e:
+            raise StudioError(409, str(e)) from None
+        return {"status": QUEUED}
+
+    async def clone(request: Request) -> Any:
+        source = studio.run_or_404(run_id_of(request))
+        body = await body_of(request)
+        body.setdefault("name", f"{source['name']} (clone)")
+        return await in_thread(studio.launch, body, source)
+
+    async def delete(request: Request) -> Any:
+        run_id = run_id_of(request)
+        body = await body_of(request)
+        await in_thread(studio.delete, run_id, body.get("confirm"))
+        return {"deleted": run_id}
+
+    async def predict(request: Request) -> Any:
+        run_id = run_id_of(request)
+        body = await body_of(request)
+        return await in_thread(studio.predict, run_id, body.get("texts"))
+
+    async def examples(request: Request) -> Any:
+        await body_of(request)
+        from wenxin.runner import copy_examples
+        try:
+            written = await in_thread(copy_examples, studio.root)
+        except WenxinError as e:
+            raise StudioError(500, str(e)) from None
+        return {"written": [os.path.relpath(path, studio.root) for path in written]}
+
+    routes = [
+        Route("/", runs_page), Route("/launch", launch_page), Route("/runs/{run_id}", run_page),
+        Route("/compare", compare_page),
+        Route("/api/tasks", api(tasks)), Route("/api/form", api(form)),
+        Route("/api/runs", api(runs), methods=["GET"]), Route("/api/runs", api(launch), methods=["POST"]),
+        Route("/api/runs/{run_id}", api(run)), Route("/api/runs/{run_id}/metrics", api(metrics)),
+        Route("/api/runs/{run_id}/log", api(log)),
+        Route("/api/runs/{run_id}/stop", api(stop), methods=["POST"]),
+        Route("/api/runs/{run_id}/resume", api(resume), methods=["POST"]),
+        Route("/api/runs/{run_id}/clone", api(clone), methods=["POST"]),
+        Route("/api/runs/{run_id}/delete", api(delete), methods=["POST"]),
+        Route("/api/runs/{run_id}/predict", api(predict), methods=["POST"]),
+        Route("/api/examples", api(examples), methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+    ]
+    return Starlette(routes=routes)
+
+
+def open_studio(root: str, max_runs: int = 0, restart_budget: int = 3) -> Studio:
+    """A studio over ``root`` (created if missing) with its supervisor started."""
+    os.makedirs(root, exist_ok=True)
+    supervisor = Supervisor(os.path.realpath(root), max_runs)
+    supervisor.start()
+    return Studio(root, supervisor, restart_budget)
+
+
+__all__ = ["Studio", "StudioError", "build_app", "database_path", "open_studio"]

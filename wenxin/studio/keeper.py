@@ -1,0 +1,156 @@
+"""A run's keeper: the process that runs one studio run's command and keeps it alive.
+
+``python -m wenxin.studio.keeper ROOT RUN_ID`` (the studio starts it, in a session of its own so
+that it outlives the studio). It starts the run's command (an ordinary ``wenxin train`` or
+``wenxin sweep``, with ``trainer.resume=auto``), waits for it, and decides from how it ended:
+
+- exit 0: finished;
+- exit 75 after the studio asked it to stop (SIGTERM: the run saved a checkpoint): stopped;
+- exit 2, 3 or 4 (a task-file, data or checkpoint error): failed; starting again would fail again;
+- anything else (killed by a signal, the kernel's out-of-memory kill, a crash, a SIGTERM the studio
+  did not send): restarted from its newest checkpoint, while the run's restart budget lasts,
+  each restart recorded with its cause; past the budget, failed.
+
+A SIGTERM to the keeper itself goes on to the run. Where the studio did not ask for it (the
+machine shutting down), the keeper records the run as interrupted, and the studio resumes it
+on its next start.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import List, Optional
+
+from wenxin.common.errors import EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_DATA, EXIT_OK, EXIT_PREEMPTED
+from wenxin.studio.store import (FAILED, FINISHED, INTERRUPTED, RESTARTING, RUNNING, STOPPED, Store,
+                                 database_path)
+
+LOG_NAME = "console.log"
+NO_RETRY = {EXIT_CONFIG: "a task-file or installation error", EXIT_DATA: "a data error",
+            EXIT_CHECKPOINT: "a checkpoint error"}
+
+
+def describe_exit(code: int) -> str:
+    """``killed by SIGKILL`` or ``exit code 1``."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def last_error(log_path: str) -> str:
+    """The log's last line starting with ``error`` (the command's one-line errors), else its last
+    line."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, os.path.getsize(log_path) - 65536))
+            lines = [line.strip() for line in f.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if line.startswith(("error", "Error", "Traceback")) or "Error:" in line]
+    return (errors or lines or [""])[-1][:300]
+
+
+class Keeper:
+    """Runs one studio run until it finishes, fails, stops or runs out of restarts."""
+
+    def __init__(self, root: str, run_id: int) -> None:
+        self.root = root
+        self.run_id = run_id
+        self.store = Store(database_path(root))
+        self.child: Optional[subprocess.Popen] = None
+        self.terminated = False
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        self.terminated = True
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM)
+
+    def _start(self, command: List[str], folder: str) -> subprocess.Popen:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, LOG_NAME), "ab") as log:
+            return subprocess.Popen(command, cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        run = self.store.run(self.run_id)
+        if run is None:
+            return 1
+        folder = os.path.join(self.root, run["folder"])
+        restarts = run["restarts"]
+        from wenxin.studio.supervisor import process_start_time
+        self.store.update(self.run_id, keeper_pid=os.getpid(), keeper_started=process_start_time(os.getpid()))
+        while True:
+            run = self.store.run(self.run_id)
+            if run is None:  # deleted while it ran
+                return 1
+            if run["stop_requested"] or self.terminated:
+                return self._end_before_start(bool(run["stop_requested"]))
+            self.child = self._start(run["command"], folder)
+            self.store.update(self.run_id, "started", f"started (process {self.child.pid})", status=RUNNING,
+                              train_pid=self.child.pid)
+            if self.terminated and self.child.poll() is None:  # a SIGTERM between the start and the record
+                self.child.send_signal(signal.SIGTERM)
+            code = self.child.wait()
+            run = self.store.run(self.run_id)
+            if run is None:
+                return 1
+            stop_asked = bool(run["stop_requested"])
+            if code == EXIT_OK and not (self.terminated and not stop_asked):
+                self.store.update(self.run_id, FINISHED, "finished", status=FINISHED, ended=time.time(),
+                                  train_pid=None, cause="")
+                return 0
+            if stop_asked:
+                cause = "stopped from the studio" + ("" if code == EXIT_PREEMPTED else f" ({describe_exit(code)})")
+                self.store.update(self.run_id, STOPPED, cause, status=STOPPED, ended=time.time(), train_pid=None,
+                                  cause=cause)
+                return 0
+            if self.terminated:  # the keeper got SIGTERM from someone else: the machine going down
+                cause = f"interrupted: the keeper was terminated ({describe_exit(code)})"
+                self.store.update(self.run_id, INTERRUPTED, cause, status=INTERRUPTED, train_pid=None, cause=cause)
+                return 0
+            cause = describe_exit(code)
+            if code in NO_RETRY:
+                message = f"{cause}, {NO_RETRY[code]}: {last_error(os.path.join(folder, LOG_NAME))}"
+                self.store.update(self.run_id, FAILED, message, status=FAILED, ended=time.time(), train_pid=None,
+                                  cause=message)
+                return 0
+            detail = last_error(os.path.join(folder, LOG_NAME)) if code > 0 else ""
+            cause = f"{cause}: {detail}" if detail else cause
+            if restarts >= run["restart_budget"]:
+                message = f"{cause}; no restarts left (budget {run['restart_budget']})"
+                self.store.update(self.run_id, FAILED, message, status=FAILED, ended=time.time(), train_pid=None,
+                                  cause=message)
+                return 0
+            restarts += 1
+            self.store.update(self.run_id, "restarted",
+                              f"restart {restarts} of {run['restart_budget']} after {cause}; it continues from "
+                              f"its newest checkpoint", status=RESTARTING, restarts=restarts, train_pid=None,
+                              cause=cause)
+
+    def _end_before_start(self, stop_asked: bool) -> int:
+        if stop_asked:
+            self.store.update(self.run_id, STOPPED, "stopped from the studio", status=STOPPED, ended=time.time(),
+                              train_pid=None, cause="stopped from the studio")
+        else:
+            self.store.update(self.run_id, INTERRUPTED, "interrupted before it started", status=INTERRUPTED,
+                              train_pid=None)
+        return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or not args[1].isdigit():
+        print("usage: python -m wenxin.studio.keeper ROOT RUN_ID", file=sys.stderr)
+        return 2
+    return Keeper(os.path.abspath(args[0]), int(args[1])).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""What the studio reads from a run's folder: the files every ``wenxin train`` already writes
+(``logs/metrics.jsonl``, ``checkpoints/index.json``, ``config.json``, the console log) and a
+sweep's ``sweep.json``. Nothing here writes.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+from wenxin.studio.keeper import LOG_NAME
+
+MAX_RECORDS = 5000  # metrics records one answer carries; the page asks again from where it stopped
+MAX_LOG_BYTES = 64 * 1024
+
+
+def output_folder(run_folder: str) -> str:
+    return os.path.join(run_folder, "output")
+
+
+def read_json(path: str) -> Optional[Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def metrics_since(run_folder: str, offset: int) -> Tuple[List[Dict[str, Any]], int]:
+    """The metrics records written after byte ``offset`` of ``logs/metrics.jsonl`` (whole lines
+    only), and the offset to ask from next."""
+    path = os.path.join(output_folder(run_folder), "logs", "metrics.jsonl")
+    records: List[Dict[str, Any]] = []
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, offset))
+            data = f.read(8 * 1024 * 1024)
+    except OSError:
+        return records, offset
+    end = data.rfind(b"\n") + 1  # a line still being written waits for the next answer
+    consumed = 0
+    for line in data[:end].splitlines(keepends=True):
+        if len(records) >= MAX_RECORDS:
+            break
+        consumed += len(line)
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records, offset + consumed
+
+
+def log_tail(run_folder: str, max_bytes: int = MAX_LOG_BYTES) -> str:
+    path = os.path.join(run_folder, LOG_NAME)
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    return text if len(data) < max_bytes else text.split("\n", 1)[-1]
+
+
+def checkpoints(run_folder: str) -> Dict[str, Any]:
+    """``checkpoints/index.json`` (the metric, and each checkpoint with its kind, step and score)."""
+    index = read_json(os.path.join(output_folder(run_folder), "checkpoints", "index.json"))
+    return index if isinstance(index, dict) else {"checkpoints": []}
+
+
+def best_metric(run_folder: str) -> Optional[Dict[str, Any]]:
+    """The best dev score so far: {"metric", "value", "step"}; None before the first evaluation."""
+    index = checkpoints(run_folder)
+    best = [c for c in index.get("checkpoints", []) if c.get("kind") == "best" and c.get("metric") is not None]
+    if best:
+        return {"metric": index.get("metric"), "value": best[0]["metric"], "step": best[0].get("step")}
+    return None
+
+
+def latest_train_record(run_folder: str) -> Optional[Dict[str, Any]]:
+    """The newest ``train`` record (its ``eta_sec``, ``step``), read from the file's end."""
+    path = os.path.join(output_folder(run_folder), "logs", "metrics.jsonl")
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - 65536))
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("tag") == "train":
+            return record
+    return None
+
+
+def resolved_config(run_folder: str) -> Optional[Dict[str, Any]]:
+    config = read_json(os.path.join(output_folder(run_folder), "config.json"))
+    return config if isinstance(config, dict) else None
+
+
+def exported_model(run_folder: str) -> Optional[str]:
+    """The run's exported model to try: the best checkpoint's, else the newest one's."""
+    folder = os.path.join(output_folder(run_folder), "checkpoints")
+    candidates = ["best"]
+    latest = read_text(os.path.join(folder, "latest")).strip()
+    if latest:
+        candidates.append(latest)
+    for name in candidates:
+        inference = os.path.join(folder, os.path.basename(name), "inference")
+        if os.path.isfile(os.path.join(inference, "preprocess.json")):
+            return inference
+    return None
+
+
+def read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(4096)
+    except OSError:
+        return ""
+
+
+def trackers(run_folder: str) -> List[Dict[str, str]]:
+    """Where the run's VisualDL, TensorBoard, MLflow and wandb records are, as the resolved config
+    says: a label and the command or address that opens each."""
+    config = resolved_config(run_folder) or {}
+    trainer = config.get("trainer", {})
+    output = output_folder(run_folder)
+    found = []
+    if trainer.get("visualdl", True) and os.path.isdir(os.path.join(output, "vdl")):
+        found.append({"name": "VisualDL", "open": f"visualdl --logdir {os.path.join(output, 'vdl')}"})
+    for hook in trainer.get("hooks", []):
+        kind, params = hook.get("type"), hook.get("params", {}) or {}
+        if kind == "TensorBoardHook":
+            logdir = params.get("logdir") or os.path.join(output, "tensorboard")
+            found.append({"name": "TensorBoard", "open": f"tensorboard --logdir {logdir}"})
+        elif kind == "MLflowHook":
+            uri = params.get("tracking_uri") or f"sqlite:///{os.path.join(output, 'mlflow.db')}"
+            found.append({"name": "MLflow", "open": f"mlflow ui --backend-store-uri {uri}"})
+        elif kind == "WandbHook":
+            found.append({"name": "wandb", "open": f"wandb offline records in {params.get('dir') or output}"})
+    return found
+
+
+def sweep_table(run_folder: str, sweep_output: str = "") -> Optional[Dict[str, Any]]:
+    """A sweep run's trials so far (``sweep.json``): in the run's folder, or where the sweep
+    file's ``output`` puts them."""
+    state = read_json(os.path.join(sweep_output or os.path.join(output_folder(run_folder), "sweep"), "sweep.json"))
+    return state if isinstance(state, dict) else None

@@ -1,0 +1,172 @@
+"""The studio's guard: an ASGI middleware in front of every request.
+
+- **Host.** Bound to a loopback address, the studio answers only requests whose ``Host`` names
+  a loopback address (a web page cannot point another name at it: DNS rebinding).
+- **Token.** Listening elsewhere needs a token (``--token``, ``$WENXIN_STUDIO_TOKEN``, or one
+  generated and printed once at start, as Jupyter does). The first visit carries it as
+  ``?token=...``; the studio answers with an HttpOnly, SameSite=Strict cookie and sends the
+  browser on to the same page without it. API clients may send ``Authorization: Bearer TOKEN``.
+  Tokens are compared in constant time.
+- **Cross-site request forgery.** Every request that changes state (POST) must carry the
+  ``X-Studio-CSRF`` header equal to the ``wenxin_studio_csrf`` cookie (which only the studio's
+  own pages can read), a JSON body, and an ``Origin`` (when the browser sends one) equal to the
+  studio's own.
+- **Limits.** Request bodies over ``max_body_bytes`` are refused (413) before they are read;
+  the HTTP layer's header size and request-start deadline are ``wenxin serve``'s.
+"""
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+from http.cookies import SimpleCookie
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from urllib.parse import parse_qsl, urlencode
+
+TOKEN_COOKIE = "wenxin_studio_token"
+CSRF_COOKIE = "wenxin_studio_csrf"
+CSRF_HEADER = b"x-studio-csrf"
+MAX_BODY_BYTES = 1024 * 1024
+
+Scope = Dict[str, Any]
+Receive = Callable[[], Awaitable[Dict[str, Any]]]
+Send = Callable[[Dict[str, Any]], Awaitable[None]]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def _headers(scope: Scope) -> Dict[bytes, bytes]:
+    return {name.lower(): value for name, value in scope.get("headers", [])}
+
+
+def _cookies(headers: Dict[bytes, bytes]) -> Dict[str, str]:
+    cookie: SimpleCookie = SimpleCookie()
+    try:
+        cookie.load(headers.get(b"cookie", b"").decode("latin-1"))
+    except Exception:  # noqa: BLE001 (a malformed cookie header counts as none)
+        return {}
+    return {name: morsel.value for name, morsel in cookie.items()}
+
+
+def _same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+async def _answer(send: Send, status: int, text: str, headers: Optional[List[Tuple[bytes, bytes]]] = None) -> None:
+    body = text.encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode()), (b"cache-control", b"no-store"),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guard:
+    """Wraps the studio's ASGI app with the checks above."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], token: str, loopback_only: bool,
+                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.token = token
+        self.loopback_only = loopback_only
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        host = headers.get(b"host", b"").decode("latin-1")
+        if self.loopback_only and not is_loopback(host.rsplit(":", 1)[0] if not host.endswith("]") else host):
+            await _answer(send, 421, "this studio answers only requests addressed to localhost")
+            return
+        cookies = _cookies(headers)
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        extra: List[Tuple[bytes, bytes]] = []
+        if self.token:
+            given = query.get("token")
+            if given is not None and scope["method"] == "GET":
+                if not _same(given, self.token):
+                    await _answer(send, 401, "wrong token")
+                    return
+                rest = urlencode([(k, v) for k, v in parse_qsl(scope["query_string"].decode("latin-1"))
+                                  if k != "token"])
+                location = scope["path"] + (f"?{rest}" if rest else "")
+                await _answer(send, 303, "signed in", [
+                    (b"location", location.encode("latin-1")),
+                    (b"set-cookie", f"{TOKEN_COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/".encode())])
+                return
+            bearer = headers.get(b"authorization", b"").decode("latin-1")
+            presented = cookies.get(TOKEN_COOKIE) or (bearer[7:] if bearer.startswith("Bearer ") else "")
+            if not presented or not _same(presented, self.token):
+                await _answer(send, 401, "this studio needs its token: open the address it printed at start "
+                                         "(…/?token=...), or send Authorization: Bearer TOKEN")
+                return
+        csrf = cookies.get(CSRF_COOKIE, "")
+        if scope["method"] not in ("GET", "HEAD"):
+            problem = self._forgery_problem(scope, headers, csrf, host)
+            if problem:
+                await _answer(send, 403, problem)
+                return
+        if not csrf:
+            cookie = f"{CSRF_COOKIE}={secrets.token_urlsafe(24)}; SameSite=Strict; Path=/"
+            extra.append((b"set-cookie", cookie.encode()))
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            await _answer(send, 413, f"a request body holds at most {self.max_body_bytes} bytes")
+            return
+        await self.app(scope, self._limited(receive), self._with_headers(send, extra))
+
+    @staticmethod
+    def _forgery_problem(scope: Scope, headers: Dict[bytes, bytes], csrf: str, host: str) -> str:
+        sent = headers.get(CSRF_HEADER, b"").decode("latin-1")
+        if not csrf or not sent or not _same(csrf, sent):
+            return "a state-changing request needs the X-Studio-CSRF header of the studio's own pages"
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        if origin and origin not in (f"http://{host}", f"https://{host}"):
+            return f"a request from another origin ({origin[:100]}) may not change the studio's state"
+        if not headers.get(b"content-type", b"").startswith(b"application/json"):
+            return "a state-changing request sends JSON (Content-Type: application/json)"
+        return ""
+
+    def _limited(self, receive: Receive) -> Receive:
+        seen = 0
+        limit = self.max_body_bytes
+
+        async def limited() -> Dict[str, Any]:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge()
+            return message
+
+        return limited
+
+    @staticmethod
+    def _with_headers(send: Send, extra: List[Tuple[bytes, bytes]]) -> Send:
+        if not extra:
+            return send
+
+        async def sending(message: Dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        return sending
+
+
+class BodyTooLarge(Exception):
+    """A chunked body ran past the limit (the app answers 413)."""

@@ -1,0 +1,75 @@
+"""``wenxin studio``: the studio's web server (uvicorn, with ``wenxin serve``'s hardened HTTP
+protocol) over one root folder, with its supervisor."""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Optional
+
+from wenxin.common.errors import ConfigError
+from wenxin.studio.app import Studio, build_app, open_studio
+from wenxin.studio.security import Guard, is_loopback, new_token
+
+logger = logging.getLogger("wenxin.studio")
+TOKEN_VARIABLE = "WENXIN_STUDIO_TOKEN"
+
+
+class StudioServer:
+    """The studio over ``root`` listening on ``host:port`` (port 0: any free one). Off loopback a
+    token is required: ``token``, else ``$WENXIN_STUDIO_TOKEN``, else a new one (``self.token``,
+    printed once by the command). The process works in ``root`` from then on: task files' relative
+    paths mean the same to the studio as to its runs."""
+
+    def __init__(self, root: str, host: str = "127.0.0.1", port: int = 8870, token: Optional[str] = None,
+                 max_runs: int = 0, restart_budget: int = 3, max_body_bytes: int = 1 << 20) -> None:
+        import uvicorn
+
+        from wenxin.compat.uvicorn_protocol import serving_protocol
+        from wenxin.inference.server import listen
+        if restart_budget < 0:
+            raise ConfigError("--restart_budget: at least 0")
+        if max_runs < 0:
+            raise ConfigError("--max_runs: at least 0 (0: one a core pair)")
+        given = token if token is not None else os.environ.get(TOKEN_VARIABLE, "")
+        loopback = is_loopback(host)
+        self.token = given or ("" if loopback else new_token())
+        self.generated_token = not given and not loopback
+        self.socket = listen(host, port)
+        self.host, self.port = host, self.socket.getsockname()[1]
+        os.makedirs(root, exist_ok=True)
+        os.chdir(root)  # task files' relative data paths mean the root, for the studio as for its runs
+        self.studio: Studio = open_studio(root, max_runs, restart_budget)
+        app = Guard(build_app(self.studio), self.token, loopback_only=loopback, max_body_bytes=max_body_bytes)
+        protocol = serving_protocol(10.0, 16 * 1024, 64, 256)
+        config = uvicorn.Config(app, http=protocol, lifespan="off", access_log=False, log_config=None,
+                                server_header=False, timeout_keep_alive=5, limit_concurrency=256,
+                                timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
+        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+
+    @property
+    def url(self) -> str:
+        host = "localhost" if is_loopback(self.host) else self.host
+        return f"http://{host}:{self.port}/"
+
+    def run(self) -> None:
+        """Serve until SIGTERM or Ctrl-C (the runs go on: their keepers are separate processes)."""
+        try:
+            self.server.run(sockets=[self.socket])
+        finally:
+            self.studio.supervisor.close()
+
+    def start_in_thread(self) -> threading.Thread:
+        """Serve from a background thread (tests); returns once it accepts requests."""
+        thread = threading.Thread(target=self.run, name="wenxin-studio", daemon=True)
+        thread.start()
+        while not self.server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the studio stopped while starting")
+            time.sleep(0.01)
+        return thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True

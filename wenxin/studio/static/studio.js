@@ -1,0 +1,394 @@
+// wenxin studio: fills the page shells from the studio's JSON API and keeps them current.
+// Every value from the server is written as text (textContent), never parsed as HTML.
+"use strict";
+
+const POLL_MS = 2000;
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (name === "text") node.textContent = String(value);
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function csrfToken() {
+  const match = document.cookie.match(/(?:^|;\s*)wenxin_studio_csrf=([^;]+)/);
+  return match ? match[1] : "";
+}
+
+async function call(method, url, body) {
+  const options = {method, headers: {}, credentials: "same-origin"};
+  if (method !== "GET") {
+    options.headers["Content-Type"] = "application/json";
+    options.headers["X-Studio-CSRF"] = csrfToken();
+    options.body = JSON.stringify(body || {});
+  }
+  const response = await fetch(url, options);
+  let data = null;
+  try { data = await response.json(); } catch (e) { data = {error: await response.text().catch(() => "")}; }
+  if (!response.ok) throw new Error((data && data.error) || `${response.status} ${response.statusText}`);
+  return data;
+}
+
+function formatTime(seconds) {
+  if (seconds === null || seconds === undefined) return "";
+  const s = Math.round(seconds), h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+  return h ? `${h} h ${m} min` : m ? `${m} min ${s % 60} s` : `${s % 60} s`;
+}
+
+function formatDate(epoch) {
+  return epoch ? new Date(epoch * 1000).toLocaleString() : "";
+}
+
+function formatNumber(value) {
+  if (typeof value !== "number") return value === null || value === undefined ? "" : String(value);
+  return Math.abs(value) >= 1e4 || (value !== 0 && Math.abs(value) < 1e-3) ? value.toExponential(3)
+    : String(Math.round(value * 1e4) / 1e4);
+}
+
+function message(text, kind) {
+  const box = document.getElementById("message") || document.getElementById("main").prepend(
+    el("div", {id: "message"})) || document.getElementById("message");
+  box.className = kind || "";
+  box.textContent = text;
+}
+
+function showError(error) { message(String(error.message || error), "error"); }
+
+function badge(status) { return el("span", {class: `status ${status}`, text: status}); }
+
+function settingsText(overrides) {
+  return Object.entries(overrides || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join("  ");
+}
+
+// ---- runs ----
+async function runsPage(main) {
+  const selected = new Set();
+  const compare = el("button", {id: "compare", onclick: () => {
+    location.href = `/compare?ids=${[...selected].join(",")}`;
+  }}, "compare selected");
+  const table = el("table", {id: "runs"});
+  main.append(el("h1", {}, "Runs"), el("p", {}, el("a", {href: "/launch", class: "button"}, "launch a run"), " ",
+    compare), table);
+  async function refresh() {
+    const data = await call("GET", "/api/runs");
+    table.replaceChildren(el("tr", {}, ["", "run", "name", "status", "restarts", "settings", "best dev", "step",
+      "ETA", "started"].map(h => el("th", {}, h))));
+    for (const run of data.runs) {
+      const box = el("input", {type: "checkbox", checked: selected.has(run.id), onchange: e => {
+        e.target.checked ? selected.add(run.id) : selected.delete(run.id);
+      }});
+      const best = run.best ? `${run.best.metric} ${formatNumber(run.best.value)}` : "";
+      table.append(el("tr", {"data-run": run.id, "data-status": run.status},
+        el("td", {}, box), el("td", {}, el("a", {href: `/runs/${run.id}`}, `#${run.id}`)),
+        el("td", {}, run.name), el("td", {}, badge(run.status), run.cause ? el("div", {class: "cause"}, run.cause) : null),
+        el("td", {}, String(run.restarts)), el("td", {class: "settings"}, settingsText(run.overrides)),
+        el("td", {}, best), el("td", {}, run.step === null ? "" : String(run.step)),
+        el("td", {}, formatTime(run.eta_sec)), el("td", {}, formatDate(run.started))));
+    }
+  }
+  await poll(refresh);
+}
+
+async function poll(refresh) {
+  let failures = 0;
+  async function tick() {
+    try { await refresh(); failures = 0; } catch (e) { failures += 1; showError(e); }
+    setTimeout(tick, POLL_MS * Math.min(1 + failures, 5));
+  }
+  await tick();
+}
+
+// ---- launch ----
+async function launchPage(main, task) {
+  if (!task) return chooseTask(main);
+  const form = await call("GET", `/api/form?task=${encodeURIComponent(task)}`);
+  const files = await call("GET", "/api/tasks");
+  const cloneOf = new URLSearchParams(location.search).get("clone");
+  const source = cloneOf ? await call("GET", `/api/runs/${cloneOf}`) : null;
+  if (source) {  // the form starts from the cloned run's values
+    for (const field of form.fields) {
+      if (field.key in source.overrides) {
+        const value = source.overrides[field.key];
+        field.value = field.control === "hooks" ? value.map(h => h.type) : value;
+      }
+    }
+  }
+  const inputs = {};
+  const rows = form.fields.map(field => {
+    let input;
+    if (field.control === "select") {
+      input = el("select", {name: field.key}, field.choices.map(c =>
+        el("option", {value: JSON.stringify(c), selected: c === field.value}, String(c))));
+    } else if (field.control === "checkbox") {
+      input = el("input", {type: "checkbox", name: field.key, checked: field.value});
+    } else if (field.control === "number") {
+      input = el("input", {type: "number", name: field.key, value: field.value, min: field.min, max: field.max,
+        step: field.step});
+    } else if (field.control === "hooks") {
+      input = el("span", {class: "hooks", "data-key": field.key}, field.choices.map(name => el("label", {},
+        el("input", {type: "checkbox", value: name, checked: field.value.includes(name)}), name)));
+    } else {
+      input = el("input", {type: "text", name: field.key, value: field.value || ""});
+    }
+    inputs[field.key] = [field, input];
+    return el("tr", {}, el("th", {}, el("label", {}, field.key)), el("td", {}, input),
+      el("td", {class: "help"}, field.help || ""));
+  });
+  const name = el("input", {type: "text", id: "run-name",
+    value: source ? `${source.name} (clone)` : task.split("/").pop().replace(/\.(json|ya?ml)$/, "")});
+  const sweep = el("select", {id: "sweep"}, el("option", {value: ""}, "no sweep: one run"),
+    files.sweeps.map(s => el("option", {value: s}, s)));
+  const command = el("pre", {id: "command", text: form.command});
+  const start = el("button", {id: "start", onclick: async () => {
+    start.disabled = true;
+    try {
+      const run = source ? await call("POST", `/api/runs/${source.id}/clone`, {name: name.value, values: values()})
+        : await call("POST", "/api/runs", {task, name: name.value, sweep: sweep.value, values: values()});
+      location.href = `/runs/${run.id}`;
+    } catch (e) { showError(e); start.disabled = false; }
+  }}, "start");
+  function values() {
+    const out = {};
+    for (const [key, [field, input]] of Object.entries(inputs)) {
+      if (field.control === "select") out[key] = JSON.parse(input.value);
+      else if (field.control === "checkbox") out[key] = input.checked;
+      else if (field.control === "number") out[key] = input.value === "" ? null : Number(input.value);
+      else if (field.control === "hooks") out[key] = [...input.querySelectorAll("input:checked")].map(i => i.value);
+      else out[key] = input.value;
+    }
+    return out;
+  }
+  main.append(el("h1", {}, source ? `Clone #${source.id} ${source.name}` : `Launch ${task}`), el("table", {class: "form"}, rows),
+    el("p", {}, el("label", {}, "name ", name), " ", el("label", {}, "sweep ", sweep)),
+    el("p", {}, "The task file as it is runs as:"), command, el("p", {}, start));
+}
+
+async function chooseTask(main) {
+  const files = await call("GET", "/api/tasks");
+  const list = el("ul", {id: "tasks"}, files.tasks.map(t =>
+    el("li", {}, el("a", {href: `/launch?task=${encodeURIComponent(t)}`}, t))));
+  const copy = el("button", {id: "copy-examples", onclick: async () => {
+    try {
+      const result = await call("POST", "/api/examples", {});
+      message(`copied ${result.written.length} files into examples/`, "ok");
+      setTimeout(() => location.reload(), 800);
+    } catch (e) { showError(e); }
+  }}, "copy wenxin's examples into the root");
+  main.append(el("h1", {}, "Launch: pick a task file"),
+    files.tasks.length ? list : el("p", {}, "No task files under the root yet."), el("p", {}, copy));
+}
+
+// ---- one run ----
+const CHART_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+
+function lineChart(target, title, seriesNames, width) {
+  const opts = {title, width: width || 520, height: 240, scales: {x: {time: false}},
+    series: [{label: "step"}].concat(seriesNames.map((n, i) => ({label: n, stroke: CHART_COLORS[i % 8], width: 1.5,
+      points: {show: false}, spanGaps: true})))};
+  return new uPlot(opts, [[]].concat(seriesNames.map(() => [])), target);
+}
+
+class Curves {
+  // Records of metrics.jsonl turned into chart series: train loss, learning rate, dev metrics.
+  constructor(container) {
+    this.container = container;
+    this.train = {step: [], loss: [], lr: []};
+    this.dev = {step: []};
+    this.devNames = [];
+    this.charts = {};
+  }
+  add(records) {
+    for (const r of records) {
+      if (r.tag === "train" && typeof r.loss === "number") {
+        this.train.step.push(r.step); this.train.loss.push(r.loss); this.train.lr.push(r.lr ?? null);
+      } else if (r.tag === "dev") {
+        for (const [k, v] of Object.entries(r)) {
+          if (typeof v === "number" && !["step", "time", "epoch"].includes(k) && !this.devNames.includes(k)) {
+            this.devNames.push(k); this.dev[k] = this.dev.step.map(() => null);
+          }
+        }
+        this.dev.step.push(r.step);
+        for (const k of this.devNames) this.dev[k].push(typeof r[k] === "number" ? r[k] : null);
+      }
+    }
+    this.draw();
+  }
+  draw() {
+    const want = {loss: [this.train.step, [this.train.loss]], lr: [this.train.step, [this.train.lr]]};
+    for (const name of this.devNames) want[`dev ${name}`] = [this.dev.step, [this.dev[name]]];
+    for (const [title, [x, ys]] of Object.entries(want)) {
+      if (!this.charts[title]) {
+        const box = el("div", {class: "chart", "data-chart": title});
+        this.container.append(box);
+        this.charts[title] = lineChart(box, title, [title]);
+      }
+      this.charts[title].setData([x.slice(), ...ys.map(y => y.slice())]);
+    }
+  }
+}
+
+async function runPage(main, runId) {
+  const head = el("div", {id: "run-head"});
+  const actions = el("p", {id: "actions"});
+  const charts = el("div", {id: "charts"});
+  const side = el("div", {id: "run-side"});
+  const log = el("pre", {id: "log"});
+  const tryBox = el("div", {id: "try"});
+  main.append(head, actions, charts, side, el("h2", {}, "Log"), log, tryBox);
+  const curves = new Curves(charts);
+  let offset = 0, lastStatus = null;
+  async function refresh() {
+    const run = await call("GET", `/api/runs/${runId}`);
+    const metrics = await call("GET", `/api/runs/${runId}/metrics?since=${offset}`);
+    offset = metrics.next;
+    curves.add(metrics.records);
+    const logData = await call("GET", `/api/runs/${runId}/log`);
+    renderHead(head, run);
+    if (run.status !== lastStatus) { renderActions(actions, run); lastStatus = run.status; }
+    renderSide(side, run);
+    log.textContent = logData.text.split("\n").slice(-60).join("\n");
+    if (run.exported && !tryBox.dataset.ready) renderTry(tryBox, runId);
+  }
+  await poll(refresh);
+}
+
+function renderHead(head, run) {
+  head.replaceChildren(el("h1", {}, `#${run.id} ${run.name} `, badge(run.status)),
+    run.cause ? el("p", {class: "cause"}, run.cause) : null,
+    el("p", {}, `task ${run.task_path}`, run.sweep_path ? ` · sweep ${run.sweep_path}` : "",
+      ` · restarts ${run.restarts} of ${run.restart_budget}`, run.step !== null ? ` · step ${run.step}` : "",
+      run.eta_sec !== null && run.eta_sec !== undefined ? ` · ETA ${formatTime(run.eta_sec)}` : "",
+      run.best ? ` · best dev ${run.best.metric} ${formatNumber(run.best.value)} (step ${run.best.step})` : ""),
+    el("pre", {class: "command", text: run.command}));
+}
+
+function renderActions(actions, run) {
+  const act = (label, id, handler) => el("button", {id, onclick: async () => {
+    try { await handler(); } catch (e) { showError(e); }
+  }}, label);
+  const active = ["running", "restarting", "queued"].includes(run.status);
+  actions.replaceChildren(
+    active ? act("stop", "stop", async () => { await call("POST", `/api/runs/${run.id}/stop`); message("stop asked", "ok"); })
+      : act("resume", "resume", async () => { await call("POST", `/api/runs/${run.id}/resume`); message("queued", "ok"); }),
+    " ", el("a", {class: "button", id: "clone", href: `/launch?task=${encodeURIComponent(run.task_path)}&clone=${run.id}`},
+      "clone with changed values"),
+    " ", active ? null : act("delete", "delete", async () => {
+      const typed = prompt(`Delete run #${run.id} and its folder? Type its name (${run.name}) to confirm.`);
+      if (typed === null) return;
+      await call("POST", `/api/runs/${run.id}/delete`, {confirm: typed});
+      location.href = "/";
+    }));
+}
+
+function renderSide(side, run) {
+  const checkpoints = (run.checkpoints.checkpoints || []).map(c => el("tr", {}, el("td", {}, c.name),
+    el("td", {}, c.kind), el("td", {}, String(c.step ?? "")), el("td", {}, formatNumber(c.metric))));
+  const events = run.events.map(e => el("li", {class: `event ${e.kind}`}, `${formatDate(e.time)} · ${e.kind}: ${e.message}`));
+  const trackers = run.trackers.map(t => el("li", {}, `${t.name}: `, el("code", {}, t.open)));
+  side.replaceChildren(
+    el("h2", {}, "Checkpoints"), el("table", {id: "checkpoints"}, el("tr", {}, ["name", "kind", "step",
+      run.checkpoints.metric || "metric"].map(h => el("th", {}, h))), checkpoints),
+    el("h2", {}, "Events"), el("ul", {id: "events"}, events),
+    trackers.length ? el("h2", {}, "Trackers") : null, trackers.length ? el("ul", {}, trackers) : null,
+    run.sweep ? sweepTable(run.sweep) : null);
+}
+
+function sweepTable(sweep) {
+  const keys = Object.keys((sweep.trials[0] || {}).values || {});
+  return el("div", {}, el("h2", {}, "Sweep trials"), el("table", {id: "sweep-trials"},
+    el("tr", {}, ["trial", "status", ...keys, "metric"].map(h => el("th", {}, h))),
+    sweep.trials.map(t => el("tr", {}, el("td", {}, String(t.trial)), el("td", {}, t.status),
+      keys.map(k => el("td", {}, formatNumber(t.values[k]))), el("td", {}, formatNumber(t.metric))))));
+}
+
+function renderTry(box, runId) {
+  box.dataset.ready = "1";
+  const input = el("textarea", {id: "try-text", rows: 3, placeholder: "one text a line (a pair: tab between)"});
+  const output = el("pre", {id: "try-output"});
+  box.append(el("h2", {}, "Try the exported model"), input, el("p", {}, el("button", {id: "try-run", onclick: async () => {
+    try {
+      const texts = input.value.split("\n").filter(t => t.trim());
+      const result = await call("POST", `/api/runs/${runId}/predict`, {texts});
+      output.textContent = result.predictions.map((p, i) => `${texts[i]}\t${JSON.stringify(p)}`).join("\n");
+    } catch (e) { output.textContent = String(e.message || e); }
+  }}, "predict")), output);
+}
+
+// ---- compare ----
+async function comparePage(main, ids) {
+  const data = await call("GET", "/api/runs");
+  const chosen = new Set(ids.split(",").filter(Boolean).map(Number));
+  const picker = el("p", {}, data.runs.map(r => el("label", {}, el("input", {type: "checkbox", value: r.id,
+    checked: chosen.has(r.id), onchange: e => {
+      e.target.checked ? chosen.add(r.id) : chosen.delete(r.id);
+      history.replaceState(null, "", `/compare?ids=${[...chosen].join(",")}`);
+      draw();
+    }}), `#${r.id} ${r.name}`)));
+  const metricChoice = el("select", {id: "compare-metric", onchange: () => draw()});
+  const chartBox = el("div", {id: "compare-chart"});
+  const settings = el("table", {id: "compare-settings"});
+  main.append(el("h1", {}, "Compare runs"), picker, el("p", {}, "curve ", metricChoice), chartBox, settings);
+  const cache = {};
+  async function recordsOf(id) {
+    if (!cache[id]) cache[id] = (await call("GET", `/api/runs/${id}/metrics?since=0`)).records;
+    return cache[id];
+  }
+  async function draw() {
+    const runs = data.runs.filter(r => chosen.has(r.id));
+    const all = await Promise.all(runs.map(r => recordsOf(r.id)));
+    const names = new Set(["train loss"]);
+    for (const records of all) for (const r of records) if (r.tag === "dev")
+      for (const [k, v] of Object.entries(r)) if (typeof v === "number" && !["step", "time", "epoch"].includes(k)) names.add(`dev ${k}`);
+    const current = metricChoice.value || "train loss";
+    metricChoice.replaceChildren(...[...names].map(n => el("option", {value: n, selected: n === current}, n)));
+    const [tag, key] = (metricChoice.value || "train loss").split(" ");
+    const steps = [...new Set(all.flatMap(records => records.filter(r => r.tag === tag && typeof r[key] === "number")
+      .map(r => r.step)))].sort((a, b) => a - b);
+    const series = all.map(records => {
+      const byStep = new Map(records.filter(r => r.tag === tag && typeof r[key] === "number").map(r => [r.step, r[key]]));
+      return steps.map(s => byStep.has(s) ? byStep.get(s) : null);
+    });
+    chartBox.replaceChildren();
+    if (runs.length) lineChart(chartBox, `${tag} ${key}`, runs.map(r => `#${r.id} ${r.name}`), 900).setData([steps, ...series]);
+    const details = await Promise.all(runs.map(r => call("GET", `/api/runs/${r.id}`)));
+    const flat = details.map(d => flatten(d.config));
+    const keys = [...new Set(flat.flatMap(f => Object.keys(f)))].filter(k => !k.startsWith("_")).sort();
+    settings.replaceChildren(el("tr", {}, el("th", {}, "setting"), runs.map(r => el("th", {}, `#${r.id} ${r.name}`))),
+      ...keys.map(k => {
+        const values = flat.map(f => JSON.stringify(f[k]));
+        const differs = new Set(values).size > 1;
+        return el("tr", {class: differs ? "differs" : null}, el("td", {}, k), values.map(v => el("td", {}, v ?? "")));
+      }));
+  }
+  await draw();
+}
+
+function flatten(value, prefix, out) {
+  out = out || {};
+  if (value && typeof value === "object" && !Array.isArray(value)) {
+    for (const [k, v] of Object.entries(value)) flatten(v, prefix ? `${prefix}.${k}` : k, out);
+  } else if (prefix) out[prefix] = value;
+  return out;
+}
+
+// ---- start ----
+window.addEventListener("DOMContentLoaded", async () => {
+  const main = document.getElementById("main");
+  const {page, arg} = document.body.dataset;
+  main.replaceChildren(el("div", {id: "message"}));
+  try {
+    if (page === "runs") await runsPage(main);
+    else if (page === "launch") await launchPage(main, arg);
+    else if (page === "run") await runPage(main, arg);
+    else if (page === "compare") await comparePage(main, arg);
+  } catch (e) { showError(e); }
+});

@@ -1,0 +1,158 @@
+"""The studio's state: runs, their commands, attempts and events, in SQLite under the root
+(``<root>/.wenxin-studio/studio.db``).
+
+Two kinds of process write it: the studio (launch, stop, delete, scheduling) and each run's keeper
+(``wenxin.studio.keeper``: attempts, exits, restarts). SQLite's write-ahead log lets them share
+the file; every write is one short transaction, and a writer waits for another's (``timeout``)
+instead of failing. The state survives the studio's restart and a reboot: the studio reads it
+back on start and re-attaches to the runs still alive.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from typing import Any, Dict, Iterator, List, Optional
+
+STATE_DIR = ".wenxin-studio"
+RUNS_DIR = "studio_runs"
+
+# A run's life: queued -> running (-> restarting -> running)* -> finished | failed | stopped.
+# "interrupted": its keeper died with it (a reboot, the studio's machine killed); the studio
+# queues it again on start and the run continues from its checkpoint.
+QUEUED, RUNNING, RESTARTING, FINISHED, FAILED, STOPPED, INTERRUPTED = (
+    "queued", "running", "restarting", "finished", "failed", "stopped", "interrupted")
+ACTIVE = (RUNNING, RESTARTING)
+ENDED = (FINISHED, FAILED, STOPPED)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,              -- train | sweep
+    task_path TEXT NOT NULL,         -- relative to the root
+    sweep_path TEXT NOT NULL DEFAULT '',
+    overrides TEXT NOT NULL,         -- JSON: {key path: value}
+    command TEXT NOT NULL,           -- JSON: the argument list (no shell ever sees it)
+    folder TEXT NOT NULL,            -- relative to the root
+    status TEXT NOT NULL,
+    cause TEXT NOT NULL DEFAULT '',  -- why it failed, stopped or was restarted last
+    restarts INTEGER NOT NULL DEFAULT 0,
+    restart_budget INTEGER NOT NULL,
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    keeper_pid INTEGER,
+    keeper_started REAL,             -- the keeper's process start time (a pid can be reused)
+    train_pid INTEGER,
+    created REAL NOT NULL,
+    started REAL,
+    ended REAL
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id INTEGER NOT NULL,
+    time REAL NOT NULL,
+    kind TEXT NOT NULL,              -- queued | started | restarted | finished | failed | stopped | interrupted ...
+    message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, id);
+"""
+
+
+def database_path(root: str) -> str:
+    return os.path.join(root, STATE_DIR, "studio.db")
+
+
+class Store:
+    """The studio's SQLite database; each method is one transaction."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")  # outside a transaction, as SQLite wants
+            db.executescript(_SCHEMA)
+        finally:
+            db.close()
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            yield db
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        finally:
+            db.close()
+
+    @staticmethod
+    def _run(row: sqlite3.Row) -> Dict[str, Any]:
+        run = dict(row)
+        run["overrides"] = json.loads(run["overrides"])
+        run["command"] = json.loads(run["command"])
+        return run
+
+    def add_run(self, *, name: str, kind: str, task_path: str, sweep_path: str, overrides: Dict[str, Any],
+                command: List[str], folder: str, restart_budget: int) -> int:
+        with self._connect() as db:
+            cursor = db.execute(
+                "INSERT INTO runs (name, kind, task_path, sweep_path, overrides, command, folder, status, "
+                "restart_budget, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (name, kind, task_path, sweep_path, json.dumps(overrides), json.dumps(command), folder, QUEUED,
+                 restart_budget, time.time()))
+            run_id = int(cursor.lastrowid or 0)
+            db.execute("INSERT INTO events (run_id, time, kind, message) VALUES (?, ?, ?, ?)",
+                       (run_id, time.time(), QUEUED, "queued"))
+        return run_id
+
+    def set_folder_and_command(self, run_id: int, folder: str, command: List[str]) -> None:
+        with self._connect() as db:
+            db.execute("UPDATE runs SET folder = ?, command = ? WHERE id = ?", (folder, json.dumps(command), run_id))
+
+    def run(self, run_id: int) -> Optional[Dict[str, Any]]:
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return self._run(row) if row else None
+
+    def runs(self) -> List[Dict[str, Any]]:
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM runs ORDER BY id DESC").fetchall()
+        return [self._run(row) for row in rows]
+
+    def events(self, run_id: int) -> List[Dict[str, Any]]:
+        with self._connect() as db:
+            rows = db.execute("SELECT time, kind, message FROM events WHERE run_id = ? ORDER BY id",
+                              (run_id,)).fetchall()
+        return [dict(row) for row in rows]
+
+    def update(self, run_id: int, event: Optional[str] = None, message: str = "", **fields: Any) -> None:
+        """Set ``fields`` of the run and, with ``event``, record it (its kind and message)."""
+        with self._connect() as db:
+            if fields:
+                names = ", ".join(f"{name} = ?" for name in fields)
+                db.execute(f"UPDATE runs SET {names} WHERE id = ?", (*fields.values(), run_id))  # noqa: S608 (names are ours)
+            if event:
+                db.execute("INSERT INTO events (run_id, time, kind, message) VALUES (?, ?, ?, ?)",
+                           (run_id, time.time(), event, message or event))
+
+    def claim_queued(self, run_id: int) -> bool:
+        """Mark a queued run as running, before its keeper starts; False when it is no longer
+        queued (stopped or deleted meanwhile)."""
+        with self._connect() as db:
+            cursor = db.execute(
+                "UPDATE runs SET status = ?, keeper_pid = NULL, keeper_started = NULL, started = COALESCE(started, ?), "
+                "stop_requested = 0, ended = NULL WHERE id = ? AND status = ?",
+                (RUNNING, time.time(), run_id, QUEUED))
+            return cursor.rowcount == 1
+
+    def delete(self, run_id: int) -> None:
+        with self._connect() as db:
+            db.execute("DELETE FROM events WHERE run_id = ?", (run_id,))
+            db.execute("DELETE FROM runs WHERE id = ?", (run_id,))

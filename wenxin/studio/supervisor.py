@@ -1,0 +1,205 @@
+"""The studio's supervisor: a queue of runs, a concurrency limit that fits the machine, and the
+runs' keepers (``wenxin.studio.keeper``).
+
+Each run is an ordinary command (``python -m wenxin.cli train --param_path TASK --set KEY=VALUE
+... --set trainer.output_path=FOLDER/output --set trainer.resume=auto``) given as an argument list:
+no shell ever reads a user's value. The supervisor starts a keeper for each queued run while fewer
+than ``max_runs`` are active; each run gets ``cores // max_runs`` of the machine's cores
+(``WENXIN_CPU_SHARE``, as a sweep shares them out). Keepers run in sessions of their own, so runs
+go on while the studio restarts; on start the supervisor re-attaches to the keepers still alive
+(a process is known by its pid and start time) and queues the runs whose keeper is gone (a reboot)
+to continue from their checkpoints.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any, Dict, List, Optional
+
+from wenxin.common.threads import SHARE_VARIABLE
+from wenxin.studio.store import ACTIVE, INTERRUPTED, QUEUED, STOPPED, Store, database_path
+
+logger = logging.getLogger("wenxin.studio")
+
+
+def process_alive(pid: Optional[int], started: Optional[float]) -> bool:
+    """Whether the process ``pid`` that started at ``started`` (psutil's create time) still runs
+    (a pid reused by another process does not count)."""
+    if not pid or started is None:
+        return False
+    import psutil
+    try:
+        process = psutil.Process(pid)
+        return abs(process.create_time() - started) < 0.5 and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def run_process(pid: Optional[int], folder: str) -> Optional[Any]:
+    """The live psutil process ``pid`` when it is the training of the run in ``folder`` (its
+    command line names the folder; a reused pid does not)."""
+    if not pid:
+        return None
+    import psutil
+    try:
+        process = psutil.Process(pid)
+        if process.status() != psutil.STATUS_ZOMBIE and any(folder in part for part in process.cmdline()):
+            return process
+    except psutil.Error:
+        pass
+    return None
+
+
+def process_start_time(pid: int) -> Optional[float]:
+    import psutil
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+class Supervisor:
+    """Starts queued runs' keepers within ``max_runs`` and re-attaches to live ones."""
+
+    def __init__(self, root: str, max_runs: int = 0, poll_seconds: float = 0.5) -> None:
+        self.root = root
+        self.store = Store(database_path(root))
+        cores = usable_cores()
+        self.max_runs = max_runs or max(1, cores // 2)
+        self.cpu_share = max(1, cores // self.max_runs)
+        self.poll_seconds = poll_seconds
+        self.keepers: Dict[int, subprocess.Popen] = {}  # the keepers this studio started (reaped here)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+        self.recovered: List[str] = []  # what the start found, one line a run
+
+    # ---- start, re-attach, schedule ----
+    def recover(self) -> List[str]:
+        """On start: runs marked active whose keeper is gone were interrupted (the studio's machine
+        rebooted, or their keeper was killed); they and the runs already marked interrupted are
+        queued to continue. Returns what was done, one line a run."""
+        lines = []
+        for run in self.store.runs():
+            if run["status"] in ACTIVE and process_alive(run["keeper_pid"], run["keeper_started"]):
+                lines.append(f"run {run['id']}: still running (keeper process {run['keeper_pid']}); re-attached")
+                continue
+            if run["status"] in ACTIVE or run["status"] == INTERRUPTED:
+                why = "its process was gone when the studio started" if run["status"] in ACTIVE else run["cause"]
+                self._requeue_interrupted(run, why)
+                lines.append(f"run {run['id']}: interrupted ({why}); queued to continue")
+        return lines
+
+    def _requeue_interrupted(self, run: dict, why: str) -> None:
+        """An interruption is not the run's failure: it is queued again, its restart budget kept.
+        A training process its dead keeper left behind is killed first: two processes must never
+        write one run's checkpoints (the newest complete one is where the run continues)."""
+        orphan = run_process(run.get("train_pid"), os.path.join(self.root, run["folder"]))
+        if orphan is not None:
+            with contextlib.suppress(Exception):
+                orphan.kill()
+                orphan.wait(timeout=60)
+        self.store.update(run["id"], "interrupted", f"interrupted ({why}); queued to continue from its newest "
+                          "checkpoint", status=QUEUED, keeper_pid=None, train_pid=None)
+
+    def start(self) -> None:
+        self.recovered = self.recover()
+        for line in self.recovered:
+            logger.info("studio: %s", line)
+        self._thread = threading.Thread(target=self._loop, name="studio-supervisor", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop scheduling (the runs go on; their keepers are not the studio's to end)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.schedule()
+            except Exception:  # noqa: BLE001 (the loop outlives one failed round; the next retries)
+                logger.exception("studio: scheduling failed")
+            self._wake.wait(self.poll_seconds)
+            self._wake.clear()
+
+    def active_runs(self) -> List[dict]:
+        return [run for run in self.store.runs() if run["status"] in ACTIVE]
+
+    def schedule(self) -> List[int]:
+        """Reap finished keepers and start queued runs (oldest first) while there is room; returns
+        the runs started."""
+        with self._lock:
+            for run_id, keeper in list(self.keepers.items()):
+                if keeper.poll() is not None:
+                    del self.keepers[run_id]
+            runs = self.store.runs()
+            for run in runs:  # a keeper that died (killed with its run) leaves its run marked active
+                if run["status"] in ACTIVE and run["keeper_pid"] and run["id"] not in self.keepers \
+                        and not process_alive(run["keeper_pid"], run["keeper_started"]):
+                    self._requeue_interrupted(run, "its keeper process died")
+            runs = self.store.runs()
+            active = sum(run["status"] in ACTIVE for run in runs)
+            started = []
+            for run in sorted((r for r in runs if r["status"] == QUEUED), key=lambda r: r["id"]):
+                if active >= self.max_runs:
+                    break
+                if self.store.claim_queued(run["id"]):
+                    self._start_keeper(run["id"])
+                    started.append(run["id"])
+                    active += 1
+            return started
+
+    def _start_keeper(self, run_id: int) -> None:
+        env = {**os.environ, SHARE_VARIABLE: str(self.cpu_share), "OMP_NUM_THREADS": "1", "CPU_NUM": "1",
+               "GLOG_minloglevel": os.environ.get("GLOG_minloglevel", "2")}
+        keeper = subprocess.Popen([sys.executable, "-m", "wenxin.studio.keeper", self.root, str(run_id)],
+                                  cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        self.keepers[run_id] = keeper
+        self.store.update(run_id, keeper_pid=keeper.pid, keeper_started=process_start_time(keeper.pid))
+
+    # ---- control ----
+    def stop(self, run_id: int) -> str:
+        """Ask a run to stop: a queued run stops at once; a running one gets SIGTERM (it saves a
+        checkpoint and exits 75) through its keeper."""
+        run = self.store.run(run_id)
+        if run is None:
+            raise KeyError(run_id)
+        if run["status"] == QUEUED:
+            self.store.update(run_id, STOPPED, "stopped before it started", status=STOPPED,
+                              cause="stopped before it started")
+            return STOPPED
+        if run["status"] not in ACTIVE:
+            raise ValueError(f"run {run_id} is {run['status']}: there is nothing to stop")
+        self.store.update(run_id, "stopping", "stop asked: the run saves a checkpoint and ends", stop_requested=1)
+        if process_alive(run["keeper_pid"], run["keeper_started"]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(run["keeper_pid"], signal.SIGTERM)
+        return "stopping"
+
+    def resume(self, run_id: int) -> None:
+        """Queue a stopped, failed or finished run again: it continues from its newest checkpoint."""
+        run = self.store.run(run_id)
+        if run is None:
+            raise KeyError(run_id)
+        if run["status"] in ACTIVE or run["status"] == QUEUED:
+            raise ValueError(f"run {run_id} is {run['status']} already")
+        self.store.update(run_id, QUEUED, "resume asked: queued to continue from its newest checkpoint",
+                          status=QUEUED, stop_requested=0, restarts=0, cause="", ended=None)
+        self.wake()
