@@ -129,3 +129,28 @@ def test_a_value_never_reaches_a_shell(root, monkeypatch):
         from studio_helpers import wait_for_status
         wait_for_status(client, started["id"], "finished", "failed")
         assert not os.path.exists(marker)
+
+
+def test_the_command_prints_its_generated_token_once_and_stops_on_sigterm(root):
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import read_until
+    env = {k: v for k, v in os.environ.items() if k != "WENXIN_STUDIO_TOKEN"}
+    proc = subprocess.Popen([sys.executable, "-m", "wenxin.cli", "studio", "--root", root, "--host", "0.0.0.0",
+                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        said = read_until(proc.stderr, "printed this once", timeout=120)
+        port, token = re.search(r"open http://[^:]+:(\d+)/\?token=(\S+)", said).groups()
+        client = Client(int(port))
+        assert client.request("GET", "/api/runs", headers={"Host": "studio.lan"})[0] == 401
+        assert client.request("GET", f"/?token={token}", headers={"Host": "studio.lan"})[0] == 303
+        assert client.request("GET", "/api/runs", headers={"Host": "studio.lan"})[0] == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert proc.stdout.read() == ""  # the address and token go to the log (stderr), not stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()

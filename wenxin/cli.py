@@ -419,6 +419,8 @@ def _studio(args: argparse.Namespace) -> int:
     if server.generated_token:
         print("(the token is printed this once; set $WENXIN_STUDIO_TOKEN or --token to choose one)",
               file=sys.stderr, flush=True)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the page closes; the runs go on (their keepers are apart)
+        signal.signal(sig, lambda signum, frame: server.stop())
     server.run()
     return EXIT_OK
 

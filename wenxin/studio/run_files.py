@@ -143,7 +143,10 @@ def trackers(run_folder: str) -> List[Dict[str, str]]:
             found.append({"name": "TensorBoard", "open": f"tensorboard --logdir {logdir}"})
         elif kind == "MLflowHook":
             uri = params.get("tracking_uri") or f"sqlite:///{os.path.join(output, 'mlflow.db')}"
-            found.append({"name": "MLflow", "open": f"mlflow ui --backend-store-uri {uri}"})
+            if uri.startswith(("http://", "https://")):  # a tracking server: its page is a link
+                found.append({"name": "MLflow", "open": uri, "url": uri})
+            else:
+                found.append({"name": "MLflow", "open": f"mlflow ui --backend-store-uri {uri}"})
         elif kind == "WandbHook":
             found.append({"name": "wandb", "open": f"wandb offline records in {params.get('dir') or output}"})
     return found

@@ -51,7 +51,10 @@ class StudioServer:
 
     @property
     def url(self) -> str:
-        host = "localhost" if is_loopback(self.host) else self.host
+        """The address to open: localhost on loopback, the machine's name on every address."""
+        import socket
+        host = "localhost" if is_loopback(self.host) else socket.gethostname() if self.host in ("0.0.0.0", "::") \
+            else self.host
         return f"http://{host}:{self.port}/"
 
     def run(self) -> None:

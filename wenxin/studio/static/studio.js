@@ -293,7 +293,8 @@ function renderSide(side, run) {
   const checkpoints = (run.checkpoints.checkpoints || []).map(c => el("tr", {}, el("td", {}, c.name),
     el("td", {}, c.kind), el("td", {}, String(c.step ?? "")), el("td", {}, formatNumber(c.metric))));
   const events = run.events.map(e => el("li", {class: `event ${e.kind}`}, `${formatDate(e.time)} · ${e.kind}: ${e.message}`));
-  const trackers = run.trackers.map(t => el("li", {}, `${t.name}: `, el("code", {}, t.open)));
+  const trackers = run.trackers.map(t => el("li", {}, `${t.name}: `, t.url && /^https?:\/\//.test(t.url)
+    ? el("a", {href: t.url, target: "_blank", rel: "noopener"}, t.url) : el("code", {}, t.open)));
   side.replaceChildren(
     el("h2", {}, "Checkpoints"), el("table", {id: "checkpoints"}, el("tr", {}, ["name", "kind", "step",
       run.checkpoints.metric || "metric"].map(h => el("th", {}, h))), checkpoints),
