@@ -56,3 +56,10 @@ def test_the_readme_and_changelog_link_to_files_that_exist():
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
             if "://" not in target:
                 assert os.path.exists(os.path.join(REPO, target)), f"{name}: a link to {target}, which does not exist"
+
+
+def test_the_sites_changelog_is_the_repositorys():
+    """docs/changelog.md is CHANGELOG.md for the site (MkDocs reads only docs/): they must not drift."""
+    with open(os.path.join(REPO, "CHANGELOG.md"), encoding="utf-8") as f, \
+            open(os.path.join(REPO, "docs", "changelog.md"), encoding="utf-8") as g:
+        assert f.read() == g.read(), "copy CHANGELOG.md to docs/changelog.md"
