@@ -27,6 +27,15 @@ def launch(client, values, **body):
     return client.post("/api/runs", {"task": "task.json", "values": values, **body})
 
 
+def started_with_a_checkpoint(server):
+    """A client, and a run of the task as it is, once the run has saved a checkpoint."""
+    client = Client(server.port)
+    client.get("/")
+    run_id = launch(client, {})["id"]
+    wait_for_checkpoint(client, run_id)
+    return client, run_id
+
+
 def test_launch_from_the_form_then_watch_clone_and_delete(root, monkeypatch):
     make_root(root, epoch=3, save_inference=True)
     with serving(root, monkeypatch) as server:
@@ -117,10 +126,7 @@ def test_launch_errors_name_the_key_and_queue_nothing(root, monkeypatch):
 def test_a_run_killed_with_sigkill_restarts_from_its_checkpoint_and_finishes(root, monkeypatch):
     make_root(root, **LONG)
     with serving(root, monkeypatch, restart_budget=2) as server:
-        client = Client(server.port)
-        client.get("/")
-        run_id = launch(client, {})["id"]
-        wait_for_checkpoint(client, run_id)
+        client, run_id = started_with_a_checkpoint(server)
         os.kill(store_run(root, run_id)["train_pid"], signal.SIGKILL)  # as the kernel's OOM killer does
         run = wait_for_status(client, run_id, "finished", "failed")
         assert run["status"] == "finished" and run["restarts"] == 1, run
@@ -136,10 +142,7 @@ def test_a_run_killed_with_sigkill_restarts_from_its_checkpoint_and_finishes(roo
 def test_stop_resume_and_a_studio_restart_that_reattaches(root, monkeypatch):
     make_root(root, **LONG)
     with serving(root, monkeypatch) as server:
-        client = Client(server.port)
-        client.get("/")
-        run_id = launch(client, {})["id"]
-        wait_for_checkpoint(client, run_id)
+        client, run_id = started_with_a_checkpoint(server)
         assert client.post(f"/api/runs/{run_id}/stop")["status"] == "stopping"
         run = wait_for_status(client, run_id, "stopped", "finished", "failed")
         assert run["status"] == "stopped" and run["cause"] == "stopped from the studio", run
@@ -167,10 +170,7 @@ def test_stop_resume_and_a_studio_restart_that_reattaches(root, monkeypatch):
 def test_runs_a_reboot_interrupted_continue_when_the_studio_starts(root, monkeypatch):
     make_root(root, **LONG)
     with serving(root, monkeypatch) as server:
-        client = Client(server.port)
-        client.get("/")
-        run_id = launch(client, {})["id"]
-        wait_for_checkpoint(client, run_id)
+        client, run_id = started_with_a_checkpoint(server)
         before = store_run(root, run_id)
     for pid in (before["keeper_pid"], before["train_pid"]):  # the machine goes down: every process dies
         os.kill(pid, signal.SIGKILL)

@@ -95,14 +95,19 @@ class Studio:
             return None
 
     def task_path(self, rel: Any) -> str:
+        return self.file_under_root(rel, "task")
+
+    def file_under_root(self, rel: Any, what: str) -> str:
+        """The real path of the file ``rel`` names (relative to the root), which must lie inside
+        it; a ``StudioError`` naming ``what`` otherwise."""
         if not isinstance(rel, str) or not rel:
-            raise StudioError(400, "task: name a task file inside the root")
+            raise StudioError(400, f"{what}: name a file inside the root")
         try:
-            path = forms.inside_root(self.root, rel, "task")
+            path = forms.inside_root(self.root, rel, what)
         except ConfigError as e:
             raise StudioError(400, str(e)) from None
         if not os.path.isfile(path):
-            raise StudioError(404, f"task: {rel!r} is not a file under the root")
+            raise StudioError(404, f"{what}: {rel!r} is not a file under the root")
         return path
 
     def form(self, rel: Any) -> Dict[str, Any]:
@@ -146,14 +151,7 @@ class Studio:
         settings = [override_text(key, value) for key, value in overrides.items()]
         self._load(path, settings)  # the task with these values must load, before it is queued
         sweep_rel = source["sweep_path"] if source else body.get("sweep") or ""
-        sweep_path = ""
-        if sweep_rel:
-            try:
-                sweep_path = forms.inside_root(self.root, sweep_rel, "sweep")
-            except ConfigError as e:
-                raise StudioError(400, str(e)) from None
-            if not os.path.isfile(sweep_path):
-                raise StudioError(404, f"sweep: {sweep_rel!r} is not a file under the root")
+        sweep_path = self.file_under_root(sweep_rel, "sweep") if sweep_rel else ""
         name = body.get("name") or os.path.splitext(os.path.basename(path))[0]
         if not isinstance(name, str) or len(name) > MAX_NAME or not name.strip():
             raise StudioError(400, f"name: at most {MAX_NAME} characters")
