@@ -25,10 +25,10 @@ import time
 from typing import List, Optional
 
 from wenxin.common.errors import EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_DATA, EXIT_OK, EXIT_PREEMPTED
-from wenxin.studio.store import (FAILED, FINISHED, INTERRUPTED, RESTARTING, RUNNING, STOPPED, Store,
+from wenxin.studio.processes import process_start_time
+from wenxin.studio.store import (FAILED, FINISHED, INTERRUPTED, LOG_NAME, RESTARTING, RUNNING, STOPPED, Store,
                                  database_path)
 
-LOG_NAME = "console.log"
 NO_RETRY = {EXIT_CONFIG: "a task-file or installation error", EXIT_DATA: "a data error",
             EXIT_CHECKPOINT: "a checkpoint error"}
 
@@ -84,7 +84,6 @@ class Keeper:
             return 1
         folder = os.path.join(self.root, run["folder"])
         restarts = run["restarts"]
-        from wenxin.studio.supervisor import process_start_time
         self.store.update(self.run_id, keeper_pid=os.getpid(), keeper_started=process_start_time(os.getpid()))
         while True:
             run = self.store.run(self.run_id)

@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from wenxin.studio.keeper import LOG_NAME
+from wenxin.studio.store import LOG_NAME
 
 MAX_RECORDS = 5000  # metrics records one answer carries; the page asks again from where it stopped
 MAX_LOG_BYTES = 64 * 1024

@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 STATE_DIR = ".wenxin-studio"
 RUNS_DIR = "studio_runs"
+LOG_NAME = "console.log"  # a run's output, in its folder (its keeper appends each start's)
 
 # A run's life: queued -> running (-> restarting -> running)* -> finished | failed | stopped.
 # "interrupted": its keeper died with it (a reboot, the studio's machine killed); the studio
