@@ -121,3 +121,31 @@ def test_a_model_paddle2onnx_cannot_convert_is_one_error(tmp_path):
         onnx_export.convert_in_subprocess(str(folder / "inference.json"), str(folder / "inference.pdiparams"),
                                           str(folder / ".model.onnx.tmp"), str(folder))
     assert not os.path.exists(folder / ".model.onnx.tmp")
+
+
+def test_the_conversion_installs_nothing(tmp_path, data_dir):
+    """paddle2onnx's default optimizer (Polygraphy, which it runs with auto-install on) ran
+    `python -m pip install sympy` during a first export. Here sympy looks missing and `pip` is a
+    stand-in that records any call: the conversion must still work and call no pip."""
+    from wenxin.inference.onnx_export import export_onnx
+    shadow = tmp_path / "shadow"
+    (shadow / "sympy").mkdir(parents=True)
+    (shadow / "sympy" / "__init__.py").write_text("raise ImportError('sympy is hidden by the test')\n")
+    (shadow / "pip").mkdir()
+    marker = tmp_path / "pip_was_run"
+    (shadow / "pip" / "__init__.py").write_text("")
+    (shadow / "pip" / "__main__.py").write_text(f"open({str(marker)!r}, 'a').write('ran\\n')\nraise SystemExit(1)\n")
+    trainer = build(task_config(data_dir, str(tmp_path / "out"), epoch=1, is_eval_test=0), tmp_path)
+    trainer.do_train()
+    folder = trainer.export_inference(str(tmp_path / "model"))
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(shadow)] + ([old] if old else []))
+    try:
+        path = export_onnx(folder, trainer.readers["dev_reader"].collate_rows(list(range(8))))
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+    assert os.path.isfile(path)
+    assert not marker.exists()

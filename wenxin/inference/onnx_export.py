@@ -26,15 +26,21 @@ TOLERANCE = 1e-5
 
 # paddle2onnx aborts the whole process (SIGABRT) on an operator it does not support, as it does
 # for the CRF taggers' decoding; it runs in a child process so that this is one error line.
-CONVERT = ("import sys, paddle2onnx\n"
-           "paddle2onnx.export(sys.argv[1], sys.argv[2], save_file=sys.argv[3], opset_version=int(sys.argv[4]), "
-           "verbose=False)\n")
+# Its default graph optimizer is Polygraphy, which paddle2onnx runs with POLYGRAPHY_AUTOINSTALL_DEPS=1:
+# Polygraphy then pip-installs what it misses (sympy, for ONNX Runtime's shape inference). Nothing
+# may install packages at run time, so the optimizer is onnxoptimizer (a dependency of paddle2onnx),
+# and the child cannot reach a package index (PIP_NO_INDEX) should anything else try.
+CONVERT = ("import inspect, sys, paddle2onnx\n"
+           "settings = dict(save_file=sys.argv[3], opset_version=int(sys.argv[4]), verbose=False)\n"
+           "if 'optimize_tool' in inspect.signature(paddle2onnx.export).parameters:\n"
+           "    settings['optimize_tool'] = 'onnxoptimizer'\n"
+           "paddle2onnx.export(sys.argv[1], sys.argv[2], **settings)\n")
 
 
 def convert_in_subprocess(graph: str, params: str, target: str, folder: str) -> None:
     """Run paddle2onnx on the Paddle model files in a child process; raise one InferenceError,
     with paddle2onnx's own error line, when it fails or crashes."""
-    env = {**os.environ, "GLOG_minloglevel": "2"}
+    env = {**os.environ, "GLOG_minloglevel": "2", "PIP_NO_INDEX": "1", "POLYGRAPHY_AUTOINSTALL_DEPS": "0"}
     try:
         proc = subprocess.run([sys.executable, "-c", CONVERT, graph, params, target, str(OPSET)], env=env,
                               capture_output=True, text=True, timeout=1800)
