@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -60,6 +60,9 @@ class PaddleBackend(InferenceBackend):
         self.onednn = onednn
         self.onednn_min_rows: Optional[int] = meta.get("onednn_min_rows")
         self._predictors: Dict[bool, Any] = {}
+        # per predictor, its input and output handles, fetched once: fetching them (and the output
+        # names) through pybind on every call cost 30-60 us a batch (benchmarks/predictor_overhead.py)
+        self._handles: Dict[bool, Tuple[List[Tuple[str, Any]], List[Any]]] = {}
         self.input_names = self._predictor(self.uses_onednn(1)).get_input_names()
 
     @classmethod
@@ -106,12 +109,19 @@ class PaddleBackend(InferenceBackend):
             return {"onednn": "off (the model's rule)"}
         return {"onednn": f"on for batches of {self.onednn_min_rows} or more rows, off below (the model's rule)"}
 
+    def _bound(self, onednn: bool) -> Tuple[Any, List[Tuple[str, Any]], List[Any]]:
+        """The predictor with its input handles (by name) and output handles (in order)."""
+        predictor = self._predictor(onednn)
+        if onednn not in self._handles:
+            self._handles[onednn] = ([(name, predictor.get_input_handle(name)) for name in self.input_names],
+                                     [predictor.get_output_handle(name) for name in predictor.get_output_names()])
+        inputs, outputs = self._handles[onednn]
+        return predictor, inputs, outputs
+
     def run(self, batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
         rows = len(next(iter(batch.values()))) if batch else 0
-        predictor = self._predictor(self.uses_onednn(rows))
-        for name in self.input_names:
-            handle = predictor.get_input_handle(name)
-            handle.reshape(batch[name].shape)
-            handle.copy_from_cpu(batch[name])
+        predictor, inputs, outputs = self._bound(self.uses_onednn(rows))
+        for name, handle in inputs:
+            handle.copy_from_cpu(batch[name])  # takes the array's shape: no reshape call is needed
         predictor.run()
-        return [predictor.get_output_handle(h).copy_to_cpu() for h in predictor.get_output_names()]
+        return [handle.copy_to_cpu() for handle in outputs]
