@@ -4,11 +4,13 @@ supervisor restarts a run killed with SIGKILL from its checkpoint, re-attaches t
 when the studio restarts, and continues the runs a reboot interrupted."""
 import json
 import os
+import shutil
 import signal
 import sqlite3
 
 import pytest
 
+from conftest import REPO
 from studio_helpers import (Client, kill_processes_of, make_root, serving, store_run, wait_for, wait_for_checkpoint,
                             wait_for_status)
 
@@ -38,6 +40,8 @@ def started_with_a_checkpoint(server):
 
 def test_launch_from_the_form_then_watch_clone_and_delete(root, monkeypatch):
     make_root(root, epoch=3, save_inference=True)
+    shutil.copy(os.path.join(REPO, "tasks", "text_classification", "examples", "cls_bow_ch_infer.json"),
+                os.path.join(root, "infer.json"))  # ERNIE-kit's infer file: no task to launch
     with serving(root, monkeypatch) as server:
         client = Client(server.port)
         assert "wenxin studio" in client.get("/")

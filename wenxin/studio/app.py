@@ -62,7 +62,7 @@ class Studio:
     def list_files(self) -> Dict[str, List[str]]:
         """Task files and sweep files under the root (a JSON/YAML file with a ``task`` and a
         ``dataset_reader``, or an ERNIE-kit task file; a sweep file has ``parameters``)."""
-        from wenxin.translation.erniekit import is_erniekit
+        from wenxin.translation.erniekit import is_erniekit, is_erniekit_infer
         tasks: List[str] = []
         sweeps: List[str] = []
         for folder, dirs, files in os.walk(self.root):
@@ -78,7 +78,8 @@ class Studio:
                     continue
                 data = self._parse(path)
                 rel = os.path.relpath(path, self.root)
-                if isinstance(data, dict) and (("task" in data and "dataset_reader" in data) or is_erniekit(data)):
+                if isinstance(data, dict) and (("task" in data and "dataset_reader" in data)
+                                               or (is_erniekit(data) and not is_erniekit_infer(data))):
                     tasks.append(rel)
                 elif isinstance(data, dict) and isinstance(data.get("parameters"), dict):
                     sweeps.append(rel)
