@@ -15,10 +15,12 @@ from wenxin.data.ernie_fields import POS_IDS, SENT_IDS
 from wenxin.data.field_reader import TensorSpec
 from wenxin.data.vocab import Vocab
 from wenxin.data.wordpiece import detokenize
-from wenxin.metrics.generation import basic_tokens, generation_metrics
+from wenxin.metrics.generation import generation_metrics
 from wenxin.models.decoding import DecodeSettings, PromptSource, StepRunner, generate_batch
 from wenxin.models.ernie_gen import LmHead, extend_streams, run_two_streams, two_stream_bias
 from wenxin.models.ernie_task import ErnieTaskModel
+
+from .scoring import GENERATED_UNKNOWN, REFERENCE_UNKNOWN, UNKNOWN, metric_tokens
 
 GENERATED = "generated"  # output: the decoded token ids of each example [B, max_dec_len], -1 after the end
 REFERENCES = "references"  # output: the gold targets' ids [B, T] ([CLS] t [SEP])
@@ -221,14 +223,18 @@ class ErnieInfillingGeneration(ErnieTaskModel):
             self._tokens = Vocab.load(info["vocab_path"]).tokens
         return self._tokens
 
-    def text_of(self, ids: np.ndarray) -> str:
-        """The text of token ids, up to the first ``[SEP]`` or -1."""
+    def words_of(self, ids: np.ndarray) -> List[str]:
+        """The WordPiece tokens of token ids, up to the first ``[SEP]`` or -1."""
         vocab, words = self.tokens(), []
         for token_id in ids.tolist():
             if token_id < 0 or token_id == self.special["sep_id"]:
                 break
-            words.append(vocab[token_id] if token_id < len(vocab) else "[UNK]")
-        return detokenize(words)
+            words.append(vocab[token_id] if token_id < len(vocab) else UNKNOWN)
+        return words
+
+    def text_of(self, ids: np.ndarray) -> str:
+        """The text of token ids, up to the first ``[SEP]`` or -1."""
+        return detokenize(self.words_of(ids))
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         metrics: Dict[str, float] = {}
@@ -236,7 +242,8 @@ class ErnieInfillingGeneration(ErnieTaskModel):
             loss = float(np.average(outputs[InstanceName.LOSS], weights=meta_info["batch_sizes"]))
             metrics.update(loss=loss, ppl=float(np.exp(min(loss, 50.0))))
         if GENERATED in outputs:
-            references = [basic_tokens(self.text_of(row[1:])) for row in outputs[REFERENCES]]
-            hypotheses = [basic_tokens(self.text_of(row)) for row in outputs[GENERATED]]
+            # an unknown character is one token that matches nothing, as against the raw text (scoring.py)
+            references = [metric_tokens(self.words_of(row[1:]), REFERENCE_UNKNOWN) for row in outputs[REFERENCES]]
+            hypotheses = [metric_tokens(self.words_of(row), GENERATED_UNKNOWN) for row in outputs[GENERATED]]
             metrics.update(generation_metrics(references, hypotheses))
         return metrics

@@ -165,3 +165,26 @@ def test_detokenize_and_the_generation_result_format(vocab):
     results = fmt.results({"generated": np.array([[5, 6, -1], [9999, 7, 8]])}, {}, [["甲"], ["乙"]])
     assert results == [{"text": "甲乙", "tokens": ["甲", "乙"]}, {"text": "[UNK]丙丁", "tokens": ["[UNK]", "丙", "丁"]}]
     assert fmt.line(results[0]) == "甲乙" and fmt.erniekit_line(results[1], ["乙"]) == "[UNK]\t丙\t丁"
+
+
+def test_an_unknown_character_is_one_token_that_nothing_generated_matches():
+    """Scores over token ids with [UNK] equal the scores against the raw text, whose unknown
+    character the model can never write (a generated [UNK] scores as a character that differs)."""
+    import importlib.util  # the module alone: the task package's __init__ would load Paddle
+    spec = importlib.util.spec_from_file_location("scoring", os.path.join(REPO, "tasks", "text_generation",
+                                                                          "scoring.py"))
+    scoring = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scoring)
+    GENERATED_UNKNOWN, REFERENCE_UNKNOWN, metric_tokens = (scoring.GENERATED_UNKNOWN, scoring.REFERENCE_UNKNOWN,
+                                                           scoring.metric_tokens)
+    from wenxin.data.wordpiece import detokenize
+    from wenxin.metrics.generation import basic_tokens, generation_metrics
+    reference = metric_tokens(["鸟", "穷", "则", "[UNK]"], REFERENCE_UNKNOWN)  # 鸟穷则啄; 啄 is unknown
+    assert reference == ["鸟", "穷", "则", REFERENCE_UNKNOWN]
+    for words in (["鸟", "穷", "则", "[UNK]"], ["鸟", "穷", "则", "浊"]):
+        scores = generation_metrics([reference], [metric_tokens(words, GENERATED_UNKNOWN)])
+        as_raw_text = generation_metrics([basic_tokens("鸟穷则啄")],
+                                         [basic_tokens(detokenize(words).replace("[UNK]", "?"))])
+        assert scores == as_raw_text
+        assert scores["rouge_l_p"] == scores["rouge_l_r"] == 0.75
+    assert metric_tokens(["play", "##ing", "[UNK]", "ok"], GENERATED_UNKNOWN) == ["playing", GENERATED_UNKNOWN, "ok"]
