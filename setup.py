@@ -34,9 +34,10 @@ MAPPED_PACKAGES = mapped_packages()
 DATA_PACKAGES = [p for p in MAPPED_PACKAGES if p.startswith("wenxin.tasks.") and p.count(".") > 2]
 
 setup(
-    packages=find_packages(include=["wenxin", "wenxin.*"]) + list(MAPPED_PACKAGES),
+    # wenxin.studio.static: the studio's script, styles and vendored uPlot (MIT), a data package
+    packages=find_packages(include=["wenxin", "wenxin.*"]) + list(MAPPED_PACKAGES) + ["wenxin.studio.static"],
     package_dir=MAPPED_PACKAGES,
     package_data={**{p: list(DATA_FILES) for p in DATA_PACKAGES}, "wenxin.examples": ["*.json", "*.py", "*.yaml"],
                   "wenxin": ["py.typed"],  # PEP 561: wenxin's type hints are for its users' type checkers too
-                  "wenxin.studio": ["static/*"]},  # the studio's script, styles and vendored uPlot (MIT)
+                  "wenxin.studio.static": ["*.js", "*.css", "*.LICENSE"]},
 )

@@ -49,8 +49,14 @@ def find(driver, selector):
 
 
 def text_of(driver, selector):
-    found = find(driver, selector)
-    return found[0].text if found else ""
+    """The element's text, or "" when there is none, or when the page's poll replaced it while it
+    was read (the caller's wait asks again)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    try:
+        found = find(driver, selector)
+        return found[0].text if found else ""
+    except StaleElementReferenceException:
+        return ""
 
 
 def test_launch_watch_try_clone_compare_and_delete_in_a_browser(tmp_path, monkeypatch, browser):

@@ -245,16 +245,19 @@ async function runPage(main, runId) {
   const tryBox = el("div", {id: "try"});
   main.append(head, actions, charts, side, el("h2", {}, "Log"), log, tryBox);
   const curves = new Curves(charts);
-  let offset = 0, lastStatus = null;
+  let offset = 0, lastStatus = null, lastHead = "", lastSide = "";
   async function refresh() {
     const run = await call("GET", `/api/runs/${runId}`);
     const metrics = await call("GET", `/api/runs/${runId}/metrics?since=${offset}`);
     offset = metrics.next;
     curves.add(metrics.records);
     const logData = await call("GET", `/api/runs/${runId}/log`);
-    renderHead(head, run);
+    // redrawn only when something changed: a redraw replaces the elements a reader may be selecting
+    const headKey = JSON.stringify([run.status, run.cause, run.restarts, run.step, run.eta_sec, run.best, run.command]);
+    if (headKey !== lastHead) { renderHead(head, run); lastHead = headKey; }
     if (run.status !== lastStatus) { renderActions(actions, run); lastStatus = run.status; }
-    renderSide(side, run);
+    const sideKey = JSON.stringify([run.checkpoints, run.events, run.trackers, run.sweep]);
+    if (sideKey !== lastSide) { renderSide(side, run); lastSide = sideKey; }
     log.textContent = logData.text.split("\n").slice(-60).join("\n");
     if (run.exported && !tryBox.dataset.ready) renderTry(tryBox, runId);
   }
