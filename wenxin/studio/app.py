@@ -161,7 +161,7 @@ class Studio:
                                     sweep_path=os.path.relpath(sweep_path, self.root) if sweep_path else "",
                                     overrides=overrides, command=[], folder="", restart_budget=self.restart_budget)
         folder = os.path.join(RUNS_DIR, f"{run_id:04d}-{slug(name)}")
-        command = run_command(kind, path, settings, os.path.join(self.root, folder), sweep_path)
+        command = run_command(kind, path, overrides, os.path.join(self.root, folder), sweep_path)
         self.store.set_folder_and_command(run_id, folder, command)
         self.supervisor.wake()
         return {"id": run_id, "command": display_command(kind, os.path.relpath(path, self.root), overrides,
@@ -261,29 +261,27 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:40] or "run"
 
 
-def run_command(kind: str, task: str, settings: List[str], folder: str, sweep: str = "") -> List[str]:
-    """The argument list of a run (never a shell line)."""
-    command = [sys.executable, "-m", "wenxin.cli", kind, "--param_path", task]
-    if sweep:
-        command += ["--sweep", sweep]
-    for setting in settings:
-        command += ["--set", setting]
-    command += ["--set", f"trainer.output_path={os.path.join(folder, 'output')}"]
-    if kind == "train":
-        command += ["--set", "trainer.resume=auto"]
-    return command
-
-
-def display_command(kind: str, task: str, overrides: Dict[str, Any], folder: str, sweep: str = "") -> str:
-    """The command line a user types for the same run (run from the root)."""
-    words = ["wenxin", kind, "--param_path", task] + (["--sweep", sweep] if sweep else [])
+def command_words(kind: str, task: str, overrides: Dict[str, Any], folder: str, sweep: str = "") -> List[str]:
+    """A run's command after ``wenxin``: the task, the sweep, the overrides, and (with a run
+    folder) where it writes and that it continues from its checkpoints."""
+    words = [kind, "--param_path", task] + (["--sweep", sweep] if sweep else [])
     for key, value in overrides.items():
         words += ["--set", override_text(key, value)]
     if folder:
         words += ["--set", f"trainer.output_path={os.path.join(folder, 'output')}"]
         if kind == "train":
             words += ["--set", "trainer.resume=auto"]
-    return " ".join(shlex.quote(word) for word in words)
+    return words
+
+
+def run_command(kind: str, task: str, overrides: Dict[str, Any], folder: str, sweep: str = "") -> List[str]:
+    """The argument list of a run (never a shell line)."""
+    return [sys.executable, "-m", "wenxin.cli", *command_words(kind, task, overrides, folder, sweep)]
+
+
+def display_command(kind: str, task: str, overrides: Dict[str, Any], folder: str, sweep: str = "") -> str:
+    """The command line a user types for the same run (run from the root)."""
+    return " ".join(shlex.quote(word) for word in ["wenxin", *command_words(kind, task, overrides, folder, sweep)])
 
 
 # ---- the web application ----

@@ -75,7 +75,7 @@ def _finite(value: Optional[float]) -> Optional[float]:
 
 def is_path_key(path: str) -> bool:
     name = path.rsplit(".", 1)[-1]
-    return name.endswith(("path", "_dir", "_file")) or name in ("vocab_path", "data_path")
+    return name.endswith(("path", "_dir", "_file"))
 
 
 def form_fields(config: Dict[str, Any], model_schema: Schema, scope: Optional[str],

@@ -114,11 +114,13 @@ class Supervisor:
                 if keeper.poll() is not None:
                     del self.keepers[run_id]
             runs = self.store.runs()
-            for run in runs:  # a keeper that died (killed with its run) leaves its run marked active
-                if run["status"] in ACTIVE and run["keeper_pid"] and run["id"] not in self.keepers \
-                        and not process_alive(run["keeper_pid"], run["keeper_started"]):
-                    self._requeue_interrupted(run, "its keeper process died")
-            runs = self.store.runs()
+            dead = [run for run in runs  # a keeper that died (killed with its run) leaves its run marked active
+                    if run["status"] in ACTIVE and run["keeper_pid"] and run["id"] not in self.keepers
+                    and not process_alive(run["keeper_pid"], run["keeper_started"])]
+            for run in dead:
+                self._requeue_interrupted(run, "its keeper process died")
+            if dead:
+                runs = self.store.runs()
             active = sum(run["status"] in ACTIVE for run in runs)
             started = []
             for run in sorted((r for r in runs if r["status"] == QUEUED), key=lambda r: r["id"]):
