@@ -26,7 +26,7 @@ def make_root(root: str, epoch: int = 3, **trainer: Any) -> str:
     """A root folder with ``data/`` and ``task.json`` (relative data paths, as a user's project)."""
     for name, seed, n in (("train", 1, 240), ("dev", 2, 60), ("test", 3, 60)):
         write_tsv(os.path.join(root, "data", f"{name}.tsv"), make_sentences(n, seed))
-    config = task_config("data", "./output/unused", epoch=epoch, train_log_step=5, **trainer)
+    config = task_config("data", "./output/unused", epoch=epoch, **{"train_log_step": 5, **trainer})
     config["trainer"]["type"] = "CustomTrainer"
     write_config(os.path.join(root, "task.json"), config)
     return root
@@ -90,7 +90,7 @@ def serving(root: str, monkeypatch: Any, **settings: Any) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
-        server.studio.supervisor.close()
+        server.studio.close()
 
 
 def wait_for(client: Client, run_id: int, predicate: Any, what: str) -> Dict[str, Any]:

@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import sqlite3
+import sys
 
 import pytest
 
@@ -186,6 +187,26 @@ def test_runs_a_reboot_interrupted_continue_when_the_studio_starts(root, monkeyp
         interrupted = [e for e in run["events"] if e["kind"] == "interrupted"]
         assert len(interrupted) == 1 and "queued to continue" in interrupted[0]["message"]
         assert run["restarts"] == 0  # an interruption is not the run's failure: its budget is kept
+
+
+def test_a_keeper_that_cannot_run_fails_its_run_and_one_killed_again_and_again_uses_its_budget(root, monkeypatch):
+    """A keeper that ends without recording its run's end never requeues the run for ever: one that
+    exits by itself fails the run with its last error; one killed by a signal is an interruption
+    that counts against the run's restart budget."""
+    from wenxin.studio.supervisor import Supervisor
+    make_root(root)
+    keepers = {1: ["-c", "import sys; sys.stderr.write('Error: the keeper cannot start here\\n'); sys.exit(1)"],
+               2: ["-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]}
+    monkeypatch.setattr(Supervisor, "keeper_command", lambda self, run_id: [sys.executable, *keepers[run_id]])
+    with serving(root, monkeypatch, restart_budget=2) as server:
+        client = Client(server.port)
+        client.get("/")
+        first, second = launch(client, {})["id"], launch(client, {})["id"]
+        run = wait_for_status(client, first, "failed")
+        assert run["cause"] == "its keeper process ended (exit code 1: Error: the keeper cannot start here)"
+        run = wait_for_status(client, second, "failed")
+        assert [e["kind"] for e in run["events"]] == ["queued", "interrupted", "interrupted", "failed"]
+        assert run["restarts"] == 2 and run["cause"] == "its keeper process ended (killed by SIGKILL)"
 
 
 def test_the_state_lives_in_sqlite_under_the_root(root, monkeypatch):

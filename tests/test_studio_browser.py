@@ -1,14 +1,20 @@
 """wenxin studio in a real browser (headless Chromium through Selenium): launch a run from the
 form, watch it finish with its charts, checkpoints and events, try its exported model, clone it
-with a changed value, compare the two, and delete one. Skipped where no Chromium and chromedriver
-are installed (Debian: apt-get install chromium chromium-driver)."""
+with a changed value, compare the two, and delete one; watch a longer run's chart grow, stop it,
+resume it, kill its training with SIGKILL, and see the supervisor restart it and end it with the
+final metrics of an uninterrupted run; open its VisualDL view. Each page is kept as a screenshot
+(in ``$WENXIN_STUDIO_SCREENSHOTS``, else the test's temporary folder; the docs show them).
+Skipped where no Chromium and chromedriver are installed (Debian: apt-get install chromium
+chromium-driver)."""
+import json
 import os
 import shutil
+import signal
 import time
 
 import pytest
 
-from studio_helpers import WAIT_SECONDS, make_root, serving
+from studio_helpers import WAIT_SECONDS, make_root, serving, store_run
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="the browser tests drive Chromium with selenium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -24,12 +30,25 @@ def browser():
     options = Options()
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1400,1000", "--disable-extensions", "--no-first-run"):
+                     "--window-size=1280,900", "--disable-extensions", "--no-first-run", "--lang=en-US"):
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # no driver download
     driver.set_page_load_timeout(120)
     yield driver
     driver.quit()
+
+
+@pytest.fixture
+def screenshot(tmp_path):
+    """``screenshot(browser, name)`` keeps the page as ``studio-<name>.png``."""
+    folder = os.environ.get("WENXIN_STUDIO_SCREENSHOTS") or str(tmp_path / "screenshots")
+    os.makedirs(folder, exist_ok=True)
+
+    def take(browser, name):
+        path = os.path.join(folder, f"studio-{name}.png")
+        assert browser.save_screenshot(path), path
+        return path
+    return take
 
 
 def wait_until(condition, what, browser=None):
@@ -59,7 +78,7 @@ def text_of(driver, selector):
         return ""
 
 
-def test_launch_watch_try_clone_compare_and_delete_in_a_browser(tmp_path, monkeypatch, browser):
+def test_launch_watch_try_clone_compare_and_delete_in_a_browser(tmp_path, monkeypatch, browser, screenshot):
     root = str(tmp_path / "root")
     os.makedirs(root)
     make_root(root, epoch=4, save_inference=True)
@@ -71,6 +90,7 @@ def test_launch_watch_try_clone_compare_and_delete_in_a_browser(tmp_path, monkey
         wait_until(lambda: find(browser, "#tasks a"), "the task list")
         find(browser, "#tasks a")[0].click()
         rate = wait_until(lambda: find(browser, 'input[name="model.optimization.learning_rate"]'), "the form")[0]
+        screenshot(browser, "launch")
         assert rate.get_attribute("value") == "0.01"  # the task file's value
         assert "wenxin train --param_path task.json" in text_of(browser, "#command")
         rate.clear()
@@ -88,12 +108,14 @@ def test_launch_watch_try_clone_compare_and_delete_in_a_browser(tmp_path, monkey
         assert len(find(browser, "#checkpoints tr")) > 1
         assert "finished" in text_of(browser, "#events")
         assert "done" in text_of(browser, "#log")
+        assert "null" not in text_of(browser, "#run-head") + text_of(browser, "#run-side")  # nothing unset shown
 
         # try the exported model
         box = wait_until(lambda: find(browser, "#try-text"), "the try box")[0]
         box.send_keys("好棒赞的书")
         find(browser, "#try-run")[0].click()
         wait_until(lambda: "label" in text_of(browser, "#try-output"), "a prediction")
+        screenshot(browser, "run")
 
         # clone with a changed value
         find(browser, "#clone")[0].click()
@@ -114,11 +136,13 @@ def test_launch_watch_try_clone_compare_and_delete_in_a_browser(tmp_path, monkey
         assert any(row.startswith("model.optimization.learning_rate") and "0.02" in row and "0.05" in row
                    for row in differing), differing
         assert not any(row.startswith("model.optimization.optimizer") for row in differing)
+        screenshot(browser, "compare")
 
         # the runs page lists both; delete the clone (confirmed by typing its name)
         browser.get(base + "/")
         wait_until(lambda: len(find(browser, "#runs tr[data-run]")) == 2, "two runs listed")
         assert {row.get_attribute("data-status") for row in find(browser, "#runs tr[data-run]")} == {"finished"}
+        screenshot(browser, "runs")
         browser.get(base + "/runs/2")
         wait_until(lambda: find(browser, "#delete"), "the delete button")[0].click()
         alert = wait_until(lambda: _alert(browser), "the confirmation prompt")
@@ -127,6 +151,83 @@ def test_launch_watch_try_clone_compare_and_delete_in_a_browser(tmp_path, monkey
         wait_until(lambda: browser.current_url.rstrip("/") == base, "back on the runs page")
         wait_until(lambda: len(find(browser, "#runs tr[data-run]")) == 1, "one run left")
         assert not os.path.exists(os.path.join(root, "studio_runs", "0002-first-clone"))
+
+
+def points(browser):
+    """How many points the run page's loss chart holds."""
+    charts = [c for c in find(browser, ".chart") if c.get_attribute("data-chart") == "loss"]
+    return int(charts[0].get_attribute("data-points") or 0) if charts else 0
+
+
+def final_metrics(root, run_id):
+    """The dev and test records a run wrote, by tag and step (the time of each left out)."""
+    folder = store_run(root, run_id)["folder"]
+    with open(os.path.join(root, folder, "output", "logs", "metrics.jsonl"), encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    return {(r["tag"], r["step"]): {k: v for k, v in r.items() if k not in ("time", "elapsed_sec")}
+            for r in records if r["tag"] in ("dev", "test")}
+
+
+def test_stop_resume_and_a_sigkill_end_as_an_uninterrupted_run_in_a_browser(tmp_path, monkeypatch, browser,
+                                                                            screenshot):
+    root = str(tmp_path / "root")
+    os.makedirs(root)
+    # 30,000 steps (about 30 s here); the stop is made certain by holding the process still
+    make_root(root, epoch=2000, save_model_step=2000, eval_step=10000, train_log_step=50, visualdl=True)
+    with serving(root, monkeypatch, restart_budget=2) as server:
+        base = f"http://localhost:{server.port}"
+        browser.get(base + "/launch?task=task.json")
+        name = wait_until(lambda: find(browser, "#run-name"), "the form")[0]
+        name.clear()
+        name.send_keys("kept alive")
+        find(browser, "#start")[0].click()
+        wait_until(lambda: browser.current_url.endswith("/runs/1"), "the run's page")
+
+        # the chart grows while the run trains
+        first = wait_until(lambda: points(browser), "a first point on the loss chart")
+        wait_until(lambda: points(browser) > first, "the loss chart growing")
+        screenshot(browser, "running")
+
+        # stop (a checkpoint, exit 75), then resume from it; the training is held still meanwhile,
+        # so that it cannot finish before the stop arrives however fast the machine is
+        pid = store_run(root, 1)["train_pid"]
+        os.kill(pid, signal.SIGSTOP)
+        find(browser, "#stop")[0].click()
+        wait_until(lambda: store_run(root, 1)["stop_requested"], "the stop asked")
+        os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: "stopped" in text_of(browser, "#run-head .status"), "the run stopping", browser)
+        assert "stopped from the studio" in text_of(browser, "#events")
+        wait_until(lambda: find(browser, "#resume"), "the resume button")[0].click()
+        wait_until(lambda: text_of(browser, "#events").count("started") >= 2, "the run starting again", browser)
+        stopped_at = points(browser)
+
+        # SIGKILL the training process, as the kernel's out-of-memory killer would
+        pid = wait_until(lambda: store_run(root, 1)["train_pid"], "the resumed run's process")
+        wait_until(lambda: points(browser) > stopped_at, "the resumed run training")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: "killed by SIGKILL" in text_of(browser, "#events"), "the restart and its cause", browser)
+        wait_until(lambda: "finished" in text_of(browser, "#run-head .status"), "the run finishing", browser)
+        assert "restarts 1 of 2" in text_of(browser, "#run-head")
+        browser.execute_script("document.getElementById('run-side').scrollIntoView()")
+        screenshot(browser, "restarted")
+
+        # its tracker view, through the studio
+        link = wait_until(lambda: [a for a in find(browser, "#run-side li.tracker a")
+                                   if a.get_attribute("href").endswith("/view/1/visualdl/")], "the VisualDL link")[0]
+        browser.get(link.get_attribute("href"))
+        wait_until(lambda: "VisualDL" in browser.title  # its groups of charts: the run's train, dev, test records
+                   and {"train", "dev", "test"} <= set(text_of(browser, "body").splitlines()), "VisualDL's charts")
+        screenshot(browser, "visualdl")
+
+        # the same run without interruption ends with the same metrics, exactly
+        browser.get(base + "/runs/1")
+        wait_until(lambda: find(browser, "#clone"), "the clone button")[0].click()
+        wait_until(lambda: find(browser, "#start"), "the clone form")[0].click()
+        wait_until(lambda: browser.current_url.endswith("/runs/2"), "the second run's page")
+        wait_until(lambda: "finished" in text_of(browser, "#run-head .status"), "the second run finishing", browser)
+        assert "restarts 0 of 2" in text_of(browser, "#run-head")
+        kept, uninterrupted = final_metrics(root, 1), final_metrics(root, 2)
+        assert ("test", 30000) in kept and kept == uninterrupted
 
 
 def _alert(browser):

@@ -7,7 +7,8 @@ HTML). The charts are uPlot's (MIT), vendored in ``static/``; nothing loads from
 API (JSON): ``GET /api/tasks``, ``GET /api/form?task=PATH``, ``POST /api/runs`` (launch a run or a
 sweep), ``GET /api/runs``, ``GET /api/runs/{id}``, ``GET /api/runs/{id}/metrics?since=OFFSET``,
 ``GET /api/runs/{id}/log``, ``POST /api/runs/{id}/stop|resume|clone|delete|predict``,
-``POST /api/examples`` (copy the examples into the root).
+``POST /api/examples`` (copy the examples into the root). ``/view/{id}/visualdl/...`` and
+``/view/{id}/tensorboard/...`` forward to the run's tracker viewer (``viewers``).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from wenxin.studio import forms, run_files
 from wenxin.studio.security import BodyTooLarge
 from wenxin.studio.store import ACTIVE, QUEUED, RUNS_DIR, STATE_DIR, Store, database_path
 from wenxin.studio.supervisor import Supervisor
+from wenxin.studio.viewers import VIEWER_KINDS, ViewerError, ViewerPool, installed, view_prefix
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 SKIPPED_DIRS = {RUNS_DIR, STATE_DIR, "output", "node_modules", "site-packages", "__pycache__", "venv", ".venv",
@@ -57,6 +59,12 @@ class Studio:
         self.restart_budget = restart_budget
         self._predictors: Dict[str, Any] = {}
         self._predict_lock = threading.Lock()
+        self.viewers = ViewerPool(os.path.join(self.root, STATE_DIR))
+
+    def close(self) -> None:
+        """Stop the viewers and the supervisor (the runs' keepers go on)."""
+        self.viewers.close()
+        self.supervisor.close()
 
     # ---- task and sweep files ----
     def list_files(self) -> Dict[str, List[str]]:
@@ -193,10 +201,41 @@ class Studio:
         run = self.run_or_404(run_id)
         folder = self.folder(run)
         return {**self.summary(run), "events": self.store.events(run_id),
-                "checkpoints": run_files.checkpoints(folder), "trackers": run_files.trackers(folder),
+                "checkpoints": run_files.checkpoints(folder), "trackers": self.trackers(run_id, folder),
                 "exported": run_files.exported_model(folder) is not None,
                 "sweep": run_files.sweep_table(folder, self._sweep_output(run)) if run["kind"] == "sweep" else None,
                 "config": (run_files.resolved_config(folder) or {})}
+
+    def trackers(self, run_id: int, folder: str) -> List[Dict[str, str]]:
+        """The run's trackers; a VisualDL or TensorBoard one whose records lie under the root gets
+        a link to its viewer, when the viewer's package is installed."""
+        found = run_files.trackers(folder, self.root)
+        for tracker in found:
+            kind = tracker.get("view", "")
+            if kind and installed(kind) and self.under_root(tracker["logdir"]):
+                tracker["url"] = view_prefix(run_id, kind) + "/"
+        return found
+
+    def under_root(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return os.path.commonpath([self.root, real]) == self.root
+
+    def viewer_logdir(self, run_id: int, kind: str) -> str:
+        """The folder the run's ``kind`` viewer reads; a ``StudioError`` when the run has none."""
+        run = self.run_or_404(run_id)
+        if kind not in VIEWER_KINDS:
+            raise StudioError(404, f"no viewer {kind!r}: one of {', '.join(sorted(VIEWER_KINDS))}")
+        name = VIEWER_KINDS[kind].name
+        for tracker in run_files.trackers(self.folder(run), self.root):
+            if tracker.get("view") == kind:
+                if not self.under_root(tracker["logdir"]):
+                    raise StudioError(403, f"{name}: the run's records ({tracker['logdir']}) lie outside the root")
+                if not installed(kind):
+                    raise StudioError(404, f"{name} is not installed here (pip install {VIEWER_KINDS[kind].module})")
+                if not os.path.isdir(tracker["logdir"]):
+                    raise StudioError(404, f"{name}: the run has written no records yet ({tracker['logdir']})")
+                return os.path.realpath(tracker["logdir"])
+        raise StudioError(404, f"run {run_id} keeps no {name} records")
 
     def _sweep_output(self, run: Dict[str, Any]) -> str:
         """Where a sweep file with its own ``output`` writes (relative to the root), else ""."""
@@ -216,6 +255,7 @@ class Studio:
             real = forms.inside_root(os.path.join(self.root, RUNS_DIR), folder, "run folder")
         except ConfigError as e:
             raise StudioError(400, str(e)) from None
+        self.viewers.stop_run(run_id)
         if real != os.path.realpath(os.path.join(self.root, RUNS_DIR)) and os.path.isdir(real):
             shutil.rmtree(real)
         self.store.delete(run_id)
@@ -296,6 +336,36 @@ PAGE = """<!doctype html>
 <script src="/static/uPlot.iife.min.js"></script><script src="/static/studio.js"></script>
 </body></html>
 """
+
+
+# what passes between the browser and a viewer: never the studio's cookies or token
+FORWARDED_REQUEST_HEADERS = ("accept", "accept-language", "content-type", "if-none-match", "if-modified-since",
+                             "x-xsrf-protected", "user-agent")
+FORWARDED_RESPONSE_HEADERS = ("content-type", "content-encoding", "cache-control", "etag", "last-modified",
+                              "location", "content-disposition", "x-content-type-options")
+VIEWER_TIMEOUT_SECONDS = 60.0
+
+
+def forward(port: int, method: str, target: str, headers: Dict[str, str], body: bytes
+            ) -> Tuple[int, List[Tuple[str, str]], bytes]:
+    """One request to the viewer on ``port`` (127.0.0.1): its status, the headers passed back (a
+    redirect to the viewer's own address becomes a path on the studio), and its body."""
+    import http.client
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=VIEWER_TIMEOUT_SECONDS)
+    try:
+        connection.request(method, target, body=body or None, headers=headers)
+        response = connection.getresponse()
+        content = response.read()
+        passed = []
+        for name, value in response.getheaders():
+            if name.lower() not in FORWARDED_RESPONSE_HEADERS:
+                continue
+            if name.lower() == "location":
+                value = re.sub(r"^https?://[^/]+", "", value)
+            passed.append((name, value))
+        return response.status, passed, content
+    finally:
+        connection.close()
 
 
 def page(title: str, name: str, root: str, arg: str = "") -> str:
@@ -419,6 +489,34 @@ def build_app(studio: Studio) -> Any:
         body = await body_of(request)
         return await in_thread(studio.predict, run_id, body.get("texts"))
 
+    async def view(request: Request) -> Response:
+        """A viewer's page or data, through the studio (started on the first request)."""
+        run_id = run_id_of(request)
+        kind = request.path_params["kind"]
+        logdir = await in_thread(studio.viewer_logdir, run_id, kind)
+        try:
+            viewer = await in_thread(studio.viewers.open, run_id, kind, logdir)
+        except ViewerError as e:
+            raise StudioError(502, str(e)) from None
+        try:
+            body = await request.body()
+        except BodyTooLarge:
+            raise StudioError(413, "the request body is too large") from None
+        headers = {name: request.headers[name] for name in FORWARDED_REQUEST_HEADERS if name in request.headers}
+        headers.setdefault("accept-language", "en")  # VisualDL's page fails without one
+        raw_path = request.scope.get("raw_path") or request.url.path.encode()
+        query = request.scope.get("query_string", b"")
+        target = raw_path.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
+        try:
+            status, passed, content = await in_thread(forward, viewer.port, request.method, target, headers, body)
+        except OSError as e:
+            raise StudioError(502, f"{VIEWER_KINDS[kind].name} did not answer ({e})") from None
+        return Response(content, status_code=status, headers=dict(passed))
+
+    async def view_root(request: Request) -> Response:
+        from starlette.responses import RedirectResponse
+        return RedirectResponse(f"{request.url.path}/", status_code=307)
+
     async def examples(request: Request) -> Any:
         await body_of(request)
         from wenxin.runner import copy_examples
@@ -441,6 +539,8 @@ def build_app(studio: Studio) -> Any:
         Route("/api/runs/{run_id}/delete", api(delete), methods=["POST"]),
         Route("/api/runs/{run_id}/predict", api(predict), methods=["POST"]),
         Route("/api/examples", api(examples), methods=["POST"]),
+        Route("/view/{run_id}/{kind}", view_root),
+        Route("/view/{run_id}/{kind}/{rest:path}", api(view), methods=["GET", "HEAD", "POST"]),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     return Starlette(routes=routes)

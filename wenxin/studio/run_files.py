@@ -8,6 +8,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from wenxin.controller.hooks.trackers import WANDB_URL_FILE
 from wenxin.studio.store import LOG_NAME
 
 MAX_RECORDS = 5000  # metrics records one answer carries; the page asks again from where it stopped
@@ -127,28 +128,37 @@ def read_text(path: str) -> str:
         return ""
 
 
-def trackers(run_folder: str) -> List[Dict[str, str]]:
+def trackers(run_folder: str, root: str) -> List[Dict[str, str]]:
     """Where the run's VisualDL, TensorBoard, MLflow and wandb records are, as the resolved config
-    says: a label and the command or address that opens each."""
+    says: a label, the command that opens each (``open``), and, for VisualDL and TensorBoard, the
+    folder their viewer reads (``view``, ``logdir``; relative paths mean the root, the runs' working
+    folder), or a tracking server's or an online run's address (``url``)."""
     config = resolved_config(run_folder) or {}
     trainer = config.get("trainer", {})
     output = output_folder(run_folder)
-    found = []
-    if trainer.get("visualdl", True) and os.path.isdir(os.path.join(output, "vdl")):
-        found.append({"name": "VisualDL", "open": f"visualdl --logdir {os.path.join(output, 'vdl')}"})
+    found: List[Dict[str, str]] = []
+    vdl = os.path.join(output, "vdl")
+    if trainer.get("visualdl", True) and os.path.isdir(vdl):
+        found.append({"name": "VisualDL", "open": f"visualdl --logdir {vdl}", "view": "visualdl", "logdir": vdl})
     for hook in trainer.get("hooks", []):
         kind, params = hook.get("type"), hook.get("params", {}) or {}
         if kind == "TensorBoardHook":
-            logdir = params.get("logdir") or os.path.join(output, "tensorboard")
-            found.append({"name": "TensorBoard", "open": f"tensorboard --logdir {logdir}"})
+            logdir = os.path.join(root, params.get("logdir") or os.path.join(output, "tensorboard"))
+            found.append({"name": "TensorBoard", "open": f"tensorboard --logdir {logdir}", "view": "tensorboard",
+                          "logdir": logdir})
         elif kind == "MLflowHook":
             uri = params.get("tracking_uri") or f"sqlite:///{os.path.join(output, 'mlflow.db')}"
             if uri.startswith(("http://", "https://")):  # a tracking server: its page is a link
                 found.append({"name": "MLflow", "open": uri, "url": uri})
-            else:
+            else:  # a local store: MLflow's page needs the full mlflow package (wenxin uses mlflow-skinny)
                 found.append({"name": "MLflow", "open": f"mlflow ui --backend-store-uri {uri}"})
         elif kind == "WandbHook":
-            found.append({"name": "wandb", "open": f"wandb offline records in {params.get('dir') or output}"})
+            folder = os.path.join(root, params.get("dir") or output, "wandb")
+            url = read_text(os.path.join(folder, WANDB_URL_FILE)).strip()
+            if url.startswith("https://"):  # an online run: its page on the W&B server
+                found.append({"name": "wandb", "open": url, "url": url})
+            else:
+                found.append({"name": "wandb", "open": f"wandb sync {os.path.join(folder, 'offline-run-*')}"})
     return found
 
 

@@ -10,7 +10,9 @@
 - **Cross-site request forgery.** Every request that changes state (POST) must carry the
   ``X-Studio-CSRF`` header equal to the ``wenxin_studio_csrf`` cookie (which only the studio's
   own pages can read), a JSON body, and an ``Origin`` (when the browser sends one) equal to the
-  studio's own.
+  studio's own. A tracker viewer's page (under ``/view/``) cannot send the studio's header: its
+  requests that are not GET must carry an ``Origin`` equal to the studio's own (every browser
+  sends one with them), and viewers only read records.
 - **Limits.** Request bodies over ``max_body_bytes`` are refused (413) before they are read;
   the HTTP layer's header size and request-start deadline are ``wenxin serve``'s.
 """
@@ -27,6 +29,7 @@ TOKEN_COOKIE = "wenxin_studio_token"
 CSRF_COOKIE = "wenxin_studio_csrf"
 CSRF_HEADER = b"x-studio-csrf"
 MAX_BODY_BYTES = 1024 * 1024
+VIEWER_PATH = "/view/"  # tracker viewers, forwarded by the studio (``viewers``)
 
 Scope = Dict[str, Any]
 Receive = Callable[[], Awaitable[Dict[str, Any]]]
@@ -130,10 +133,14 @@ class Guard:
 
     @staticmethod
     def _forgery_problem(scope: Scope, headers: Dict[bytes, bytes], csrf: str, host: str) -> str:
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        if scope["path"].startswith(VIEWER_PATH):
+            if origin not in (f"http://{host}", f"https://{host}"):
+                return "a viewer's request that is not GET needs the Origin of the studio's own pages"
+            return ""
         sent = headers.get(CSRF_HEADER, b"").decode("latin-1")
         if not csrf or not sent or not _same(csrf, sent):
             return "a state-changing request needs the X-Studio-CSRF header of the studio's own pages"
-        origin = headers.get(b"origin", b"").decode("latin-1")
         if origin and origin not in (f"http://{host}", f"https://{host}"):
             return f"a request from another origin ({origin[:100]}) may not change the studio's state"
         if not headers.get(b"content-type", b"").startswith(b"application/json"):

@@ -62,7 +62,7 @@ class StudioServer:
         try:
             self.server.run(sockets=[self.socket])
         finally:
-            self.studio.supervisor.close()
+            self.studio.close()
 
     def start_in_thread(self) -> threading.Thread:
         """Serve from a background thread (tests); returns once it accepts requests."""

@@ -19,11 +19,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Dict, List, Optional
 
 from wenxin.common.threads import SHARE_VARIABLE
 from wenxin.studio.processes import process_alive, process_start_time, run_process
-from wenxin.studio.store import ACTIVE, INTERRUPTED, QUEUED, STOPPED, Store, database_path
+from wenxin.studio.store import ACTIVE, FAILED, INTERRUPTED, QUEUED, STATE_DIR, STOPPED, Store, database_path
 
 logger = logging.getLogger("wenxin.studio")
 
@@ -110,16 +111,21 @@ class Supervisor:
         """Reap finished keepers and start queued runs (oldest first) while there is room; returns
         the runs started."""
         with self._lock:
+            ended: Dict[int, int] = {}
             for run_id, keeper in list(self.keepers.items()):
                 if keeper.poll() is not None:
                     del self.keepers[run_id]
+                    ended[run_id] = keeper.returncode
             runs = self.store.runs()
+            lost = [run for run in runs if run["status"] in ACTIVE and run["id"] in ended]
+            for run in lost:  # the keeper ended without recording how its run ended
+                self._keeper_ended(run, ended[run["id"]])
             dead = [run for run in runs  # a keeper that died (killed with its run) leaves its run marked active
                     if run["status"] in ACTIVE and run["keeper_pid"] and run["id"] not in self.keepers
-                    and not process_alive(run["keeper_pid"], run["keeper_started"])]
+                    and run["id"] not in ended and not process_alive(run["keeper_pid"], run["keeper_started"])]
             for run in dead:
                 self._requeue_interrupted(run, "its keeper process died")
-            if dead:
+            if dead or lost:
                 runs = self.store.runs()
             active = sum(run["status"] in ACTIVE for run in runs)
             started = []
@@ -132,12 +138,46 @@ class Supervisor:
                     active += 1
             return started
 
+    def _keeper_ended(self, run: dict, code: int) -> None:
+        """A keeper this studio started ended and left its run marked active. Killed by a signal:
+        the run is interrupted and queued again, counted against its restart budget (a keeper
+        killed over and over must not restart for ever). Exited by itself (it could not start,
+        say): the run failed, with the keeper's last error as the cause."""
+        from wenxin.studio.keeper import describe_exit, last_error
+        orphan = run_process(run.get("train_pid"), os.path.join(self.root, run["folder"]))
+        if orphan is not None:
+            with contextlib.suppress(Exception):
+                orphan.kill()
+                orphan.wait(timeout=60)
+        detail = last_error(self.keeper_log(run["id"]))
+        cause = f"its keeper process ended ({describe_exit(code)}{': ' + detail if detail else ''})"
+        if code < 0 and run["restarts"] < run["restart_budget"]:
+            self.store.update(run["id"], "interrupted", f"interrupted: {cause}; queued to continue from its newest "
+                              "checkpoint", status=QUEUED, keeper_pid=None, train_pid=None, cause=cause,
+                              restarts=run["restarts"] + 1)
+        else:
+            self.store.update(run["id"], FAILED, cause, status=FAILED, keeper_pid=None, train_pid=None, cause=cause,
+                              ended=time.time())
+
+    def keeper_log(self, run_id: int) -> str:
+        """Where a keeper's own output goes (not its run's: that is the run's console log)."""
+        return os.path.join(self.root, STATE_DIR, "keepers", f"{run_id}.log")
+
+    def keeper_command(self, run_id: int) -> List[str]:
+        return [sys.executable, "-m", "wenxin.studio.keeper", self.root, str(run_id)]
+
     def _start_keeper(self, run_id: int) -> None:
+        import wenxin
+        source = os.path.dirname(os.path.dirname(os.path.abspath(wenxin.__file__)))
+        path = os.environ.get("PYTHONPATH", "")  # the keeper and its run import the wenxin this studio runs
         env = {**os.environ, SHARE_VARIABLE: str(self.cpu_share), "OMP_NUM_THREADS": "1", "CPU_NUM": "1",
-               "GLOG_minloglevel": os.environ.get("GLOG_minloglevel", "2")}
-        keeper = subprocess.Popen([sys.executable, "-m", "wenxin.studio.keeper", self.root, str(run_id)],
-                                  cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
+               "GLOG_minloglevel": os.environ.get("GLOG_minloglevel", "2"),
+               "PYTHONPATH": source + (os.pathsep + path if path else "")}
+        log_path = self.keeper_log(run_id)
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        with open(log_path, "ab") as log:
+            keeper = subprocess.Popen(self.keeper_command(run_id), cwd=self.root, env=env, stdin=subprocess.DEVNULL,
+                                      stdout=log, stderr=log, start_new_session=True)
         self.keepers[run_id] = keeper
         self.store.update(run_id, keeper_pid=keeper.pid, keeper_started=process_start_time(keeper.pid))
 

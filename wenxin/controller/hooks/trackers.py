@@ -22,6 +22,7 @@ from wenxin.controller.hooks.base import HookBase, Priority
 from wenxin.controller.hooks.writers import MetricWriter, numeric_scalars
 
 logger = logging.getLogger("wenxin")
+WANDB_URL_FILE = "wenxin-run-url.txt"  # in <dir>/wandb/: an online run's address, for the studio's link
 
 
 def _require(module: str, extra: str, hook: str) -> Any:
@@ -255,6 +256,11 @@ class WandbHook(TrackerHook):
             raise ConfigError(f"WandbHook: cannot start a {self.mode} run in {folder} ({reason})") from None
         self.run_id = self.run.id  # wandb's new id, or the resumed one
         logger.info("W&B %s run %s (%s) in %s", self.mode, self.run_id, name, self.run.dir)
+        url = getattr(self.run, "url", None) if self.mode == "online" else None
+        if url:
+            os.makedirs(os.path.join(folder, "wandb"), exist_ok=True)
+            with open(os.path.join(folder, "wandb", WANDB_URL_FILE), "w", encoding="utf-8") as f:
+                f.write(str(url) + "\n")
 
     def log_config(self, config: Dict[str, Any]) -> None:
         self.run.config.update(config, allow_val_change=True)  # a resume may change settings

@@ -19,6 +19,12 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+function fill(node, ...children) {
+  // replaceChildren would write a null or false child as the text "null"
+  node.replaceChildren(...children.flat().filter(c => c !== null && c !== undefined && c !== false)
+    .map(c => c instanceof Node ? c : document.createTextNode(String(c))));
+}
+
 function csrfToken() {
   const match = document.cookie.match(/(?:^|;\s*)wenxin_studio_csrf=([^;]+)/);
   return match ? match[1] : "";
@@ -80,7 +86,7 @@ async function runsPage(main) {
     compare), table);
   async function refresh() {
     const data = await call("GET", "/api/runs");
-    table.replaceChildren(el("tr", {}, ["", "run", "name", "status", "restarts", "settings", "best dev", "step",
+    fill(table, el("tr", {}, ["", "run", "name", "status", "restarts", "settings", "best dev", "step",
       "ETA", "started"].map(h => el("th", {}, h))));
     for (const run of data.runs) {
       const box = el("input", {type: "checkbox", checked: selected.has(run.id), onchange: e => {
@@ -232,6 +238,7 @@ class Curves {
         this.charts[title] = lineChart(box, title, [title]);
       }
       this.charts[title].setData([x.slice(), ...ys.map(y => y.slice())]);
+      this.charts[title].root.parentNode.dataset.points = String(x.length);  // what the browser test watches grow
     }
   }
 }
@@ -258,14 +265,17 @@ async function runPage(main, runId) {
     if (run.status !== lastStatus) { renderActions(actions, run); lastStatus = run.status; }
     const sideKey = JSON.stringify([run.checkpoints, run.events, run.trackers, run.sweep]);
     if (sideKey !== lastSide) { renderSide(side, run); lastSide = sideKey; }
+    const following = !log.dataset.seen || log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
     log.textContent = logData.text.split("\n").slice(-60).join("\n");
+    if (following) log.scrollTop = log.scrollHeight;  // the tail stays in view unless the reader scrolled up
+    log.dataset.seen = "1";
     if (run.exported && !tryBox.dataset.ready) renderTry(tryBox, runId);
   }
   await poll(refresh);
 }
 
 function renderHead(head, run) {
-  head.replaceChildren(el("h1", {}, `#${run.id} ${run.name} `, badge(run.status)),
+  fill(head, el("h1", {}, `#${run.id} ${run.name} `, badge(run.status)),
     run.cause ? el("p", {class: "cause"}, run.cause) : null,
     el("p", {}, `task ${run.task_path}`, run.sweep_path ? ` · sweep ${run.sweep_path}` : "",
       ` · restarts ${run.restarts} of ${run.restart_budget}`, run.step !== null ? ` · step ${run.step}` : "",
@@ -279,7 +289,7 @@ function renderActions(actions, run) {
     try { await handler(); } catch (e) { showError(e); }
   }}, label);
   const active = ["running", "restarting", "queued"].includes(run.status);
-  actions.replaceChildren(
+  fill(actions,
     active ? act("stop", "stop", async () => { await call("POST", `/api/runs/${run.id}/stop`); message("stop asked", "ok"); })
       : act("resume", "resume", async () => { await call("POST", `/api/runs/${run.id}/resume`); message("queued", "ok"); }),
     " ", el("a", {class: "button", id: "clone", href: `/launch?task=${encodeURIComponent(run.task_path)}&clone=${run.id}`},
@@ -296,9 +306,12 @@ function renderSide(side, run) {
   const checkpoints = (run.checkpoints.checkpoints || []).map(c => el("tr", {}, el("td", {}, c.name),
     el("td", {}, c.kind), el("td", {}, String(c.step ?? "")), el("td", {}, formatNumber(c.metric))));
   const events = run.events.map(e => el("li", {class: `event ${e.kind}`}, `${formatDate(e.time)} · ${e.kind}: ${e.message}`));
-  const trackers = run.trackers.map(t => el("li", {}, `${t.name}: `, t.url && /^https?:\/\//.test(t.url)
-    ? el("a", {href: t.url, target: "_blank", rel: "noopener"}, t.url) : el("code", {}, t.open)));
-  side.replaceChildren(
+  const trackers = run.trackers.map(t => el("li", {class: "tracker"}, `${t.name}: `,
+    t.url && /^(https?:\/\/|\/view\/)/.test(t.url)
+      ? el("a", {href: t.url, target: "_blank", rel: "noopener"}, t.url.startsWith("/view/") ? "open" : t.url)
+      : el("code", {}, t.open),
+    t.url && t.url.startsWith("/view/") ? el("code", {class: "command"}, ` ${t.open}`) : null));
+  fill(side,
     el("h2", {}, "Checkpoints"), el("table", {id: "checkpoints"}, el("tr", {}, ["name", "kind", "step",
       run.checkpoints.metric || "metric"].map(h => el("th", {}, h))), checkpoints),
     el("h2", {}, "Events"), el("ul", {id: "events"}, events),
@@ -353,7 +366,7 @@ async function comparePage(main, ids) {
     for (const records of all) for (const r of records) if (r.tag === "dev")
       for (const [k, v] of Object.entries(r)) if (typeof v === "number" && !["step", "time", "epoch"].includes(k)) names.add(`dev ${k}`);
     const current = metricChoice.value || "train loss";
-    metricChoice.replaceChildren(...[...names].map(n => el("option", {value: n, selected: n === current}, n)));
+    fill(metricChoice, ...[...names].map(n => el("option", {value: n, selected: n === current}, n)));
     const [tag, key] = (metricChoice.value || "train loss").split(" ");
     const steps = [...new Set(all.flatMap(records => records.filter(r => r.tag === tag && typeof r[key] === "number")
       .map(r => r.step)))].sort((a, b) => a - b);
@@ -361,12 +374,12 @@ async function comparePage(main, ids) {
       const byStep = new Map(records.filter(r => r.tag === tag && typeof r[key] === "number").map(r => [r.step, r[key]]));
       return steps.map(s => byStep.has(s) ? byStep.get(s) : null);
     });
-    chartBox.replaceChildren();
+    fill(chartBox);
     if (runs.length) lineChart(chartBox, `${tag} ${key}`, runs.map(r => `#${r.id} ${r.name}`), 900).setData([steps, ...series]);
     const details = await Promise.all(runs.map(r => call("GET", `/api/runs/${r.id}`)));
     const flat = details.map(d => flatten(d.config));
     const keys = [...new Set(flat.flatMap(f => Object.keys(f)))].filter(k => !k.startsWith("_")).sort();
-    settings.replaceChildren(el("tr", {}, el("th", {}, "setting"), runs.map(r => el("th", {}, `#${r.id} ${r.name}`))),
+    fill(settings, el("tr", {}, el("th", {}, "setting"), runs.map(r => el("th", {}, `#${r.id} ${r.name}`))),
       ...keys.map(k => {
         const values = flat.map(f => JSON.stringify(f[k]));
         const differs = new Set(values).size > 1;
@@ -388,7 +401,7 @@ function flatten(value, prefix, out) {
 window.addEventListener("DOMContentLoaded", async () => {
   const main = document.getElementById("main");
   const {page, arg} = document.body.dataset;
-  main.replaceChildren(el("div", {id: "message"}));
+  fill(main, el("div", {id: "message"}));
   try {
     if (page === "runs") await runsPage(main);
     else if (page === "launch") await launchPage(main, arg);
