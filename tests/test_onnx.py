@@ -4,12 +4,13 @@ predict``, ``run_infer.py`` and ``wenxin serve``."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import numpy as np
 import pytest
 
-from conftest import build, task_config, write_config
+from conftest import build, task_config, wenxin_log, write_config
 from wenxin.cli import main
 from wenxin.common.constants import Phase
 from wenxin.inference.onnx_backend import ONNX_FILE
@@ -149,3 +150,53 @@ def test_the_conversion_installs_nothing(tmp_path, data_dir):
             os.environ["PYTHONPATH"] = old
     assert os.path.isfile(path)
     assert not marker.exists()
+
+
+def test_save_inference_converts_the_runs_result_to_onnx_once(tmp_path, data_dir):
+    """With save_inference (and save_onnx, its default) the result's inference folder holds a
+    checked model.onnx when training ends, and the Predictor runs it with ONNX Runtime; the
+    other checkpoints keep Paddle's model only (a conversion takes seconds)."""
+    trainer = build(task_config(data_dir, str(tmp_path / "out"), epoch=2, save_model_step=15, save_inference=True,
+                                is_eval_test=0), tmp_path)
+    trainer.do_train()
+    root = trainer.checkpoints.root
+    final, earlier = os.path.join(root, "step_30", "inference"), os.path.join(root, "step_15", "inference")
+    assert os.path.isfile(os.path.join(final, ONNX_FILE)) and not os.path.exists(os.path.join(earlier, ONNX_FILE))
+    assert Predictor(final).backend == "onnxruntime"
+    rows = _dev_rows(data_dir)
+    by_onnx = Predictor(final).predict(rows, batch_size=16)
+    by_paddle = Predictor(final, backend="paddle").predict(rows, batch_size=16)
+    np.testing.assert_allclose([r["probs"] for r in by_onnx], [r["probs"] for r in by_paddle], atol=1e-5)
+    with open(os.path.join(final, "manifest.json"), encoding="utf-8") as f:
+        assert ONNX_FILE in json.load(f)["files"]  # sealed with the rest of the export
+
+
+def test_save_onnx_false_and_a_stopped_run_convert_nothing(tmp_path, data_dir):
+    trainer = build(task_config(data_dir, str(tmp_path / "off"), epoch=1, save_inference=True, save_onnx=False,
+                                is_eval_test=0), tmp_path)
+    trainer.do_train()
+    assert not os.path.exists(os.path.join(trainer.checkpoints.latest(), "inference", ONNX_FILE))
+    trainer = build(task_config(data_dir, str(tmp_path / "stopped"), epoch=1, save_inference=True, is_eval_test=0),
+                    tmp_path)
+    trainer.state.interrupted = True  # as a stop signal leaves it
+    from wenxin.controller.hooks.onnx_result import OnnxResultHook
+    hook = next(h for h in trainer.hooks.hooks if isinstance(h, OnnxResultHook))
+    hook.after_train()  # nothing to convert yet, and a stopped run converts nothing
+    assert not os.path.exists(trainer.checkpoints.root) or not any(
+        ONNX_FILE in files for _, _, files in os.walk(trainer.checkpoints.root))
+
+
+def test_a_result_that_does_not_convert_keeps_its_paddle_model_and_says_why(tmp_path, data_dir, monkeypatch):
+    from wenxin.inference import onnx_export
+
+    def refuse(graph, params, target, folder):
+        raise InferenceError(f"{folder}: paddle2onnx cannot convert this model (an operator it lacks); the Paddle "
+                             "model is exported and runs with the paddle backend")
+    monkeypatch.setattr(onnx_export, "convert_in_subprocess", refuse)
+    trainer = build(task_config(data_dir, str(tmp_path / "out"), epoch=1, save_inference=True, is_eval_test=0),
+                    tmp_path)
+    with wenxin_log(logging.WARNING) as messages:
+        trainer.do_train()
+    final = os.path.join(trainer.checkpoints.latest(), "inference")
+    assert not os.path.exists(os.path.join(final, ONNX_FILE)) and Predictor(final).backend == "paddle"
+    assert any("trainer.save_onnx:" in m and "an operator it lacks" in m for m in messages), messages

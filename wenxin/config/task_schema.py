@@ -204,6 +204,10 @@ TRAINER: Schema = {
                                     "latest_and_best: best keeps it too (for trainer.resume: best). all: every one "
                                     "keeps it, so trainer.load_checkpoint can continue from any"),
     "save_inference": Key(bool, False, doc="export an inference model into every checkpoint (<ckpt>/inference)"),
+    "save_onnx": Key(bool, True, doc="with save_inference: when training ends, the result's inference model "
+                                     "also gets model.onnx, where paddle2onnx and onnxruntime are installed "
+                                     "(pip install \"wenxin[onnx]\") and ONNX Runtime gives Paddle's outputs on "
+                                     "a dev batch; Predictor then runs it with ONNX Runtime"),
     "load_best_at_end": Key(bool, False, doc="after training, load checkpoints/best and evaluate it "
                                              "(logged as best_dev / best_test)"),
     "use_amp": Key(bool, False),

@@ -39,7 +39,7 @@ from wenxin.common.process import ignored, last_thread_failure
 from wenxin.controller.env import rng_state, set_rng_state
 from wenxin.controller.graph_mode import eager_mode
 from wenxin.controller.hooks import (DEFAULT_HOOKS, EarlyStoppingHook, HookBase, HookList, InferenceExportHook,
-                                     LoadBestModelHook, ProfilerHook, ProgressBarHook)
+                                     LoadBestModelHook, OnnxResultHook, ProfilerHook, ProgressBarHook)
 from wenxin.controller.hooks.writers import METRICS_FILE, ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, \
     VisualDLWriter
 from wenxin.common.progress import progress_enabled
@@ -195,6 +195,8 @@ class BaseTrainer:
             self.register_hook(stopper)
         if self.trainer_config["save_inference"] or self.trainer_config["output_layout"] == "erniekit":
             self.register_hook(InferenceExportHook())
+        if self.trainer_config["save_inference"] and self.trainer_config["save_onnx"]:
+            self.register_hook(OnnxResultHook())
         self.show_progress = self.is_writer and progress_enabled(self.trainer_config["progress_bar"])
         if self.show_progress:
             self.register_hook(ProgressBarHook())

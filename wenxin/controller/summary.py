@@ -72,7 +72,9 @@ def run_summary(trainer: Any, param_path: str, overrides: Sequence[str] = ()) ->
     inference = checkpoints.export_folder(os.path.basename(result), result)
     has_inference = os.path.isdir(inference)
     if has_inference:
-        where.append(f"inference model {inference}")
+        onnx = os.path.isfile(os.path.join(inference, "model.onnx"))
+        where.append(f"inference model {inference}" + (" (with model.onnx: predict and serve use ONNX Runtime)"
+                                                         if onnx else ""))
     lines.append("outputs: " + "; ".join(where))
     folder = shlex.quote(inference)
     if has_inference:

@@ -31,8 +31,8 @@ REGISTERED = {"model.type": RegisterSet.models, "model.optimization.optimizer": 
               "model.optimization.lr_scheduler": RegisterSet.lr_schedulers}
 HOOK_KEYS = {"trainer.hooks"}
 # hooks the trainer adds by itself (always, or from a setting of its own), and the sweep's
-SETTING_HOOKS = {"LoadBestModelHook", "ProfilerHook", "InferenceExportHook", "ProgressBarHook", "EarlyStoppingHook",
-                 "SweepReportHook"}
+SETTING_HOOKS = {"LoadBestModelHook", "ProfilerHook", "InferenceExportHook", "OnnxResultHook", "ProgressBarHook",
+                 "EarlyStoppingHook", "SweepReportHook"}
 
 
 def checkable_hooks(scope: Optional[str]) -> List[str]:

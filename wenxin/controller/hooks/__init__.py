@@ -9,6 +9,7 @@ from wenxin.controller.hooks.export import InferenceExportHook
 from wenxin.controller.hooks.logger import LoggerHook
 from wenxin.controller.hooks.lr_scheduler import LRSchedulerHook
 from wenxin.controller.hooks.nan_guard import NaNGuardHook
+from wenxin.controller.hooks.onnx_result import OnnxResultHook
 from wenxin.controller.hooks.norms import NormsHook
 from wenxin.controller.hooks.profiler import ProfilerHook
 from wenxin.controller.hooks.progress import ProgressBarHook
@@ -20,5 +21,5 @@ DEFAULT_HOOKS = (IterationTimerHook, LRSchedulerHook, NaNGuardHook, EvaluationHo
 
 __all__ = ["HookBase", "HookList", "Priority", "DEFAULT_HOOKS", "CheckpointHook", "EarlyStoppingHook", "EMAHook",
            "EvaluationHook", "InferenceExportHook", "LoadBestModelHook", "LoggerHook", "LRSchedulerHook",
-           "NaNGuardHook", "NormsHook", "IterationTimerHook", "MLflowHook", "ProfilerHook", "ProgressBarHook",
-           "SweepReportHook", "TensorBoardHook"]
+           "NaNGuardHook", "NormsHook", "OnnxResultHook", "IterationTimerHook", "MLflowHook", "ProfilerHook",
+           "ProgressBarHook", "SweepReportHook", "TensorBoardHook"]

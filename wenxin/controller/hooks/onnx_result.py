@@ -1,0 +1,51 @@
+"""The run's result in ONNX too (``trainer.save_onnx``, on by default with ``save_inference``):
+the fastest engine by default, wherever the ``onnx`` extra is installed."""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+
+from wenxin.common.errors import InferenceError
+from wenxin.common.registry import RegisterSet
+from wenxin.controller.hooks.base import HookBase, Priority
+
+logger = logging.getLogger("wenxin")
+CHECK_ROWS = 32  # dev examples both engines must agree on before model.onnx is kept
+
+
+def onnx_installed() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("paddle2onnx", "onnxruntime"))
+
+
+@RegisterSet.hooks.register("OnnxResultHook")
+class OnnxResultHook(HookBase):
+    """When training ends (not stopped), converts the inference model of the run's result (its
+    best checkpoint with ``load_best_at_end``, else the final one) to ``model.onnx``, as
+    ``wenxin export --format onnx`` does: kept only when ONNX Runtime gives Paddle's outputs on
+    a dev batch. Once a run, not at every checkpoint: a conversion takes seconds. A model
+    paddle2onnx cannot convert, or whose outputs differ, keeps its Paddle model and logs why.
+    Without paddle2onnx and onnxruntime it does nothing."""
+
+    priority = Priority.LOWEST + 5  # after the final checkpoint and the best model's reload
+
+    def after_train(self) -> None:
+        trainer = self.trainer
+        if not trainer.is_writer or trainer.state.interrupted or not onnx_installed():
+            return
+        if getattr(trainer.model, "step_specs", None) is not None:  # generation: step functions, Paddle only
+            return
+        from wenxin.controller.summary import result_checkpoint
+        from wenxin.inference.onnx_export import export_onnx
+        result, _, _ = result_checkpoint(trainer)
+        if result is None:
+            return
+        folder = trainer.checkpoints.export_folder(os.path.basename(result), result)
+        if not os.path.isdir(folder):
+            return
+        reader = trainer.readers.get("dev_reader") or trainer.readers["train_reader"]
+        batch = reader.collate_rows(list(range(min(CHECK_ROWS, len(reader)))))
+        try:
+            export_onnx(folder, batch)
+        except InferenceError as e:
+            logger.warning("trainer.save_onnx: %s (set trainer.save_onnx false to skip the conversion)", e)
