@@ -56,6 +56,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from wenxin.common.child_logs import last_error
 from wenxin.common.errors import ConfigError
 from wenxin.common.files import write_text_atomically
 from wenxin.common.process import parent_death_signal
@@ -332,7 +333,7 @@ class Sweep:
         if code == 0 and value is None:
             record.update(status="failed", error=f"no dev {self.spec.metric} was logged")
         elif code != 0:
-            record["error"] = _last_error(os.path.join(folder, "sweep_trial.log"))
+            record["error"] = last_error(os.path.join(folder, "sweep_trial.log"))
         elif trial["trial"] in self._pruning:
             record["status"] = "pruned"
         logger.info("%s %s: %s, dev %s %s at step %s (%.0f s)", self._name(trial, fold), record["status"],
@@ -514,13 +515,3 @@ def _method_scope(data: Any, base: Dict[str, Any]) -> Optional[str]:
 def _die_with_parent() -> None:
     """A trial gets SIGTERM (it saves a checkpoint and stops) when the sweep dies, even by SIGKILL."""
     parent_death_signal(signal.SIGTERM)
-
-
-def _last_error(log_path: str) -> str:
-    try:
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            lines = [line.strip() for line in f if line.strip()]
-    except OSError:
-        return ""
-    errors = [line for line in lines if line.startswith("error")]
-    return (errors or lines or [""])[-1][:300]

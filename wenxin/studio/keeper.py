@@ -24,6 +24,7 @@ import sys
 import time
 from typing import List, Optional
 
+from wenxin.common.child_logs import last_error
 from wenxin.common.errors import EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_DATA, EXIT_OK, EXIT_PREEMPTED
 from wenxin.studio.processes import process_start_time
 from wenxin.studio.store import (FAILED, FINISHED, INTERRUPTED, LOG_NAME, RESTARTING, RUNNING, STOPPED, Store,
@@ -41,19 +42,6 @@ def describe_exit(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
-
-
-def last_error(log_path: str) -> str:
-    """The log's last line starting with ``error`` (the command's one-line errors), else its last
-    line."""
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(max(0, os.path.getsize(log_path) - 65536))
-            lines = [line.strip() for line in f.read().decode("utf-8", "replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    errors = [line for line in lines if line.startswith(("error", "Error", "Traceback")) or "Error:" in line]
-    return (errors or lines or [""])[-1][:300]
 
 
 class Keeper:

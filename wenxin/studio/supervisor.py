@@ -143,7 +143,8 @@ class Supervisor:
         the run is interrupted and queued again, counted against its restart budget (a keeper
         killed over and over must not restart for ever). Exited by itself (it could not start,
         say): the run failed, with the keeper's last error as the cause."""
-        from wenxin.studio.keeper import describe_exit, last_error
+        from wenxin.common.child_logs import last_error
+        from wenxin.studio.keeper import describe_exit
         orphan = run_process(run.get("train_pid"), os.path.join(self.root, run["folder"]))
         if orphan is not None:
             with contextlib.suppress(Exception):

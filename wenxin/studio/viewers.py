@@ -6,8 +6,9 @@ A viewer is the tracker's own server (``visualdl`` or ``tensorboard``) in a chil
 ``--public-path``, TensorBoard's ``--path_prefix``); the studio forwards that path to it unchanged.
 Nothing the user typed reaches a shell: the command is an argument list whose only user-derived
 word is the run's log folder, which lies under the root. At most ``max_viewers`` run at once (the
-least recently used one stops for a new one); they stop with the studio, and a viewer left by a
-studio that was killed is stopped when the next one starts (its pid file names it).
+least recently used one stops for a new one); they stop with the studio, also when it is killed
+(Linux's parent-death signal), and elsewhere a viewer left by a killed studio is stopped when the
+next one starts (its pid file names it).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Tuple
 
+from wenxin.common.process import parent_death_signal
 from wenxin.studio.processes import process_alive, process_start_time
 
 LOOPBACK = "127.0.0.1"
@@ -161,7 +163,8 @@ class ViewerPool:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(log_path, "wb") as log:
             process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                       env=env, cwd=os.path.dirname(logdir) or None)
+                                       env=env, cwd=os.path.dirname(logdir) or None,
+                                       preexec_fn=parent_death_signal)  # a killed studio leaves none
         with open(self._pid_file(run_id, kind), "w", encoding="utf-8") as f:
             json.dump({"pid": process.pid, "started": process_start_time(process.pid)}, f)
         viewer = Viewer(run_id, kind, logdir, port, process, log_path)
