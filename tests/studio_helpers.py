@@ -93,6 +93,15 @@ def serving(root: str, monkeypatch: Any, **settings: Any) -> Iterator[Any]:
         server.studio.close()
 
 
+@pytest.fixture(name="root")
+def studio_root(tmp_path: Any) -> Iterator[str]:
+    """An empty root folder; every keeper and run started over it is killed at the end."""
+    folder = str(tmp_path / "root")
+    os.makedirs(folder)
+    yield folder
+    kill_processes_of(folder)
+
+
 def wait_for(client: Client, run_id: int, predicate: Any, what: str) -> Dict[str, Any]:
     deadline = time.time() + WAIT_SECONDS
     run: Dict[str, Any] = {}

@@ -12,18 +12,10 @@ import sys
 import pytest
 
 from conftest import REPO
-from studio_helpers import (Client, kill_processes_of, make_root, serving, store_run, wait_for, wait_for_checkpoint,
-                            wait_for_status)
+from studio_helpers import (Client, make_root, serving, store_run, studio_root, wait_for,  # noqa: F401 (the root fixture)
+                            wait_for_checkpoint, wait_for_status)
 
 LONG = {"epoch": 200, "save_model_step": 40, "eval_step": 400}  # ~3,000 steps: time to act while it runs
-
-
-@pytest.fixture
-def root(tmp_path):
-    folder = str(tmp_path / "root")
-    os.makedirs(folder)
-    yield folder
-    kill_processes_of(folder)
 
 
 def launch(client, values, **body):

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from studio_helpers import Client, kill_processes_of, make_root, serving, wait_for_status
+from studio_helpers import Client, make_root, serving, studio_root, wait_for_status  # noqa: F401 (the root fixture)
 
 # A stand-in viewer: answers under its prefix with what it received (the real ones take seconds
 # to start; they are tried in the slow test below).
@@ -45,14 +45,6 @@ ECHO_VIEWER = textwrap.dedent('''
 
     HTTPServer(("127.0.0.1", port), Echo).serve_forever()
 ''')
-
-
-@pytest.fixture
-def root(tmp_path):
-    folder = str(tmp_path / "root")
-    os.makedirs(folder)
-    yield folder
-    kill_processes_of(folder)
 
 
 @pytest.fixture

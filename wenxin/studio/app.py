@@ -81,8 +81,7 @@ class Studio:
                 if not name.endswith((".json", ".yaml", ".yml")) or len(tasks) + len(sweeps) >= MAX_LISTED_FILES:
                     continue
                 path = os.path.join(folder, name)
-                real = os.path.realpath(path)
-                if os.path.commonpath([self.root, real]) != self.root:  # a link out of the root
+                if not self.under_root(path):  # a link out of the root
                     continue
                 data = self._parse(path)
                 rel = os.path.relpath(path, self.root)
