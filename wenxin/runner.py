@@ -137,9 +137,8 @@ def export_config(config: Dict[str, Any], checkpoint: str, output: str = "",
                                         os.path.dirname(checkpoint), INFERENCE_DIR)
         folder = trainer.export_inference(target)
         if "onnx" in formats:
-            from wenxin.inference.onnx_export import export_onnx
-            reader = trainer.readers.get("dev_reader") or trainer.readers["train_reader"]
-            export_onnx(folder, reader.collate_rows(list(range(min(32, len(reader))))))
+            from wenxin.inference.onnx_export import check_batch, export_onnx
+            export_onnx(folder, check_batch(trainer.readers))
         return folder
 
 

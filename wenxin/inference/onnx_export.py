@@ -7,7 +7,7 @@ import logging
 import os
 import subprocess
 import sys
-from typing import Dict
+from typing import Any, Dict
 
 import numpy as np
 
@@ -22,6 +22,7 @@ logger = logging.getLogger("wenxin")
 
 OPSET = 13
 TOLERANCE = 1e-5
+CHECK_ROWS = 32  # dev examples both engines must agree on before model.onnx is kept
 
 
 # paddle2onnx aborts the whole process (SIGABRT) on an operator it does not support, as it does
@@ -55,6 +56,12 @@ def convert_in_subprocess(graph: str, params: str, target: str, folder: str) -> 
     detail = "; ".join(dict.fromkeys(errors)) or last[0]
     raise InferenceError(f"{folder}: paddle2onnx cannot convert this model ({detail}); the Paddle model is "
                          f"exported and runs with the paddle backend")
+
+
+def check_batch(readers: Dict[str, Any], rows: int = CHECK_ROWS) -> Dict[str, np.ndarray]:
+    """The batch both engines must agree on: the first ``rows`` dev examples (else training's)."""
+    reader = readers.get("dev_reader") or readers["train_reader"]
+    return reader.collate_rows(list(range(min(rows, len(reader)))))
 
 
 def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: float = TOLERANCE) -> str:

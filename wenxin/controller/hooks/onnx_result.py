@@ -11,7 +11,6 @@ from wenxin.common.registry import RegisterSet
 from wenxin.controller.hooks.base import HookBase, Priority
 
 logger = logging.getLogger("wenxin")
-CHECK_ROWS = 32  # dev examples both engines must agree on before model.onnx is kept
 
 
 def onnx_installed() -> bool:
@@ -36,16 +35,14 @@ class OnnxResultHook(HookBase):
         if getattr(trainer.model, "step_specs", None) is not None:  # generation: step functions, Paddle only
             return
         from wenxin.controller.summary import result_checkpoint
-        from wenxin.inference.onnx_export import export_onnx
+        from wenxin.inference.onnx_export import check_batch, export_onnx
         result, _, _ = result_checkpoint(trainer)
         if result is None:
             return
         folder = trainer.checkpoints.export_folder(os.path.basename(result), result)
         if not os.path.isdir(folder):
             return
-        reader = trainer.readers.get("dev_reader") or trainer.readers["train_reader"]
-        batch = reader.collate_rows(list(range(min(CHECK_ROWS, len(reader)))))
         try:
-            export_onnx(folder, batch)
+            export_onnx(folder, check_batch(trainer.readers))
         except InferenceError as e:
             logger.warning("trainer.save_onnx: %s (set trainer.save_onnx false to skip the conversion)", e)
