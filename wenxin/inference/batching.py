@@ -38,7 +38,7 @@ class _Request:
     def __init__(self, rows: Sequence[Sequence[str]], loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
         self.rows, self.loop = rows, loop
         self.pieces_rows: Rows = list(rows)  # what the model runs: the rows, or pieces of long ones
-        self.pieces: List[Any] = []
+        self.pieces: Sequence[Any] = []
         self.future: Any = loop.create_future() if loop is not None else concurrent.futures.Future()
 
 
@@ -184,6 +184,18 @@ class BatchingPool:
                 self._requests.put(_STOP)
 
     def _convert(self, batch: List[_Request]) -> None:
+        try:  # the whole batch's columns at once (fast paths convert a column in numpy)
+            rows: Rows = []
+            for request in batch:
+                request.pieces_rows, request.pieces = self.converter.result_format.split_rows(request.rows)
+                rows.extend(request.pieces_rows)
+            arrays = self.converter.convert(rows)
+        except Exception:  # noqa: BLE001 (request by request below, so that a bad row fails its own request only)
+            self._convert_each(batch)
+            return
+        self._jobs.put(_Job(batch, rows, arrays))
+
+    def _convert_each(self, batch: List[_Request]) -> None:
         kept: List[_Request] = []
         examples: List[Any] = []
         rows: Rows = []

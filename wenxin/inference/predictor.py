@@ -66,6 +66,9 @@ class Predictor:
         verify_export(model_dir)
         self.meta: Dict[str, Any] = read_preprocessing(model_dir)
         self.fields: List[BaseFieldReader] = self._build_fields(model_dir, meta_path)
+        # each field's value depends on its own column only: columns can be converted whole
+        self.by_column = all(getattr(f, "pair_index", None) is None and type(f).combine is BaseFieldReader.combine
+                             for f in self.fields)
         self.output_names: List[str] = self.meta["outputs"]
         self.labels: List[str] = self.meta["labels"]
         format_name = self.meta.get("result_format", "classification")
@@ -212,17 +215,37 @@ class Predictor:
             raise ExportError(f"{meta_path}: fields: cannot be linked ({type(e).__name__}: {e})") from None
 
     def convert(self, rows: Sequence[Sequence[str]]) -> Dict[str, np.ndarray]:
-        """Raw rows -> input arrays, exactly as the training readers do it."""
-        return self.collate(self.examples(rows))
+        """Raw rows -> input arrays, exactly as the training readers do it. Where no field reads
+        another's value (pairs, ``combine``), each column is converted as a whole, so a field with
+        a batch path (``BaseFieldReader.convert_column``) takes it."""
+        if not self.by_column or not rows:
+            return self.collate(self.examples(rows))
+        if min(map(len, rows)) < len(self.fields):
+            for row in rows:
+                self._check_width(row)
+        batch: Dict[str, np.ndarray] = {}
+        for col, field in enumerate(self.fields):
+            column = [row[col] for row in rows]
+            arrays = field.convert_column(column)
+            if arrays is None:
+                try:
+                    arrays = field.collate([field.convert(text) for text in column])
+                except (ValueError, IndexError) as e:
+                    raise InferenceError(str(e)) from None
+            batch.update(arrays)
+        return batch
+
+    def _check_width(self, row: Sequence[str]) -> None:
+        if len(row) < len(self.fields):
+            raise InferenceError(f"expected {len(self.fields)} columns "
+                                 f"({', '.join(f.name for f in self.fields)}), got {len(row)}")
 
     def examples(self, rows: Sequence[Sequence[str]]) -> List[Any]:
         """Raw rows -> one converted example each (an ``InferenceError`` names a bad row)."""
         examples = []
         for row in rows:
+            self._check_width(row)
             try:
-                if len(row) < len(self.fields):
-                    raise ValueError(f"expected {len(self.fields)} columns "
-                                     f"({', '.join(f.name for f in self.fields)}), got {len(row)}")
                 examples.append(convert_row(self.fields, list(row)))
             except (ValueError, IndexError) as e:
                 raise InferenceError(str(e)) from None

@@ -1,0 +1,128 @@
+"""The batch path for character fields (``CharBatchIds``) against the per-text path it replaces:
+the same ids and lengths for every text, tokenizer and field setting, on hostile text too."""
+from __future__ import annotations
+
+import random
+import re
+import sys
+from typing import Any, Dict, List
+
+import numpy as np
+import pytest
+
+from wenxin.config.schema import validate
+from wenxin.config.task_schema import FIELD
+from wenxin.data import char_ids
+from wenxin.data.field_reader import TextFieldReader
+from wenxin.data.vocab import Vocab
+
+# CJK, punctuation that NFKC rewrites, latin words and digits (full width too), whitespace of
+# several kinds, casing traps (final sigma, dotted I), combining marks, astral characters
+PIECES = ["好", "坏", "书", "质", "量", "很", "不", "错", "，", "。", "！", "…", "...", "ＡＢ", "１２", "abc",
+          "Word", "x", "9", "_", "a_1", " ", "\t", "\u3000", "\u00a0", "ΟΔΟΣ", "σ", "İ", "e\u0301", "\u0301",
+          "😀", "𠀀", "ﬁ", "Ⅻ", "㍿", "½", "A", "Z"]
+
+
+def random_texts(rng: random.Random, n: int) -> List[str]:
+    return ["".join(rng.choice(PIECES) for _ in range(rng.randint(0, 25))) for _ in range(n)]
+
+
+def field(vocab_tokens: List[str], **settings: Any) -> TextFieldReader:
+    tokenizer = {"type": "CharTokenizer", "unk_token": "[UNK]", "ngram": settings.pop("ngram", 1),
+                 "lowercase": settings.pop("lowercase", None)}
+    spec: Dict[str, Any] = {"name": "text_a", "data_type": "string", "reader": {"type": "TextFieldReader"},
+                            "tokenizer": tokenizer, "max_seq_len": 12, **settings}
+    reader = TextFieldReader(validate(spec, FIELD, "f"), "f")
+    reader.set_vocab(Vocab(["[PAD]", "[UNK]"] + vocab_tokens, "[UNK]"))
+    return reader
+
+
+def vocab_from(reader: TextFieldReader, texts: List[str], rng: random.Random) -> List[str]:
+    """About half the tokens and n-grams the texts have, so that known and unknown ones mix."""
+    seen = sorted({token for text in texts for token in reader.tokenizer.tokenize(text)})
+    return [token for token in seen if rng.random() < 0.5]
+
+
+def per_text(reader: TextFieldReader, texts: List[str]) -> Dict[str, np.ndarray]:
+    return reader.collate([reader.convert(text) for text in texts])
+
+
+@pytest.mark.parametrize("ngram", [1, 2, 3])
+@pytest.mark.parametrize("truncation_type", [0, 1, 2])
+@pytest.mark.parametrize("pad_to_max_seq_len", [False, True])
+def test_batches_get_the_ids_of_text_by_text(ngram: int, truncation_type: int, pad_to_max_seq_len: bool) -> None:
+    rng = random.Random(ngram * 100 + truncation_type * 10 + pad_to_max_seq_len)
+    probe = field([], ngram=ngram)
+    for _ in range(30):
+        texts = random_texts(rng, rng.randint(1, 9))
+        reader = field(vocab_from(probe, texts, rng), ngram=ngram, truncation_type=truncation_type,
+                       pad_to_max_seq_len=pad_to_max_seq_len, max_seq_len=rng.choice([1, 5, 12, 40]),
+                       padding_id=rng.choice([0, 1]))
+        batch = reader.convert_column(texts)
+        assert batch is not None
+        expected = per_text(reader, texts)
+        assert batch.keys() == expected.keys()
+        for name in batch:
+            np.testing.assert_array_equal(batch[name], expected[name], err_msg=f"{name} for {texts!r}")
+            assert batch[name].dtype == np.int64
+
+
+def test_chinese_only_batches_and_case_settings() -> None:
+    """The each-character-a-token path (no latin, digits or spaces), with lowercase on and off."""
+    rng = random.Random(7)
+    cjk = [p for p in PIECES if re.fullmatch(r"[^\sA-Za-z0-9_ＡＢ１２]+", p) and p not in ("ﬁ", "Ⅻ", "㍿")]
+    for lowercase in (True, False):
+        for ngram in (1, 2, 3):
+            texts = ["".join(rng.choice(cjk) for _ in range(rng.randint(0, 30))) for _ in range(16)]
+            probe = field([], ngram=ngram, lowercase=lowercase)
+            reader = field(vocab_from(probe, texts, rng), ngram=ngram, lowercase=lowercase, max_seq_len=64)
+            batch = reader.convert_column(texts)
+            assert batch is not None
+            for name, array in per_text(reader, texts).items():
+                np.testing.assert_array_equal(batch[name], array)
+
+
+def test_what_the_batch_path_leaves_to_text_by_text() -> None:
+    """A text with a line break of its own, and fields the path does not cover, give None (the
+    caller converts text by text)."""
+    reader = field(["好"])
+    assert reader.convert_column(["好\n好", "好"]) is None
+    assert reader.convert_column([]) is None
+    every_char = field(["好"])
+    every_char.tokenizer.every_char = True  # type: ignore[attr-defined]
+    every_char._batch_cache = None
+    assert every_char.convert_column(["好"]) is None
+    assert field(["好"], ngram=4).convert_column(["好"]) is None
+
+    class OwnConversion(TextFieldReader):
+        def convert(self, text: str) -> np.ndarray:
+            return super().convert(text)[::-1].copy()
+    spec = {"name": "t", "data_type": "string", "reader": {"type": "TextFieldReader"}, "max_seq_len": 8}
+    own = OwnConversion(validate(spec, FIELD, "f"), "f")
+    own.set_vocab(Vocab(["[PAD]", "[UNK]", "好"], "[UNK]"))
+    assert own.convert_column(["好"]) is None
+
+
+def test_the_kind_table_is_what_the_tokenizer_pattern_matches() -> None:
+    """Every code point's kind equals the regular expressions' view of it: ``\\s`` (whitespace,
+    all of it below ``_SPACE_LIMIT``) and ``[A-Za-z0-9_]``."""
+    space, word = re.compile(r"\s"), re.compile(r"[A-Za-z0-9_]")
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        kind = char_ids._WORD if word.match(char) else char_ids._SPACE if space.match(char) else char_ids._OTHER
+        assert char_ids._KINDS[code] == kind, hex(code)
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 5000])
+def test_the_key_table_answers_as_a_dict_does(size: int) -> None:
+    """Keys crowded into few slots (multiples of a power of two, neighbours) and spread ones;
+    lookups of keys present and absent, repeated, in any order."""
+    rng = np.random.default_rng(size)
+    keys = np.unique(np.concatenate([rng.integers(0, 2 ** 62, size), np.arange(size) * 2 ** 40,
+                                     np.arange(size) + 12345]))[:size]
+    values = rng.integers(0, 10 ** 6, len(keys))
+    table = char_ids.KeyTable(keys, values, missing=-7)
+    expected = dict(zip(keys.tolist(), values.tolist()))
+    queries = np.concatenate([keys, keys[::-1], rng.integers(0, 2 ** 62, 3 * size + 3), np.arange(size + 3)])
+    np.testing.assert_array_equal(table.get(queries), [expected.get(q, -7) for q in queries.tolist()])
+    assert table.get(np.zeros(0, dtype=np.int64)).shape == (0,)
