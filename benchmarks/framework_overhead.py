@@ -26,8 +26,10 @@ the differences are the training loop's. Timing is paced (see paced.py): in each
 variant of a workload runs in its own process, and after the warm-up steps the processes take
 turns running one window of steps each (a multiple of the 10-step logging interval, so every
 window holds the same logging work). Ratios are medians over windows of the paired window times,
-which cancels the machine's drift. With --examples, it also measures the share of data loading in
-the step time of the example configs.
+which cancels the machine's drift. Every window is timed in wall time and in the process's CPU time
+(all its threads), and both tables are printed: on a shared machine CPU time per step is the
+robust one, and the load average before and after the run states how shared it was. With
+--examples, it also measures the share of data loading in the step time of the example configs.
 """
 from __future__ import annotations
 
@@ -336,9 +338,9 @@ def speedup(results: Windows, name: str, variant: str, base: str) -> Optional[Tu
     return (statistics.median(pairs), min(per_round), max(per_round)) if pairs else None
 
 
-def print_tables(workloads: List[str], variants: List[str], results: Windows, rounds: int) -> None:
-    print(f"paddle {paddle.__version__}, {os.cpu_count()} CPUs, {rounds} rounds of paced windows; "
-          f"steps/s: median over all windows (lowest-highest round median)\n")
+def print_tables(workloads: List[str], variants: List[str], results: Windows, rounds: int, clock: str) -> None:
+    print(f"\n**{clock} time** ({rounds} rounds of paced windows); steps a {clock} second: median over all windows "
+          f"(lowest-highest round median)\n")
     print("| workload | " + " | ".join(variants) + " |")
     print("|---|" + "---|" * len(variants))
     for name in workloads:
@@ -352,7 +354,7 @@ def print_tables(workloads: List[str], variants: List[str], results: Windows, ro
                 cells.append("failed")
         print(f"| {name} | " + " | ".join(cells) + " |")
     comparisons = [(v, b) for v, b in COMPARISONS if v in variants and b in variants]
-    print("\nSpeed-ups, paired by window: median of base time / variant time over all windows "
+    print(f"\nSpeed-ups by {clock} time, paired by window: median of base time / variant time over all windows "
           "(lowest-highest round median); above 1: the first is faster\n")
     print("| workload | " + " | ".join(f"{v} / {b}" for v, b in comparisons) + " |")
     print("|---|" + "---|" * len(comparisons))
@@ -362,6 +364,11 @@ def print_tables(workloads: List[str], variants: List[str], results: Windows, ro
             found = speedup(results, name, variant, base)
             cells.append(f"{found[0]:.3f} ({found[1]:.3f}-{found[2]:.3f})" if found else "-")
         print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def load_note() -> str:
+    """The machine's load: 1-minute load average against its CPUs."""
+    return f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
 
 
 def main() -> None:
@@ -385,6 +392,8 @@ def main() -> None:
     variants = [v for v in args.variants if v != "paddlenlp" or args.paddlenlp_python]
     root = tempfile.mkdtemp(prefix="wenxin-bench-")
     results: Windows = {}
+    cpu_results: Windows = {}
+    load_before = load_note()
     for name in args.workloads:
         make_data(os.path.join(root, name), WORKLOADS[name]["data"], WORKLOADS[name]["batch"] * total_steps(name))
     for round_index in range(args.rounds):
@@ -398,18 +407,23 @@ def main() -> None:
                                      "--data", os.path.join(root, name)]
                 if args.windows:
                     commands[variant] += ["--windows", str(args.windows)]
-            windows, failures = run_paced_round(commands, WORKLOADS[name]["windows"], logs, REPO, first=round_index)
-            for message in failures:
+            measured = run_paced_round(commands, WORKLOADS[name]["windows"], logs, REPO, first=round_index)
+            for message in measured.failures:
                 sys.stderr.write(message + "\n")
-            for variant, durations in windows.items():
-                results.setdefault((name, variant), []).append(durations)
+            for variant in measured.wall:
+                results.setdefault((name, variant), []).append(measured.wall[variant])
+                cpu_results.setdefault((name, variant), []).append(measured.cpu[variant])
         print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr)
     if args.rounds:
-        print_tables(args.workloads, variants, results, args.rounds)
+        print(f"paddle {paddle.__version__}; before the run: {load_before}; after: {load_note()}")
+        print_tables(args.workloads, variants, cpu_results, args.rounds, "CPU")
+        print_tables(args.workloads, variants, results, args.rounds, "wall")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"paddle": paddle.__version__, "workloads": {n: WORKLOADS[n] for n in args.workloads},
-                       "window_seconds": {f"{n}/{v}": rounds for (n, v), rounds in results.items()}}, f, indent=1)
+                       "window_seconds": {f"{n}/{v}": rounds for (n, v), rounds in results.items()},
+                       "window_cpu_seconds": {f"{n}/{v}": rounds for (n, v), rounds in cpu_results.items()}},
+                      f, indent=1)
     if args.examples:
         from wenxin.common.errors import DataError
         print("\n| example config | data ms/step | step ms | data share |\n|---|---|---|---|")

@@ -10,17 +10,23 @@ The child side is :class:`PacedClock`: call ``tick()`` at the end of every train
 hook or a callback, inside the loop being measured). After the warm-up steps, and after every
 window, it reports to the parent and blocks until told to go on; the time it waits is not counted.
 The parent side is :func:`run_paced_round`. The protocol is one line per message: the child writes
-``ready`` or ``window <seconds>`` to the file descriptor named by ``PACED_REPORT_FD``; the parent
-answers ``go`` on the child's stdin, or closes it to let the child run on unpaced.
+``ready`` or ``window <wall seconds> <CPU seconds>`` to the file descriptor named by
+``PACED_REPORT_FD``; the parent answers ``go`` on the child's stdin, or closes it to let the child
+run on unpaced.
+
+Each window is timed twice: wall time, and the child's CPU time (``time.process_time``, all its
+threads). On a machine that others share, wall time counts the time the child waited for a core;
+CPU time per step does not, so a ratio of CPU times holds where wall times drift.
 """
 from __future__ import annotations
 
 import os
+import dataclasses
 import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 REPORT_FD_ENV = "PACED_REPORT_FD"
 # libiomp5 (Paddle's OpenMP) keeps its threads spinning for KMP_BLOCKTIME (200 ms) after the
@@ -40,7 +46,7 @@ class PacedClock:
             raise ValueError(f"warmup ({warmup}) and window ({window}) must be >= 1")
         self.warmup, self.window = warmup, window
         self.steps = 0
-        self.start = 0.0
+        self.start, self.cpu_start = 0.0, 0.0
         fd = os.environ.get(REPORT_FD_ENV)
         self.reports = os.fdopen(int(fd), "w", buffering=1) if fd else None
 
@@ -49,10 +55,10 @@ class PacedClock:
         timed = self.steps - self.warmup
         if self.reports is None or timed < 0 or timed % self.window:
             return
-        elapsed = time.perf_counter() - self.start
-        self.reports.write("ready\n" if timed == 0 else f"window {elapsed!r}\n")
+        elapsed, cpu = time.perf_counter() - self.start, time.process_time() - self.cpu_start
+        self.reports.write("ready\n" if timed == 0 else f"window {elapsed!r} {cpu!r}\n")
         if sys.stdin.readline().strip() == "go":
-            self.start = time.perf_counter()
+            self.start, self.cpu_start = time.perf_counter(), time.process_time()
         else:  # the parent is done with this process: run on without pausing
             self.reports.close()
             self.reports = None
@@ -94,12 +100,21 @@ class PacedChild:
             return f"{self.name} {what}; the end of its output ({self.log_path}):\n{log.read()[-2000:]}"
 
 
+@dataclasses.dataclass
+class PacedRound:
+    """What one round measured: per variant, each finished window's wall seconds and CPU seconds
+    (a failed variant keeps the windows it finished), and the failure messages."""
+
+    wall: Dict[str, List[float]]
+    cpu: Dict[str, List[float]]
+    failures: List[str]
+
+
 def run_paced_round(commands: Dict[str, Sequence[str]], windows: int, log_folder: str, cwd: str,
-                    first: int = 0) -> Tuple[Dict[str, List[float]], List[str]]:
+                    first: int = 0) -> PacedRound:
     """Starts one process per command, one after the other up to its ``ready``, then runs
     ``windows`` windows in turns: in window ``k``, the variants go in the commands' order rotated
-    by ``first + k``, so no variant always follows the same one. Returns the window durations of
-    each variant (a failed variant keeps the windows it finished) and the failure messages."""
+    by ``first + k``, so no variant always follows the same one."""
     children: Dict[str, PacedChild] = {}
     failures: List[str] = []
     for name, command in commands.items():
@@ -110,7 +125,7 @@ def run_paced_round(commands: Dict[str, Sequence[str]], windows: int, log_folder
         else:
             failures.append(child.failure(f"did not get ready (it said {report!r})"))
             child.finish()
-    durations: Dict[str, List[float]] = {name: [] for name in commands}
+    result = PacedRound({name: [] for name in commands}, {name: [] for name in commands}, failures)
     for k in range(windows):
         names = list(children)
         shift = (first + k) % max(len(names), 1)
@@ -120,7 +135,9 @@ def run_paced_round(commands: Dict[str, Sequence[str]], windows: int, log_folder
             child.go()
             report = child.next_report()
             if report.startswith("window "):
-                durations[name].append(float(report.split()[1]))
+                _, wall, cpu = report.split()
+                result.wall[name].append(float(wall))
+                result.cpu[name].append(float(cpu))
             else:
                 failures.append(child.failure(f"stopped in window {k + 1} (it said {report!r})"))
                 del children[name]
@@ -129,7 +146,7 @@ def run_paced_round(commands: Dict[str, Sequence[str]], windows: int, log_folder
         code = child.finish()
         if code:
             failures.append(child.failure(f"exited with {code} after its last window"))
-    return durations, failures
+    return result
 
 
 def window_ratios(base: Sequence[float], other: Sequence[float]) -> List[float]:

@@ -36,24 +36,28 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def run_children(tmp_path, crash_at: Dict[str, int], windows: int = 3) -> Tuple[dict, List[str], dict]:
+def run_children(tmp_path, crash_at: Dict[str, int], windows: int = 3) -> Tuple[dict, List[str], dict, dict]:
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(benchmarks=BENCHMARKS))
     steps = 2 + 3 * windows
     commands = {name: [sys.executable, str(script), name, str(tmp_path / f"{name}.json"), str(steps),
                        str(crash_at.get(name, 0))] for name in ["a", "b", "c"]}
-    durations, failures = run_paced_round(commands, windows, str(tmp_path), str(tmp_path), first=1)
+    measured = run_paced_round(commands, windows, str(tmp_path), str(tmp_path), first=1)
     spans = {name: json.loads((tmp_path / f"{name}.json").read_text())
              for name in commands if (tmp_path / f"{name}.json").exists()}
-    return durations, failures, spans
+    assert {name: len(times) for name, times in measured.cpu.items()} == \
+        {name: len(times) for name, times in measured.wall.items()}
+    return measured.wall, measured.failures, spans, measured.cpu
 
 
 def test_windows_take_turns_without_overlap(tmp_path):
-    durations, failures, spans = run_children(tmp_path, {})
+    durations, failures, spans, cpu = run_children(tmp_path, {})
     assert failures == []
     assert {name: len(d) for name, d in durations.items()} == {"a": 3, "b": 3, "c": 3}
     for name, times in durations.items():
         assert all(0.06 <= t < 1.0 for t in times), (name, times)  # 3 steps of 20 ms each
+        # the steps sleep: their CPU time is a small part of the wall time (CPU time is not wall time)
+        assert all(0 <= c < w for c, w in zip(cpu[name], times)), (name, cpu[name], times)
     # the timed steps (after 2 warm-up steps) of window k, per child: [start, end]
     windows = {(name, k): (s[2 + 3 * k][0], s[4 + 3 * k][1]) for name, s in spans.items() for k in range(3)}
     ordered = sorted(windows, key=lambda key: windows[key][0])
@@ -65,7 +69,7 @@ def test_windows_take_turns_without_overlap(tmp_path):
 
 
 def test_failures_name_the_child_and_keep_its_finished_windows(tmp_path):
-    durations, failures, _ = run_children(tmp_path, {"b": 7, "c": 1})
+    durations, failures, _, _ = run_children(tmp_path, {"b": 7, "c": 1})
     assert len(durations["a"]) == 3 and len(durations["b"]) == 1 and durations["c"] == []
     assert len(failures) == 2
     joined = "\n".join(failures)
@@ -87,7 +91,10 @@ def test_framework_overhead_runs_every_variant():
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "failed" not in result.stdout and "stopped" not in result.stderr, result.stderr[-3000:]
-    speed_row, ratio_row = [line for line in result.stdout.splitlines() if line.startswith("| mlp |")]
-    rates = [float(x) for x in re.findall(r"\| (\d+\.\d+) \(", speed_row)]
-    assert len(rates) == len(variants) and all(rate > 0 for rate in rates)
-    assert len(re.findall(r"\d\.\d{3} \(", ratio_row)) == 4  # dyn/eager, dyn/hapi, st/static, st/hapi
+    assert "load average" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| mlp |")]
+    assert len(rows) == 4  # by CPU time, then by wall time: speeds, then ratios
+    for speed_row, ratio_row in (rows[:2], rows[2:]):
+        rates = [float(x) for x in re.findall(r"\| (\d+\.\d+) \(", speed_row)]
+        assert len(rates) == len(variants) and all(rate > 0 for rate in rates)
+        assert len(re.findall(r"\d\.\d{3} \(", ratio_row)) == 4  # dyn/eager, dyn/hapi, st/static, st/hapi
