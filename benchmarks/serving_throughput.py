@@ -9,7 +9,9 @@ serve`` process with ``--workers`` processes. The clients are threads of this pr
 a kept-open connection, posting ``--batch`` texts per request. The baseline is the raw
 ``Predictor`` of the same model and backend on batches of the same size (one process, one
 thread), measured just before. Reports texts/s, its ratio to the raw predictor, p50/p99 latency,
-and failed requests.
+and failed requests; and, robust on a shared machine, texts per CPU-second: the service's (the CPU
+time of its process and workers while the clients ran) against the raw predictor's (its own CPU
+time around ``predict``). The clients' own CPU time is not the service's and is not counted.
 """
 from __future__ import annotations
 
@@ -31,33 +33,37 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests"))
 os.environ.setdefault("GLOG_minloglevel", "2")
 
+from measure import load_note, tree_cpu_seconds  # noqa: E402
 
-def raw_predictor(model_dir: str, model: str, batch: int, seconds: float, backend: str) -> Tuple[float, float]:
-    """Texts/s and median seconds per batch of the Predictor itself, in a fresh process (this one
-    trained the models) with the service's settings: one thread, oneDNN auto."""
+
+def raw_predictor(model_dir: str, model: str, batch: int, seconds: float, backend: str) -> Tuple[float, float, float]:
+    """Texts/s, median seconds per batch and texts per CPU-second of the Predictor itself, in a
+    fresh process (this one trained the models) with the service's settings: one thread, oneDNN
+    auto."""
     proc = subprocess.run([sys.executable, __file__, "--raw", model_dir, "--models", model, "--batch", str(batch),
                            "--seconds", str(seconds), "--backends", backend], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": REPO}, timeout=600)
     if proc.returncode != 0:
         raise SystemExit(f"the raw predictor failed:\n{proc.stderr[-3000:]}")
-    rate, per_batch = proc.stdout.split()[-2:]
-    return float(rate), float(per_batch)
+    rate, per_batch, cpu_rate = proc.stdout.split()[-3:]
+    return float(rate), float(per_batch), float(cpu_rate)
 
 
 def time_predictor(model_dir: str, texts: List[str], batch: int, seconds: float, backend: str) -> None:
-    """(in the --raw process) Print texts/s and the median seconds per batch."""
+    """(in the --raw process) Print texts/s, the median seconds per batch, and texts per CPU-second."""
     from wenxin.inference.predictor import Predictor
     predictor = Predictor(model_dir, backend=backend)
     rng = random.Random(1)
     predictor.predict([[t] for t in rng.sample(texts, batch)], batch_size=batch)  # warm-up; oneDNN measured
-    times = []
+    times, cpu = [], 0.0
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         rows = [[t] for t in rng.sample(texts, batch)]
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         predictor.predict(rows, batch_size=batch)
+        cpu += time.process_time() - cpu_start
         times.append(time.perf_counter() - start)
-    print(batch * len(times) / sum(times), statistics.median(times))
+    print(batch * len(times) / sum(times), statistics.median(times), batch * len(times) / cpu)
 
 
 def request_bytes(texts: List[str]) -> bytes:
@@ -161,19 +167,21 @@ def start_service(model_dir: str, workers: int, backend: str) -> Tuple[subproces
 
 
 def measure(model_dir: str, texts: List[str], backend: str, args: argparse.Namespace, label: str) -> None:
-    raw_rate, raw_batch = raw_predictor(model_dir, label, args.batch, args.seconds, backend)
+    raw_rate, raw_batch, raw_cpu_rate = raw_predictor(model_dir, label, args.batch, args.seconds, backend)
     proc, port = start_service(model_dir, args.workers, backend)
     try:
         run_clients(port, texts, 2, args.batch, 2.0)  # warm-up: every worker loaded, oneDNN measured
         for clients in args.clients:
+            service_cpu = tree_cpu_seconds(proc.pid)
             count, elapsed, latencies, failed = run_clients(port, texts, clients, args.batch, args.seconds)
+            service_cpu = tree_cpu_seconds(proc.pid) - service_cpu
             latencies.sort()
             p50 = statistics.median(latencies)
             p99 = latencies[int(0.99 * (len(latencies) - 1))]
-            rate = count * args.batch / elapsed
+            rate, cpu_rate = count * args.batch / elapsed, count * args.batch / service_cpu
             print(f"| {label} | {backend} | {raw_rate:.0f} ({raw_batch * 1000:.2f} ms) | {clients} | {rate:.0f} | "
-                  f"{rate / raw_rate:.2f} | {p50 * 1000:.1f} | {p99 * 1000:.1f} | {p99 / p50:.1f} | {failed} |",
-                  flush=True)
+                  f"{rate / raw_rate:.2f} | {raw_cpu_rate:.0f} | {cpu_rate:.0f} | {cpu_rate / raw_cpu_rate:.2f} | "
+                  f"{p50 * 1000:.1f} | {p99 * 1000:.1f} | {p99 / p50:.1f} | {failed} |", flush=True)
     finally:
         proc.terminate()
         proc.wait(timeout=90)
@@ -195,9 +203,11 @@ def main() -> None:
     if args.raw:
         time_predictor(args.raw, sample_texts(args.models[0]), args.batch, args.seconds, args.backends[0])
         return
-    print(f"{args.batch} texts per request, {args.workers} workers; raw predictor: texts/s (ms a batch)")
-    print("| model | backend | raw predictor | clients | texts/s | / raw | p50 ms | p99 ms | p99 / p50 | failed |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"{args.batch} texts per request, {args.workers} workers; raw predictor: texts/s (ms a batch); "
+          f"{load_note()} at the start")
+    print("| model | backend | raw predictor | clients | texts/s | / raw | raw texts/CPU-s | served texts/CPU-s | "
+          "/ raw (CPU) | p50 ms | p99 ms | p99 / p50 | failed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models:
         model_dir = args.model_dir or trained_model(name, tempfile.mkdtemp(prefix=f"serving-{name}-"))
         backends = [b for b in args.backends if b == "paddle" or os.path.isfile(os.path.join(model_dir, "model.onnx"))]

@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, answer_across_sigterm, make_sentences
 from wenxin.inference.batching import BatchingPool
 from wenxin.inference.predictor import Predictor
-from wenxin.inference.server import Limits, RequestError, ServeOptions, Service, json_depth_exceeds, parse_request
+from wenxin.inference.server import Limits, RequestError, ServeOptions, Service, json_depth_exceeds, load_json_body, parse_request
 
 TIMEOUT = 1.0  # the service's header and body read timeout in these tests
 
@@ -194,6 +194,34 @@ def test_the_depth_limit_holds_whatever_the_recursion_limit():
     text = '[[[[\\"{{{{' * 40
     assert parse_request(json.dumps({"texts": [text]}).encode(), num_fields=1, max_batch=8) == [[text]]
     assert not json_depth_exceeds(b"[" * 32 + b"]" * 32, 32) and json_depth_exceeds(b"[" * 33 + b"]" * 33, 32)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"texts": ["a", "\\u597d", "\xe5\xa5\xbd"]}', b'{"texts": ["a"], "x": NaN}', b'{"texts": ["a"], "x": 1e400}',
+    b'{"texts": ["a"], "x": 123456789012345678901234567890}', b'{"texts": ["a"], "texts": ["b"]}',
+    b'{"texts": ["\\ud800"]}', b'{"texts": ["a"]} x', b'\xef\xbb\xbf{"texts": ["a"]}', b'{"texts": ["\xff"]}',
+    b" [1, [2, [3]]] ", b""])
+@pytest.mark.parametrize("exact_numbers", [True, False])
+def test_bodies_parse_as_the_json_module_parses_them(body, exact_numbers):
+    """Either parser (``json``, or orjson where numbers do not matter) takes a body exactly when
+    ``json`` does, to the same value (numbers aside for orjson), and a body refused is refused
+    with ``json``'s reason."""
+    try:
+        expected = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        with pytest.raises(RequestError, match="not valid UTF-8 JSON") as raised:
+            load_json_body(body, exact_numbers)
+        assert str(e) in str(raised.value)
+        return
+    got = load_json_body(body, exact_numbers)
+
+    def shape(value):  # numbers as their float value: orjson reads integers beyond 64 bits as floats
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [shape(v) for v in value]
+        return float(value) if isinstance(value, (int, float)) and not exact_numbers else value
+    assert json.dumps(shape(got)) == json.dumps(shape(expected))  # NaN and inf compare by their text
 
 
 def test_nul_characters_and_odd_text_are_predicted(service, exported):

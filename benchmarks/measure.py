@@ -1,0 +1,41 @@
+"""What every benchmark here measures beside wall time: CPU time per unit of work, and the load
+of the machine it ran on.
+
+On a shared machine wall time counts the time a process waited for a core; its CPU time does
+not, so ratios of CPU time per unit of work hold where wall-time ratios drift. The load average
+before and after a run says how shared the machine was.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Tuple
+
+
+def load_note() -> str:
+    """The machine's load: the 1-minute load average against its CPUs."""
+    return f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
+
+
+def timed(fn: Callable[[], object], calls: int = 1) -> Tuple[float, float]:
+    """``fn`` called ``calls`` times: (CPU seconds, wall seconds) per call. CPU time is this
+    process's, all its threads."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.process_time() - cpu) / calls, (time.perf_counter() - wall) / calls
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user and system) used so far by process ``pid`` and every living process
+    below it (a service and its workers), read from ``/proc`` through psutil."""
+    import psutil
+    root = psutil.Process(pid)
+    total = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:  # ended between the listing and the reading
+            continue
+        total += times.user + times.system
+    return total
