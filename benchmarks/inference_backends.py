@@ -8,7 +8,9 @@ For each model (``small_models.py``: trained for one epoch on generated data, ex
 (``engine.run`` on a converted batch) with Paddle Inference, oneDNN off and on, and with ONNX
 Runtime; and the whole ``Predictor.predict`` (text conversion included) with Paddle's ``auto``
 oneDNN setting and with ONNX Runtime. Every engine runs with one CPU thread; they alternate in
-each round, and medians (texts/s) are reported.
+each round, and medians are reported in texts per CPU-second (this process's CPU time, robust on
+a shared machine), with the end-to-end speed as a share of the model's own on the same engine
+(Paddle: the model alone with the oneDNN setting ``auto`` chose for the batch).
 """
 from __future__ import annotations
 
@@ -25,14 +27,17 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests"))
 os.environ.setdefault("GLOG_minloglevel", "2")
 
+from measure import load_note  # noqa: E402
+
 
 def per_second(fn: Callable[[], None], items: int, seconds: float) -> float:
+    """Items per CPU-second of ``fn`` over about ``seconds`` of wall time."""
     fn()
-    count, start = 0, time.perf_counter()
+    count, start, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         fn()
         count += 1
-    return items * count / (time.perf_counter() - start)
+    return items * count / max(time.process_time() - cpu, 1e-9)
 
 
 def main() -> None:
@@ -44,9 +49,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     from wenxin.inference.predictor import Predictor
+    print(f"texts per CPU-second; {load_note()} at the start")
     print("| model | batch | Paddle, oneDNN off | Paddle, oneDNN on | ONNX Runtime | ONNX Runtime / faster Paddle | "
-          "Paddle (auto), end to end | ONNX Runtime, end to end |")
-    print("|---|---|---|---|---|---|---|---|")
+          "Paddle (auto), end to end | end to end / model (Paddle) | ONNX Runtime, end to end | "
+          "end to end / model (ONNX Runtime) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models:
         model_dir = trained_model(name, tempfile.mkdtemp(prefix=f"backends-{name}-"))
         texts = sample_texts(name)
@@ -74,10 +81,13 @@ def main() -> None:
             m = {k: statistics.median(v) for k, v in runs.items()}
             onnx = "onnx-model" in m
             best_paddle = max(m["off-model"], m["on-model"])
+            auto_onednn = engines["auto"].engine.uses_onednn(batch)  # type: ignore[union-attr]
+            auto_model = m["on-model"] if auto_onednn else m["off-model"]
             cells = [f"{m['off-model']:.0f}", f"{m['on-model']:.0f}",
                      f"{m['onnx-model']:.0f}" if onnx else "-",
                      f"{m['onnx-model'] / best_paddle:.2f}x" if onnx else "-",
-                     f"{m['auto-e2e']:.0f}", f"{m['onnx-e2e']:.0f}" if onnx else "-"]
+                     f"{m['auto-e2e']:.0f}", f"{m['auto-e2e'] / auto_model:.2f}",
+                     f"{m['onnx-e2e']:.0f}" if onnx else "-", f"{m['onnx-e2e'] / m['onnx-model']:.2f}" if onnx else "-"]
             print(f"| {name} | {batch} | " + " | ".join(cells) + " |", flush=True)
 
 if __name__ == "__main__":

