@@ -58,8 +58,9 @@ def test_batches_get_the_ids_of_text_by_text(ngram: int, truncation_type: int, p
         reader = field(vocab_from(probe, texts, rng), ngram=ngram, truncation_type=truncation_type,
                        pad_to_max_seq_len=pad_to_max_seq_len, max_seq_len=rng.choice([1, 5, 12, 40]),
                        padding_id=rng.choice([0, 1]))
-        batch = reader.convert_column(texts)
-        assert batch is not None
+        arrays = reader._batch_ids()(texts)
+        assert arrays is not None
+        batch = {"text_a": arrays[0], "text_a_seq_lens": arrays[1]}
         expected = per_text(reader, texts)
         assert batch.keys() == expected.keys()
         for name in batch:
@@ -86,13 +87,14 @@ def test_what_the_batch_path_leaves_to_text_by_text() -> None:
     """A text with a line break of its own, and fields the path does not cover, give None (the
     caller converts text by text)."""
     reader = field(["好"])
-    assert reader.convert_column(["好\n好", "好"]) is None
-    assert reader.convert_column([]) is None
+    assert reader.convert_column(["好\n好", "好", "好"]) is None
+    assert reader.convert_column([]) is None and reader.convert_column(["好"] * (char_ids.MIN_BATCH_TEXTS - 1)) is None
+    assert reader.convert_column(["好"] * char_ids.MIN_BATCH_TEXTS) is not None
     every_char = field(["好"])
     every_char.tokenizer.every_char = True  # type: ignore[attr-defined]
     every_char._batch_cache = None
-    assert every_char.convert_column(["好"]) is None
-    assert field(["好"], ngram=4).convert_column(["好"]) is None
+    assert every_char.convert_column(["好"] * 3) is None
+    assert field(["好"], ngram=4).convert_column(["好"] * 3) is None
 
     class OwnConversion(TextFieldReader):
         def convert(self, text: str) -> np.ndarray:
@@ -100,7 +102,7 @@ def test_what_the_batch_path_leaves_to_text_by_text() -> None:
     spec = {"name": "t", "data_type": "string", "reader": {"type": "TextFieldReader"}, "max_seq_len": 8}
     own = OwnConversion(validate(spec, FIELD, "f"), "f")
     own.set_vocab(Vocab(["[PAD]", "[UNK]", "好"], "[UNK]"))
-    assert own.convert_column(["好"]) is None
+    assert own.convert_column(["好"] * 3) is None
 
 
 def test_the_kind_table_is_what_the_tokenizer_pattern_matches() -> None:

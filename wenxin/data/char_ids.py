@@ -26,6 +26,9 @@ from wenxin.data.vocab import Vocab
 
 _BASE = 0x110000  # one more than the largest code point: an n-gram of characters is a base-_BASE number
 MAX_NGRAM = 3  # _BASE ** 3 < 2 ** 63: a trigram's key fits an int64
+# below this many texts the per-text path is faster (measured, BoW's reviews: 8.2 against 10.7 us
+# for one text, 12.9 against 11.8 for three)
+MIN_BATCH_TEXTS = 3
 _OTHER, _WORD, _SPACE = 0, 1, 2
 _SPACE_LIMIT = 0x3001  # every whitespace code point lies below (U+3000 is the last; tested)
 
