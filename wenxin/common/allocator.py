@@ -29,16 +29,18 @@ KEEP_BELOW = 1 << 30
 
 
 def glibc() -> Optional[ctypes.CDLL]:
-    """The C library when it is glibc (it has ``gnu_get_libc_version``), else None."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
-    try:
-        libc = ctypes.CDLL(name)
-        libc.gnu_get_libc_version  # noqa: B018 (only glibc has it)
-    except (OSError, AttributeError):
-        return None
-    return libc
+    """The C library this process runs on when it is glibc (it has ``gnu_get_libc_version``),
+    else None: the process's own symbols first (no search for the library's file, which needs
+    ``ldconfig``), then the library found by name."""
+    for name in (None, ctypes.util.find_library("c")):
+        try:
+            libc = ctypes.CDLL(name)
+            libc.gnu_get_libc_version  # noqa: B018 (only glibc has it)
+            libc.mallopt  # noqa: B018
+        except (OSError, AttributeError, TypeError):
+            continue
+        return libc
+    return None
 
 
 def keep_freed_memory(environ: Mapping[str, str] = os.environ) -> Optional[str]:
