@@ -13,7 +13,8 @@ variant's own data loader and reading the loss on the host:
     dynamic  the dynamic trainer's ``run_step`` against forward, backward, AdamW step and
              ``clear_grad`` over a plain ``paddle.io.DataLoader`` (as in its plain eager loop)
 
-It reports the median milliseconds of each and their ratio (above 1: wenxin is faster)."""
+It reports the median milliseconds of each and their ratio (above 1: wenxin is faster), in CPU
+time and in wall time, and the load average."""
 from __future__ import annotations
 
 import argparse
@@ -29,6 +30,7 @@ import numpy as np
 import paddle
 from wenxin.config.loader import load_config
 from wenxin.controller.graph_mode import static_mode
+from measure import load_note
 from wenxin.runner import build_trainer
 
 
@@ -89,16 +91,20 @@ def plain_eager_step(workload: str, data: str) -> Callable[[], float]:
     return run
 
 
-def alternate(first: Callable[[], float], second: Callable[[], float], steps: int) -> Tuple[List[float], List[float]]:
-    """Milliseconds of each step, the two alternating (and swapping who goes first each step)."""
-    times: Tuple[List[float], List[float]] = ([], [])
+def alternate(first: Callable[[], float], second: Callable[[], float],
+              steps: int) -> Tuple[Tuple[List[float], List[float]], Tuple[List[float], List[float]]]:
+    """Wall and CPU milliseconds of each step, the two alternating (and swapping who goes first
+    each step): ``((first wall, second wall), (first CPU, second CPU))``."""
+    wall: Tuple[List[float], List[float]] = ([], [])
+    cpu: Tuple[List[float], List[float]] = ([], [])
     for step in range(steps):
         order = [(0, first), (1, second)] if step % 2 == 0 else [(1, second), (0, first)]
         for index, run in order:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             run()
-            times[index].append((time.perf_counter() - start) * 1000)
-    return times
+            cpu[index].append((time.process_time() - cpu_start) * 1000)
+            wall[index].append((time.perf_counter() - start) * 1000)
+    return wall, cpu
 
 
 def main() -> None:
@@ -114,10 +120,12 @@ def main() -> None:
     wenxin = wenxin_step(args.workload, data, args.mode, args.steps)
     plain = (plain_static_step if args.mode == "static" else plain_eager_step)(args.workload, data)
     with static_mode() if args.mode == "static" else contextlib.nullcontext():
-        wenxin_ms, plain_ms = alternate(wenxin, plain, args.steps)
+        wall, cpu = alternate(wenxin, plain, args.steps)
     skip = min(20, args.steps // 10)
-    wx, pl = float(np.median(wenxin_ms[skip:])), float(np.median(plain_ms[skip:]))
-    print(f"{args.workload} ({args.mode}): wenxin step {wx:.2f} ms, plain step {pl:.2f} ms, ratio {pl / wx:.3f}")
+    print(f"{args.workload} ({args.mode}), {load_note()}:")
+    for clock, (wenxin_ms, plain_ms) in (("CPU", cpu), ("wall", wall)):
+        wx, pl = float(np.median(wenxin_ms[skip:])), float(np.median(plain_ms[skip:]))
+        print(f"  {clock} time: wenxin step {wx:.2f} ms, plain step {pl:.2f} ms, ratio {pl / wx:.3f}")
 
 
 if __name__ == "__main__":
