@@ -38,6 +38,9 @@ import time
 from typing import Any, Dict, List, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measure import load_note, tree_cpu_seconds  # noqa: E402
+
 CONFIG = os.path.join(REPO, "examples", "text_classification_bow.json")
 SOURCE = os.path.join(REPO, "examples", "data", "sentiment", "train.tsv")
 MODES = {"memory": False, "cold": True, "warm": True, "streamed": True}
@@ -93,11 +96,11 @@ def run_to_first_step(corpus: str, mode: str, cache_dir: str, output: str, until
     env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONUNBUFFERED": "1"}
     log = open(output + ".log", "w", encoding="utf-8")
     started = time.perf_counter()
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=log, env=env)
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)  # the log is on stderr
     process, peak = psutil.Process(proc.pid), 0
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
-    buffer, first, training_peak = "", 0.0, 0
+    buffer, first, first_cpu, training_peak = "", 0.0, 0.0, 0
     try:
         while True:
             rss = tree_rss(process)
@@ -112,9 +115,9 @@ def run_to_first_step(corpus: str, mode: str, cache_dir: str, output: str, until
             log.write(chunk)
             buffer = (buffer + chunk)[-4096:]
             if not first and "[train] step 1:" in buffer:
-                first = time.perf_counter() - started
+                first, first_cpu = time.perf_counter() - started, tree_cpu_seconds(proc.pid)
             if first and f"[train] step {until}:" in buffer:
-                return first, peak / 2**20, training_peak / 2**20
+                return first, first_cpu, peak / 2**20, training_peak / 2**20
             if proc.poll() is not None:
                 raise SystemExit(f"the run ended before step 1 (see {output}.log)")
             time.sleep(0.1)
@@ -130,9 +133,11 @@ def read_only(corpus: str, mode: str, cache_dir: str) -> Dict[str, float]:
     from wenxin.runner import build_readers, resolve_classes
     config = load_config(CONFIG, overrides(corpus, mode, cache_dir))
     scope, _, _ = resolve_classes(config)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     reader = build_readers(config["dataset_reader"], scope, names=("train_reader",))["train_reader"]
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # parallel converters, ended by now
     return {"seconds": time.perf_counter() - started, "examples": len(reader),
+            "cpu_seconds": time.process_time() - cpu + children.ru_utime + children.ru_stime,
             "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "worker_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
@@ -164,7 +169,7 @@ def main() -> None:
                 if mode in ("cold", "streamed"):
                     shutil.rmtree(cache_dir, ignore_errors=True)
                 if what == "run":
-                    seconds, rss, training = run_to_first_step(
+                    seconds, cpu, rss, training = run_to_first_step(
                         corpus, mode, cache_dir, os.path.join(args.work, f"run_{lines}_{mode}"),
                         until=args.stream_steps if mode == "streamed" else 1)
                     extra = f"{training:.0f}" if mode == "streamed" else ""
@@ -174,19 +179,22 @@ def main() -> None:
                                          capture_output=True, text=True, env={**os.environ, "GLOG_minloglevel": "2"})
                     result = json.loads(out.stdout.strip().splitlines()[-1])
                     seconds, rss, extra = result["seconds"], result["rss_mb"], f"{result['worker_rss_mb']:.0f}"
+                    cpu = result["cpu_seconds"]
                 ids = cached_ids_mb(cache_dir) if mode != "memory" else 0.0
-                rows.append((lines, size, what, mode, seconds, rss, extra, ids))
+                rows.append((lines, size, what, mode, seconds, cpu, rss, extra, ids))
                 other = "while training" if what == "run" else "largest child"
-                print(f"{lines} lines ({size:.0f} MB) {what} {mode}: {seconds:.1f} s, peak RSS {rss:.0f} MB"
+                print(f"{lines} lines ({size:.0f} MB) {what} {mode}: {seconds:.1f} s ({cpu:.1f} CPU s), "
+                      f"peak RSS {rss:.0f} MB"
                       f"{f', {other} {extra} MB' if extra else ''}"
                       f"{f', cached ids {ids:.0f} MB' if ids else ''}", flush=True)
-    print(f"\n(streamed: peak RSS until step {args.stream_steps}, vocabulary capped at {STREAM_VOCAB:,})")
-    print("| lines | corpus | measured | reader | seconds | peak RSS (MB) | streamed: while training / "
+    print(f"\n(streamed: peak RSS until step {args.stream_steps}, vocabulary capped at {STREAM_VOCAB:,}; "
+          f"{load_note()} at the end; CPU seconds: the run's processes, or the reader's and its converters)")
+    print("| lines | corpus | measured | reader | seconds | CPU seconds | peak RSS (MB) | streamed: while training / "
           "read: largest child (MB) | cached ids (MB) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for lines, size, what, mode, seconds, rss, extra, ids in rows:
+    print("|---|---|---|---|---|---|---|---|---|")
+    for lines, size, what, mode, seconds, cpu, rss, extra, ids in rows:
         print(f"| {lines:,} | {size:.0f} MB | {'to step 1' if what == 'run' else 'reader only'} | {mode} | "
-              f"{seconds:.1f} | {rss:.0f} | {extra or '-'} | {f'{ids:.0f}' if ids else '-'} |")
+              f"{seconds:.1f} | {cpu:.1f} | {rss:.0f} | {extra or '-'} | {f'{ids:.0f}' if ids else '-'} |")
 
 
 if __name__ == "__main__":

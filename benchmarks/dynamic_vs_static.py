@@ -19,7 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -29,20 +29,25 @@ from wenxin.config.loader import load_config  # noqa: E402
 from wenxin.controller.hooks import HookBase, Priority  # noqa: E402
 from wenxin.runner import build_trainer  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measure import load_note  # noqa: E402
+
 EXAMPLE = os.path.join(REPO, "examples", "text_classification_bow.json")
 DATA = os.path.join(REPO, "examples", "data", "sentiment")
 
 
 class StepClock(HookBase):
-    """Records the time of every step end."""
+    """Records the wall and CPU time of every step end."""
 
     priority = Priority.LOWEST
 
     def __init__(self) -> None:
         self.times: List[float] = []
+        self.cpu: List[float] = []
 
     def after_step(self) -> None:
         self.times.append(time.perf_counter())
+        self.cpu.append(time.process_time())
 
 
 def synthetic_data(folder: str) -> str:
@@ -79,14 +84,16 @@ def bench_config(model_type: str, mode: str, data: str, out: str, max_steps: int
     return path
 
 
-def steps_per_second(model_type: str, mode: str, data: str, steps: int, warmup: int) -> float:
+def steps_per_second(model_type: str, mode: str, data: str, steps: int, warmup: int) -> Tuple[float, float]:
+    """Steps per wall second and per CPU-second after ``warmup`` steps."""
     with tempfile.TemporaryDirectory() as out:
         trainer = build_trainer(load_config(bench_config(model_type, mode, data, out, warmup + steps)))
         logging.getLogger("wenxin").setLevel(logging.WARNING)
         clock = StepClock()
         trainer.register_hook(clock)
         trainer.do_train()
-        return steps / (clock.times[-1] - clock.times[warmup - 1])
+        return (steps / (clock.times[-1] - clock.times[warmup - 1]),
+                steps / max(clock.cpu[-1] - clock.cpu[warmup - 1], 1e-9))
 
 
 def main() -> None:
@@ -97,20 +104,24 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["BowClassification", "CnnClassification"])
     args = parser.parse_args()
     data = DATA if os.path.isfile(os.path.join(DATA, "train.tsv")) else synthetic_data(tempfile.mkdtemp())
-    results: Dict[tuple, List[float]] = {}
+    results: Dict[tuple, List[Tuple[float, float]]] = {}
+    load_before = load_note()
     for _ in range(args.rounds):
         for model_type in args.models:
             for mode in ("dynamic", "static"):
                 results.setdefault((model_type, mode), []).append(
                     steps_per_second(model_type, mode, data, args.steps, args.warmup))
     print(f"data: {data}; FLAGS_use_onednn={os.environ.get('FLAGS_use_onednn', '0')}; "
-          f"{args.rounds} rounds x {args.steps} steps (median)")
-    print("| model | dynamic steps/s | static steps/s | static / dynamic |")
-    print("|---|---|---|---|")
+          f"{args.rounds} rounds x {args.steps} steps (median); before: {load_before}; after: {load_note()}")
+    print("| model | dynamic steps/s | static steps/s | static / dynamic | dynamic steps/CPU-s | static steps/CPU-s "
+          "| static / dynamic (CPU) |")
+    print("|---|---|---|---|---|---|---|")
     for model_type in args.models:
-        d = statistics.median(results[(model_type, "dynamic")])
-        s = statistics.median(results[(model_type, "static")])
-        print(f"| {model_type} | {d:.1f} | {s:.1f} | {s / d:.2f} |")
+        d = statistics.median(wall for wall, _ in results[(model_type, "dynamic")])
+        s = statistics.median(wall for wall, _ in results[(model_type, "static")])
+        dc = statistics.median(cpu for _, cpu in results[(model_type, "dynamic")])
+        sc = statistics.median(cpu for _, cpu in results[(model_type, "static")])
+        print(f"| {model_type} | {d:.1f} | {s:.1f} | {s / d:.2f} | {dc:.1f} | {sc:.1f} | {sc / dc:.2f} |")
 
 
 if __name__ == "__main__":

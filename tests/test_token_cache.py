@@ -284,7 +284,7 @@ def test_training_twice_reuses_the_cache_through_the_cli(tmp_path):
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
     assert runs[0].stderr.count("token cache built") == 3 and runs[1].stderr.count("token cache opened") == 3
-    timing = ("time", "step_time", "data_time", "steps_per_sec", "eta_sec")
+    timing = ("time", "step_time", "step_cpu_time", "data_time", "steps_per_sec", "eta_sec")
     metrics = [[{k: v for k, v in json.loads(line).items() if k not in timing}
                 for line in open(tmp_path / out / "logs" / "metrics.jsonl")] for out in ("first", "second")]
     assert metrics[0] == metrics[1] and any("acc" in record for record in metrics[0])

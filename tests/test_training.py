@@ -45,7 +45,8 @@ def test_output_folder_layout(tmp_path, data_dir):
     tags = {r["tag"] for r in records}
     assert tags == {"train", "dev", "test"}
     train = [r for r in records if r["tag"] == "train"]
-    assert {"loss", "lr", "step_time", "data_time", "eta_sec", "epoch"} <= set(train[0])
+    assert {"loss", "lr", "step_time", "step_cpu_time", "data_time", "eta_sec", "epoch"} <= set(train[0])
+    assert all(record["step_cpu_time"] > 0 for record in train)
     assert os.path.getsize(os.path.join(out, "logs", "train.log")) > 0
     assert os.listdir(os.path.join(out, "vdl"))
     assert open(os.path.join(out, "vocab", "label.txt")).read() == "0\n1\n"
