@@ -24,6 +24,9 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("GLOG_minloglevel", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from measure import load_note  # noqa: E402
 
 
 def check(task_file: str, batch: int) -> List[Dict[str, object]]:
@@ -68,6 +71,7 @@ def main() -> None:
     from wenxin.common.errors import WenxinError
     files = args.task_files or sorted(glob.glob(os.path.join(REPO, "examples", "*.json")))
     failed = False
+    print(f"{load_note()} at the start")
     print("| task file | reader | field | texts | texts left to text by text | mismatched arrays | batch µs/text | "
           "text by text µs/text |")
     print("|---|---|---|---|---|---|---|---|")

@@ -21,6 +21,9 @@ from typing import Dict, List, Tuple
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("GLOG_minloglevel", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from measure import load_note  # noqa: E402
 
 
 def rows(path: str) -> Tuple[List[List[str]], List[str]]:
@@ -44,6 +47,7 @@ def main() -> None:
         texts, gold = data[name]
         right = sum(str(r["label"]) == g for r, g in zip(predictor.predict(texts), gold))
         print(f"{name}: accuracy {right / len(gold):.4f} on {len(gold)} test reviews ({args.__dict__[name]})")
+    print(f"{load_note()} at the start")
     print("| batch | teacher CPU ms/text | student CPU ms/text | student speed-up (CPU) | teacher wall ms/text | "
           "student wall ms/text | student speed-up (wall) |")
     print("|---|---|---|---|---|---|---|")

@@ -28,6 +28,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests"))
 os.environ.setdefault("GLOG_minloglevel", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from measure import load_note  # noqa: E402
 
 
 def timed(fn: Callable[[], object], calls: int) -> Tuple[float, float]:
@@ -69,6 +72,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     from wenxin.inference.predictor import Predictor
+    print(f"{load_note()} at the start")
     print("| model | batch | raw: CPU µs/call (wall) | Predictor.run: CPU µs/call (wall) | Predictor / raw speed |")
     print("|---|---|---|---|---|")
     for name in args.models:
