@@ -1,0 +1,330 @@
+"""ERNIE 4.5 dense decoders (ERNIE-4.5-0.3B and models of its shape): a causal language model
+read from the checkpoint folders people download.
+
+The architecture, as Baidu's ``config.json`` describes it: token embeddings; ``num_hidden_layers``
+pre-norm decoder layers, each RMSNorm, then grouped-query self-attention (``num_attention_heads``
+query heads share ``num_key_value_heads`` key/value heads, ``head_dim`` wide) with rotary position
+embeddings, added back, then RMSNorm and a SwiGLU feed-forward layer, added back; a final RMSNorm;
+and an output layer, its own or the token embedding (``tie_word_embeddings``). No linear layer has
+a bias unless ``use_bias``.
+
+Rotary embeddings rotate interleaved pairs: features ``2i`` and ``2i + 1`` of a head turn by the
+angle ``position / rope_theta ** (2i / head_dim)``.
+
+The folder holds ``config.json`` and the weights as safetensors: one ``model.safetensors``, or
+shards listed by ``model.safetensors.index.json``, under the names and in the layout that
+PaddleFormers and Hugging Face write (linear weights ``[out, in]``). ``load_ernie45`` reads it
+by path; nothing is downloaded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+from paddle import nn
+
+from wenxin.common.errors import CheckpointError, ConfigError
+
+CONFIG_FILE = "config.json"
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+# checkpoint linear weights are [out, in]; Paddle's nn.Linear holds [in, out]
+LINEAR_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclasses.dataclass
+class Ernie45Config:
+    """The shape of an ERNIE 4.5 dense decoder, read from its ``config.json``."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    tie_word_embeddings: bool = True
+    use_bias: bool = False
+    pad_token_id: int = 0
+    bos_token_id: int = 1
+    eos_token_id: int = 2
+
+    @classmethod
+    def from_dict(cls, values: Dict[str, Any], source: str) -> "Ernie45Config":
+        """The config from ``config.json``'s values; ``source`` names the file in errors."""
+        problems: List[str] = []
+        model_type = values.get("model_type")
+        if model_type not in (None, "ernie4_5"):
+            problems.append(f"{source}: model_type is {model_type!r}, not an ERNIE 4.5 dense decoder (ernie4_5)")
+        required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+        problems += [f"{source}: {key} is missing" for key in required if key not in values]
+        if problems:
+            raise ConfigError("\n".join(problems))
+        heads = int(values["num_attention_heads"])
+        fields = {f.name for f in dataclasses.fields(cls)}
+        settings = {key: values[key] for key in fields if values.get(key) is not None}
+        settings.setdefault("num_key_value_heads", heads)
+        settings.setdefault("head_dim", int(values["hidden_size"]) // max(heads, 1))
+        theta = (values.get("rope_parameters") or {}).get("rope_theta")
+        if "rope_theta" not in settings and theta is not None:
+            settings["rope_theta"] = theta
+        config = cls(**settings)
+        config.check(source)
+        return config
+
+    @classmethod
+    def from_folder(cls, folder: str) -> "Ernie45Config":
+        path = os.path.join(folder, CONFIG_FILE)
+        if not os.path.isfile(path):
+            raise ConfigError(f"{folder}: no {CONFIG_FILE} (an ERNIE 4.5 model folder holds config.json and "
+                                  f"its safetensors weights)")
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{path}: not a JSON object ({e})") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: not a JSON object")
+        return cls.from_dict(values, path)
+
+    def check(self, source: str) -> None:
+        problems = []
+        for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "head_dim", "max_position_embeddings"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                problems.append(f"{source}: {key} must be a positive integer, got {value!r}")
+        if not problems and self.num_attention_heads % self.num_key_value_heads:
+            problems.append(f"{source}: num_attention_heads {self.num_attention_heads} is not a multiple of "
+                            f"num_key_value_heads {self.num_key_value_heads}")
+        if not problems and self.head_dim % 2:
+            problems.append(f"{source}: head_dim {self.head_dim} must be even (rotary embeddings turn pairs)")
+        if problems:
+            raise ConfigError(problems=problems)
+
+
+class RMSNorm(nn.Layer):
+    """``x / sqrt(mean(x ** 2) + eps) * weight`` over the last axis, computed in float32."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = self.create_parameter([size], default_initializer=nn.initializer.Constant(1.0))
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        x32 = x.astype("float32")
+        scaled = x32 * paddle.rsqrt(x32.pow(2).mean(axis=-1, keepdim=True) + self.eps)
+        return scaled.astype(x.dtype) * self.weight
+
+
+def rotary_angles(positions: paddle.Tensor, head_dim: int, theta: float) -> Tuple[paddle.Tensor, paddle.Tensor]:
+    """``(sin, cos)`` ``[T, head_dim / 2]`` of positions ``[T]`` (float32)."""
+    exponents = paddle.arange(0, head_dim, 2, dtype="float32") / head_dim  # [D/2]
+    frequencies = 1.0 / (theta ** exponents)
+    angles = positions.astype("float32").unsqueeze(-1) * frequencies.unsqueeze(0)  # [T, D/2]
+    return paddle.sin(angles), paddle.cos(angles)
+
+
+def rotate_pairs(x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor) -> paddle.Tensor:
+    """Turn features ``(2i, 2i + 1)`` of ``x`` ``[B, T, heads, D]`` by the angles of ``sin`` and
+    ``cos`` ``[T, D/2]``."""
+    even, odd = x[..., 0::2], x[..., 1::2]  # [B, T, heads, D/2]
+    sin, cos = sin.unsqueeze(1), cos.unsqueeze(1)  # [T, 1, D/2]: every head alike
+    turned = paddle.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1)  # [B, T, heads, D/2, 2]
+    return turned.reshape(x.shape)
+
+
+class Ernie45Attention(nn.Layer):
+    """Grouped-query self-attention with rotary positions, causal."""
+
+    def __init__(self, config: Ernie45Config) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = (config.num_attention_heads, config.num_key_value_heads,
+                                                    config.head_dim)
+        self.theta = config.rope_theta
+        bias = None if config.use_bias else False
+        self.q_proj = nn.Linear(config.hidden_size, self.heads * self.head_dim, bias_attr=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.kv_heads * self.head_dim, bias_attr=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.kv_heads * self.head_dim, bias_attr=bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, config.hidden_size, bias_attr=bias)
+
+    def forward(self, x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor,
+                bias: paddle.Tensor) -> paddle.Tensor:
+        batch, length = x.shape[0], x.shape[1]
+        q = self.q_proj(x).reshape([batch, length, self.heads, self.head_dim])  # [B, T, H, D]
+        k = self.k_proj(x).reshape([batch, length, self.kv_heads, self.head_dim])  # [B, T, KV, D]
+        v = self.v_proj(x).reshape([batch, length, self.kv_heads, self.head_dim])
+        q, k = rotate_pairs(q, sin, cos), rotate_pairs(k, sin, cos)
+        if self.kv_heads != self.heads:  # query head h reads key/value head h // (H / KV)
+            k = paddle.repeat_interleave(k, self.heads // self.kv_heads, axis=2)  # [B, T, H, D]
+            v = paddle.repeat_interleave(v, self.heads // self.kv_heads, axis=2)
+        q, k, v = (t.transpose([0, 2, 1, 3]) for t in (q, k, v))  # [B, H, T, D]
+        scores = paddle.matmul(q, k, transpose_y=True) * (self.head_dim ** -0.5) + bias  # [B, H, T, T]
+        weights = F.softmax(scores.astype("float32"), axis=-1).astype(q.dtype)
+        out = paddle.matmul(weights, v).transpose([0, 2, 1, 3])  # [B, T, H, D]
+        return self.o_proj(out.reshape([batch, length, self.heads * self.head_dim]))
+
+
+class Ernie45MLP(nn.Layer):
+    """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, config: Ernie45Config) -> None:
+        super().__init__()
+        bias = None if config.use_bias else False
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias_attr=bias)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias_attr=bias)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias_attr=bias)
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Ernie45DecoderLayer(nn.Layer):
+    """Pre-norm attention and feed-forward, each added back to its input."""
+
+    def __init__(self, config: Ernie45Config) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Ernie45Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = Ernie45MLP(config)
+
+    def forward(self, x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor, bias: paddle.Tensor) -> paddle.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), sin, cos, bias)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Ernie45Model(nn.Layer):
+    """Token embeddings, the decoder layers and the final norm: hidden states ``[B, T, hidden]``."""
+
+    def __init__(self, config: Ernie45Config) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.LayerList([Ernie45DecoderLayer(config) for _ in range(config.num_hidden_layers)])
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, ids: paddle.Tensor, attention_mask: Optional[paddle.Tensor] = None) -> paddle.Tensor:
+        """``ids`` ``[B, T]``; ``attention_mask`` ``[B, T]`` (1: a token, 0: padding) or None."""
+        length = ids.shape[1]
+        sin, cos = rotary_angles(paddle.arange(length), self.config.head_dim, self.config.rope_theta)
+        bias = causal_bias(length, attention_mask)
+        x = self.embed_tokens(ids)
+        for layer in self.layers:
+            x = layer(x, sin, cos, bias)
+        return self.norm(x)
+
+
+def causal_bias(length: Any, attention_mask: Optional[paddle.Tensor]) -> paddle.Tensor:
+    """``[1 or B, 1, T, T]`` added to attention scores: a large negative where a position would
+    look ahead, or at padding."""
+    positions = paddle.arange(length)
+    ahead = positions.unsqueeze(0) > positions.unsqueeze(1)  # [T, T]: key after query
+    blocked = ahead.unsqueeze(0).unsqueeze(0)  # [1, 1, T, T]
+    if attention_mask is not None:
+        blocked = paddle.logical_or(blocked, (attention_mask == 0).unsqueeze(1).unsqueeze(1))  # [B, 1, T, T]
+    return blocked.astype("float32") * -1e9
+
+
+class Ernie45Head(nn.Layer):
+    """An output layer of its own (untied): ``weight`` ``[vocab, hidden]``, as checkpoints hold it."""
+
+    def __init__(self, config: Ernie45Config) -> None:
+        super().__init__()
+        self.weight = self.create_parameter([config.vocab_size, config.hidden_size])
+
+
+class Ernie45ForCausalLM(nn.Layer):
+    """An ERNIE 4.5 dense decoder with its output layer: logits ``[B, T, vocab]``. Parameter names
+    are the checkpoint's (``model.layers.0.self_attn.q_proj.weight``, ``lm_head.weight``)."""
+
+    def __init__(self, config: Ernie45Config) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Ernie45Model(config)
+        self.lm_head = None if config.tie_word_embeddings else Ernie45Head(config)
+
+    def output_weight(self) -> paddle.Tensor:
+        """``[vocab, hidden]``: the token embedding where the two are tied."""
+        return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    def forward(self, ids: paddle.Tensor, attention_mask: Optional[paddle.Tensor] = None) -> paddle.Tensor:
+        states = self.model(ids, attention_mask)  # [B, T, hidden]
+        return paddle.matmul(states, self.output_weight(), transpose_y=True)  # [B, T, vocab]
+
+
+def checkpoint_files(folder: str) -> Dict[str, str]:
+    """Weight name -> the safetensors file that holds it, from the index or the single file."""
+    index = os.path.join(folder, INDEX_FILE)
+    if os.path.isfile(index):
+        try:
+            with open(index, encoding="utf-8") as f:
+                weight_map = json.load(f)["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{index}: not a safetensors index with a weight_map ({e})") from None
+        files = {name: os.path.join(folder, file) for name, file in weight_map.items()}
+        missing = sorted({path for path in files.values() if not os.path.isfile(path)})
+        if missing:
+            raise CheckpointError(f"{index}: lists shards that are not in the folder: {', '.join(missing)}")
+        return files
+    single = os.path.join(folder, SINGLE_FILE)
+    if not os.path.isfile(single):
+        raise CheckpointError(f"{folder}: no {INDEX_FILE} and no {SINGLE_FILE}")
+    from safetensors import safe_open
+    with safe_open(single, "np") as f:
+        return {name: single for name in f.keys()}
+
+
+def read_weights(folder: str) -> Dict[str, np.ndarray]:
+    """Every tensor of the folder's safetensors files, by name (numpy, no pickle)."""
+    from safetensors import SafetensorError, safe_open
+    by_file: Dict[str, List[str]] = {}
+    for name, path in checkpoint_files(folder).items():
+        by_file.setdefault(path, []).append(name)
+    weights: Dict[str, np.ndarray] = {}
+    for path, names in by_file.items():
+        try:
+            with safe_open(path, "np") as f:
+                present = set(f.keys())
+                absent = [name for name in names if name not in present]
+                if absent:
+                    raise CheckpointError(f"{path}: the index puts {absent[:3]} here, but the file does not hold them")
+                for name in names:
+                    weights[name] = f.get_tensor(name)
+        except SafetensorError as e:
+            raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+    return weights
+
+
+def load_ernie45(folder: str) -> Ernie45ForCausalLM:
+    """The model of a checkpoint folder, its weights loaded: every parameter must be in the files,
+    with its shape, and no weight may be left over (each mismatch names the weight and folder)."""
+    config = Ernie45Config.from_folder(folder)
+    model = Ernie45ForCausalLM(config)
+    weights = read_weights(folder)
+    if config.tie_word_embeddings:
+        weights.pop("lm_head.weight", None)  # some writers store the shared matrix twice
+    state = model.state_dict()
+    missing = sorted(set(state) - set(weights))
+    extra = sorted(set(weights) - set(state))
+    if missing or extra:
+        raise CheckpointError(f"{folder}: the weights do not fit an ERNIE 4.5 decoder of its config.json: "
+                              f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}; "
+                              f"not used {extra[:5]}{' ...' if len(extra) > 5 else ''}")
+    for name, parameter in state.items():
+        value = weights[name]
+        if name.split(".")[-2] in LINEAR_WEIGHTS and value.ndim == 2:
+            value = value.T
+        if list(value.shape) != list(parameter.shape):
+            raise CheckpointError(f"{folder}: {name} has shape {list(value.shape)} (as Paddle holds it), the "
+                                  f"config asks for {list(parameter.shape)}")
+        parameter.set_value(np.ascontiguousarray(value, dtype=np.float32))
+    return model
