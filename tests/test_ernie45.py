@@ -106,3 +106,29 @@ def test_the_config_reads_what_baidus_config_json_holds():
     plain = Ernie45Config.from_dict({k: v for k, v in values.items() if k not in ("head_dim", "num_key_value_heads")},
                                     "config.json")
     assert (plain.head_dim, plain.num_key_value_heads) == (16, 4)
+
+
+def test_bfloat16_checkpoints_load_exactly(tmp_path):
+    """ERNIE 4.5 ships bfloat16 weights. Weights that bfloat16 holds exactly (float32 with the low
+    16 bits cleared), written once as bfloat16 and once as float32, give the same logits to the bit."""
+    from safetensors.numpy import save_file as save_numpy
+    from safetensors.paddle import save_file as save_paddle
+    from wenxin.models.ernie45 import read_weights
+    source = os.path.join(FIXTURES, "untied")
+    exact = {name: (value.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+             for name, value in read_weights(source).items()}
+    logits = {}
+    for kind in ("bfloat16", "float32"):
+        folder = tmp_path / kind
+        folder.mkdir()
+        shutil.copy(os.path.join(source, "config.json"), folder)
+        if kind == "bfloat16":
+            save_paddle({name: paddle.to_tensor(value).astype("bfloat16") for name, value in exact.items()},
+                        str(folder / "model.safetensors"))
+        else:
+            save_numpy(exact, str(folder / "model.safetensors"))
+        model = load_ernie45(str(folder))
+        model.eval()
+        logits[kind] = model(paddle.to_tensor(REFERENCE["input_ids"])).numpy()
+    np.testing.assert_array_equal(logits["bfloat16"], logits["float32"])
+    assert np.abs(logits["float32"] - REFERENCE["untied_logits"]).max() > 0  # the weights did change

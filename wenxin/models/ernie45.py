@@ -13,7 +13,8 @@ angle ``position / rope_theta ** (2i / head_dim)``.
 
 The folder holds ``config.json`` and the weights as safetensors: one ``model.safetensors``, or
 shards listed by ``model.safetensors.index.json``, under the names and in the layout that
-PaddleFormers and Hugging Face write (linear weights ``[out, in]``). ``load_ernie45`` reads it
+PaddleFormers and Hugging Face write (linear weights ``[out, in]``; float32, bfloat16 or float16).
+``load_ernie45`` reads it
 by path; nothing is downloaded.
 """
 from __future__ import annotations
@@ -279,12 +280,14 @@ def checkpoint_files(folder: str) -> Dict[str, str]:
     if not os.path.isfile(single):
         raise CheckpointError(f"{folder}: no {INDEX_FILE} and no {SINGLE_FILE}")
     from safetensors import safe_open
-    with safe_open(single, "np") as f:
+    with safe_open(single, "paddle") as f:
         return {name: single for name in f.keys()}
 
 
 def read_weights(folder: str) -> Dict[str, np.ndarray]:
-    """Every tensor of the folder's safetensors files, by name (numpy, no pickle)."""
+    """Every tensor of the folder's safetensors files, by name, as float32 numpy arrays (no
+    pickle). bfloat16 and float16 files (ERNIE 4.5's are bfloat16) are read through Paddle,
+    which numpy cannot hold them in; widening them to float32 is exact."""
     from safetensors import SafetensorError, safe_open
     by_file: Dict[str, List[str]] = {}
     for name, path in checkpoint_files(folder).items():
@@ -292,13 +295,13 @@ def read_weights(folder: str) -> Dict[str, np.ndarray]:
     weights: Dict[str, np.ndarray] = {}
     for path, names in by_file.items():
         try:
-            with safe_open(path, "np") as f:
+            with safe_open(path, "paddle") as f:
                 present = set(f.keys())
                 absent = [name for name in names if name not in present]
                 if absent:
                     raise CheckpointError(f"{path}: the index puts {absent[:3]} here, but the file does not hold them")
                 for name in names:
-                    weights[name] = f.get_tensor(name)
+                    weights[name] = f.get_tensor(name).astype("float32").numpy()
         except SafetensorError as e:
             raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
     return weights
