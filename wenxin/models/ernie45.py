@@ -14,8 +14,7 @@ angle ``position / rope_theta ** (2i / head_dim)``.
 The folder holds ``config.json`` and the weights as safetensors: one ``model.safetensors``, or
 shards listed by ``model.safetensors.index.json``, under the names and in the layout that
 PaddleFormers and Hugging Face write (linear weights ``[out, in]``; float32, bfloat16 or float16).
-``load_ernie45`` reads it
-by path; nothing is downloaded.
+``load_ernie45`` reads it by path; nothing is downloaded.
 """
 from __future__ import annotations
 
