@@ -108,27 +108,48 @@ def test_the_config_reads_what_baidus_config_json_holds():
     assert (plain.head_dim, plain.num_key_value_heads) == (16, 4)
 
 
-def test_bfloat16_checkpoints_load_exactly(tmp_path):
+@pytest.mark.parametrize("stride_kernels", [True, False])
+def test_bfloat16_checkpoints_load_exactly(tmp_path, stride_kernels):
     """ERNIE 4.5 ships bfloat16 weights. Weights that bfloat16 holds exactly (float32 with the low
-    16 bits cleared), written once as bfloat16 and once as float32, give the same logits to the bit."""
-    from safetensors.numpy import save_file as save_numpy
-    from safetensors.paddle import save_file as save_paddle
+    16 bits cleared), written once as bfloat16 and once as float32, give the same logits to the bit,
+    with Paddle's stride kernels on or off (a trainer's process turns them off)."""
     from wenxin.models.ernie45 import read_weights
     source = os.path.join(FIXTURES, "untied")
     exact = {name: (value.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
              for name, value in read_weights(source).items()}
     logits = {}
-    for kind in ("bfloat16", "float32"):
-        folder = tmp_path / kind
-        folder.mkdir()
-        shutil.copy(os.path.join(source, "config.json"), folder)
-        if kind == "bfloat16":
-            save_paddle({name: paddle.to_tensor(value).astype("bfloat16") for name, value in exact.items()},
-                        str(folder / "model.safetensors"))
-        else:
-            save_numpy(exact, str(folder / "model.safetensors"))
-        model = load_ernie45(str(folder))
-        model.eval()
-        logits[kind] = model(paddle.to_tensor(REFERENCE["input_ids"])).numpy()
+    before = paddle.get_flags(["FLAGS_use_stride_kernel"])["FLAGS_use_stride_kernel"]
+    paddle.set_flags({"FLAGS_use_stride_kernel": stride_kernels})
+    try:
+        for kind in ("bfloat16", "float32"):
+            logits[kind] = bfloat16_or_float32(tmp_path / f"{kind}-{stride_kernels}", kind, exact, source)
+    finally:
+        paddle.set_flags({"FLAGS_use_stride_kernel": before})
     np.testing.assert_array_equal(logits["bfloat16"], logits["float32"])
     assert np.abs(logits["float32"] - REFERENCE["untied_logits"]).max() > 0  # the weights did change
+
+
+def bfloat16_or_float32(folder, kind, exact, source):
+    """The logits of ``exact`` weights saved in ``kind`` in ``folder``."""
+    from safetensors.numpy import save_file as save_numpy
+    folder.mkdir()
+    shutil.copy(os.path.join(source, "config.json"), folder)
+    if kind == "bfloat16":
+        write_bfloat16(exact, str(folder / "model.safetensors"))
+    else:
+        save_numpy(exact, str(folder / "model.safetensors"))
+    model = load_ernie45(str(folder))
+    model.eval()
+    return model(paddle.to_tensor(REFERENCE["input_ids"])).numpy()
+
+
+def write_bfloat16(tensors, path):
+    """A bfloat16 safetensors file, written by the safetensors library from Paddle tensors (with
+    stride kernels on, which its Paddle backend needs)."""
+    from safetensors.paddle import save_file as save_paddle
+    before = paddle.get_flags(["FLAGS_use_stride_kernel"])["FLAGS_use_stride_kernel"]
+    paddle.set_flags({"FLAGS_use_stride_kernel": True})
+    try:
+        save_paddle({name: paddle.to_tensor(value).astype("bfloat16") for name, value in tensors.items()}, path)
+    finally:
+        paddle.set_flags({"FLAGS_use_stride_kernel": before})

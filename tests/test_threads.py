@@ -159,3 +159,22 @@ def test_static_programs_run_their_ops_on_the_thread_that_set_the_count(tmp_path
     paddle.set_flags({"FLAGS_new_executor_serial_run": False})
     build(config, tmp_path)
     assert paddle.get_flags(["FLAGS_new_executor_serial_run"])["FLAGS_new_executor_serial_run"] is True
+
+
+@pytest.mark.parametrize("users_setting", [None, "1"])
+def test_eager_views_are_made_contiguous_on_cpu_unless_the_user_set_the_flag(tmp_path, data_dir, monkeypatch,
+                                                                               users_setting):
+    import paddle
+    from conftest import build
+    flag = "FLAGS_use_stride_kernel"
+    before = paddle.get_flags([flag])[flag]
+    if users_setting is not None:
+        monkeypatch.setenv(flag, users_setting)
+    paddle.set_flags({flag: True})
+    try:
+        trainer = build(task_config(data_dir, str(tmp_path / "out"), epoch=1, is_eval_dev=0, is_eval_test=0,
+                                    cpu_threads=1), tmp_path)
+        trainer.do_train()
+        assert paddle.get_flags([flag])[flag] is (users_setting is not None)
+    finally:
+        paddle.set_flags({flag: before})

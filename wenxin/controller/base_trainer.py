@@ -487,8 +487,12 @@ class BaseTrainer:
             # Paddle 3's eager views (transpose, reshape of a transposed tensor) keep strides, and
             # the kernels that read them, and their gradients, copy: measured, an ERNIE-nano eager
             # step took 18% less CPU with contiguous results (benchmarks/ernie_step.py), the same
-            # losses to the bit. Static programs do not use stride kernels.
+            # losses to the bit. Static programs do not use stride kernels. Paddle's view-only
+            # operations (a tensor's view as another dtype, as_strided) need them: a model that
+            # uses those runs with FLAGS_use_stride_kernel=1 in its environment.
             paddle.set_flags({STRIDE_FLAG: False})
+            logger.info("CPU: eager views are made contiguous (%s=0; set it to 1 in the environment for a model "
+                        "that needs strided views)", STRIDE_FLAG)
 
     def _resumed_cpu_threads(self) -> Optional[int]:
         """The thread count saved by the checkpoint this run resumes, if it saved one."""

@@ -279,14 +279,15 @@ def checkpoint_files(folder: str) -> Dict[str, str]:
     if not os.path.isfile(single):
         raise CheckpointError(f"{folder}: no {INDEX_FILE} and no {SINGLE_FILE}")
     from safetensors import safe_open
-    with safe_open(single, "paddle") as f:
+    with safe_open(single, "np") as f:
         return {name: single for name in f.keys()}
 
 
 def read_weights(folder: str) -> Dict[str, np.ndarray]:
     """Every tensor of the folder's safetensors files, by name, as float32 numpy arrays (no
-    pickle). bfloat16 and float16 files (ERNIE 4.5's are bfloat16) are read through Paddle,
-    which numpy cannot hold them in; widening them to float32 is exact."""
+    pickle). bfloat16 tensors (ERNIE 4.5 ships them) are widened by ``bfloat16_tensors``:
+    numpy has no bfloat16, and Paddle's safetensors backend reinterprets bytes with a strided
+    view, which a trainer's process turns off (``FLAGS_use_stride_kernel``)."""
     from safetensors import SafetensorError, safe_open
     by_file: Dict[str, List[str]] = {}
     for name, path in checkpoint_files(folder).items():
@@ -294,16 +295,41 @@ def read_weights(folder: str) -> Dict[str, np.ndarray]:
     weights: Dict[str, np.ndarray] = {}
     for path, names in by_file.items():
         try:
-            with safe_open(path, "paddle") as f:
+            wide = bfloat16_tensors(path)
+            with safe_open(path, "np") as f:
                 present = set(f.keys())
                 absent = [name for name in names if name not in present]
                 if absent:
                     raise CheckpointError(f"{path}: the index puts {absent[:3]} here, but the file does not hold them")
                 for name in names:
-                    weights[name] = f.get_tensor(name).astype("float32").numpy()
+                    weights[name] = wide[name] if name in wide else f.get_tensor(name).astype(np.float32)
         except SafetensorError as e:
             raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
     return weights
+
+
+def bfloat16_tensors(path: str) -> Dict[str, np.ndarray]:
+    """The bfloat16 tensors of a safetensors file as float32 (exact: a bfloat16 is the high half
+    of a float32). The format: an 8-byte little-endian header length, a JSON header giving each
+    tensor's dtype, shape and byte range after the header, then the data."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        try:
+            header = json.loads(f.read(size))
+        except ValueError as e:
+            raise CheckpointError(f"{path}: not a readable safetensors file (its header: {e})") from None
+        wanted = {name: spec for name, spec in header.items()
+                  if name != "__metadata__" and isinstance(spec, dict) and spec.get("dtype") == "BF16"}
+        tensors = {}
+        for name, spec in wanted.items():
+            begin, end = spec["data_offsets"]
+            f.seek(8 + size + begin)
+            halves = np.frombuffer(f.read(end - begin), dtype="<u2")
+            if halves.size != int(np.prod(spec["shape"])):
+                raise CheckpointError(f"{path}: {name} holds {halves.size} values, its shape {spec['shape']} "
+                                      f"asks for {int(np.prod(spec['shape']))}")
+            tensors[name] = (halves.astype(np.uint32) << 16).view(np.float32).reshape(spec["shape"])
+    return tensors
 
 
 def load_ernie45(folder: str) -> Ernie45ForCausalLM:
