@@ -144,12 +144,18 @@ def bfloat16_or_float32(folder, kind, exact, source):
 
 
 def write_bfloat16(tensors, path):
-    """A bfloat16 safetensors file, written by the safetensors library from Paddle tensors (with
-    stride kernels on, which its Paddle backend needs)."""
-    from safetensors.paddle import save_file as save_paddle
-    before = paddle.get_flags(["FLAGS_use_stride_kernel"])["FLAGS_use_stride_kernel"]
-    paddle.set_flags({"FLAGS_use_stride_kernel": True})
-    try:
-        save_paddle({name: paddle.to_tensor(value).astype("bfloat16") for name, value in tensors.items()}, path)
-    finally:
-        paddle.set_flags({"FLAGS_use_stride_kernel": before})
+    """A bfloat16 safetensors file, written byte by byte as the format describes it (an 8-byte
+    little-endian header length, a JSON header of dtypes, shapes and byte ranges, then the data),
+    so that the test does not depend on how a Paddle or safetensors release writes bfloat16.
+    The values must be exact in bfloat16: each is the high half of its float32."""
+    import json as json_module
+    header, chunks, offset = {}, [], 0
+    for name, value in tensors.items():
+        halves = (np.ascontiguousarray(value, dtype=np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(value.shape), "data_offsets": [offset, offset + len(halves)]}
+        chunks.append(halves)
+        offset += len(halves)
+    text = json_module.dumps(header).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(chunks))
