@@ -6,10 +6,10 @@ os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ logging, before p
 os.environ.setdefault("GLOG_v", "0")
 warnings.filterwarnings("ignore", message="No ccache found")  # printed by every paddle import
 
-from wenxin.common import allocator, blas, threads  # noqa: E402
+from wenxin.common import allocator, blas, startup_notes, threads  # noqa: E402
 
-blas.NOTE = blas.choose_fast_blas()  # before anything imports Paddle (see wenxin.common.blas)
-allocator.NOTE = allocator.keep_freed_memory()  # see wenxin.common.allocator
+startup_notes.add(blas.choose_fast_blas())  # before anything imports Paddle (see wenxin.common.blas)
+startup_notes.add(allocator.keep_freed_memory())  # see wenxin.common.allocator
 threads.USER_THREADS = threads.user_threads()  # Paddle overwrites OMP_NUM_THREADS when it loads
 
 # The built-in readers, tokenizers, hooks, optimizers and result formats register themselves

@@ -279,13 +279,12 @@ def _infer(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from wenxin.common import blas
+    from wenxin.common import startup_notes
     from wenxin.inference.server import Limits, ServeOptions, Service
     from wenxin.inference.workers import ServiceWorkers
     from wenxin.runner import inference_folder
     folder = inference_folder(args.model_dir)
-    note = blas.note_once()
-    if note:
+    for note in startup_notes.take():  # the BLAS path and the allocator serve as they train
         print(note, file=sys.stderr, flush=True)
     limits = Limits(max_batch=args.max_batch, max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout,
                     header_timeout=args.read_timeout, max_connections=args.max_connections,

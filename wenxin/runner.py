@@ -6,7 +6,7 @@ import logging
 import os
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
-from wenxin.common import allocator, blas, threads
+from wenxin.common import startup_notes, threads
 from wenxin.common.errors import WenxinError
 from wenxin.common.logs import CONSOLE, setup_logging
 from wenxin.common.progress import progress_enabled
@@ -37,9 +37,8 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
     prepare_output_path(cfg)
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))  # set by paddle.distributed.launch
     setup_logging(os.path.join(cfg["output_path"], "logs", "train.log") if rank == 0 else None)
-    for note in (blas.note_once(), allocator.note_once()):
-        if note:
-            logger.info("%s", note)
+    for note in startup_notes.take():
+        logger.info("%s", note)
     for note in config.get("_translations", []):
         logger.info("ERNIE-kit task file: %s", note)
     if setup_device(cfg["PADDLE_PLACE_TYPE"]) == "cpu":  # the trainer sets them, once its model is built

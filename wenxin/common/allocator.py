@@ -56,12 +56,3 @@ def keep_freed_memory(environ: Mapping[str, str] = os.environ) -> Optional[str]:
     return (f"freed tensors below {KEEP_BELOW >> 30} GiB stay with the process for the next ones (glibc's mmap "
             f"and trim thresholds; no page faults on every large tensor; {SWITCH}=0 turns this off)")
 
-
-NOTE: Optional[str] = None  # what keep_freed_memory did when wenxin was imported
-
-
-def note_once() -> Optional[str]:
-    """The line to log about the thresholds, the first time it is asked for (then None)."""
-    global NOTE
-    note, NOTE = NOTE, None
-    return note

@@ -49,12 +49,3 @@ def choose_fast_blas(environ: "os._Environ[str] | dict" = os.environ, cpuinfo: s
     return (f"{MKL_VARIABLE}=5 set: Paddle's MKL uses its AVX2 kernels on this AMD CPU (about 2x faster "
             f"matrix products; {SWITCH}=0 turns this off)")
 
-
-NOTE: Optional[str] = None  # what choose_fast_blas did when wenxin was imported
-
-
-def note_once() -> Optional[str]:
-    """The line to log about the fast path, the first time it is asked for (then None)."""
-    global NOTE
-    note, NOTE = NOTE, None
-    return note
