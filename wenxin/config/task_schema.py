@@ -63,6 +63,10 @@ FIELD: Schema = {
     "source_budget": Key(int, 0, minimum=0, doc="ErnieGenSourceFieldReader (the first source): the most tokens "
                                                 "of the whole source, [CLS] and [SEP]s included (0: no cut "
                                                 "beyond each source's own)"),
+    "model_dir": Key(str, "", doc="ChatFieldReader: the decoder's folder, whose tokenizer (tokenizer.model, "
+                                  "tokenizer_config.json) writes the conversations"),
+    "packing": Key(bool, False, doc="ChatFieldReader: put a batch's conversations one after another into rows of "
+                                    "at most max_seq_len tokens (each attends only to itself)"),
     "truncation_type": Key(int, 0, choices=[0, 1, 2], doc="0 keep head, 1 keep tail, 2 keep both ends"),
     "padding_id": Key(int, 0, minimum=0),
     "min_freq": Key(int, 1, minimum=1, doc="vocab building: drop rarer tokens"),

@@ -180,6 +180,13 @@ class Checkpointer:
         run's resolved config and vocabularies."""
         trainer = self.trainer
         cfg = trainer.trainer_config
+        own = trainer.model.own_pretrained_weights()
+        if own is not None:
+            source, weights = own
+            report = self.load_params(weights, source)
+            if not report.loaded or report.mismatched:
+                raise CheckpointError(f"{source}: the model's pretrained weights do not fit it:\n{report.summary()}")
+            logger.info(report.summary())
         for entry in cfg["pre_train_model"]:
             self.load_pretrained(entry["params_path"], entry["prefix_map"])
         if cfg["load_parameters"]:

@@ -88,7 +88,8 @@ class Ernie45Tokenizer:
             additional = list(DEFAULT_ADDITIONAL)
         if not isinstance(additional, list):
             raise ConfigError(f"{config_path}: additional_special_tokens must be a list, got {additional!r}")
-        self.additional = [_token_text(token, f"{config_path}: additional_special_tokens") or "" for token in additional]
+        where = f"{config_path}: additional_special_tokens"
+        self.additional = [_token_text(token, where) or "" for token in additional]
         template = config.get("chat_template")
         self.chat_template: Optional[str] = template if isinstance(template, str) else None
         self.added: Dict[str, int] = {}

@@ -47,6 +47,8 @@ class BaseFieldReader:
     #: format jsonl: the field's value is any JSON value, given to ``convert`` as its JSON text
     #: (e.g. a list of objects), not a string, a number or a list of them
     reads_json = False
+    #: format jsonl: the field reads the whole JSON object of a line (its text), not one key's value
+    reads_record = False
 
     def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
         self.config = config

@@ -156,7 +156,10 @@ class JsonLinesFormat(RowFormat):
         if not isinstance(record, dict):
             return None, f"a JSON {type(record).__name__}, not an object ({{\"key\": value, ...}})"
         columns = []
-        for key, joiner in zip(self.keys, self.joiners):
+        for field, key, joiner in zip(self.fields, self.keys, self.joiners):
+            if getattr(field, "reads_record", False):  # the whole object (a conversation)
+                columns.append(line)
+                continue
             if key not in record:
                 keys = ", ".join(map(repr, list(record)[:KEYS_SHOWN])) + (", ..." if len(record) > KEYS_SHOWN else "")
                 return None, f"no key {key!r} (the object has {keys or 'no keys'})"

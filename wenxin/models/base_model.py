@@ -48,6 +48,13 @@ class BaseModel(paddle.nn.Layer):
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
         raise NotImplementedError
 
+    def own_pretrained_weights(self) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """Weights the model brings from its own pretrained folder (e.g. a decoder's
+        ``model.model_dir``), as ``(where they come from, arrays by parameter name)``; the trainer
+        loads them once the parameters exist in either graph mode, before ``trainer.pre_train_model``
+        and before a resumed checkpoint. None (the default): nothing of its own."""
+        return None
+
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         """Metrics from outputs accumulated over a whole evaluation (numpy arrays, concatenated)."""
         raise NotImplementedError

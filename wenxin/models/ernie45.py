@@ -126,20 +126,20 @@ class RMSNorm(nn.Layer):
 
 
 def rotary_angles(positions: paddle.Tensor, head_dim: int, theta: float) -> Tuple[paddle.Tensor, paddle.Tensor]:
-    """``(sin, cos)`` ``[T, head_dim / 2]`` of positions ``[T]`` (float32)."""
+    """``(sin, cos)`` ``[..., head_dim / 2]`` of positions ``[T]`` or ``[B, T]`` (float32)."""
     exponents = paddle.arange(0, head_dim, 2, dtype="float32") / head_dim  # [D/2]
     frequencies = 1.0 / (theta ** exponents)
-    angles = positions.astype("float32").unsqueeze(-1) * frequencies.unsqueeze(0)  # [T, D/2]
+    angles = positions.astype("float32").unsqueeze(-1) * frequencies  # [T, D/2] or [B, T, D/2]
     return paddle.sin(angles), paddle.cos(angles)
 
 
 def rotate_pairs(x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor) -> paddle.Tensor:
     """Turn features ``(2i, 2i + 1)`` of ``x`` ``[B, T, heads, D]`` by the angles of ``sin`` and
-    ``cos`` ``[T, D/2]``."""
+    ``cos`` ``[T, D/2]`` (the same positions in every row) or ``[B, T, D/2]``."""
     even, odd = x[..., 0::2], x[..., 1::2]  # [B, T, heads, D/2]
-    sin, cos = sin.unsqueeze(1), cos.unsqueeze(1)  # [T, 1, D/2]: every head alike
+    sin, cos = sin.unsqueeze(-2), cos.unsqueeze(-2)  # [(B,) T, 1, D/2]: every head alike
     turned = paddle.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1)  # [B, T, heads, D/2, 2]
-    return turned.reshape(x.shape)
+    return turned.reshape([0, 0, 0, -1])
 
 
 class Ernie45Attention(nn.Layer):
@@ -158,10 +158,9 @@ class Ernie45Attention(nn.Layer):
 
     def forward(self, x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor,
                 bias: paddle.Tensor) -> paddle.Tensor:
-        batch, length = x.shape[0], x.shape[1]
-        q = self.q_proj(x).reshape([batch, length, self.heads, self.head_dim])  # [B, T, H, D]
-        k = self.k_proj(x).reshape([batch, length, self.kv_heads, self.head_dim])  # [B, T, KV, D]
-        v = self.v_proj(x).reshape([batch, length, self.kv_heads, self.head_dim])
+        q = self.q_proj(x).reshape([0, 0, self.heads, self.head_dim])  # [B, T, H, D]
+        k = self.k_proj(x).reshape([0, 0, self.kv_heads, self.head_dim])  # [B, T, KV, D]
+        v = self.v_proj(x).reshape([0, 0, self.kv_heads, self.head_dim])
         q, k = rotate_pairs(q, sin, cos), rotate_pairs(k, sin, cos)
         if self.kv_heads != self.heads:  # query head h reads key/value head h // (H / KV)
             k = paddle.repeat_interleave(k, self.heads // self.kv_heads, axis=2)  # [B, T, H, D]
@@ -170,7 +169,7 @@ class Ernie45Attention(nn.Layer):
         scores = paddle.matmul(q, k, transpose_y=True) * (self.head_dim ** -0.5) + bias  # [B, H, T, T]
         weights = F.softmax(scores.astype("float32"), axis=-1).astype(q.dtype)
         out = paddle.matmul(weights, v).transpose([0, 2, 1, 3])  # [B, T, H, D]
-        return self.o_proj(out.reshape([batch, length, self.heads * self.head_dim]))
+        return self.o_proj(out.reshape([0, 0, self.heads * self.head_dim]))
 
 
 class Ernie45MLP(nn.Layer):
@@ -212,11 +211,16 @@ class Ernie45Model(nn.Layer):
         self.layers = nn.LayerList([Ernie45DecoderLayer(config) for _ in range(config.num_hidden_layers)])
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, ids: paddle.Tensor, attention_mask: Optional[paddle.Tensor] = None) -> paddle.Tensor:
-        """``ids`` ``[B, T]``; ``attention_mask`` ``[B, T]`` (1: a token, 0: padding) or None."""
-        length = ids.shape[1]
-        sin, cos = rotary_angles(paddle.arange(length), self.config.head_dim, self.config.rope_theta)
-        bias = causal_bias(length, attention_mask)
+    def forward(self, ids: paddle.Tensor, attention_mask: Optional[paddle.Tensor] = None,
+                positions: Optional[paddle.Tensor] = None, segments: Optional[paddle.Tensor] = None) -> paddle.Tensor:
+        """``ids`` ``[B, T]``; ``attention_mask`` ``[B, T]`` (1: a token, 0: padding) or None;
+        packed rows give ``positions`` ``[B, T]`` (restarting in each sequence) and ``segments``
+        ``[B, T]`` (1, 2, ... per sequence, 0: padding), and attend only within a segment."""
+        length = paddle.shape(ids)[1]
+        if positions is None:
+            positions = paddle.arange(length)
+        sin, cos = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)
+        bias = causal_bias(length, attention_mask) if segments is None else segment_bias(segments)
         x = self.embed_tokens(ids)
         for layer in self.layers:
             x = layer(x, sin, cos, bias)
@@ -232,6 +236,17 @@ def causal_bias(length: Any, attention_mask: Optional[paddle.Tensor]) -> paddle.
     if attention_mask is not None:
         blocked = paddle.logical_or(blocked, (attention_mask == 0).unsqueeze(1).unsqueeze(1))  # [B, 1, T, T]
     return blocked.astype("float32") * -1e9
+
+
+def segment_bias(segments: paddle.Tensor) -> paddle.Tensor:
+    """``[B, 1, T, T]`` added to attention scores of packed rows: a large negative where a query
+    would look ahead, into another segment, or at padding (segment 0)."""
+    positions = paddle.arange(paddle.shape(segments)[1])
+    ahead = (positions.unsqueeze(0) > positions.unsqueeze(1)).unsqueeze(0)  # [1, T, T]: key after query
+    other = segments.unsqueeze(2) != segments.unsqueeze(1)  # [B, T, T]: query's segment, key's segment
+    padding = (segments == 0).unsqueeze(1)  # [B, 1, T]: the key is padding
+    blocked = paddle.logical_or(paddle.logical_or(ahead, other), padding)  # [B, T, T]
+    return blocked.unsqueeze(1).astype("float32") * -1e9
 
 
 class Ernie45Head(nn.Layer):
@@ -256,8 +271,9 @@ class Ernie45ForCausalLM(nn.Layer):
         """``[vocab, hidden]``: the token embedding where the two are tied."""
         return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
-    def forward(self, ids: paddle.Tensor, attention_mask: Optional[paddle.Tensor] = None) -> paddle.Tensor:
-        states = self.model(ids, attention_mask)  # [B, T, hidden]
+    def forward(self, ids: paddle.Tensor, attention_mask: Optional[paddle.Tensor] = None,
+                positions: Optional[paddle.Tensor] = None, segments: Optional[paddle.Tensor] = None) -> paddle.Tensor:
+        states = self.model(ids, attention_mask, positions, segments)  # [B, T, hidden]
         return paddle.matmul(states, self.output_weight(), transpose_y=True)  # [B, T, vocab]
 
 
@@ -332,14 +348,24 @@ def bfloat16_tensors(path: str) -> Dict[str, np.ndarray]:
     return tensors
 
 
+def paddle_layout_weights(folder: str, config: Ernie45Config) -> Dict[str, np.ndarray]:
+    """The folder's weights by checkpoint name, as Paddle holds them (linear weights ``[in, out]``);
+    a tied model's stored copy of the output layer is dropped."""
+    weights = read_weights(folder)
+    if config.tie_word_embeddings:
+        weights.pop("lm_head.weight", None)  # some writers store the shared matrix twice
+    for name, value in weights.items():
+        if name.split(".")[-2] in LINEAR_WEIGHTS and value.ndim == 2:
+            weights[name] = np.ascontiguousarray(value.T)
+    return weights
+
+
 def load_ernie45(folder: str) -> Ernie45ForCausalLM:
     """The model of a checkpoint folder, its weights loaded: every parameter must be in the files,
     with its shape, and no weight may be left over (each mismatch names the weight and folder)."""
     config = Ernie45Config.from_folder(folder)
     model = Ernie45ForCausalLM(config)
-    weights = read_weights(folder)
-    if config.tie_word_embeddings:
-        weights.pop("lm_head.weight", None)  # some writers store the shared matrix twice
+    weights = paddle_layout_weights(folder, config)
     state = model.state_dict()
     missing = sorted(set(state) - set(weights))
     extra = sorted(set(weights) - set(state))
@@ -349,8 +375,6 @@ def load_ernie45(folder: str) -> Ernie45ForCausalLM:
                               f"not used {extra[:5]}{' ...' if len(extra) > 5 else ''}")
     for name, parameter in state.items():
         value = weights[name]
-        if name.split(".")[-2] in LINEAR_WEIGHTS and value.ndim == 2:
-            value = value.T
         if list(value.shape) != list(parameter.shape):
             raise CheckpointError(f"{folder}: {name} has shape {list(value.shape)} (as Paddle holds it), the "
                                   f"config asks for {list(parameter.shape)}")

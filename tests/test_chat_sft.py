@@ -1,0 +1,205 @@
+"""Supervised fine-tuning of an ERNIE 4.5 decoder on conversations (issue 40): the ERNIEKit SFT
+data format, answers-only loss, packing with attention kept inside each conversation, and
+training from a task file in both graph modes with exact resume."""
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sentencepiece")
+
+import paddle  # noqa: E402
+
+from conftest import build, losses_of, run_script, write_config  # noqa: E402
+from wenxin.common.errors import ConfigError, DataError  # noqa: E402
+from wenxin.data.chat_fields import IGNORED, ChatFieldReader, Conversation  # noqa: E402
+from wenxin.models.ernie45 import load_ernie45  # noqa: E402
+
+FOLDER = os.path.join(os.path.dirname(__file__), "fixtures", "ernie45", "tied")
+QUESTIONS = ["今天天气很好吗？", "what is machine learning", "请问你是谁", "数字 123 和 456", "hello world",
+             "学习率太大会怎样？", "the quick brown fox", "自然语言处理是什么"]
+ANSWERS = ["很好，我们一起去公园散步吧。", "models learn from data", "我是文心大模型", "它们的和是 579",
+           "你好 world", "会发散，太小会很慢", "jumps over the lazy dog", "人工智能的重要方向"]
+
+
+def conversations(n: int, seed: int):
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        turns = rng.randint(1, 3)
+        row = {"src": [rng.choice(QUESTIONS) for _ in range(turns)], "tgt": [rng.choice(ANSWERS) for _ in range(turns)]}
+        if i % 3 == 0:
+            row["system"] = "你是一个生活小助理"
+        if turns > 1 and i % 2:
+            row["label"] = [0] * (turns - 1) + [1]
+        rows.append(row)
+    return rows
+
+
+def write_jsonl(path, rows):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write((row if isinstance(row, str) else json.dumps(row, ensure_ascii=False)) + "\n")
+    return path
+
+
+def field(max_seq_len=160, packing=True, name="conversation"):
+    return {"name": name, "reader": {"type": "ChatFieldReader"}, "model_dir": FOLDER, "max_seq_len": max_seq_len,
+            "packing": packing}
+
+
+def sft_config(data_dir, output, mode="dynamic", packing=True, **trainer):
+    def reader(name, shuffle, batch):
+        return {"name": f"{name}_reader", "type": "BasicDataSetReader", "fields": [field(packing=packing)],
+                "config": {"data_path": os.path.join(data_dir, f"{name}.jsonl"), "format": "jsonl",
+                           "shuffle": shuffle, "batch_size": batch}}
+    config = {"task": "chat",
+              "dataset_reader": {"train_reader": reader("train", True, 6), "dev_reader": reader("dev", False, 8)},
+              "model": {"type": "Ernie45SFT", "is_dygraph": 1 if mode == "dynamic" else 0, "model_dir": FOLDER,
+                        "optimization": {"learning_rate": 3e-3, "warmup_steps": 2, "max_grad_norm": 1.0,
+                                         "weight_decay": 0.01}},
+              "trainer": {"type": "CustomDynamicTrainer" if mode == "dynamic" else "CustomStaticTrainer",
+                          "epoch": 2, "train_log_step": 1, "is_eval_dev": 1, "output_path": output,
+                          "visualdl": False, "metric": "loss", "metric_mode": "min"}}
+    config["trainer"].update(trainer)
+    return config
+
+
+@pytest.fixture
+def sft_data(tmp_path):
+    folder = str(tmp_path / "data")
+    write_jsonl(os.path.join(folder, "train.jsonl"), conversations(36, seed=1))
+    write_jsonl(os.path.join(folder, "dev.jsonl"), conversations(8, seed=2))
+    return folder
+
+
+def test_erniekit_and_alpaca_objects_read_as_conversations():
+    c = Conversation.from_json(json.dumps({"system": "s", "src": ["q1", "q2"], "tgt": ["a1", "a2"], "label": [0, 1]}))
+    assert (c.system, c.turns, c.learn) == ("s", [("q1", "a1"), ("q2", "a2")], [False, True])
+    a = Conversation.from_json(json.dumps({"instruction": "翻译：", "input": "hello", "output": "你好",
+                                           "history": [["hi", "嗨"]]}))
+    assert (a.system, a.turns, a.learn) == (None, [("hi", "嗨"), ("翻译：hello", "你好")], [True, True])
+    for bad, message in [("[1]", "not a conversation"), ('{"src": ["q"], "tgt": []}', "as many"),
+                         ('{"src": ["q"], "tgt": ["a"], "label": [2]}', "label"),
+                         ('{"src": "q", "tgt": ["a"], "system": 3}', "system"), ('{"text": "x"}', "neither"),
+                         ('{"src": [1], "tgt": ["a"]}', "src: expected a list of strings"), ("{", "not a JSON")]:
+        with pytest.raises(ValueError, match=message):
+            Conversation.from_json(bad)
+
+
+def test_labels_are_the_next_answer_tokens_and_packing_keeps_conversations_apart():
+    reader = ChatFieldReader(field(max_seq_len=160), "dataset_reader.train_reader.fields[0]")
+    rows = conversations(7, seed=3)
+    values = [reader.convert(json.dumps(row, ensure_ascii=False)) for row in rows]
+    batch = reader.collate(values)
+    ids, labels, segments, positions = (batch[f"conversation{s}"] for s in ("", "_labels", "_segments", "_positions"))
+    assert ids.shape[0] < len(values)  # packed
+    seen = 0
+    for r in range(ids.shape[0]):
+        for s in range(1, segments[r].max() + 1):
+            where = np.flatnonzero(segments[r] == s)
+            tokens, learn = values[seen]
+            seen += 1
+            assert where.tolist() == list(range(where[0], where[0] + len(tokens)))  # contiguous
+            np.testing.assert_array_equal(ids[r, where], tokens)
+            np.testing.assert_array_equal(positions[r, where], np.arange(len(tokens)))
+            expected = [int(tokens[t + 1]) if learn[t + 1] else IGNORED for t in range(len(tokens) - 1)] + [IGNORED]
+            np.testing.assert_array_equal(labels[r, where], expected)
+    assert seen == len(values) and ids.shape[1] <= 160
+    unpacked = ChatFieldReader(field(max_seq_len=160, packing=False), "f").collate(values)
+    assert unpacked["conversation"].shape[0] == len(values)
+
+
+def test_a_packed_row_gives_each_conversation_the_logits_it_has_alone():
+    model = load_ernie45(FOLDER)
+    model.eval()
+    reader = ChatFieldReader(field(max_seq_len=160), "f")
+    values = [reader.convert(json.dumps(row, ensure_ascii=False)) for row in conversations(5, seed=4)]
+    batch = {k: paddle.to_tensor(v) for k, v in reader.collate(values).items()}
+    assert batch["conversation"].shape[0] < len(values)
+    with paddle.no_grad():
+        packed = model(batch["conversation"], positions=batch["conversation_positions"],
+                       segments=batch["conversation_segments"]).numpy()
+        segments = batch["conversation_segments"].numpy()
+        seen = 0
+        for r in range(segments.shape[0]):
+            for s in range(1, segments[r].max() + 1):
+                alone = model(paddle.to_tensor(values[seen][0][None].astype("int64"))).numpy()[0]
+                np.testing.assert_allclose(packed[r, segments[r] == s], alone, atol=2e-5, rtol=1e-5)
+                seen += 1
+
+
+def test_long_conversations_keep_their_first_turns_and_bad_lines_name_file_and_line(tmp_path, sft_data):
+    reader = ChatFieldReader(field(max_seq_len=100), "f")
+    long_row = {"src": ["今天天气很好吗？"] * 4, "tgt": ["很好，我们一起去公园散步吧。"] * 4}
+    ids, learn = reader.convert(json.dumps(long_row, ensure_ascii=False))
+    one_turn, _ = reader.convert(json.dumps({"src": long_row["src"][:1], "tgt": long_row["tgt"][:1]},
+                                            ensure_ascii=False))
+    assert len(one_turn) < len(ids) <= 100 and ids[:len(one_turn)].tolist() == one_turn.tolist()
+    with pytest.raises(ValueError, match="the first turn alone"):
+        ChatFieldReader(field(max_seq_len=8), "f").convert(json.dumps(long_row, ensure_ascii=False))
+    with pytest.raises(ValueError, match="teaches nothing"):
+        reader.convert(json.dumps({"src": ["q"], "tgt": ["a"], "label": [0]}))
+    bad = write_jsonl(os.path.join(sft_data, "train.jsonl"), conversations(4, 5) + ['{"src": ["q"]}'])
+    with pytest.raises(DataError, match=rf"{bad}:5: no 'tgt' key"):
+        build(sft_config(sft_data, str(tmp_path / "out")), tmp_path)
+
+
+def test_a_missing_model_dir_is_one_error_naming_the_key(tmp_path, sft_data):
+    config = sft_config(sft_data, str(tmp_path / "out"))
+    config["dataset_reader"]["train_reader"]["fields"][0]["model_dir"] = str(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match=r"train_reader.fields\[0\].model_dir: .*no tokenizer.model"):
+        build(config, tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_sft_trains_from_a_task_file_and_the_loss_falls(tmp_path, sft_data, mode):
+    out = str(tmp_path / "out")
+    path = write_config(str(tmp_path / "task.json"), sft_config(sft_data, out, mode, epoch=4))
+    result = run_script(tmp_path, ["--param_path", path])
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = losses_of(out)
+    steps = sorted(losses)
+    assert len(steps) >= 8
+    first, last = np.mean([losses[s] for s in steps[:3]]), np.mean([losses[s] for s in steps[-3:]])
+    assert last < 0.8 * first, (first, last)
+    assert "loaded" in result.stderr and "parameters from" in result.stderr
+
+
+def test_eager_and_static_sft_give_the_same_losses(tmp_path, sft_data):
+    losses = {}
+    for mode in ("dynamic", "static"):
+        out = str(tmp_path / mode)
+        config = sft_config(sft_data, out, mode, epoch=1, is_eval_dev=0)
+        trainer = build(config, tmp_path)
+        trainer.do_train()
+        losses[mode] = losses_of(out)
+    assert sorted(losses["dynamic"]) == sorted(losses["static"]) and len(losses["dynamic"]) >= 5
+    for step, loss in losses["dynamic"].items():
+        assert abs(loss - losses["static"][step]) <= 1e-4 * max(1.0, abs(loss)), (step, loss, losses["static"][step])
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_sft_resumes_exactly_after_sigkill(tmp_path, sft_data, mode):
+    from conftest import checkpoint_params, sigkill_at_random_moments, start_training
+    steps = 24
+
+    def config(out):
+        return sft_config(sft_data, out, mode, max_steps=steps, epoch=10, save_model_step=3, keep_checkpoint_max=2,
+                          train_log_step=1000, is_eval_dev=0, resume="auto")
+    reference = str(tmp_path / "reference")
+    proc = start_training(write_config(str(tmp_path / "reference.json"), config(reference)))
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()
+    out = str(tmp_path / "killed")
+    path = write_config(str(tmp_path / "killed.json"), config(out))
+    assert sigkill_at_random_moments(path, out, random.Random(40), runs=3) >= 1
+    proc = start_training(path)
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()
+    expected = checkpoint_params(os.path.join(reference, "checkpoints", f"step_{steps}"))
+    got = checkpoint_params(os.path.join(out, "checkpoints", f"step_{steps}"))
+    assert sorted(expected) == sorted(got) and "model.layers.0.self_attn.q_proj.weight" in got
+    for name in expected:
+        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(expected[name]), err_msg=name)

@@ -1,0 +1,216 @@
+"""Conversations for fine-tuning a decoder (supervised fine-tuning, SFT): ``ChatFieldReader``.
+
+One line of the data file is one conversation, a JSON object in ERNIEKit's SFT format::
+
+    {"system": "...", "src": ["question 1", "question 2"], "tgt": ["answer 1", "answer 2"],
+     "label": [0, 1]}
+
+(``system`` and ``label`` optional; ``label[i]`` 0 leaves answer ``i`` out of the loss), or in
+the alpaca format ERNIEKit also reads (``instruction``, ``input``, ``output``, optional
+``system`` and ``history`` of ``[question, answer]`` pairs). The conversation is written in the
+model's chat format (``wenxin.data.chat_format``) by its tokenizer (the field's ``model_dir``).
+
+Length: a conversation longer than ``max_seq_len`` tokens keeps its first turns that fit (the
+later ones are left out, so what remains is still a conversation); one whose first turn does not
+fit is a malformed line (reported as ``file:line``, or skipped with ``skip_bad_lines``).
+
+Batches: ``packing`` puts the batch's conversations one after another into rows of at most
+``max_seq_len`` tokens (in order, each into the first row with room), so short conversations do
+not pay for padding. Each conversation in a row is a segment: the model attends only within a
+segment, and positions restart at 0 in each. Without packing each conversation is its own row.
+
+Tensors (``<name>`` is the field's name), all ``[rows, width]``:
+- ``<name>``: token ids (``pad_token`` after the last segment);
+- ``<name>_labels``: the next token where it is an answer token the loss covers, else -100;
+- ``<name>_segments``: 1, 2, ... for the row's conversations, 0 for padding;
+- ``<name>_positions``: each token's position within its conversation.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from wenxin.common.errors import ConfigError
+from wenxin.common.files import file_sha256
+from wenxin.common.registry import RegisterSet
+from wenxin.data.chat_format import encode_conversation
+from wenxin.data.ernie45_tokenizer import MODEL_FILE, Ernie45Tokenizer
+from wenxin.data.field_reader import BaseFieldReader, TensorSpec
+
+IGNORED = -100  # a label the loss skips
+ChatExample = Tuple[np.ndarray, np.ndarray]  # (ids int32 [T], learn uint8 [T]: 1 where the loss covers the token)
+
+
+class Conversation:
+    """A conversation read from one JSON object: an optional system prompt, (question, answer)
+    turns, and per turn whether its answer is learned."""
+
+    def __init__(self, system: Optional[str], turns: List[Tuple[str, str]], learn: List[bool]) -> None:
+        self.system, self.turns, self.learn = system, turns, learn
+
+    @classmethod
+    def from_json(cls, text: str) -> "Conversation":
+        """ERNIEKit's SFT object or an alpaca object; ``ValueError`` naming what is wrong."""
+        try:
+            record = json.loads(text)
+        except (ValueError, RecursionError):
+            raise ValueError("not a JSON object (a conversation is one JSON object a line: "
+                             "{\"src\": [...], \"tgt\": [...]})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"a JSON {type(record).__name__}, not a conversation object")
+        system = record.get("system")
+        if system is not None and not isinstance(system, str):
+            raise ValueError(f"system: expected a string, got {json.dumps(system, ensure_ascii=False)[:60]}")
+        if "src" in record or "tgt" in record:
+            return cls(system or None, *cls._erniekit_turns(record))
+        if "instruction" in record or "output" in record:
+            return cls(system or None, *cls._alpaca_turns(record))
+        keys = ", ".join(map(repr, list(record)[:8]))
+        raise ValueError(f"neither ERNIEKit's src/tgt nor alpaca's instruction/output keys (the object has {keys})")
+
+    @staticmethod
+    def _strings(record: Dict[str, Any], key: str) -> List[str]:
+        if key not in record:
+            raise ValueError(f"no {key!r} key (an ERNIEKit conversation has the lists src and tgt)")
+        value = record[key]
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{key}: expected a list of strings, got {json.dumps(value, ensure_ascii=False)[:60]}")
+        return value
+
+    @classmethod
+    def _erniekit_turns(cls, record: Dict[str, Any]) -> Tuple[List[Tuple[str, str]], List[bool]]:
+        src, tgt = cls._strings(record, "src"), cls._strings(record, "tgt")
+        if not src or len(src) != len(tgt):
+            raise ValueError(f"src has {len(src)} questions and tgt {len(tgt)} answers: expected as many of each, "
+                             f"at least one")
+        labels = record.get("label", [1] * len(src))
+        if (not isinstance(labels, list) or len(labels) != len(src)
+                or not all(v in (0, 1) and not isinstance(v, float) for v in labels)):
+            raise ValueError(f"label: expected one 0 or 1 per turn ({len(src)}), got "
+                             f"{json.dumps(labels, ensure_ascii=False)[:60]}")
+        return list(zip(src, tgt)), [bool(v) for v in labels]
+
+    @classmethod
+    def _alpaca_turns(cls, record: Dict[str, Any]) -> Tuple[List[Tuple[str, str]], List[bool]]:
+        instruction = record.get("instruction", "")
+        extra = record.get("input") or ""
+        output = record.get("output")
+        if not isinstance(instruction, str) or not isinstance(extra, str) or not isinstance(output, str):
+            raise ValueError("instruction, input and output: expected strings")
+        history = record.get("history") or []
+        pairs_ok = all(isinstance(pair, list) and len(pair) == 2 and all(isinstance(v, str) for v in pair)
+                       for pair in history) if isinstance(history, list) else False
+        if not pairs_ok:
+            raise ValueError("history: expected a list of [question, answer] string pairs")
+        question = instruction + extra  # ERNIEKit: src[-1] = instruction + input
+        turns = [(q, a) for q, a in history] + [(question, output)]
+        return turns, [True] * len(turns)
+
+
+@RegisterSet.field_readers.register("ChatFieldReader")
+class ChatFieldReader(BaseFieldReader):
+    """Conversations in ERNIEKit's SFT format (or alpaca's) for a decoder's fine-tuning: the whole
+    JSON line is the field's column (see the module docstring)."""
+
+    reads_record = True  # format jsonl: the whole object, not one key's value
+
+    def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
+        super().__init__(config, path, scope)
+        model_dir = config.get("model_dir") or ""
+        if not model_dir:
+            raise ConfigError(f"{path}.model_dir: ChatFieldReader needs the model's folder (its tokenizer.model "
+                              f"and tokenizer_config.json)")
+        try:
+            self.tokenizer = Ernie45Tokenizer(model_dir)
+        except ConfigError as e:
+            raise ConfigError(f"{path}.model_dir: {e}") from None
+        self.model_dir = model_dir
+        self.max_seq_len: int = config["max_seq_len"]
+        self.packing: bool = bool(config.get("packing"))
+        self.pad_id = self.tokenizer.special_ids["pad_token"]
+
+    @property
+    def is_label(self) -> bool:
+        return False  # the labels travel inside the conversation
+
+    def content_digest(self) -> str:
+        """The tokenizer model's SHA-256 (the token cache keys on it)."""
+        return file_sha256(f"{self.model_dir}/{MODEL_FILE}")
+
+    def convert(self, text: str) -> ChatExample:
+        conversation = Conversation.from_json(text)
+        if not any(conversation.learn):
+            raise ValueError("label: every answer is 0, so the conversation teaches nothing")
+        kept = len(conversation.turns)
+        while True:  # the first turns that fit
+            encoded = encode_conversation(self.tokenizer, conversation.system, conversation.turns[:kept],
+                                          conversation.learn[:kept])
+            if len(encoded.ids) <= self.max_seq_len:
+                break
+            kept -= 1
+            if kept == 0:
+                raise ValueError(f"the first turn alone is {len(encoded.ids)} tokens, more than max_seq_len "
+                                 f"{self.max_seq_len}")
+        if not any(encoded.learn):
+            raise ValueError(f"no learned answer fits in max_seq_len {self.max_seq_len} (the turns that fit are "
+                             f"label 0)")
+        return np.asarray(encoded.ids, dtype=np.int32), np.asarray(encoded.learn, dtype=np.uint8)
+
+    def length(self, value: ChatExample) -> int:
+        return len(value[0])
+
+    def rows(self, values: Sequence[ChatExample]) -> List[List[int]]:
+        """Which conversations go in which row: one each, or packed in order, each into the first
+        row with room."""
+        if not self.packing:
+            return [[i] for i in range(len(values))]
+        rows: List[List[int]] = []
+        room: List[int] = []
+        for i, (ids, _) in enumerate(values):
+            for r, left in enumerate(room):
+                if len(ids) <= left:
+                    rows[r].append(i)
+                    room[r] -= len(ids)
+                    break
+            else:
+                rows.append([i])
+                room.append(self.max_seq_len - len(ids))
+        return rows
+
+    def collate(self, values: List[ChatExample]) -> Dict[str, np.ndarray]:
+        layout = self.rows(values)
+        width = max(sum(len(values[i][0]) for i in row) for row in layout)
+        if self.config.get("pad_to_max_seq_len"):
+            width = self.max_seq_len
+        shape = (len(layout), width)
+        ids = np.full(shape, self.pad_id, dtype=np.int64)
+        labels = np.full(shape, IGNORED, dtype=np.int64)
+        segments = np.zeros(shape, dtype=np.int64)
+        positions = np.zeros(shape, dtype=np.int64)
+        for r, row in enumerate(layout):
+            start = 0
+            for segment, i in enumerate(row, start=1):
+                tokens, learn = values[i]
+                end = start + len(tokens)
+                ids[r, start:end] = tokens
+                segments[r, start:end] = segment
+                positions[r, start:end] = np.arange(len(tokens))
+                # the token at t learns to predict t + 1 where t + 1 is a learned answer token
+                targets = np.where(learn[1:].astype(bool), tokens[1:], IGNORED)
+                labels[r, start:end - 1] = targets
+                start = end
+        return {self.name: ids, f"{self.name}_labels": labels, f"{self.name}_segments": segments,
+                f"{self.name}_positions": positions}
+
+    def tensor_specs(self) -> List[TensorSpec]:
+        return [TensorSpec(name, [-1, -1], "int64") for name in
+                (self.name, f"{self.name}_labels", f"{self.name}_segments", f"{self.name}_positions")]
+
+    def info(self) -> Dict[str, Any]:
+        return {"chat": True, "model_dir": self.model_dir, "max_seq_len": self.max_seq_len,
+                "vocab_size": self.tokenizer.vocab_size, "padding_id": self.pad_id,
+                "special_ids": dict(self.tokenizer.special_ids), "stop_ids": self.tokenizer.stop_ids()}
