@@ -203,3 +203,55 @@ def test_sft_resumes_exactly_after_sigkill(tmp_path, sft_data, mode):
     assert sorted(expected) == sorted(got) and "model.layers.0.self_attn.q_proj.weight" in got
     for name in expected:
         np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(expected[name]), err_msg=name)
+
+
+LORA = {"rank": 4, "alpha": 8.0, "dropout": 0.1, "target_modules": ["q_proj", "v_proj", "gate_proj"]}
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_lora_sft_trains_only_adapters_checkpoints_only_them_and_resumes_exactly(tmp_path, sft_data, mode):
+    from conftest import checkpoint_params, sigkill_at_random_moments, start_training
+    from wenxin.models.ernie45 import Ernie45Config
+    steps = 18
+
+    def config(out):
+        c = sft_config(sft_data, out, mode, max_steps=steps, epoch=10, save_model_step=3, keep_checkpoint_max=2,
+                       train_log_step=1, is_eval_dev=0, resume="auto")
+        c["model"]["lora"] = dict(LORA)
+        c["model"]["optimization"]["learning_rate"] = 2e-2
+        return c
+    reference = str(tmp_path / "reference")
+    proc = start_training(write_config(str(tmp_path / "reference.json"), config(reference)))
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()
+    losses = losses_of(reference)
+    assert np.mean([losses[s] for s in range(steps - 2, steps + 1)]) < 0.9 * np.mean([losses[s] for s in (1, 2, 3)])
+    expected = checkpoint_params(os.path.join(reference, "checkpoints", f"step_{steps}"))
+    layers = Ernie45Config.from_folder(FOLDER).num_hidden_layers
+    assert sorted(expected) == sorted(f"model.layers.{i}.{part}.{adapter}" for i in range(layers)
+                                      for part in ("self_attn.q_proj", "self_attn.v_proj", "mlp.gate_proj")
+                                      for adapter in ("lora_A", "lora_B"))
+    assert all(np.abs(np.asarray(v)).max() > 0 for k, v in expected.items() if k.endswith("lora_B"))
+    out = str(tmp_path / "killed")
+    path = write_config(str(tmp_path / "killed.json"), config(out))
+    assert sigkill_at_random_moments(path, out, random.Random(41), runs=3) >= 1
+    proc = start_training(path)
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()
+    got = checkpoint_params(os.path.join(out, "checkpoints", f"step_{steps}"))
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(expected[name]), err_msg=name)
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_lora_leaves_the_decoder_weights_as_the_folder_has_them(tmp_path, sft_data, mode):
+    from wenxin.models.ernie45 import Ernie45Config, paddle_layout_weights
+    config = sft_config(sft_data, str(tmp_path / "out"), mode, max_steps=4, is_eval_dev=0)
+    config["model"]["lora"] = dict(LORA)
+    trainer = build(config, tmp_path)
+    trainer.do_train()
+    state = trainer.model_state_dict()
+    folder = paddle_layout_weights(FOLDER, Ernie45Config.from_folder(FOLDER))
+    assert set(folder) < set(state)
+    for name, value in folder.items():
+        np.testing.assert_array_equal(np.asarray(state[name]), value, err_msg=name)
+    assert any(np.abs(np.asarray(state[name])).max() > 0 for name in state if name.endswith("lora_B"))

@@ -1,7 +1,7 @@
 """``Ernie45SFT``: supervised fine-tuning of an ERNIE 4.5 dense decoder on conversations."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Set, Tuple
 
 import numpy as np
 import paddle
@@ -13,7 +13,17 @@ from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import REQUIRED, Key
 from wenxin.data.chat_fields import IGNORED
 from wenxin.models.base_model import BaseModel
-from wenxin.models.ernie45 import Ernie45Config, Ernie45Head, Ernie45Model, paddle_layout_weights
+from wenxin.models.ernie45 import LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, paddle_layout_weights
+from wenxin.models.lora import LoRASettings, adapter_parameter_names, apply_lora
+
+LORA: Dict[str, Key] = {
+    "rank": Key(int, 8, minimum=1, doc="the adapters' rank r"),
+    "alpha": Key(float, 16.0, minimum=0.0, doc="the update is scaled by alpha / rank"),
+    "dropout": Key(float, 0.0, minimum=0.0, maximum=0.9, doc="dropout on the adapters' input while training"),
+    "target_modules": Key(list, list(LINEAR_WEIGHTS), items=Key(str, non_empty=True),
+                          doc="the linear layers that get adapters, by name: q_proj, k_proj, v_proj, o_proj, "
+                              "gate_proj, up_proj, down_proj"),
+}
 
 
 @RegisterSet.models.register("Ernie45SFT")
@@ -24,7 +34,9 @@ class Ernie45SFT(BaseModel):
     over the answer tokens of the batch.
 
     The parameters are named as in the checkpoint (``model.layers.0.self_attn.q_proj.weight``,
-    ``lm_head.weight``), and the folder's weights load before training (``load_weights``).
+    ``lm_head.weight``), and the folder's weights load before training (``load_weights``). With
+    ``lora`` the decoder is frozen and adapters train on the chosen projections
+    (``wenxin.models.lora``).
     Metrics: ``loss`` and ``ppl`` per answer token, and ``token_acc``, the share of answer tokens
     the model ranks first."""
 
@@ -34,6 +46,9 @@ class Ernie45SFT(BaseModel):
         "chat_field": Key(str, "conversation", doc="the ChatFieldReader field of the train_reader"),
         "load_weights": Key(bool, True, doc="start from the folder's weights (false: its architecture at random "
                                             "initialization)"),
+        "lora": Key((dict, type(None)), None, children=LORA,
+                    doc="train LoRA adapters on the chosen linear layers, the decoder frozen; checkpoints hold only "
+                        "the adapters, and exports merge them (null: full fine-tuning)"),
     }
     prediction_format = "raw"
 
@@ -58,6 +73,16 @@ class Ernie45SFT(BaseModel):
                               f"than the model's max_position_embeddings {self.config.max_position_embeddings}")
         self.model = Ernie45Model(self.config)
         self.lm_head = None if self.config.tie_word_embeddings else Ernie45Head(self.config)
+        lora = p["lora"]
+        self.adapters: Optional[Set[str]] = None
+        if lora is not None:
+            apply_lora(self.model, LoRASettings(lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"]))
+            if self.lm_head is not None:
+                self.lm_head.weight.stop_gradient = True
+            self.adapters = adapter_parameter_names(self)
+
+    def checkpointed_names(self) -> Optional[Set[str]]:
+        return self.adapters  # LoRA: the adapters alone (the decoder reloads from model_dir)
 
     def output_weight(self) -> paddle.Tensor:
         """``[vocab, hidden]``: the token embedding where the two are tied."""

@@ -64,12 +64,19 @@ class Checkpointer:
                          "dev_metrics": trainer.state.metrics_now("dev_reader"), "cpu_threads": trainer.cpu_threads}
 
         def write(folder: str) -> None:
-            ckpt.write_checkpoint(folder, trainer.model_state_dict(), trainer.optimizer_state_dict(), extra,
+            ckpt.write_checkpoint(folder, self.checkpointed_state(), trainer.optimizer_state_dict(), extra,
                                   trainer_state, trainer.config, trainer.save_vocabs)
 
         path = trainer.checkpoints.save(name, write, update_latest=update_latest)
         trainer.hooks.call("after_save", name, path)
         return path
+
+    def checkpointed_state(self) -> Dict[str, Any]:
+        """The model parameters a checkpoint holds: all, or those the model names
+        (``BaseModel.checkpointed_names``: what trains, when the rest is frozen and reloaded)."""
+        state = self.trainer.model_state_dict()
+        names = self.trainer.model.checkpointed_names()
+        return state if names is None else {name: value for name, value in state.items() if name in names}
 
     def load(self, folder: str) -> None:
         """Restore model, optimizer, LR schedule, scaler, RNG, hook state and progress from a
@@ -148,6 +155,9 @@ class Checkpointer:
     def load_params(self, loaded: Mapping[str, Any], source: str, strict: bool = False,
                            prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
         current = self.trainer.model_state_dict()
+        if strict:  # a checkpoint: it holds what the model checkpoints (all, or what trains)
+            names = self.trainer.model.checkpointed_names()
+            current = current if names is None else {k: v for k, v in current.items() if k in names}
         matched, report = ckpt.match_parameters(current, loaded, source, prefix_map)
         bad = [name for name, value in matched.items() if not np.isfinite(value).all()]
         if bad:

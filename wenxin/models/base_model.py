@@ -1,7 +1,7 @@
 """The model base class shared by every task and both execution modes."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import paddle
 
@@ -63,8 +63,19 @@ class BaseModel(paddle.nn.Layer):
                       ) -> Tuple[paddle.optimizer.Optimizer, Optional[paddle.optimizer.lr.LRScheduler]]:
         """The optimizer and LR schedule from ``model.optimization`` (the names looked up in the
         run's task package first, then among the built-ins); override for custom ones."""
-        return build_optimizer(self.model_params["optimization"], self.parameters(), total_steps,
+        return build_optimizer(self.model_params["optimization"], self.trainable_parameters(), total_steps,
                                self.decay_filter(), scope=self.task_scope)
+
+    def trainable_parameters(self) -> List[paddle.Tensor]:
+        """The parameters the optimizer updates: all but the frozen ones (``stop_gradient``, e.g.
+        a decoder's weights under LoRA adapters)."""
+        return [p for p in self.parameters() if not p.stop_gradient]
+
+    def checkpointed_names(self) -> Optional[Set[str]]:
+        """The parameters a checkpoint holds, by structured name; None (the default): all of them.
+        A model that freezes weights it reloads from its own folder (``own_pretrained_weights``)
+        checkpoints only what trains, and a resume takes the rest from that folder again."""
+        return None
 
     def decay_filter(self) -> Callable[[str], bool]:
         """Which parameters get weight decay: all but biases and normalization scales."""

@@ -1,0 +1,131 @@
+"""LoRA: low-rank adapters on a model's linear layers, trained while the model stays frozen.
+
+A linear layer ``y = x W + b`` (``W`` ``[in, out]``, as Paddle holds it) gains two matrices,
+``A`` ``[in, rank]`` and ``B`` ``[rank, out]``, and computes
+``y = x W + b + dropout(x) A B * alpha / rank``. ``B`` starts at zero, so training starts from the
+pretrained model exactly. Only ``A`` and ``B`` train; checkpoints hold only them (the frozen
+weights come from the model's folder again on resume). At export the adapters are merged,
+``W' = W + A B * alpha / rank``, so an exported model has plain linear layers and every inference
+path stays one format; ``merged_adapters`` restores the unmerged weights bit for bit afterwards.
+
+``apply_lora`` swaps the chosen layers (by their attribute name, ``q_proj``, ``v_proj``, ...)
+for ``LoRALinear`` layers that keep the same ``weight`` and ``bias`` parameters, so parameter
+names stay the checkpoint's (``...q_proj.weight``) and the adapters are ``...q_proj.lora_A`` and
+``...q_proj.lora_B``.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from typing import Iterator, List, Sequence, Set
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+from paddle import nn
+
+from wenxin.common.errors import ConfigError
+
+ADAPTER_NAMES = ("lora_A", "lora_B")
+
+
+@dataclasses.dataclass
+class LoRASettings:
+    """``rank`` and ``alpha`` (the update is scaled by ``alpha / rank``), ``dropout`` on the
+    adapter's input, and the attribute names of the linear layers that get adapters."""
+
+    rank: int
+    alpha: float
+    dropout: float
+    target_modules: Sequence[str]
+
+    @property
+    def scaling(self) -> float:
+        return self.alpha / self.rank
+
+
+class LoRALinear(nn.Linear):
+    """A linear layer with a low-rank adapter (see the module docstring)."""
+
+    def __init__(self, linear: nn.Linear, settings: LoRASettings) -> None:
+        nn.Layer.__init__(self)  # the parameters are the wrapped layer's own, not new ones
+        self.weight = linear.weight  # [in, out]
+        self.bias = linear.bias
+        self.name = getattr(linear, "name", None)
+        fan_in, fan_out = self.weight.shape
+        self.scaling = settings.scaling
+        self.merged = False
+        bound = 1.0 / math.sqrt(fan_in)  # A as nn.Linear initializes its weight (PEFT's choice too)
+        self.lora_A = self.create_parameter([fan_in, settings.rank],
+                                            default_initializer=nn.initializer.Uniform(-bound, bound))
+        self.lora_B = self.create_parameter([settings.rank, fan_out],
+                                            default_initializer=nn.initializer.Constant(0.0))
+        self.lora_dropout = nn.Dropout(settings.dropout) if settings.dropout > 0 else None
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        out = F.linear(x, self.weight, self.bias)
+        if self.merged:
+            return out
+        adapter_input = self.lora_dropout(x) if self.lora_dropout is not None else x
+        return out + paddle.matmul(paddle.matmul(adapter_input, self.lora_A), self.lora_B) * self.scaling
+
+    def merged_weight(self) -> np.ndarray:
+        """``W + A B * scaling`` ``[in, out]``, computed in float64 and rounded once."""
+        weight = self.weight.numpy().astype(np.float64)
+        delta = self.lora_A.numpy().astype(np.float64) @ self.lora_B.numpy().astype(np.float64)
+        return (weight + delta * self.scaling).astype(self.weight.numpy().dtype)
+
+
+def apply_lora(model: nn.Layer, settings: LoRASettings, key: str = "model.lora") -> List[str]:
+    """Swap every ``nn.Linear`` of ``model`` named in ``settings.target_modules`` for a
+    ``LoRALinear`` and freeze every other parameter; returns the swapped layers' full names.
+    A target name no linear layer has is a ``ConfigError`` naming ``key``."""
+    found: Set[str] = set()
+    swapped: List[str] = []
+    linear_names: Set[str] = set()
+    for full_name, layer in list(model.named_sublayers()):
+        for child_name, child in list(layer.named_children()):
+            if not isinstance(child, nn.Linear) or isinstance(child, LoRALinear):
+                continue
+            linear_names.add(child_name)
+            if child_name in settings.target_modules:
+                setattr(layer, child_name, LoRALinear(child, settings))
+                found.add(child_name)
+                swapped.append(f"{full_name}.{child_name}" if full_name else child_name)
+    unknown = [name for name in settings.target_modules if name not in found]
+    if unknown:
+        raise ConfigError(f"{key}.target_modules: no linear layer is named {', '.join(map(repr, unknown))} "
+                          f"(the model's: {', '.join(sorted(linear_names)) or 'none'})")
+    for name, parameter in model.named_parameters():
+        if name.rsplit(".", 1)[-1] not in ADAPTER_NAMES:
+            parameter.stop_gradient = True
+            parameter.trainable = False
+    return swapped
+
+
+def adapter_parameter_names(model: nn.Layer) -> Set[str]:
+    """The structured names of the model's adapter parameters (``...q_proj.lora_A``)."""
+    return {name for name, _ in model.named_parameters() if name.rsplit(".", 1)[-1] in ADAPTER_NAMES}
+
+
+def lora_layers(model: nn.Layer) -> List[LoRALinear]:
+    return [layer for layer in model.sublayers() if isinstance(layer, LoRALinear)]
+
+
+@contextlib.contextmanager
+def merged_adapters(model: nn.Layer) -> Iterator[int]:
+    """Inside: every adapter merged into its layer's weight, the adapters bypassed (an export
+    writes plain linear layers). After: the weights as they were, bit for bit. Yields how many
+    layers were merged."""
+    layers = [layer for layer in lora_layers(model) if not layer.merged]
+    originals = [layer.weight.numpy().copy() for layer in layers]
+    try:
+        for layer in layers:
+            layer.weight.set_value(layer.merged_weight())
+            layer.merged = True
+        yield len(layers)
+    finally:
+        for layer, original in zip(layers, originals):
+            layer.weight.set_value(original)
+            layer.merged = False
