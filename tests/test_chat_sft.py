@@ -255,3 +255,23 @@ def test_lora_leaves_the_decoder_weights_as_the_folder_has_them(tmp_path, sft_da
     for name, value in folder.items():
         np.testing.assert_array_equal(np.asarray(state[name]), value, err_msg=name)
     assert any(np.abs(np.asarray(state[name])).max() > 0 for name in state if name.endswith("lora_B"))
+
+
+def test_recompute_is_a_trainer_switch_with_the_same_losses(tmp_path, sft_data):
+    losses = {}
+    for recompute in (False, True):
+        out = str(tmp_path / f"r{recompute}")
+        config = sft_config(sft_data, out, max_steps=5, is_eval_dev=0, recompute=recompute)
+        config["model"]["lora"] = dict(LORA)
+        build(config, tmp_path).do_train()
+        losses[recompute] = losses_of(out)
+    assert losses[True] == losses[False] and len(losses[True]) == 5
+    config = sft_config(sft_data, str(tmp_path / "static"), "static", recompute=True)
+    with pytest.raises(ConfigError, match=r"trainer.recompute: eager mode only"):
+        build(config, tmp_path)
+
+
+def test_recompute_on_a_model_without_it_names_the_key(tmp_path, data_dir):
+    from conftest import task_config
+    with pytest.raises(ConfigError, match=r"trainer.recompute: BowClassification does not offer recompute"):
+        build(task_config(data_dir, str(tmp_path / "out"), recompute=True), tmp_path)

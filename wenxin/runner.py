@@ -7,7 +7,7 @@ import os
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 from wenxin.common import startup_notes, threads
-from wenxin.common.errors import WenxinError
+from wenxin.common.errors import ConfigError, WenxinError
 from wenxin.common.logs import CONSOLE, setup_logging
 from wenxin.common.progress import progress_enabled
 from wenxin.config.loader import load_config
@@ -59,6 +59,11 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
     def make_model() -> BaseModel:
         model = model_cls(config["model"], data_info)
         model.task_scope = scope  # its optimizer and schedule names are looked up in the task first
+        if cfg["recompute"]:
+            if not config["model"]["is_dygraph"]:
+                raise ConfigError("trainer.recompute: eager mode only (model.is_dygraph: 1); Paddle's static-graph "
+                                  "recompute belongs to its auto-parallel passes")
+            model.enable_recompute("trainer.recompute")
         return model
 
     return trainer_cls(config, make_model, readers, scope)
@@ -152,7 +157,6 @@ def evaluate_config(config: Dict[str, Any], checkpoint: str, reader_names: Seque
                     key: str = "readers", where: str = "the task") -> Dict[str, Dict[str, float]]:
     """``evaluate`` of a loaded config; an unknown reader name is an error naming ``key`` and
     ``where`` the config came from."""
-    from wenxin.common.errors import ConfigError
     from wenxin.controller import checkpoint as ckpt
     wanted = [name if name.endswith("_reader") else f"{name}_reader" for name in reader_names]
     available = [name for name in ("dev_reader", "test_reader") if config["dataset_reader"].get(name)]
@@ -168,7 +172,6 @@ def evaluate_config(config: Dict[str, Any], checkpoint: str, reader_names: Seque
 
 def inference_folder(path: str) -> str:
     """An exported folder, or the one inside a checkpoint folder (``<checkpoint>/inference``)."""
-    from wenxin.common.errors import ConfigError
     from wenxin.controller.export import PREPROCESS_FILE
     if os.path.isfile(os.path.join(path, PREPROCESS_FILE)):
         return path
@@ -187,7 +190,6 @@ def copy_examples(target: str) -> List[str]:
     import shutil
 
     from wenxin.common.bundled import bundled_folder
-    from wenxin.common.errors import ConfigError
     source = bundled_folder("examples")
     folder = os.path.join(target, "examples")
     written = []

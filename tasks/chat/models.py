@@ -81,6 +81,9 @@ class Ernie45SFT(BaseModel):
                 self.lm_head.weight.stop_gradient = True
             self.adapters = adapter_parameter_names(self)
 
+    def enable_recompute(self, key: str) -> None:
+        self.model.recompute = True
+
     def checkpointed_names(self) -> Optional[Set[str]]:
         return self.adapters  # LoRA: the adapters alone (the decoder reloads from model_dir)
 

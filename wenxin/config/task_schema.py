@@ -188,6 +188,9 @@ TRAINER: Schema = {
     "epoch": Key(int, 1, minimum=1),
     "max_steps": Key(int, -1, doc="> 0: stop after this many optimizer steps (overrides epoch)"),
     "gradient_accumulation_steps": Key(int, 1, minimum=1),
+    "recompute": Key(bool, False, doc="gradient checkpointing: keep only each decoder layer's input and compute "
+                                      "its activations again for the backward pass (less memory, about a third "
+                                      "more compute; eager mode; models that offer it: Ernie45SFT)"),
     "train_log_step": Key(int, 10, minimum=1),
     "eval_step": Key(int, 0, minimum=0, doc="evaluate every N steps (0: at the end of each epoch)"),
     "save_model_step": Key(int, 0, minimum=0, doc="checkpoint every N steps (0: at each epoch end)"),

@@ -5,6 +5,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import paddle
 
+from wenxin.common.errors import ConfigError
 from wenxin.config.schema import Schema
 from wenxin.optim.optimizers import build_optimizer
 
@@ -70,6 +71,11 @@ class BaseModel(paddle.nn.Layer):
         """The parameters the optimizer updates: all but the frozen ones (``stop_gradient``, e.g.
         a decoder's weights under LoRA adapters)."""
         return [p for p in self.parameters() if not p.stop_gradient]
+
+    def enable_recompute(self, key: str) -> None:
+        """Turn gradient checkpointing on (``trainer.recompute``); ``key`` names the setting in
+        errors. Models that offer it override this."""
+        raise ConfigError(f"{key}: {type(self).__name__} does not offer recompute (gradient checkpointing)")
 
     def checkpointed_names(self) -> Optional[Set[str]]:
         """The parameters a checkpoint holds, by structured name; None (the default): all of them.

@@ -27,6 +27,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 from paddle import nn
+from paddle.distributed.fleet.utils import recompute
 
 from wenxin.common.errors import CheckpointError, ConfigError
 
@@ -210,6 +211,7 @@ class Ernie45Model(nn.Layer):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.LayerList([Ernie45DecoderLayer(config) for _ in range(config.num_hidden_layers)])
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.recompute = False  # gradient checkpointing per layer while training (eager)
 
     def forward(self, ids: paddle.Tensor, attention_mask: Optional[paddle.Tensor] = None,
                 positions: Optional[paddle.Tensor] = None, segments: Optional[paddle.Tensor] = None) -> paddle.Tensor:
@@ -223,7 +225,12 @@ class Ernie45Model(nn.Layer):
         bias = causal_bias(length, attention_mask) if segments is None else segment_bias(segments)
         x = self.embed_tokens(ids)
         for layer in self.layers:
-            x = layer(x, sin, cos, bias)
+            if self.recompute and self.training:
+                # not reentrant: the layer's parameters get their gradients even where x needs none
+                # (frozen embeddings under LoRA), and dropout replays the same random numbers
+                x = recompute(layer, x, sin, cos, bias, use_reentrant=False)
+            else:
+                x = layer(x, sin, cos, bias)
         return self.norm(x)
 
 
