@@ -1,7 +1,9 @@
-"""``Ernie45SFT``: supervised fine-tuning of an ERNIE 4.5 dense decoder on conversations."""
+"""Chat models on ERNIE 4.5 dense decoders: ``Ernie45SFT`` (supervised fine-tuning) and
+``Ernie45DPO`` (direct preference optimization)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Set, Tuple
+import contextlib
+from typing import Any, Dict, Iterator, Optional, Set, Tuple
 
 import numpy as np
 import paddle
@@ -14,7 +16,7 @@ from wenxin.config.schema import REQUIRED, Key
 from wenxin.data.chat_fields import IGNORED
 from wenxin.models.base_model import BaseModel
 from wenxin.models.ernie45 import LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, paddle_layout_weights
-from wenxin.models.lora import LoRASettings, adapter_parameter_names, apply_lora
+from wenxin.models.lora import LoRASettings, adapter_parameter_names, adapters_disabled, apply_lora
 
 LORA: Dict[str, Key] = {
     "rank": Key(int, 8, minimum=1, doc="the adapters' rank r"),
@@ -24,52 +26,48 @@ LORA: Dict[str, Key] = {
                           doc="the linear layers that get adapters, by name: q_proj, k_proj, v_proj, o_proj, "
                               "gate_proj, up_proj, down_proj"),
 }
+DECODER_KEYS = {
+    "model_dir": Key(str, REQUIRED, non_empty=True,
+                     doc="the ERNIE 4.5 folder: config.json, safetensors weights, the tokenizer's files"),
+    "load_weights": Key(bool, True, doc="start from the folder's weights (false: its architecture at random "
+                                        "initialization)"),
+    "lora": Key((dict, type(None)), None, children=LORA,
+                doc="train LoRA adapters on the chosen linear layers, the decoder frozen; checkpoints hold only "
+                    "the adapters, and exports merge them (null: full fine-tuning)"),
+}
 
 
-@RegisterSet.models.register("Ernie45SFT")
-class Ernie45SFT(BaseModel):
-    """An ERNIE 4.5 decoder (``model_dir``: the folder users download) fine-tuned on the
-    conversations of a ``ChatFieldReader`` field: cross-entropy of each answer token given the
-    tokens before it in its conversation (packed rows attend within a conversation only), averaged
-    over the answer tokens of the batch.
+class Ernie45ChatModel(BaseModel):
+    """What the chat models share: an ERNIE 4.5 decoder read from ``model_dir`` under the
+    checkpoint's parameter names (``model.layers.0.self_attn.q_proj.weight``, ``lm_head.weight``),
+    its weights loaded by the trainer before training (``load_weights``), optional LoRA adapters
+    (``lora``: the decoder frozen, checkpoints holding only the adapters), recompute, and the
+    per-token log-probabilities of a field's answer tokens."""
 
-    The parameters are named as in the checkpoint (``model.layers.0.self_attn.q_proj.weight``,
-    ``lm_head.weight``), and the folder's weights load before training (``load_weights``). With
-    ``lora`` the decoder is frozen and adapters train on the chosen projections
-    (``wenxin.models.lora``).
-    Metrics: ``loss`` and ``ppl`` per answer token, and ``token_acc``, the share of answer tokens
-    the model ranks first."""
-
-    config_schema = {
-        "model_dir": Key(str, REQUIRED, non_empty=True,
-                         doc="the ERNIE 4.5 folder: config.json, safetensors weights, the tokenizer's files"),
-        "chat_field": Key(str, "conversation", doc="the ChatFieldReader field of the train_reader"),
-        "load_weights": Key(bool, True, doc="start from the folder's weights (false: its architecture at random "
-                                            "initialization)"),
-        "lora": Key((dict, type(None)), None, children=LORA,
-                    doc="train LoRA adapters on the chosen linear layers, the decoder frozen; checkpoints hold only "
-                        "the adapters, and exports merge them (null: full fine-tuning)"),
-    }
+    config_schema: Dict[str, Key] = dict(DECODER_KEYS)
     prediction_format = "raw"
+    field_key = "chat_field"  # the model key naming the data field
+    field_info_flag = "chat"  # what the field's info must say
+    field_reader = "ChatFieldReader"
 
     def structure(self) -> None:
         p = self.model_params
-        self.chat_field = p["chat_field"]
-        info = self.data_info.get(self.chat_field) or {}
-        if not info.get("chat"):
-            chats = [name for name, i in self.data_info.items() if i.get("chat")]
-            raise ConfigError(f"model.chat_field: '{self.chat_field}' is not a ChatFieldReader field of the "
-                              f"train_reader (those: {', '.join(chats) or 'none'})")
+        self.field = p[self.field_key]
+        info = self.data_info.get(self.field) or {}
+        if not info.get(self.field_info_flag):
+            others = [name for name, i in self.data_info.items() if i.get(self.field_info_flag)]
+            raise ConfigError(f"model.{self.field_key}: '{self.field}' is not a {self.field_reader} field of the "
+                              f"train_reader (those: {', '.join(others) or 'none'})")
         try:
             self.config = Ernie45Config.from_folder(p["model_dir"])
         except ConfigError as e:
             raise ConfigError(f"model.model_dir: {e}") from None
         if info["vocab_size"] > self.config.vocab_size:
-            raise ConfigError(f"model.model_dir: the tokenizer of '{self.chat_field}' ({info['model_dir']}) has "
+            raise ConfigError(f"model.model_dir: the tokenizer of '{self.field}' ({info['model_dir']}) has "
                               f"{info['vocab_size']} tokens, more than the model's vocab_size "
                               f"{self.config.vocab_size}: another model's tokenizer?")
         if info["max_seq_len"] > self.config.max_position_embeddings:
-            raise ConfigError(f"dataset_reader: max_seq_len {info['max_seq_len']} of '{self.chat_field}' is more "
+            raise ConfigError(f"dataset_reader: max_seq_len {info['max_seq_len']} of '{self.field}' is more "
                               f"than the model's max_position_embeddings {self.config.max_position_embeddings}")
         self.model = Ernie45Model(self.config)
         self.lm_head = None if self.config.tie_word_embeddings else Ernie45Head(self.config)
@@ -79,6 +77,7 @@ class Ernie45SFT(BaseModel):
             apply_lora(self.model, LoRASettings(lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"]))
             if self.lm_head is not None:
                 self.lm_head.weight.stop_gradient = True
+                self.lm_head.weight.trainable = False
             self.adapters = adapter_parameter_names(self)
 
     def enable_recompute(self, key: str) -> None:
@@ -96,17 +95,41 @@ class Ernie45SFT(BaseModel):
             return None
         return self.model_params["model_dir"], paddle_layout_weights(self.model_params["model_dir"], self.config)
 
-    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
-        name = self.chat_field
-        ids = fields_dict[name]  # [R, T]: packed conversations
-        states = self.model(ids, positions=fields_dict[f"{name}_positions"],
-                            segments=fields_dict[f"{name}_segments"])  # [R, T, H]
+    def answer_logits(self, fields_dict: Dict[str, paddle.Tensor], decoder: Optional[Ernie45Model] = None,
+                      output_weight: Optional[paddle.Tensor] = None
+                      ) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+        """``(logits [K, V], targets [K], positions [K])`` at the K answer positions of the field's
+        rows (``positions`` index the flattened ``[R*T]`` rows), by ``decoder`` (the model's own by
+        default). Only those positions go through the output layer: ``[K, H] x [H, V]`` instead of
+        ``[R*T, H] x [H, V]``."""
+        name = self.field
+        decoder = decoder or self.model
+        states = decoder(fields_dict[name], positions=fields_dict[f"{name}_positions"],
+                         segments=fields_dict[f"{name}_segments"])  # [R, T, H]
         labels = fields_dict[f"{name}_labels"].reshape([-1])  # [R*T]: the next answer token, or IGNORED
-        # only the answer positions go through the output layer: [K, H] x [H, V] instead of [R*T, H] x [H, V]
         chosen = paddle.nonzero(labels != IGNORED).reshape([-1])  # [K]
         picked = paddle.gather(states.reshape([-1, self.config.hidden_size]), chosen)  # [K, H]
         targets = paddle.gather(labels, chosen)  # [K]
-        logits = paddle.matmul(picked, self.output_weight(), transpose_y=True).astype("float32")  # [K, V]
+        weight = self.output_weight() if output_weight is None else output_weight
+        logits = paddle.matmul(picked, weight, transpose_y=True).astype("float32")  # [K, V]
+        return logits, targets, chosen
+
+
+@RegisterSet.models.register("Ernie45SFT")
+class Ernie45SFT(Ernie45ChatModel):
+    """An ERNIE 4.5 decoder fine-tuned on the conversations of a ``ChatFieldReader`` field:
+    cross-entropy of each answer token given the tokens before it in its conversation (packed rows
+    attend within a conversation only), averaged over the answer tokens of the batch. See
+    ``Ernie45ChatModel`` for the decoder, its weights and LoRA.
+
+    Metrics: ``loss`` and ``ppl`` per answer token, and ``token_acc``, the share of answer tokens
+    the model ranks first."""
+
+    config_schema = {**DECODER_KEYS,
+                     "chat_field": Key(str, "conversation", doc="the ChatFieldReader field of the train_reader")}
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        logits, targets, _ = self.answer_logits(fields_dict)
         count = paddle.shape(targets)[0].astype("float32")
         token_loss = F.cross_entropy(logits, targets.unsqueeze(-1), reduction="none")  # [K, 1]
         loss = token_loss.sum() / paddle.clip(count, min=1.0)
@@ -119,3 +142,92 @@ class Ernie45SFT(BaseModel):
         loss = float(np.sum(np.asarray(outputs[InstanceName.LOSS]) * counts) / total)
         return {"loss": loss, "ppl": float(np.exp(min(loss, 50.0))),
                 "token_acc": float(np.sum(outputs["answer_correct"]) / total)}
+
+
+@RegisterSet.models.register("Ernie45DPO")
+class Ernie45DPO(Ernie45ChatModel):
+    """Direct preference optimization of an ERNIE 4.5 decoder on the pairs of a
+    ``PreferenceFieldReader`` field (row ``2i`` chosen, ``2i + 1`` rejected).
+
+    With ``log p(y|x)`` the sum of the answer tokens' log-probabilities, the loss of a pair is
+    ``-log sigmoid(beta * ((log p(yc|x) - log q(yc|x)) - (log p(yr|x) - log q(yr|x))))`` for the
+    policy ``p`` being trained and the frozen reference ``q``, averaged over the batch's pairs.
+    The reference is the model as loaded from ``model_dir``: under LoRA the same decoder with its
+    adapters bypassed; in full fine-tuning a frozen copy (``reference.*``, never checkpointed: it
+    loads from ``model_dir`` again on resume).
+
+    Metrics: ``loss``, ``reward_acc`` (the share of pairs whose chosen answer gains more than the
+    rejected one, ``beta`` times the log-ratio) and ``reward_margin`` (the mean difference)."""
+
+    config_schema = {**DECODER_KEYS,
+                     "preference_field": Key(str, "pair", doc="the PreferenceFieldReader field of the train_reader"),
+                     "beta": Key(float, 0.1, minimum=1e-6, doc="how far the policy may move from the reference")}
+    field_key = "preference_field"
+    field_info_flag = "preference"
+    field_reader = "PreferenceFieldReader"
+
+    def structure(self) -> None:
+        super().structure()
+        self.reference: Optional[Ernie45Model] = None
+        self.reference_head: Optional[Ernie45Head] = None
+        if self.adapters is None:  # full fine-tuning: a frozen copy is the reference
+            self.reference = Ernie45Model(self.config)
+            self.reference_head = None if self.config.tie_word_embeddings else Ernie45Head(self.config)
+            for name, parameter in self.named_parameters():
+                if name.startswith("reference"):
+                    parameter.stop_gradient = True
+                    parameter.trainable = False
+
+    def own_pretrained_weights(self) -> Optional[Tuple[str, Dict[str, Any]]]:
+        own = super().own_pretrained_weights()
+        if own is None or self.reference is None:
+            return own
+        source, weights = own
+        copies = {f"reference.{name[len('model.'):]}": value for name, value in weights.items()
+                  if name.startswith("model.")}
+        if "lm_head.weight" in weights and self.reference_head is not None:
+            copies["reference_head.weight"] = weights["lm_head.weight"]
+        return source, {**weights, **copies}
+
+    def checkpointed_names(self) -> Optional[Set[str]]:
+        if self.adapters is not None:
+            return self.adapters
+        return {name for name, _ in self.named_parameters() if not name.startswith("reference")}
+
+    @contextlib.contextmanager
+    def _as_reference(self) -> Iterator[Tuple[Ernie45Model, paddle.Tensor]]:
+        """The reference decoder and output weight (under LoRA: the adapters bypassed inside)."""
+        if self.reference is None:
+            with adapters_disabled(self.model):
+                yield self.model, self.output_weight()
+        else:
+            head = self.reference.embed_tokens.weight if self.reference_head is None else self.reference_head.weight
+            yield self.reference, head
+
+    def sequence_log_probs(self, fields_dict: Dict[str, paddle.Tensor], decoder: Ernie45Model,
+                           output_weight: paddle.Tensor) -> paddle.Tensor:
+        """``[R]``: each row's sum of its answer tokens' log-probabilities."""
+        logits, targets, positions = self.answer_logits(fields_dict, decoder, output_weight)
+        token_log_probs = -F.cross_entropy(logits, targets.unsqueeze(-1), reduction="none").reshape([-1])  # [K]
+        shape = paddle.shape(fields_dict[f"{self.field}_labels"])  # [R, T]
+        flat = paddle.zeros([shape[0] * shape[1]], dtype="float32")
+        flat = paddle.scatter(flat, positions, token_log_probs, overwrite=True)  # [R*T], 0 off the answers
+        return flat.reshape([-1, shape[1]]).sum(axis=1)  # [R]
+
+    def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
+        policy = self.sequence_log_probs(fields_dict, self.model, self.output_weight()).reshape([-1, 2])  # [B, 2]
+        with self._as_reference() as (decoder, weight):
+            reference = self.sequence_log_probs(fields_dict, decoder, weight).reshape([-1, 2]).detach()
+        rewards = self.model_params["beta"] * (policy - reference)  # [B, 2]: chosen, rejected
+        margin = rewards[:, 0] - rewards[:, 1]  # [B]
+        loss = -F.log_sigmoid(margin).mean()
+        pairs = paddle.shape(margin)[0].astype("float32")
+        return {InstanceName.LOSS: loss, "pairs": pairs, "reward_wins": (margin > 0).astype("float32").sum(),
+                "margin_sum": margin.sum()}
+
+    def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
+        pairs = np.asarray(outputs["pairs"], dtype=np.float64)
+        total = max(float(np.sum(pairs)), 1.0)
+        return {"loss": float(np.sum(np.asarray(outputs[InstanceName.LOSS]) * pairs) / total),
+                "reward_acc": float(np.sum(outputs["reward_wins"]) / total),
+                "reward_margin": float(np.sum(outputs["margin_sum"]) / total)}

@@ -214,3 +214,92 @@ class ChatFieldReader(BaseFieldReader):
         return {"chat": True, "model_dir": self.model_dir, "max_seq_len": self.max_seq_len,
                 "vocab_size": self.tokenizer.vocab_size, "padding_id": self.pad_id,
                 "special_ids": dict(self.tokenizer.special_ids), "stop_ids": self.tokenizer.stop_ids()}
+
+
+def _response_text(value: Any, index: int) -> str:
+    """One response of a preference line: a string, or a list holding one string (ERNIEKit's)."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, str):
+        raise ValueError(f"response[{index}]: expected a string (or a list of one string), got "
+                         f"{json.dumps(value, ensure_ascii=False)[:60]}")
+    return value
+
+
+class PreferencePair:
+    """A prompt (system, earlier turns, the last question) with a chosen and a rejected answer."""
+
+    def __init__(self, system: Optional[str], history: List[Tuple[str, str]], question: str, chosen: str,
+                 rejected: str) -> None:
+        self.system, self.history, self.question = system, history, question
+        self.chosen, self.rejected = chosen, rejected
+
+    @classmethod
+    def from_json(cls, text: str) -> "PreferencePair":
+        """ERNIEKit's DPO object: ``src`` (questions), ``tgt`` (one answer fewer), ``response``
+        (the candidate last answers) and ``sort`` (higher is preferred); the best and the worst
+        response make the pair. ``ValueError`` naming what is wrong."""
+        try:
+            record = json.loads(text)
+        except (ValueError, RecursionError):
+            raise ValueError("not a JSON object (a preference pair is one JSON object a line)") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"a JSON {type(record).__name__}, not a preference object")
+        system = record.get("system")
+        if system is not None and not isinstance(system, str):
+            raise ValueError("system: expected a string")
+        src = Conversation._strings(record, "src")
+        tgt = Conversation._strings(record, "tgt") if "tgt" in record else []
+        if not src or len(tgt) != len(src) - 1:
+            raise ValueError(f"src has {len(src)} questions and tgt {len(tgt)} answers: expected one answer fewer "
+                             f"than questions (the last question's answers are the responses)")
+        responses, sort = record.get("response"), record.get("sort")
+        if not isinstance(responses, list) or len(responses) < 2:
+            raise ValueError("response: expected a list of at least two candidate answers")
+        if (not isinstance(sort, list) or len(sort) != len(responses)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in sort)):
+            raise ValueError(f"sort: expected one number per response ({len(responses)}), higher for the preferred")
+        texts = [_response_text(value, i) for i, value in enumerate(responses)]
+        best = max(range(len(sort)), key=lambda i: (sort[i], -i))
+        worst = min(range(len(sort)), key=lambda i: (sort[i], i))
+        if sort[best] == sort[worst]:
+            raise ValueError("sort: every response has the same score, so none is preferred")
+        return cls(system or None, list(zip(src[:-1], tgt)), src[-1], texts[best], texts[worst])
+
+
+@RegisterSet.field_readers.register("PreferenceFieldReader")
+class PreferenceFieldReader(ChatFieldReader):
+    """Preference pairs in ERNIEKit's DPO format for a decoder's preference tuning: each line is a
+    prompt with a chosen and a rejected answer (see ``PreferencePair``). Only the last answer is
+    learned (``<name>_labels``); batches are never packed, and row ``2i`` is pair ``i``'s chosen
+    conversation, row ``2i + 1`` its rejected one."""
+
+    def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
+        super().__init__(config, path, scope)
+        if self.packing:
+            raise ConfigError(f"{path}.packing: preference pairs are not packed (each conversation is a row)")
+
+    def _encoded(self, pair: PreferencePair, answer: str, which: str) -> ChatExample:
+        turns = pair.history + [(pair.question, answer)]
+        learn = [False] * len(pair.history) + [True]
+        encoded = encode_conversation(self.tokenizer, pair.system, turns, learn)
+        if len(encoded.ids) > self.max_seq_len:
+            raise ValueError(f"the {which} conversation is {len(encoded.ids)} tokens, more than max_seq_len "
+                             f"{self.max_seq_len}")
+        return np.asarray(encoded.ids, dtype=np.int32), np.asarray(encoded.learn, dtype=np.uint8)
+
+    def convert(self, text: str) -> Tuple[np.ndarray, ...]:  # type: ignore[override]
+        pair = PreferencePair.from_json(text)
+        chosen = self._encoded(pair, pair.chosen, "chosen")
+        rejected = self._encoded(pair, pair.rejected, "rejected")
+        return chosen + rejected
+
+    def length(self, value: Tuple[np.ndarray, ...]) -> int:
+        return max(len(value[0]), len(value[2]))
+
+    def collate(self, values: List[Tuple[np.ndarray, ...]]) -> Dict[str, np.ndarray]:  # type: ignore[override]
+        rows = [conversation for value in values for conversation in ((value[0], value[1]), (value[2], value[3]))]
+        return super().collate(rows)
+
+    def info(self) -> Dict[str, Any]:
+        return {**super().info(), "chat": False, "preference": True}

@@ -56,6 +56,7 @@ class LoRALinear(nn.Linear):
         fan_in, fan_out = self.weight.shape
         self.scaling = settings.scaling
         self.merged = False
+        self.disabled = False  # the plain layer, as before adapting (DPO's reference model)
         bound = 1.0 / math.sqrt(fan_in)  # A as nn.Linear initializes its weight (PEFT's choice too)
         self.lora_A = self.create_parameter([fan_in, settings.rank],
                                             default_initializer=nn.initializer.Uniform(-bound, bound))
@@ -65,7 +66,7 @@ class LoRALinear(nn.Linear):
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         out = F.linear(x, self.weight, self.bias)
-        if self.merged:
+        if self.merged or self.disabled:
             return out
         adapter_input = self.lora_dropout(x) if self.lora_dropout is not None else x
         return out + paddle.matmul(paddle.matmul(adapter_input, self.lora_A), self.lora_B) * self.scaling
@@ -129,3 +130,17 @@ def merged_adapters(model: nn.Layer) -> Iterator[int]:
         for layer, original in zip(layers, originals):
             layer.weight.set_value(original)
             layer.merged = False
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: nn.Layer) -> Iterator[None]:
+    """Inside: every adapter bypassed, so the model computes as the frozen model it adapts (in a
+    static graph, what is built inside computes that way)."""
+    layers = lora_layers(model)
+    try:
+        for layer in layers:
+            layer.disabled = True
+        yield
+    finally:
+        for layer in layers:
+            layer.disabled = False
