@@ -25,7 +25,7 @@ def test_logits_equal_paddleformers_in_both_graph_modes(variant):
     model = load_ernie45(os.path.join(FIXTURES, variant))
     model.eval()
     ids = paddle.to_tensor(REFERENCE["input_ids"])
-    expected = REFERENCE[f"{variant}_logits"]  # [2, 11, 128]
+    expected = REFERENCE[f"{variant}_logits"]  # [2, 11, 512]
     eager = model(ids).numpy()
     np.testing.assert_allclose(eager, expected, rtol=0, atol=1e-5)
     static = paddle.jit.to_static(model, full_graph=True)
@@ -159,3 +159,25 @@ def write_bfloat16(tensors, path):
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(len(text).to_bytes(8, "little") + text + b"".join(chunks))
+
+
+@pytest.mark.parametrize("variant", ["tied", "untied"])
+def test_the_key_value_cache_gives_the_full_forward_logits(variant):
+    model = load_ernie45(os.path.join(FIXTURES, variant))
+    model.eval()
+    ids = REFERENCE["input_ids"][:1, :6]
+    rng = np.random.RandomState(3)
+    continuation = rng.randint(5, model.config.vocab_size, size=5)
+    with paddle.no_grad():
+        full = model(paddle.to_tensor(np.concatenate([ids[0], continuation])[None])).numpy()[0]  # [T, V]
+        logits, cache, position = model.prefill(paddle.to_tensor(ids))
+        assert position.numpy().tolist() == [ids.shape[1]] and list(cache.shape)[:3] == [model.config.num_hidden_layers, 2, 1]
+        np.testing.assert_allclose(logits.numpy()[0], full[ids.shape[1] - 1], atol=2e-5, rtol=1e-5)
+        rows = 2  # two rows of the same prefix, as a beam search's cache holds them
+        cache = paddle.concat([cache, cache], axis=2)
+        for step, token in enumerate(continuation):
+            positions = paddle.full([rows], ids.shape[1] + step, dtype="int64")
+            logits, cache = model.extend(paddle.full([rows], int(token), dtype="int64"), positions, cache)
+            for row in range(rows):
+                np.testing.assert_allclose(logits.numpy()[row], full[ids.shape[1] + step], atol=2e-5, rtol=1e-5)
+        assert cache.shape[4] == ids.shape[1] + len(continuation)

@@ -159,18 +159,32 @@ class Ernie45Attention(nn.Layer):
 
     def forward(self, x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor,
                 bias: paddle.Tensor) -> paddle.Tensor:
+        return self.attend(x, sin, cos, bias)[0]
+
+    def attend(self, x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor, bias: Optional[paddle.Tensor],
+               past: Optional[Tuple[paddle.Tensor, paddle.Tensor]] = None
+               ) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+        """``x`` ``[B, T, hidden]`` attending to ``past`` keys and values ``[B, KV, N, D]`` (a
+        cache: earlier positions, rotated) and to itself -> the output ``[B, T, hidden]`` and the
+        keys and values of all ``N + T`` positions ``[B, KV, N + T, D]``. ``bias`` ``[., 1, T, N + T]``
+        or None (every key visible)."""
         q = self.q_proj(x).reshape([0, 0, self.heads, self.head_dim])  # [B, T, H, D]
         k = self.k_proj(x).reshape([0, 0, self.kv_heads, self.head_dim])  # [B, T, KV, D]
         v = self.v_proj(x).reshape([0, 0, self.kv_heads, self.head_dim])
         q, k = rotate_pairs(q, sin, cos), rotate_pairs(k, sin, cos)
+        q, k, v = (t.transpose([0, 2, 1, 3]) for t in (q, k, v))  # [B, heads, T, D]
+        if past is not None:
+            k, v = paddle.concat([past[0], k], axis=2), paddle.concat([past[1], v], axis=2)  # [B, KV, N + T, D]
+        keys, values = k, v
         if self.kv_heads != self.heads:  # query head h reads key/value head h // (H / KV)
-            k = paddle.repeat_interleave(k, self.heads // self.kv_heads, axis=2)  # [B, T, H, D]
-            v = paddle.repeat_interleave(v, self.heads // self.kv_heads, axis=2)
-        q, k, v = (t.transpose([0, 2, 1, 3]) for t in (q, k, v))  # [B, H, T, D]
-        scores = paddle.matmul(q, k, transpose_y=True) * (self.head_dim ** -0.5) + bias  # [B, H, T, T]
+            keys = paddle.repeat_interleave(k, self.heads // self.kv_heads, axis=1)  # [B, H, N + T, D]
+            values = paddle.repeat_interleave(v, self.heads // self.kv_heads, axis=1)
+        scores = paddle.matmul(q, keys, transpose_y=True) * (self.head_dim ** -0.5)  # [B, H, T, N + T]
+        if bias is not None:
+            scores = scores + bias
         weights = F.softmax(scores.astype("float32"), axis=-1).astype(q.dtype)
-        out = paddle.matmul(weights, v).transpose([0, 2, 1, 3])  # [B, T, H, D]
-        return self.o_proj(out.reshape([0, 0, self.heads * self.head_dim]))
+        out = paddle.matmul(weights, values).transpose([0, 2, 1, 3])  # [B, T, H, D]
+        return self.o_proj(out.reshape([0, 0, self.heads * self.head_dim])), k, v
 
 
 class Ernie45MLP(nn.Layer):
@@ -198,8 +212,15 @@ class Ernie45DecoderLayer(nn.Layer):
         self.mlp = Ernie45MLP(config)
 
     def forward(self, x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor, bias: paddle.Tensor) -> paddle.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), sin, cos, bias)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        return self.step(x, sin, cos, bias)[0]
+
+    def step(self, x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor, bias: Optional[paddle.Tensor],
+             past: Optional[Tuple[paddle.Tensor, paddle.Tensor]] = None
+             ) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+        """The layer over ``x`` with a key/value cache (see ``Ernie45Attention.attend``)."""
+        attended, k, v = self.self_attn.attend(self.input_layernorm(x), sin, cos, bias, past)
+        x = x + attended
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
 
 
 class Ernie45Model(nn.Layer):
@@ -232,6 +253,32 @@ class Ernie45Model(nn.Layer):
             else:
                 x = layer(x, sin, cos, bias)
         return self.norm(x)
+
+
+    def prefill(self, ids: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """A prompt ``[1, S]`` (no padding) -> the last position's hidden state ``[1, hidden]``
+        and the key/value cache ``[layers, 2, 1, KV, S, D]``."""
+        length = paddle.shape(ids)[1]
+        sin, cos = rotary_angles(paddle.arange(length), self.config.head_dim, self.config.rope_theta)
+        bias = causal_bias(length, None)
+        x = self.embed_tokens(ids)
+        cache = []
+        for layer in self.layers:
+            x, k, v = layer.step(x, sin, cos, bias)
+            cache.append(paddle.stack([k, v]))  # [2, 1, KV, S, D]
+        return self.norm(x)[:, -1], paddle.stack(cache)
+
+    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor,
+               cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """One token per row ``[R]`` at ``positions`` ``[R]`` after the cache ``[layers, 2, R, KV,
+        N, D]`` -> its hidden state ``[R, hidden]`` and the cache grown by it ``[..., N + 1, D]``."""
+        sin, cos = rotary_angles(positions.unsqueeze(1), self.config.head_dim, self.config.rope_theta)  # [R, 1, D/2]
+        x = self.embed_tokens(tokens.unsqueeze(1))  # [R, 1, hidden]
+        grown = []
+        for index, layer in enumerate(self.layers):
+            x, k, v = layer.step(x, sin, cos, None, (cache[index, 0], cache[index, 1]))  # sees every cached key
+            grown.append(paddle.stack([k, v]))
+        return self.norm(x)[:, 0], paddle.stack(grown)
 
 
 def causal_bias(length: Any, attention_mask: Optional[paddle.Tensor]) -> paddle.Tensor:
@@ -282,6 +329,19 @@ class Ernie45ForCausalLM(nn.Layer):
                 positions: Optional[paddle.Tensor] = None, segments: Optional[paddle.Tensor] = None) -> paddle.Tensor:
         states = self.model(ids, attention_mask, positions, segments)  # [B, T, hidden]
         return paddle.matmul(states, self.output_weight(), transpose_y=True)  # [B, T, vocab]
+
+    def prefill(self, ids: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+        """A prompt ``[1, S]`` -> the next token's logits ``[1, vocab]``, the key/value cache and
+        the next token's position ``[1]`` (decoding's step functions, ``wenxin.models.decoding``)."""
+        state, cache = self.model.prefill(ids)
+        position = paddle.full([1], 0, dtype="int64") + paddle.shape(ids)[1].astype("int64")
+        return paddle.matmul(state, self.output_weight(), transpose_y=True).astype("float32"), cache, position
+
+    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor,
+               cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """Chosen tokens ``[R]`` at ``positions`` ``[R]`` -> the next logits ``[R, vocab]`` and the grown cache."""
+        state, grown = self.model.extend(tokens, positions, cache)
+        return paddle.matmul(state, self.output_weight(), transpose_y=True).astype("float32"), grown
 
 
 def checkpoint_files(folder: str) -> Dict[str, str]:
