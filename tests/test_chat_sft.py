@@ -82,7 +82,7 @@ def test_erniekit_and_alpaca_objects_read_as_conversations():
     a = Conversation.from_json(json.dumps({"instruction": "翻译：", "input": "hello", "output": "你好",
                                            "history": [["hi", "嗨"]]}))
     assert (a.system, a.turns, a.learn) == (None, [("hi", "嗨"), ("翻译：hello", "你好")], [True, True])
-    for bad, message in [("[1]", "not a conversation"), ('{"src": ["q"], "tgt": []}', "as many"),
+    for bad, message in [("[1]", "not a conversation"), ('{"src": ["q", "r"], "tgt": []}', "as many"),
                          ('{"src": ["q"], "tgt": ["a"], "label": [2]}', "label"),
                          ('{"src": "q", "tgt": ["a"], "system": 3}', "system"), ('{"text": "x"}', "neither"),
                          ('{"src": [1], "tgt": ["a"]}', "src: expected a list of strings"), ("{", "not a JSON")]:
@@ -144,7 +144,7 @@ def test_long_conversations_keep_their_first_turns_and_bad_lines_name_file_and_l
     with pytest.raises(ValueError, match="teaches nothing"):
         reader.convert(json.dumps({"src": ["q"], "tgt": ["a"], "label": [0]}))
     bad = write_jsonl(os.path.join(sft_data, "train.jsonl"), conversations(4, 5) + ['{"src": ["q"]}'])
-    with pytest.raises(DataError, match=rf"{bad}:5: no 'tgt' key"):
+    with pytest.raises(DataError, match=rf"{bad}:5: a prompt, its last question without an answer"):
         build(sft_config(sft_data, str(tmp_path / "out")), tmp_path)
 
 

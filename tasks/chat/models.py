@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, Iterator, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 import paddle
 import paddle.nn.functional as F
 
 from wenxin.common.constants import InstanceName
+from wenxin.data.field_reader import TensorSpec
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import REQUIRED, Key
 from wenxin.data.chat_fields import IGNORED
 from wenxin.models.base_model import BaseModel
-from wenxin.models.ernie45 import LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, paddle_layout_weights
-from wenxin.models.lora import LoRASettings, adapter_parameter_names, adapters_disabled, apply_lora
+from wenxin.models.decoding import DecodeSettings, PromptSource
+from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, generation_defaults,
+                                   paddle_layout_weights)
+from wenxin.models.lora import LoRASettings, adapter_parameter_names, adapters_disabled, apply_lora, merged_weights
+
+GENERATED = "generated"  # the exported model's output: each prompt's answer ids [B, max_new_tokens], -1 after the end
+GENERATION: Dict[str, Key] = {
+    "strategy": Key((str, type(None)), None, choices=["greedy", "beam", "sample", None],
+                    doc="null: sample where the folder's generation_config.json says do_sample, else greedy"),
+    "max_new_tokens": Key(int, 128, minimum=1, doc="the longest answer, in tokens"),
+    "temperature": Key((float, type(None)), None, minimum=1e-6, doc="sampling (null: the folder's, else 1.0)"),
+    "top_p": Key((float, type(None)), None, minimum=1e-6, maximum=1.0, doc="sampling (null: the folder's, else 1.0)"),
+    "top_k": Key((int, type(None)), None, minimum=0, doc="sampling (null: the folder's, else 0, every token)"),
+    "beam_size": Key(int, 4, minimum=1),
+    "length_penalty": Key(float, 1.0, minimum=0.0, doc="beam search: GNMT's alpha"),
+    "seed": Key(int, 0, minimum=0, doc="sampling's seed"),
+}
 
 LORA: Dict[str, Key] = {
     "rank": Key(int, 8, minimum=1, doc="the adapters' rank r"),
@@ -34,6 +50,9 @@ DECODER_KEYS = {
     "lora": Key((dict, type(None)), None, children=LORA,
                 doc="train LoRA adapters on the chosen linear layers, the decoder frozen; checkpoints hold only "
                     "the adapters, and exports merge them (null: full fine-tuning)"),
+    "generation": Key(dict, {}, children=GENERATION,
+                      doc="how the exported model answers (wenxin predict, wenxin serve's /generate); a request "
+                          "may change these within limits"),
 }
 
 
@@ -45,7 +64,8 @@ class Ernie45ChatModel(BaseModel):
     per-token log-probabilities of a field's answer tokens."""
 
     config_schema: Dict[str, Key] = dict(DECODER_KEYS)
-    prediction_format = "raw"
+    prediction_format = "chat"
+    prediction_outputs = (GENERATED,)  # what the exported model's Predictor returns
     field_key = "chat_field"  # the model key naming the data field
     field_info_flag = "chat"  # what the field's info must say
     field_reader = "ChatFieldReader"
@@ -79,6 +99,9 @@ class Ernie45ChatModel(BaseModel):
                 self.lm_head.weight.stop_gradient = True
                 self.lm_head.weight.trainable = False
             self.adapters = adapter_parameter_names(self)
+        self.special_ids: Dict[str, int] = dict(info["special_ids"])
+        self.stop_ids = sorted(set(info["stop_ids"]))
+        self.max_new_tokens_limit = self.config.max_position_embeddings - info["max_seq_len"]
 
     def enable_recompute(self, key: str) -> None:
         self.model.recompute = True
@@ -94,6 +117,51 @@ class Ernie45ChatModel(BaseModel):
         if not self.model_params["load_weights"]:
             return None
         return self.model_params["model_dir"], paddle_layout_weights(self.model_params["model_dir"], self.config)
+
+    def export_state(self, state: Any) -> Dict[str, Any]:
+        return merged_weights(self, state)  # LoRA: the adapters merged (nothing without them)
+
+    # ---- step functions: what decoding runs (wenxin.models.decoding) ----------------------------
+    def step_specs(self) -> Dict[str, Tuple[List[TensorSpec], List[str]]]:
+        """Each step function's inputs and output names."""
+        c = self.config
+        cache = TensorSpec("cache", [c.num_hidden_layers, 2, -1, c.num_key_value_heads, -1, c.head_dim], "float32")
+        return {"prefill": ([TensorSpec("ids", [1, -1], "int64")], ["logits", "cache", "position"]),
+                "extend": ([TensorSpec("tokens", [-1], "int64"), TensorSpec("positions", [-1], "int64"), cache],
+                           ["logits", "cache"])}
+
+    def prefill(self, ids: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+        """A prompt ``[1, S]`` -> the next token's logits ``[1, V]``, the cache ``[layers, 2, 1, KV,
+        S, D]`` and the next token's position ``[1]``. Adapters are bypassed: the step functions
+        run on merged weights (``export_state``)."""
+        with adapters_disabled(self.model):
+            state, cache = self.model.prefill(ids)
+        position = paddle.full([1], 0, dtype="int64") + paddle.shape(ids)[1].astype("int64")
+        return paddle.matmul(state, self.output_weight(), transpose_y=True).astype("float32"), cache, position
+
+    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor,
+               cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """The chosen tokens ``[R]`` at ``positions`` ``[R]`` -> the next logits ``[R, V]`` and the grown cache."""
+        with adapters_disabled(self.model):
+            state, grown = self.model.extend(tokens, positions, cache)
+        return paddle.matmul(state, self.output_weight(), transpose_y=True).astype("float32"), grown
+
+    def decode_settings(self) -> DecodeSettings:
+        """The task file's ``generation`` settings over the folder's ``generation_config.json``;
+        answers end at the tokenizer's end of turn and end of text and the folder's end tokens."""
+        g = self.model_params["generation"]
+        folder = generation_defaults(self.model_params["model_dir"])
+        chosen = {key: g[key] if g[key] is not None else folder.get(key, default)
+                  for key, default in (("strategy", "greedy"), ("temperature", 1.0), ("top_p", 1.0), ("top_k", 0))}
+        return DecodeSettings(strategy=chosen["strategy"], max_new_tokens=g["max_new_tokens"],
+                              eos_id=self.special_ids["eos_token"], beam_size=g["beam_size"],
+                              length_penalty=g["length_penalty"], temperature=chosen["temperature"],
+                              top_k=chosen["top_k"], top_p=chosen["top_p"], seed=g["seed"],
+                              stop_ids=tuple(sorted(set(self.stop_ids) | set(folder.get("stop_ids", [])))))
+
+    def prompt_source(self) -> PromptSource:
+        """A prompt is the chat field's ids up to its row's length."""
+        return PromptSource({"ids": self.field}, f"{self.field}_lengths")
 
     def answer_logits(self, fields_dict: Dict[str, paddle.Tensor], decoder: Optional[Ernie45Model] = None,
                       output_weight: Optional[paddle.Tensor] = None

@@ -67,6 +67,8 @@ FIELD: Schema = {
                                   "tokenizer_config.json) writes the conversations"),
     "packing": Key(bool, False, doc="ChatFieldReader: put a batch's conversations one after another into rows of "
                                     "at most max_seq_len tokens (each attends only to itself)"),
+    "reads_prompts": Key(bool, False, doc="ChatFieldReader: lines are prompts to answer (the last question has no "
+                                          "answer); an export's field reads them, training data must not"),
     "truncation_type": Key(int, 0, choices=[0, 1, 2], doc="0 keep head, 1 keep tail, 2 keep both ends"),
     "padding_id": Key(int, 0, minimum=0),
     "min_freq": Key(int, 1, minimum=1, doc="vocab building: drop rarer tokens"),

@@ -8,6 +8,7 @@ engine (``wenxin.controller.dynamic_trainer``, ``wenxin.controller.static_traine
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -537,15 +538,16 @@ class BaseTrainer:
             tmp = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(os.path.abspath(folder)))
             fields = export.inference_fields(self.readers)
             extra: Dict[str, Any] = {}
-            if getattr(self.model, "step_specs", None) is not None:  # generation: its step functions
-                prompt = self.model.prompt_source()
-                extra = {"steps": self.engine.save_step_functions(tmp),
-                         "generation": {"settings": self.model.decode_settings().as_dict(),
-                                        "prompt": {"inputs": dict(prompt.inputs), "lengths": prompt.lengths},
-                                        "max_new_tokens_limit": self.model.max_new_tokens_limit}}
-                outputs = list(self.model.prediction_outputs)
-            else:
-                outputs = self.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields)
+            with self._export_weights():
+                if getattr(self.model, "step_specs", None) is not None:  # generation: its step functions
+                    prompt = self.model.prompt_source()
+                    extra = {"steps": self.engine.save_step_functions(tmp),
+                             "generation": {"settings": self.model.decode_settings().as_dict(),
+                                            "prompt": {"inputs": dict(prompt.inputs), "lengths": prompt.lengths},
+                                            "max_new_tokens_limit": self.model.max_new_tokens_limit}}
+                    outputs = list(self.model.prediction_outputs)
+                else:
+                    outputs = self.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields)
             export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config,
                                       self.model.prediction_format, self.model.onednn_min_rows, extra)
             export.seal_export(tmp)
@@ -561,6 +563,22 @@ class BaseTrainer:
         if not quiet:
             logger.info("exported inference model to %s (outputs: %s)", folder, ", ".join(outputs))
         return folder
+
+    @contextlib.contextmanager
+    def _export_weights(self) -> Iterator[None]:
+        """Inside: the parameters the model exports with (``BaseModel.export_state``, e.g. LoRA
+        adapters merged). After: every changed parameter as it was, bit for bit, so training and
+        its checkpoints go on unchanged."""
+        state = {name: np.array(value) for name, value in self.model_state_dict().items()}
+        changes = self.model.export_state(state)
+        if not changes:
+            yield
+            return
+        self.set_model_state_dict(changes)
+        try:
+            yield
+        finally:
+            self.set_model_state_dict({name: state[name] for name in changes})
 
     def _check_raw_text_input(self) -> None:
         """A tagger is exported only if it can tag raw sentences as it was trained (or its text

@@ -65,6 +65,7 @@ def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_n
             os.makedirs(os.path.join(folder, "vocab"), exist_ok=True)
             shutil.copyfile(model_file, os.path.join(folder, copied))
             cfg["tokenizer"] = {**cfg["tokenizer"], "spm_model_file": copied}
+        cfg.update(field.export_files(folder))
         field_configs.append(cfg)
     meta = {"format": FORMAT_VERSION, "task": config.get("task"), "model_type": config["model"]["type"],
             "fields": field_configs, "outputs": list(output_names), "labels": list(labels),

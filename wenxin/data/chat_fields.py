@@ -14,20 +14,29 @@ Length: a conversation longer than ``max_seq_len`` tokens keeps its first turns 
 later ones are left out, so what remains is still a conversation); one whose first turn does not
 fit is a malformed line (reported as ``file:line``, or skipped with ``skip_bad_lines``).
 
+A prompt (to generate from) is a line whose last question has no answer: an ERNIEKit object with
+one answer fewer than questions, or plain text, the question itself. Its ids end with
+``Assistant: `` as the training conversations' prompt parts do, and nothing is learned from it (in
+training data it is a malformed line). A prompt longer than ``max_seq_len`` keeps its latest turns
+that fit.
+
 Batches: ``packing`` puts the batch's conversations one after another into rows of at most
 ``max_seq_len`` tokens (in order, each into the first row with room), so short conversations do
 not pay for padding. Each conversation in a row is a segment: the model attends only within a
 segment, and positions restart at 0 in each. Without packing each conversation is its own row.
 
-Tensors (``<name>`` is the field's name), all ``[rows, width]``:
+Tensors (``<name>`` is the field's name), ``[rows, width]``:
 - ``<name>``: token ids (``pad_token`` after the last segment);
 - ``<name>_labels``: the next token where it is an answer token the loss covers, else -100;
 - ``<name>_segments``: 1, 2, ... for the row's conversations, 0 for padding;
-- ``<name>_positions``: each token's position within its conversation.
+- ``<name>_positions``: each token's position within its conversation;
+and ``<name>_lengths`` ``[rows]``: each row's tokens before its padding (where a prompt ends).
 """
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -35,8 +44,8 @@ import numpy as np
 from wenxin.common.errors import ConfigError
 from wenxin.common.files import file_sha256
 from wenxin.common.registry import RegisterSet
-from wenxin.data.chat_format import encode_conversation
-from wenxin.data.ernie45_tokenizer import MODEL_FILE, Ernie45Tokenizer
+from wenxin.data.chat_format import encode_conversation, encode_prompt
+from wenxin.data.ernie45_tokenizer import ADDED_TOKENS_FILE, CONFIG_FILE, MODEL_FILE, SPECIAL_MAP_FILE, Ernie45Tokenizer
 from wenxin.data.field_reader import BaseFieldReader, TensorSpec
 
 IGNORED = -100  # a label the loss skips
@@ -47,12 +56,22 @@ class Conversation:
     """A conversation read from one JSON object: an optional system prompt, (question, answer)
     turns, and per turn whether its answer is learned."""
 
-    def __init__(self, system: Optional[str], turns: List[Tuple[str, str]], learn: List[bool]) -> None:
+    def __init__(self, system: Optional[str], turns: List[Tuple[str, str]], learn: List[bool],
+                 question: Optional[str] = None) -> None:
         self.system, self.turns, self.learn = system, turns, learn
+        self.question = question  # a prompt's last question, which has no answer yet
+
+    @classmethod
+    def from_text(cls, text: str) -> "Conversation":
+        """A line of data or a prompt: JSON (``from_json``), or plain text, the question of a prompt."""
+        if not text.lstrip().startswith("{"):
+            return cls(None, [], [], question=text)
+        return cls.from_json(text)
 
     @classmethod
     def from_json(cls, text: str) -> "Conversation":
-        """ERNIEKit's SFT object or an alpaca object; ``ValueError`` naming what is wrong."""
+        """ERNIEKit's SFT object (a prompt when ``tgt`` has one answer fewer than ``src``) or an
+        alpaca object; ``ValueError`` naming what is wrong."""
         try:
             record = json.loads(text)
         except (ValueError, RecursionError):
@@ -64,7 +83,10 @@ class Conversation:
         if system is not None and not isinstance(system, str):
             raise ValueError(f"system: expected a string, got {json.dumps(system, ensure_ascii=False)[:60]}")
         if "src" in record or "tgt" in record:
-            return cls(system or None, *cls._erniekit_turns(record))
+            turns, learn = cls._erniekit_turns(record)
+            src = cls._strings(record, "src")
+            question = src[-1] if len(turns) == len(src) - 1 else None
+            return cls(system or None, turns, learn, question)
         if "instruction" in record or "output" in record:
             return cls(system or None, *cls._alpaca_turns(record))
         keys = ", ".join(map(repr, list(record)[:8]))
@@ -83,7 +105,10 @@ class Conversation:
 
     @classmethod
     def _erniekit_turns(cls, record: Dict[str, Any]) -> Tuple[List[Tuple[str, str]], List[bool]]:
-        src, tgt = cls._strings(record, "src"), cls._strings(record, "tgt")
+        src = cls._strings(record, "src")
+        tgt = cls._strings(record, "tgt") if "tgt" in record or len(src) != 1 else []
+        if src and len(tgt) == len(src) - 1:  # a prompt: the last question awaits its answer
+            return list(zip(src[:-1], tgt)), [False] * len(tgt)
         if not src or len(src) != len(tgt):
             raise ValueError(f"src has {len(src)} questions and tgt {len(tgt)} answers: expected as many of each, "
                              f"at least one")
@@ -132,6 +157,11 @@ class ChatFieldReader(BaseFieldReader):
         self.max_seq_len: int = config["max_seq_len"]
         self.packing: bool = bool(config.get("packing"))
         self.pad_id = self.tokenizer.special_ids["pad_token"]
+        # an export's field reads prompts to generate from (export_files marks it); training data
+        # must answer every question
+        self.reads_prompts: bool = bool(config.get("reads_prompts"))
+        if self.reads_prompts and self.packing:
+            raise ConfigError(f"{path}.packing: prompts are not packed (each is a row its answer continues)")
 
     @property
     def is_label(self) -> bool:
@@ -142,7 +172,12 @@ class ChatFieldReader(BaseFieldReader):
         return file_sha256(f"{self.model_dir}/{MODEL_FILE}")
 
     def convert(self, text: str) -> ChatExample:
-        conversation = Conversation.from_json(text)
+        conversation = Conversation.from_text(text)
+        if conversation.question is not None:
+            if not self.reads_prompts:
+                raise ValueError("a prompt, its last question without an answer: a conversation to learn from has "
+                                 "an answer (tgt) for each question (src)")
+            return self._prompt(conversation)
         if not any(conversation.learn):
             raise ValueError("label: every answer is 0, so the conversation teaches nothing")
         kept = len(conversation.turns)
@@ -160,8 +195,27 @@ class ChatFieldReader(BaseFieldReader):
                              f"label 0)")
         return np.asarray(encoded.ids, dtype=np.int32), np.asarray(encoded.learn, dtype=np.uint8)
 
+    def _prompt(self, conversation: Conversation) -> ChatExample:
+        """A prompt's ids, with its latest turns that fit in ``max_seq_len``."""
+        assert conversation.question is not None
+        for first in range(len(conversation.turns) + 1):
+            ids = encode_prompt(self.tokenizer, conversation.system, conversation.turns[first:], conversation.question)
+            if len(ids) <= self.max_seq_len:
+                return np.asarray(ids, dtype=np.int32), np.zeros(len(ids), dtype=np.uint8)
+        raise ValueError(f"the prompt's question alone is {len(ids)} tokens, more than max_seq_len "
+                         f"{self.max_seq_len}")
+
     def length(self, value: ChatExample) -> int:
         return len(value[0])
+
+    def export_files(self, folder: str) -> Dict[str, Any]:
+        """The tokenizer's files, copied to ``vocab/<name>`` of the export."""
+        target = os.path.join("vocab", self.name)
+        os.makedirs(os.path.join(folder, target), exist_ok=True)
+        for name in (MODEL_FILE, CONFIG_FILE, SPECIAL_MAP_FILE, ADDED_TOKENS_FILE):
+            if os.path.isfile(os.path.join(self.model_dir, name)):
+                shutil.copyfile(os.path.join(self.model_dir, name), os.path.join(folder, target, name))
+        return {"model_dir": target, "reads_prompts": True, "packing": False}  # one prompt a row
 
     def rows(self, values: Sequence[ChatExample]) -> List[List[int]]:
         """Which conversations go in which row: one each, or packed in order, each into the first
@@ -191,6 +245,7 @@ class ChatFieldReader(BaseFieldReader):
         labels = np.full(shape, IGNORED, dtype=np.int64)
         segments = np.zeros(shape, dtype=np.int64)
         positions = np.zeros(shape, dtype=np.int64)
+        lengths = np.zeros(len(layout), dtype=np.int64)
         for r, row in enumerate(layout):
             start = 0
             for segment, i in enumerate(row, start=1):
@@ -203,12 +258,14 @@ class ChatFieldReader(BaseFieldReader):
                 targets = np.where(learn[1:].astype(bool), tokens[1:], IGNORED)
                 labels[r, start:end - 1] = targets
                 start = end
+            lengths[r] = start
         return {self.name: ids, f"{self.name}_labels": labels, f"{self.name}_segments": segments,
-                f"{self.name}_positions": positions}
+                f"{self.name}_positions": positions, f"{self.name}_lengths": lengths}
 
     def tensor_specs(self) -> List[TensorSpec]:
         return [TensorSpec(name, [-1, -1], "int64") for name in
-                (self.name, f"{self.name}_labels", f"{self.name}_segments", f"{self.name}_positions")]
+                (self.name, f"{self.name}_labels", f"{self.name}_segments", f"{self.name}_positions")] + \
+            [TensorSpec(f"{self.name}_lengths", [-1], "int64")]
 
     def info(self) -> Dict[str, Any]:
         return {"chat": True, "model_dir": self.model_dir, "max_seq_len": self.max_seq_len,

@@ -31,6 +31,7 @@ DEFAULT_SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<unk>
                     "mask_token": "<mask:1>", "sys_start_token": "<mask:4>", "sys_end_token": "<mask:5>",
                     "header_start_token": "<mask:6>", "header_end_token": "<mask:7>"}
 DEFAULT_ADDITIONAL = ("<mask:1>", "<mask:7>")
+_BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")  # SentencePiece's byte fallback
 
 
 def _read_json(path: str) -> Dict[str, Any]:
@@ -156,6 +157,34 @@ class Ernie45Tokenizer:
                 pieces.append(token)
         pieces.append(self.processor.DecodeIds(run))
         return "".join(pieces)
+
+    def pieces(self, ids: Iterable[int]) -> List[str]:
+        """Each id's piece (or added token); an id outside the vocabulary is ``unk_token``."""
+        size = self.processor.GetPieceSize()
+        return [self._token_of_added.get(int(i)) or (self.processor.IdToPiece(int(i)) if 0 <= int(i) < size
+                                                     else self.specials["unk_token"]) for i in ids]
+
+    def decode_complete(self, ids: Sequence[int]) -> str:
+        """``decode(ids, skip_special_tokens=True)`` without the bytes of a last character whose
+        byte pieces (``<0xE4>``) have not all come yet: text decoded as tokens arrive grows by whole
+        characters only."""
+        ids = list(ids)
+        tail = 0  # how many byte pieces end the ids
+        while tail < len(ids) and _BYTE_PIECE.fullmatch(self.pieces([ids[-1 - tail]])[0]):
+            tail += 1
+        if tail:
+            data = bytes(int(piece[3:5], 16) for piece in self.pieces(ids[len(ids) - tail:]))
+            start = len(data)  # the last character's first byte: not a continuation byte (10xxxxxx)
+            while start > 0 and data[start - 1] & 0xC0 == 0x80:
+                start -= 1
+            start -= 1
+            if start >= 0:
+                lead = data[start]
+                needed = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else \
+                    4 if lead >> 3 == 0b11110 else 1
+                if len(data) - start < needed:  # incomplete: hold its bytes back
+                    ids = ids[:len(ids) - (len(data) - start)]
+        return self.decode(ids, skip_special_tokens=True)
 
     def stop_ids(self, extra: Sequence[int] = ()) -> List[int]:
         """Tokens that end an answer: ``sep_token`` (the chat format's end of a turn), ``eos_token``

@@ -148,6 +148,11 @@ class BaseFieldReader:
         """Sizes a model needs (vocab size, padding id, number of labels)."""
         return {}
 
+    def export_files(self, folder: str) -> Dict[str, Any]:
+        """Copy the files the field reads (beyond its vocab) into the export ``folder``; returns
+        the config keys to write for them, as paths relative to ``folder`` (none by default)."""
+        return {}
+
     def save_vocab(self, folder: str) -> Optional[str]:
         """Write the vocab (if any) as ``<folder>/<field>.txt``; returns the path."""
         if self.vocab is None:

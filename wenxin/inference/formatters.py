@@ -3,6 +3,8 @@ service answers) and lines (what ``wenxin infer`` writes). A model names its for
 ``BaseModel.prediction_format``; the export records it in ``preprocess.json``."""
 from __future__ import annotations
 
+import json
+
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
@@ -135,6 +137,26 @@ class GenerationFormat(ResultFormat):
     def erniekit_line(self, result: Dict[str, Any], row: Sequence[str]) -> str:
         """ERNIE-kit's generation line: the best hypothesis's tokens, separated by tabs."""
         return "\t".join(result["tokens"])
+
+
+@RegisterSet.result_formats.register("chat")
+class ChatFormat(ResultFormat):
+    """``{"text", "tokens"}``: a chat model's answer, decoded by its field's tokenizer (special
+    tokens left out; bytes of a character still incomplete at the end held back, so text streamed
+    token by token never shows half a character), and its SentencePiece pieces; line: the text
+    as a JSON string (an answer may span lines)."""
+
+    def results(self, outputs, batch, rows):  # noqa: ANN001, ANN201
+        tokenizer = self.fields[0].tokenizer  # a ChatFieldReader's
+        generated = next(iter(outputs.values()))  # [B, max_new_tokens], -1 after the end
+        results = []
+        for row in np.asarray(generated).tolist():
+            ids = [i for i in row if i >= 0]
+            results.append({"text": tokenizer.decode_complete(ids), "tokens": tokenizer.pieces(ids)})
+        return results
+
+    def line(self, result: Dict[str, Any]) -> str:
+        return json.dumps(result["text"], ensure_ascii=False)
 
 
 @RegisterSet.result_formats.register("multi_label")

@@ -131,9 +131,10 @@ class Predictor:
             raise InferenceError("this model does not generate (no step functions in its export)")
         base = self.decode_settings.as_dict()
         changes = dict(overrides or {})
-        unknown = sorted(set(changes) - set(base) | ({"eos_id"} & set(changes)))  # the end token is the model's
+        fixed = {"eos_id", "stop_ids"}  # the end tokens are the model's
+        unknown = sorted(set(changes) - set(base) | (fixed & set(changes)))
         if unknown:
-            known = sorted(set(base) - {"eos_id"})
+            known = sorted(set(base) - fixed)
             raise InferenceError(f"unknown decoding settings {unknown} (known: {', '.join(known)})")
         for key, value in changes.items():
             kind = type(base[key])
@@ -190,6 +191,8 @@ class Predictor:
             cfg = dict(cfg)
             if cfg.get("vocab_path"):
                 cfg["vocab_path"] = os.path.join(model_dir, cfg["vocab_path"])
+            if cfg.get("model_dir"):  # a chat field's tokenizer files (ChatFieldReader.export_files)
+                cfg["model_dir"] = os.path.join(model_dir, cfg["model_dir"])
             if (cfg.get("tokenizer") or {}).get("spm_model_file"):
                 cfg["tokenizer"] = {**cfg["tokenizer"],
                                     "spm_model_file": os.path.join(model_dir, cfg["tokenizer"]["spm_model_file"])}

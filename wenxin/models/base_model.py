@@ -1,7 +1,7 @@
 """The model base class shared by every task and both execution modes."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 import paddle
 
@@ -71,6 +71,12 @@ class BaseModel(paddle.nn.Layer):
         """The parameters the optimizer updates: all but the frozen ones (``stop_gradient``, e.g.
         a decoder's weights under LoRA adapters)."""
         return [p for p in self.parameters() if not p.stop_gradient]
+
+    def export_state(self, state: Mapping[str, Any]) -> Dict[str, Any]:
+        """Parameters to hold while exporting, by structured name, given the current ``state``
+        (e.g. LoRA adapters merged into their layers); the trainer restores the others' values
+        afterwards, bit for bit. Empty (the default): export the parameters as they are."""
+        return {}
 
     def enable_recompute(self, key: str) -> None:
         """Turn gradient checkpointing on (``trainer.recompute``); ``key`` names the setting in

@@ -38,7 +38,8 @@ class DecodeSettings:
     by GNMT's length penalty ``((5 + length) / 6) ** length_penalty``, as ERNIE-Gen does) or
     ``sample`` (``temperature``, then the ``top_k`` most likely tokens (0: all) and the smallest
     set whose probability reaches ``top_p`` (1.0: all), drawn with ``seed``). Decoding stops at
-    ``eos_id`` (not part of the result) or after ``max_new_tokens``."""
+    ``eos_id`` or any of ``stop_ids`` (not part of the result; a chat model ends a turn with its
+    own token), or after ``max_new_tokens``."""
 
     strategy: str = "greedy"
     max_new_tokens: int = 32
@@ -49,9 +50,19 @@ class DecodeSettings:
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    stop_ids: Tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop_ids", tuple(int(i) for i in self.stop_ids))  # a list, read from JSON
 
     def as_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        values = dataclasses.asdict(self)
+        values["stop_ids"] = list(self.stop_ids)
+        return values
+
+    def stops(self, token: int) -> bool:
+        """Whether ``token`` ends the generated text."""
+        return token == self.eos_id or token in self.stop_ids
 
     def check(self) -> None:
         problems = []
@@ -101,7 +112,7 @@ def decode_stream(model: IncrementalModel, prompt: Any, settings: DecodeSettings
     for step in range(settings.max_new_tokens):
         row = np.asarray(logits, dtype=np.float64)[0]
         token = int(np.argmax(row)) if settings.strategy == "greedy" else sample_token(row, settings, rng)
-        if token == settings.eos_id:
+        if settings.stops(token):
             return
         yield token
         if step + 1 < settings.max_new_tokens:
@@ -128,7 +139,7 @@ def beam_search(model: IncrementalModel, prompt: Any, settings: DecodeSettings) 
     ``beam_size``) go on. The search ends when ``beam_size`` hypotheses have finished and no
     alive beam scores better than the best of them at its current length, or at
     ``max_new_tokens`` (alive beams then count as finished)."""
-    k, alpha, eos = settings.beam_size, settings.length_penalty, settings.eos_id
+    k, alpha = settings.beam_size, settings.length_penalty
     logits, cache = model.prefill(prompt)
     beams: List[Tuple[float, List[int]]] = [(0.0, [])]  # (sum of log-probabilities, tokens)
     finished: List[Tuple[float, List[int]]] = []  # (normalized score, tokens)
@@ -145,7 +156,7 @@ def beam_search(model: IncrementalModel, prompt: Any, settings: DecodeSettings) 
         for index in best.tolist():
             row, token = divmod(index, logprobs.shape[1])
             score, seq = beams[row][0] + logprobs[row, token], beams[row][1]
-            if token == eos:
+            if settings.stops(token):
                 finished.append((score / length_penalty(len(seq) + 1, alpha), seq))
             elif len(grown) < k:
                 parents.append(row)

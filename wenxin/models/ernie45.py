@@ -344,6 +344,37 @@ class Ernie45ForCausalLM(nn.Layer):
         return paddle.matmul(state, self.output_weight(), transpose_y=True).astype("float32"), grown
 
 
+GENERATION_CONFIG_FILE = "generation_config.json"
+
+
+def generation_defaults(folder: str) -> Dict[str, Any]:
+    """Decoding settings the folder's ``generation_config.json`` gives (``strategy``: sample
+    where it says ``do_sample``, else greedy; ``temperature``, ``top_p``, ``top_k``; the end
+    tokens ``eos_token_id``, one id or a list), empty without the file."""
+    path = os.path.join(folder, GENERATION_CONFIG_FILE)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: not a JSON object ({e})") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    settings: Dict[str, Any] = {"strategy": "sample" if values.get("do_sample") else "greedy"}
+    for key, kind in (("temperature", float), ("top_p", float), ("top_k", int)):
+        if values.get(key) is not None:
+            if not isinstance(values[key], (int, float)) or isinstance(values[key], bool):
+                raise ConfigError(f"{path}: {key} must be a number, got {values[key]!r}")
+            settings[key] = kind(values[key])
+    eos = values.get("eos_token_id")
+    eos_ids = eos if isinstance(eos, list) else [] if eos is None else [eos]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in eos_ids):
+        raise ConfigError(f"{path}: eos_token_id must be a token id or a list of them, got {eos!r}")
+    settings["stop_ids"] = eos_ids
+    return settings
+
+
 def checkpoint_files(folder: str) -> Dict[str, str]:
     """Weight name -> the safetensors file that holds it, from the index or the single file."""
     index = os.path.join(folder, INDEX_FILE)

@@ -5,8 +5,9 @@ A linear layer ``y = x W + b`` (``W`` ``[in, out]``, as Paddle holds it) gains t
 ``y = x W + b + dropout(x) A B * alpha / rank``. ``B`` starts at zero, so training starts from the
 pretrained model exactly. Only ``A`` and ``B`` train; checkpoints hold only them (the frozen
 weights come from the model's folder again on resume). At export the adapters are merged,
-``W' = W + A B * alpha / rank``, so an exported model has plain linear layers and every inference
-path stays one format; ``merged_adapters`` restores the unmerged weights bit for bit afterwards.
+``W' = W + A B * alpha / rank`` (``merged_weights``), so an exported model has plain linear layers
+and every inference path stays one format; the trainer restores the unmerged weights bit for bit
+afterwards.
 
 ``apply_lora`` swaps the chosen layers (by their attribute name, ``q_proj``, ``v_proj``, ...)
 for ``LoRALinear`` layers that keep the same ``weight`` and ``bias`` parameters, so parameter
@@ -18,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from typing import Iterator, List, Sequence, Set
+from typing import Any, Dict, Iterator, List, Mapping, Sequence, Set
 
 import numpy as np
 import paddle
@@ -55,8 +56,7 @@ class LoRALinear(nn.Linear):
         self.name = getattr(linear, "name", None)
         fan_in, fan_out = self.weight.shape
         self.scaling = settings.scaling
-        self.merged = False
-        self.disabled = False  # the plain layer, as before adapting (DPO's reference model)
+        self.disabled = False  # the plain layer: merged for export, or the frozen model (DPO's reference)
         bound = 1.0 / math.sqrt(fan_in)  # A as nn.Linear initializes its weight (PEFT's choice too)
         self.lora_A = self.create_parameter([fan_in, settings.rank],
                                             default_initializer=nn.initializer.Uniform(-bound, bound))
@@ -66,16 +66,11 @@ class LoRALinear(nn.Linear):
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         out = F.linear(x, self.weight, self.bias)
-        if self.merged or self.disabled:
+        if self.disabled:
             return out
         adapter_input = self.lora_dropout(x) if self.lora_dropout is not None else x
         return out + paddle.matmul(paddle.matmul(adapter_input, self.lora_A), self.lora_B) * self.scaling
 
-    def merged_weight(self) -> np.ndarray:
-        """``W + A B * scaling`` ``[in, out]``, computed in float64 and rounded once."""
-        weight = self.weight.numpy().astype(np.float64)
-        delta = self.lora_A.numpy().astype(np.float64) @ self.lora_B.numpy().astype(np.float64)
-        return (weight + delta * self.scaling).astype(self.weight.numpy().dtype)
 
 
 def apply_lora(model: nn.Layer, settings: LoRASettings, key: str = "model.lora") -> List[str]:
@@ -114,22 +109,34 @@ def lora_layers(model: nn.Layer) -> List[LoRALinear]:
     return [layer for layer in model.sublayers() if isinstance(layer, LoRALinear)]
 
 
+def merged_weights(model: nn.Layer, state: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+    """The weights of ``model``'s adapted layers with their adapters merged, ``W + A B * alpha /
+    rank`` (computed in float64, rounded once), by structured name, from ``state`` (the model's
+    parameters by structured name: tensors or arrays, eager or a static program's)."""
+    merged = {}
+    for name, layer in model.named_sublayers():
+        if isinstance(layer, LoRALinear):
+            weight = np.asarray(state[f"{name}.weight"])
+            delta = np.asarray(state[f"{name}.lora_A"], np.float64) @ np.asarray(state[f"{name}.lora_B"], np.float64)
+            merged[f"{name}.weight"] = (weight.astype(np.float64) + delta * layer.scaling).astype(weight.dtype)
+    return merged
+
+
 @contextlib.contextmanager
 def merged_adapters(model: nn.Layer) -> Iterator[int]:
-    """Inside: every adapter merged into its layer's weight, the adapters bypassed (an export
-    writes plain linear layers). After: the weights as they were, bit for bit. Yields how many
-    layers were merged."""
-    layers = [layer for layer in lora_layers(model) if not layer.merged]
-    originals = [layer.weight.numpy().copy() for layer in layers]
+    """Inside (eager): every adapter merged into its layer's weight, the adapters bypassed. After:
+    the weights as they were, bit for bit. Yields how many layers were merged."""
+    parameters = dict(model.named_parameters())
+    merged = merged_weights(model, {name: p.numpy() for name, p in parameters.items()})
+    originals = {name: parameters[name].numpy().copy() for name in merged}
     try:
-        for layer in layers:
-            layer.weight.set_value(layer.merged_weight())
-            layer.merged = True
-        yield len(layers)
+        for name, value in merged.items():
+            parameters[name].set_value(value)
+        with adapters_disabled(model):
+            yield len(merged)
     finally:
-        for layer, original in zip(layers, originals):
-            layer.weight.set_value(original)
-            layer.merged = False
+        for name, value in originals.items():
+            parameters[name].set_value(value)
 
 
 @contextlib.contextmanager

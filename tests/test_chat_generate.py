@@ -1,0 +1,123 @@
+"""An ERNIE 4.5 chat model after SFT answers through its export (issue 40): the exported step
+functions (LoRA adapters merged) generate what the trained model itself decodes, through the
+Predictor, ``wenxin predict`` and ``wenxin serve`` (one answer, or a stream of tokens), stopping at
+the model's end-of-turn token; training goes on from unchanged weights after an export."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sentencepiece")
+
+import paddle  # noqa: E402
+
+from conftest import build, run_script  # noqa: E402
+from test_chat_sft import sft_config, write_jsonl  # noqa: E402
+from test_text_generation import events_of, post  # noqa: E402
+from wenxin.data.chat_format import encode_prompt  # noqa: E402
+
+QA = [("今天天气很好吗？", "很好，我们一起去公园散步吧。"), ("what is machine learning", "models learn from data"),
+      ("请问你是谁", "我是文心大模型"), ("hello world", "你好 world")]
+LORA = {"rank": 8, "alpha": 16.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                     "down_proj"]}
+
+
+def memorizing_config(tmp_path, mode, lora, steps=80):
+    data = str(tmp_path / "data")
+    rows = [{"src": [q], "tgt": [a]} for q, a in QA]
+    write_jsonl(os.path.join(data, "train.jsonl"), rows * 4)
+    write_jsonl(os.path.join(data, "dev.jsonl"), rows)
+    config = sft_config(data, str(tmp_path / "out"), mode, max_steps=steps, is_eval_dev=0, train_log_step=20)
+    config["dataset_reader"]["train_reader"]["config"]["batch_size"] = 4
+    config["model"]["optimization"] = {"learning_rate": 2e-2 if lora else 5e-3, "warmup_steps": 5}
+    if lora:
+        config["model"]["lora"] = dict(LORA)
+    config["model"]["generation"] = {"max_new_tokens": 40, "strategy": "greedy"}
+    return config
+
+
+def greedy_answer(trainer, question):
+    """What the trained model (adapters unmerged) answers, by full forward passes: no cache, no export."""
+    model = trainer.model
+    tokenizer = trainer.readers["train_reader"].fields[0].tokenizer
+    prompt = encode_prompt(tokenizer, None, [], question)
+    ids = list(prompt)
+    model.eval()
+    with paddle.no_grad():
+        for _ in range(40):
+            states = model.model(paddle.to_tensor(np.asarray(ids, dtype="int64")[None]))
+            token = int(paddle.matmul(states[:, -1], model.output_weight(), transpose_y=True).numpy()[0].argmax())
+            if token in model.stop_ids:
+                break
+            ids.append(token)
+    model.train()
+    return tokenizer.decode(ids[len(prompt):], skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("mode,lora", [("dynamic", False), ("dynamic", True), ("static", True)])
+def test_the_export_answers_as_the_trained_model_does(tmp_path, mode, lora):
+    trainer = build(memorizing_config(tmp_path, mode, lora), tmp_path)
+    trainer.do_train()
+    before = {name: np.array(value) for name, value in trainer.model_state_dict().items()}
+    folder = trainer.export_inference(str(tmp_path / "export"))
+    after = trainer.model_state_dict()
+    for name, value in before.items():  # merged only while exporting
+        np.testing.assert_array_equal(np.asarray(after[name]), value, err_msg=name)
+    from wenxin.inference.predictor import Predictor
+    predictor = Predictor(folder)
+    answers = [result["text"] for result in predictor.predict([[q] for q, _ in QA])]
+    assert answers == [a for _, a in QA]  # it learned them
+    if mode == "dynamic":
+        assert answers == [greedy_answer(trainer, q) for q, _ in QA]
+    exported = paddle.jit.load(os.path.join(folder, "prefill")).state_dict()  # the plain decoder's weights only
+    base = [name for name in trainer.model_state_dict() if not name.endswith(("lora_A", "lora_B"))]
+    assert len(exported) == len(base) and not any(LORA["rank"] in v.shape for v in exported.values())
+
+
+@pytest.fixture(scope="module")
+def chat_export(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("chat")
+    trainer = build(memorizing_config(tmp_path, "dynamic", True), tmp_path)
+    trainer.do_train()
+    return trainer.export_inference(str(tmp_path / "export"))
+
+
+def test_wenxin_predict_answers_prompts_and_multi_turn_json(tmp_path, chat_export):
+    history = json.dumps({"system": "你是一个生活小助理", "src": ["hello world", "请问你是谁"], "tgt": ["你好 world"]},
+                         ensure_ascii=False)
+    proc = run_script(tmp_path, ["predict", "--model_dir", chat_export, "--text", QA[2][0], "--text", history],
+                      script="wenxin/cli.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 and lines[0] == f"{QA[2][0]}\t{json.dumps(QA[2][1], ensure_ascii=False)}"
+    assert lines[1].startswith(history + "\t") and isinstance(json.loads(lines[1].rsplit("\t", 1)[1]), str)
+
+
+def test_wenxin_serve_streams_an_answer_that_stops_at_the_end_of_turn(chat_export):
+    from wenxin.inference.server import Service
+    service = Service(chat_export, port=0)
+    service.start_in_thread()
+    try:
+        status, kind, body = post(service.port, "/generate", {"text": QA[0][0]})
+        assert status == 200, body
+        answer = json.loads(body)
+        assert answer["text"] == QA[0][1] and answer["finish_reason"] == "eos"
+        status, kind, body = post(service.port, "/generate", {"text": QA[1][0], "stream": True})
+        assert status == 200 and kind.startswith("text/event-stream")
+        events = events_of(body)
+        assert [e for e, _ in events] == ["token"] * (len(events) - 1) + ["done"] and len(events) > 3
+        done = events[-1][1]
+        assert "".join(d["text"] for _, d in events[:-1]) == done["text"] == QA[1][1]
+        status, _, body = post(service.port, "/generate", {"text": QA[0][0], "max_new_tokens": 3})
+        assert status == 200 and json.loads(body)["finish_reason"] == "length"
+        status, _, body = post(service.port, "/generate", {"text": QA[0][0], "strategy": "sample", "temperature": 0.7,
+                                                           "top_p": 0.9, "seed": 3})
+        assert status == 200 and json.loads(body)["finish_reason"] in ("eos", "length")
+        for bad, message in [({"text": "hi", "max_new_tokens": 10 ** 6}, "max_new_tokens"),
+                             ({"text": "hi", "stop_ids": [1]}, "unknown decoding settings"),
+                             ({"text": "hi", "temperature": -1}, "temperature")]:
+            status, _, body = post(service.port, "/generate", bad)
+            assert status == 400 and message in json.loads(body)["error"], body
+    finally:
+        service.stop()
