@@ -181,3 +181,19 @@ def test_the_key_value_cache_gives_the_full_forward_logits(variant):
             for row in range(rows):
                 np.testing.assert_allclose(logits.numpy()[row], full[ids.shape[1] + step], atol=2e-5, rtol=1e-5)
         assert cache.shape[4] == ids.shape[1] + len(continuation)
+
+
+@pytest.mark.parametrize("variant", ["tied", "untied"])
+def test_greedy_decoding_over_the_cache_chooses_paddleformers_tokens(variant):
+    from wenxin.models.decoding import DecodeSettings, SteppedModel, decode
+    model = load_ernie45(os.path.join(FIXTURES, variant))
+    model.eval()
+    expected = REFERENCE[f"{variant}_greedy"][0].tolist()
+
+    def run(name, inputs):
+        with paddle.no_grad():
+            outputs = getattr(model, name)(*[paddle.to_tensor(value) for value in inputs.values()])
+        return dict(zip(["logits", "cache", "position"], [o.numpy() for o in outputs]))
+    prompt = {"ids": REFERENCE["input_ids"][:1, :6]}
+    tokens = decode(SteppedModel(run), prompt, DecodeSettings(strategy="greedy", max_new_tokens=len(expected)))
+    assert tokens == expected
