@@ -121,3 +121,21 @@ def test_wenxin_serve_streams_an_answer_that_stops_at_the_end_of_turn(chat_expor
             assert status == 400 and message in json.loads(body)["error"], body
     finally:
         service.stop()
+
+
+def test_wenxin_export_of_a_lora_checkpoint_merges_the_adapters_into_the_folder_weights(tmp_path):
+    from conftest import write_config
+    from wenxin.controller.checkpoint import resolve_params_file
+    from wenxin.inference.predictor import Predictor
+    config = memorizing_config(tmp_path, "dynamic", True)
+    path = write_config(str(tmp_path / "task.json"), config)
+    train = run_script(tmp_path, ["train", "--param_path", path], script="wenxin/cli.py")
+    assert train.returncode == 0, train.stderr[-3000:]
+    checkpoint = os.path.join(config["trainer"]["output_path"], "checkpoints", "step_80")
+    from safetensors.numpy import load_file
+    assert all(name.endswith(("lora_A", "lora_B")) for name in load_file(resolve_params_file(checkpoint)))
+    exported = run_script(tmp_path, ["export", "--param_path", path, "--checkpoint", checkpoint],
+                          script="wenxin/cli.py")
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    predictor = Predictor(os.path.join(checkpoint, "inference"))
+    assert [r["text"] for r in predictor.predict([[q] for q, _ in QA])] == [a for _, a in QA]
