@@ -270,3 +270,43 @@ def test_micro_batches_do_not_all_reduce(tmp_path, data_dir):
     trainer.should_check_loss = lambda: False  # no collective in this single process
     trainer.do_train()
     assert entered == [0, 0]  # micro-batches 1 and 2 of step 1; the 3rd all-reduces
+
+
+@pytest.mark.parametrize("mode,lora", [("dynamic", True), ("dynamic", False), ("static", True)])
+def test_sft_on_two_ranks_equals_one_rank_with_double_batch(tmp_path, mode, lora):
+    """ERNIE 4.5 SFT (issue 40) under paddle.distributed.launch on CPU: 2 ranks x batch B ==
+    1 rank x batch 2B. Each rank averages over its own answer tokens, as ERNIEKit does, so the
+    conversations here all have as many answer tokens (then the mean of the ranks' means is the
+    mean over the whole batch)."""
+    pytest.importorskip("sentencepiece")
+    import collections
+    from test_chat_sft import conversations, field, sft_config, write_jsonl
+    from wenxin.data.chat_fields import ChatFieldReader
+    reader = ChatFieldReader(field(max_seq_len=400), "f")
+    by_answer_tokens = collections.defaultdict(list)
+    for row in conversations(2000, 9):
+        by_answer_tokens[int(reader.convert(json.dumps(row, ensure_ascii=False))[1].sum())].append(row)
+    rows = max(by_answer_tokens.values(), key=len)[:64]
+    data = str(tmp_path / "data")
+    write_jsonl(os.path.join(data, "train.jsonl"), rows)
+    write_jsonl(os.path.join(data, "dev.jsonl"), rows[:8])
+
+    def config(out, batch):
+        c = sft_config(data, str(tmp_path / out), mode, max_steps=4, save_model_step=4, is_eval_dev=0,
+                       train_log_step=1)
+        c["dataset_reader"]["train_reader"]["config"].update(batch_size=batch, shuffle=False)
+        c["model"]["optimization"] = {"optimizer": "sgd", "learning_rate": 0.5, "lr_scheduler": "constant"}
+        if lora:
+            c["model"]["lora"] = {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]}
+        return c
+    launch(tmp_path, config("single", 8), 1)
+    launch(tmp_path, config("double", 4), 2)
+    single = checkpoint_params(tmp_path / "single" / "checkpoints" / "step_4")
+    double = checkpoint_params(tmp_path / "double" / "checkpoints" / "step_4")
+    assert sorted(single) == sorted(double) and all(n.endswith(("lora_A", "lora_B")) for n in single) == lora
+    for name, value in single.items():
+        np.testing.assert_allclose(np.asarray(double[name]), np.asarray(value), atol=2e-5, err_msg=name)
+    train_a, train_b = losses_of(str(tmp_path / "single")), losses_of(str(tmp_path / "double"))
+    assert sorted(train_a) == sorted(train_b) == [1, 2, 3, 4]
+    for step, loss in train_a.items():
+        assert train_b[step] == pytest.approx(loss, abs=1e-5), step
