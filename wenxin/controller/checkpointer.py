@@ -196,7 +196,11 @@ class Checkpointer:
             report = self.load_params(weights, source)
             if not report.loaded or report.mismatched:
                 raise CheckpointError(f"{source}: the model's pretrained weights do not fit it:\n{report.summary()}")
-            logger.info(report.summary())
+            # parameters the folder cannot have (LoRA adapters) start from their initialization
+            added = set(report.missing) & (trainer.model.checkpointed_names() or set())
+            report.missing = [name for name in report.missing if name not in added]
+            logger.info("%s%s", report.summary(), f"\n  the model's own parameters ({len(added)}, e.g. adapters) start "
+                        f"from their initialization" if added else "")
         for entry in cfg["pre_train_model"]:
             self.load_pretrained(entry["params_path"], entry["prefix_map"])
         if cfg["load_parameters"]:

@@ -1,0 +1,84 @@
+"""The chat examples (issue 40): the data preparation from chatterbot-corpus, the from-scratch SFT
+example end to end (slow), and the ERNIE-4.5-0.3B LoRA recipe's task file run on the test
+fixture's decoder."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, run_script
+
+pytest.importorskip("sentencepiece")
+PREPARE = os.path.join(REPO, "examples", "prepare_chat_data.py")
+FIXTURE = os.path.join(REPO, "tests", "fixtures", "ernie45", "tied")
+
+
+@pytest.fixture(scope="module")
+def chat_data(tmp_path_factory):
+    pytest.importorskip("chatterbot_corpus", reason="the example's conversations come from chatterbot-corpus")
+    folder = tmp_path_factory.mktemp("chat")
+    subprocess.run([sys.executable, PREPARE, "--output", str(folder)], check=True, capture_output=True)
+    return folder
+
+
+def test_the_conversations_are_erniekit_lines_and_the_model_folder_loads(chat_data, tmp_path):
+    from wenxin.data.chat_fields import ChatFieldReader, Conversation
+    from wenxin.models.ernie45 import Ernie45Config
+    rows = {name: (chat_data / f"{name}.jsonl").read_text("utf-8").splitlines() for name in ("train", "dev")}
+    assert len(rows["train"]) > 300 and len(rows["dev"]) > 30 and not set(rows["train"]) & set(rows["dev"])
+    conversations = [Conversation.from_json(line) for line in rows["train"]]
+    assert all(c.system and c.system.startswith("话题：") and c.turns and all(c.learn) for c in conversations)
+    assert any(len(c.turns) > 1 for c in conversations)  # multi-turn ones too
+    config = Ernie45Config.from_folder(str(chat_data / "model"))
+    reader = ChatFieldReader({"name": "c", "model_dir": str(chat_data / "model"), "max_seq_len": 512}, "f")
+    assert reader.tokenizer.vocab_size == config.vocab_size
+    ids, _ = reader.convert(rows["train"][0])
+    assert reader.tokenizer.decode(ids).startswith("<|begin_of_sentence|>话题：")
+    again = tmp_path / "again"
+    subprocess.run([sys.executable, PREPARE, "--output", str(again)], check=True, capture_output=True)
+    assert (again / "train.jsonl").read_bytes() == (chat_data / "train.jsonl").read_bytes()
+    again_reader = ChatFieldReader({"name": "c", "model_dir": str(again / "model"), "max_seq_len": 512}, "f")
+    assert all(again_reader.convert(r)[0].tolist() == reader.convert(r)[0].tolist() for r in rows["dev"])
+
+
+@pytest.mark.slow
+def test_the_chat_example_learns_its_conversations_and_answers_them(chat_data, tmp_path):
+    out = str(tmp_path / "out")
+    model = str(chat_data / "model")
+    overrides = [f"dataset_reader.{r}_reader.config.data_path={chat_data}/{r}.jsonl" for r in ("train", "dev")]
+    overrides += [f"dataset_reader.{r}_reader.fields.0.model_dir={model}" for r in ("train", "dev")]
+    overrides += [f"model.model_dir={model}", f"trainer.output_path={out}"]
+    proc = run_script(tmp_path, ["--param_path", os.path.join(REPO, "examples", "chat_sft_ernie45.json"),
+                                 *[a for o in overrides for a in ("--set", o)]])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
+        losses = [r["loss"] for r in map(json.loads, f) if r["tag"] == "train"]
+    assert losses[-1] < 0.3 < losses[0]
+    lines = (chat_data / "train.jsonl").read_text("utf-8").splitlines()[:20]
+    prompts = [json.dumps({"system": json.loads(line)["system"], "src": json.loads(line)["src"][:1]}, ensure_ascii=False)
+               for line in lines if len(json.loads(line)["src"]) == 1]
+    answers = [json.loads(line)["tgt"][0] for line in lines if len(json.loads(line)["src"]) == 1]
+    proc = run_script(tmp_path, ["predict", "--model_dir", os.path.join(out, "checkpoints", "best"),
+                                 *[a for p in prompts for a in ("--text", p)]], script="wenxin/cli.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = [json.loads(line.rsplit("\t", 1)[1]) for line in proc.stdout.splitlines()]
+    assert sum(g == a for g, a in zip(got, answers)) >= 0.8 * len(answers), list(zip(got, answers))
+
+
+def test_the_ernie45_lora_recipe_runs_on_the_fixture_decoder(tmp_path):
+    from test_chat_sft import conversations, write_jsonl
+    data = tmp_path / "data"
+    write_jsonl(str(data / "train.jsonl"), conversations(12, 1))
+    write_jsonl(str(data / "dev.jsonl"), conversations(4, 2))
+    out = str(tmp_path / "out")
+    overrides = [f"dataset_reader.{r}_reader.config.data_path={data}/{r}.jsonl" for r in ("train", "dev")]
+    overrides += [f"dataset_reader.{r}_reader.fields.0.model_dir={FIXTURE}" for r in ("train", "dev")]
+    overrides += [f"dataset_reader.{r}_reader.fields.0.max_seq_len=256" for r in ("train", "dev")]
+    overrides += [f"model.model_dir={FIXTURE}", f"trainer.output_path={out}", "trainer.PADDLE_PLACE_TYPE=cpu",
+                  "trainer.use_amp=false", "trainer.max_steps=3", "trainer.epoch=1"]
+    proc = run_script(tmp_path, ["train", "--param_path", os.path.join(REPO, "examples", "chat_sft_ernie45_0.3b_lora.yaml"),
+                                 *[a for o in overrides for a in ("--set", o)]], script="wenxin/cli.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert os.path.isfile(os.path.join(out, "checkpoints", "best", "inference", "prefill.pdiparams"))
