@@ -26,7 +26,7 @@ def test_builtin_tasks_are_found_by_name_from_any_folder(tmp_path, monkeypatch):
     assert sys.modules[scope].__file__ == os.path.join(builtin_tasks_dir(), "text_classification", "__init__.py")
     with pytest.raises(ConfigError) as e:
         import_task("no_such_task", str(tmp_path / "task.json"))
-    assert "built-in tasks: information_extraction_many_to_many, pretraining, sequence_labeling" in str(e.value)
+    assert "built-in tasks: chat, information_extraction_many_to_many, pretraining, sequence_labeling" in str(e.value)
 
 
 def _write_task(folder, name: str, marker: str) -> None:

@@ -284,8 +284,6 @@ def _serve(args: argparse.Namespace) -> int:
     from wenxin.inference.workers import ServiceWorkers
     from wenxin.runner import inference_folder
     folder = inference_folder(args.model_dir)
-    for note in startup_notes.take():  # the BLAS path and the allocator serve as they train
-        print(note, file=sys.stderr, flush=True)
     limits = Limits(max_batch=args.max_batch, max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout,
                     header_timeout=args.read_timeout, max_connections=args.max_connections,
                     max_connections_per_client=args.max_connections_per_client,
@@ -306,6 +304,8 @@ def _serve(args: argparse.Namespace) -> int:
         backend, port, stop = several.backend, several.port, lambda signum, frame: several.stop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
+    for note in startup_notes.take():  # once the model loaded: an error stays the only output
+        log.info("%s", note)  # the BLAS path and the allocator serve as they train
     log.info("%s %s with %s on http://%s:%d (POST /predict, GET /health, GET /metrics)",
              "serving" if args.workers == 1 else f"starting {args.workers} workers serving", folder, backend,
              args.host, port)

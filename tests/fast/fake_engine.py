@@ -49,6 +49,16 @@ class NumpyBow:
         np.add.at(grad_w, out["ids"], weights[:, :, None] * dlogits[:, None, :])
         return loss, {"embedding.weight": grad_w, "out.bias": dlogits.sum(0)}
 
+    # BaseModel's hooks for what a checkpoint holds and what the model brings or exports: the defaults
+    def own_pretrained_weights(self) -> None:
+        return None
+
+    def checkpointed_names(self) -> None:
+        return None
+
+    def export_state(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        return {}
+
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         sizes = meta_info["batch_sizes"]
         return {"acc": float((outputs["predictions"] == outputs["labels"]).mean()),
