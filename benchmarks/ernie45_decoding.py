@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -116,7 +117,6 @@ print(json.dumps({"cpu": time.process_time() - cpu, "wall": time.perf_counter() 
 def export_of(folder: str, work: str) -> str:
     """An export of ``folder`` after a zero-learning-rate SFT step (its weights unchanged), with
     the tokenizer files of the repository's test fixture (decoding here feeds ids directly)."""
-    import shutil
     fixture = os.path.join(REPO, "tests", "fixtures", "ernie45", "tied")
     for name in ("tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(os.path.join(fixture, name), os.path.join(folder, name))
@@ -192,6 +192,7 @@ def main() -> None:
         wall = sorted(r["wall"] for r in rows)[len(rows) // 2]
         print(f"{name:16s} {args.new / cpu:13.1f} {args.new / wall:9.1f} {base / cpu:20.2f}x")
     print(load_note())
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
