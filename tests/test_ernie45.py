@@ -77,7 +77,7 @@ def test_a_broken_folder_is_one_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="model_type is 'llama'"):
         load_ernie45(str(folder))
     (folder / "config.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="config.json: not a JSON object"):
+    with pytest.raises(ConfigError, match="config.json: not a readable JSON object"):
         load_ernie45(str(folder))
 
 

@@ -1,10 +1,13 @@
-"""Files written whole or not at all, and their content digests."""
+"""Files written whole or not at all, their content digests, and JSON objects read with errors naming the file."""
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
-from typing import Iterator, TextIO
+from typing import Any, Dict, Iterator, TextIO
+
+from wenxin.common.errors import ConfigError
 
 
 def write_text_atomically(path: str, text: str) -> None:
@@ -42,3 +45,17 @@ def file_sha256(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def read_json_object(path: str) -> Dict[str, Any]:
+    """The JSON object in the file at ``path`` (a model folder's ``config.json``, a tokenizer's
+    settings); a file that cannot be read, is not JSON or holds another value is a ``ConfigError``
+    naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ConfigError(f"{path}: not a readable JSON object ({e})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value

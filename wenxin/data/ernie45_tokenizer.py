@@ -14,12 +14,12 @@ writes. Ids equal PaddleFormers' ``AutoTokenizer`` on the same folder
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Any, Dict, Iterable, List, Optional, Pattern, Sequence
 
 from wenxin.common.errors import ConfigError
+from wenxin.common.files import read_json_object
 
 MODEL_FILE = "tokenizer.model"
 CONFIG_FILE = "tokenizer_config.json"
@@ -35,16 +35,8 @@ _BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")  # SentencePiece's byte fallback
 
 
 def _read_json(path: str) -> Dict[str, Any]:
-    if not os.path.isfile(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: not a readable JSON file ({e})") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path}: expected a JSON object, got {type(value).__name__}")
-    return value
+    """The JSON object of an optional file of the folder (empty when the folder lacks it)."""
+    return read_json_object(path) if os.path.isfile(path) else {}
 
 
 def _token_text(value: Any, where: str) -> Optional[str]:

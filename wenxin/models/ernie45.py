@@ -30,6 +30,7 @@ from paddle import nn
 from paddle.distributed.fleet.utils import recompute
 
 from wenxin.common.errors import CheckpointError, ConfigError
+from wenxin.common.files import read_json_object
 
 CONFIG_FILE = "config.json"
 SINGLE_FILE = "model.safetensors"
@@ -87,14 +88,7 @@ class Ernie45Config:
         if not os.path.isfile(path):
             raise ConfigError(f"{folder}: no {CONFIG_FILE} (an ERNIE 4.5 model folder holds config.json and "
                                   f"its safetensors weights)")
-        try:
-            with open(path, encoding="utf-8") as f:
-                values = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"{path}: not a JSON object ({e})") from None
-        if not isinstance(values, dict):
-            raise ConfigError(f"{path}: not a JSON object")
-        return cls.from_dict(values, path)
+        return cls.from_dict(read_json_object(path), path)
 
     def check(self, source: str) -> None:
         problems = []
@@ -354,13 +348,7 @@ def generation_defaults(folder: str) -> Dict[str, Any]:
     path = os.path.join(folder, GENERATION_CONFIG_FILE)
     if not os.path.isfile(path):
         return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: not a JSON object ({e})") from None
-    if not isinstance(values, dict):
-        raise ConfigError(f"{path}: not a JSON object")
+    values = read_json_object(path)
     settings: Dict[str, Any] = {"strategy": "sample" if values.get("do_sample") else "greedy"}
     for key, kind in (("temperature", float), ("top_p", float), ("top_k", int)):
         if values.get(key) is not None:
