@@ -36,22 +36,12 @@ from typing import Dict, List
 
 import yaml
 
+from wenxin.data.chat_format import CHAT_TEMPLATE
+from wenxin.data.ernie45_tokenizer import DEFAULT_SPECIALS as SPECIAL_TOKENS
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<unk>", "unk_token": "<unk>",
-                  "cls_token": "<|begin_of_sentence|>", "sep_token": "<|end_of_sentence|>", "mask_token": "<mask:1>",
-                  "sys_start_token": "<mask:4>", "sys_end_token": "<mask:5>", "header_start_token": "<mask:6>",
-                  "header_end_token": "<mask:7>"}
 USER_DEFINED = ["<|begin_of_sentence|>", "<|end_of_sentence|>", "<mask:0>", "<mask:1>", "<mask:4>", "<mask:5>",
                 "<mask:6>", "<mask:7>"]
-CHAT_TEMPLATE = (  # ERNIE 4.5's, as its tokenizer_config.json ships it
-    "{%- if not add_generation_prompt is defined -%}\n    {%- set add_generation_prompt = true -%}\n{%- endif -%}\n"
-    "{%- if not cls_token is defined -%}\n    {%- set cls_token = \"<|begin_of_sentence|>\" -%}\n{%- endif -%}\n"
-    "{%- if not sep_token is defined -%}\n    {%- set sep_token = \"<|end_of_sentence|>\" -%}\n{%- endif -%}\n"
-    "{{- cls_token -}}\n{%- for message in messages -%}\n    {%- if message[\"role\"] == \"user\" -%}\n"
-    "        {{- \"User: \" + message[\"content\"] + \"\\n\" -}}\n    {%- elif message[\"role\"] == \"assistant\" -%}\n"
-    "        {{- \"Assistant: \" + message[\"content\"] + sep_token -}}\n    {%- elif message[\"role\"] == \"system\" -%}\n"
-    "        {{- message[\"content\"] + \"\\n\" -}}\n    {%- endif -%}\n{%- endfor -%}\n"
-    "{%- if add_generation_prompt -%}\n    {{- \"Assistant: \" -}}\n{%- endif -%}")
 DECODER = {"model_type": "ernie4_5", "architectures": ["Ernie4_5_ForCausalLM"], "hidden_size": 256,
            "intermediate_size": 768, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
            "head_dim": 32, "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,

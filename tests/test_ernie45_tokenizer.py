@@ -94,3 +94,9 @@ def test_broken_tokenizer_files_name_the_file(tmp_path, damage, message):
     damage(tmp_path)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         Ernie45Tokenizer(str(tmp_path))
+
+
+def test_the_template_wenxin_writes_is_the_one_paddleformers_rendered():
+    from wenxin.data.chat_format import CHAT_TEMPLATE
+    with open(os.path.join(FOLDER, "tokenizer_config.json"), encoding="utf-8") as f:
+        assert json.load(f)["chat_template"] == CHAT_TEMPLATE

@@ -23,6 +23,18 @@ from typing import List, Optional, Sequence, Tuple
 
 from wenxin.data.ernie45_tokenizer import Ernie45Tokenizer
 
+# ERNIE 4.5's chat template as its tokenizer_config.json ships it, for folders wenxin writes (the
+# chat example's); ``render`` writes what it renders, without a template engine
+CHAT_TEMPLATE = (
+    "{%- if not add_generation_prompt is defined -%}\n    {%- set add_generation_prompt = true -%}\n{%- endif -%}\n"
+    "{%- if not cls_token is defined -%}\n    {%- set cls_token = \"<|begin_of_sentence|>\" -%}\n{%- endif -%}\n"
+    "{%- if not sep_token is defined -%}\n    {%- set sep_token = \"<|end_of_sentence|>\" -%}\n{%- endif -%}\n"
+    "{{- cls_token -}}\n{%- for message in messages -%}\n    {%- if message[\"role\"] == \"user\" -%}\n"
+    "        {{- \"User: \" + message[\"content\"] + \"\\n\" -}}\n    {%- elif message[\"role\"] == \"assistant\" -%}\n"
+    "        {{- \"Assistant: \" + message[\"content\"] + sep_token -}}\n"
+    "    {%- elif message[\"role\"] == \"system\" -%}\n"
+    "        {{- message[\"content\"] + \"\\n\" -}}\n    {%- endif -%}\n{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n    {{- \"Assistant: \" -}}\n{%- endif -%}")
 USER_PREFIX = "User: "
 ASSISTANT_PREFIX = "Assistant: "
 ROLES = ("system", "user", "assistant")
