@@ -139,3 +139,16 @@ def test_wenxin_export_of_a_lora_checkpoint_merges_the_adapters_into_the_folder_
     assert exported.returncode == 0, exported.stderr[-3000:]
     predictor = Predictor(os.path.join(checkpoint, "inference"))
     assert [r["text"] for r in predictor.predict([[q] for q, _ in QA])] == [a for _, a in QA]
+
+
+def test_wenxin_predict_streams_the_answer_as_it_is_generated(tmp_path, chat_export):
+    proc = run_script(tmp_path, ["predict", "--model_dir", chat_export, "--stream", "--text", QA[3][0],
+                                 "--text", QA[0][0]], script="wenxin/cli.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [f"{QA[3][0]}\t{QA[3][1]}", f"{QA[0][0]}\t{QA[0][1]}"]
+
+
+def test_wenxin_predict_stream_on_a_classifier_is_one_error(tmp_path, exported_classifier):
+    proc = run_script(tmp_path, ["predict", "--model_dir", exported_classifier, "--stream", "--text", "很好"],
+                      script="wenxin/cli.py")
+    assert proc.returncode != 0 and "--stream: this model does not generate" in proc.stderr

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from wenxin.common.constants import ONEDNN_SETTINGS
 from wenxin.common.errors import (EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, ConfigError,
@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     predictor.add_argument("--backend", default="auto", help=BACKEND_HELP)
     predictor.add_argument("--onednn", choices=ONEDNN_SETTINGS, default="auto", help=ONEDNN_HELP)
     predictor.add_argument("--task", default="", help=TASK_HELP)
+    predictor.add_argument("--stream", action="store_true",
+                           help="generation models: print each answer as its tokens are chosen (one input at a time)")
     exporter = sub.add_parser("export", help="export a checkpoint as a self-contained inference folder")
     _add_task_args(exporter)
     exporter.add_argument("--checkpoint", required=True, help="checkpoint folder or params file")
@@ -252,8 +254,31 @@ def _predict(args: argparse.Namespace) -> int:
         lines = _read_input(args.input)
     predictor = Predictor(folder, backend=args.backend, onednn=args.onednn, task=args.task)
     rows = [line.split("\t") for line in lines]
+    if args.stream:
+        return _predict_streaming(predictor, rows)
     for row, result in zip(rows, predictor.predict(rows, batch_size=max(args.batch_size, 1))):
         print("\t".join(row + [predictor.result_format.line(result)]), flush=False)  # the input, then the result
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def _predict_streaming(predictor: Any, rows: List[List[str]]) -> int:
+    """Each input, a tab, then its answer's text as the tokens come (what ``/generate`` streams),
+    one input a line."""
+    import numpy as np
+    if predictor.decode_settings is None:
+        raise ConfigError("--stream: this model does not generate (it predicts whole answers: leave --stream out)")
+    for row in rows:
+        sys.stdout.write("\t".join(row) + "\t")
+        ids: List[int] = []
+        text = ""
+        for token in predictor.stream(row):
+            ids.append(token)
+            now = predictor.result_format.results({"generated": np.asarray([ids])}, {}, [row])[0]["text"]
+            sys.stdout.write(now[len(text):])
+            sys.stdout.flush()
+            text = now
+        sys.stdout.write("\n")
     sys.stdout.flush()
     return EXIT_OK
 
