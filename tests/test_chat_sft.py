@@ -275,3 +275,23 @@ def test_recompute_on_a_model_without_it_names_the_key(tmp_path, data_dir):
     from conftest import task_config
     with pytest.raises(ConfigError, match=r"trainer.recompute: BowClassification does not offer recompute"):
         build(task_config(data_dir, str(tmp_path / "out"), recompute=True), tmp_path)
+
+
+def test_the_token_cache_converts_again_when_the_tokenizer_files_change(tmp_path, sft_data):
+    import shutil
+    folder = tmp_path / "model"
+    shutil.copytree(FOLDER, folder)
+    config = sft_config(sft_data, str(tmp_path / "out"), max_steps=1, is_eval_dev=0)
+    for name in ("train_reader", "dev_reader"):
+        reader = config["dataset_reader"][name]
+        reader["fields"][0]["model_dir"] = str(folder)
+        reader["config"].update(cache=True, cache_dir=str(tmp_path / "cache"))
+    config["model"]["model_dir"] = str(folder)
+    first = build(config, tmp_path).readers["train_reader"]
+    ids = [np.asarray(first.examples[i][0][0]).tolist() for i in range(len(first))]
+    settings = json.loads((folder / "tokenizer_config.json").read_text("utf-8"))
+    settings["cls_token"] = "<mask:0>"  # another start-of-conversation token: other ids
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings), "utf-8")
+    again = build(config, tmp_path).readers["train_reader"]
+    assert [np.asarray(again.examples[i][0][0]).tolist()[1:] for i in range(len(again))] == [i[1:] for i in ids]
+    assert all(np.asarray(again.examples[i][0][0])[0] != ids[i][0] for i in range(len(again)))

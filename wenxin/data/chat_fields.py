@@ -42,7 +42,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from wenxin.common.errors import ConfigError
-from wenxin.common.files import file_sha256
 from wenxin.common.registry import RegisterSet
 from wenxin.data.chat_format import encode_conversation, encode_prompt
 from wenxin.data.ernie45_tokenizer import ADDED_TOKENS_FILE, CONFIG_FILE, MODEL_FILE, SPECIAL_MAP_FILE, Ernie45Tokenizer
@@ -166,10 +165,6 @@ class ChatFieldReader(BaseFieldReader):
     @property
     def is_label(self) -> bool:
         return False  # the labels travel inside the conversation
-
-    def content_digest(self) -> str:
-        """The tokenizer model's SHA-256 (the token cache keys on it)."""
-        return file_sha256(f"{self.model_dir}/{MODEL_FILE}")
 
     def convert(self, text: str) -> ChatExample:
         conversation = Conversation.from_text(text)

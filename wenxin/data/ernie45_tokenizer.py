@@ -14,12 +14,13 @@ writes. Ids equal PaddleFormers' ``AutoTokenizer`` on the same folder
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from typing import Any, Dict, Iterable, List, Optional, Pattern, Sequence
 
 from wenxin.common.errors import ConfigError
-from wenxin.common.files import read_json_object
+from wenxin.common.files import file_sha256, read_json_object
 
 MODEL_FILE = "tokenizer.model"
 CONFIG_FILE = "tokenizer_config.json"
@@ -100,6 +101,15 @@ class Ernie45Tokenizer:
         self._splitter: Optional[Pattern[str]] = (
             re.compile("(" + "|".join(re.escape(t) for t in sorted(atomic, key=lambda t: (-len(t), t))) + ")")
             if atomic else None)
+
+    def content_digest(self) -> str:
+        """A digest of the folder's tokenizer files (the token cache keys on it: a tokenizer replaced
+        in the same folder converts the data again)."""
+        digest = hashlib.sha256()
+        for name in (MODEL_FILE, CONFIG_FILE, SPECIAL_MAP_FILE, ADDED_TOKENS_FILE):
+            path = os.path.join(self.folder, name)
+            digest.update(f"{name}:{file_sha256(path) if os.path.isfile(path) else '-'};".encode())
+        return digest.hexdigest()
 
     @property
     def vocab_size(self) -> int:
