@@ -70,9 +70,13 @@ def test_the_export_answers_as_the_trained_model_does(tmp_path, mode, lora):
     assert answers == [a for _, a in QA]  # it learned them
     if mode == "dynamic":
         assert answers == [greedy_answer(trainer, q) for q, _ in QA]
-    exported = paddle.jit.load(os.path.join(folder, "prefill")).state_dict()  # the plain decoder's weights only
-    base = [name for name in trainer.model_state_dict() if not name.endswith(("lora_A", "lora_B"))]
-    assert len(exported) == len(base) and not any(LORA["rank"] in v.shape for v in exported.values())
+    # the program reads the plain decoder's weights only; Paddle 3.3's jit.save keeps just those, Paddle
+    # 3.0's also writes the layer's unused parameters (the adapters: never read by the program)
+    exported = paddle.jit.load(os.path.join(folder, "prefill")).state_dict()
+    names = list(trainer.model_state_dict())
+    base = [name for name in names if not name.endswith(("lora_A", "lora_B"))]
+    unused = [v for v in exported.values() if LORA["rank"] in v.shape] if lora else []
+    assert len(exported) - len(unused) == len(base) and len(unused) in (0, len(names) - len(base))
 
 
 @pytest.fixture(scope="module")
