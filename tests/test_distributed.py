@@ -275,7 +275,7 @@ def test_micro_batches_do_not_all_reduce(tmp_path, data_dir):
 @pytest.mark.parametrize("mode,lora", [("dynamic", True), ("dynamic", False), ("static", True)])
 def test_sft_on_two_ranks_equals_one_rank_with_double_batch(tmp_path, mode, lora):
     """ERNIE 4.5 SFT (issue 40) under paddle.distributed.launch on CPU: 2 ranks x batch B ==
-    1 rank x batch 2B. Each rank averages over its own answer tokens, as ERNIEKit does, so the
+    1 rank x batch 2B. Each rank averages over its own answer tokens, so the
     conversations here all have as many answer tokens (then the mean of the ranks' means is the
     mean over the whole batch)."""
     pytest.importorskip("sentencepiece")
