@@ -56,11 +56,18 @@ model = Ernie4_5ForCausalLM(Ernie4_5Config(**{shape}, use_flash_attention=False,
 model.save_pretrained(sys.argv[1], safe_serialization=True)
 """
 
+# what each contender's code ends with: a warm-up decoding, then the timed one, reported as JSON
+TIMED = """
+run(2)
+cpu, wall = time.process_time(), time.perf_counter()
+tokens = run(new)
+print(json.dumps({"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall, "tokens": tokens}))
+"""
+
 PADDLEFORMERS = """
 import json, sys, time, paddle
 from paddleformers.transformers.ernie4_5.modeling import Ernie4_5ForCausalLM
 folder, prompt, new = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-paddle.set_num_threads(1) if hasattr(paddle, "set_num_threads") else None
 model = Ernie4_5ForCausalLM.from_pretrained(folder, use_flash_attention=False, fuse_rms_norm=False,
                                             fuse_swiglu=False, fuse_rope=False, fuse_linear=False, use_cache=True)
 model.eval()
@@ -69,10 +76,6 @@ def run(count):
     with paddle.no_grad():
         return model.generate(input_ids=ids, max_new_tokens=count, decode_strategy="greedy_search",
                               eos_token_id=[10 ** 9], pad_token_id=0)[0].numpy()[0].tolist()
-run(2)
-cpu, wall = time.process_time(), time.perf_counter()
-tokens = run(new)
-print(json.dumps({"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall, "tokens": tokens}))
 """
 
 WENXIN_EAGER = """
@@ -90,10 +93,6 @@ def step(name, inputs):
 import numpy as np
 prompt_inputs = {"ids": np.asarray([prompt], dtype="int64")}
 run = lambda count: decode(SteppedModel(step), prompt_inputs, DecodeSettings(strategy="greedy", max_new_tokens=count))
-run(2)
-cpu, wall = time.process_time(), time.perf_counter()
-tokens = run(new)
-print(json.dumps({"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall, "tokens": tokens}))
 """
 
 WENXIN_EXPORT = """
@@ -107,10 +106,6 @@ predictor = Predictor(folder)
 prompt_inputs = {"ids": np.asarray([prompt], dtype="int64")}
 run = lambda count: decode(SteppedModel(predictor.run_step), prompt_inputs,
                            DecodeSettings(strategy="greedy", max_new_tokens=count))
-run(2)
-cpu, wall = time.process_time(), time.perf_counter()
-tokens = run(new)
-print(json.dumps({"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall, "tokens": tokens}))
 """
 
 
@@ -170,9 +165,9 @@ def main() -> None:
                    env={**os.environ, "GLOG_minloglevel": "2"})
     exported = export_of(folder, work)
     prompt = [(7 * i + 3) % (SHAPES[args.shape]["vocab_size"] - 10) + 10 for i in range(args.prompt)]
-    contenders = {"paddleformers": (args.pf_python, PADDLEFORMERS, folder),
-                  "wenxin eager": (sys.executable, WENXIN_EAGER, folder),
-                  "wenxin export": (sys.executable, WENXIN_EXPORT, exported)}
+    contenders = {"paddleformers": (args.pf_python, PADDLEFORMERS + TIMED, folder),
+                  "wenxin eager": (sys.executable, WENXIN_EAGER + TIMED, folder),
+                  "wenxin export": (sys.executable, WENXIN_EXPORT + TIMED, exported)}
     print(f"shape {args.shape}, prompt {args.prompt} tokens, {args.new} new tokens, greedy, one thread; "
           f"{load_note()}")
     results: Dict[str, List[Dict[str, Any]]] = {name: [] for name in contenders}

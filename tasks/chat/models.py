@@ -17,8 +17,8 @@ from wenxin.config.schema import REQUIRED, Key
 from wenxin.data.chat_fields import IGNORED
 from wenxin.models.base_model import BaseModel
 from wenxin.models.decoding import DecodeSettings, PromptSource
-from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, generation_defaults,
-                                   paddle_layout_weights)
+from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, extend_step,
+                                   generation_defaults, paddle_layout_weights, prefill_step)
 from wenxin.models.lora import LoRASettings, adapter_parameter_names, adapters_disabled, apply_lora, merged_weights
 
 GENERATED = "generated"  # the exported model's output: each prompt's answer ids [B, max_new_tokens], -1 after the end
@@ -135,16 +135,13 @@ class Ernie45ChatModel(BaseModel):
         S, D]`` and the next token's position ``[1]``. Adapters are bypassed: the step functions
         run on merged weights (``export_state``)."""
         with adapters_disabled(self.model):
-            state, cache = self.model.prefill(ids)
-        position = paddle.full([1], 0, dtype="int64") + paddle.shape(ids)[1].astype("int64")
-        return paddle.matmul(state, self.output_weight(), transpose_y=True).astype("float32"), cache, position
+            return prefill_step(self.model, self.output_weight(), ids)
 
     def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor,
                cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
         """The chosen tokens ``[R]`` at ``positions`` ``[R]`` -> the next logits ``[R, V]`` and the grown cache."""
         with adapters_disabled(self.model):
-            state, grown = self.model.extend(tokens, positions, cache)
-        return paddle.matmul(state, self.output_weight(), transpose_y=True).astype("float32"), grown
+            return extend_step(self.model, self.output_weight(), tokens, positions, cache)
 
     def decode_settings(self) -> DecodeSettings:
         """The task file's ``generation`` settings over the folder's ``generation_config.json``;

@@ -569,16 +569,17 @@ class BaseTrainer:
         """Inside: the parameters the model exports with (``BaseModel.export_state``, e.g. LoRA
         adapters merged). After: every changed parameter as it was, bit for bit, so training and
         its checkpoints go on unchanged."""
-        state = {name: np.array(value) for name, value in self.model_state_dict().items()}
+        state = self.model_state_dict()  # eager: the live parameters; only the changed ones are copied
         changes = self.model.export_state(state)
         if not changes:
             yield
             return
+        originals = {name: np.array(state[name]) for name in changes}
         self.set_model_state_dict(changes)
         try:
             yield
         finally:
-            self.set_model_state_dict({name: state[name] for name in changes})
+            self.set_model_state_dict(originals)
 
     def _check_raw_text_input(self) -> None:
         """A tagger is exported only if it can tag raw sentences as it was trained (or its text

@@ -92,7 +92,6 @@ class Ernie45Tokenizer:
             if not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0:
                 raise ConfigError(f"{added_path}: {token!r}: expected a non-negative integer id, got {token_id!r}")
             self.added[token] = token_id
-        self._id_of_added = dict(self.added)
         self._token_of_added = {token_id: token for token, token_id in self.added.items()}
         self.special_ids: Dict[str, int] = {role: self.token_id(token) for role, token in self.specials.items()}
         atomic = set(self.specials.values()) | set(self.additional) | set(self.added)
@@ -118,8 +117,8 @@ class Ernie45Tokenizer:
 
     def token_id(self, token: str) -> int:
         """The id of one token text (added tokens first, then SentencePiece's pieces; unknown is unk's id)."""
-        if token in self._id_of_added:
-            return self._id_of_added[token]
+        if token in self.added:
+            return self.added[token]
         return int(self.processor.PieceToId(token))
 
     def encode(self, text: str) -> List[int]:

@@ -325,17 +325,30 @@ class Ernie45ForCausalLM(nn.Layer):
         return paddle.matmul(states, self.output_weight(), transpose_y=True)  # [B, T, vocab]
 
     def prefill(self, ids: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
-        """A prompt ``[1, S]`` -> the next token's logits ``[1, vocab]``, the key/value cache and
-        the next token's position ``[1]`` (decoding's step functions, ``wenxin.models.decoding``)."""
-        state, cache = self.model.prefill(ids)
-        position = paddle.full([1], 0, dtype="int64") + paddle.shape(ids)[1].astype("int64")
-        return paddle.matmul(state, self.output_weight(), transpose_y=True).astype("float32"), cache, position
+        """Decoding's first step function (``wenxin.models.decoding``): see ``prefill_step``."""
+        return prefill_step(self.model, self.output_weight(), ids)
 
     def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor,
                cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
-        """Chosen tokens ``[R]`` at ``positions`` ``[R]`` -> the next logits ``[R, vocab]`` and the grown cache."""
-        state, grown = self.model.extend(tokens, positions, cache)
-        return paddle.matmul(state, self.output_weight(), transpose_y=True).astype("float32"), grown
+        """Decoding's next step function: see ``extend_step``."""
+        return extend_step(self.model, self.output_weight(), tokens, positions, cache)
+
+
+def prefill_step(decoder: Ernie45Model, output_weight: paddle.Tensor,
+                 ids: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+    """A prompt ``[1, S]`` -> the next token's logits ``[1, vocab]`` (float32), the key/value cache
+    and the next token's position ``[1]``; ``output_weight`` ``[vocab, hidden]``."""
+    state, cache = decoder.prefill(ids)
+    position = paddle.full([1], 0, dtype="int64") + paddle.shape(ids)[1].astype("int64")
+    return paddle.matmul(state, output_weight, transpose_y=True).astype("float32"), cache, position
+
+
+def extend_step(decoder: Ernie45Model, output_weight: paddle.Tensor, tokens: paddle.Tensor, positions: paddle.Tensor,
+                cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+    """Chosen tokens ``[R]`` at ``positions`` ``[R]`` -> the next logits ``[R, vocab]`` (float32)
+    and the grown cache."""
+    state, grown = decoder.extend(tokens, positions, cache)
+    return paddle.matmul(state, output_weight, transpose_y=True).astype("float32"), grown
 
 
 GENERATION_CONFIG_FILE = "generation_config.json"
