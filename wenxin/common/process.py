@@ -140,3 +140,22 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
         threading.Thread(target=watch, name="wenxin-parent-watch", daemon=True).start()
     if os.getppid() != parent_pid:  # it ended before the request above was in place
         os.kill(os.getpid(), sig)
+
+
+@contextlib.contextmanager
+def children_leave_parent_garbage() -> Iterator[None]:
+    """Processes forked inside this block never collect the parent's garbage.
+
+    A forked child inherits the parent's unreachable-but-uncollected objects; if its garbage
+    collector frees them, their finalizers run in a process without the parent's threads. An
+    ONNX Runtime session or a Paddle predictor from earlier work then tears down a thread pool
+    that is not there, and the child dies of SIGSEGV (a DataLoader worker: "Blocking queue is
+    killed"). Freezing moves every object into the permanent generation, which a collector
+    never visits, for as long as the block lasts in the parent and for good in the children
+    (Python's documented way to fork: ``gc.freeze``)."""
+    import gc
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

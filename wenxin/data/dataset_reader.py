@@ -22,6 +22,7 @@ from wenxin.data.row_formats import RowFormat
 from wenxin.data.sampler import ResumableBatchSampler
 from wenxin.data.streaming import StreamPlan, StreamSampler, check_streaming, first_examples, stream_loader
 from wenxin.data.cached_examples import CacheUnavailable, CachedExamples
+from wenxin.data.worker_loader import WorkerLoader
 from wenxin.data.token_cache import StreamCounts, TokenCache, counted, merge_plans, plan_rows
 
 logger = logging.getLogger(__name__)
@@ -466,10 +467,11 @@ class BasicDataSetReader:
             return stream_loader(self, sampler, numpy_batches, self.reader_config["num_workers"])
         if self.reader_config["num_workers"] == 0:
             return _MainThreadBatches(self, sampler, as_tensors=not numpy_batches)
-        return paddle.io.DataLoader(_ExampleDataset(self.examples), batch_sampler=sampler,
-                                    collate_fn=self.collate,  # type: ignore[arg-type]  # Paddle's hint: a list
-                                    num_workers=self.reader_config["num_workers"],
-                                    return_list=True)
+        loader = paddle.io.DataLoader(_ExampleDataset(self.examples), batch_sampler=sampler,
+                                      collate_fn=self.collate,  # type: ignore[arg-type]  # Paddle's hint: a list
+                                      num_workers=self.reader_config["num_workers"],
+                                      return_list=True)
+        return WorkerLoader(loader, loader.__len__)
 
 
 def build_readers(dataset_config: Dict[str, Any], scope: Optional[str],

@@ -18,6 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, List, NamedTuple, Optional
 
 from wenxin.common.errors import DataError, WenxinError
+from wenxin.common.process import children_leave_parent_garbage
 from wenxin.common.progress import ProgressBar
 from wenxin.data.cached_examples import CacheUnavailable
 
@@ -84,7 +85,9 @@ def run_parts(work: Callable[[Any], Any], tasks: List[Any], processes: int, shar
             pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"),
                                        initializer=_worker_signals)
             try:
-                for result in pool.map(work, tasks):
+                with children_leave_parent_garbage():  # the pool forks its workers as map submits the tasks
+                    results_in_order = pool.map(work, tasks)
+                for result in results_in_order:
                     take(result)
             except BrokenProcessPool:
                 logger.warning("%s: a worker process died (killed or crashed); the %d parts left run in this "

@@ -31,6 +31,7 @@ import paddle
 from wenxin.common.errors import DataError
 from wenxin.data.lines import FilePart
 from wenxin.data.reading import RawLine, RowReader
+from wenxin.data.worker_loader import WorkerLoader
 
 
 DRAW_BLOCK = 4096  # shuffle-buffer positions drawn from the RNG at a time
@@ -202,20 +203,7 @@ def stream_loader(reader: RowReader, sampler: StreamSampler, numpy_batches: bool
     # batch_size None: the dataset yields whole batches (Paddle takes None; its type hints say int)
     loader = paddle.io.DataLoader(_WorkerBatches(reader, sampler), batch_size=None,  # type: ignore[arg-type]
                                   collate_fn=_as_is, num_workers=num_workers, return_list=True)
-    return _WithLength(loader, sampler)
-
-
-class _WithLength:
-    """A DataLoader over an IterableDataset, with the sampler's batch count as its length."""
-
-    def __init__(self, loader: Any, sampler: StreamSampler) -> None:
-        self.loader, self.sampler = loader, sampler
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.loader)
-
-    def __len__(self) -> int:
-        return len(self.sampler) - self.sampler.start_batch
+    return WorkerLoader(loader, lambda: len(sampler) - sampler.start_batch)
 
 
 def first_examples(reader: RowReader, plan: StreamPlan, count: int) -> List[Tuple[Any, ...]]:
