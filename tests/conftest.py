@@ -272,6 +272,38 @@ def sigkill_at_random_moments(path: str, out: str, rng: random.Random, runs: int
     return kills
 
 
+def resumed_run_matches_reference(tmp_path: Any, config_of: Callable[[str], Dict[str, Any]], steps: int,
+                                  rng: random.Random, runs: int = 3, min_kills: int = 1) -> Dict[str, Any]:
+    """The exact-resume check: the task ``config_of(out)`` (``resume: auto``, saving every few
+    steps, ending at ``steps``) runs once uninterrupted into ``tmp_path/reference``, then into
+    ``tmp_path/killed`` SIGKILLed at random moments ``runs`` times (at least ``min_kills`` of them
+    killed) and resumed to the end. The two final checkpoints must hold the same parameters bit
+    for bit. Returns the reference's parameters (its output folder is ``tmp_path/reference``)."""
+    import numpy as np
+    reference, out = str(tmp_path / "reference"), str(tmp_path / "killed")
+    proc = start_training(write_config(str(tmp_path / "reference.json"), config_of(reference)))
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()
+    path = write_config(str(tmp_path / "killed.json"), config_of(out))
+    assert sigkill_at_random_moments(path, out, rng, runs=runs) >= min_kills
+    proc = start_training(path)  # resume to the end
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()
+    expected = checkpoint_params(os.path.join(reference, "checkpoints", f"step_{steps}"))
+    got = checkpoint_params(os.path.join(out, "checkpoints", f"step_{steps}"))
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(expected[name]), err_msg=name)
+    return expected
+
+
+def write_jsonl(path: str, rows: List[Any]) -> str:
+    """JSON lines at ``path`` (folders made): each row dumped, or written as it is if a string."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write((row if isinstance(row, str) else json.dumps(row, ensure_ascii=False)) + "\n")
+    return path
+
+
 def losses_of(out: str) -> Dict[int, float]:
     """The logged training loss of each step of a run (from its metrics.jsonl)."""
     with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:

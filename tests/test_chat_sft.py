@@ -12,7 +12,7 @@ pytest.importorskip("sentencepiece")
 
 import paddle  # noqa: E402
 
-from conftest import build, losses_of, run_script, write_config  # noqa: E402
+from conftest import build, losses_of, resumed_run_matches_reference, run_script, write_config, write_jsonl  # noqa: E402
 from wenxin.common.errors import ConfigError, DataError  # noqa: E402
 from wenxin.data.chat_fields import IGNORED, ChatFieldReader, Conversation  # noqa: E402
 from wenxin.models.ernie45 import load_ernie45  # noqa: E402
@@ -36,14 +36,6 @@ def conversations(n: int, seed: int):
             row["label"] = [0] * (turns - 1) + [1]
         rows.append(row)
     return rows
-
-
-def write_jsonl(path, rows):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write((row if isinstance(row, str) else json.dumps(row, ensure_ascii=False)) + "\n")
-    return path
 
 
 def field(max_seq_len=160, packing=True, name="conversation"):
@@ -184,25 +176,13 @@ def test_eager_and_static_sft_give_the_same_losses(tmp_path, sft_data):
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_sft_resumes_exactly_after_sigkill(tmp_path, sft_data, mode):
-    from conftest import checkpoint_params, sigkill_at_random_moments, start_training
     steps = 24
 
     def config(out):
         return sft_config(sft_data, out, mode, max_steps=steps, epoch=10, save_model_step=3, keep_checkpoint_max=2,
                           train_log_step=1000, is_eval_dev=0, resume="auto")
-    reference = str(tmp_path / "reference")
-    proc = start_training(write_config(str(tmp_path / "reference.json"), config(reference)))
-    assert proc.wait(timeout=600) == 0, proc.stderr.read()
-    out = str(tmp_path / "killed")
-    path = write_config(str(tmp_path / "killed.json"), config(out))
-    assert sigkill_at_random_moments(path, out, random.Random(40), runs=3) >= 1
-    proc = start_training(path)
-    assert proc.wait(timeout=600) == 0, proc.stderr.read()
-    expected = checkpoint_params(os.path.join(reference, "checkpoints", f"step_{steps}"))
-    got = checkpoint_params(os.path.join(out, "checkpoints", f"step_{steps}"))
-    assert sorted(expected) == sorted(got) and "model.layers.0.self_attn.q_proj.weight" in got
-    for name in expected:
-        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(expected[name]), err_msg=name)
+    params = resumed_run_matches_reference(tmp_path, config, steps, random.Random(40))
+    assert "model.layers.0.self_attn.q_proj.weight" in params
 
 
 LORA = {"rank": 4, "alpha": 8.0, "dropout": 0.1, "target_modules": ["q_proj", "v_proj", "gate_proj"]}
@@ -210,7 +190,6 @@ LORA = {"rank": 4, "alpha": 8.0, "dropout": 0.1, "target_modules": ["q_proj", "v
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_lora_sft_trains_only_adapters_checkpoints_only_them_and_resumes_exactly(tmp_path, sft_data, mode):
-    from conftest import checkpoint_params, sigkill_at_random_moments, start_training
     from wenxin.models.ernie45 import Ernie45Config
     steps = 18
 
@@ -220,26 +199,14 @@ def test_lora_sft_trains_only_adapters_checkpoints_only_them_and_resumes_exactly
         c["model"]["lora"] = dict(LORA)
         c["model"]["optimization"]["learning_rate"] = 2e-2
         return c
-    reference = str(tmp_path / "reference")
-    proc = start_training(write_config(str(tmp_path / "reference.json"), config(reference)))
-    assert proc.wait(timeout=600) == 0, proc.stderr.read()
-    losses = losses_of(reference)
+    params = resumed_run_matches_reference(tmp_path, config, steps, random.Random(41))
+    losses = losses_of(str(tmp_path / "reference"))
     assert np.mean([losses[s] for s in range(steps - 2, steps + 1)]) < 0.9 * np.mean([losses[s] for s in (1, 2, 3)])
-    expected = checkpoint_params(os.path.join(reference, "checkpoints", f"step_{steps}"))
     layers = Ernie45Config.from_folder(FOLDER).num_hidden_layers
-    assert sorted(expected) == sorted(f"model.layers.{i}.{part}.{adapter}" for i in range(layers)
-                                      for part in ("self_attn.q_proj", "self_attn.v_proj", "mlp.gate_proj")
-                                      for adapter in ("lora_A", "lora_B"))
-    assert all(np.abs(np.asarray(v)).max() > 0 for k, v in expected.items() if k.endswith("lora_B"))
-    out = str(tmp_path / "killed")
-    path = write_config(str(tmp_path / "killed.json"), config(out))
-    assert sigkill_at_random_moments(path, out, random.Random(41), runs=3) >= 1
-    proc = start_training(path)
-    assert proc.wait(timeout=600) == 0, proc.stderr.read()
-    got = checkpoint_params(os.path.join(out, "checkpoints", f"step_{steps}"))
-    assert sorted(got) == sorted(expected)
-    for name in expected:
-        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(expected[name]), err_msg=name)
+    assert sorted(params) == sorted(f"model.layers.{i}.{part}.{adapter}" for i in range(layers)
+                                    for part in ("self_attn.q_proj", "self_attn.v_proj", "mlp.gate_proj")
+                                    for adapter in ("lora_A", "lora_B"))
+    assert all(np.abs(np.asarray(v)).max() > 0 for k, v in params.items() if k.endswith("lora_B"))
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])

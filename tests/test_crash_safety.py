@@ -5,10 +5,9 @@ import json
 import os
 import random
 
-import numpy as np
 import pytest
 
-from conftest import checkpoint_params, sigkill_at_random_moments, start_training, task_config, write_config
+from conftest import resumed_run_matches_reference, task_config
 
 STEPS = 300
 
@@ -42,27 +41,11 @@ def run_config(data_dir, out, mode):
     return config
 
 
-def final_params(out):
-    return checkpoint_params(os.path.join(out, "checkpoints", f"step_{STEPS}"))
-
-
 @pytest.mark.parametrize("mode", ["dynamic", "static", "streaming", pytest.param("jsonl streaming", marks=pytest.mark.slow),
                                   pytest.param("hf_dataset streaming", marks=pytest.mark.slow)])
 def test_sigkill_at_random_moments_then_resume_is_exact(tmp_path, data_dir, mode):
-    reference = str(tmp_path / "reference")
-    ref_path = write_config(str(tmp_path / "reference.json"), run_config(data_dir, reference, mode))
-    proc = start_training(ref_path)
-    assert proc.wait(timeout=300) == 0, proc.stderr.read()
-
-    out = str(tmp_path / "killed")
-    path = write_config(str(tmp_path / "killed.json"), run_config(data_dir, out, mode))
-    assert sigkill_at_random_moments(path, out, random.Random(1234)) >= 2
-    proc = start_training(path)  # resume to the end
-    assert proc.wait(timeout=300) == 0, proc.stderr.read()
-    expected, got = final_params(reference), final_params(out)
-    assert sorted(expected) == sorted(got)
-    for name in expected:
-        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(expected[name]), err_msg=name)
+    resumed_run_matches_reference(tmp_path, lambda out: run_config(data_dir, out, mode), STEPS, random.Random(1234),
+                                  runs=4, min_kills=2)
 
 
 def test_output_path_that_cannot_be_created(tmp_path, data_dir):

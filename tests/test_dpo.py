@@ -12,7 +12,7 @@ pytest.importorskip("sentencepiece")
 
 import paddle  # noqa: E402
 
-from conftest import build, losses_of, write_config  # noqa: E402
+from conftest import build, losses_of, resumed_run_matches_reference, write_jsonl  # noqa: E402
 from wenxin.common.errors import ConfigError  # noqa: E402
 from wenxin.data.chat_fields import PreferenceFieldReader, PreferencePair  # noqa: E402
 from wenxin.data.chat_format import encode_conversation  # noqa: E402
@@ -38,13 +38,6 @@ def pairs(n, seed):
             row["system"] = "你是一个生活小助理"
         rows.append(row)
     return rows
-
-
-def write_jsonl(path, rows):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    return path
 
 
 def field():
@@ -175,27 +168,14 @@ def test_at_the_start_the_policy_is_the_reference_so_the_loss_is_log_2(tmp_path,
 
 @pytest.mark.parametrize("mode,lora", [("dynamic", True), ("static", True), ("dynamic", False)])
 def test_dpo_trains_from_a_task_file_and_resumes_exactly(tmp_path, dpo_data, mode, lora):
-    from conftest import checkpoint_params, sigkill_at_random_moments, start_training
     steps = 12
 
     def config(out):
         return dpo_config(dpo_data, out, mode, lora=lora, max_steps=steps, epoch=10, save_model_step=3,
                           keep_checkpoint_max=2, is_eval_dev=0, resume="auto")
-    reference = str(tmp_path / "reference")
-    proc = start_training(write_config(str(tmp_path / "reference.json"), config(reference)))
-    assert proc.wait(timeout=600) == 0, proc.stderr.read()
-    losses = losses_of(reference)
+    params = resumed_run_matches_reference(tmp_path, config, steps, random.Random(42), runs=2)
+    losses = losses_of(str(tmp_path / "reference"))
     assert losses[1] == pytest.approx(np.log(2), abs=1e-5)
     assert np.mean([losses[s] for s in range(steps - 3, steps + 1)]) < 0.6
-    expected = checkpoint_params(os.path.join(reference, "checkpoints", f"step_{steps}"))
-    assert not any(name.startswith("reference") for name in expected)
-    assert all(name.endswith(("lora_A", "lora_B")) for name in expected) == lora
-    out = str(tmp_path / "killed")
-    path = write_config(str(tmp_path / "killed.json"), config(out))
-    assert sigkill_at_random_moments(path, out, random.Random(42), runs=2) >= 1
-    proc = start_training(path)
-    assert proc.wait(timeout=600) == 0, proc.stderr.read()
-    got = checkpoint_params(os.path.join(out, "checkpoints", f"step_{steps}"))
-    assert sorted(got) == sorted(expected)
-    for name in expected:
-        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(expected[name]), err_msg=name)
+    assert not any(name.startswith("reference") for name in params)
+    assert all(name.endswith(("lora_A", "lora_B")) for name in params) == lora
