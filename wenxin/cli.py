@@ -265,19 +265,13 @@ def _predict(args: argparse.Namespace) -> int:
 def _predict_streaming(predictor: Any, rows: List[List[str]]) -> int:
     """Each input, a tab, then its answer's text as the tokens come (what ``/generate`` streams),
     one input a line."""
-    import numpy as np
     if predictor.decode_settings is None:
         raise ConfigError("--stream: this model does not generate (it predicts whole answers: leave --stream out)")
     for row in rows:
         sys.stdout.write("\t".join(row) + "\t")
-        ids: List[int] = []
-        text = ""
-        for token in predictor.stream(row):
-            ids.append(token)
-            now = predictor.result_format.results({"generated": np.asarray([ids])}, {}, [row])[0]["text"]
-            sys.stdout.write(now[len(text):])
+        for _, new_text in predictor.stream_results(row):
+            sys.stdout.write(new_text)
             sys.stdout.flush()
-            text = now
         sys.stdout.write("\n")
     sys.stdout.flush()
     return EXIT_OK

@@ -11,9 +11,8 @@ import logging
 import queue
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
-import numpy as np
 
 from wenxin.common.errors import WenxinError
 from wenxin.inference.predictor import Predictor
@@ -112,16 +111,12 @@ class GenerationWorker:
             if time.monotonic() > deadline:
                 raise _Stopped("time_limit")
 
-        ids: List[int] = []
         reason = "eos"
         result: Dict[str, Any] = {"text": "", "tokens": []}
         try:
-            for token_id in predictor.stream(job.row, job.settings, before_step):
-                ids.append(token_id)
-                known = len(result["text"])  # the text so far; the new token adds what follows it
-                result = predictor.result_format.results({"generated": np.asarray([ids])}, {}, [job.row])[0]
-                job.send(Event("token", {"token": result["tokens"][-1], "text": result["text"][known:]}))
-            if len(ids) >= job.settings.max_new_tokens:
+            for result, new_text in predictor.stream_results(job.row, job.settings, before_step):
+                job.send(Event("token", {"token": result["tokens"][-1], "text": new_text}))
+            if len(result["tokens"]) >= job.settings.max_new_tokens:
                 reason = "length"
         except _Stopped as e:
             reason = e.reason

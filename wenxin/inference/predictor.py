@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -184,6 +184,19 @@ class Predictor:
             return self.run_step(name, inputs)
 
         yield from decode_stream(SteppedModel(step), prompt, settings or self.settings_for())
+
+    def stream_results(self, row: Sequence[str], settings: Optional[DecodeSettings] = None,
+                       before_step: Optional[Callable[[], None]] = None) -> Iterator[Tuple[Dict[str, Any], str]]:
+        """``stream`` as the result format writes it: after each generated token, the row's result
+        so far and the text that token added (empty while the ``chat`` format holds back an
+        incomplete character)."""
+        ids: List[int] = []
+        text = ""
+        for token_id in self.stream(row, settings, before_step):
+            ids.append(token_id)
+            result = self.result_format.results({"generated": np.asarray([ids])}, {}, [row])[0]
+            yield result, result["text"][len(text):]
+            text = result["text"]
 
     def _build_fields(self, model_dir: str, meta_path: str) -> List[BaseFieldReader]:
         fields = []
