@@ -46,7 +46,7 @@ from wenxin.controller.hooks.writers import METRICS_FILE, ConsoleWriter, JsonlWr
 from wenxin.common.progress import progress_enabled
 from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BasicDataSetReader, BatchLoader
-from wenxin.models.base_model import BaseModel
+from wenxin.models.base_model import BaseModel, state_held
 
 logger = logging.getLogger("wenxin")
 STRIDE_FLAG = "FLAGS_use_stride_kernel"  # Paddle's switch for strided views in eager mode (see apply_cpu_threads)
@@ -570,16 +570,8 @@ class BaseTrainer:
         adapters merged). After: every changed parameter as it was, bit for bit, so training and
         its checkpoints go on unchanged."""
         state = self.model_state_dict()  # eager: the live parameters; only the changed ones are copied
-        changes = self.model.export_state(state)
-        if not changes:
+        with state_held(state, self.model.export_state(state), self.set_model_state_dict):
             yield
-            return
-        originals = {name: np.array(state[name]) for name in changes}
-        self.set_model_state_dict(changes)
-        try:
-            yield
-        finally:
-            self.set_model_state_dict(originals)
 
     def _check_raw_text_input(self) -> None:
         """A tagger is exported only if it can tag raw sentences as it was trained (or its text

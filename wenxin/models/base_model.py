@@ -1,8 +1,10 @@
 """The model base class shared by every task and both execution modes."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+import contextlib
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
+import numpy as np
 import paddle
 
 from wenxin.common.errors import ConfigError
@@ -74,8 +76,8 @@ class BaseModel(paddle.nn.Layer):
 
     def export_state(self, state: Mapping[str, Any]) -> Dict[str, Any]:
         """Parameters to hold while exporting, by structured name, given the current ``state``
-        (e.g. LoRA adapters merged into their layers); the trainer restores the others' values
-        afterwards, bit for bit. Empty (the default): export the parameters as they are."""
+        (e.g. LoRA adapters merged into their layers); the trainer restores them afterwards, bit
+        for bit (``state_held``). Empty (the default): export the parameters as they are."""
         return {}
 
     def enable_recompute(self, key: str) -> None:
@@ -94,3 +96,17 @@ class BaseModel(paddle.nn.Layer):
         no_decay = {p.name for n, p in self.named_parameters()
                     if n.endswith("bias") or "norm" in n.lower() or p.ndim == 1}
         return lambda name: name not in no_decay
+
+
+@contextlib.contextmanager
+def state_held(state: Mapping[str, Any], changes: Mapping[str, Any],
+               set_state: Callable[[Dict[str, Any]], None]) -> Iterator[None]:
+    """Inside: ``changes`` set through ``set_state``. After: the changed entries of ``state`` (a
+    model's parameters by structured name, live tensors or arrays) as they were, bit for bit;
+    only those are copied."""
+    originals = {name: np.array(state[name]) for name in changes}
+    set_state(dict(changes))
+    try:
+        yield
+    finally:
+        set_state(originals)

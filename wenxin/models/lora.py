@@ -27,6 +27,7 @@ import paddle.nn.functional as F
 from paddle import nn
 
 from wenxin.common.errors import ConfigError
+from wenxin.models.base_model import state_held
 
 ADAPTER_NAMES = ("lora_A", "lora_B")
 
@@ -127,16 +128,13 @@ def merged_adapters(model: nn.Layer) -> Iterator[int]:
     """Inside (eager): every adapter merged into its layer's weight, the adapters bypassed. After:
     the weights as they were, bit for bit. Yields how many layers were merged."""
     parameters = dict(model.named_parameters())
-    merged = merged_weights(model, {name: p.numpy() for name, p in parameters.items()})
-    originals = {name: parameters[name].numpy().copy() for name in merged}
-    try:
-        for name, value in merged.items():
+
+    def set_state(values: Dict[str, Any]) -> None:
+        for name, value in values.items():
             parameters[name].set_value(value)
-        with adapters_disabled(model):
-            yield len(merged)
-    finally:
-        for name, value in originals.items():
-            parameters[name].set_value(value)
+    merged = merged_weights(model, parameters)
+    with state_held(parameters, merged, set_state), adapters_disabled(model):
+        yield len(merged)
 
 
 @contextlib.contextmanager
