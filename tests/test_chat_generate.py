@@ -12,8 +12,8 @@ pytest.importorskip("sentencepiece")
 
 import paddle  # noqa: E402
 
-from conftest import build, run_script  # noqa: E402
-from test_chat_sft import sft_config, write_jsonl  # noqa: E402
+from conftest import build, run_script, write_jsonl  # noqa: E402
+from test_chat_sft import sft_config  # noqa: E402
 from test_text_generation import events_of, post  # noqa: E402
 from wenxin.data.chat_format import encode_prompt  # noqa: E402
 
@@ -125,6 +125,102 @@ def test_wenxin_serve_streams_an_answer_that_stops_at_the_end_of_turn(chat_expor
             assert status == 400 and message in json.loads(body)["error"], body
     finally:
         service.stop()
+
+
+@pytest.fixture(scope="module")
+def chat_service(chat_export):
+    from wenxin.inference.server import Limits, ServeOptions, Service
+    service = Service(chat_export, port=0, options=ServeOptions(limits=Limits(max_new_tokens=100)))
+    service.start_in_thread()
+    yield service
+    service.stop()
+
+
+def test_openai_clients_chat_with_the_service(chat_export, chat_service):
+    """OpenAI's own client: a completion (greedy at temperature 0), a stream whose deltas add up
+    to it with usage at the end, a history with a system prompt answered as /generate answers the
+    same ERNIEKit line, a length stop, and the one model listed."""
+    openai = pytest.importorskip("openai")
+    from wenxin.data.chat_format import encode_prompt
+    from wenxin.inference.predictor import Predictor
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{chat_service.port}/v1", api_key="unused", max_retries=0)
+    name = os.path.basename(chat_export)
+    assert [m.id for m in client.models.list().data] == [name]
+    reply = client.chat.completions.create(model=name, messages=[{"role": "user", "content": QA[0][0]}],
+                                           temperature=0)
+    tokenizer = Predictor(chat_export, load_model=False).fields[0].tokenizer
+    prompt_tokens = len(encode_prompt(tokenizer, None, [], QA[0][0]))
+    assert reply.choices[0].message.content == QA[0][1] and reply.choices[0].finish_reason == "stop"
+    assert reply.model == name and reply.object == "chat.completion" and reply.id.startswith("chatcmpl-")
+    assert (reply.usage.prompt_tokens, reply.usage.total_tokens) == (prompt_tokens, prompt_tokens
+                                                                     + reply.usage.completion_tokens)
+    assert reply.usage.completion_tokens == len(tokenizer.encode(QA[0][1]))  # the answer (its end token not counted)
+
+    chunks = list(client.chat.completions.create(model=name, messages=[{"role": "user", "content": QA[1][0]}],
+                                                 temperature=0, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == QA[1][1] and chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert not chunks[-1].choices and chunks[-1].usage.completion_tokens >= 2 and len({c.id for c in chunks}) == 1
+
+    history = [{"role": "system", "content": "你是一个生活小助理"}, {"role": "user", "content": QA[3][0]},
+               {"role": "assistant", "content": [{"type": "text", "text": QA[3][1]}]},
+               {"role": "user", "content": QA[2][0]}]
+    reply = client.chat.completions.create(model=name, messages=history, temperature=0, max_tokens=60)
+    line = json.dumps({"system": "你是一个生活小助理", "src": [QA[3][0], QA[2][0]], "tgt": [QA[3][1]]}, ensure_ascii=False)
+    status, _, body = post(chat_service.port, "/generate", {"text": line, "max_new_tokens": 60, "strategy": "greedy"})
+    assert status == 200 and reply.choices[0].message.content == json.loads(body)["text"]
+    assert reply.usage.prompt_tokens == len(encode_prompt(tokenizer, "你是一个生活小助理", [QA[3]], QA[2][0]))
+
+    reply = client.chat.completions.create(model=name, messages=[{"role": "user", "content": QA[0][0]}],
+                                           max_completion_tokens=3, temperature=0)
+    assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 3
+    reply = client.chat.completions.create(model=name, messages=[{"role": "user", "content": QA[0][0]}],
+                                           temperature=0.8, top_p=0.9, seed=5, max_tokens=20)
+    again = client.chat.completions.create(model=name, messages=[{"role": "user", "content": QA[0][0]}],
+                                           temperature=0.8, top_p=0.9, seed=5, max_tokens=20)
+    assert reply.choices[0].message.content == again.choices[0].message.content  # the seed decides
+
+
+@pytest.mark.parametrize("change,param,message", [
+    ({"stop": ["。"]}, "stop", "not supported"),
+    ({"n": 2}, "n", "not supported"),
+    ({"presence_penalty": 0.5}, "presence_penalty", "not supported"),
+    ({"logprobs": True}, "logprobs", "not supported"),
+    ({"temperature": 3}, "temperature", "from 0 to 2"),
+    ({"max_tokens": 0}, "max_tokens", "at least 1"),
+    ({"max_tokens": 101}, None, "over the service's limit 100"),
+    ({"top_p": 0}, None, "top_p 0 must be in (0, 1]"),
+    ({"frobnicate": 1}, "frobnicate", "unknown field"),
+    ({"messages": []}, "messages", "non-empty list"),
+    ({"messages": [{"role": "assistant", "content": "hi"}]}, "messages[0].role", "answers a user message"),
+    ({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}, "messages[1].role",
+     "two user messages in a row"),
+    ({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"}]}, "messages[1].role",
+     "comes first"),
+    ({"messages": [{"role": "tool", "content": "a"}]}, "messages[0].role", "not system, developer, user"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "messages[0].content[0]", "only text parts"),
+    ({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}, "messages",
+     "the last message must be the user's"),
+])
+def test_chat_completions_refuse_what_they_cannot_honour_naming_the_field(chat_service, change, param, message):
+    body = {"model": "any", "messages": [{"role": "user", "content": "hi"}], **change}
+    status, kind, text = post(chat_service.port, "/v1/chat/completions", body)
+    error = json.loads(text)["error"]
+    assert status == 400 and kind.startswith("application/json") and message in error["message"], text
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+
+
+def test_sampling_without_a_seed_draws_one_per_request():
+    from wenxin.inference.openai_chat import parse_chat_request
+    body = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0.7}
+    seeds = {parse_chat_request(body, "greedy").overrides["seed"] for _ in range(4)}
+    assert len(seeds) == 4
+    assert "seed" not in parse_chat_request({"messages": body["messages"]}, "greedy").overrides  # greedy: no seed
+    assert "seed" in parse_chat_request({"messages": body["messages"]}, "sample").overrides  # the export samples
+    assert parse_chat_request({**body, "seed": 9}, "greedy").overrides == {"strategy": "sample", "temperature": 0.7,
+                                                                           "seed": 9}
 
 
 def test_wenxin_export_of_a_lora_checkpoint_merges_the_adapters_into_the_folder_weights(tmp_path):

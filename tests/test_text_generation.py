@@ -299,6 +299,9 @@ def test_service_limits_generation_and_survives_a_client_that_left(untrained_exp
                               ({"row": ["a", "b"], "stream": "yes"}, '"stream" must be true or false')):
             status, _, text = post(port, "/generate", body)
             assert status == 400 and message in json.loads(text)["error"], (body, text)
+        status, _, text = post(port, "/v1/chat/completions", {"model": "m", "messages": [{"role": "user",
+                                                                                         "content": "a b"}]})
+        assert status == 404 and "no chat model" in json.loads(text)["error"]["message"]  # OpenAI's error object
         status, _, text = post(port, "/generate", {"row": ["a b c", "d e f"]})
         answer = json.loads(text)
         assert status == 200 and answer["finish_reason"] == "length" and len(answer["tokens"]) == 50  # 60 capped

@@ -159,6 +159,7 @@ class ChatFieldReader(BaseFieldReader):
         # an export's field reads prompts to generate from (export_files marks it); training data
         # must answer every question
         self.reads_prompts: bool = bool(config.get("reads_prompts"))
+        self.reads_conversations = self.reads_prompts
         if self.reads_prompts and self.packing:
             raise ConfigError(f"{path}.packing: prompts are not packed (each is a row its answer continues)")
 

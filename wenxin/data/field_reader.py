@@ -49,6 +49,8 @@ class BaseFieldReader:
     reads_json = False
     #: format jsonl: the field reads the whole JSON object of a line (its text), not one key's value
     reads_record = False
+    #: its prompts are conversations (ERNIEKit's SFT line without the last answer): a chat model's
+    reads_conversations = False
 
     def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
         self.config = config

@@ -33,8 +33,8 @@ class _Stopped(Exception):
 @dataclasses.dataclass
 class Event:
     """What a request's decoding reports: ``token`` (one token and the text it adds), ``done``
-    (the whole text, its tokens and why it ended: ``eos``, ``length``, ``time_limit``,
-    ``cancelled``) or ``error``."""
+    (the whole text, its tokens, why it ended: ``eos``, ``length``, ``time_limit``,
+    ``cancelled``, and how many tokens the prompt was) or ``error``."""
 
     kind: str
     data: Dict[str, Any]
@@ -114,6 +114,7 @@ class GenerationWorker:
         reason = "eos"
         result: Dict[str, Any] = {"text": "", "tokens": []}
         try:
+            prompt_tokens = predictor.prompt_length(job.row)
             for result, new_text in predictor.stream_results(job.row, job.settings, before_step):
                 job.send(Event("token", {"token": result["tokens"][-1], "text": new_text}))
             if len(result["tokens"]) >= job.settings.max_new_tokens:
@@ -127,4 +128,5 @@ class GenerationWorker:
             logger.exception("generation failed")
             job.send(Event("error", {"error": f"internal error: {type(e).__name__}: {e}"}))
             return
-        job.send(Event("done", {"text": result["text"], "tokens": result["tokens"], "finish_reason": reason}))
+        job.send(Event("done", {"text": result["text"], "tokens": result["tokens"], "finish_reason": reason,
+                                "prompt_tokens": prompt_tokens}))

@@ -169,14 +169,30 @@ class Predictor:
             feed[program_name] = inputs[input_name]
         return dict(zip(self.steps[name]["outputs"], engine.run(feed)))
 
+    @property
+    def reads_conversations(self) -> bool:
+        """Whether its input is a conversation (a chat model's: OpenAI's chat messages fit it)."""
+        return len(self.fields) == 1 and self.fields[0].reads_conversations
+
+    def prompt(self, row: Sequence[str]) -> Dict[str, np.ndarray]:
+        """The ``prefill`` inputs for ``row`` (``[1, length]`` each) of a generation model; an
+        ``InferenceError`` for a model that does not generate."""
+        if self.prompt_source is None:
+            raise InferenceError("this model does not generate (no step functions in its export)")
+        return self.prompt_source.prompts(self.convert([row]))[0]
+
+    def prompt_length(self, row: Sequence[str]) -> int:
+        """How many tokens the model reads before it generates for ``row``."""
+        return int(next(iter(self.prompt(row).values())).shape[1])
+
     def stream(self, row: Sequence[str], settings: Optional[DecodeSettings] = None,
                before_step: Optional[Callable[[], None]] = None) -> Iterator[int]:
         """One row's generated token ids, each as soon as it is chosen (``decode_stream``);
         stopping the iteration stops the decoding. ``before_step`` is called before every model
         step (an exception it raises ends the decoding there: a time limit, a cancellation)."""
-        if self.engine is None or self.prompt_source is None:
-            raise InferenceError("this Predictor cannot generate (not loaded, or not a generation model)")
-        prompt = self.prompt_source.prompts(self.convert([row]))[0]
+        if self.engine is None:
+            raise InferenceError("this Predictor cannot generate (not loaded)")
+        prompt = self.prompt(row)
 
         def step(name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
             if before_step is not None:

@@ -8,9 +8,12 @@ Endpoints:
     POST /generate <- {"text": "..."} or {"row": ["a", "b"]}, optional decoding settings
                       ("max_new_tokens", "strategy", "beam_size", "temperature", "top_k", "top_p",
                       "seed", ...) and "stream" (generation models only)
-                   -> {"text", "tokens", "finish_reason"}; with "stream": true, server-sent events:
+                   -> {"text", "tokens", "finish_reason", "prompt_tokens"}; with "stream": true,
+                      server-sent events:
                       "token" ({"token", "text": what it adds}) as each is chosen, then "done"
-                      ({"text", "tokens", "finish_reason"}) or "error"
+                      ({"text", "tokens", "finish_reason", "prompt_tokens"}) or "error"
+    POST /v1/chat/completions, GET /v1/models: OpenAI's chat completions API, for chat models
+                      (``wenxin.inference.openai_chat``)
 
 The HTTP layer is uvicorn with the httptools (llhttp) parser, strict by itself (a malformed
 request line, header or ``Content-Length`` is a 400 and the connection is closed), a small ASGI
@@ -46,6 +49,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
 from wenxin.common.errors import ConfigError, InferenceError, Problems
 from wenxin.inference.batching import BatchingPool
 from wenxin.inference.generation_worker import Event, GenerationJob, GenerationWorker
+from wenxin.inference.openai_chat import ChatAnswer, ChatRequestError, error_payload, models_list, parse_chat_request
 from wenxin.models.decoding import DecodeSettings
 
 logger = logging.getLogger("wenxin.serve")
@@ -165,13 +169,13 @@ def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str
     return rows
 
 
+GENERATION_PATHS = ("/generate", "/v1/chat/completions")
+KNOWN_PATHS = ("/predict", "/health", "/metrics", "/v1/models") + GENERATION_PATHS
 GENERATE_OPTIONS = ("text", "row", "stream")  # a /generate body's keys besides the decoding settings
 
 
-def parse_generate_request(body: bytes, num_fields: int, worker: GenerationWorker,
-                           limits: Limits) -> Tuple[List[str], DecodeSettings, bool]:
-    """Validate a /generate body: the row, the decoding settings (the export's, with the
-    request's changes, ``max_new_tokens`` at most the service's) and whether to stream."""
+def parse_generate_request(body: bytes, num_fields: int) -> Tuple[List[str], Dict[str, Any], bool]:
+    """Validate a /generate body: the row, the decoding settings it changes, and whether to stream."""
     data = load_json_body(body)
     if not isinstance(data, dict) or ("text" in data) == ("row" in data):
         raise RequestError(HTTPStatus.BAD_REQUEST, 'expected an object with "text" (a string) or "row" '
@@ -190,7 +194,13 @@ def parse_generate_request(body: bytes, num_fields: int, worker: GenerationWorke
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(HTTPStatus.BAD_REQUEST, '"stream" must be true or false')
-    overrides = {k: v for k, v in data.items() if k not in GENERATE_OPTIONS}
+    return row, {k: v for k, v in data.items() if k not in GENERATE_OPTIONS}, stream
+
+
+def decode_settings(worker: GenerationWorker, overrides: Dict[str, Any], limits: Limits) -> DecodeSettings:
+    """The export's decoding settings with a request's changes, ``max_new_tokens`` at most the
+    service's (a request asking for more is a 400; an export whose own is more gets the limit)."""
+    overrides = dict(overrides)
     asked = overrides.get("max_new_tokens")
     if isinstance(asked, int) and not isinstance(asked, bool) and asked > limits.max_new_tokens:
         raise RequestError(HTTPStatus.BAD_REQUEST, f"max_new_tokens {asked} is over the service's limit "
@@ -199,15 +209,80 @@ def parse_generate_request(body: bytes, num_fields: int, worker: GenerationWorke
             and worker.reference.decode_settings.max_new_tokens > limits.max_new_tokens:
         overrides["max_new_tokens"] = limits.max_new_tokens  # the export's own is more than the service allows
     try:
-        settings = worker.settings_for(overrides)
+        return worker.settings_for(overrides)
     except InferenceError as e:
         raise RequestError(HTTPStatus.BAD_REQUEST, str(e)) from None
-    return row, settings, stream
 
 
 def server_sent_event(event: Event) -> bytes:
     """One event of a /generate stream, as ``text/event-stream`` writes it."""
     return b"event: " + event.kind.encode("ascii") + b"\ndata: " + orjson.dumps(event.data) + b"\n\n"
+
+
+class GenerationApi:
+    """How a generation endpoint reads a request and writes its answer: ``/generate``'s own JSON
+    and events (this class), or OpenAI's chat completions (``ChatCompletionsApi``)."""
+
+    def parse(self, body: bytes, worker: GenerationWorker, num_fields: int) -> Tuple[List[str], Dict[str, Any], bool]:
+        """The row to decode, the decoding settings it changes, and whether to stream."""
+        return parse_generate_request(body, num_fields)
+
+    def error(self, e: RequestError) -> Any:
+        """The JSON body of a refused request."""
+        return {"error": str(e)}
+
+    def answer(self, last: Event) -> Any:
+        """The JSON body answering a whole decoding (its ``done`` or ``error`` event)."""
+        return last.data
+
+    def stream_start(self) -> bytes:
+        return b""
+
+    def stream_bytes(self, event: Event) -> bytes:
+        """What the stream sends for one event (nothing: b"")."""
+        return server_sent_event(event)
+
+
+class ChatCompletionsApi(GenerationApi):
+    """``POST /v1/chat/completions`` (``wenxin.inference.openai_chat``): one instance a request."""
+
+    def __init__(self, model_name: str) -> None:
+        self.chat = ChatAnswer(model_name)
+
+    def parse(self, body: bytes, worker: GenerationWorker, num_fields: int) -> Tuple[List[str], Dict[str, Any], bool]:
+        if not worker.reference.reads_conversations:
+            raise RequestError(HTTPStatus.NOT_FOUND, "this model is no chat model (its input is no conversation): "
+                                                     "use /generate")
+        default = worker.reference.decode_settings
+        try:
+            request = parse_chat_request(load_json_body(body), default.strategy if default else "greedy")
+        except ChatRequestError as e:
+            raise ChatRefused(str(e), e.param) from None
+        check_texts(request.row, "messages")
+        self.chat.include_usage = request.include_usage
+        return request.row, request.overrides, request.stream
+
+    def error(self, e: RequestError) -> Any:
+        return error_payload(str(e), e.status, e.param if isinstance(e, ChatRefused) else None)
+
+    def answer(self, last: Event) -> Any:
+        if last.kind == "done":
+            return self.chat.completion(last.data)
+        return error_payload(last.data.get("error", "generation failed"), HTTPStatus.UNPROCESSABLE_ENTITY)
+
+    def stream_start(self) -> bytes:
+        return self.chat.first_chunk()
+
+    def stream_bytes(self, event: Event) -> bytes:
+        return self.chat.chunks(event)
+
+
+class ChatRefused(RequestError):
+    """A chat completions request that breaks OpenAI's API: a 400 naming the field (``param``)."""
+
+    def __init__(self, message: str, param: Optional[str]) -> None:
+        super().__init__(HTTPStatus.BAD_REQUEST, message)
+        self.param = param
 
 
 class ServiceMetrics:
@@ -245,8 +320,9 @@ class PredictionApp:
     """The ASGI application: routes, limits, the JSON contract, logging and metrics."""
 
     def __init__(self, pool: BatchingPool, limits: Limits, workers: int = 1,
-                 generator: Optional[GenerationWorker] = None) -> None:
+                 generator: Optional[GenerationWorker] = None, model_name: str = "model") -> None:
         self.pool, self.limits, self.workers, self.generator = pool, limits, workers, generator
+        self.model_name = model_name  # what /v1/models lists and chat completions name
         self.log_prefix = ""  # "worker 2: " when several processes serve
         self.metrics = ServiceMetrics()
         pool.on_batch = self.metrics.batches.observe
@@ -254,8 +330,9 @@ class PredictionApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        if scope["path"] == "/generate" and scope["method"] == "POST":
-            await self._generate(scope, receive, send)
+        if scope["method"] == "POST" and scope["path"] in GENERATION_PATHS:
+            api = GenerationApi() if scope["path"] == "/generate" else ChatCompletionsApi(self.model_name)
+            await self._generate(scope, receive, send, api)
             return
         start = time.perf_counter()
         predict = scope["path"] == "/predict"
@@ -303,10 +380,12 @@ class PredictionApp:
             headers.append((b"connection", b"close"))
         return headers, body
 
-    async def _generate(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """POST /generate (see the module docstring): one answer, or a stream of events. The
-        decoding stops when the client disconnects (a task waits for that on ``receive``)."""
+    async def _generate(self, scope: Scope, receive: Receive, send: Send, api: GenerationApi) -> None:
+        """POST /generate or /v1/chat/completions (see the module docstring): one answer, or a
+        stream of events. The decoding stops when the client disconnects (a task waits for that
+        on ``receive``)."""
         start = time.perf_counter()
+        path = scope["path"]
         status, tokens = HTTPStatus.OK, 0
         try:
             try:
@@ -314,10 +393,11 @@ class PredictionApp:
                     raise RequestError(HTTPStatus.NOT_FOUND, "this model does not generate (its export has no step "
                                                              "functions): use /predict")
                 body = await self._read_body(scope, receive)
-                row, settings, stream = parse_generate_request(body, self.pool.num_fields, self.generator, self.limits)
+                row, overrides, stream = api.parse(body, self.generator, self.pool.num_fields)
+                settings = decode_settings(self.generator, overrides, self.limits)
             except RequestError as e:
                 status = e.status
-                headers, body = self._encode({"error": str(e)}, e.close)
+                headers, body = self._encode(api.error(e), e.close)
                 await send({"type": "http.response.start", "status": int(status), "headers": headers})
                 await send({"type": "http.response.body", "body": body})
                 return
@@ -325,7 +405,8 @@ class PredictionApp:
             watcher = asyncio.create_task(self._cancel_on_disconnect(receive, job))
             self.generator.submit(job)
             try:
-                status, last = await (self._stream(job, send) if stream else self._answer_generation(job, send))
+                answering = self._stream(job, send, api) if stream else self._answer_generation(job, send, api)
+                status, last = await answering
                 tokens = len(last.data.get("tokens", []))
                 self.metrics.generations.labels(last.data.get("finish_reason", "error")).inc()
             finally:
@@ -333,8 +414,8 @@ class PredictionApp:
                 watcher.cancel()
         finally:
             seconds = time.perf_counter() - start
-            self._observe("/generate", int(status), seconds, 0)
-            logger.info("%sPOST /generate %d %.1f ms %d tokens", self.log_prefix, int(status), seconds * 1000, tokens)
+            self._observe(path, int(status), seconds, 0)
+            logger.info("%sPOST %s %d %.1f ms %d tokens", self.log_prefix, path, int(status), seconds * 1000, tokens)
 
     @staticmethod
     async def _cancel_on_disconnect(receive: Receive, job: GenerationJob) -> None:
@@ -344,32 +425,37 @@ class PredictionApp:
                 job.cancel()
                 return
 
-    async def _answer_generation(self, job: GenerationJob, send: Send) -> Tuple[HTTPStatus, Event]:
+    async def _answer_generation(self, job: GenerationJob, send: Send, api: GenerationApi) -> Tuple[HTTPStatus, Event]:
         """Wait for the whole result and answer it as one JSON object."""
         while True:
             event = await job.events.get()
             if event.kind == "token":
                 continue
             status = HTTPStatus.OK if event.kind == "done" else HTTPStatus.UNPROCESSABLE_ENTITY
-            headers, body = self._encode(event.data)
+            headers, body = self._encode(api.answer(event))
             await send({"type": "http.response.start", "status": int(status), "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return status, event
 
     @staticmethod
-    async def _stream(job: GenerationJob, send: Send) -> Tuple[HTTPStatus, Event]:
+    async def _stream(job: GenerationJob, send: Send, api: GenerationApi) -> Tuple[HTTPStatus, Event]:
         """Send each event as it comes (server-sent events), until ``done`` or ``error``."""
         headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
+        first = api.stream_start()
+        if first:
+            await send({"type": "http.response.body", "body": first, "more_body": True})
         while True:
             event = await job.events.get()
             last = event.kind != "token"
-            await send({"type": "http.response.body", "body": server_sent_event(event), "more_body": not last})
+            chunk = api.stream_bytes(event)
+            if chunk or last:
+                await send({"type": "http.response.body", "body": chunk, "more_body": not last})
             if last:
                 return HTTPStatus.OK, event
 
     def _observe(self, path: str, status: int, seconds: float, inputs: int) -> None:
-        known = path if path in ("/predict", "/generate", "/health", "/metrics") else "other"
+        known = path if path in KNOWN_PATHS else "other"
         self.metrics.requests.labels(known, str(status)).inc()
         self.metrics.latency.observe(seconds)
         if status >= 500:
@@ -391,7 +477,9 @@ class PredictionApp:
                                    "onednn": self.pool.onednn or None}, 0
         if path == "/metrics" and method == "GET":
             return HTTPStatus.OK, self.metrics.exposition(), 0
-        if path in ("/predict", "/generate", "/health", "/metrics"):
+        if path == "/v1/models" and method == "GET":
+            return HTTPStatus.OK, models_list(self.model_name), 0
+        if path in KNOWN_PATHS:
             raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} is not allowed on {path}", close=True)
         raise RequestError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}", close=method != "GET")
 
@@ -474,7 +562,8 @@ class Service:
                                  options.num_threads, options.backend, options.onednn, options.task)
         self.generator = (GenerationWorker(model_dir, options.num_threads, options.backend, options.onednn,
                                            options.task) if self.pool.meta.get("steps") else None)
-        self.app = PredictionApp(self.pool, self.limits, workers, self.generator)
+        self.app = PredictionApp(self.pool, self.limits, workers, self.generator,
+                                 os.path.basename(os.path.normpath(model_dir)))
         try:
             self.socket = sock or listen(host, port)
         except ConfigError:
