@@ -106,6 +106,104 @@ def test_the_config_reads_what_baidus_config_json_holds():
     plain = Ernie45Config.from_dict({k: v for k, v in values.items() if k not in ("head_dim", "num_key_value_heads")},
                                     "config.json")
     assert (plain.head_dim, plain.num_key_value_heads) == (16, 4)
+    for change, message in (({"moe_num_experts": 64}, "moe_num_experts: a mixture-of-experts model"),
+                            ({"compression_ratio": 4.0}, "compression_ratio 4.0: positions scaled"),
+                            ({"rope_scaling": {"type": "yarn"}}, "rope_scaling: scaled rotary embeddings")):
+        with pytest.raises(ConfigError, match=f"config.json: {message}"):
+            Ernie45Config.from_dict({**values, **change}, "config.json")
+    assert Ernie45Config.from_dict({**values, "compression_ratio": 1.0, "moe_num_experts": None}, "c").hidden_size == 64
+
+
+def erniekit_checkpoint(folder, weights, config):
+    """Write ``weights`` (this model's names, Paddle's ``[in, out]`` layout) as ERNIEKit writes a
+    checkpoint (``baidu/ERNIE-4.5-*-Paddle``): ``ernie.`` names, query/key/value fused so that
+    ERNIEKit's attention recovers them (grouped: reshape to heads and split [heads, kv, kv];
+    otherwise reshape to [heads, 3 * head_dim] and split in three), gate and up fused (gate first),
+    an untied output layer ``[hidden, vocab]``, and a config.json as ERNIEKit's own."""
+    from safetensors.numpy import save_file
+    heads, kv, width = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    written = {}
+    for name, value in weights.items():
+        if ".q_proj." in name or ".k_proj." in name or ".v_proj." in name or ".up_proj." in name:
+            continue
+        target = "ernie." + name[len("model."):] if name.startswith("model.") else name
+        if ".gate_proj." in name:
+            up = weights[name.replace("gate_proj", "up_proj")]
+            written[target.replace("gate_proj", "up_gate_proj")] = np.concatenate([value, up], axis=-1)
+        else:
+            written[target] = value.T.copy() if name == "lm_head.weight" else value
+    for name, q in weights.items():
+        if ".q_proj." not in name:
+            continue
+        k, v = weights[name.replace("q_proj", "k_proj")], weights[name.replace("q_proj", "v_proj")]
+        if heads == kv:  # [in, heads, 3, width]: each head's query, key and value
+            fused = np.stack([part.reshape(part.shape[:-1] + (heads, width)) for part in (q, k, v)], axis=-2)
+            fused = fused.reshape(q.shape[:-1] + (3 * heads * width,))
+        else:
+            fused = np.concatenate([q, k, v], axis=-1)
+        written["ernie." + name[len("model."):].replace("q_proj", "qkv_proj")] = fused
+    os.makedirs(folder, exist_ok=True)
+    save_file({n: np.ascontiguousarray(v) for n, v in written.items()}, os.path.join(folder, "model.safetensors"),
+              metadata={"format": "np"})
+    erniekit_config = {k: v for k, v in config.items() if k not in ("torch_dtype", "paddleformers_version")}
+    erniekit_config.update(dtype="float32", fuse_attn_ffn=True, use_rmsnorm=True, fuse_swiglu=False)
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(erniekit_config, f)
+    return written
+
+
+@pytest.mark.parametrize("variant", ["tied", "untied"])
+def test_erniekits_paddle_checkpoints_give_paddleformers_logits(tmp_path, variant):
+    """The same model in ERNIEKit's layout (the -Paddle folders ERNIEKit's users download)."""
+    from wenxin.models.ernie45 import paddle_layout_weights
+    source = os.path.join(FIXTURES, variant)
+    with open(os.path.join(source, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    folder = str(tmp_path / "paddle")
+    written = erniekit_checkpoint(folder, paddle_layout_weights(source, Ernie45Config.from_folder(source)), config)
+    assert "ernie.layers.0.self_attn.qkv_proj.weight" in written and "ernie.layers.1.mlp.up_gate_proj.weight" in written
+    model = load_ernie45(folder)
+    model.eval()
+    np.testing.assert_allclose(model(paddle.to_tensor(REFERENCE["input_ids"])).numpy(), REFERENCE[f"{variant}_logits"],
+                               rtol=0, atol=1e-5)
+
+
+def test_erniekit_layout_without_grouped_heads_splits_each_heads_query_key_and_value(tmp_path):
+    """As many key/value heads as query heads: ERNIEKit's fused projection holds each head's
+    query, key and value in turn; the model read from it computes what the model it was written
+    from does."""
+    from wenxin.models.ernie45 import Ernie45ForCausalLM, paddle_layout_weights
+    with open(os.path.join(FIXTURES, "untied", "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    config["num_key_value_heads"] = config["num_attention_heads"]
+    paddle.seed(3)
+    original = Ernie45ForCausalLM(Ernie45Config.from_dict(config, "config.json"))
+    original.eval()
+    state = {name: value.numpy() for name, value in original.state_dict().items()}
+    erniekit_checkpoint(str(tmp_path / "paddle"), state, config)
+    read = paddle_layout_weights(str(tmp_path / "paddle"), Ernie45Config.from_folder(str(tmp_path / "paddle")))
+    assert sorted(read) == sorted(state)
+    for name, value in state.items():
+        np.testing.assert_array_equal(read[name], value, err_msg=name)
+    model = load_ernie45(str(tmp_path / "paddle"))
+    model.eval()
+    ids = paddle.to_tensor(REFERENCE["input_ids"])
+    np.testing.assert_array_equal(model(ids).numpy(), original(ids).numpy())
+
+
+def test_an_erniekit_checkpoint_that_does_not_fit_its_config_names_the_weight(tmp_path):
+    from wenxin.models.ernie45 import paddle_layout_weights
+    source = os.path.join(FIXTURES, "untied")
+    with open(os.path.join(source, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    folder = str(tmp_path / "paddle")
+    erniekit_checkpoint(folder, paddle_layout_weights(source, Ernie45Config.from_folder(source)), config)
+    config["num_key_value_heads"] = 1
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    with pytest.raises(CheckpointError, match=r"ernie\.layers\.0\.self_attn\.qkv_proj\.weight has shape \[64, 128\]; "
+                                              r"config.json's heads \(4 query, 1 key/value, 16 wide\) make it 96 wide"):
+        load_ernie45(folder)
 
 
 @pytest.mark.parametrize("stride_kernels", [True, False])

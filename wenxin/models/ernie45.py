@@ -12,8 +12,9 @@ Rotary embeddings rotate interleaved pairs: features ``2i`` and ``2i + 1`` of a 
 angle ``position / rope_theta ** (2i / head_dim)``.
 
 The folder holds ``config.json`` and the weights as safetensors: one ``model.safetensors``, or
-shards listed by ``model.safetensors.index.json``, under the names and in the layout that
-PaddleFormers and Hugging Face write (linear weights ``[out, in]``; float32, bfloat16 or float16).
+shards listed by ``model.safetensors.index.json`` (float32, bfloat16 or float16), in either layout
+Baidu publishes: the names and layout PaddleFormers and Hugging Face write (linear weights
+``[out, in]``; the ``-PT`` folders), or ERNIEKit's (``erniekit_layout``; the ``-Paddle`` folders).
 ``load_ernie45`` reads it by path; nothing is downloaded.
 """
 from __future__ import annotations
@@ -66,6 +67,13 @@ class Ernie45Config:
         model_type = values.get("model_type")
         if model_type not in (None, "ernie4_5"):
             problems.append(f"{source}: model_type is {model_type!r}, not an ERNIE 4.5 dense decoder (ernie4_5)")
+        if values.get("moe_num_experts"):
+            problems.append(f"{source}: moe_num_experts: a mixture-of-experts model; only dense decoders are supported")
+        if values.get("compression_ratio") not in (None, 1, 1.0):
+            problems.append(f"{source}: compression_ratio {values['compression_ratio']!r}: positions scaled for "
+                            f"longer contexts are not supported (1.0 only)")
+        if values.get("rope_scaling"):
+            problems.append(f"{source}: rope_scaling: scaled rotary embeddings are not supported")
         required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
         problems += [f"{source}: {key} is missing" for key in required if key not in values]
         if problems:
@@ -448,15 +456,72 @@ def bfloat16_tensors(path: str) -> Dict[str, np.ndarray]:
 
 
 def paddle_layout_weights(folder: str, config: Ernie45Config) -> Dict[str, np.ndarray]:
-    """The folder's weights by checkpoint name, as Paddle holds them (linear weights ``[in, out]``);
-    a tied model's stored copy of the output layer is dropped."""
+    """The folder's weights by checkpoint name (``model.layers.0.self_attn.q_proj.weight``), as
+    Paddle holds them (linear weights ``[in, out]``); a tied model's stored copy of the output
+    layer is dropped. The folder holds either layout Baidu publishes: the one Hugging Face's and
+    PaddleFormers' checkpoints share (``model.`` names, linear weights ``[out, in]``, the ``-PT``
+    folders), or ERNIEKit's own (``ernie.`` names, the ``-Paddle`` folders: ``erniekit_layout``)."""
     weights = read_weights(folder)
+    if any(name.startswith(ERNIEKIT_PREFIX) for name in weights):
+        weights = erniekit_layout(weights, config, folder)
+    else:
+        for name, value in weights.items():
+            if name.split(".")[-2] in LINEAR_WEIGHTS and value.ndim == 2:
+                weights[name] = np.ascontiguousarray(value.T)
     if config.tie_word_embeddings:
         weights.pop("lm_head.weight", None)  # some writers store the shared matrix twice
-    for name, value in weights.items():
-        if name.split(".")[-2] in LINEAR_WEIGHTS and value.ndim == 2:
-            weights[name] = np.ascontiguousarray(value.T)
     return weights
+
+
+ERNIEKIT_PREFIX = "ernie."  # the names of ERNIEKit's (and FastDeploy's) checkpoints
+
+
+def erniekit_layout(weights: Dict[str, np.ndarray], config: Ernie45Config, folder: str) -> Dict[str, np.ndarray]:
+    """ERNIEKit's checkpoint layout -> this model's names, as Paddle holds them.
+
+    ERNIEKit (``baidu/ERNIE-4.5-*-Paddle``) names weights ``ernie.layers.0...``, holds linear
+    weights ``[in, out]`` already, and fuses two groups of projections, which this splits:
+
+    - ``self_attn.qkv_proj`` (``[hidden, (heads + 2 kv heads) * head_dim]``): with grouped-query
+      attention, every query head, then the key heads, then the value heads; with as many key/value
+      heads as query heads, each head's query, key and value in turn (how ERNIEKit's attention
+      reshapes and splits its output);
+    - ``mlp.up_gate_proj`` (``[hidden, 2 * intermediate]``): first the half that goes through SiLU
+      (``gate_proj``), then ``up_proj``.
+
+    Its own output layer (untied) is ``[hidden, vocab]``, this model's ``[vocab, hidden]``."""
+    heads, kv_heads, width = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    converted: Dict[str, np.ndarray] = {}
+    for name, value in weights.items():
+        target = "model." + name[len(ERNIEKIT_PREFIX):] if name.startswith(ERNIEKIT_PREFIX) else name
+        module, _, kind = target.rpartition(".")  # kind: weight or bias
+        if module.endswith("self_attn.qkv_proj"):
+            expected = (heads + 2 * kv_heads) * width
+            if value.shape[-1] != expected:
+                raise CheckpointError(f"{folder}: {name} has shape {list(value.shape)}; config.json's heads "
+                                      f"({heads} query, {kv_heads} key/value, {width} wide) make it {expected} wide")
+            if heads == kv_heads:  # per head: its query, key and value
+                split = value.reshape(value.shape[:-1] + (heads, 3, width))
+                parts = [split[..., i, :].reshape(value.shape[:-1] + (heads * width,)) for i in range(3)]
+            else:
+                parts = np.split(value, [heads * width, (heads + kv_heads) * width], axis=-1)
+            attention = module[:-len("qkv_proj")]
+            for projection, part in zip(("q_proj", "k_proj", "v_proj"), parts):
+                converted[f"{attention}{projection}.{kind}"] = np.ascontiguousarray(part)
+        elif module.endswith("mlp.up_gate_proj"):
+            if value.shape[-1] != 2 * config.intermediate_size:
+                raise CheckpointError(f"{folder}: {name} has shape {list(value.shape)}; config.json's "
+                                      f"intermediate_size {config.intermediate_size} makes it "
+                                      f"{2 * config.intermediate_size} wide")
+            gate, up = np.split(value, 2, axis=-1)
+            mlp = module[:-len("up_gate_proj")]
+            converted[f"{mlp}gate_proj.{kind}"] = np.ascontiguousarray(gate)
+            converted[f"{mlp}up_proj.{kind}"] = np.ascontiguousarray(up)
+        elif target == "lm_head.weight" and not config.tie_word_embeddings and value.ndim == 2:
+            converted[target] = np.ascontiguousarray(value.T)
+        else:
+            converted[target] = value
+    return converted
 
 
 def load_ernie45(folder: str) -> Ernie45ForCausalLM:
