@@ -10,7 +10,10 @@ seconds a step. Float32 weights, as this CPU trains; a GPU in bfloat16 holds abo
 weights and activations.
 
     python examples/prepare_chat_data.py
-    python benchmarks/ernie45_memory.py --tokens 1024 --rows 1 --steps 3
+    python benchmarks/ernie45_memory.py --tokens 1024 --rows 1 --steps 3 [--modes dynamic static]
+        [--settings "LoRA r8" "LoRA r8 + recompute" full "full + recompute"]
+
+(Static mode refuses ``recompute``: docs/performance.md says why.)
 """
 from __future__ import annotations
 
@@ -39,16 +42,19 @@ SETTINGS = {"LoRA r8": {"lora": {"rank": 8, "alpha": 16.0}}, "LoRA r8 + recomput
             "full": {}, "full + recompute": {"recompute": True}}
 
 
-def task(folder: str, data: str, out: str, tokens: int, rows: int, steps: int, setting: dict) -> dict:
+def task(folder: str, data: str, out: str, tokens: int, rows: int, steps: int, setting: dict,
+         mode: str = "dynamic") -> dict:
     field = {"name": "conversation", "reader": {"type": "ChatFieldReader"}, "model_dir": folder,
              "max_seq_len": tokens, "packing": True, "pad_to_max_seq_len": True}
     reader = {"name": "train_reader", "type": "BasicDataSetReader", "fields": [field],
               "config": {"data_path": data, "format": "jsonl", "batch_size": 0, "skip_bad_lines": True}}
-    model = {"type": "Ernie45SFT", "model_dir": folder, "optimization": {"learning_rate": 1e-4}}
+    model = {"type": "Ernie45SFT", "model_dir": folder, "optimization": {"learning_rate": 1e-4},
+             "is_dygraph": int(mode == "dynamic")}
     if "lora" in setting:
         model["lora"] = setting["lora"]
+    trainer = "CustomDynamicTrainer" if mode == "dynamic" else "CustomStaticTrainer"
     return {"task": "chat", "dataset_reader": {"train_reader": reader}, "model": model,
-            "trainer": {"type": "CustomDynamicTrainer", "max_steps": steps, "output_path": out, "visualdl": False,
+            "trainer": {"type": trainer, "max_steps": steps, "output_path": out, "visualdl": False,
                         "metric": "loss", "metric_mode": "min", "save_model_step": 10 ** 6,
                         "recompute": bool(setting.get("recompute")), "train_log_step": 1}}
 
@@ -60,6 +66,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--data", default=os.path.join(REPO, "examples", "data", "chat", "train.jsonl"))
     parser.add_argument("--pf_python", default="/tmp/pf/bin/python")
+    parser.add_argument("--modes", nargs="+", default=["dynamic"], choices=["dynamic", "static"])
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="ernie45-memory-")
     folder = os.path.join(work, "model")
@@ -71,10 +79,11 @@ def main() -> None:
     weights = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder) if n.endswith(".safetensors"))
     print(f"ERNIE-4.5-0.3B shape, float32 weights {weights / 2 ** 30:.2f} GiB; batches of {args.rows} conversations "
           f"packed into rows of {args.tokens} tokens; {load_note()}")
-    print(f"{'setting':22s} {'peak RSS GiB':>12s} {'CPU s/step':>10s}")
-    for name, setting in SETTINGS.items():
-        out = os.path.join(work, name.replace(" ", "_").replace("+", ""))
-        config = task(folder, args.data, out, args.tokens, args.rows, args.steps, setting)
+    print(f"{'mode':8s} {'setting':22s} {'peak RSS GiB':>12s} {'CPU s/step':>10s}")
+    for mode, name in ((mode, name) for mode in args.modes for name in args.settings):
+        setting = SETTINGS[name]
+        out = os.path.join(work, mode + "_" + name.replace(" ", "_").replace("+", ""))
+        config = task(folder, args.data, out, args.tokens, args.rows, args.steps, setting, mode)
         config["dataset_reader"]["train_reader"]["config"]["batch_size"] = args.rows
         path = os.path.join(work, "task.json")
         with open(path, "w", encoding="utf-8") as f:
@@ -90,7 +99,8 @@ def main() -> None:
             cpu = [r["step_cpu_time"] for r in map(json.loads, f) if r.get("tag") == "train" and "step_cpu_time" in r]
         later = cpu[1:] or cpu  # the first step builds what the others reuse
         step_cpu = sorted(later)[len(later) // 2] if later else float("nan")
-        print(f"{name:22s} {peak_kib / 2 ** 20:12.2f} {step_cpu:10.1f}   (the run: {time.perf_counter() - start:.0f} s)")
+        print(f"{mode:8s} {name:22s} {peak_kib / 2 ** 20:12.2f} {step_cpu:10.1f}   "
+              f"(the run: {time.perf_counter() - start:.0f} s)", flush=True)
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -62,7 +62,7 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
         if cfg["recompute"]:
             if not config["model"]["is_dygraph"]:
                 raise ConfigError("trainer.recompute: eager mode only (model.is_dygraph: 1); Paddle's static-graph "
-                                  "recompute belongs to its auto-parallel passes")
+                                  "recompute pass saved no memory on this trainer's programs (docs/performance.md)")
             model.enable_recompute("trainer.recompute")
         return model
 
