@@ -115,12 +115,17 @@ def test_wenxin_serve_streams_an_answer_that_stops_at_the_end_of_turn(chat_expor
         assert "".join(d["text"] for _, d in events[:-1]) == done["text"] == QA[1][1]
         status, _, body = post(service.port, "/generate", {"text": QA[0][0], "max_new_tokens": 3})
         assert status == 200 and json.loads(body)["finish_reason"] == "length"
+        status, _, body = post(service.port, "/generate", {"text": QA[0][0], "stop": "散步", "stream": True})
+        events = events_of(body)
+        assert "".join(d["text"] for e, d in events if e == "token") == events[-1][1]["text"] == "很好，我们一起去公园"
+        assert events[-1][1]["finish_reason"] == "stop"
         status, _, body = post(service.port, "/generate", {"text": QA[0][0], "strategy": "sample", "temperature": 0.7,
                                                            "top_p": 0.9, "seed": 3})
         assert status == 200 and json.loads(body)["finish_reason"] in ("eos", "length")
         for bad, message in [({"text": "hi", "max_new_tokens": 10 ** 6}, "max_new_tokens"),
                              ({"text": "hi", "stop_ids": [1]}, "unknown decoding settings"),
-                             ({"text": "hi", "temperature": -1}, "temperature")]:
+                             ({"text": "hi", "temperature": -1}, "temperature"),
+                             ({"text": "hi", "stop": [""]}, '"stop": each string needs 1 to 256 characters')]:
             status, _, body = post(service.port, "/generate", bad)
             assert status == 400 and message in json.loads(body)["error"], body
     finally:
@@ -181,9 +186,18 @@ def test_openai_clients_chat_with_the_service(chat_export, chat_service):
                                            temperature=0.8, top_p=0.9, seed=5, max_tokens=20)
     assert reply.choices[0].message.content == again.choices[0].message.content  # the seed decides
 
+    before_stop = QA[0][1].split("公园")[0]
+    reply = client.chat.completions.create(model=name, messages=[{"role": "user", "content": QA[0][0]}],
+                                           temperature=0, stop=["公园", "never said"])
+    assert reply.choices[0].message.content == before_stop and reply.choices[0].finish_reason == "stop"
+    chunks = list(client.chat.completions.create(model=name, messages=[{"role": "user", "content": QA[0][0]}],
+                                                 temperature=0, stop="园散", stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == QA[0][1].split("园散")[0]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
 
 @pytest.mark.parametrize("change,param,message", [
-    ({"stop": ["。"]}, "stop", "not supported"),
+    ({"stop": ["。"] * 5}, "stop", "stop: 5 strings; at most 4"),
     ({"n": 2}, "n", "not supported"),
     ({"presence_penalty": 0.5}, "presence_penalty", "not supported"),
     ({"logprobs": True}, "logprobs", "not supported"),

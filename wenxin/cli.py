@@ -269,8 +269,8 @@ def _predict_streaming(predictor: Any, rows: List[List[str]]) -> int:
         raise ConfigError("--stream: this model does not generate (it predicts whole answers: leave --stream out)")
     for row in rows:
         sys.stdout.write("\t".join(row) + "\t")
-        for _, new_text in predictor.stream_results(row):
-            sys.stdout.write(new_text)
+        for step in predictor.stream_results(row):
+            sys.stdout.write(step.text)
             sys.stdout.flush()
         sys.stdout.write("\n")
     sys.stdout.flush()

@@ -33,8 +33,8 @@ class _Stopped(Exception):
 @dataclasses.dataclass
 class Event:
     """What a request's decoding reports: ``token`` (one token and the text it adds), ``done``
-    (the whole text, its tokens, why it ended: ``eos``, ``length``, ``time_limit``,
-    ``cancelled``, and how many tokens the prompt was) or ``error``."""
+    (the whole text, its tokens, why it ended: ``eos``, ``stop`` (a stop string), ``length``,
+    ``time_limit``, ``cancelled``, and how many tokens the prompt was) or ``error``."""
 
     kind: str
     data: Dict[str, Any]
@@ -45,8 +45,9 @@ class GenerationJob:
     loop that waits), and whether it is cancelled."""
 
     def __init__(self, row: Sequence[str], settings: DecodeSettings, time_limit: float,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop, stop: Sequence[str] = ()) -> None:
         self.row, self.settings, self.time_limit, self.loop = list(row), settings, time_limit, loop
+        self.stop = tuple(stop)  # stop strings (wenxin.inference.stop_strings)
         self.events: "asyncio.Queue[Event]" = asyncio.Queue()
         self.cancelled = threading.Event()
 
@@ -115,9 +116,13 @@ class GenerationWorker:
         result: Dict[str, Any] = {"text": "", "tokens": []}
         try:
             prompt_tokens = predictor.prompt_length(job.row)
-            for result, new_text in predictor.stream_results(job.row, job.settings, before_step):
-                job.send(Event("token", {"token": result["tokens"][-1], "text": new_text}))
-            if len(result["tokens"]) >= job.settings.max_new_tokens:
+            for step in predictor.stream_results(job.row, job.settings, before_step, job.stop):
+                result = step.result
+                # a step without a new token sends text held back for a stop string it did not become
+                job.send(Event("token", {"token": result["tokens"][-1] if step.new_token else "", "text": step.text}))
+                if step.stopped:
+                    reason = "stop"
+            if reason != "stop" and len(result["tokens"]) >= job.settings.max_new_tokens:
                 reason = "length"
         except _Stopped as e:
             reason = e.reason

@@ -9,9 +9,10 @@ A request's ``messages`` (system or developer first, then user and assistant in 
 with the user's) become the prompt ERNIEKit's SFT line describes (``system``, ``src``, ``tgt``).
 Settings: ``max_completion_tokens`` (or ``max_tokens``), ``temperature`` (0: greedy), ``top_p``,
 ``top_k``, ``seed`` (sampling without one draws a seed per request, so asking again gives
-another answer), ``n`` 1, ``stream`` and ``stream_options.include_usage``. A field that would
-change the answer and is not supported (stop strings, penalties, log probabilities, tools, ``n``
-over 1, a response format) is a 400 naming it, never ignored; ``model`` is taken as given (one
+another answer), ``stop`` (up to 4 strings), ``n`` 1, ``stream`` and
+``stream_options.include_usage``. A field that would change the answer and is not supported
+(penalties, log probabilities, tools, ``n`` over 1, a response format) is a 400 naming it, never
+ignored; ``model`` is taken as given (one
 model is served; answers name it as the export's folder).
 """
 from __future__ import annotations
@@ -22,24 +23,25 @@ import time
 import uuid
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import orjson
 
 from wenxin.inference.generation_worker import Event
+from wenxin.inference.stop_strings import parse_stop_strings
 
 # fields that change nothing here (OpenAI's client sends them as the user sets them)
 HARMLESS_FIELDS = {"model", "user", "metadata", "store", "service_tier", "parallel_tool_calls"}
 # fields that would change the answer, accepted only at the value that changes nothing
-UNSUPPORTED_UNLESS = {"stop": (None, [], ""), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
+UNSUPPORTED_UNLESS = {"presence_penalty": (None, 0), "frequency_penalty": (None, 0),
                       "logprobs": (None, False), "top_logprobs": (None, 0), "n": (None, 1), "tools": (None, []),
                       "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
                       "response_format": (None, {"type": "text"}), "logit_bias": (None, {}),
                       "reasoning_effort": (None,), "modalities": (None, ["text"]), "audio": (None,),
                       "prediction": (None,), "web_search_options": (None,)}
 SETTINGS_FIELDS = {"messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
-                   "top_p", "top_k", "seed"}
-FINISH_REASONS = {"eos": "stop", "length": "length", "time_limit": "length", "cancelled": "stop"}
+                   "top_p", "top_k", "seed", "stop"}
+FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "time_limit": "length", "cancelled": "stop"}
 
 
 class ChatRequestError(ValueError):
@@ -139,6 +141,7 @@ class ChatRequest:
     overrides: Dict[str, Any]
     stream: bool
     include_usage: bool
+    stop: Tuple[str, ...] = ()
 
 
 def parse_chat_request(data: Any, default_strategy: str) -> ChatRequest:
@@ -183,7 +186,11 @@ def parse_chat_request(data: Any, default_strategy: str) -> ChatRequest:
         overrides["seed"] = seed
     elif overrides.get("strategy", default_strategy) == "sample":
         overrides["seed"] = secrets.randbelow(2 ** 31)  # another answer each time, as OpenAI's API gives
-    return ChatRequest(row, overrides, stream, bool(options.get("include_usage", False)))
+    try:
+        stop = parse_stop_strings(data.get("stop"))
+    except ValueError as e:
+        raise ChatRequestError(f"stop: {e}", "stop") from None
+    return ChatRequest(row, overrides, stream, bool(options.get("include_usage", False)), stop)
 
 
 class ChatAnswer:

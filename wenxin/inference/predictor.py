@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -15,6 +15,7 @@ from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend, backend_class
 from wenxin.inference.paddle_backend import model_files
 from wenxin.inference.formatters import ResultFormat
+from wenxin.inference.stop_strings import StopStrings
 from wenxin.models.decoding import DecodeSettings, PromptSource, SteppedModel, decode_stream, generate_batch
 
 
@@ -27,6 +28,16 @@ def _check_model_files(model_dir: str) -> None:
         raise InferenceError(f"{model_dir}: not an exported model folder (need {MODEL_PREFIX}.json or "
                              f".pdmodel, {MODEL_PREFIX}.pdiparams and {PREPROCESS_FILE}; a generation model "
                              f"{FIRST_STEP}.json and the other step functions)")
+
+
+class StreamedText(NamedTuple):
+    """One step of ``Predictor.stream_results``: the result so far, the text this step adds,
+    whether a token was generated in it, and whether a stop string ended the answer."""
+
+    result: Dict[str, Any]
+    text: str
+    new_token: bool
+    stopped: bool
 
 
 class Predictor:
@@ -202,17 +213,32 @@ class Predictor:
         yield from decode_stream(SteppedModel(step), prompt, settings or self.settings_for())
 
     def stream_results(self, row: Sequence[str], settings: Optional[DecodeSettings] = None,
-                       before_step: Optional[Callable[[], None]] = None) -> Iterator[Tuple[Dict[str, Any], str]]:
+                       before_step: Optional[Callable[[], None]] = None,
+                       stop: Sequence[str] = ()) -> Iterator["StreamedText"]:
         """``stream`` as the result format writes it: after each generated token, the row's result
-        so far and the text that token added (empty while the ``chat`` format holds back an
-        incomplete character)."""
+        so far and the text that token adds (empty while the ``chat`` format holds back an
+        incomplete character). With ``stop`` strings (``wenxin.inference.stop_strings``) the
+        answer ends before the first one, and text that may begin one is held back until it
+        cannot; a last step without a new token then sends what was held. The steps' texts add
+        up to the last result's text."""
+        stops = StopStrings(stop)
         ids: List[int] = []
-        text = ""
+        sent = 0  # characters of the text already given out
+        result: Dict[str, Any] = {}
         for token_id in self.stream(row, settings, before_step):
             ids.append(token_id)
             result = self.result_format.results({"generated": np.asarray([ids])}, {}, [row])[0]
-            yield result, result["text"][len(text):]
             text = result["text"]
+            cut = stops.find(text, sent) if stops else None
+            if cut is not None:  # the answer ends here (returning stops the decoding)
+                result["text"] = text[:cut]
+                yield StreamedText(result, text[sent:cut], True, True)
+                return
+            shown = stops.safe_length(text) if stops else len(text)
+            yield StreamedText(result, text[sent:shown], True, False)
+            sent = max(sent, shown)
+        if result and sent < len(result["text"]):
+            yield StreamedText(result, result["text"][sent:], False, False)
 
     def _build_fields(self, model_dir: str, meta_path: str) -> List[BaseFieldReader]:
         fields = []

@@ -7,7 +7,8 @@ Endpoints:
                    -> {"predictions": [{"label", "probability", "probs"}, ...]}
     POST /generate <- {"text": "..."} or {"row": ["a", "b"]}, optional decoding settings
                       ("max_new_tokens", "strategy", "beam_size", "temperature", "top_k", "top_p",
-                      "seed", ...) and "stream" (generation models only)
+                      "seed", ...), "stop" (strings that end the answer) and "stream" (generation
+                      models only)
                    -> {"text", "tokens", "finish_reason", "prompt_tokens"}; with "stream": true,
                       server-sent events:
                       "token" ({"token", "text": what it adds}) as each is chosen, then "done"
@@ -50,6 +51,7 @@ from wenxin.common.errors import ConfigError, InferenceError, Problems
 from wenxin.inference.batching import BatchingPool
 from wenxin.inference.generation_worker import Event, GenerationJob, GenerationWorker
 from wenxin.inference.openai_chat import ChatAnswer, ChatRequestError, error_payload, models_list, parse_chat_request
+from wenxin.inference.stop_strings import parse_stop_strings
 from wenxin.models.decoding import DecodeSettings
 
 logger = logging.getLogger("wenxin.serve")
@@ -171,11 +173,22 @@ def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str
 
 GENERATION_PATHS = ("/generate", "/v1/chat/completions")
 KNOWN_PATHS = ("/predict", "/health", "/metrics", "/v1/models") + GENERATION_PATHS
-GENERATE_OPTIONS = ("text", "row", "stream")  # a /generate body's keys besides the decoding settings
+GENERATE_OPTIONS = ("text", "row", "stream", "stop")  # a /generate body's keys besides the decoding settings
 
 
-def parse_generate_request(body: bytes, num_fields: int) -> Tuple[List[str], Dict[str, Any], bool]:
-    """Validate a /generate body: the row, the decoding settings it changes, and whether to stream."""
+@dataclass
+class GenerationRequest:
+    """A checked generation request: the row to decode, the decoding settings it changes,
+    whether to stream, and its stop strings."""
+
+    row: List[str]
+    overrides: Dict[str, Any]
+    stream: bool
+    stop: Tuple[str, ...] = ()
+
+
+def parse_generate_request(body: bytes, num_fields: int) -> GenerationRequest:
+    """Validate a /generate body."""
     data = load_json_body(body)
     if not isinstance(data, dict) or ("text" in data) == ("row" in data):
         raise RequestError(HTTPStatus.BAD_REQUEST, 'expected an object with "text" (a string) or "row" '
@@ -194,7 +207,11 @@ def parse_generate_request(body: bytes, num_fields: int) -> Tuple[List[str], Dic
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(HTTPStatus.BAD_REQUEST, '"stream" must be true or false')
-    return row, {k: v for k, v in data.items() if k not in GENERATE_OPTIONS}, stream
+    try:
+        stop = parse_stop_strings(data.get("stop"))
+    except ValueError as e:
+        raise RequestError(HTTPStatus.BAD_REQUEST, f'"stop": {e}') from None
+    return GenerationRequest(row, {k: v for k, v in data.items() if k not in GENERATE_OPTIONS}, stream, stop)
 
 
 def decode_settings(worker: GenerationWorker, overrides: Dict[str, Any], limits: Limits) -> DecodeSettings:
@@ -223,8 +240,7 @@ class GenerationApi:
     """How a generation endpoint reads a request and writes its answer: ``/generate``'s own JSON
     and events (this class), or OpenAI's chat completions (``ChatCompletionsApi``)."""
 
-    def parse(self, body: bytes, worker: GenerationWorker, num_fields: int) -> Tuple[List[str], Dict[str, Any], bool]:
-        """The row to decode, the decoding settings it changes, and whether to stream."""
+    def parse(self, body: bytes, worker: GenerationWorker, num_fields: int) -> GenerationRequest:
         return parse_generate_request(body, num_fields)
 
     def error(self, e: RequestError) -> Any:
@@ -249,7 +265,7 @@ class ChatCompletionsApi(GenerationApi):
     def __init__(self, model_name: str) -> None:
         self.chat = ChatAnswer(model_name)
 
-    def parse(self, body: bytes, worker: GenerationWorker, num_fields: int) -> Tuple[List[str], Dict[str, Any], bool]:
+    def parse(self, body: bytes, worker: GenerationWorker, num_fields: int) -> GenerationRequest:
         if not worker.reference.reads_conversations:
             raise RequestError(HTTPStatus.NOT_FOUND, "this model is no chat model (its input is no conversation): "
                                                      "use /generate")
@@ -260,7 +276,7 @@ class ChatCompletionsApi(GenerationApi):
             raise ChatRefused(str(e), e.param) from None
         check_texts(request.row, "messages")
         self.chat.include_usage = request.include_usage
-        return request.row, request.overrides, request.stream
+        return GenerationRequest(request.row, request.overrides, request.stream, request.stop)
 
     def error(self, e: RequestError) -> Any:
         return error_payload(str(e), e.status, e.param if isinstance(e, ChatRefused) else None)
@@ -393,19 +409,20 @@ class PredictionApp:
                     raise RequestError(HTTPStatus.NOT_FOUND, "this model does not generate (its export has no step "
                                                              "functions): use /predict")
                 body = await self._read_body(scope, receive)
-                row, overrides, stream = api.parse(body, self.generator, self.pool.num_fields)
-                settings = decode_settings(self.generator, overrides, self.limits)
+                request = api.parse(body, self.generator, self.pool.num_fields)
+                settings = decode_settings(self.generator, request.overrides, self.limits)
             except RequestError as e:
                 status = e.status
                 headers, body = self._encode(api.error(e), e.close)
                 await send({"type": "http.response.start", "status": int(status), "headers": headers})
                 await send({"type": "http.response.body", "body": body})
                 return
-            job = GenerationJob(row, settings, self.limits.generation_timeout, asyncio.get_running_loop())
+            job = GenerationJob(request.row, settings, self.limits.generation_timeout, asyncio.get_running_loop(),
+                                request.stop)
             watcher = asyncio.create_task(self._cancel_on_disconnect(receive, job))
             self.generator.submit(job)
             try:
-                answering = self._stream(job, send, api) if stream else self._answer_generation(job, send, api)
+                answering = self._stream(job, send, api) if request.stream else self._answer_generation(job, send, api)
                 status, last = await answering
                 tokens = len(last.data.get("tokens", []))
                 self.metrics.generations.labels(last.data.get("finish_reason", "error")).inc()
