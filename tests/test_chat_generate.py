@@ -206,6 +206,7 @@ def test_openai_clients_chat_with_the_service(chat_export, chat_service):
     ({"max_tokens": 101}, None, "over the service's limit 100"),
     ({"top_p": 0}, None, "top_p 0 must be in (0, 1]"),
     ({"frobnicate": 1}, "frobnicate", "unknown field"),
+    ({"model": 3}, "model", "model: expected a string"),
     ({"messages": []}, "messages", "non-empty list"),
     ({"messages": [{"role": "assistant", "content": "hi"}]}, "messages[0].role", "answers a user message"),
     ({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}, "messages[1].role",

@@ -158,6 +158,8 @@ def parse_chat_request(data: Any, default_strategy: str) -> ChatRequest:
                 raise ChatRequestError(f"{key}: not supported by this service (it would change the answer)", key)
             continue
         raise ChatRequestError(f"{key}: unknown field", key)
+    if not isinstance(data.get("model", ""), str):
+        raise ChatRequestError("model: expected a string (the model's name)", "model")
     row = [conversation_line(data.get("messages"))]
     stream = False if data.get("stream") is None else data["stream"]
     if not isinstance(stream, bool):
