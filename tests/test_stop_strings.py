@@ -17,7 +17,7 @@ class TokenText:
         self.result_format = self
         self.decoded = 0
 
-    def stream(self, row, settings=None, before_step=None):
+    def stream(self, row, settings=None, before_step=None, prompt=None):
         for i in range(len(self.pieces)):
             self.decoded += 1
             yield i

@@ -115,8 +115,9 @@ class GenerationWorker:
         reason = "eos"
         result: Dict[str, Any] = {"text": "", "tokens": []}
         try:
-            prompt_tokens = predictor.prompt_length(job.row)
-            for step in predictor.stream_results(job.row, job.settings, before_step, job.stop):
+            prompt = predictor.prompt(job.row)  # converted once: for its length and the decoding
+            prompt_tokens = predictor.prompt_length(prompt)
+            for step in predictor.stream_results(job.row, job.settings, before_step, job.stop, prompt):
                 result = step.result
                 # a step without a new token sends text held back for a stop string it did not become
                 job.send(Event("token", {"token": result["tokens"][-1] if step.new_token else "", "text": step.text}))

@@ -192,18 +192,22 @@ class Predictor:
             raise InferenceError("this model does not generate (no step functions in its export)")
         return self.prompt_source.prompts(self.convert([row]))[0]
 
-    def prompt_length(self, row: Sequence[str]) -> int:
-        """How many tokens the model reads before it generates for ``row``."""
-        return int(next(iter(self.prompt(row).values())).shape[1])
+    @staticmethod
+    def prompt_length(prompt: Dict[str, np.ndarray]) -> int:
+        """How many tokens a ``prompt`` (``prompt``'s inputs) gives the model before it generates."""
+        return int(next(iter(prompt.values())).shape[1])
 
     def stream(self, row: Sequence[str], settings: Optional[DecodeSettings] = None,
-               before_step: Optional[Callable[[], None]] = None) -> Iterator[int]:
+               before_step: Optional[Callable[[], None]] = None,
+               prompt: Optional[Dict[str, np.ndarray]] = None) -> Iterator[int]:
         """One row's generated token ids, each as soon as it is chosen (``decode_stream``);
         stopping the iteration stops the decoding. ``before_step`` is called before every model
-        step (an exception it raises ends the decoding there: a time limit, a cancellation)."""
+        step (an exception it raises ends the decoding there: a time limit, a cancellation).
+        ``prompt``: the row's ``prompt`` inputs, where the caller has them already."""
         if self.engine is None:
             raise InferenceError("this Predictor cannot generate (not loaded)")
-        prompt = self.prompt(row)
+        if prompt is None:
+            prompt = self.prompt(row)
 
         def step(name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
             if before_step is not None:
@@ -213,8 +217,8 @@ class Predictor:
         yield from decode_stream(SteppedModel(step), prompt, settings or self.settings_for())
 
     def stream_results(self, row: Sequence[str], settings: Optional[DecodeSettings] = None,
-                       before_step: Optional[Callable[[], None]] = None,
-                       stop: Sequence[str] = ()) -> Iterator["StreamedText"]:
+                       before_step: Optional[Callable[[], None]] = None, stop: Sequence[str] = (),
+                       prompt: Optional[Dict[str, np.ndarray]] = None) -> Iterator["StreamedText"]:
         """``stream`` as the result format writes it: after each generated token, the row's result
         so far and the text that token adds (empty while the ``chat`` format holds back an
         incomplete character). With ``stop`` strings (``wenxin.inference.stop_strings``) the
@@ -225,7 +229,7 @@ class Predictor:
         ids: List[int] = []
         sent = 0  # characters of the text already given out
         result: Dict[str, Any] = {}
-        for token_id in self.stream(row, settings, before_step):
+        for token_id in self.stream(row, settings, before_step, prompt):
             ids.append(token_id)
             result = self.result_format.results({"generated": np.asarray([ids])}, {}, [row])[0]
             text = result["text"]
