@@ -90,11 +90,12 @@ class ServeOptions:
 
 
 class RequestError(Exception):
-    """A request that gets a 4xx answer; ``close`` when the connection cannot be reused."""
+    """A request that gets a 4xx answer; ``close`` when the connection cannot be reused;
+    ``param``: the request field at fault, where an API names it (OpenAI's)."""
 
-    def __init__(self, status: HTTPStatus, message: str, close: bool = False) -> None:
+    def __init__(self, status: HTTPStatus, message: str, close: bool = False, param: Optional[str] = None) -> None:
         super().__init__(message)
-        self.status, self.close = status, close
+        self.status, self.close, self.param = status, close, param
 
 
 MAX_JSON_DEPTH = 32  # a /predict body needs 3 levels ({"rows": [[...]]}); deeper is refused before parsing
@@ -273,13 +274,13 @@ class ChatCompletionsApi(GenerationApi):
         try:
             request = parse_chat_request(load_json_body(body), default.strategy if default else "greedy")
         except ChatRequestError as e:
-            raise ChatRefused(str(e), e.param) from None
+            raise RequestError(HTTPStatus.BAD_REQUEST, str(e), param=e.param) from None
         check_texts(request.row, "messages")
         self.chat.include_usage = request.include_usage
         return GenerationRequest(request.row, request.overrides, request.stream, request.stop)
 
     def error(self, e: RequestError) -> Any:
-        return error_payload(str(e), e.status, e.param if isinstance(e, ChatRefused) else None)
+        return error_payload(str(e), e.status, e.param)
 
     def answer(self, last: Event) -> Any:
         if last.kind == "done":
@@ -291,14 +292,6 @@ class ChatCompletionsApi(GenerationApi):
 
     def stream_bytes(self, event: Event) -> bytes:
         return self.chat.chunks(event)
-
-
-class ChatRefused(RequestError):
-    """A chat completions request that breaks OpenAI's API: a 400 naming the field (``param``)."""
-
-    def __init__(self, message: str, param: Optional[str]) -> None:
-        super().__init__(HTTPStatus.BAD_REQUEST, message)
-        self.param = param
 
 
 class ServiceMetrics:
