@@ -1,6 +1,7 @@
 """Processes wenxin forks (DataLoader workers, in memory and streamed; the workers converting
 parts of data files) never collect the parent's garbage: its finalizers would run without the
 parent's threads (an ONNX Runtime session's killed such a worker with SIGSEGV in the suite)."""
+import contextlib
 import gc
 import os
 
@@ -25,20 +26,27 @@ class Finalized:
             f.write(f"{os.getpid()}\n")
 
 
+@contextlib.contextmanager
+def collector_off():
+    """Garbage made inside stays uncollected until the block ends (then it is collected)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect()
+        if was_enabled:
+            gc.enable()
+
+
 @pytest.fixture
 def garbage(tmp_path):
     """A ``Finalized`` left uncollected (the collector off until the test ends); yields the
     file that names where it was finalized."""
     path = str(tmp_path / "finalized_in")
-    was_enabled = gc.isenabled()
-    gc.disable()
-    Finalized(path)
-    try:
+    with collector_off():
+        Finalized(path)
         yield path
-    finally:
-        gc.collect()
-        if was_enabled:
-            gc.enable()
 
 
 def finalized_in(path):
@@ -107,9 +115,7 @@ def test_a_worker_forked_beside_an_onnx_session_in_garbage_lives(data_dir, monke
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.checker.check_model(model)
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_off():
         for _ in range(4):
             holder = Finalized(os.devnull)
             holder.session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -118,7 +124,3 @@ def test_a_worker_forked_beside_an_onnx_session_in_garbage_lives(data_dir, monke
         monkeypatch.setattr(streaming, "convert_batch", collecting(streaming.convert_batch))
         loaded = reader(data_dir, streaming=True, shuffle_buffer=16, num_workers=2)
         assert len(list(loaded.make_loader(loaded.make_sampler(8, True, 1), numpy_batches=True))) == 13
-    finally:
-        gc.collect()
-        if was_enabled:
-            gc.enable()
