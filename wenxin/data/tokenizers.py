@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from wenxin.common.registry import RegisterSet
+from wenxin.data.nfkc import nfkc
 
 if TYPE_CHECKING:
     from wenxin.data.vocab import Vocab
@@ -27,7 +27,7 @@ class BaseTokenizer:
         self.ngram: int = config.get("ngram", 1)
 
     def normalize(self, text: str) -> str:
-        text = unicodedata.normalize("NFKC", text)  # full-width latin/digits -> half-width
+        text = nfkc(text)  # full-width latin/digits -> half-width (unicodedata's NFKC, faster on long text)
         return text.lower() if self.lowercase else text
 
     def bind_vocab(self, vocab: "Vocab") -> None:
