@@ -14,6 +14,7 @@ from wenxin.config.schema import validate
 from wenxin.config.task_schema import FIELD
 from wenxin.data import char_ids
 from wenxin.data.field_reader import TextFieldReader
+from wenxin.data.nfkc import nfkc
 from wenxin.data.vocab import Vocab
 
 # CJK, punctuation that NFKC rewrites, latin words and digits (full width too), whitespace of
@@ -47,6 +48,11 @@ def per_text(reader: TextFieldReader, texts: List[str]) -> Dict[str, np.ndarray]
     return reader.collate([reader.convert(text) for text in texts])
 
 
+def single_characters(batch_ids: char_ids.CharBatchIds, texts: List[str]) -> Any:
+    """The single-character path's answer for the batch, as ``CharBatchIds`` calls it."""
+    return batch_ids._single_characters(nfkc("\n".join(texts)), len(texts))
+
+
 @pytest.mark.parametrize("ngram", [1, 2, 3])
 @pytest.mark.parametrize("truncation_type", [0, 1, 2])
 @pytest.mark.parametrize("pad_to_max_seq_len", [False, True])
@@ -54,7 +60,7 @@ def test_batches_get_the_ids_of_text_by_text(ngram: int, truncation_type: int, p
     rng = random.Random(ngram * 100 + truncation_type * 10 + pad_to_max_seq_len)
     probe = field([], ngram=ngram)
     for _ in range(30):
-        texts = random_texts(rng, rng.randint(1, 9))
+        texts = random_texts(rng, rng.randint(char_ids.MIN_BATCH_TEXTS, 9))
         reader = field(vocab_from(probe, texts, rng), ngram=ngram, truncation_type=truncation_type,
                        pad_to_max_seq_len=pad_to_max_seq_len, max_seq_len=rng.choice([1, 5, 12, 40]),
                        padding_id=rng.choice([0, 1]))
@@ -83,13 +89,103 @@ def test_chinese_only_batches_and_case_settings() -> None:
                 np.testing.assert_array_equal(batch[name], array)
 
 
+# what the single-character path must see through: casing (final sigma, dotted I, titlecase
+# digraphs, Greek, Cyrillic), NFKC forms that become latin or digits (ﬁ, full width, ½, Ⅻ),
+# combining marks, astral characters; spaces and latin follow the Chinese, inside a row's kept
+# characters or past them
+SINGLE = ["好", "坏", "书", "质", "量", "很", "，", "。", "…", "ΟΔΟΣ", "σ", "Σ", "İ", "ǅ", "Ä", "Ж", "ﬁ", "ＡＢ",
+          "１", "½", "Ⅻ", "\u0301", "😀", "𠀀", "𐐀"]
+TAILS = ["", "", "", " x", "a", "好 好", "\u3000", "_"]
+
+
+@pytest.mark.parametrize("truncation_type", [0, 1, 2])
+@pytest.mark.parametrize("pad_to_max_seq_len", [False, True])
+def test_the_single_character_path_gets_the_ids_of_text_by_text(truncation_type: int, pad_to_max_seq_len: bool
+                                                                 ) -> None:
+    """Where it takes a batch, it gives the per-text ids; where a kept character is not a token of
+    its own it leaves the batch to the general path. It takes most batches here (counted, so
+    that the test cannot pass by never taking one)."""
+    rng = random.Random(truncation_type * 10 + pad_to_max_seq_len)
+    taken = 0
+    for _ in range(120):
+        texts = []
+        for _ in range(rng.randint(1, 9)):
+            text = "".join(rng.choice(SINGLE[:9]) for _ in range(rng.randint(0, 20)))
+            if rng.random() < 0.3:
+                text += rng.choice(SINGLE)
+            tail = rng.choice(TAILS)  # where truncation cuts first: at the end, the start, the middle
+            middle = len(text) // 2
+            texts.append([text + tail, tail + text, text[:middle] + tail + text[middle:]][truncation_type])
+        lowercase = rng.choice([None, False])
+        probe = field([], lowercase=lowercase)
+        reader = field(vocab_from(probe, texts, rng), truncation_type=truncation_type, lowercase=lowercase,
+                       pad_to_max_seq_len=pad_to_max_seq_len, max_seq_len=rng.choice([1, 5, 12, 40]),
+                       padding_id=rng.choice([0, 1]))
+        batch_ids = reader._batch_ids()
+        assert batch_ids is not None and batch_ids.char_table is not None
+        arrays = single_characters(batch_ids, texts)
+        if arrays is None:
+            continue
+        taken += 1
+        expected = per_text(reader, texts)
+        np.testing.assert_array_equal(arrays[0], expected["text_a"], err_msg=repr(texts))
+        np.testing.assert_array_equal(arrays[1], expected["text_a_seq_lens"], err_msg=repr(texts))
+        assert arrays[0].dtype == arrays[1].dtype == np.int64
+    assert taken >= 30, taken  # 39 to 57 of the 120
+
+
+@pytest.mark.parametrize("lowercase", [None, False])
+def test_every_cased_character_converts_as_text_by_text(lowercase: Any) -> None:
+    """Each of the 1,433 code points that ``str.lower`` changes, alone, between Chinese characters
+    and at a text's end (final sigma), with half of their lowercase forms in the vocab."""
+    cased = sorted(char_ids._cased())
+    rng = random.Random(3)
+    probe = field([], lowercase=lowercase)
+    texts = [text for code in cased for text in (chr(code), f"好{chr(code)}好", f"好{chr(code)}")]
+    reader = field(vocab_from(probe, texts, rng), lowercase=lowercase, max_seq_len=8)
+    for start in range(0, len(texts), 64):
+        chunk = texts[start:start + 64]
+        batch = reader.convert_column(chunk)
+        assert batch is not None
+        for name, array in per_text(reader, chunk).items():
+            np.testing.assert_array_equal(batch[name], array, err_msg=repr(chunk))
+    batch_ids = reader._batch_ids()
+    assert batch_ids is not None
+
+    def single(texts: List[str]) -> Any:
+        return single_characters(batch_ids, texts)
+    refused = lowercase is None  # lowercasing: Σ depends on its neighbours, İ becomes two characters
+    assert single(["好ж"]) is not None and (single(["好Σ"]) is None) == refused and (single(["İ"]) is None) == refused
+
+
+def test_after_a_batch_it_does_not_fit_the_single_character_path_rests() -> None:
+    """A batch with latin makes the next ``SINGLE_RETRY - 1`` batches skip the single-character
+    path (they take the general one, with the same ids); then it is tried again."""
+    reader = field(["好", "坏", "abc"], max_seq_len=8)
+    batch_ids = reader._batch_ids()
+    assert batch_ids is not None
+    batches = [["好abc", "坏 好", "好"]] + [["好坏", "坏", "好好好"]] * char_ids.SINGLE_RETRY
+    skips = []
+    for texts in batches:
+        batch = reader.convert_column(texts)
+        assert batch is not None
+        for name, array in per_text(reader, texts).items():
+            np.testing.assert_array_equal(batch[name], array)
+        skips.append(batch_ids.skip_single)
+    assert skips == list(range(char_ids.SINGLE_RETRY - 1, -1, -1)) + [0]
+
+
 def test_what_the_batch_path_leaves_to_text_by_text() -> None:
     """A text with a line break of its own, and fields the path does not cover, give None (the
     caller converts text by text)."""
     reader = field(["好"])
     assert reader.convert_column(["好\n好", "好", "好"]) is None
-    assert reader.convert_column([]) is None and reader.convert_column(["好"] * (char_ids.MIN_BATCH_TEXTS - 1)) is None
-    assert reader.convert_column(["好"] * char_ids.MIN_BATCH_TEXTS) is not None
+    assert reader.convert_column(["\ud800好", "好 a", "坏"]) is None  # a lone surrogate (no UTF-32 for it)
+    assert reader.convert_column(["\ud800好"]) is None
+    assert reader.convert_column([]) is None
+    assert reader.convert_column(["好 a"] * (char_ids.MIN_BATCH_TEXTS - 1)) is None  # the general path: too few
+    assert reader.convert_column(["好 a"] * char_ids.MIN_BATCH_TEXTS) is not None
+    assert field(["好"]).convert_column(["好"]) is not None  # the single-character path, from one text on
     every_char = field(["好"])
     every_char.tokenizer.every_char = True  # type: ignore[attr-defined]
     every_char._batch_cache = None

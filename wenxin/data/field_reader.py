@@ -16,7 +16,7 @@ import numpy as np
 from wenxin.common.constants import InstanceName
 from wenxin.common.errors import ConfigError, DataError
 from wenxin.common.registry import RegisterSet
-from wenxin.data.char_ids import MAX_NGRAM, MIN_BATCH_TEXTS, CharBatchIds
+from wenxin.data.char_ids import MAX_NGRAM, CharBatchIds
 from wenxin.data.tokenizers import BaseTokenizer, CharTokenizer
 from wenxin.data.vocab import PAD_TOKEN, Vocab
 
@@ -277,9 +277,8 @@ class TextFieldReader(BaseFieldReader):
         return {self.name: ids, f"{self.name}_{InstanceName.SEQ_LENS}": lengths}
 
     def convert_column(self, texts: List[str]) -> Optional[Dict[str, np.ndarray]]:
-        """The whole column in numpy (``CharBatchIds``) for a plain character field, from
-        ``MIN_BATCH_TEXTS`` texts on."""
-        batch_ids = self._batch_ids() if len(texts) >= MIN_BATCH_TEXTS else None
+        """The whole column in numpy (``CharBatchIds``) for a plain character field."""
+        batch_ids = self._batch_ids() if texts else None
         arrays = batch_ids(texts) if batch_ids is not None else None
         if arrays is None:
             return None
