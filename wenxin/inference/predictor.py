@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+from operator import itemgetter
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -282,12 +283,14 @@ class Predictor:
         a batch path (``BaseFieldReader.convert_column``) takes it."""
         if not self.by_column or not rows:
             return self.collate(self.examples(rows))
-        if min(map(len, rows)) < len(self.fields):
-            for row in rows:
-                self._check_width(row)
         batch: Dict[str, np.ndarray] = {}
         for col, field in enumerate(self.fields):
-            column = [row[col] for row in rows]
+            try:
+                column = list(map(itemgetter(col), rows))
+            except IndexError:  # a row too short: say which
+                for row in rows:
+                    self._check_width(row)
+                raise
             arrays = field.convert_column(column)
             if arrays is None:
                 try:
