@@ -1,7 +1,7 @@
 """Inference backends: Paddle Inference against ONNX Runtime, per model and batch size, in one run.
 
     python benchmarks/inference_backends.py [--models bow cnn transformer ernie crf] [--batches 1 16 128]
-        [--seconds 2] [--rounds 3]
+        [--seconds 2] [--rounds 3] [--texts generated|reviews]
 
 For each model (``small_models.py``: trained for one epoch on generated data, exported with
 ``model.onnx`` where paddle2onnx converts it) and batch size, it times the model alone
@@ -11,6 +11,10 @@ oneDNN setting and with ONNX Runtime. Every engine runs with one CPU thread; the
 each round, and medians are reported in texts per CPU-second (this process's CPU time, robust on
 a shared machine), with the end-to-end speed as a share of the model's own on the same engine
 (Paddle: the model alone with the oneDNN setting ``auto`` chose for the batch).
+
+``--texts reviews`` predicts the sentiment example's real reviews (``examples/data/sentiment/dev.tsv``,
+after ``python examples/prepare_sentiment_data.py``: Chinese with full-width punctuation, latin,
+digits and spaces) instead of the generated review-like texts (Chinese characters only).
 """
 from __future__ import annotations
 
@@ -40,6 +44,15 @@ def per_second(fn: Callable[[], None], items: int, seconds: float) -> float:
     return items * count / max(time.process_time() - cpu, 1e-9)
 
 
+def reviews(count: int) -> List[str]:
+    """The first ``count`` reviews of the sentiment example's dev set."""
+    path = os.path.join(REPO, "examples", "data", "sentiment", "dev.tsv")
+    if not os.path.isfile(path):
+        sys.exit(f"{path} not found: run python examples/prepare_sentiment_data.py first")
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n").split("\t")[0] for line in f][:count]
+
+
 def main() -> None:
     from small_models import MODELS, sample_texts, trained_model
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -47,16 +60,17 @@ def main() -> None:
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 16, 128])
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--texts", choices=["generated", "reviews"], default="generated")
     args = parser.parse_args()
     from wenxin.inference.predictor import Predictor
-    print(f"texts per CPU-second; {load_note()} at the start")
+    print(f"texts per CPU-second, {args.texts} texts; {load_note()} at the start")
     print("| model | batch | Paddle, oneDNN off | Paddle, oneDNN on | ONNX Runtime | ONNX Runtime / faster Paddle | "
           "Paddle (auto), end to end | end to end / model (Paddle) | ONNX Runtime, end to end | "
           "end to end / model (ONNX Runtime) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models:
         model_dir = trained_model(name, tempfile.mkdtemp(prefix=f"backends-{name}-"))
-        texts = sample_texts(name)
+        texts = sample_texts(name) if args.texts == "generated" else reviews(max(args.batches))
         engines = {"off": Predictor(model_dir, backend="paddle", onednn="off"),
                    "on": Predictor(model_dir, backend="paddle", onednn="on"),
                    "auto": Predictor(model_dir, backend="paddle")}
