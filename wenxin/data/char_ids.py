@@ -184,32 +184,33 @@ class CharBatchIds:
     def __call__(self, texts: Sequence[str]) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """``(ids [batch, width], lengths [batch])``, or None where a text holds a line break or a
         lone surrogate, or where fewer than ``MIN_BATCH_TEXTS`` texts would take the general path."""
-        if self.char_table is None and len(texts) < MIN_BATCH_TEXTS:
-            return None
-        normalized = nfkc(_PAD.join(texts))
-        if self.char_table is not None:
-            if self.skip_single:  # it did not fit a recent batch: text with latin, digits or spaces
-                self.skip_single -= 1
-            else:
-                arrays = self._single_characters(normalized, len(texts))
-                if arrays is not None:
-                    return arrays
-                self.skip_single = SINGLE_RETRY - 1
-        if len(texts) < MIN_BATCH_TEXTS:
-            return None
+        few = len(texts) < MIN_BATCH_TEXTS  # too few for the general path
+        if self.char_table is not None and not self.skip_single:
+            normalized = nfkc(_PAD.join(texts))
+            arrays = self._single_characters(normalized, len(texts))
+            if arrays is not None:
+                return arrays
+            self.skip_single = SINGLE_RETRY - 1  # it did not fit: the next batches skip it
+            return None if few else self._general(normalized, len(texts))
+        self.skip_single = max(0, self.skip_single - 1)
+        return None if few else self._general(nfkc(_PAD.join(texts)), len(texts))
+
+    def _general(self, normalized: str, count: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """Any batch of ``count`` texts (joined by ``_PAD``, NFKC-normalized): the token rule in
+        numpy; None where a text holds a line break or a lone surrogate."""
         joined = normalized.lower() if self.lowercase else normalized
         codes = _code_points(joined)  # [N]
         if codes is None:
             return None
         breaks = (codes == 10).nonzero()[0]
-        if len(breaks) != len(texts) - 1:
+        if len(breaks) != count - 1:
             return None
         if self.ngram > 1:
             codes = codes.astype(np.int64)  # n-gram keys need 63 bits
         long_tokens: Dict[int, str] = {}
         kinds = _KINDS[codes]
         if np.count_nonzero(kinds) == len(breaks):  # each character but the breaks a token: index tokens as characters
-            starts = np.empty(len(texts), dtype=np.int64)  # [B] where each text's tokens start, and how many
+            starts = np.empty(count, dtype=np.int64)  # [B] where each text's tokens start, and how many
             starts[0], starts[1:] = 0, breaks + 1
             counts = np.empty_like(starts)
             counts[:-1], counts[-1] = breaks - starts[:-1], len(codes) - starts[-1]
@@ -221,7 +222,7 @@ class CharBatchIds:
             after_word[1:] = word[:-1]
             run_starts = word & ~after_word
             positions = ((kinds == _OTHER) | run_starts).nonzero()[0]  # [M] where each token starts
-            counts = np.bincount(np.searchsorted(breaks, positions), minlength=len(texts))  # [B]
+            counts = np.bincount(np.searchsorted(breaks, positions), minlength=count)  # [B]
             starts = np.cumsum(counts) - counts
             token_codes = codes[positions]  # [M] a token's first character
             ids = np.take(self.single_ids, token_codes, mode="clip")
