@@ -79,8 +79,10 @@ def _tables() -> _Tables:
 
 def nfkc(text: str) -> str:
     """``unicodedata.normalize("NFKC", text)``, mapped character by character where that is exact."""
-    if len(text) < MIN_LENGTH or unicodedata.is_normalized("NFKC", text):
+    if len(text) < MIN_LENGTH:
         return unicodedata.normalize("NFKC", text)
+    if unicodedata.is_normalized("NFKC", text):  # (stops at the first character NFKC changes)
+        return text
     try:
         codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)  # [N]
     except UnicodeEncodeError:  # a lone surrogate
