@@ -4,7 +4,8 @@ Hand-written for a measured reason (issue 39): converting text to ids one text a
 Python took 71-88% of a bag-of-words model's prediction time; on a batch this path does the same
 work in a fixed number of numpy calls. It gives exactly the ids of ``CharTokenizer.tokenize``,
 ``Vocab.to_ids`` and ``TextFieldReader.truncate`` text by text (tested against them), because it
-normalizes with the tokenizer's own ``normalize`` and reproduces its token rule:
+normalizes as ``CharTokenizer.normalize`` does (``wenxin.data.nfkc``, then ``str.lower`` where the
+tokenizer lowercases) and reproduces its token rule:
 
 - a run of ASCII letters, digits and ``_`` is one token;
 - any other character is a token of its own, except whitespace, which is never one;
@@ -16,8 +17,8 @@ is cased). A batch where a text holds a line break itself is left to the per-tex
 
 Unigram fields take a shorter way where every character a row keeps is a token of its own (Chinese
 text without spaces, latin or digits): each text is truncated and padded as a string, and one
-table lookup turns the batch's code points into ids, lowercasing included (measured on BoW's
-batches of 16 reviews: 5.8 against 17 µs).
+table lookup turns the batch's code points into ids, lowercasing included (measured on 16
+generated Chinese reviews: 7.9 against 16.5 µs).
 """
 from __future__ import annotations
 
