@@ -76,3 +76,14 @@ def test_long_review_text_takes_the_table_path(monkeypatch: pytest.MonkeyPatch) 
     text = "这本书的质量很好，印刷清晰！不过（封面）有点旧…总体满意：推荐购买～" * 3
     assert nfkc.nfkc(text) == unicodedata.normalize("NFKC", text) and calls == []
     assert nfkc.nfkc(text + "\u0301") == unicodedata.normalize("NFKC", text + "\u0301") and len(calls) == 1
+
+
+def test_prepare_builds_the_tables_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service's warm-up builds them (``Predictor.warm_up`` calls ``prepare``); later calls
+    keep the same ones."""
+    monkeypatch.setattr(nfkc, "_TABLES", None)
+    nfkc.prepare()
+    built = nfkc._TABLES
+    assert built is not None
+    nfkc.prepare()
+    assert nfkc._TABLES is built

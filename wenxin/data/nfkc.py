@@ -77,6 +77,11 @@ def _tables() -> _Tables:
     return _TABLES
 
 
+def prepare() -> None:
+    """Build the tables now (a service's warm-up), not at the first long text that needs them."""
+    _tables()
+
+
 def nfkc(text: str) -> str:
     """``unicodedata.normalize("NFKC", text)``, mapped character by character where that is exact."""
     if len(text) < MIN_LENGTH:
