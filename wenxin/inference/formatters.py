@@ -101,8 +101,7 @@ class ClassificationFormat(ResultFormat):
     def results(self, outputs, batch, rows):  # noqa: ANN001, ANN201
         probs = outputs[InstanceName.PROBS]  # [B, C]
         best = probs.argmax(axis=-1).tolist()  # whole arrays to Python at once: per row costs 3x as much
-        labels = [self.labels[b] for b in best] if self.labels else best
-        return [{"label": label, "probability": p[b], "probs": p} for label, p, b in zip(labels, probs.tolist(), best)]
+        return [{"label": self.label(b), "probability": p[b], "probs": p} for p, b in zip(probs.tolist(), best)]
 
     def line(self, result: Dict[str, Any]) -> str:
         return f"{result['label']}\t{result['probability']:.6f}"
