@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from wenxin.data.nfkc import nfkc
+from wenxin.data.nfkc import code_points, nfkc
 from wenxin.data.tokenizers import CharTokenizer
 from wenxin.data.vocab import Vocab
 
@@ -67,15 +67,6 @@ def _cased() -> Dict[int, str]:
     if _CASED is None:
         _CASED = {code: chr(code).lower() for code in range(_BASE) if chr(code).lower() != chr(code)}
     return _CASED
-
-
-def _code_points(text: str) -> Optional[np.ndarray]:
-    """The text's code points ``[len(text)]`` (uint32); None where it holds a lone surrogate,
-    which UTF-32 cannot encode (the per-text path takes such a batch)."""
-    try:
-        return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    except UnicodeEncodeError:
-        return None
 
 
 def _gram_key(codes: Sequence[int]) -> int:
@@ -200,7 +191,7 @@ class CharBatchIds:
         """Any batch of ``count`` texts (joined by ``_PAD``, NFKC-normalized): the token rule in
         numpy; None where a text holds a line break or a lone surrogate."""
         joined = normalized.lower() if self.lowercase else normalized
-        codes = _code_points(joined)  # [N]
+        codes = code_points(joined)  # [N]
         if codes is None:
             return None
         breaks = (codes == 10).nonzero()[0]
@@ -253,7 +244,7 @@ class CharBatchIds:
             head = (size + 1) // 2
             rows = [(part if len(part) <= size else part[:head] + part[len(part) - (size - head):]).ljust(width, _PAD)
                     for part in parts]
-        codes = _code_points("".join(rows))  # [B * W]
+        codes = code_points("".join(rows))  # [B * W]
         if codes is None:
             return None
         ids = self.char_table.take(codes, mode="clip")  # type: ignore[union-attr]  # beyond the table: unknown

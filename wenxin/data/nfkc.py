@@ -77,6 +77,15 @@ def _tables() -> _Tables:
     return _TABLES
 
 
+def code_points(text: str) -> Optional[np.ndarray]:
+    """The text's code points ``[len(text)]`` (uint32); None where it holds a lone surrogate,
+    which UTF-32 cannot encode."""
+    try:
+        return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    except UnicodeEncodeError:
+        return None
+
+
 def prepare() -> None:
     """Build the tables now (a service's warm-up), not at the first long text that needs them."""
     _tables()
@@ -88,9 +97,8 @@ def nfkc(text: str) -> str:
         return unicodedata.normalize("NFKC", text)
     if unicodedata.is_normalized("NFKC", text):  # (stops at the first character NFKC changes)
         return text
-    try:
-        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)  # [N]
-    except UnicodeEncodeError:  # a lone surrogate
+    codes = code_points(text)  # [N]
+    if codes is None:
         return unicodedata.normalize("NFKC", text)
     classes, one, many = _tables()
     kinds = classes.take(codes)  # [N]
