@@ -123,6 +123,23 @@ def exported_classifier(tmp_path_factory) -> str:
     return trainer.export_inference(str(tmp / "model"))
 
 
+def with_rules(exported: str, folder: Any, **rules: Any) -> str:
+    """A copy of the export whose preprocess.json states ``rules`` (the model class's batching
+    and oneDNN rules), sealed again; Paddle's model only."""
+    from wenxin.data.export_bundle import seal_export
+    shutil.copytree(exported, folder)
+    if os.path.exists(os.path.join(folder, "model.onnx")):
+        os.remove(os.path.join(folder, "model.onnx"))
+    path = os.path.join(folder, "preprocess.json")
+    with open(path, encoding="utf-8") as f:
+        meta = json.load(f)
+    meta.update(rules)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(meta, f)
+    seal_export(str(folder))
+    return str(folder)
+
+
 def run_script(cwd: Any, args: List[str], script: str = "run_trainer.py") -> subprocess.CompletedProcess:
     """A script of this checkout (``wenxin/cli.py`` for ``wenxin ...``) run in ``cwd``, importing
     this checkout's wenxin."""

@@ -95,8 +95,11 @@ def test_ernie_classification_fine_tunes_and_exports(tmp_path, ernie_dir, mode, 
         assert onnx_predictor(trainer, moved).backend == Predictor(moved).backend == "onnxruntime"
         assert_export_matches_evaluation(trainer, moved, rows, backend="onnxruntime")
     with open(os.path.join(moved, "preprocess.json"), encoding="utf-8") as f:
-        field = json.load(f)["fields"][0]
+        meta = json.load(f)
+    field = meta["fields"][0]
     assert field["tokenizer"]["type"] == "FullTokenizer" and field["vocab_path"] == "vocab/text_a.txt"
+    # ERNIE's cost follows the padded length: rows run sorted by length (above, in batches of 7)
+    assert meta["sorted_batch_rows"] == 16 and Predictor(moved).sorted_batches(rows, 7) is not None
 
 
 def test_sentence_pairs_fine_tune_and_predict_raw_pairs(tmp_path, ernie_dir):

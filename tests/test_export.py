@@ -177,3 +177,37 @@ def test_onednn_follows_the_models_rule_or_the_setting(exported_classifier, tmp_
     np.testing.assert_allclose([r["probs"] for r in auto.predict(rows, batch_size=8)], expected, atol=1e-6)
     with pytest.raises(InferenceError, match="onednn: 'fast' is not one of auto, on, off"):
         Predictor(exported_classifier, backend="paddle", onednn="fast")
+
+
+def test_sorted_batches_follow_the_models_rule_and_keep_each_rows_result(exported_classifier, tmp_path):
+    """``sorted_batch_rows`` (ERNIE's: 16) runs more rows than that sorted by length in batches of
+    that many; each row still gets its own result, in the callers' order. Without the rule, or
+    where one batch holds every row, or where Paddle would run the whole batch with oneDNN, the
+    rows run in their order."""
+    import json
+
+    from conftest import make_sentences, with_rules
+    with open(os.path.join(exported_classifier, "preprocess.json"), encoding="utf-8") as f:
+        assert json.load(f)["sorted_batch_rows"] is None  # BoW: larger batches cost less per row
+    rows = [[t] for t, _ in make_sentences(37, seed=8)]
+    plain = Predictor(exported_classifier, backend="paddle")
+    assert plain.sorted_batches(rows, 64) is None
+    expected = plain.predict(rows, batch_size=64)
+
+    ruled = Predictor(with_rules(exported_classifier, tmp_path / "ruled", sorted_batch_rows=8), backend="paddle")
+    order = ruled.sorted_batches(rows, 64)
+    assert [len(b) for b in order] == [8, 8, 8, 8, 5]
+    flat = [i for b in order for i in b]
+    assert sorted(flat) == list(range(37)) and flat != list(range(37))
+    lengths = [len(rows[i][0]) for i in flat]
+    assert lengths == sorted(lengths)  # shortest first: each batch pads to little
+    assert [len(b) for b in ruled.sorted_batches(rows, 6)] == [6] * 6 + [1]  # batch_size below the rule
+    assert ruled.sorted_batches(rows[:8], 64) is None and ruled.sorted_batches(rows, 40) is not None
+    got = ruled.predict(rows, batch_size=64)
+    assert [r["label"] for r in got] == [r["label"] for r in expected]
+    np.testing.assert_allclose([r["probs"] for r in got], [r["probs"] for r in expected], atol=1e-6)
+
+    onednn = Predictor(with_rules(exported_classifier, tmp_path / "onednn", sorted_batch_rows=8, onednn_min_rows=32),
+                       backend="paddle")  # oneDNN runs whole batches faster: from 32 rows, no sorting
+    assert onednn.sorted_batches(rows[:31], 64) is not None and onednn.sorted_batches(rows, 64) is None
+    assert onednn.sorted_batches(rows, 31) is not None  # batches of 31 rows run without oneDNN

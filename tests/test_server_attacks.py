@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import REPO, answer_across_sigterm, make_sentences
+from conftest import REPO, answer_across_sigterm, make_sentences, with_rules
 from wenxin.inference.batching import BatchingPool
 from wenxin.inference.predictor import Predictor
 from wenxin.inference.server import Limits, RequestError, ServeOptions, Service, json_depth_exceeds, load_json_body, parse_request
@@ -302,6 +302,29 @@ def test_batching_returns_each_request_its_own_results_in_order(exported):
         assert pool.largest_batch > 3  # requests shared a model batch
         with pytest.raises(Exception, match="expected 1 columns"):
             bad.result(timeout=60)
+    finally:
+        pool.close()
+
+
+def test_batching_sorts_a_gathered_batch_by_length_where_the_model_asks(exported, tmp_path):
+    """A model whose rule is ``sorted_batch_rows`` (ERNIE's) runs the rows of requests gathered
+    together sorted by length, in model batches of that many; every request still gets its own
+    results in order, and the metrics see each model batch."""
+    pool = BatchingPool(with_rules(exported, tmp_path / "sorted", sorted_batch_rows=4), model_threads=1, max_batch=64,
+                        max_wait_ms=200, backend="paddle")
+    seen = []
+    pool.on_batch = seen.append
+    try:
+        texts = [t for t, _ in make_sentences(30, seed=13)]
+        requests = [[[t] for t in texts[i:i + 5]] for i in range(0, 30, 5)]
+        pool._busy += pool.model_threads  # as if the model threads were busy: requests gather for max_wait_ms
+        futures = [pool.submit(rows) for rows in requests]
+        expected = Predictor(exported, backend="paddle").predict([[t] for t in texts])
+        got = [r for future in futures for r in future.result(timeout=60)]
+        pool._busy -= pool.model_threads
+        assert [r["label"] for r in got] == [e["label"] for e in expected]
+        assert max(abs(a - b) for r, e in zip(got, expected) for a, b in zip(r["probs"], e["probs"])) < 1e-6
+        assert pool.largest_batch == 4 and sum(seen) == 30 and len(seen) > 6  # 5 rows a request, 4 a model batch
     finally:
         pool.close()
 

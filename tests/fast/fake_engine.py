@@ -21,6 +21,7 @@ class NumpyBow:
 
     prediction_format = "classification"
     onednn_min_rows = None
+    sorted_batch_rows = None
 
     def __init__(self, vocab_size: int, num_labels: int, seed: int) -> None:
         rng = np.random.RandomState(seed)

@@ -549,7 +549,9 @@ class BaseTrainer:
                 else:
                     outputs = self.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields)
             export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config,
-                                      self.model.prediction_format, self.model.onednn_min_rows, extra)
+                                      self.model.prediction_format,
+                                      {"onednn_min_rows": self.model.onednn_min_rows,
+                                       "sorted_batch_rows": self.model.sorted_batch_rows}, extra)
             export.seal_export(tmp)
             ckpt.replace_folder(tmp, folder)
         except OSError as e:  # a full disk: no partial export, an earlier one stays

@@ -51,9 +51,11 @@ def max_lengths(fields: Sequence[BaseFieldReader], result_format: str) -> Dict[s
 
 def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_names: Sequence[str],
                         labels: Sequence[str], config: Dict[str, Any], result_format: str = "classification",
-                        onednn_min_rows: Optional[int] = None, extra: Optional[Dict[str, Any]] = None) -> None:
+                        rules: Optional[Dict[str, Optional[int]]] = None,
+                        extra: Optional[Dict[str, Any]] = None) -> None:
     """Copy vocabs into ``folder/vocab`` and describe the fields with paths relative to ``folder``
-    (``extra``: more keys of ``preprocess.json``, a generation model's ``steps`` and ``generation``)."""
+    (``rules``: the model's ``onednn_min_rows`` and ``sorted_batch_rows``; ``extra``: more keys of
+    ``preprocess.json``, a generation model's ``steps`` and ``generation``)."""
     field_configs = []
     for field in fields:
         cfg = dict(field.config)
@@ -70,7 +72,8 @@ def write_preprocessing(folder: str, fields: Sequence[BaseFieldReader], output_n
     meta = {"format": FORMAT_VERSION, "task": config.get("task"), "model_type": config["model"]["type"],
             "fields": field_configs, "outputs": list(output_names), "labels": list(labels),
             "result_format": result_format, "max_seq_len": max_lengths(fields, result_format),
-            "onednn_min_rows": onednn_min_rows,
+            "onednn_min_rows": (rules or {}).get("onednn_min_rows"),
+            "sorted_batch_rows": (rules or {}).get("sorted_batch_rows"),
             "tensors": [{"name": s.name, "shape": s.shape, "dtype": s.dtype}
                         for f in fields for s in f.tensor_specs()], **(extra or {})}
     with open(os.path.join(folder, PREPROCESS_FILE), "w", encoding="utf-8") as f:

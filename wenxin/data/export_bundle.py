@@ -40,6 +40,7 @@ PREPROCESS: Schema = {
     "max_seq_len": Key(dict, {}, open_keys=True),
     "tensors": Key(list, [], items=Key(dict, open_keys=True)),
     "onednn_min_rows": Key((int, type(None)), None, minimum=1),  # the model's oneDNN rule (PaddleBackend)
+    "sorted_batch_rows": Key((int, type(None)), None, minimum=1),  # the model's batching rule (Predictor)
     # a generation model: each step function's program (its file prefix) with its inputs and outputs
     "steps": Key(dict, {}, items=Key(dict, children={
         "inputs": Key(list, items=Key(dict, open_keys=True)), "outputs": Key(list, items=Key(str, non_empty=True))})),

@@ -78,6 +78,11 @@ class InferenceBackend:
         """What the backend decided, by setting, in words (``{"onednn": "off (set)"}``)."""
         return {}
 
+    def splits_batch(self, rows: int) -> bool:
+        """Whether a batch of ``rows`` may run as smaller batches of rows sorted by length, where the
+        model's rule asks for it (``Predictor.sorted_batches``)."""
+        return True
+
 
 def backend_class(name: str, model_dir: str, use_gpu: bool = False) -> Type[InferenceBackend]:
     """The backend to run ``model_dir``: ``name``, or the first usable one for ``auto``. One that

@@ -75,12 +75,17 @@ def _finish(outcomes: List[Outcome]) -> None:
             pass
 
 
-class _Job:
-    """One collated batch and the requests it answers, in order."""
-    __slots__ = ("requests", "rows", "arrays")
+Part = Tuple[Optional[List[int]], Rows, Dict[str, Any]]  # a model batch: its rows' indexes in the job (None: all,
+# in order), the rows, their collated arrays
 
-    def __init__(self, requests: List[_Request], rows: Rows, arrays: Dict[str, Any]) -> None:
-        self.requests, self.rows, self.arrays = requests, rows, arrays
+
+class _Job:
+    """The rows of the requests it answers, in order, collated as one model batch or, where the
+    model sorts rows by length (``Predictor.sorted_batches``), as several."""
+    __slots__ = ("requests", "rows", "parts")
+
+    def __init__(self, requests: List[_Request], rows: Rows, parts: List[Part]) -> None:
+        self.requests, self.rows, self.parts = requests, rows, parts
 
 
 class BatchingPool:
@@ -114,6 +119,7 @@ class BatchingPool:
         self._jobs: "queue.Queue[Any]" = queue.Queue(maxsize=model_threads)
         self._ready = threading.Barrier(model_threads + 1)
         self._startup_errors: List[BaseException] = []
+        self._loaded: List[Predictor] = []  # the model threads' predictors (their engines' rules)
         self._threads = [threading.Thread(target=self._model_loop, args=(model_dir, num_threads, self.backend, onednn),
                                           name=f"wenxin-model-{i}", daemon=True) for i in range(model_threads)]
         for thread in self._threads:
@@ -123,6 +129,9 @@ class BatchingPool:
             self.close()
             error = self._startup_errors[0]
             raise error if isinstance(error, WenxinError) else InferenceError(f"{model_dir}: {error}")
+        # how a batch's rows split into model batches: the rule of a loaded predictor, whose engine
+        # has its say (only its rule is read here; the model thread alone runs it)
+        self._sorted_batches = self._loaded[0].sorted_batches
         self._collector = threading.Thread(target=self._collect_loop, name="wenxin-batcher", daemon=True)
         self._collector.start()
         self._closed = False
@@ -189,11 +198,18 @@ class BatchingPool:
             for request in batch:
                 request.pieces_rows, request.pieces = self.converter.result_format.split_rows(request.rows)
                 rows.extend(request.pieces_rows)
-            arrays = self.converter.convert(rows)
+            order = self._sorted_batches(rows, len(rows))
+            if order is None:
+                parts: List[Part] = [(None, rows, self.converter.convert(rows))]
+            else:
+                parts = []
+                for indexes in order:
+                    chunk = [rows[i] for i in indexes]
+                    parts.append((indexes, chunk, self.converter.convert(chunk)))
         except Exception:  # noqa: BLE001 (request by request below, so that a bad row fails its own request only)
             self._convert_each(batch)
             return
-        self._jobs.put(_Job(batch, rows, arrays))
+        self._jobs.put(_Job(batch, rows, parts))
 
     def _convert_each(self, batch: List[_Request]) -> None:
         kept: List[_Request] = []
@@ -215,7 +231,7 @@ class BatchingPool:
         except Exception as e:  # noqa: BLE001
             _finish([(request, None, e) for request in kept])
             return
-        self._jobs.put(_Job(kept, rows, arrays))
+        self._jobs.put(_Job(kept, rows, [(None, rows, arrays)]))
 
     # ---- the model threads -----------------------------------------------------------------
     def _model_loop(self, model_dir: str, num_threads: int, backend: str, onednn: str) -> None:
@@ -223,6 +239,8 @@ class BatchingPool:
             loaded = Predictor(model_dir, num_threads=num_threads, backend=backend, onednn=onednn)
             loaded.warm_up(min(16, self.max_batch))  # kernels built before the first request
             self.onednn = loaded.onednn
+            with self._lock:
+                self._loaded.append(loaded)
             predictor: Optional[Predictor] = loaded
         except BaseException as e:  # noqa: BLE001 (reported by the constructor)
             self._startup_errors.append(e)
@@ -237,11 +255,12 @@ class BatchingPool:
             with self._lock:
                 self._busy += 1
                 self.rows_run += len(job.rows)
-                self.largest_batch = max(self.largest_batch, len(job.rows))
+                self.largest_batch = max(self.largest_batch, *(len(rows) for _, rows, _ in job.parts))
             if self.on_batch is not None:
-                self.on_batch(len(job.rows))
+                for _, rows, _ in job.parts:
+                    self.on_batch(len(rows))
             try:
-                results = predictor.result_format.results(predictor.run(job.arrays), job.arrays, job.rows)
+                results = self._results(predictor, job)
             except Exception as e:  # noqa: BLE001 (every request of the batch gets the error)
                 logger.exception("prediction failed for a batch of %d rows", len(job.rows))
                 _finish([(request, None, e) for request in job.requests])
@@ -261,3 +280,14 @@ class BatchingPool:
                     outcomes.append((request, None, e))
             _finish(outcomes)
 
+    @staticmethod
+    def _results(predictor: Predictor, job: _Job) -> Results:
+        """The job's results, one per row in its order."""
+        results: Results = [{}] * len(job.rows)
+        for indexes, rows, arrays in job.parts:
+            part = predictor.result_format.results(predictor.run(arrays), arrays, rows)
+            if indexes is None:
+                return part
+            for i, result in zip(indexes, part):
+                results[i] = result
+        return results

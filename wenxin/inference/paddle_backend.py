@@ -99,6 +99,11 @@ class PaddleBackend(InferenceBackend):
             return True
         return self.onednn_min_rows is not None and rows >= self.onednn_min_rows
 
+    def splits_batch(self, rows: int) -> bool:
+        """Not where the batch runs with oneDNN, which is faster on whole batches (ERNIE, 128 rows:
+        sorted batches of 16 without it ran at 0.63-0.67x; ``benchmarks/sorted_batches.py``)."""
+        return not self.uses_onednn(rows)
+
     def choices(self) -> Dict[str, str]:
         """What ``uses_onednn`` decides, in words (the log and ``/health`` say it)."""
         if self.use_gpu:

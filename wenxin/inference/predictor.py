@@ -90,6 +90,9 @@ class Predictor:
         except WenxinError as e:
             raise InferenceError(str(e)) from None
         self.result_format: ResultFormat = format_cls(self.labels, self.fields)
+        # the model's batching rule (BaseModel.sorted_batch_rows): more rows than this run sorted
+        # by length, in batches of at most this many; None: in their order
+        self.sorted_batch_rows: Optional[int] = self.meta.get("sorted_batch_rows")
         self.engine: Optional[InferenceBackend] = None  # None: the model is not loaded
         self.steps: Dict[str, Dict[str, Any]] = self.meta.get("steps") or {}  # a generation model's step functions
         self.step_engines: Dict[str, InferenceBackend] = {}
@@ -347,11 +350,34 @@ class Predictor:
 
     def predict(self, rows: Sequence[Sequence[str]], batch_size: int = 64) -> List[Dict[str, Any]]:
         """One result per row, in order, in the model's result format (for classifiers
-        ``{"label", "probability", "probs"}``)."""
+        ``{"label", "probability", "probs"}``). The rows run in batches of ``batch_size`` in their
+        order, or sorted by length where the model's rule says so (``sorted_batches``)."""
         pieces_rows, pieces = self.result_format.split_rows(rows)  # long texts: several pieces
+        order = self.sorted_batches(pieces_rows, batch_size)
         results: List[Dict[str, Any]] = []
-        for start in range(0, len(pieces_rows), batch_size):
-            chunk = pieces_rows[start:start + batch_size]
-            batch = self.convert(chunk)
-            results.extend(self.result_format.results(self.run(batch), batch, chunk))
+        if order is None:
+            for start in range(0, len(pieces_rows), batch_size):
+                chunk = pieces_rows[start:start + batch_size]
+                batch = self.convert(chunk)
+                results.extend(self.result_format.results(self.run(batch), batch, chunk))
+        else:
+            results = [{}] * len(pieces_rows)
+            for indexes in order:
+                chunk = [pieces_rows[i] for i in indexes]
+                batch = self.convert(chunk)
+                for i, result in zip(indexes, self.result_format.results(self.run(batch), batch, chunk)):
+                    results[i] = result
         return self.result_format.join_results(results, pieces, rows)
+
+    def sorted_batches(self, rows: Sequence[Sequence[str]], batch_size: int) -> Optional[List[List[int]]]:
+        """The model batches of ``rows`` as lists of row indexes, where the model's rule
+        (``sorted_batch_rows``) sorts them: the rows by length (the characters of their texts),
+        cut into batches of at most ``min(batch_size, sorted_batch_rows)``. None where the rows run
+        in their order, in batches of ``batch_size``: the model has no such rule, one batch holds
+        them all, or the engine runs a whole batch faster (``InferenceBackend.splits_batch``)."""
+        size = min(batch_size, self.sorted_batch_rows or batch_size)
+        if self.sorted_batch_rows is None or len(rows) <= size or (
+                self.engine is not None and not self.engine.splits_batch(min(batch_size, len(rows)))):
+            return None
+        order = sorted(range(len(rows)), key=lambda i: sum(len(c) for c in rows[i] if isinstance(c, str)))
+        return [order[start:start + size] for start in range(0, len(order), size)]

@@ -34,6 +34,11 @@ class BaseModel(paddle.nn.Layer):
     #: 2-core CPU (docs/performance.md): oneDNN is slower at batch 1 for every model and at any
     #: batch for BoW and the CRF tagger, faster from 16 rows for convolutions and the transformer
     onednn_min_rows: Optional[int] = None
+    #: the exported model's batching rule, for a model whose cost follows the padded length
+    #: rather than the number of calls: ``Predictor.predict`` and the service run more rows than
+    #: this sorted by length, in batches of at most this many (each padded to its own longest).
+    #: None: rows run in their order (a bag of words costs less per row in larger batches)
+    sorted_batch_rows: Optional[int] = None
     #: the task package of the run (set by ``wenxin.runner`` once the model is built): where
     #: ``set_optimizer`` looks up the optimizer and schedule names before the built-ins
     task_scope: Optional[str] = None
