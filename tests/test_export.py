@@ -149,7 +149,7 @@ def test_onednn_follows_the_models_rule_or_the_setting(exported_classifier, tmp_
     np.testing.assert_allclose(first, expected, atol=1e-6)
     assert [r["probs"] for r in auto.predict(rows, batch_size=16)] == first  # the same choice every time
 
-    ruled = tmp_path / "ruled"  # a model whose class asks for oneDNN from 16 rows (CNN, transformer)
+    ruled = tmp_path / "ruled"  # a model whose class asks for oneDNN from some rows on (CNN, transformer, ERNIE: 8)
     shutil.copytree(exported_classifier, ruled)
     if (ruled / "model.onnx").exists():
         os.remove(ruled / "model.onnx")

@@ -32,8 +32,8 @@ BACKEND_HELP = ("a registered inference backend: paddle, onnxruntime (the folder
                 "Runtime when the folder has model.onnx and it is installed, else Paddle")
 TASK_HELP = ("a task package to import first (a task file's \"task\"), for a model whose fields use its own "
              "tokenizers or field readers; nothing is imported unless named")
-ONEDNN_HELP = ("the Paddle backend's oneDNN; auto: the exported model's rule (e.g. CNN and transformer models "
-               "from 16 rows a batch, BoW never), logged and shown by /health")
+ONEDNN_HELP = ("the Paddle backend's oneDNN; auto: the exported model's rule (e.g. CNN, transformer and ERNIE "
+               "models from 8 rows a batch, BoW never), logged and shown by /health")
 
 
 def version_line() -> str:

@@ -97,7 +97,7 @@ class BowClassification(BaseClassification):
 class CnnClassification(BaseClassification):
     """Convolutions of several widths, max-pooled over time."""
 
-    onednn_min_rows = 16  # oneDNN 1.4x to 3.0x faster from batch 16 (docs/performance.md)
+    onednn_min_rows = 8  # oneDNN 1.22x at batch 8, 1.83x at 16, 3.05x at 64; 0.39x at 1 (docs/performance.md)
 
     config_schema = {**BaseClassification.config_schema,
                      "num_filters": Key(int, 128, minimum=1, maximum=MAX_WIDTH),
@@ -145,7 +145,7 @@ class TransformerClassification(EncoderClassification):
     warm-started from ``ErnieMaskedLM`` pretraining) by default. For a downloaded ERNIE/BERT
     model, use ``ErnieClassification``."""
 
-    onednn_min_rows = 16  # oneDNN 1.3x to 1.5x faster from batch 16 (docs/performance.md)
+    onednn_min_rows = 8  # oneDNN 1.57x at batch 8, 1.78x at 16, 2.03x at 64; 0.79x at 1 (docs/performance.md)
 
     config_schema = {**BaseClassification.config_schema,
                      "encoder": Key(dict, {}, children={**ENCODER_SCHEMA, "type": Key(

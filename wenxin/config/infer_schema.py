@@ -26,8 +26,8 @@ INFER_SCHEMA: Schema = {
                                      "when model_dir has model.onnx (wenxin export --format onnx) and it is "
                                      "installed, else Paddle Inference"),
     "onednn": Key(str, "auto", choices=list(ONEDNN_SETTINGS),
-                  doc="the Paddle backend's oneDNN; auto: the exported model's rule (CNN and transformer models "
-                      "from 16 rows a batch, ERNIE from 128, others never)"),
+                  doc="the Paddle backend's oneDNN; auto: the exported model's rule (CNN, transformer and ERNIE "
+                      "models from 8 rows a batch, others never)"),
     "task": Key(str, "", doc="a task package to import first, for a model whose fields use its own tokenizers "
                              "or field readers (nothing is imported unless named)"),
     "output_format": Key(str, "wenxin", choices=["wenxin", "erniekit"],

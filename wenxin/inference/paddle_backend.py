@@ -31,12 +31,13 @@ class PaddleBackend(InferenceBackend):
     function of a generation export).
 
     oneDNN (setting ``onednn``: ``auto``, ``on`` or ``off``). Paddle enables it by default on CPU.
-    On this repository's 2-core CPU it made every model slower at batch 1 (0.37x to 0.83x), and
-    BoW and the CRF tagger at any batch (0.5x, 0.9x); from batch 16 the CNN and transformer faster
-    (1.3x to 3.0x) and ERNIE about even (0.93x at 16, 1.13x at 128); outputs moved by at most 4e-7
-    (docs/performance.md). ``auto`` follows the exported model's rule (``onednn_min_rows``,
-    declared by its class and recorded in ``preprocess.json``): batches of at least that many rows
-    with oneDNN, smaller ones without; a model without a rule never uses it. The choice is a rule,
+    On this repository's 2-core CPU (with the fast BLAS path, ``wenxin.common.blas``) it made every
+    model slower at batch 1 (0.39x to 0.83x), and BoW and the CRF tagger at any batch (0.45-0.55x,
+    0.85-0.95x); from batch 8 the CNN, transformer and ERNIE models faster (1.09x to 1.57x at 8,
+    1.5x to 3.0x from 16); outputs moved by at most 4e-7 (docs/performance.md). ``auto`` follows the
+    exported model's rule (``onednn_min_rows``, declared by its class and recorded in
+    ``preprocess.json``): batches of at least that many rows with oneDNN, smaller ones without; a
+    model without a rule never uses it. The choice is a rule,
     never a timing, so the same input gives the same output on an idle or a busy machine.
     """
 
@@ -100,8 +101,8 @@ class PaddleBackend(InferenceBackend):
         return self.onednn_min_rows is not None and rows >= self.onednn_min_rows
 
     def splits_batch(self, rows: int) -> bool:
-        """Not where the batch runs with oneDNN, which is faster on whole batches (ERNIE, 128 rows:
-        sorted batches of 16 without it ran at 0.63-0.67x; ``benchmarks/sorted_batches.py``)."""
+        """Not where the batch runs with oneDNN, which is faster on whole batches (ERNIE, 64 rows with
+        oneDNN from 8: sorted batches of 16 ran at 0.77-0.99x, of 8 at 0.52-0.86x; docs/performance.md)."""
         return not self.uses_onednn(rows)
 
     def choices(self) -> Dict[str, str]:

@@ -32,7 +32,7 @@ class BaseModel(paddle.nn.Layer):
     #: the exported model's oneDNN rule: Paddle Inference runs batches of at least this many rows
     #: with oneDNN, smaller ones (and every batch when None) without it. Measured per model on a
     #: 2-core CPU (docs/performance.md): oneDNN is slower at batch 1 for every model and at any
-    #: batch for BoW and the CRF tagger, faster from 16 rows for convolutions and the transformer
+    #: batch for BoW and the CRF tagger, faster from 8 rows for convolutions, transformers and ERNIE
     onednn_min_rows: Optional[int] = None
     #: the exported model's batching rule, for a model whose cost follows the padded length
     #: rather than the number of calls: ``Predictor.predict`` and the service run more rows than

@@ -33,9 +33,12 @@ class ErnieTaskModel(BaseModel):
     """Keeps the encoder at ``self.ernie``, where pretrained weights load (``ernie.*``: see
     ``wenxin.translation.pretrained``), and checks that text fields fit it."""
 
-    onednn_min_rows = 128  # oneDNN 0.93x at batch 16, 1.13x at 128 (docs/performance.md)
+    # oneDNN 1.09x (2 layers of 128) to 1.44x (ERNIE 3.0-nano's shape) at batch 8, 1.5-1.7x at 16,
+    # 1.9x at 32; 0.5-0.8x at 1 (docs/performance.md)
+    onednn_min_rows = 8
     # attention and every layer cost follow the padded length: 64 rows as sorted batches of 16 ran
-    # at 1.21x (Paddle) and 1.47x (ONNX Runtime) of one batch in their order (docs/performance.md)
+    # at 1.47x of one batch in their order on ONNX Runtime (on Paddle, which runs such batches with
+    # oneDNN, a whole batch is faster: docs/performance.md)
     sorted_batch_rows = 16
 
     config_schema = dict(ENCODER_KEYS)
