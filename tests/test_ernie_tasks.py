@@ -99,7 +99,7 @@ def test_ernie_classification_fine_tunes_and_exports(tmp_path, ernie_dir, mode, 
     field = meta["fields"][0]
     assert field["tokenizer"]["type"] == "FullTokenizer" and field["vocab_path"] == "vocab/text_a.txt"
     # ERNIE's cost follows the padded length: rows run sorted by length (above, in batches of 7)
-    assert meta["sorted_batch_rows"] == 16 and Predictor(moved).sorted_batches(rows, 7) is not None
+    assert meta["sorted_batch_rows"] == 8 and Predictor(moved).sorted_batches(rows, 7) is not None
 
 
 def test_sentence_pairs_fine_tune_and_predict_raw_pairs(tmp_path, ernie_dir):

@@ -36,10 +36,10 @@ class ErnieTaskModel(BaseModel):
     # oneDNN 1.09x (2 layers of 128) to 1.44x (ERNIE 3.0-nano's shape) at batch 8, 1.5-1.7x at 16,
     # 1.9x at 32; 0.5-0.8x at 1 (docs/performance.md)
     onednn_min_rows = 8
-    # attention and every layer cost follow the padded length: 64 rows as sorted batches of 16 ran
-    # at 1.47x of one batch in their order on ONNX Runtime (on Paddle, which runs such batches with
-    # oneDNN, a whole batch is faster: docs/performance.md)
-    sorted_batch_rows = 16
+    # attention and every layer cost follow the padded length: on ONNX Runtime, 64 rows as sorted
+    # batches of 8 ran at 1.41-1.46x of one batch in their order, 16 rows at 1.16-1.18x (on Paddle,
+    # which runs batches of 8 or more with oneDNN, a whole batch is faster: docs/performance.md)
+    sorted_batch_rows = 8
 
     config_schema = dict(ENCODER_KEYS)
 
