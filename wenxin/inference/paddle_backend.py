@@ -37,8 +37,8 @@ class PaddleBackend(InferenceBackend):
     1.5x to 3.0x from 16); outputs moved by at most 4e-7 (docs/performance.md). ``auto`` follows the
     exported model's rule (``onednn_min_rows``, declared by its class and recorded in
     ``preprocess.json``): batches of at least that many rows with oneDNN, smaller ones without; a
-    model without a rule never uses it. The choice is a rule,
-    never a timing, so the same input gives the same output on an idle or a busy machine.
+    model without a rule never uses it. The choice is a rule, never a timing, so the same input
+    gives the same output on an idle or a busy machine.
     """
 
     name = "paddle"
