@@ -18,6 +18,7 @@ A backend of your own is one module::
         def unusable(cls, model_dir, use_gpu): ...   # why it cannot run the folder, or None
         def __init__(self, model_dir, meta, options): ...  # load; set input_names
         def run(self, batch): ...            # {input name: array} -> the outputs, in order
+        def splits_batch(self, rows): ...    # optional: False where a whole batch runs faster
 
 imported before the Predictor starts (by a task package, say); ``--backend mine`` then picks it.
 """
