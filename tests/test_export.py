@@ -129,10 +129,8 @@ def test_onednn_follows_the_models_rule_or_the_setting(exported_classifier, tmp_
     the same probabilities within float rounding."""
     import json
     import logging
-    import shutil
 
-    from conftest import make_sentences
-    from wenxin.data.export_bundle import seal_export
+    from conftest import make_sentences, with_rules
     rows = [[t] for t, _ in make_sentences(32, seed=5)]
     off = Predictor(exported_classifier, backend="paddle", onednn="off")
     expected = [r["probs"] for r in off.predict(rows, batch_size=16)]
@@ -149,14 +147,8 @@ def test_onednn_follows_the_models_rule_or_the_setting(exported_classifier, tmp_
     np.testing.assert_allclose(first, expected, atol=1e-6)
     assert [r["probs"] for r in auto.predict(rows, batch_size=16)] == first  # the same choice every time
 
-    ruled = tmp_path / "ruled"  # a model whose class asks for oneDNN from some rows on (CNN, transformer, ERNIE: 8)
-    shutil.copytree(exported_classifier, ruled)
-    if (ruled / "model.onnx").exists():
-        os.remove(ruled / "model.onnx")
-    meta = json.loads((ruled / "preprocess.json").read_text(encoding="utf-8"))
-    meta["onednn_min_rows"] = 16
-    (ruled / "preprocess.json").write_text(json.dumps(meta), encoding="utf-8")
-    seal_export(str(ruled))
+    # a model whose class asks for oneDNN from some rows on (CNN, transformer, ERNIE: 8)
+    ruled = with_rules(exported_classifier, tmp_path / "ruled", onednn_min_rows=16)
     logger, records, level = logging.getLogger("wenxin"), [], logging.getLogger("wenxin").level
     handler = logging.Handler()
     handler.emit = records.append
@@ -180,7 +172,7 @@ def test_onednn_follows_the_models_rule_or_the_setting(exported_classifier, tmp_
 
 
 def test_sorted_batches_follow_the_models_rule_and_keep_each_rows_result(exported_classifier, tmp_path):
-    """``sorted_batch_rows`` (ERNIE's: 16) runs more rows than that sorted by length in batches of
+    """``sorted_batch_rows`` (ERNIE's: 8) runs more rows than that sorted by length in batches of
     that many; each row still gets its own result, in the callers' order. Without the rule, or
     where one batch holds every row, or where Paddle would run the whole batch with oneDNN, the
     rows run in their order."""

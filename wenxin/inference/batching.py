@@ -283,11 +283,7 @@ class BatchingPool:
     @staticmethod
     def _results(predictor: Predictor, job: _Job) -> Results:
         """The job's results, one per row in its order."""
-        results: Results = [{}] * len(job.rows)
-        for indexes, rows, arrays in job.parts:
-            part = predictor.result_format.results(predictor.run(arrays), arrays, rows)
-            if indexes is None:
-                return part
-            for i, result in zip(indexes, part):
-                results[i] = result
-        return results
+        indexes, rows, arrays = job.parts[0]
+        if indexes is None:  # one batch, in order
+            return predictor.result_format.results(predictor.run(arrays), arrays, rows)
+        return predictor.run_sorted(job.parts, len(job.rows))  # type: ignore[arg-type]  # every part has its indexes

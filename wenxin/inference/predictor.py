@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 from operator import itemgetter
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -361,13 +361,20 @@ class Predictor:
                 batch = self.convert(chunk)
                 results.extend(self.result_format.results(self.run(batch), batch, chunk))
         else:
-            results = [{}] * len(pieces_rows)
-            for indexes in order:
-                chunk = [pieces_rows[i] for i in indexes]
-                batch = self.convert(chunk)
-                for i, result in zip(indexes, self.result_format.results(self.run(batch), batch, chunk)):
-                    results[i] = result
+            chunks = [(indexes, [pieces_rows[i] for i in indexes]) for indexes in order]
+            results = self.run_sorted(((indexes, chunk, self.convert(chunk)) for indexes, chunk in chunks),
+                                      len(pieces_rows))
         return self.result_format.join_results(results, pieces, rows)
+
+    def run_sorted(self, parts: Iterable[Tuple[List[int], Sequence[Sequence[str]], Dict[str, np.ndarray]]],
+                   count: int) -> List[Dict[str, Any]]:
+        """The results of ``count`` rows run as the batches of ``sorted_batches``, each part its
+        rows' indexes, the rows and their converted batch: one result per row, in the rows' order."""
+        results: List[Dict[str, Any]] = [{}] * count
+        for indexes, rows, batch in parts:
+            for i, result in zip(indexes, self.result_format.results(self.run(batch), batch, rows)):
+                results[i] = result
+        return results
 
     def sorted_batches(self, rows: Sequence[Sequence[str]], batch_size: int) -> Optional[List[List[int]]]:
         """The model batches of ``rows`` as lists of row indexes, where the model's rule
