@@ -1,9 +1,12 @@
-"""Package layout only (metadata is in pyproject.toml): the repository keeps the built-in tasks
-in ``tasks/`` and the example task files in ``examples/``; installed, they are ``wenxin.tasks``
-and ``wenxin.examples``, so a wheel finds them by name from any working folder."""
+"""Package layout (metadata is in pyproject.toml): the repository keeps the built-in tasks in
+``tasks/`` and the example task files in ``examples/``; installed, they are ``wenxin.tasks`` and
+``wenxin.examples``, so a wheel finds them by name from any working folder. And one optional C
+extension, ``wenxin.data._char_ids_native`` (text to ids for character fields, see
+``wenxin/data/char_ids.py``): where no C compiler is at hand it is skipped with a warning, and
+wenxin converts that text in numpy instead, to the same ids."""
 import os
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAPPED = {"wenxin.tasks": "tasks", "wenxin.examples": "examples"}
@@ -38,6 +41,8 @@ setup(
     packages=find_packages(include=["wenxin", "wenxin.*"]) + list(MAPPED_PACKAGES) + ["wenxin.studio.static"],
     package_dir=MAPPED_PACKAGES,
     package_data={**{p: list(DATA_FILES) for p in DATA_PACKAGES}, "wenxin.examples": ["*.json", "*.py", "*.yaml"],
-                  "wenxin": ["py.typed"],  # PEP 561: wenxin's type hints are for its users' type checkers too
+                  # PEP 561: wenxin's type hints are for its users' type checkers too (the C kernel's too)
+                  "wenxin": ["py.typed"], "wenxin.data": ["_char_ids_native.pyi"],
                   "wenxin.studio.static": ["*.js", "*.css", "*.LICENSE"]},
+    ext_modules=[Extension("wenxin.data._char_ids_native", ["wenxin/data/_char_ids_native.c"], optional=True)],
 )

@@ -1,10 +1,14 @@
 """The batch path for character fields (``CharBatchIds``) against the per-text path it replaces:
-the same ids and lengths for every text, tokenizer and field setting, on hostile text too."""
+the same ids and lengths for every text, tokenizer and field setting, on hostile text too; both
+ways it takes, the C kernel (``native``) and numpy."""
 from __future__ import annotations
 
+import os
 import random
 import re
+import shutil
 import sys
+import sysconfig
 from typing import Any, Dict, List
 
 import numpy as np
@@ -48,15 +52,27 @@ def per_text(reader: TextFieldReader, texts: List[str]) -> Dict[str, np.ndarray]
     return reader.collate([reader.convert(text) for text in texts])
 
 
+def batch_ids_of(reader: TextFieldReader, native: bool) -> char_ids.CharBatchIds:
+    """The field's batch converter, set to take the C kernel first or to go straight to numpy."""
+    if native and char_ids._char_ids_native is None:
+        pytest.skip("the C kernel was not built (no C compiler at install; test_the_c_kernel_is_built)")
+    batch_ids = reader._batch_ids()
+    assert batch_ids is not None
+    batch_ids.use_native = native
+    return batch_ids
+
+
 def single_characters(batch_ids: char_ids.CharBatchIds, texts: List[str]) -> Any:
     """The single-character path's answer for the batch, as ``CharBatchIds`` calls it."""
     return batch_ids._single_characters(nfkc("\n".join(texts)), len(texts))
 
 
+@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("ngram", [1, 2, 3])
 @pytest.mark.parametrize("truncation_type", [0, 1, 2])
 @pytest.mark.parametrize("pad_to_max_seq_len", [False, True])
-def test_batches_get_the_ids_of_text_by_text(ngram: int, truncation_type: int, pad_to_max_seq_len: bool) -> None:
+def test_batches_get_the_ids_of_text_by_text(ngram: int, truncation_type: int, pad_to_max_seq_len: bool,
+                                             native: bool) -> None:
     rng = random.Random(ngram * 100 + truncation_type * 10 + pad_to_max_seq_len)
     probe = field([], ngram=ngram)
     for _ in range(30):
@@ -64,7 +80,7 @@ def test_batches_get_the_ids_of_text_by_text(ngram: int, truncation_type: int, p
         reader = field(vocab_from(probe, texts, rng), ngram=ngram, truncation_type=truncation_type,
                        pad_to_max_seq_len=pad_to_max_seq_len, max_seq_len=rng.choice([1, 5, 12, 40]),
                        padding_id=rng.choice([0, 1]))
-        arrays = reader._batch_ids()(texts)
+        arrays = batch_ids_of(reader, native)(texts)
         assert arrays is not None
         batch = {"text_a": arrays[0], "text_a_seq_lens": arrays[1]}
         expected = per_text(reader, texts)
@@ -74,7 +90,8 @@ def test_batches_get_the_ids_of_text_by_text(ngram: int, truncation_type: int, p
             assert batch[name].dtype == np.int64
 
 
-def test_chinese_only_batches_and_case_settings() -> None:
+@pytest.mark.parametrize("native", [True, False])
+def test_chinese_only_batches_and_case_settings(native: bool) -> None:
     """The each-character-a-token path (no latin, digits or spaces), with lowercase on and off."""
     rng = random.Random(7)
     cjk = [p for p in PIECES if re.fullmatch(r"[^\sA-Za-z0-9_ＡＢ１２]+", p) and p not in ("ﬁ", "Ⅻ", "㍿")]
@@ -83,6 +100,7 @@ def test_chinese_only_batches_and_case_settings() -> None:
             texts = ["".join(rng.choice(cjk) for _ in range(rng.randint(0, 30))) for _ in range(16)]
             probe = field([], ngram=ngram, lowercase=lowercase)
             reader = field(vocab_from(probe, texts, rng), ngram=ngram, lowercase=lowercase, max_seq_len=64)
+            batch_ids_of(reader, native)
             batch = reader.convert_column(texts)
             assert batch is not None
             for name, array in per_text(reader, texts).items():
@@ -121,8 +139,8 @@ def test_the_single_character_path_gets_the_ids_of_text_by_text(truncation_type:
         reader = field(vocab_from(probe, texts, rng), truncation_type=truncation_type, lowercase=lowercase,
                        pad_to_max_seq_len=pad_to_max_seq_len, max_seq_len=rng.choice([1, 5, 12, 40]),
                        padding_id=rng.choice([0, 1]))
-        batch_ids = reader._batch_ids()
-        assert batch_ids is not None and batch_ids.char_table is not None
+        batch_ids = batch_ids_of(reader, False)
+        assert batch_ids.char_table is not None
         arrays = single_characters(batch_ids, texts)
         if arrays is None:
             continue
@@ -134,8 +152,9 @@ def test_the_single_character_path_gets_the_ids_of_text_by_text(truncation_type:
     assert taken >= 30, taken  # 39 to 57 of the 120
 
 
+@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("lowercase", [None, False])
-def test_every_cased_character_converts_as_text_by_text(lowercase: Any) -> None:
+def test_every_cased_character_converts_as_text_by_text(lowercase: Any, native: bool) -> None:
     """Each of the 1,433 code points that ``str.lower`` changes, alone, between Chinese characters
     and at a text's end (final sigma), with half of their lowercase forms in the vocab."""
     cased = sorted(char_ids._cased())
@@ -143,6 +162,7 @@ def test_every_cased_character_converts_as_text_by_text(lowercase: Any) -> None:
     probe = field([], lowercase=lowercase)
     texts = [text for code in cased for text in (chr(code), f"好{chr(code)}好", f"好{chr(code)}")]
     reader = field(vocab_from(probe, texts, rng), lowercase=lowercase, max_seq_len=8)
+    batch_ids_of(reader, native)
     for start in range(0, len(texts), 64):
         chunk = texts[start:start + 64]
         batch = reader.convert_column(chunk)
@@ -162,8 +182,7 @@ def test_after_a_batch_it_does_not_fit_the_single_character_path_rests() -> None
     """A batch with latin makes the next ``SINGLE_RETRY - 1`` batches skip the single-character
     path (they take the general one, with the same ids); then it is tried again."""
     reader = field(["好", "坏", "abc"], max_seq_len=8)
-    batch_ids = reader._batch_ids()
-    assert batch_ids is not None
+    batch_ids = batch_ids_of(reader, False)
     batches = [["好abc", "坏 好", "好"]] + [["好坏", "坏", "好好好"]] * char_ids.SINGLE_RETRY
     skips = []
     for texts in batches:
@@ -176,9 +195,10 @@ def test_after_a_batch_it_does_not_fit_the_single_character_path_rests() -> None
 
 
 def test_what_the_batch_path_leaves_to_text_by_text() -> None:
-    """A text with a line break of its own, and fields the path does not cover, give None (the
-    caller converts text by text)."""
+    """A text with a line break of its own (numpy's path), and fields the path does not cover,
+    give None (the caller converts text by text)."""
     reader = field(["好"])
+    batch_ids_of(reader, False)
     assert reader.convert_column(["好\n好", "好", "好"]) is None
     assert reader.convert_column(["\ud800好", "好 a", "坏"]) is None  # a lone surrogate (no UTF-32 for it)
     assert reader.convert_column(["\ud800好"]) is None
@@ -224,3 +244,100 @@ def test_the_key_table_answers_as_a_dict_does(size: int) -> None:
     queries = np.concatenate([keys, keys[::-1], rng.integers(0, 2 ** 62, 3 * size + 3), np.arange(size + 3)])
     np.testing.assert_array_equal(table.get(queries), [expected.get(q, -7) for q in queries.tolist()])
     assert table.get(np.zeros(0, dtype=np.int64)).shape == (0,)
+
+
+# what the C kernel takes whole: NFKC that expands (to 18 characters: ﷽; to capitals: ㎒), line
+# breaks and other whitespace inside a text, latin runs in n-grams, astral characters, casing
+# that does not depend on its neighbours
+KERNEL_PIECES = ["好", "坏", "书", "，", "…", "﷽", "㎒", "ＡＢ", "abc", "Word", "x", "9", "a_1", " ", "\n", "\t",
+                 "\u3000", "σ", "ǅ", "Ж", "😀", "𠀀", "ﬁ", "½", "Ⅻ"]
+
+
+@pytest.mark.parametrize("lowercase", [None, False])
+@pytest.mark.parametrize("ngram", [1, 2, 3])
+def test_the_c_kernel_takes_every_batch_of_context_free_text(ngram: int, lowercase: Any) -> None:
+    """Batches of 1 to 9 texts (one text too: the kernel has no lower bound), each converted by
+    the kernel itself, not by the numpy path after a refusal."""
+    rng = random.Random(ngram * 10 + (lowercase is None))
+    probe = field([], ngram=ngram, lowercase=lowercase)
+    for _ in range(40):
+        texts = ["".join(rng.choice(KERNEL_PIECES) for _ in range(rng.randint(0, 30)))
+                 for _ in range(rng.randint(1, 9))]
+        reader = field(vocab_from(probe, texts, rng), ngram=ngram, lowercase=lowercase,
+                       truncation_type=rng.choice([0, 1, 2]), max_seq_len=rng.choice([1, 5, 12, 40]),
+                       pad_to_max_seq_len=rng.random() < 0.3, padding_id=rng.choice([0, 1]))
+        arrays = batch_ids_of(reader, True)._native(texts)
+        assert arrays is not None, repr(texts)
+        expected = per_text(reader, texts)
+        np.testing.assert_array_equal(arrays[0], expected["text_a"], err_msg=repr(texts))
+        np.testing.assert_array_equal(arrays[1], expected["text_a_seq_lens"], err_msg=repr(texts))
+        assert arrays[0].dtype == arrays[1].dtype == np.int64 and arrays[0].flags.c_contiguous
+
+
+def test_the_c_kernel_refuses_what_depends_on_neighbours_and_numpy_takes_it() -> None:
+    """A combining mark (NFKC composes it), ``Σ`` and ``İ`` where the field lowercases, and a lone
+    surrogate: the kernel gives None, and the batch path still gives the per-text ids (or None
+    for the surrogate, which then goes text by text)."""
+    for lowercase, text, refused in [(None, "好e\u0301", True), (False, "好e\u0301", True), (None, "好Σ", True),
+                                     (False, "好Σ", False), (None, "İ好", True), (False, "İ好", False),
+                                     (None, "好σ", False)]:
+        texts = [text, "坏 abc", "好"]
+        reader = field(["好", "坏", "abc", "σ", "ς", "Σ", "é"], lowercase=lowercase)
+        batch_ids = batch_ids_of(reader, True)
+        assert (batch_ids._native(texts) is None) == refused, (text, lowercase)
+        batch = reader.convert_column(texts)
+        assert batch is not None
+        for name, array in per_text(reader, texts).items():
+            np.testing.assert_array_equal(batch[name], array, err_msg=repr(texts))
+    reader = field(["好"])
+    assert batch_ids_of(reader, True)._native(["\ud800好", "好"]) is None
+    assert reader.convert_column(["\ud800好", "好 a", "坏"]) is None
+
+
+def test_the_c_kernel_converts_every_code_point_as_text_by_text() -> None:
+    """Every code point but the surrogates, in texts of 64 random ones, a text at a time: the
+    kernel's ids where it takes the text (most of them: it refuses one holding a character whose
+    NFKC or lower case depends on its neighbours)."""
+    rng = random.Random(11)
+    codes = [c for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
+    rng.shuffle(codes)
+    texts = ["".join(map(chr, codes[start:start + 64])) for start in range(0, len(codes), 64)]
+    reader = field(vocab_from(field([], ngram=2), texts[::50], rng), ngram=2, max_seq_len=200)
+    batch_ids = batch_ids_of(reader, True)
+    taken = 0
+    for text in texts:
+        arrays = batch_ids._native([text])
+        if arrays is None:
+            continue
+        taken += 1
+        expected = reader.convert(text)
+        np.testing.assert_array_equal(arrays[0][0, :len(expected)], expected, err_msg=repr(text))
+        assert arrays[1][0] == len(expected)
+    assert taken > 0.7 * len(texts), (taken, len(texts))
+
+
+def test_the_c_kernel_is_built_where_a_c_compiler_is() -> None:
+    """``pip install`` builds the kernel where it finds a C compiler and Python's headers; then
+    its absence is a failed build, not a machine without a compiler."""
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+    if shutil.which(compiler) is None or not os.path.isfile(headers):
+        pytest.skip(f"no C compiler ({compiler}) or no Python headers here: the numpy path converts")
+    assert char_ids._char_ids_native is not None, \
+        "wenxin.data._char_ids_native is missing: run pip install -e . and read its warning"
+
+
+def test_the_c_kernel_checks_its_tables() -> None:
+    native = char_ids._char_ids_native
+    if native is None:
+        pytest.skip("the C kernel was not built")
+    tables = dict(kinds=char_ids._KINDS, classes=np.zeros(10, np.uint8), one=np.zeros(10, np.uint32),
+                  lower=np.zeros(10, np.uint32), single_ids=np.zeros(3, np.int64), gram_tables=(), many={},
+                  token_to_id={}, unk_id=1, padding_id=0, max_seq_len=8, width=0, ngram=1, truncation_type=0,
+                  lowercase=True)
+    with pytest.raises(ValueError, match="every code point"):
+        native.Kernel(**tables)
+    with pytest.raises(ValueError, match="ngram 1-3"):
+        native.Kernel(**{**tables, "ngram": 2})
+    with pytest.raises(ValueError, match="1-d array of 8-byte"):
+        native.Kernel(**{**tables, "single_ids": np.zeros(3, np.int32)})

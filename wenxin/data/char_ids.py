@@ -19,6 +19,12 @@ Unigram fields take a shorter way where every character a row keeps is a token o
 text without spaces, latin or digits): each text is truncated and padded as a string, and one
 table lookup turns the batch's code points into ids, lowercasing included (measured on 16
 generated Chinese reviews: 7.9 against 16.5 µs).
+
+Where the C kernel ``wenxin.data._char_ids_native`` was built at install (``setup.py``; it is
+optional, for machines without a C compiler), it takes a batch first: the same rules in one pass
+of C over each text, from tables this module and ``wenxin.data.nfkc`` build (``NativeIds``). A
+batch it refuses (a character whose NFKC or lower case depends on its neighbours, a lone
+surrogate) takes the numpy path.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from wenxin.data.nfkc import code_points, nfkc
+from wenxin.data.nfkc import code_points, nfkc, tables
 from wenxin.data.tokenizers import CharTokenizer
 from wenxin.data.vocab import Vocab
 
@@ -46,6 +52,12 @@ _SPACE_LIMIT = 0x3001  # every whitespace code point lies below (U+3000 is the l
 _NOT_ONE_TOKEN = -1  # in a single-character table: a code point that is not a token of its own
 _PAD = "\n"  # pads the single-character path's rows: never a text's own (texts are split at it)
 _CASED: Optional[Dict[int, str]] = None  # code point -> its str.lower, where that differs (see _cased)
+_LOWER: Optional[np.ndarray] = None  # see _lower_table
+
+try:  # the C kernel: built at install where a C compiler is (setup.py marks it optional)
+    from wenxin.data import _char_ids_native
+except ImportError:  # pragma: no cover - a machine without a C compiler at install
+    _char_ids_native = None  # type: ignore[assignment]
 
 
 def _kind_table() -> np.ndarray:
@@ -67,6 +79,20 @@ def _cased() -> Dict[int, str]:
     if _CASED is None:
         _CASED = {code: chr(code).lower() for code in range(_BASE) if chr(code).lower() != chr(code)}
     return _CASED
+
+
+def _lower_table() -> np.ndarray:
+    """Code point -> its ``str.lower`` where that is one character that does not depend on its
+    neighbours; ``NO_LOWER`` where it does (``Σ``) or is longer (``İ``). Up to the last cased
+    code point; those above it are their own lower case. Made once (with ``_cased``)."""
+    global _LOWER
+    if _LOWER is None:
+        cased = _cased()
+        table = np.arange(max(cased) + 1, dtype=np.uint32)
+        for code, lower in cased.items():
+            table[code] = ord(lower) if len(lower) == 1 and code != 0x3A3 else _char_ids_native.NO_LOWER
+        _LOWER = table
+    return _LOWER
 
 
 def _gram_key(codes: Sequence[int]) -> int:
@@ -151,6 +177,9 @@ class CharBatchIds:
         self.char_table = self._char_table(singles, tokenizer.lowercase) \
             if self.ngram == 1 and padding_id >= 0 else None
         self.skip_single = 0  # batches left before the single-character path is tried again (see __call__)
+        self.room = max(width, max_seq_len, 1)  # the most ids a padded row can hold
+        self.native: Optional[_char_ids_native.Kernel] = None  # made at the first batch (its tables: 0.3 s a process)
+        self.use_native = _char_ids_native is not None
 
     def _char_table(self, singles: Dict[int, int], lowercase: bool) -> np.ndarray:
         """Code point (of NFKC text, not lowercased) -> its id as a one-character token, for the
@@ -176,6 +205,10 @@ class CharBatchIds:
     def __call__(self, texts: Sequence[str]) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """``(ids [batch, width], lengths [batch])``, or None where a text holds a line break or a
         lone surrogate, or where fewer than ``MIN_BATCH_TEXTS`` texts would take the general path."""
+        if self.use_native:
+            arrays = self._native(texts if isinstance(texts, list) else list(texts))
+            if arrays is not None:
+                return arrays
         few = len(texts) < MIN_BATCH_TEXTS  # too few for the general path
         if self.char_table is not None and not self.skip_single:
             normalized = nfkc(_PAD.join(texts))
@@ -186,6 +219,22 @@ class CharBatchIds:
             return None if few else self._general(normalized, len(texts))
         self.skip_single = max(0, self.skip_single - 1)
         return None if few else self._general(nfkc(_PAD.join(texts)), len(texts))
+
+    def _native(self, texts: List[str]) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """The batch through the C kernel; None where it refuses the batch."""
+        if self.native is None:
+            classes, one, many = tables()
+            grams = tuple((table.keys, table.values, int(table.shift), table.mask)
+                          for _, table in sorted(self.gram_tables.items()))
+            self.native = _char_ids_native.Kernel(
+                _KINDS, classes, one, _lower_table(), self.single_ids, grams, many, self.token_to_id, self.unk_id,
+                self.padding_id, self.max_seq_len, self.width, self.ngram, self.truncation_type, self.lowercase)
+        out = np.empty(len(texts) * self.room, dtype=np.int64)  # [B * room]: the rows [B, width] from its start
+        lengths = np.empty(len(texts), dtype=np.int64)  # [B]
+        width = self.native(texts, out, lengths)
+        if width is None:
+            return None
+        return out[:len(texts) * width].reshape(len(texts), width), lengths
 
     def _general(self, normalized: str, count: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """Any batch of ``count`` texts (joined by ``_PAD``, NFKC-normalized): the token rule in

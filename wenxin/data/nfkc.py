@@ -86,6 +86,12 @@ def code_points(text: str) -> Optional[np.ndarray]:
         return None
 
 
+def tables() -> _Tables:
+    """``(classes, one, many)``, the tables ``nfkc`` maps by (built on first use): for the C
+    kernel of ``wenxin.data.char_ids``, which maps characters by them too."""
+    return _tables()
+
+
 def prepare() -> None:
     """Build the tables now (a service's warm-up), not at the first long text that needs them."""
     _tables()
