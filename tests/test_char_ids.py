@@ -19,6 +19,7 @@ from wenxin.config.task_schema import FIELD
 from wenxin.data import char_ids
 from wenxin.data.field_reader import TextFieldReader
 from wenxin.data.nfkc import nfkc
+from wenxin.data.nfkc import tables as tables_of_nfkc
 from wenxin.data.vocab import Vocab
 
 # CJK, punctuation that NFKC rewrites, latin words and digits (full width too), whitespace of
@@ -331,13 +332,78 @@ def test_the_c_kernel_checks_its_tables() -> None:
     native = char_ids._char_ids_native
     if native is None:
         pytest.skip("the C kernel was not built")
+    empty = char_ids.KeyTable(np.zeros(0, np.int64), np.zeros(0, np.int64), missing=1)
+    grams = ((empty.keys, empty.values, int(empty.shift), empty.mask),) * 2  # n = 2 and 3
     tables = dict(kinds=char_ids._KINDS, classes=np.zeros(10, np.uint8), one=np.zeros(10, np.uint32),
-                  lower=np.zeros(10, np.uint32), single_ids=np.zeros(3, np.int64), gram_tables=(), many={},
+                  lower=np.zeros(10, np.uint32), single_ids=np.zeros(3, np.int64), gram_tables=grams, many={},
                   token_to_id={}, unk_id=1, padding_id=0, max_seq_len=8, width=0, ngram=1, truncation_type=0,
                   lowercase=True)
     with pytest.raises(ValueError, match="every code point"):
         native.Kernel(**tables)
     with pytest.raises(ValueError, match="ngram 1-3"):
-        native.Kernel(**{**tables, "ngram": 2})
+        native.Kernel(**{**tables, "gram_tables": grams[:1]})
+    with pytest.raises(ValueError, match="split -2 to"):
+        native.Kernel(**{**tables, "split": -3})
+    classes, one, _ = tables_of_nfkc()
+    with pytest.raises(ValueError, match="mask \\+ 1 slots"):
+        native.Kernel(**{**tables, "classes": classes, "one": one,
+                         "gram_tables": ((empty.keys, empty.values[:3], 0, empty.mask),) * 2})
+    native.Kernel(**{**tables, "classes": classes, "one": one})  # the tables it checks, right
     with pytest.raises(ValueError, match="1-d array of 8-byte"):
         native.Kernel(**{**tables, "single_ids": np.zeros(3, np.int32)})
+
+
+def whitespace_field(vocab_tokens: List[str], split_char: str, **settings: Any) -> TextFieldReader:
+    tokenizer = {"type": "WhitespaceTokenizer", "unk_token": "[UNK]", "ngram": settings.pop("ngram", 1),
+                 "lowercase": settings.pop("lowercase", None), "split_char": split_char}
+    spec: Dict[str, Any] = {"name": "text_a", "data_type": "string", "reader": {"type": "TextFieldReader"},
+                            "tokenizer": tokenizer, "max_seq_len": 12, **settings}
+    reader = TextFieldReader(validate(spec, FIELD, "f"), "f")
+    reader.set_vocab(Vocab(["[PAD]", "[UNK]"] + vocab_tokens, "[UNK]"))
+    return reader
+
+
+# pre-segmented text (ERNIE-kit's CustomTokenizer): words of one or more characters, separators
+# of every kind, characters NFKC turns into a separator (U+3000 and U+00A0 into a space)
+WORDS = ["好", "好坏", "质量", "abc", "Word", "ＡＢ", "…", "﷽", "ǅ", "x", "9", "😀", " ", " ", " ", "  ", "\t", "|",
+         "||", "\u3000", "\u00a0", "\n", "σ"]
+
+
+@pytest.mark.parametrize("split_char", [" ", "", "|", "\t"])
+@pytest.mark.parametrize("ngram", [1, 2, 3])
+def test_whitespace_fields_take_the_c_kernel_with_the_ids_of_text_by_text(split_char: str, ngram: int) -> None:
+    rng = random.Random(ngram * 10 + len(split_char))
+    probe = whitespace_field([], split_char, ngram=ngram)
+    for _ in range(40):
+        texts = ["".join(rng.choice(WORDS) for _ in range(rng.randint(0, 25))) for _ in range(rng.randint(1, 9))]
+        reader = whitespace_field(vocab_from(probe, texts, rng), split_char, ngram=ngram,
+                                  lowercase=rng.choice([None, False]), truncation_type=rng.choice([0, 1, 2]),
+                                  max_seq_len=rng.choice([1, 5, 12, 40]), pad_to_max_seq_len=rng.random() < 0.3,
+                                  padding_id=rng.choice([0, 1]))
+        batch_ids = batch_ids_of(reader, True)
+        assert not batch_ids.numpy_path
+        batch = reader.convert_column(texts)
+        assert batch is not None, repr(texts)
+        for name, array in per_text(reader, texts).items():
+            np.testing.assert_array_equal(batch[name], array, err_msg=repr(texts))
+
+
+def test_whitespace_fields_go_text_by_text_where_the_kernel_does_not_take_them(monkeypatch: Any) -> None:
+    """A batch the kernel refuses (a combining mark), a separator of two characters, and a machine
+    without the kernel: no batch path (numpy's does not split at separators)."""
+    reader = whitespace_field(["好", "坏"], " ")
+    batch_ids_of(reader, True)
+    assert reader.convert_column(["好 坏", "好 e\u0301"]) is None
+    assert reader.convert_column(["好 坏", "好"]) is not None
+    assert whitespace_field(["好"], "ab").convert_column(["好ab坏"]) is None
+    monkeypatch.setattr(char_ids, "_char_ids_native", None)
+    assert char_ids.kernel_split(whitespace_field(["好"], " ").tokenizer) is None
+    assert whitespace_field(["好"], " ").convert_column(["好 坏"]) is None
+    assert char_ids.kernel_split(field(["好"]).tokenizer) == char_ids._CHAR_RULE  # numpy's path stays
+
+
+def test_the_split_rules_are_the_kernels() -> None:
+    native = char_ids._char_ids_native
+    if native is None:
+        pytest.skip("the C kernel was not built")
+    assert (char_ids._CHAR_RULE, char_ids._SPLIT_AT_SPACE) == (native.CHAR_RULE, native.SPLIT_AT_SPACE)

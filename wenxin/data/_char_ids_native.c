@@ -12,10 +12,12 @@ running interpreter's own `unicodedata` and the field's vocab, so it gives exact
     character is context-free; a batch with any other character is refused), then `str.lower`
     through a table of single-character lower cases (a character whose lower case is not one
     character, or depends on its neighbours, makes the batch refused);
-  - tokens: a run of [A-Za-z0-9_] is one, whitespace is none, any other character is one;
-  - ids: a one-character token from a table; a longer one, and an n-gram holding one, from the
-    vocab's dict; an n-gram of one-character tokens from `KeyTable`'s hash table (same hash,
-    same probing);
+  - tokens, by one of two rules: `CharTokenizer`'s (a run of [A-Za-z0-9_] is one, whitespace is
+    none, any other character is one) or `WhitespaceTokenizer`'s (the runs between separators:
+    whitespace, or one given character);
+  - ids: a token or n-gram of one code point from a table, of two or three from `KeyTable`'s hash
+    tables of the vocab's tokens of that length (same hash, same probing), a longer one from the
+    vocab's dict;
   - each text's unigrams, then its bigrams, ..., truncated (head, tail or both ends) and padded.
 
 A refused batch (None) takes the numpy path, which handles every text. The kernel holds the GIL
@@ -33,11 +35,12 @@ throughout and calls no Python code (dict lookups with str keys), so it is safe 
 #define NO_LOWER 0xFFFFFFFFu /* in the lower table: a character the kernel does not lowercase */
 enum { OTHER = 0, WORD = 1, SPACE = 2 };                       /* char_ids._KINDS */
 enum { UNCHANGED = 0, ONE = 1, MANY = 2, CONTEXT = 3 };        /* nfkc's classes */
+enum { CHAR_RULE = -1, SPLIT_AT_SPACE = -2 };                  /* Kernel.split, else a separator's code point */
 
 typedef struct {
     PyObject_HEAD
     Py_buffer kinds, classes, one, lower, single_ids;
-    Py_buffer gram_keys[MAX_NGRAM + 1], gram_values[MAX_NGRAM + 1]; /* [n] for n = 2..ngram */
+    Py_buffer gram_keys[MAX_NGRAM + 1], gram_values[MAX_NGRAM + 1]; /* [n]: vocab tokens of n code points, 2..3 */
     uint64_t gram_shift[MAX_NGRAM + 1], gram_mask[MAX_NGRAM + 1];
     int held; /* how many of the buffers above are held: released in that order */
     PyObject *many;        /* dict: code point -> its NFKC string (more than one character) */
@@ -45,6 +48,7 @@ typedef struct {
     long long unk_id, padding_id;
     Py_ssize_t max_seq_len, width;
     int ngram, truncation_type, lowercase;
+    long split; /* CHAR_RULE, SPLIT_AT_SPACE or the code point text is split at */
 } Kernel;
 
 /* Growable arrays, freed at the end of a call. */
@@ -114,20 +118,22 @@ static int hold(Kernel *k, PyObject *array, int index, Py_ssize_t itemsize, cons
 static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"kinds", "classes", "one", "lower", "single_ids", "gram_tables", "many", "token_to_id",
                             "unk_id", "padding_id", "max_seq_len", "width", "ngram", "truncation_type",
-                            "lowercase", NULL};
+                            "lowercase", "split", NULL};
     PyObject *kinds, *classes, *one, *lower, *single_ids, *gram_tables, *many, *token_to_id;
     long long unk_id, padding_id;
     Py_ssize_t max_seq_len, width;
     int ngram, truncation_type, lowercase;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOO!O!O!LLnniip", names, &kinds, &classes, &one, &lower,
+    long split = CHAR_RULE;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOO!O!O!LLnniip|l", names, &kinds, &classes, &one, &lower,
                                      &single_ids, &PyTuple_Type, &gram_tables, &PyDict_Type, &many, &PyDict_Type,
                                      &token_to_id, &unk_id, &padding_id, &max_seq_len, &width, &ngram,
-                                     &truncation_type, &lowercase))
+                                     &truncation_type, &lowercase, &split))
         return NULL;
-    if (ngram < 1 || ngram > MAX_NGRAM || PyTuple_GET_SIZE(gram_tables) != ngram - 1 || max_seq_len < 1 ||
-        width < 0 || truncation_type < 0 || truncation_type > 2) {
-        PyErr_SetString(PyExc_ValueError, "ngram 1-3 with a (keys, values, shift, mask) per n from 2, "
-                                          "max_seq_len >= 1, width >= 0 and truncation_type 0-2 expected");
+    if (ngram < 1 || ngram > MAX_NGRAM || PyTuple_GET_SIZE(gram_tables) != MAX_NGRAM - 1 || max_seq_len < 1 ||
+        width < 0 || truncation_type < 0 || truncation_type > 2 || split < SPLIT_AT_SPACE || split >= (long)BASE) {
+        PyErr_SetString(PyExc_ValueError, "ngram 1-3, a (keys, values, shift, mask) for each n of 2 and 3, "
+                                          "max_seq_len >= 1, width >= 0, truncation_type 0-2 and split -2 to 0x10FFFF "
+                                          "expected");
         return NULL;
     }
     Kernel *k = (Kernel *)type->tp_alloc(type, 0);
@@ -143,6 +149,7 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     k->ngram = ngram;
     k->truncation_type = truncation_type;
     k->lowercase = lowercase;
+    k->split = split;
     if (hold(k, kinds, 0, 1, "kinds") < 0 || hold(k, classes, 1, 1, "classes") < 0 || hold(k, one, 2, 4, "one") < 0 ||
         hold(k, lower, 3, 4, "lower") < 0 || hold(k, single_ids, 4, 8, "single_ids") < 0)
         goto fail;
@@ -150,7 +157,7 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         PyErr_SetString(PyExc_ValueError, "kinds, classes and one need an entry for every code point");
         goto fail;
     }
-    for (int n = 2; n <= ngram; n++) {
+    for (int n = 2; n <= MAX_NGRAM; n++) {
         PyObject *table = PyTuple_GET_ITEM(gram_tables, n - 2);
         PyObject *keys, *values;
         unsigned long long shift, mask;
@@ -186,6 +193,25 @@ static int dict_id(Kernel *k, const uint32_t *codes, Py_ssize_t size, long long 
     return (*id == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+static long long gram_id(Kernel *k, int n, uint64_t key);
+
+/* The id of the token of `size` code points at `codes`: one from the table of one-character
+   tokens, two or three from the hash tables of the vocab's tokens of that many, longer from the dict. */
+static long long single_id(Kernel *k, uint32_t code);
+static int token_id(Kernel *k, const uint32_t *codes, Py_ssize_t size, long long *id) {
+    if (size == 1) {
+        *id = single_id(k, codes[0]);
+        return 0;
+    }
+    if (size <= MAX_NGRAM) {
+        uint64_t key = 0;
+        for (Py_ssize_t i = 0; i < size; i++) key = key * BASE + codes[i];
+        *id = gram_id(k, (int)size, key);
+        return 0;
+    }
+    return dict_id(k, codes, size, id);
+}
+
 static long long single_id(Kernel *k, uint32_t code) {
     const long long *table = (const long long *)k->single_ids.buf;
     Py_ssize_t size = k->single_ids.len / 8;
@@ -203,7 +229,7 @@ static long long gram_id(Kernel *k, int n, uint64_t key) {
 }
 
 /* The tokens of `text` as (start in `chars`) << 32 | length in `tokens`, their characters
-   normalized (NFKC, then lowercased) in `chars` (whitespace left out). With `limit`, it may stop
+   normalized (NFKC, then lowercased) in `chars` (separators left out). With `limit`, it may stop
    once it has `limit` tokens, where the next one begins at a raw character: that character is
    context-free, so NFKC and lower case of the text before it are those of the whole text's start.
    1: done; 0: the text holds a character the kernel refuses; -1: an error. */
@@ -243,17 +269,17 @@ static int text_tokens(Kernel *k, PyObject *text, Py_ssize_t limit, Chars *chars
         for (Py_ssize_t j = 0; j < count; j++) {
             uint32_t c = expanded[j];
             if (k->lowercase && (Py_ssize_t)c < lower_size && (c = lower[c]) == NO_LOWER) return 0;
-            int c_kind = kinds[c];
-            if (c_kind == SPACE) {
+            int c_kind = kinds[c], char_rule = k->split == CHAR_RULE;
+            if (k->split < 0 ? c_kind == SPACE : c == (uint32_t)k->split) { /* a separator */
                 in_word = 0;
                 continue;
             }
-            if (c_kind == WORD && in_word) {
+            if (in_word && (c_kind == WORD || !char_rule)) {
                 tokens->data[tokens->size - 1]++; /* the word goes on */
             } else {
                 if (limit && tokens->size >= limit && j == 0) return 1; /* the kept tokens are all here */
                 if (push_int64(tokens, ((int64_t)chars->size << 32) | 1) < 0) return -1;
-                in_word = c_kind == WORD;
+                in_word = c_kind == WORD || !char_rule;
             }
             if (push_char(chars, c) < 0) return -1;
         }
@@ -302,8 +328,7 @@ static PyObject *Kernel_call(Kernel *k, PyObject *args, PyObject *kwargs) {
         for (Py_ssize_t i = 0; i < n_tokens; i++) {
             Py_ssize_t start = (Py_ssize_t)(tok[i] >> 32), size = (Py_ssize_t)(tok[i] & 0xFFFFFFFF);
             long long id;
-            if (size == 1) id = single_id(k, c[start]);
-            else if (dict_id(k, c + start, size, &id) < 0) goto done;
+            if (token_id(k, c + start, size, &id) < 0) goto done;
             ids.data[ids.size++] = id;
         }
         for (int n = 2; grams && n <= k->ngram; n++) {
@@ -333,7 +358,7 @@ static PyObject *Kernel_call(Kernel *k, PyObject *args, PyObject *kwargs) {
                         memcpy(joined + at, c + (tok[i + j] >> 32), (size_t)size * 4);
                         at += size;
                     }
-                    int failed = dict_id(k, joined, total, &id) < 0;
+                    int failed = token_id(k, joined, total, &id) < 0;
                     free(joined);
                     if (failed) goto done;
                 }
@@ -385,7 +410,7 @@ done:
 
 static PyType_Slot kernel_slots[] = {
     {Py_tp_doc, "Kernel(kinds, classes, one, lower, single_ids, gram_tables, many, token_to_id, unk_id, padding_id, "
-                "max_seq_len, width, ngram, truncation_type, lowercase): call it with (texts, out, lengths) to "
+                "max_seq_len, width, ngram, truncation_type, lowercase, split=-1): call it with (texts, out, lengths) to "
                 "convert a batch; see wenxin.data.char_ids.NativeIds."},
     {Py_tp_new, Kernel_new},
     {Py_tp_dealloc, Kernel_dealloc},
@@ -403,6 +428,9 @@ static int module_exec(PyObject *module) {
         Py_DECREF(type);
         return -1;
     }
+    if (PyModule_AddIntConstant(module, "CHAR_RULE", CHAR_RULE) < 0 ||
+        PyModule_AddIntConstant(module, "SPLIT_AT_SPACE", SPLIT_AT_SPACE) < 0)
+        return -1;
     return PyModule_AddIntConstant(module, "NO_LOWER", (long)NO_LOWER) < 0 ? -1 : 0;
 }
 

@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from wenxin.data.nfkc import code_points, nfkc, tables
-from wenxin.data.tokenizers import CharTokenizer
+from wenxin.data.tokenizers import BaseTokenizer, CharTokenizer, WhitespaceTokenizer
 from wenxin.data.vocab import Vocab
 
 _BASE = 0x110000  # one more than the largest code point: an n-gram of characters is a base-_BASE number
@@ -53,6 +53,7 @@ _NOT_ONE_TOKEN = -1  # in a single-character table: a code point that is not a t
 _PAD = "\n"  # pads the single-character path's rows: never a text's own (texts are split at it)
 _CASED: Optional[Dict[int, str]] = None  # code point -> its str.lower, where that differs (see _cased)
 _LOWER: Optional[np.ndarray] = None  # see _lower_table
+_CHAR_RULE, _SPLIT_AT_SPACE = -1, -2  # the C kernel's split rules (its CHAR_RULE and SPLIT_AT_SPACE)
 
 try:  # the C kernel: built at install where a C compiler is (setup.py marks it optional)
     from wenxin.data import _char_ids_native
@@ -141,21 +142,40 @@ class KeyTable:
         return result
 
 
+def kernel_split(tokenizer: BaseTokenizer) -> Optional[int]:
+    """How the C kernel splits this tokenizer's text (its ``split`` argument), or None where no
+    batch path covers the tokenizer: a ``CharTokenizer`` (not ``split_latin_digits``: each raw
+    character normalized alone) takes the kernel or numpy; a ``WhitespaceTokenizer`` that splits at
+    whitespace runs or at one character takes the kernel (where it was built), with no numpy path."""
+    if type(tokenizer) is CharTokenizer and not tokenizer.every_char:
+        return _CHAR_RULE
+    if type(tokenizer) is WhitespaceTokenizer and _char_ids_native is not None:
+        separator = tokenizer.config.get("split_char", " ")
+        if not separator:
+            return _SPLIT_AT_SPACE
+        return ord(separator) if len(separator) == 1 else None
+    return None
+
+
 class CharBatchIds:
     """Turns a batch of texts into padded ids ``[batch, width]`` and lengths ``[batch]``, as
     ``TextFieldReader.collate([convert(text) for text in texts])`` does for a ``CharTokenizer``
-    field (not ``split_latin_digits``, n-grams up to ``MAX_NGRAM``, a vocab with an unknown token).
+    field (not ``split_latin_digits``, n-grams up to ``MAX_NGRAM``, a vocab with an unknown token),
+    or, through the C kernel only, a ``WhitespaceTokenizer`` field (``kernel_split``).
 
     Args:
-        tokenizer: the field's tokenizer (its ``normalize`` and ``ngram``).
+        tokenizer: the field's tokenizer (its ``normalize``, ``ngram`` and split rule).
         vocab: the field's vocab.
         max_seq_len, truncation_type, padding_id, width: the field's settings (``width`` 0: the
             batch's longest sequence).
     """
 
-    def __init__(self, tokenizer: CharTokenizer, vocab: Vocab, max_seq_len: int, truncation_type: int,
+    def __init__(self, tokenizer: BaseTokenizer, vocab: Vocab, max_seq_len: int, truncation_type: int,
                  padding_id: int, width: int) -> None:
-        assert vocab.unk_id is not None and 1 <= tokenizer.ngram <= MAX_NGRAM
+        split = kernel_split(tokenizer)
+        assert vocab.unk_id is not None and 1 <= tokenizer.ngram <= MAX_NGRAM and split is not None
+        self.split = split
+        self.numpy_path = split == _CHAR_RULE  # the numpy path does CharTokenizer's rule only
         self.lowercase = tokenizer.lowercase  # normalizing is NFKC, then this (CharTokenizer.normalize)
         self.ngram = tokenizer.ngram
         self.unk_id: int = vocab.unk_id
@@ -167,15 +187,16 @@ class CharBatchIds:
         # code point -> id; the last entry (unknown) serves every code point above the table
         self.single_ids = np.full(max(singles, default=0) + 2, self.unk_id, dtype=np.int64)
         self.single_ids[list(singles)] = list(singles.values())
-        # vocab tokens of n code points, keyed as numbers, for n = 2..ngram
+        # vocab tokens of n code points, keyed as numbers, for n = 2..MAX_NGRAM (numpy's path reads
+        # those up to ngram, the C kernel every one: a word of 2 or 3 code points too)
         self.gram_tables: Dict[int, KeyTable] = {}
-        for n in range(2, self.ngram + 1):
+        for n in range(2, MAX_NGRAM + 1):
             grams = [(_gram_key([ord(c) for c in token]), i) for token, i in vocab.token_to_id.items()
                      if len(token) == n]
             self.gram_tables[n] = KeyTable(np.array([key for key, _ in grams], dtype=np.int64).reshape(-1),
                                            np.array([i for _, i in grams], dtype=np.int64).reshape(-1), self.unk_id)
         self.char_table = self._char_table(singles, tokenizer.lowercase) \
-            if self.ngram == 1 and padding_id >= 0 else None
+            if self.ngram == 1 and padding_id >= 0 and self.numpy_path else None
         self.skip_single = 0  # batches left before the single-character path is tried again (see __call__)
         self.room = max(width, max_seq_len, 1)  # the most ids a padded row can hold
         self.native: Optional[_char_ids_native.Kernel] = None  # made at the first batch (its tables: 0.3 s a process)
@@ -203,12 +224,16 @@ class CharBatchIds:
         return table
 
     def __call__(self, texts: Sequence[str]) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-        """``(ids [batch, width], lengths [batch])``, or None where a text holds a line break or a
-        lone surrogate, or where fewer than ``MIN_BATCH_TEXTS`` texts would take the general path."""
+        """``(ids [batch, width], lengths [batch])``, or None (convert text by text) where the C kernel
+        refuses the batch or is missing and numpy's path does not take it: a text holding a line
+        break or a lone surrogate, fewer than ``MIN_BATCH_TEXTS`` texts for the general path, or a
+        whitespace-split field."""
         if self.use_native:
             arrays = self._native(texts if isinstance(texts, list) else list(texts))
             if arrays is not None:
                 return arrays
+        if not self.numpy_path:  # (a whitespace-split field: text by text)
+            return None
         few = len(texts) < MIN_BATCH_TEXTS  # too few for the general path
         if self.char_table is not None and not self.skip_single:
             normalized = nfkc(_PAD.join(texts))
@@ -228,7 +253,8 @@ class CharBatchIds:
                           for _, table in sorted(self.gram_tables.items()))
             self.native = _char_ids_native.Kernel(
                 _KINDS, classes, one, _lower_table(), self.single_ids, grams, many, self.token_to_id, self.unk_id,
-                self.padding_id, self.max_seq_len, self.width, self.ngram, self.truncation_type, self.lowercase)
+                self.padding_id, self.max_seq_len, self.width, self.ngram, self.truncation_type, self.lowercase,
+                self.split)
         out = np.empty(len(texts) * self.room, dtype=np.int64)  # [B * room]: the rows [B, width] from its start
         lengths = np.empty(len(texts), dtype=np.int64)  # [B]
         width = self.native(texts, out, lengths)

@@ -16,8 +16,8 @@ import numpy as np
 from wenxin.common.constants import InstanceName
 from wenxin.common.errors import ConfigError, DataError
 from wenxin.common.registry import RegisterSet
-from wenxin.data.char_ids import MAX_NGRAM, CharBatchIds
-from wenxin.data.tokenizers import BaseTokenizer, CharTokenizer
+from wenxin.data.char_ids import MAX_NGRAM, CharBatchIds, kernel_split
+from wenxin.data.tokenizers import BaseTokenizer
 from wenxin.data.vocab import PAD_TOKEN, Vocab
 
 
@@ -277,7 +277,8 @@ class TextFieldReader(BaseFieldReader):
         return {self.name: ids, f"{self.name}_{InstanceName.SEQ_LENS}": lengths}
 
     def convert_column(self, texts: List[str]) -> Optional[Dict[str, np.ndarray]]:
-        """The whole column in numpy (``CharBatchIds``) for a plain character field."""
+        """The whole column at once (``CharBatchIds``: in C, or in numpy) for a plain character or
+        whitespace-split field."""
         batch_ids = self._batch_ids() if texts else None
         arrays = batch_ids(texts) if batch_ids is not None else None
         if arrays is None:
@@ -286,13 +287,13 @@ class TextFieldReader(BaseFieldReader):
 
     def _batch_ids(self) -> Optional[CharBatchIds]:
         """The batch converter for this field's tokenizer and vocab, where one applies: this class's
-        own conversion, a ``CharTokenizer`` (not ``split_latin_digits``), ids from a vocab with an
-        unknown token, n-grams up to ``MAX_NGRAM``."""
+        own conversion, a tokenizer a batch path covers (``char_ids.kernel_split``), ids from a vocab
+        with an unknown token, n-grams up to ``MAX_NGRAM``."""
         tokenizer, vocab = self.tokenizer, self.vocab
         if self._batch_cache is not None and self._batch_cache[0] is vocab:
             return self._batch_cache[1]
         usable = (type(self).convert is TextFieldReader.convert and type(self).collate is TextFieldReader.collate
-                  and type(tokenizer) is CharTokenizer and not tokenizer.every_char
+                  and kernel_split(tokenizer) is not None
                   and self.config["need_convert"] and vocab is not None and vocab.unk_id is not None
                   and tokenizer.ngram <= MAX_NGRAM)
         batch_ids = CharBatchIds(tokenizer, vocab, self.max_seq_len, self.config["truncation_type"],  # type: ignore[arg-type]
