@@ -1,7 +1,7 @@
 """The batch paths of character fields (the C kernel, numpy) against text by text, on the examples' data.
 
     python examples/prepare_sentiment_data.py   # (and the other prepare_*.py the examples name)
-    python benchmarks/char_ids_check.py [--batch 64] [task files ...]
+    python benchmarks/char_ids_check.py [--batch 64] [--segmented] [task files ...]
 
 For every example task file (default: ``examples/*.json``) whose data is prepared, it builds the
 readers as a run does (vocabularies fitted on the training data), and for every field with a batch
@@ -9,6 +9,12 @@ path (``TextFieldReader.convert_column``) converts every line of every reader's 
 in batches through the C kernel (where it was built; a batch it refuses goes on to numpy), in
 batches through numpy alone, and text by text. It prints, per file and field, the lines compared,
 the mismatches (there must be none), and the CPU time per text of each way.
+
+``--segmented`` adds the sentiment example's reviews split into words of 1 to 3 characters by
+spaces (the same split every run), as ERNIE-kit's pre-segmented data comes, through a
+``WhitespaceTokenizer`` field (ERNIE-kit's ``CustomTokenizer``) with unigrams and with bigrams,
+its vocabulary fitted on the training reviews: the C kernel against text by text (numpy has no
+path for it).
 """
 from __future__ import annotations
 
@@ -46,6 +52,7 @@ def check(task_file: str, batch: int) -> List[Dict[str, object]]:
             texts = [columns[col] for columns in lines]
             batch_ids = field._batch_ids()
             assert batch_ids is not None
+            field.convert_column(texts[:1])  # its tables, built once a field (not timed)
             ways = {"C kernel": True, "numpy": False} if batch_ids.use_native else {"numpy": False}
             cpu_of = {way: 0.0 for way in [*ways, "text by text"]}
             mismatches, skipped = 0, 0
@@ -71,10 +78,58 @@ def check(task_file: str, batch: int) -> List[Dict[str, object]]:
     return rows
 
 
+def segmented(batch: int) -> List[Dict[str, object]]:
+    """The sentiment reviews split into words by spaces, through whitespace-split fields."""
+    import random
+    from wenxin.config.schema import validate
+    from wenxin.config.task_schema import FIELD
+    from wenxin.data.field_reader import TextFieldReader
+    from wenxin.data.vocab import Vocab
+    rng = random.Random(0)
+
+    def words(text: str) -> str:
+        cuts = [0]
+        while cuts[-1] < len(text):
+            cuts.append(cuts[-1] + rng.choice([1, 2, 2, 3]))
+        return " ".join(text[a:b] for a, b in zip(cuts, cuts[1:]))
+    texts = {}
+    for split in ("train", "dev"):
+        path = os.path.join(REPO, "examples", "data", "sentiment", f"{split}.tsv")
+        with open(path, encoding="utf-8") as f:
+            texts[split] = [words(line.rstrip("\n").split("\t")[0]) for line in f]
+    rows = []
+    for ngram in (1, 2):
+        spec = {"name": "text_a", "data_type": "string", "reader": {"type": "TextFieldReader"}, "max_seq_len": 512,
+                "tokenizer": {"type": "WhitespaceTokenizer", "lowercase": False, "ngram": ngram}}
+        field = TextFieldReader(validate(spec, FIELD, "segmented"), "segmented")
+        field.set_vocab(Vocab.build(field.tokenizer.tokenize(text) for text in texts["train"]))
+        field.convert_column(texts["train"][:1])  # its tables, built once a field (not timed)
+        for split, lines in texts.items():
+            mismatches, kernel_cpu, each_cpu, left = 0, 0.0, 0.0, 0
+            for start in range(0, len(lines), batch):
+                chunk = lines[start:start + batch]
+                cpu = time.process_time()
+                expected = field.collate([field.convert(text) for text in chunk])
+                each_cpu += time.process_time() - cpu
+                cpu = time.process_time()
+                arrays = field.convert_column(chunk)
+                kernel_cpu += time.process_time() - cpu
+                if arrays is None:
+                    left += len(chunk)
+                    continue
+                mismatches += sum(not np.array_equal(arrays[key], expected[key]) for key in expected)
+            rows.append({"file": f"sentiment reviews in words, ngram {ngram}", "reader": split, "field": "text_a",
+                         "texts": len(lines), "texts left": left, "mismatched arrays": mismatches,
+                         "C kernel us/text": 1e6 * kernel_cpu / len(lines), "numpy us/text": float("nan"),
+                         "text by text us/text": 1e6 * each_cpu / len(lines)})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("task_files", nargs="*")
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--segmented", action="store_true", help="the reviews split into words, whitespace fields")
     args = parser.parse_args()
     from wenxin.common.errors import WenxinError
     files = args.task_files or sorted(glob.glob(os.path.join(REPO, "examples", "*.json")))
@@ -104,6 +159,10 @@ def main() -> None:
                       f"{row['numpy us/text']:.2f} | {row['text by text us/text']:.2f} |")
         finally:
             os.chdir(cwd)
+    for row in segmented(args.batch) if args.segmented else []:
+        failed |= bool(row["mismatched arrays"])
+        print(f"| {row['file']} | {row['reader']} | {row['field']} | {row['texts']:,} | {row['texts left']} | "
+              f"{row['mismatched arrays']} | {row['C kernel us/text']:.2f} | - | {row['text by text us/text']:.2f} |")
     sys.exit(1 if failed else 0)
 
 

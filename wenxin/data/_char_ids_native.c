@@ -229,7 +229,7 @@ static long long gram_id(Kernel *k, int n, uint64_t key) {
 }
 
 /* The tokens of `text` as (start in `chars`) << 32 | length in `tokens`, their characters
-   normalized (NFKC, then lowercased) in `chars` (separators left out). With `limit`, it may stop
+   normalized (NFKC, then lowercased) in `chars`, one token after another (separators left out). With `limit`, it may stop
    once it has `limit` tokens, where the next one begins at a raw character: that character is
    context-free, so NFKC and lower case of the text before it are those of the whole text's start.
    1: done; 0: the text holds a character the kernel refuses; -1: an error. */
@@ -345,22 +345,10 @@ static PyObject *Kernel_call(Kernel *k, PyObject *args, PyObject *kwargs) {
                 long long id;
                 if (singles) {
                     id = gram_id(k, n, key);
-                } else { /* the tokens' characters joined, as "".join(tokens) */
-                    Py_ssize_t total = 0, at = 0;
+                } else { /* "".join(tokens): a text's tokens lie one after another in `chars` */
+                    Py_ssize_t total = 0;
                     for (int j = 0; j < n; j++) total += (Py_ssize_t)(tok[i + j] & 0xFFFFFFFF);
-                    uint32_t *joined = malloc((size_t)total * 4);
-                    if (joined == NULL) {
-                        PyErr_NoMemory();
-                        goto done;
-                    }
-                    for (int j = 0; j < n; j++) {
-                        Py_ssize_t size = (Py_ssize_t)(tok[i + j] & 0xFFFFFFFF);
-                        memcpy(joined + at, c + (tok[i + j] >> 32), (size_t)size * 4);
-                        at += size;
-                    }
-                    int failed = token_id(k, joined, total, &id) < 0;
-                    free(joined);
-                    if (failed) goto done;
+                    if (token_id(k, c + (tok[i] >> 32), total, &id) < 0) goto done;
                 }
                 ids.data[ids.size++] = id;
             }
