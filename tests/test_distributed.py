@@ -36,11 +36,21 @@ def launch(tmp_path, config, nproc, float16_on_cpu=False):
     else:
         cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
                "--log_dir", str(tmp_path / "launch_logs"), script, "--param_path", path]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
-                          env={**os.environ, "GLOG_minloglevel": "2"})
-    logs = ""
-    if nproc > 1 and os.path.isdir(tmp_path / "launch_logs"):
-        logs = "".join(open(tmp_path / "launch_logs" / n).read()[-1500:] for n in os.listdir(tmp_path / "launch_logs"))
+    for attempt in (1, 2):  # once more where gloo's ranks missed each other before training (launch_nodes)
+        shutil.rmtree(tmp_path / "launch_logs", ignore_errors=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
+                              env={**os.environ, "GLOG_minloglevel": "2"})
+        logs = ""
+        if nproc > 1 and os.path.isdir(tmp_path / "launch_logs"):
+            logs = "".join(open(tmp_path / "launch_logs" / n).read()[-1500:]
+                           for n in os.listdir(tmp_path / "launch_logs"))
+        output = proc.stdout + proc.stderr + logs
+        if proc.returncode == 0 or attempt == 2 or nproc == 1 or not missed_gloo_rendezvous(output):
+            break
+        warnings.warn("gloo's ranks missed each other while building their groups: launching again", stacklevel=2)
+        output_path = config.get("trainer", {}).get("output_path")
+        if output_path:  # whatever the failed launch began there
+            shutil.rmtree(os.path.join(tmp_path, output_path), ignore_errors=True)
     assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:] + logs
 
 
@@ -125,7 +135,12 @@ def launch_nodes(tmp_path, config, nodes=2, expect_success=True):
 
 
 def missed_gloo_rendezvous(output: str) -> bool:
-    return "init_distributed" in output and "gloo" in output and "TIMEOUT" in output
+    """Whether a launch failed because gloo's ranks missed each other while building a process
+    group, before any training: ``fleet.init``'s fixed 30 s ran out (``TIMEOUT``), or a rank that
+    had given up first closed its port (``Connection refused``, seen on a machine loaded beyond its
+    cores)."""
+    building = "init_distributed" in output or "ProcessGroupGloo" in output
+    return building and "gloo" in output and ("TIMEOUT" in output or "Connection refused" in output)
 
 
 def run_launchers(tmp_path, paths):
