@@ -22,9 +22,10 @@ generated Chinese reviews: 7.9 against 16.5 µs).
 
 Where the C kernel ``wenxin.data._char_ids_native`` was built at install (``setup.py``; it is
 optional, for machines without a C compiler), it takes a batch first: the same rules in one pass
-of C over each text, from tables this module and ``wenxin.data.nfkc`` build (``NativeIds``). A
-batch it refuses (a character whose NFKC or lower case depends on its neighbours, a lone
-surrogate) takes the numpy path.
+of C over each text, from tables this module and ``wenxin.data.nfkc`` build
+(``CharBatchIds._native``). A batch it refuses (a character whose NFKC or lower case depends on its
+neighbours, a lone surrogate) takes the numpy path. The kernel also converts whitespace-split
+fields (``WhitespaceTokenizer``), which have no numpy path (``kernel_split``).
 """
 from __future__ import annotations
 
