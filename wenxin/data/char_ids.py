@@ -83,6 +83,12 @@ def _cased() -> Dict[int, str]:
     return _CASED
 
 
+def _lowers_alone(code: int, lower: str) -> bool:
+    """Whether ``str.lower`` turns the cased character ``code`` into the one character ``lower``
+    whatever its neighbours: not where it becomes two (``İ``), nor for ``Σ`` (final sigma)."""
+    return len(lower) == 1 and code != 0x3A3
+
+
 def _lower_table() -> np.ndarray:
     """Code point -> its ``str.lower`` where that is one character that does not depend on its
     neighbours; ``NO_LOWER`` where it does (``Σ``) or is longer (``İ``). Up to the last cased
@@ -92,7 +98,7 @@ def _lower_table() -> np.ndarray:
         cased = _cased()
         table = np.arange(max(cased) + 1, dtype=np.uint32)
         for code, lower in cased.items():
-            table[code] = ord(lower) if len(lower) == 1 and code != 0x3A3 else _char_ids_native.NO_LOWER
+            table[code] = ord(lower) if _lowers_alone(code, lower) else _char_ids_native.NO_LOWER
         _LOWER = table
     return _LOWER
 
@@ -212,7 +218,7 @@ class CharBatchIds:
         special: Dict[int, int] = {code: _NOT_ONE_TOKEN for code in range(_SPACE_LIMIT) if _KINDS[code] != _OTHER}
         if lowercase:
             for code, lower in _cased().items():
-                if len(lower) != 1 or code == 0x3A3 or _KINDS[ord(lower)] != _OTHER:
+                if not _lowers_alone(code, lower) or _KINDS[ord(lower)] != _OTHER:
                     special[code] = _NOT_ONE_TOKEN
                 elif ord(lower) in singles:
                     special[code] = singles[ord(lower)]
