@@ -194,12 +194,15 @@ class CharBatchIds:
         # code point -> id; the last entry (unknown) serves every code point above the table
         self.single_ids = np.full(max(singles, default=0) + 2, self.unk_id, dtype=np.int64)
         self.single_ids[list(singles)] = list(singles.values())
-        # vocab tokens of n code points, keyed as numbers, for n = 2..MAX_NGRAM (numpy's path reads
-        # those up to ngram, the C kernel every one: a word of 2 or 3 code points too)
+        # vocab tokens of n code points, keyed as numbers: numpy's path reads those up to ngram, the
+        # C kernel those up to MAX_NGRAM (a word of 2 or 3 code points too), in one pass of the vocab
+        top = MAX_NGRAM if _char_ids_native is not None else self.ngram
+        by_length: Dict[int, List[Tuple[int, int]]] = {n: [] for n in range(2, top + 1)}
+        for token, i in vocab.token_to_id.items():
+            if len(token) in by_length:
+                by_length[len(token)].append((_gram_key([ord(c) for c in token]), i))
         self.gram_tables: Dict[int, KeyTable] = {}
-        for n in range(2, MAX_NGRAM + 1):
-            grams = [(_gram_key([ord(c) for c in token]), i) for token, i in vocab.token_to_id.items()
-                     if len(token) == n]
+        for n, grams in by_length.items():
             self.gram_tables[n] = KeyTable(np.array([key for key, _ in grams], dtype=np.int64).reshape(-1),
                                            np.array([i for _, i in grams], dtype=np.int64).reshape(-1), self.unk_id)
         self.char_table = self._char_table(singles, tokenizer.lowercase) \
