@@ -24,7 +24,7 @@ import json
 import os
 import sys
 import time
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import numpy as np
 
@@ -34,6 +34,36 @@ os.environ.setdefault("GLOG_minloglevel", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from measure import load_note  # noqa: E402
+
+
+def compare(field: Any, texts: List[str], batch: int) -> Dict[str, object]:
+    """Convert ``texts`` in batches every way the field has (the C kernel where built, numpy
+    where its tokenizer has that path) and text by text: the mismatched arrays, the texts the last
+    batch way left to text by text, and each way's CPU µs a text."""
+    batch_ids = field._batch_ids()
+    assert batch_ids is not None
+    field.convert_column(texts[:1])  # its tables, built once a field (not timed)
+    ways = {**({"C kernel": True} if batch_ids.use_native else {}), **({"numpy": False} if batch_ids.numpy_path else {})}
+    cpu_of = {way: 0.0 for way in [*ways, "text by text"]}
+    mismatches, left = 0, 0
+    for start in range(0, len(texts), batch):
+        chunk = texts[start:start + batch]
+        cpu = time.process_time()
+        expected = field.collate([field.convert(text) for text in chunk])
+        cpu_of["text by text"] += time.process_time() - cpu
+        for way, native in ways.items():
+            batch_ids.use_native = native
+            cpu = time.process_time()
+            arrays = field.convert_column(chunk)
+            cpu_of[way] += time.process_time() - cpu
+            if arrays is None:
+                left += len(chunk) if way == list(ways)[-1] else 0
+                continue
+            mismatches += sum(not np.array_equal(arrays[key], expected[key]) for key in expected)
+    batch_ids.use_native = "C kernel" in ways
+    return {"texts": len(texts), "texts left": left, "mismatched arrays": mismatches,
+            **{f"{way} us/text": 1e6 * cpu_of[way] / max(1, len(texts)) if way in cpu_of else float("nan")
+               for way in ("C kernel", "numpy", "text by text")}}
 
 
 def check(task_file: str, batch: int) -> List[Dict[str, object]]:
@@ -49,32 +79,8 @@ def check(task_file: str, batch: int) -> List[Dict[str, object]]:
         for col, field in enumerate(reader.fields):
             if not isinstance(field, TextFieldReader) or field._batch_ids() is None:
                 continue
-            texts = [columns[col] for columns in lines]
-            batch_ids = field._batch_ids()
-            assert batch_ids is not None
-            field.convert_column(texts[:1])  # its tables, built once a field (not timed)
-            ways = {"C kernel": True, "numpy": False} if batch_ids.use_native else {"numpy": False}
-            cpu_of = {way: 0.0 for way in [*ways, "text by text"]}
-            mismatches, skipped = 0, 0
-            for start in range(0, len(texts), batch):
-                chunk = texts[start:start + batch]
-                cpu = time.process_time()
-                expected = field.collate([field.convert(text) for text in chunk])
-                cpu_of["text by text"] += time.process_time() - cpu
-                for way, native in ways.items():
-                    batch_ids.use_native = native
-                    cpu = time.process_time()
-                    arrays = field.convert_column(chunk)
-                    cpu_of[way] += time.process_time() - cpu
-                    if arrays is None:
-                        skipped += len(chunk) if not native else 0
-                        continue
-                    mismatches += sum(not np.array_equal(arrays[key], expected[key]) for key in expected)
-            batch_ids.use_native = "C kernel" in ways
             rows.append({"file": os.path.relpath(task_file, REPO), "reader": name, "field": field.name,
-                         "texts": len(texts), "texts left": skipped, "mismatched arrays": mismatches,
-                         **{f"{way} us/text": 1e6 * cpu_of.get(way, float("nan")) / max(1, len(texts))
-                            for way in ("C kernel", "numpy", "text by text")}})
+                         **compare(field, [columns[col] for columns in lines], batch)})
     return rows
 
 
@@ -103,26 +109,17 @@ def segmented(batch: int) -> List[Dict[str, object]]:
                 "tokenizer": {"type": "WhitespaceTokenizer", "lowercase": False, "ngram": ngram}}
         field = TextFieldReader(validate(spec, FIELD, "segmented"), "segmented")
         field.set_vocab(Vocab.build(field.tokenizer.tokenize(text) for text in texts["train"]))
-        field.convert_column(texts["train"][:1])  # its tables, built once a field (not timed)
         for split, lines in texts.items():
-            mismatches, kernel_cpu, each_cpu, left = 0, 0.0, 0.0, 0
-            for start in range(0, len(lines), batch):
-                chunk = lines[start:start + batch]
-                cpu = time.process_time()
-                expected = field.collate([field.convert(text) for text in chunk])
-                each_cpu += time.process_time() - cpu
-                cpu = time.process_time()
-                arrays = field.convert_column(chunk)
-                kernel_cpu += time.process_time() - cpu
-                if arrays is None:
-                    left += len(chunk)
-                    continue
-                mismatches += sum(not np.array_equal(arrays[key], expected[key]) for key in expected)
             rows.append({"file": f"sentiment reviews in words, ngram {ngram}", "reader": split, "field": "text_a",
-                         "texts": len(lines), "texts left": left, "mismatched arrays": mismatches,
-                         "C kernel us/text": 1e6 * kernel_cpu / len(lines), "numpy us/text": float("nan"),
-                         "text by text us/text": 1e6 * each_cpu / len(lines)})
+                         **compare(field, lines, batch)})
     return rows
+
+
+def print_row(row: Dict[str, Any]) -> None:
+    times = " | ".join("-" if row[f"{way} us/text"] != row[f"{way} us/text"] else f"{row[f'{way} us/text']:.2f}"
+                       for way in ("C kernel", "numpy", "text by text"))  # NaN (a way the field lacks): -
+    print(f"| {row['file']} | {row['reader']} | {row['field']} | {row['texts']:,} | {row['texts left']} | "
+          f"{row['mismatched arrays']} | {times} |")
 
 
 def main() -> None:
@@ -135,7 +132,7 @@ def main() -> None:
     files = args.task_files or sorted(glob.glob(os.path.join(REPO, "examples", "*.json")))
     failed = False
     print(f"{load_note()} at the start")
-    print("| task file | reader | field | texts | texts numpy left to text by text | mismatched arrays | "
+    print("| task file | reader | field | texts | texts the last batch way left to text by text | mismatched arrays | "
           "C kernel µs/text | numpy µs/text | text by text µs/text |")
     print("|---|---|---|---|---|---|---|---|---|")
     for task_file in files:
@@ -154,15 +151,12 @@ def main() -> None:
                 continue
             for row in checked:
                 failed |= bool(row["mismatched arrays"])
-                print(f"| {row['file']} | {row['reader']} | {row['field']} | {row['texts']:,} | "
-                      f"{row['texts left']} | {row['mismatched arrays']} | {row['C kernel us/text']:.2f} | "
-                      f"{row['numpy us/text']:.2f} | {row['text by text us/text']:.2f} |")
+                print_row(row)
         finally:
             os.chdir(cwd)
     for row in segmented(args.batch) if args.segmented else []:
         failed |= bool(row["mismatched arrays"])
-        print(f"| {row['file']} | {row['reader']} | {row['field']} | {row['texts']:,} | {row['texts left']} | "
-              f"{row['mismatched arrays']} | {row['C kernel us/text']:.2f} | - | {row['text by text us/text']:.2f} |")
+        print_row(row)
     sys.exit(1 if failed else 0)
 
 
