@@ -18,7 +18,8 @@ import pytest
 from conftest import REPO, answer_across_sigterm, make_sentences, with_rules
 from wenxin.inference.batching import BatchingPool
 from wenxin.inference.predictor import Predictor
-from wenxin.inference.server import Limits, RequestError, ServeOptions, Service, json_depth_exceeds, load_json_body, parse_request
+from wenxin.inference.server import (BodyDeadline, Limits, RequestError, ServeOptions, Service, json_depth_exceeds,
+                                     load_json_body, parse_request)
 
 TIMEOUT = 1.0  # the service's header and body read timeout in these tests
 
@@ -169,6 +170,7 @@ BODIES = [
     ("33 levels", b'{"texts": ' + b"[" * 32 + b"]" * 32 + b"}", 400, "nested too deep"),
     ("not utf-8", b'{"texts": ["\xc3\x28"]}', 400, "not valid UTF-8 JSON"),
     ("lone surrogate", b'{"texts": ["a\\ud800b"]}', 400, "input 0 holds an unpaired surrogate"),
+    ("third text's surrogate", b'{"texts": ["ok", "fine", "a\\udc00"]}', 400, "input 2 holds an unpaired surrogate"),
     ("10,000 texts", json.dumps({"texts": ["a"] * 10000}).encode(), 413, "the limit is 4096"),
     ("9 texts", json.dumps({"texts": ["a"] * 9}).encode(), 413, "9 inputs in one request; the limit is 8"),
     ("number as text", b'{"texts": [1e999]}', 400, '"texts" must be a list of strings'),
@@ -179,6 +181,34 @@ BODIES = [
 def test_bad_bodies_get_a_clear_4xx(service, name, body, status, message):
     got, data = post(service.port, body)
     assert got == status and message in data["error"], (got, data)
+
+
+def test_a_body_deadline_ends_only_its_own_read():
+    """``BodyDeadline`` (one timer a body): it ends a read that outlives it, and only that."""
+    import asyncio
+
+    async def read(deadline_s: float, arrives_s: float) -> str:
+        with BodyDeadline(deadline_s) as deadline:
+            await asyncio.sleep(arrives_s)  # the body's messages
+            return "body"
+        raise deadline.error()
+
+    async def scenarios() -> None:
+        with pytest.raises(RequestError, match="did not arrive within 0.05 s") as refused:
+            await read(0.05, 60)
+        assert refused.value.close and refused.value.status == 408
+        task = asyncio.current_task()
+        assert task is not None and getattr(task, "cancelling", lambda: 0)() == 0  # Python 3.11+: handled
+        assert await read(0.05, 0) == "body"
+        await asyncio.sleep(0.1)  # its deadline, had it been left behind, would cancel this task here
+        # a cancel from outside (the service stopping) is not a 408: it goes on
+        reader = asyncio.ensure_future(read(60, 60))
+        await asyncio.sleep(0)
+        reader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+
+    asyncio.run(scenarios())
 
 
 def test_the_depth_limit_holds_whatever_the_recursion_limit():

@@ -310,8 +310,9 @@ def _serve(args: argparse.Namespace) -> int:
     options = ServeOptions(limits=limits, model_batch=args.model_batch, max_wait_ms=args.max_wait_ms,
                            model_threads=args.model_threads, backend=args.backend, onednn=args.onednn,
                            task=args.task)
-    from wenxin.common.logs import setup_logging
+    from wenxin.common.logs import lean_records, setup_logging
     setup_logging()
+    lean_records()  # a line a request
     log = logging.getLogger("wenxin")
     service: Union[Service, ServiceWorkers]
     if args.workers == 1:

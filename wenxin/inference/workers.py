@@ -45,13 +45,14 @@ def _worker_main(index: int, sock: socket.socket, model_dir: str, options: Serve
                  report: multiprocessing.connection.Connection, supervisor: int) -> None:
     """A worker process: load the model, say so, serve until SIGTERM (also sent when the
     supervisor ends, however it ends)."""
-    from wenxin.common.logs import setup_logging
+    from wenxin.common.logs import lean_records, setup_logging
     from wenxin.common.process import die_with_parent, quiet_paddle
     signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(143))  # until the model is loaded
     die_with_parent(supervisor)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops the workers
     quiet_paddle()
     setup_logging()
+    lean_records()  # a line a request
     try:
         importlib.import_module("paddle")  # it installs signal handlers of its own: replaced below
         # stopped while loading the model (another worker failed): quietly, without Paddle's banner
