@@ -2,6 +2,7 @@
 
     python benchmarks/serving_throughput.py [--models bow cnn transformer ernie crf] [--backends paddle onnxruntime]
         [--clients 1 4 16 50] [--batch 16] [--seconds 8] [--workers CORES] [--model_dir DIR] [--pin] [--raw_runs 3]
+        [--floor]
 
 For each model (``small_models.py``: trained for one epoch on generated data and exported, with
 model.onnx where paddle2onnx converts it) and backend, the service runs as its own ``wenxin
@@ -19,6 +20,15 @@ the service (one worker per remaining CPU) and the raw predictor on the others. 
 the clients' threads costs the service CPU time it would not spend beside remote clients (caches
 and cores taken over between its threads): measured with one ERNIE client, its model thread spent
 2,062 µs of CPU a request unpinned against 1,752 pinned (the raw predictor's run: 1,747).
+
+``--floor`` also measures what the service's HTTP layer costs alone: one service process (on the
+service's CPUs) whose batching pool is replaced by one that answers each request at once with a
+real batch's results (no text conversion, no model, no hand-over between threads), under the same
+clients. Its CPU time a request is the floor of any request, and ``raw / (raw + floor)``, with
+``raw`` the raw predictor's CPU time for a request's texts, the share of the raw predictor the
+service could reach if running the model and converting the texts cost it what they cost the raw
+predictor (merging requests into larger model batches can do a little better than that: the
+model's cost a text falls with the batch).
 """
 from __future__ import annotations
 
@@ -55,6 +65,41 @@ def raw_predictor(model_dir: str, model: str, batch: int, seconds: float, backen
         raise SystemExit(f"the raw predictor failed:\n{proc.stderr[-3000:]}")
     rate, per_batch, cpu_rate = proc.stdout.split()[-3:]
     return float(rate), float(per_batch), float(cpu_rate)
+
+
+def serve_floor(model_dir: str, model: str, port: int, batch: int, backend: str) -> None:
+    """(in the --floor_serve process) ``wenxin serve``'s one-process service, whose batching pool
+    answers every request at once with the results the model gave for ``batch`` sample texts."""
+    import asyncio
+
+    from small_models import sample_texts
+
+    from wenxin.common.logs import lean_records, setup_logging
+    from wenxin.inference import server
+    from wenxin.inference.predictor import Predictor
+    setup_logging()  # as ``wenxin serve``: a line a request
+    lean_records()
+    predictor = Predictor(model_dir, backend=backend)
+    answers = predictor.predict([[t] for t in sample_texts(model)[:batch]], batch_size=batch)
+
+    class AnsweredPool:
+        """What the app reads of a ``BatchingPool``; ``submit`` answers at once."""
+
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self.meta, self.num_fields = predictor.meta, len(predictor.fields)
+            self.model_threads, self.backend, self.onednn = 1, predictor.backend, predictor.onednn
+            self.on_batch: Optional[Callable[[int], None]] = None
+
+        def submit(self, rows: List[List[str]], loop: asyncio.AbstractEventLoop) -> "asyncio.Future[object]":
+            future = loop.create_future()
+            future.set_result([answers[i % len(answers)] for i in range(len(rows))])
+            return future
+
+        def close(self) -> None:
+            pass
+
+    server.BatchingPool = AnsweredPool  # type: ignore[misc,assignment]
+    server.Service(model_dir, port=port).run()
 
 
 def time_predictor(model_dir: str, texts: List[str], batch: int, seconds: float, backend: str) -> None:
@@ -159,14 +204,24 @@ def pinned(cpus: Optional[Set[int]]) -> Optional[Callable[[], None]]:
     return lambda: os.sched_setaffinity(0, cpus)
 
 
-def start_service(model_dir: str, workers: int, backend: str,
-                  cpus: Optional[Set[int]] = None) -> Tuple[subprocess.Popen, int]:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "wenxin.cli", "serve", "--model_dir", model_dir, "--port", str(port),
-                             "--workers", str(workers), "--max_connections", "1024", "--backend", backend],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        return probe.getsockname()[1]
+
+
+def start_service(model_dir: str, workers: int, backend: str, cpus: Optional[Set[int]] = None,
+                  floor_of: str = "", batch: int = 16) -> Tuple[subprocess.Popen, int]:
+    """``wenxin serve`` as its own process, or with ``floor_of`` (a model's name), the floor
+    service of ``serve_floor``; returns once it answers /health."""
+    port = free_port()
+    if floor_of:
+        command = [__file__, "--floor_serve", model_dir, "--models", floor_of, "--backends", backend,
+                   "--batch", str(batch), "--port", str(port)]
+    else:
+        command = ["-m", "wenxin.cli", "serve", "--model_dir", model_dir, "--port", str(port), "--workers", str(workers),
+                   "--max_connections", "1024", "--backend", backend]
+    proc = subprocess.Popen([sys.executable, *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "PYTHONPATH": REPO}, preexec_fn=pinned(cpus))
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:  # until a worker answers
@@ -182,7 +237,35 @@ def start_service(model_dir: str, workers: int, backend: str,
     raise SystemExit("the service did not start")
 
 
-def measure(model_dir: str, texts: List[str], backend: str, args: argparse.Namespace, label: str) -> None:
+def cpu_per_request(pid: int, port: int, texts: List[str], clients: int, args: argparse.Namespace) -> Tuple[
+        int, float, List[float], int, float]:
+    """Requests answered, seconds, latencies, failures, and the service's CPU seconds, for
+    ``clients`` clients during ``--seconds``."""
+    service_cpu = tree_cpu_seconds(pid)
+    count, elapsed, latencies, failed = run_clients(port, texts, clients, args.batch, args.seconds)
+    return count, elapsed, latencies, failed, tree_cpu_seconds(pid) - service_cpu
+
+
+def measure_floor(model_dir: str, texts: List[str], backend: str, args: argparse.Namespace, label: str,
+                  cpus: Optional[Set[int]], raw_cpu_rate: float) -> List[str]:
+    """The floor service's rows (see the module docstring), one per client count."""
+    proc, port = start_service(model_dir, 1, backend, cpus, floor_of=label, batch=args.batch)
+    rows = []
+    try:
+        run_clients(port, texts, 2, args.batch, 2.0)  # warm-up
+        raw_us = args.batch / raw_cpu_rate * 1e6  # the raw predictor's CPU for one request's texts
+        for clients in args.clients:
+            count, _, _, failed, cpu = cpu_per_request(proc.pid, port, texts, clients, args)
+            floor_us = cpu / count * 1e6
+            rows.append(f"| {label} | {backend} | {clients} | {raw_us:.0f} | {floor_us:.0f} | "
+                        f"{raw_us / (raw_us + floor_us):.2f} | {failed} |")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=90)
+    return rows
+
+
+def measure(model_dir: str, texts: List[str], backend: str, args: argparse.Namespace, label: str) -> List[str]:
     everywhere = os.sched_getaffinity(0)
     cpus = set(sorted(everywhere)[1:]) if args.pin else None  # the service's CPUs
     raws = sorted((raw_predictor(model_dir, label, args.batch, args.seconds, backend, cpus)
@@ -194,9 +277,7 @@ def measure(model_dir: str, texts: List[str], backend: str, args: argparse.Names
     try:
         run_clients(port, texts, 2, args.batch, 2.0)  # warm-up: every worker loaded, oneDNN measured
         for clients in args.clients:
-            service_cpu = tree_cpu_seconds(proc.pid)
-            count, elapsed, latencies, failed = run_clients(port, texts, clients, args.batch, args.seconds)
-            service_cpu = tree_cpu_seconds(proc.pid) - service_cpu
+            count, elapsed, latencies, failed, service_cpu = cpu_per_request(proc.pid, port, texts, clients, args)
             latencies.sort()
             p50 = statistics.median(latencies)
             p99 = latencies[int(0.99 * (len(latencies) - 1))]
@@ -207,6 +288,14 @@ def measure(model_dir: str, texts: List[str], backend: str, args: argparse.Names
     finally:
         proc.terminate()
         proc.wait(timeout=90)
+        os.sched_setaffinity(0, everywhere)
+    if not args.floor:
+        return []
+    try:
+        if args.pin:
+            os.sched_setaffinity(0, {min(everywhere)})
+        return measure_floor(model_dir, texts, backend, args, label, cpus, raw_cpu_rate)
+    finally:
         os.sched_setaffinity(0, everywhere)
 
 
@@ -225,7 +314,11 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true",
                         help="clients on the first CPU; the service (one worker per other CPU) and the raw predictor "
                              "on the others")
+    parser.add_argument("--floor", action="store_true",
+                        help="also measure the HTTP layer's own CPU a request (see the module docstring)")
     parser.add_argument("--raw", default="", help=argparse.SUPPRESS)  # the raw predictor's own process
+    parser.add_argument("--floor_serve", default="", help=argparse.SUPPRESS)  # the floor service's own process
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.pin:
         if len(os.sched_getaffinity(0)) < 2:
@@ -235,17 +328,28 @@ def main() -> None:
     if args.raw:
         time_predictor(args.raw, sample_texts(args.models[0]), args.batch, args.seconds, args.backends[0])
         return
+    if args.floor_serve:
+        serve_floor(args.floor_serve, args.models[0], args.port, args.batch, args.backends[0])
+        return
     placement = "; clients on the first CPU, the service and raw predictor on the others" if args.pin else ""
     print(f"{args.batch} texts per request, {args.workers} workers{placement}; raw predictor: texts/s (ms a batch); "
           f"{load_note()} at the start")
     print("| model | backend | raw predictor | clients | texts/s | / raw | raw texts/CPU-s | served texts/CPU-s | "
           "/ raw (CPU) | p50 ms | p99 ms | p99 / p50 | failed |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    floors: List[str] = []
     for name in args.models:
         model_dir = args.model_dir or trained_model(name, tempfile.mkdtemp(prefix=f"serving-{name}-"))
         backends = [b for b in args.backends if b == "paddle" or os.path.isfile(os.path.join(model_dir, "model.onnx"))]
         for backend in backends:
-            measure(model_dir, sample_texts(name), backend, args, name)
+            floors += measure(model_dir, sample_texts(name), backend, args, name)
+    if floors:
+        print("\nThe HTTP layer alone (--floor): µs of CPU a request; the share of the raw predictor a service "
+              "could reach with it (raw / (raw + floor))")
+        print("| model | backend | clients | raw predictor: µs of CPU a request | floor: µs of CPU a request | "
+              "raw / (raw + floor) | failed |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(floors))
 
 
 if __name__ == "__main__":
