@@ -1,6 +1,7 @@
 """The HTTP prediction service: endpoints, limits, clear 4xx errors, and concurrent clients."""
 import http.client
 import json
+import sys
 import threading
 
 import numpy as np
@@ -37,6 +38,8 @@ def test_health_and_predict_match_the_predictor(served):
     status, health = request(port, "GET", "/health")
     assert status == 200 and health["status"] == "ok" and health["labels"] == ["0", "1"] and health["model_threads"] == 2
     assert health["onednn"] == ("off (the model's rule)" if health["backend"] == "paddle" else None)  # BoW's rule
+    # uvicorn runs uvloop where it is installed (a dependency, but on Windows)
+    assert health["event_loop"] == ("asyncio" if sys.platform == "win32" else "uvloop")
     texts = ["好棒的书", "太差了", ""]
     status, result = request(port, "POST", "/predict", {"texts": texts})
     assert status == 200
