@@ -145,8 +145,13 @@ class BodyDeadline:
 
     def __enter__(self) -> "BodyDeadline":
         self._task = asyncio.current_task()
+        self._cancelling = self._cancels()
         self._timer = asyncio.get_running_loop().call_later(self.seconds, self._expire)
         return self
+
+    def _cancels(self) -> int:
+        """The cancels requested of the task and not yet handled (Python 3.11+; else 0)."""
+        return getattr(self._task, "cancelling", lambda: 0)()
 
     def _expire(self) -> None:
         self.expired = True
@@ -158,8 +163,8 @@ class BodyDeadline:
         if not (self.expired and kind is not None and issubclass(kind, asyncio.CancelledError)):
             return False  # the body arrived, or the task was cancelled for another reason
         uncancel = getattr(self._task, "uncancel", None)  # Python 3.11+: the cancel is handled
-        if uncancel is not None:
-            uncancel()
+        if uncancel is not None and uncancel() > self._cancelling:
+            return False  # cancelled from outside as well (the service stopping): that goes on
         return True
 
     def error(self) -> RequestError:
@@ -351,7 +356,6 @@ class ServiceMetrics:
                                    "(eos, length, time_limit, cancelled, error)", ["reason"], registry=self.registry)
         self.in_flight = Gauge("wenxin_predict_in_flight", "/predict requests whose headers arrived, not yet answered",
                                multiprocess_mode="livesum", registry=self.registry)
-
         self._answered: Dict[Tuple[str, int], Any] = {}
 
     def answered(self, path: str, status: int) -> Any:
