@@ -36,7 +36,8 @@ def launch(tmp_path, config, nproc, float16_on_cpu=False):
     else:
         cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
                "--log_dir", str(tmp_path / "launch_logs"), script, "--param_path", path]
-    for attempt in (1, 2):  # once more where gloo's ranks missed each other before training (launch_nodes)
+
+    def launch_once():
         shutil.rmtree(tmp_path / "launch_logs", ignore_errors=True)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
                               env={**os.environ, "GLOG_minloglevel": "2"})
@@ -44,13 +45,16 @@ def launch(tmp_path, config, nproc, float16_on_cpu=False):
         if nproc > 1 and os.path.isdir(tmp_path / "launch_logs"):
             logs = "".join(open(tmp_path / "launch_logs" / n).read()[-1500:]
                            for n in os.listdir(tmp_path / "launch_logs"))
-        output = proc.stdout + proc.stderr + logs
-        if proc.returncode == 0 or attempt == 2 or nproc == 1 or not missed_gloo_rendezvous(output):
-            break
-        warnings.warn("gloo's ranks missed each other while building their groups: launching again", stacklevel=2)
+        return proc, logs
+
+    def clear_output():  # whatever the failed launch began there
         output_path = config.get("trainer", {}).get("output_path")
-        if output_path:  # whatever the failed launch began there
+        if output_path:
             shutil.rmtree(os.path.join(tmp_path, output_path), ignore_errors=True)
+
+    proc, logs = once_more_if_gloo_missed(
+        launch_once, lambda result: [result[0].stdout + result[0].stderr + result[1]],
+        retry=lambda result: result[0].returncode != 0 and nproc > 1, before_retry=clear_output)
     assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:] + logs
 
 
@@ -123,11 +127,9 @@ def launch_nodes(tmp_path, config, nodes=2, expect_success=True):
     showing every rank's output."""
     configs = config if isinstance(config, list) else [config] * nodes
     paths = [write_config(str(tmp_path / f"task_node{rank}.json"), c) for rank, c in enumerate(configs)]
-    for attempt in (1, 2):
-        returncodes, logs, outputs = run_launchers(tmp_path, paths)
-        if not (expect_success and attempt == 1 and any(map(missed_gloo_rendezvous, outputs + logs))):
-            break
-        warnings.warn("gloo's ranks missed their 30 s to connect in fleet.init: launching the nodes again", stacklevel=2)
+    returncodes, logs, outputs = once_more_if_gloo_missed(lambda: run_launchers(tmp_path, paths),
+                                                          lambda result: result[2] + result[1],
+                                                          retry=lambda result: expect_success)
     report = "\n".join(f"--- node {rank} (exit {code}) ---\n{out[-1500:]}\n{log[-1500:]}"
                        for rank, (code, out, log) in enumerate(zip(returncodes, outputs, logs)))
     assert all((code == 0) is expect_success for code in returncodes), report
@@ -141,6 +143,18 @@ def missed_gloo_rendezvous(output: str) -> bool:
     cores)."""
     building = "init_distributed" in output or "ProcessGroupGloo" in output
     return building and "gloo" in output and ("TIMEOUT" in output or "Connection refused" in output)
+
+
+def once_more_if_gloo_missed(launch_once, outputs_of, retry, before_retry=lambda: None):
+    """``launch_once()``'s result, or, where ``retry(result)`` and an output of ``outputs_of(result)``
+    shows gloo's ranks missing each other before training (``missed_gloo_rendezvous``), a warning
+    and a second launch's (after ``before_retry()``)."""
+    result = launch_once()
+    if retry(result) and any(map(missed_gloo_rendezvous, outputs_of(result))):
+        warnings.warn("gloo's ranks missed each other while building their groups: launching again", stacklevel=3)
+        before_retry()
+        result = launch_once()
+    return result
 
 
 def run_launchers(tmp_path, paths):
