@@ -103,8 +103,14 @@ def test_a_run_ends_with_its_result_outputs_and_next_commands(tmp_path, data_dir
     # the best checkpoint's final re-evaluation is recorded at its own step
     assert all(r["step"] == best_step for r in records if r["tag"].startswith("best_"))
 
-    # resuming the finished run: nothing trained or evaluated again, nothing appended
+    # resuming the finished run: nothing trained or evaluated again, nothing appended; an index the
+    # process left behind (killed after its last save, before rewriting it) describes the folders again
+    index_path = os.path.join(out, "checkpoints", "index.json")
+    index = json.load(open(index_path))
+    assert index["latest"] == "step_45"
+    json.dump({**index, "latest": "step_30", "checkpoints": index["checkpoints"][:1]}, open(index_path, "w"))
     assert main(["train", "--param_path", path, "--set", "trainer.resume=auto"]) == 0
+    assert json.load(open(index_path)) == index
     again = capsys.readouterr()
     assert "the run already finished at step 45" in again.err and "nothing to train: step 45 of 45" in again.err
     assert "[dev]" not in again.err and "unused values" not in again.err and "epoch 4" not in again.err

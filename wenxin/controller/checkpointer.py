@@ -208,8 +208,12 @@ class Checkpointer:
         resume_from = trainer.config["_resume_from"] if "_resume_from" in trainer.config else resume_checkpoint(cfg)
         if resume_from:
             self.load(resume_from)
-            if cfg["resume"] == "best" and trainer.is_writer:
-                self._abandon_checkpoints_after_best()
+            if trainer.is_writer:
+                if cfg["resume"] == "best":
+                    self._abandon_checkpoints_after_best()
+                # the folders are the truth: a process killed between a save and rewriting the index
+                # (or a run resumed from best) left an index that no longer describes them
+                trainer.checkpoints.write_index()
         elif cfg["resume"] == "auto":
             logger.info("resume=auto: no checkpoint in %s, starting fresh", trainer.checkpoints.root)
         if trainer.is_writer:
