@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -103,13 +104,18 @@ def test_a_run_ends_with_its_result_outputs_and_next_commands(tmp_path, data_dir
     # the best checkpoint's final re-evaluation is recorded at its own step
     assert all(r["step"] == best_step for r in records if r["tag"].startswith("best_"))
 
-    # resuming the finished run: nothing trained or evaluated again, nothing appended; an index the
-    # process left behind (killed after its last save, before rewriting it) describes the folders again
+    # resuming the finished run: nothing trained or evaluated again, nothing appended; what a process
+    # killed after its last save, before pruning and rewriting the index, left is finished
     index_path = os.path.join(out, "checkpoints", "index.json")
     index = json.load(open(index_path))
-    assert index["latest"] == "step_45"
+    folders = sorted(os.listdir(os.path.join(out, "checkpoints")))
+    assert index["latest"] == "step_45" and "step_45" in folders
+    assert [e["name"] for e in index["checkpoints"] if e["kind"] == "periodic"] == ["step_45", "step_30", "step_15"]
+    for step in (3, 4):  # older than the three (keep_checkpoint_max) kept
+        shutil.copytree(os.path.join(out, "checkpoints", "step_45"), os.path.join(out, "checkpoints", f"step_{step}"))
     json.dump({**index, "latest": "step_30", "checkpoints": index["checkpoints"][:1]}, open(index_path, "w"))
     assert main(["train", "--param_path", path, "--set", "trainer.resume=auto"]) == 0
+    assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == folders
     assert json.load(open(index_path)) == index
     again = capsys.readouterr()
     assert "the run already finished at step 45" in again.err and "nothing to train: step 45 of 45" in again.err

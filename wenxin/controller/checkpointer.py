@@ -211,8 +211,10 @@ class Checkpointer:
             if trainer.is_writer:
                 if cfg["resume"] == "best":
                     self._abandon_checkpoints_after_best()
-                # the folders are the truth: a process killed between a save and rewriting the index
-                # (or a run resumed from best) left an index that no longer describes them
+                elif trainer.state.finished:  # no save follows: finish the last one's pruning
+                    trainer.checkpoints.prune()
+                # the folders are the truth: a process killed after a save, before pruning and
+                # rewriting the index (or a run resumed from best), left an index behind them
                 trainer.checkpoints.write_index()
         elif cfg["resume"] == "auto":
             logger.info("resume=auto: no checkpoint in %s, starting fresh", trainer.checkpoints.root)
