@@ -366,10 +366,16 @@ class CheckpointManager:
             if folder not in kept:
                 drop_optimizer_state(folder)
 
+    def holds(self, folder: str) -> bool:
+        """Whether ``folder`` is one of this run's checkpoints (not another run's)."""
+        return os.path.dirname(os.path.abspath(folder)) == os.path.abspath(self.root)
+
     def prune(self) -> None:
         """Keep the newest ``keep_max`` periodic checkpoints; remove stale temporary folders.
         A checkpoint is renamed to a hidden name before it is deleted, so a crash mid-delete
         never leaves a half-deleted folder that still looks complete."""
+        if not os.path.isdir(self.root):
+            return
         for _, path in self.step_dirs()[:-self.keep_max]:
             shutil.rmtree(_set_aside(path), ignore_errors=True)
         for name in os.listdir(self.root):

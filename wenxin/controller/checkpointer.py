@@ -211,8 +211,8 @@ class Checkpointer:
             if trainer.is_writer:
                 if cfg["resume"] == "best":
                     self._abandon_checkpoints_after_best()
-                elif trainer.state.finished:  # no save follows: finish the last one's pruning
-                    trainer.checkpoints.prune()
+                elif trainer.state.finished and trainer.checkpoints.holds(resume_from):
+                    trainer.checkpoints.prune()  # no save follows: finish the last one's pruning
                 # the folders are the truth: a process killed after a save, before pruning and
                 # rewriting the index (or a run resumed from best), left an index behind them
                 trainer.checkpoints.write_index()
