@@ -216,3 +216,17 @@ def test_saving_best_keeps_the_optimizer_state_of_the_resume_point(tmp_path):
     assert has_optimizer_state(step_20) and has_optimizer_state(step_10)  # step_10: the fallback
     step_30 = manager.save("step_30", write)
     assert has_optimizer_state(step_30) and has_optimizer_state(step_20) and not has_optimizer_state(step_10)
+
+
+def test_a_manager_holds_only_its_own_checkpoints_and_prunes_nothing_before_its_folder_exists(tmp_path):
+    """A run resumed at its end finishes the last save's pruning only when the checkpoint it
+    continues is its own (``load_checkpoint`` may name another run's)."""
+    from wenxin.controller.checkpoint import CheckpointManager
+    manager = CheckpointManager(str(tmp_path / "run"), keep_max=1)
+    manager.prune()  # no checkpoints folder yet: nothing to do, no error
+    assert not os.path.exists(manager.root)
+    own = os.path.join(str(tmp_path), "run", "checkpoints", "step_5")
+    assert manager.holds(own) and manager.holds(own + os.sep)
+    assert manager.holds(os.path.relpath(own))
+    assert not manager.holds(os.path.join(str(tmp_path), "other", "checkpoints", "step_5"))
+    assert not manager.holds(os.path.join(own, "step_5"))
