@@ -43,7 +43,7 @@ import numpy as np
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
-from wenxin.data.chat_format import encode_conversation, encode_prompt
+from wenxin.data.chat_format import encode_conversation, encode_prompt, fit_prompt
 from wenxin.data.ernie45_tokenizer import ADDED_TOKENS_FILE, CONFIG_FILE, MODEL_FILE, SPECIAL_MAP_FILE, Ernie45Tokenizer
 from wenxin.data.field_reader import BaseFieldReader, TensorSpec
 
@@ -176,30 +176,29 @@ class ChatFieldReader(BaseFieldReader):
             return self._prompt(conversation)
         if not any(conversation.learn):
             raise ValueError("label: every answer is 0, so the conversation teaches nothing")
-        kept = len(conversation.turns)
-        while True:  # the first turns that fit
-            encoded = encode_conversation(self.tokenizer, conversation.system, conversation.turns[:kept],
-                                          conversation.learn[:kept])
-            if len(encoded.ids) <= self.max_seq_len:
-                break
-            kept -= 1
-            if kept == 0:
-                raise ValueError(f"the first turn alone is {len(encoded.ids)} tokens, more than max_seq_len "
-                                 f"{self.max_seq_len}")
+        # the first turns that fit (each turn encoded once)
+        encoded = encode_conversation(self.tokenizer, conversation.system, conversation.turns, conversation.learn,
+                                      max_length=self.max_seq_len)
+        if not encoded.ids:
+            first = encode_conversation(self.tokenizer, conversation.system, conversation.turns[:1])
+            raise ValueError(f"the first turn alone is {len(first.ids)} tokens, more than max_seq_len "
+                             f"{self.max_seq_len}")
         if not any(encoded.learn):
             raise ValueError(f"no learned answer fits in max_seq_len {self.max_seq_len} (the turns that fit are "
                              f"label 0)")
         return np.asarray(encoded.ids, dtype=np.int32), np.asarray(encoded.learn, dtype=np.uint8)
 
     def _prompt(self, conversation: Conversation) -> ChatExample:
-        """A prompt's ids, with its latest turns that fit in ``max_seq_len``."""
+        """A prompt's ids, with its latest turns that fit in ``max_seq_len`` (``fit_prompt``: linear
+        in the conversation's size)."""
         assert conversation.question is not None
-        for first in range(len(conversation.turns) + 1):
-            ids = encode_prompt(self.tokenizer, conversation.system, conversation.turns[first:], conversation.question)
-            if len(ids) <= self.max_seq_len:
-                return np.asarray(ids, dtype=np.int32), np.zeros(len(ids), dtype=np.uint8)
-        raise ValueError(f"the prompt's question alone is {len(ids)} tokens, more than max_seq_len "
-                         f"{self.max_seq_len}")
+        ids, _ = fit_prompt(self.tokenizer, conversation.system, conversation.turns, conversation.question,
+                            self.max_seq_len)
+        if not ids:
+            alone = encode_prompt(self.tokenizer, conversation.system, [], conversation.question)
+            raise ValueError(f"the prompt's question alone is {len(alone)} tokens, more than max_seq_len "
+                             f"{self.max_seq_len}")
+        return np.asarray(ids, dtype=np.int32), np.zeros(len(ids), dtype=np.uint8)
 
     def length(self, value: ChatExample) -> int:
         return len(value[0])

@@ -75,23 +75,33 @@ class EncodedConversation:
     learn: List[bool]
 
 
+def _turn_ids(tokenizer: Ernie45Tokenizer, system: Optional[str], question: str,
+              answer: str) -> Tuple[List[int], List[int]]:
+    """One turn's prompt part (after ``system``, where it opens the conversation) and answer part."""
+    opening = system + "\n" if system else ""
+    return (tokenizer.encode(opening + USER_PREFIX + question + "\n" + ASSISTANT_PREFIX),
+            tokenizer.encode(answer + tokenizer.specials["sep_token"]))
+
+
 def encode_conversation(tokenizer: Ernie45Tokenizer, system: Optional[str], turns: Sequence[Tuple[str, str]],
-                        learn_turns: Optional[Sequence[bool]] = None) -> EncodedConversation:
+                        learn_turns: Optional[Sequence[bool]] = None,
+                        max_length: Optional[int] = None) -> EncodedConversation:
     """``turns`` of (question, answer) after an optional system prompt; ``learn_turns[i]`` says
-    whether turn ``i``'s answer counts in the loss (all by default)."""
-    sep_token = tokenizer.specials["sep_token"]
+    whether turn ``i``'s answer counts in the loss (all by default). With ``max_length``, only the
+    first turns that fit in it (each turn encoded once; none: an empty conversation)."""
     ids = [tokenizer.special_ids["cls_token"]]
     learn = [False]
-    pending = system + "\n" if system else ""
     for index, (question, answer) in enumerate(turns):
-        prompt = tokenizer.encode(pending + USER_PREFIX + question + "\n" + ASSISTANT_PREFIX)
-        reply = tokenizer.encode(answer + sep_token)
+        prompt, reply = _turn_ids(tokenizer, system if index == 0 else None, question, answer)
+        if max_length is not None and len(ids) + len(prompt) + len(reply) > max_length:
+            if index == 0:
+                return EncodedConversation([], [])
+            break
         counts = True if learn_turns is None else bool(learn_turns[index])
         ids += prompt + reply
         learn += [False] * len(prompt) + [counts] * len(reply)
-        pending = ""
-    if pending:
-        prompt = tokenizer.encode(pending)
+    if system and not turns:
+        prompt = tokenizer.encode(system + "\n")
         ids += prompt
         learn += [False] * len(prompt)
     return EncodedConversation(ids, learn)
@@ -105,3 +115,45 @@ def encode_prompt(tokenizer: Ernie45Tokenizer, system: Optional[str], history: S
     sep_id = tokenizer.special_ids["sep_token"]
     assert encoded.ids[-1] == sep_id  # the empty answer's closing sep_token
     return encoded.ids[:-1]
+
+
+def fit_prompt(tokenizer: Ernie45Tokenizer, system: Optional[str], history: Sequence[Tuple[str, str]], question: str,
+               max_length: int) -> Tuple[List[int], int]:
+    """``encode_prompt`` with the latest turns of ``history`` that fit in ``max_length`` tokens,
+    and how many turns were left out; ``([], n)`` when the question alone does not fit.
+
+    Linear in what it reads: turns are encoded once each, newest first, and no further back than
+    the length allows (a conversation of 5,000 turns costs what its last few cost). Only the first
+    kept turn carries the system prompt; where one is set, which turn that can be is found by
+    bisection (a few encodings of the system prompt, not one per turn dropped)."""
+    asked, empty_answer = _turn_ids(tokenizer, None, question, "")
+    question_ids = asked + empty_answer[:-1]  # the empty answer's closing sep_token left out
+    kept: List[List[int]] = []  # the newest turns that fit, newest first (without the system prompt)
+    used = 1 + len(question_ids)  # cls and the question
+    for question_before, answer in reversed(history):
+        prompt, reply = _turn_ids(tokenizer, None, question_before, answer)
+        if used + len(prompt) + len(reply) > max_length:
+            break
+        kept.append(prompt + reply)
+        used += len(prompt) + len(reply)
+
+    def opened_at(first: int) -> List[int]:
+        """The prompt when turn ``first`` of the kept (0: the oldest kept) opens it, with the system prompt."""
+        start = len(history) - len(kept) + first
+        if first == len(kept):
+            return encode_prompt(tokenizer, system, [], question)
+        prompt, reply = _turn_ids(tokenizer, system, *history[start])
+        later = [token for ids in reversed(kept[:len(kept) - first - 1]) for token in ids]  # oldest first
+        return [tokenizer.special_ids["cls_token"]] + prompt + reply + later + question_ids
+
+    low, high = 0, (len(kept) if system else 0)  # the earliest opening turn that fits is in [low, high]
+    while low < high:
+        middle = (low + high) // 2
+        if len(opened_at(middle)) <= max_length:
+            high = middle
+        else:
+            low = middle + 1
+    ids = opened_at(low)
+    if len(ids) > max_length:
+        return [], len(history)
+    return ids, len(history) - (len(kept) - low)
