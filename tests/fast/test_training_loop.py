@@ -153,6 +153,52 @@ def test_sigterm_saves_the_current_step_and_the_run_continues_from_it(data, tmp_
     assert_same(params_of(reference), params_of(resumed))
 
 
+def test_sigterm_during_an_evaluation_stops_it_and_the_resumed_run_evaluates_that_step_first(data, tmp_path):
+    """The signal arrives as step 6's dev evaluation starts: the evaluation ends at its next batch
+    (not after the whole reader), the checkpoint of step 6 says it is pending, and the resumed run
+    evaluates step 6 before training on, so its dev scores, best checkpoint and weights are the
+    uninterrupted run's."""
+    class TerminateInEvaluation(HookBase):
+        def before_eval(self, reader_name):
+            if self.trainer.state.global_step == 6 and not self.trainer.state.interrupted:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    class DevScores(HookBase):
+        def __init__(self):
+            self.scores = {}
+
+        def after_eval(self, reader_name, metrics):
+            self.scores[self.trainer.state.global_step] = metrics["loss"]
+
+    def cfg(out):
+        return config(data, tmp_path / out, max_steps=12, eval_step=3, save_model_step=100, metric="loss",
+                      metric_mode="min", resume="auto", eval_batch_size=4)
+
+    reference = numpy_trainer(cfg("reference"), tmp_path)
+    expected = DevScores()
+    reference.register_hook(expected)
+    reference.do_train()
+    stopped = numpy_trainer(cfg("stopped"), tmp_path)
+    first = DevScores()
+    stopped.register_hook(first)
+    stopped.register_hook(TerminateInEvaluation())
+    evaluated = []
+    run_eval = stopped.eval_step
+    stopped.eval_step = lambda *a, **k: evaluated.append(1) or run_eval(*a, **k)  # count the batches run
+    stopped.do_train()
+    assert stopped.state.interrupted and stopped.state.global_step == 6 and 6 not in first.scores
+    assert len(evaluated) == 1 + 10  # the preflight's batch, step 3's (40 rows in batches of 4), none of step 6's
+    saved = json.load(open(tmp_path / "stopped" / "checkpoints" / "step_6" / "trainer_state.json"))
+    assert saved["evaluation_pending"] is True
+    resumed = numpy_trainer(cfg("stopped"), tmp_path)
+    second = DevScores()
+    resumed.register_hook(second)
+    resumed.do_train()
+    assert {**first.scores, **second.scores} == expected.scores and min(second.scores) == 6
+    assert resumed.state.best_step == reference.state.best_step
+    assert_same(params_of(reference), params_of(resumed))
+
+
 def test_nonfinite_steps_skip_their_update_and_too_many_stop_the_run(data, tmp_path):
     trainer = numpy_trainer(config(data, tmp_path / "out", max_steps=10, is_eval_dev=0, max_nan_steps=2), tmp_path)
     trainer.engine.poisoned_steps = {4}

@@ -129,3 +129,24 @@ class ProgressBar:
             self.clear()
         if ProgressBar.active is self:
             ProgressBar.active = None
+
+
+class ProgressLog:
+    """Progress of long work where no bar is drawn (a log file, a pipe): ``say`` gets a line of
+    the work done of all, its rate and the time left at most every ``every`` seconds, and one at
+    the end (where the work took longer than ``every``). Call it with the count done."""
+
+    def __init__(self, what: str, total: int, say: Callable[[str], None], unit: str = "rows",
+                 every: float = 30.0) -> None:
+        self.what, self.total, self.say, self.unit, self.every = what, total, say, unit, every
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, done: int) -> None:
+        now = time.monotonic()
+        finished = done >= self.total
+        if now - (self.start if finished else self.last) < self.every:
+            return  # too soon for a line (finished: the work was short, no line needed)
+        self.last = now
+        rate = done / max(now - self.start, 1e-9)
+        left = f", about {format_duration((self.total - done) / rate)} left" if 0 < done < self.total else ""
+        self.say(f"{self.what}: {done}/{self.total} {self.unit}, {rate:.3g} {self.unit}/s{left}")

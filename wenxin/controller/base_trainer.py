@@ -34,7 +34,7 @@ from wenxin.controller.amp import AmpSettings
 from wenxin.controller.checkpointer import Checkpointer, prepare_output_path
 from wenxin.controller.eager_engine import EagerEngine
 from wenxin.controller.engine import Batch, ExecutionEngine
-from wenxin.controller.evaluator import Evaluator
+from wenxin.controller.evaluator import Evaluator, stop_if_interrupted
 from wenxin.controller.static_engine import StaticEngine
 from wenxin.common.process import ignored, last_thread_failure
 from wenxin.controller.env import rng_state, set_rng_state
@@ -228,7 +228,11 @@ class BaseTrainer:
         generate = getattr(self.model, "generate_outputs", None)
         if generate is not None:
             arrays = {k: v.numpy() if isinstance(v, paddle.Tensor) else np.asarray(v) for k, v in batch.items()}
-            outputs.update(generate(arrays, self.engine.run_step_function))
+
+            def run_step(name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+                stop_if_interrupted(self.state)  # a stop signal ends a long decoding at its next step
+                return self.engine.run_step_function(name, inputs)
+            outputs.update(generate(arrays, run_step))
         return outputs
 
     def model_state_dict(self) -> Dict[str, Any]:
@@ -319,7 +323,7 @@ class BaseTrainer:
     def _train_loop(self) -> Dict[str, Dict[str, float]]:
         s = self.state
         self.check_ranks_start_together()
-        if s.finished:  # resumed from the end of a finished run
+        if s.finished and not s.evaluation_pending:  # resumed from the end of a finished run
             logger.info("nothing to train: step %d of %d is done (raise trainer.epoch or trainer.max_steps to "
                         "train on; wenxin evaluate scores a checkpoint again)", s.global_step, s.max_steps)
             return s.metrics

@@ -5,20 +5,24 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import logging
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Tuple
 
 import numpy as np
 import paddle
 
 from wenxin.common.errors import ConfigError
-from wenxin.common.progress import ProgressBar
+from wenxin.common.progress import ProgressBar, ProgressLog
 from wenxin.controller.engine import Batch
 from wenxin.controller.graph_mode import eager_mode
+from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BatchLoader
 from wenxin.data.sampler import ResumableBatchSampler
 
 if TYPE_CHECKING:
     from wenxin.controller.base_trainer import BaseTrainer
+
+logger = logging.getLogger("wenxin")
 
 
 def batch_size_of(batch: Batch) -> int:
@@ -55,6 +59,17 @@ class _FirstBatch:
 
     def __len__(self) -> int:
         return 1
+
+
+class EvaluationInterrupted(Exception):
+    """A stop signal arrived while evaluating (between batches, or between two decoding steps):
+    the evaluation is dropped, to run again when the run resumes."""
+
+
+def stop_if_interrupted(state: TrainState) -> None:
+    """Raise ``EvaluationInterrupted`` once a stop signal has arrived."""
+    if state.interrupted:
+        raise EvaluationInterrupted()
 
 
 class Evaluator:
@@ -110,16 +125,23 @@ class Evaluator:
         chunks: Dict[str, List[np.ndarray]] = collections.defaultdict(list)
         sizes: List[int] = []
         loader = self.loader(reader_name)
-        bar = ProgressBar(len(loader), reader_name.replace("_reader", "")) if self.trainer.show_progress else None
-        self.trainer.engine.begin_eval()
+        short = reader_name.replace("_reader", "")
+        bar = ProgressBar(len(loader), short) if self.trainer.show_progress else None
+        trainer = self.trainer
+        shard = len(range(trainer.rank, len(trainer.readers[reader_name]), trainer.world_size))
+        log = ProgressLog(f"evaluating {short}", shard, logger.info)  # where no bar shows progress
+        trainer.engine.begin_eval()
         try:
             for batch in loader:
-                outputs = self.trainer.eval_step(batch, phase, reader_name)
+                stop_if_interrupted(trainer.state)
+                outputs = trainer.eval_step(batch, phase, reader_name)
                 sizes.append(batch_size_of(batch))
                 for key, value in outputs.items():
                     chunks[key].append(value.reshape(1) if value.ndim == 0 else value)
                 if bar is not None:
                     bar.update(len(sizes))
+                else:
+                    log(sum(sizes))
         finally:
             self.trainer.engine.end_eval()
             if bar is not None:

@@ -15,7 +15,8 @@ def loss_value(loss: Any) -> float:
 
 
 # Fields saved in a checkpoint (the rest are per-process and recomputed).
-PERSISTENT = ("global_step", "epoch", "step_in_epoch", "best_metric", "best_step")
+PERSISTENT = ("global_step", "epoch", "step_in_epoch", "best_metric", "best_step", "evaluation_pending")
+OPTIONAL = {"evaluation_pending": False}  # fields older checkpoints lack, with the value they mean
 
 
 @dataclasses.dataclass
@@ -35,6 +36,7 @@ class TrainState:
     nonfinite_loss: bool = False
     should_stop: bool = False
     interrupted: bool = False  # stopped by SIGTERM/SIGINT: save, but skip the final evaluation
+    evaluation_pending: bool = False  # a stop signal cut this step's evaluation short: it runs when the run resumes
     stop_reason: str = ""
     timing: Dict[str, float] = dataclasses.field(default_factory=dict)
     metrics: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
@@ -60,4 +62,4 @@ class TrainState:
 
     def load(self, data: Dict[str, Any]) -> None:
         for k in PERSISTENT:
-            setattr(self, k, data[k])
+            setattr(self, k, data[k] if k in data or k not in OPTIONAL else OPTIONAL[k])

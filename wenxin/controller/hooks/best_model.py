@@ -6,6 +6,7 @@ import os
 
 from wenxin.common.registry import RegisterSet
 from wenxin.controller import checkpoint as ckpt
+from wenxin.controller.evaluator import EvaluationInterrupted
 from wenxin.controller.hooks.base import HookBase, Priority
 
 logger = logging.getLogger("wenxin")
@@ -29,5 +30,10 @@ class LoadBestModelHook(HookBase):
         trainer.restore_model_params(params, folder)
         logger.info("loaded the best checkpoint (step %d, dev %s %.6g) from %s", state.best_step,
                     trainer.trainer_config["metric"], state.best_metric, folder)
-        for name in trainer.eval_readers():
-            trainer.evaluate(name, tag=f"best_{name.replace('_reader', '')}", run_hooks=False, step=state.best_step)
+        try:
+            for name in trainer.eval_readers():
+                trainer.evaluate(name, tag=f"best_{name.replace('_reader', '')}", run_hooks=False,
+                                 step=state.best_step)
+        except EvaluationInterrupted:
+            logger.warning("stopped for the signal while evaluating the best checkpoint again (wenxin evaluate "
+                           "--checkpoint %s scores it)", folder)
