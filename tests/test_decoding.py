@@ -161,5 +161,5 @@ def test_top_k_and_top_p_draw_only_from_their_set():
 
 
 def test_bad_settings_are_one_error():
-    with pytest.raises(ConfigError, match="strategy 'topk' is not greedy, beam or sample; top_p 1.5 must be in"):
+    with pytest.raises(ConfigError, match="strategy 'topk' is not beam, greedy or sample; top_p 1.5 must be in"):
         DecodeSettings("topk", top_p=1.5).check()

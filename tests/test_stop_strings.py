@@ -1,26 +1,21 @@
-"""Stop strings (``wenxin.inference.stop_strings``) through ``Predictor.stream_results``: on
-random texts cut into random tokens, the answer ends before the first stop string, the streamed
-texts add up to it, and no streamed prefix ever shows part of a stop string."""
+"""Stop strings (``wenxin.inference.stop_strings``) through ``AnswerText``, which every decoding
+path streams through: on random texts cut into random tokens, the answer ends before the first
+stop string, the streamed texts add up to it, and no streamed prefix ever shows part of a stop
+string."""
 import random
 
 import pytest
 
-from wenxin.inference.predictor import Predictor
+from wenxin.inference.generator import AnswerText
 from wenxin.inference.stop_strings import StopStrings, parse_stop_strings
 
 
 class TokenText:
-    """A stand-in generation model: ``stream`` gives token ids, ``result_format`` joins their pieces."""
+    """A stand-in result format: token ids are indexes into ``pieces``, whose texts it joins."""
 
     def __init__(self, pieces):
         self.pieces = pieces
-        self.result_format = self
         self.decoded = 0
-
-    def stream(self, row, settings=None, before_step=None, prompt=None):
-        for i in range(len(self.pieces)):
-            self.decoded += 1
-            yield i
 
     def results(self, outputs, batch, rows):
         ids = outputs["generated"][0].tolist()
@@ -28,9 +23,17 @@ class TokenText:
 
 
 def run(pieces, stop):
+    """The pieces an answer streams as the tokens come, until a stop string ends it."""
     model = TokenText(pieces)
-    steps = list(Predictor.stream_results(model, ["row"], stop=stop))
-    return steps, model
+    answer = AnswerText(model, ["row"], stop)
+    steps = []
+    for i in range(len(pieces)):
+        model.decoded += 1
+        steps.append(answer.add(i))
+        if steps[-1].stopped:
+            return steps, model
+    last = answer.finish()
+    return steps + ([last] if last is not None else []), model
 
 
 @pytest.mark.parametrize("seed", range(300))

@@ -111,9 +111,11 @@ def test_both_graph_modes_train_with_parity_and_decode_alike(tmp_path, gen_data)
         with trainer.engine.running():
             trainer.engine.begin_eval()
             first = trainer.engine.run_step_function("prefill", source)
+            width = first["cache"].shape[4]
             second = trainer.engine.run_step_function("extend", {"tokens": np.array([5], dtype=np.int64),
                                                                  "positions": first["position"],
-                                                                 "cache": first["cache"]})
+                                                                 "cache": first["cache"],
+                                                                 "visible": np.ones((1, width + 1), np.float32)})
             generated = trainer.model.generate_outputs(arrays, trainer.engine.run_step_function)["generated"]
             trainer.engine.end_eval()
         outputs.append((first, second, generated))
@@ -172,7 +174,7 @@ def test_cached_decoding_equals_decoding_without_cache(tmp_path, gen_data, conti
     model.eval()
     batch = next(iter(trainer.eval_loader("dev_reader")))
     prompts = model.prompt_source().prompts({k: v.numpy() for k, v in batch.items()})[:5]
-    cached = SteppedModel(trainer.engine.run_step_function)
+    cached = SteppedModel(trainer.engine.run_step_function, masked=True)
     for settings in (DecodeSettings("greedy", 8, eos_id=None), DecodeSettings("beam", 6, eos_id=model.special["sep_id"],
                                                                              beam_size=3),
                      DecodeSettings("sample", 8, eos_id=None, top_k=5, top_p=0.9, temperature=1.3, seed=4)):
@@ -338,34 +340,37 @@ def test_service_limits_generation_and_survives_a_client_that_left(untrained_exp
 
 
 def test_a_cancelled_generation_stops_at_its_next_step(untrained_export):
-    """The two halves of stopping for a client that left, each without a race: the app cancels
-    a request's job when its connection reports the disconnect, and the worker ends a cancelled
-    job before its next model step (finish_reason cancelled, nothing decoded)."""
+    """The two halves of stopping for a client that left, each without a race: the endpoint's
+    watch cancels a request's job when its connection reports the disconnect, and the scheduler
+    ends a cancelled job before its next model step (finish_reason cancelled, nothing decoded)."""
     import asyncio
 
-    from wenxin.inference.generation_worker import GenerationJob, GenerationWorker
-    from wenxin.inference.server import PredictionApp
+    from wenxin.inference.generation_api import ClientWatch
+    from wenxin.inference.generation_scheduler import GenerationJob, GenerationScheduler
+    from wenxin.inference.http_io import Call
 
-    worker = GenerationWorker(untrained_export)
+    scheduler = GenerationScheduler(untrained_export)
     try:
         async def scenario():
             loop = asyncio.get_running_loop()
-            job = GenerationJob(["a b", "c d"], worker.settings_for({}), 60.0, loop)
+            prompt = await scheduler.prepare(["a b", "c d"])
+            job = GenerationJob(["a b", "c d"], prompt, scheduler.settings_for({}), time.monotonic() + 60, loop)
             messages = iter([{"type": "http.disconnect"}])
 
             async def receive():
                 return next(messages)
 
-            await PredictionApp._cancel_on_disconnect(receive, job)
+            watch = ClientWatch(Call({}, receive, None))
+            watch.attach(job)
+            await watch.left.wait()
             assert job.cancelled.is_set()
-            worker.submit(job)
-            events = [await job.events.get()]
-            return events
+            scheduler.submit(job)
+            return [await job.events.get()]
 
         events = asyncio.run(scenario())
         assert [(e.kind, e.data["finish_reason"], e.data["tokens"]) for e in events] == [("done", "cancelled", [])]
     finally:
-        worker.close()
+        scheduler.close()
 
 
 def test_label_smoothing_is_cross_entropy_against_the_smoothed_labels():
@@ -404,3 +409,52 @@ def test_model_settings_that_cannot_work_are_one_error_naming_the_key(tmp_path, 
     from wenxin.common.errors import ConfigError
     with pytest.raises(ConfigError, match=re.escape(message)):
         build(config_for(gen_data, tmp_path / "out", **model), tmp_path)
+
+
+def test_a_stop_signal_ends_an_evaluation_at_its_next_decoding_step(tmp_path, gen_data):
+    """SIGTERM arrives in the middle of the dev set's beam search: the evaluation ends at the next
+    model step (not after the reader), the run saves its step and stops, and the resumed run
+    evaluates that step first, with the uninterrupted run's scores."""
+    import signal
+
+    from wenxin.controller.hooks import HookBase
+
+    def cfg(out):
+        config = config_for(gen_data, tmp_path / out, decoding="beam", beam_size=3, max_dec_len=12)
+        config["trainer"].update(max_steps=4, eval_step=4, save_model_step=100, resume="auto", metric="bleu4",
+                                 metric_mode="max")
+        config["dataset_reader"]["dev_reader"]["config"]["batch_size"] = 8
+        return config
+
+    class Scores(HookBase):
+        def __init__(self):
+            self.scores = {}
+
+        def after_eval(self, reader_name, metrics):
+            self.scores[(reader_name, self.trainer.state.global_step)] = metrics
+
+    reference = build(cfg("reference"), tmp_path)
+    expected = Scores()
+    reference.register_hook(expected)
+    reference.do_train()
+
+    stopped = build(cfg("stopped"), tmp_path)
+    calls = {"before": 0, "after": 0}
+    run = stopped.engine.run_step_function
+
+    def counted(name, inputs):
+        if stopped.state.global_step == 4:  # the evaluation at step 4 (not the preflight's batch)
+            calls["after" if stopped.state.interrupted else "before"] += 1
+            if calls["before"] == 30 and not stopped.state.interrupted:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return run(name, inputs)
+
+    stopped.engine.run_step_function = counted
+    stopped.do_train()
+    assert stopped.state.interrupted and stopped.state.evaluation_pending
+    assert calls["before"] == 30 and calls["after"] == 0  # the signal's step was the last one run
+    resumed = build(cfg("stopped"), tmp_path)
+    scores = Scores()
+    resumed.register_hook(scores)
+    resumed.do_train()
+    assert scores.scores == expected.scores

@@ -113,8 +113,22 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max_new_tokens", type=int, default=256,
                         help="generation models: the most tokens one /generate or /predict answer may have")
     server.add_argument("--generation_timeout", type=float, default=60.0,
-                        help="generation models: seconds one request may decode before it ends (finish_reason "
-                             "time_limit)")
+                        help="generation models: seconds from a request's arrival to the end of its answer (its "
+                             "prompt's preparation and any wait included; then finish_reason time_limit)")
+    server.add_argument("--max_rows", type=int, default=32,
+                        help="generation models: cache rows decoding together in each process (a request takes one, "
+                             "a beam search beam_size)")
+    server.add_argument("--max_cached_tokens", type=int, default=65536,
+                        help="generation models: key/value cache token slots in each process (rows x the longest "
+                             "row, counted at each request's longest: prompt + max_new_tokens)")
+    server.add_argument("--max_waiting", type=int, default=64,
+                        help="generation models: requests waiting for room; one more is answered 503 with Retry-After")
+    server.add_argument("--prefill_tokens", type=int, default=512,
+                        help="generation models: prompt tokens that join the batch between two decoding steps "
+                             "(at least one request)")
+    server.add_argument("--max_messages", type=int, default=1024, help="chat models: messages in one request")
+    server.add_argument("--max_prompt_bytes", type=int, default=256 * 1024,
+                        help="generation models: a request's prompt text, in UTF-8 bytes")
     server.add_argument("--backend", default="auto", help=BACKEND_HELP)
     server.add_argument("--onednn", choices=ONEDNN_SETTINGS, default="auto", help=ONEDNN_HELP)
     server.add_argument("--task", default="", help=TASK_HELP)
@@ -267,9 +281,11 @@ def _predict_streaming(predictor: Any, rows: List[List[str]]) -> int:
     one input a line."""
     if predictor.decode_settings is None:
         raise ConfigError("--stream: this model does not generate (it predicts whole answers: leave --stream out)")
+    from wenxin.inference.generator import Generator
+    generator = Generator(predictor)
     for row in rows:
         sys.stdout.write("\t".join(row) + "\t")
-        for step in predictor.stream_results(row):
+        for step in generator.stream_results(row):
             sys.stdout.write(step.text)
             sys.stdout.flush()
         sys.stdout.write("\n")
@@ -299,6 +315,7 @@ def _infer(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from wenxin.common import startup_notes
+    from wenxin.inference.generation_scheduler import SchedulerLimits
     from wenxin.inference.server import Limits, ServeOptions, Service
     from wenxin.inference.workers import ServiceWorkers
     from wenxin.runner import inference_folder
@@ -306,10 +323,13 @@ def _serve(args: argparse.Namespace) -> int:
     limits = Limits(max_batch=args.max_batch, max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout,
                     header_timeout=args.read_timeout, max_connections=args.max_connections,
                     max_connections_per_client=args.max_connections_per_client,
-                    max_new_tokens=args.max_new_tokens, generation_timeout=args.generation_timeout)
+                    max_new_tokens=args.max_new_tokens, generation_timeout=args.generation_timeout,
+                    max_messages=args.max_messages, max_prompt_bytes=args.max_prompt_bytes)
+    room = SchedulerLimits(max_rows=args.max_rows, max_cached_tokens=args.max_cached_tokens,
+                           max_waiting=args.max_waiting, prefill_tokens=args.prefill_tokens)
     options = ServeOptions(limits=limits, model_batch=args.model_batch, max_wait_ms=args.max_wait_ms,
                            model_threads=args.model_threads, backend=args.backend, onednn=args.onednn,
-                           task=args.task)
+                           task=args.task, generation=room)
     from wenxin.common.logs import lean_records, setup_logging
     setup_logging()
     lean_records()  # a line a request
@@ -317,7 +337,7 @@ def _serve(args: argparse.Namespace) -> int:
     service: Union[Service, ServiceWorkers]
     if args.workers == 1:
         service = one = Service(folder, args.host, args.port, options)
-        backend, port, stop = one.pool.backend, one.port, lambda signum, frame: None
+        backend, port, stop = one.backend, one.port, lambda signum, frame: None
         # uvicorn drains on SIGINT/SIGTERM itself, then raises them again: then exit 0
     else:
         service = several = ServiceWorkers(folder, args.host, args.port, args.workers, options)
@@ -326,7 +346,7 @@ def _serve(args: argparse.Namespace) -> int:
         signal.signal(sig, stop)
     for note in startup_notes.take():  # once the model loaded: an error stays the only output
         log.info("%s", note)  # the BLAS path and the allocator serve as they train
-    log.info("%s %s with %s on http://%s:%d (POST /predict, GET /health, GET /metrics)",
+    log.info("%s %s with %s on http://%s:%d (GET /openapi.json lists the endpoints)",
              "serving" if args.workers == 1 else f"starting {args.workers} workers serving", folder, backend,
              args.host, port)
     service.run()

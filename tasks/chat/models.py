@@ -16,7 +16,8 @@ from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import REQUIRED, Key
 from wenxin.data.chat_fields import IGNORED
 from wenxin.models.base_model import BaseModel
-from wenxin.models.decoding import DecodeSettings, PromptSource
+from wenxin.models.decoding import (MAX_BEAM_SIZE, MAX_LENGTH_PENALTY, MAX_SEED, MAX_TEMPERATURE, MAX_TOP_K,
+                                    MIN_TEMPERATURE, DecodeSettings, PromptSource)
 from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, extend_step,
                                    generation_defaults, paddle_layout_weights, prefill_step)
 from wenxin.models.lora import LoRASettings, adapter_parameter_names, adapters_disabled, apply_lora, merged_weights
@@ -26,12 +27,14 @@ GENERATION: Dict[str, Key] = {
     "strategy": Key((str, type(None)), None, choices=["greedy", "beam", "sample", None],
                     doc="null: sample where the folder's generation_config.json says do_sample, else greedy"),
     "max_new_tokens": Key(int, 128, minimum=1, doc="the longest answer, in tokens"),
-    "temperature": Key((float, type(None)), None, minimum=1e-6, doc="sampling (null: the folder's, else 1.0)"),
+    "temperature": Key((float, type(None)), None, minimum=MIN_TEMPERATURE, maximum=MAX_TEMPERATURE,
+                       doc="sampling (null: the folder's, else 1.0)"),
     "top_p": Key((float, type(None)), None, minimum=1e-6, maximum=1.0, doc="sampling (null: the folder's, else 1.0)"),
-    "top_k": Key((int, type(None)), None, minimum=0, doc="sampling (null: the folder's, else 0, every token)"),
-    "beam_size": Key(int, 4, minimum=1),
-    "length_penalty": Key(float, 1.0, minimum=0.0, doc="beam search: GNMT's alpha"),
-    "seed": Key(int, 0, minimum=0, doc="sampling's seed"),
+    "top_k": Key((int, type(None)), None, minimum=0, maximum=MAX_TOP_K,
+                 doc="sampling (null: the folder's, else 0, every token)"),
+    "beam_size": Key(int, 4, minimum=1, maximum=MAX_BEAM_SIZE),
+    "length_penalty": Key(float, 1.0, minimum=0.0, maximum=MAX_LENGTH_PENALTY, doc="beam search: GNMT's alpha"),
+    "seed": Key(int, 0, minimum=0, maximum=MAX_SEED, doc="sampling's seed"),
 }
 
 LORA: Dict[str, Key] = {
@@ -127,8 +130,8 @@ class Ernie45ChatModel(BaseModel):
         c = self.config
         cache = TensorSpec("cache", [c.num_hidden_layers, 2, -1, c.num_key_value_heads, -1, c.head_dim], "float32")
         return {"prefill": ([TensorSpec("ids", [1, -1], "int64")], ["logits", "cache", "position"]),
-                "extend": ([TensorSpec("tokens", [-1], "int64"), TensorSpec("positions", [-1], "int64"), cache],
-                           ["logits", "cache"])}
+                "extend": ([TensorSpec("tokens", [-1], "int64"), TensorSpec("positions", [-1], "int64"), cache,
+                            TensorSpec("visible", [-1, -1], "float32")], ["logits", "cache"])}
 
     def prefill(self, ids: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
         """A prompt ``[1, S]`` -> the next token's logits ``[1, V]``, the cache ``[layers, 2, 1, KV,
@@ -137,11 +140,12 @@ class Ernie45ChatModel(BaseModel):
         with adapters_disabled(self.model):
             return prefill_step(self.model, self.output_weight(), ids)
 
-    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor,
-               cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
-        """The chosen tokens ``[R]`` at ``positions`` ``[R]`` -> the next logits ``[R, V]`` and the grown cache."""
+    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
+               visible: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """The chosen tokens ``[R]`` at ``positions`` ``[R]`` -> the next logits ``[R, V]`` and the
+        grown cache; ``visible`` ``[R, N + 1]`` hides each row's padding (``wenxin.models.batch_decoding``)."""
         with adapters_disabled(self.model):
-            return extend_step(self.model, self.output_weight(), tokens, positions, cache)
+            return extend_step(self.model, self.output_weight(), tokens, positions, cache, visible)
 
     def decode_settings(self) -> DecodeSettings:
         """The task file's ``generation`` settings over the folder's ``generation_config.json``;

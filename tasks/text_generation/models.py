@@ -16,7 +16,9 @@ from wenxin.data.field_reader import TensorSpec
 from wenxin.data.vocab import Vocab
 from wenxin.data.wordpiece import detokenize
 from wenxin.metrics.generation import generation_metrics
-from wenxin.models.decoding import DecodeSettings, PromptSource, StepRunner, generate_batch
+from wenxin.models.batch_decoding import generate_batch
+from wenxin.models.decoding import (MAX_BEAM_SIZE, MAX_LENGTH_PENALTY, MAX_SEED, MAX_TEMPERATURE, MAX_TOP_K,
+                                    MIN_TEMPERATURE, DecodeSettings, PromptSource, StepRunner)
 from wenxin.models.ernie_gen import LmHead, extend_streams, run_two_streams, two_stream_bias
 from wenxin.models.ernie_task import ErnieTaskModel
 
@@ -51,12 +53,13 @@ class ErnieInfillingGeneration(ErnieTaskModel):
                                                                 "(ERNIE-kit's default); false: they restart at 1 in "
                                                                 "each source and at 0 at the target's [CLS]"),
                      "decoding": Key(str, "beam", choices=["greedy", "beam", "sample"]),
-                     "beam_size": Key(int, 1, minimum=1),
-                     "length_penalty": Key(float, 1.0, minimum=0.0, doc="beam search: GNMT's alpha"),
-                     "temperature": Key(float, 1.0, minimum=1e-6),
-                     "top_k": Key(int, 0, minimum=0),
+                     "beam_size": Key(int, 1, minimum=1, maximum=MAX_BEAM_SIZE),
+                     "length_penalty": Key(float, 1.0, minimum=0.0, maximum=MAX_LENGTH_PENALTY,
+                                           doc="beam search: GNMT's alpha"),
+                     "temperature": Key(float, 1.0, minimum=MIN_TEMPERATURE, maximum=MAX_TEMPERATURE),
+                     "top_k": Key(int, 0, minimum=0, maximum=MAX_TOP_K),
                      "top_p": Key(float, 1.0, minimum=1e-6, maximum=1.0),
-                     "seed": Key(int, 0, minimum=0, doc="sampling's seed"),
+                     "seed": Key(int, 0, minimum=0, maximum=MAX_SEED, doc="sampling's seed"),
                      "decode_in_eval": Key(bool, True, doc="evaluation decodes and reports BLEU-4 and ROUGE-L")}
     prediction_format = "generation"
     prediction_outputs = (GENERATED,)  # what the exported model's Predictor.run returns
@@ -166,8 +169,8 @@ class ErnieInfillingGeneration(ErnieTaskModel):
                            "float32")
         prompt = [TensorSpec(name, [1, -1], "int64") for name in self.prompt_source().inputs]
         return {"prefill": (prompt, ["logits", "cache", "position"]),
-                "extend": ([TensorSpec("tokens", [-1], "int64"), TensorSpec("positions", [-1], "int64"), cache],
-                           ["logits", "cache"])}
+                "extend": ([TensorSpec("tokens", [-1], "int64"), TensorSpec("positions", [-1], "int64"), cache,
+                            TensorSpec("visible", [-1, -1], "float32")], ["logits", "cache"])}
 
     def prefill(self, src_ids: paddle.Tensor, src_types: paddle.Tensor,
                 src_positions: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
@@ -181,16 +184,17 @@ class ErnieInfillingGeneration(ErnieTaskModel):
         position = src_lens + 1 if self.model_params["continuous_position"] else one
         return self.logits(states[:, 1]), paddle.stack(cache), position
 
-    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor,
-               cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
+               visible: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
         """The chosen tokens ``[R]`` (one per row of the cache) at ``positions`` ``[R]`` -> the
         next logits ``[R, V]`` and the cache with them ``[L, 2, R, heads, N + 1, d]``; the
-        ``[MASK]`` that predicts the next token sits one position further."""
+        ``[MASK]`` that predicts the next token sits one position further. ``visible`` ``[R, N + 1]``
+        hides each row's padding (``wenxin.models.batch_decoding``)."""
         types = paddle.full_like(tokens, self.model_params["tgt_type_id"]).unsqueeze(1)  # [R, 1]
         token = self.embed(tokens.unsqueeze(1), types, positions.unsqueeze(1))  # [R, 1, H]
         mask = self.embed(paddle.full_like(tokens, self.special["mask_id"]).unsqueeze(1), types,
                           (positions + 1).unsqueeze(1))
-        states, grown = extend_streams(self.ernie, token, mask, cache)
+        states, grown = extend_streams(self.ernie, token, mask, cache, visible)
         return self.logits(states[:, 0]), grown
 
     # ---- decoding and metrics ----------------------------------------------------------------
@@ -214,7 +218,7 @@ class ErnieInfillingGeneration(ErnieTaskModel):
         decoded through the step functions that ``run`` runs; and the gold ``references``."""
         if not self.model_params["decode_in_eval"]:
             return {}
-        generated = generate_batch(run, batch, self.prompt_source(), self.decode_settings())
+        generated = generate_batch(run, batch, self.prompt_source(), self.decode_settings(), masked=True)
         return {GENERATED: generated, REFERENCES: np.asarray(batch[self.model_params["target_field"]])}
 
     def tokens(self) -> List[str]:

@@ -120,3 +120,4 @@ class RegisterSet:
                                               "wenxin.sweep_methods.optuna_search"))
     inference_backends = Registry("inference backend", ("wenxin.inference.paddle_backend",
                                                         "wenxin.inference.onnx_backend"))
+    decoding_strategies = Registry("decoding strategy", ("wenxin.models.decoding",))

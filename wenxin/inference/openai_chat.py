@@ -27,8 +27,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import orjson
 
-from wenxin.inference.generation_worker import Event
+from wenxin.inference.generation_scheduler import Event
 from wenxin.inference.stop_strings import parse_stop_strings
+from wenxin.models.decoding import MAX_SEED, MAX_TOP_K, MIN_TEMPERATURE
 
 # fields that change nothing here (OpenAI's client sends them as the user sets them)
 HARMLESS_FIELDS = {"model", "user", "metadata", "store", "service_tier", "parallel_tool_calls"}
@@ -42,6 +43,30 @@ UNSUPPORTED_UNLESS = {"presence_penalty": (None, 0), "frequency_penalty": (None,
 SETTINGS_FIELDS = {"messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
                    "top_p", "top_k", "seed", "stop"}
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "time_limit": "length", "cancelled": "stop"}
+
+
+_TEXT = {"oneOf": [{"type": "string"}, {"type": "array", "items": {
+    "type": "object", "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+    "required": ["type", "text"]}}]}
+CHAT_SCHEMA: Dict[str, Any] = {
+    "type": "object", "required": ["messages"],
+    "description": "OpenAI's chat completions request; fields that would change the answer and are not supported "
+                   "are refused by name",
+    "properties": {
+        "model": {"type": "string", "description": "taken as given: one model is served"},
+        "messages": {"type": "array", "minItems": 1, "description": "system or developer first, then user and "
+                     "assistant in turns, ending with the user's; at most the service's --max_messages",
+                     "items": {"type": "object", "required": ["role", "content"], "properties": {
+                         "role": {"enum": ["system", "developer", "user", "assistant"]}, "content": _TEXT}}},
+        "stream": {"type": "boolean"},
+        "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+        "max_tokens": {"type": "integer", "minimum": 1}, "max_completion_tokens": {"type": "integer", "minimum": 1},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2, "description": "0: greedy"},
+        "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "top_k": {"type": "integer", "minimum": 0, "maximum": MAX_TOP_K},
+        "seed": {"type": "integer", "minimum": 0, "maximum": MAX_SEED},
+        "stop": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
+        "n": {"const": 1}, "user": {"type": "string"}}}
 
 
 class ChatRequestError(ValueError):
@@ -74,11 +99,14 @@ def message_text(content: Any, where: str) -> str:
     raise ChatRequestError(f"{where}: expected a string or a list of text parts", where)
 
 
-def conversation_line(messages: Any) -> str:
+def conversation_line(messages: Any, max_messages: int = 1024) -> str:
     """``messages`` -> the prompt as ERNIEKit's SFT line (``{"system", "src", "tgt"}``, one answer
-    fewer than questions), which a chat export's field reads."""
+    fewer than questions), which a chat export's field reads; at most ``max_messages``."""
     if not isinstance(messages, list) or not messages:
         raise ChatRequestError("messages: expected a non-empty list of messages", "messages")
+    if len(messages) > max_messages:
+        raise ChatRequestError(f"messages: {len(messages)} messages, more than the service's limit of "
+                               f"{max_messages} (--max_messages)", "messages")
     system: Optional[str] = None
     src: List[str] = []
     tgt: List[str] = []
@@ -114,21 +142,26 @@ def conversation_line(messages: Any) -> str:
     return json.dumps(line, ensure_ascii=False)
 
 
-def _number(data: Dict[str, Any], key: str, low: float, high: float) -> Optional[Union[int, float]]:
+def _number(data: Dict[str, Any], key: str, low: float, high: float,
+            low_open: bool = False) -> Optional[Union[int, float]]:
+    """A number field from ``low`` to ``high`` (above ``low`` where ``low_open``; never NaN or infinite)."""
     value = data.get(key)
     if value is None:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
-        raise ChatRequestError(f"{key}: expected a number from {low:g} to {high:g}, got {value!r}", key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high \
+            or (low_open and value == low):
+        what = f"above {low:g} and at most {high:g}" if low_open else f"from {low:g} to {high:g}"
+        raise ChatRequestError(f"{key}: expected a number {what}, got {value!r}", key)
     return value
 
 
-def _integer(data: Dict[str, Any], key: str, low: int) -> Optional[int]:
+def _integer(data: Dict[str, Any], key: str, low: int, high: Optional[int] = None) -> Optional[int]:
     value = data.get(key)
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ChatRequestError(f"{key}: expected an integer of at least {low}, got {value!r}", key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+        what = f"of at least {low}" if high is None else f"from {low} to {high}"
+        raise ChatRequestError(f"{key}: expected an integer {what}, got {value!r}", key)
     return value
 
 
@@ -144,9 +177,10 @@ class ChatRequest:
     stop: Tuple[str, ...] = ()
 
 
-def parse_chat_request(data: Any, default_strategy: str) -> ChatRequest:
+def parse_chat_request(data: Any, default_strategy: str, max_messages: int = 1024) -> ChatRequest:
     """A request body (parsed JSON) -> ``ChatRequest``; ``ChatRequestError`` names a bad field.
-    ``default_strategy``: the export's, which applies when the request sets no sampling field."""
+    ``default_strategy``: the export's, which applies when the request sets no sampling field;
+    ``max_messages``: the service's limit."""
     if not isinstance(data, dict):
         raise ChatRequestError("expected a JSON object with messages")
     for key, value in data.items():
@@ -160,7 +194,7 @@ def parse_chat_request(data: Any, default_strategy: str) -> ChatRequest:
         raise ChatRequestError(f"{key}: unknown field", key)
     if not isinstance(data.get("model", ""), str):
         raise ChatRequestError("model: expected a string (the model's name)", "model")
-    row = [conversation_line(data.get("messages"))]
+    row = [conversation_line(data.get("messages"), max_messages)]
     stream = False if data.get("stream") is None else data["stream"]
     if not isinstance(stream, bool):
         raise ChatRequestError("stream: expected true or false", "stream")
@@ -175,9 +209,12 @@ def parse_chat_request(data: Any, default_strategy: str) -> ChatRequest:
             overrides["max_new_tokens"] = tokens
             break
     temperature = _number(data, "temperature", 0.0, 2.0)
-    top_p = _number(data, "top_p", 0.0, 1.0)
-    top_k = _integer(data, "top_k", 0)
-    seed = _integer(data, "seed", 0)
+    if temperature is not None and 0 < temperature < MIN_TEMPERATURE:
+        raise ChatRequestError(f"temperature: expected 0 (greedy) or a number from {MIN_TEMPERATURE:g} to 2, "
+                               f"got {temperature!r}", "temperature")
+    top_p = _number(data, "top_p", 0.0, 1.0, low_open=True)
+    top_k = _integer(data, "top_k", 0, MAX_TOP_K)
+    seed = _integer(data, "seed", 0, MAX_SEED)
     if temperature == 0.0:
         overrides["strategy"] = "greedy"
     elif temperature is not None or top_p is not None or top_k is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 from operator import itemgetter
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -17,8 +17,7 @@ from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend, backend_class
 from wenxin.inference.paddle_backend import model_files
 from wenxin.inference.formatters import ResultFormat
-from wenxin.inference.stop_strings import StopStrings
-from wenxin.models.decoding import DecodeSettings, PromptSource, SteppedModel, decode_stream, generate_batch
+from wenxin.models.decoding import DecodeSettings, PromptSource
 
 
 logger = logging.getLogger("wenxin")
@@ -30,16 +29,6 @@ def _check_model_files(model_dir: str) -> None:
         raise InferenceError(f"{model_dir}: not an exported model folder (need {MODEL_PREFIX}.json or "
                              f".pdmodel, {MODEL_PREFIX}.pdiparams and {PREPROCESS_FILE}; a generation model "
                              f"{FIRST_STEP}.json and the other step functions)")
-
-
-class StreamedText(NamedTuple):
-    """One step of ``Predictor.stream_results``: the result so far, the text this step adds,
-    whether a token was generated in it, and whether a stop string ended the answer."""
-
-    result: Dict[str, Any]
-    text: str
-    new_token: bool
-    stopped: bool
 
 
 class Predictor:
@@ -61,8 +50,8 @@ class Predictor:
             named here: code runs only where the caller asks for it.
 
     A generation export (``preprocess.json``'s ``steps``) holds step functions instead of one
-    graph: ``run`` decodes every row through them (``generated`` token ids), and ``stream``
-    yields one row's tokens as they are chosen.
+    graph (``run_step``); ``wenxin.inference.generator.Generator`` decodes with them, and
+    ``predict`` hands it the rows.
 
     A ``paddle.inference`` predictor is not safe to share between threads; use each from the
     thread that created it.
@@ -202,53 +191,6 @@ class Predictor:
         """How many tokens a ``prompt`` (``prompt``'s inputs) gives the model before it generates."""
         return int(next(iter(prompt.values())).shape[1])
 
-    def stream(self, row: Sequence[str], settings: Optional[DecodeSettings] = None,
-               before_step: Optional[Callable[[], None]] = None,
-               prompt: Optional[Dict[str, np.ndarray]] = None) -> Iterator[int]:
-        """One row's generated token ids, each as soon as it is chosen (``decode_stream``);
-        stopping the iteration stops the decoding. ``before_step`` is called before every model
-        step (an exception it raises ends the decoding there: a time limit, a cancellation).
-        ``prompt``: the row's ``prompt`` inputs, where the caller has them already."""
-        if self.engine is None:
-            raise InferenceError("this Predictor cannot generate (not loaded)")
-        if prompt is None:
-            prompt = self.prompt(row)
-
-        def step(name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-            if before_step is not None:
-                before_step()
-            return self.run_step(name, inputs)
-
-        yield from decode_stream(SteppedModel(step), prompt, settings or self.settings_for())
-
-    def stream_results(self, row: Sequence[str], settings: Optional[DecodeSettings] = None,
-                       before_step: Optional[Callable[[], None]] = None, stop: Sequence[str] = (),
-                       prompt: Optional[Dict[str, np.ndarray]] = None) -> Iterator["StreamedText"]:
-        """``stream`` as the result format writes it: after each generated token, the row's result
-        so far and the text that token adds (empty while the ``chat`` format holds back an
-        incomplete character). With ``stop`` strings (``wenxin.inference.stop_strings``) the
-        answer ends before the first one, and text that may begin one is held back until it
-        cannot; a last step without a new token then sends what was held. The steps' texts add
-        up to the last result's text."""
-        stops = StopStrings(stop)
-        ids: List[int] = []
-        sent = 0  # characters of the text already given out
-        result: Dict[str, Any] = {}
-        for token_id in self.stream(row, settings, before_step, prompt):
-            ids.append(token_id)
-            result = self.result_format.results({"generated": np.asarray([ids])}, {}, [row])[0]
-            text = result["text"]
-            cut = stops.find(text, sent) if stops else None
-            if cut is not None:  # the answer ends here (returning stops the decoding)
-                result["text"] = text[:cut]
-                yield StreamedText(result, text[sent:cut], True, True)
-                return
-            shown = stops.safe_length(text) if stops else len(text)
-            yield StreamedText(result, text[sent:shown], True, False)
-            sent = max(sent, shown)
-        if result and sent < len(result["text"]):
-            yield StreamedText(result, result["text"][sent:], False, False)
-
     def _build_fields(self, model_dir: str, meta_path: str) -> List[BaseFieldReader]:
         fields = []
         for i, cfg in enumerate(self.meta["fields"]):
@@ -332,8 +274,8 @@ class Predictor:
         if self.engine is None:
             raise InferenceError("this Predictor was made without loading the model (load_model=False)")
         if self.steps:
-            assert self.prompt_source is not None
-            return {self.output_names[0]: generate_batch(self.run_step, batch, self.prompt_source, self.settings_for())}
+            raise InferenceError("a generation model decodes through its step functions: "
+                                 "wenxin.inference.generator.Generator (or predict)")
         return dict(zip(self.output_names, self.engine.run(batch)))
 
     def warm_up(self, rows: int = 16) -> bool:
@@ -342,6 +284,8 @@ class Predictor:
         made-up text is no valid input (e.g. numeric fields): then the first real batch does it."""
         nfkc.prepare()
         text = " ".join("样例文本" * 8)  # 32 tokens for character, whitespace and WordPiece tokenizers
+        if self.steps:
+            return False  # a generation export warms up through its Generator (a few steps, not answers)
         try:
             self.run(self.convert([[text] * len(self.fields)] * rows))
         except InferenceError:
@@ -351,7 +295,11 @@ class Predictor:
     def predict(self, rows: Sequence[Sequence[str]], batch_size: int = 64) -> List[Dict[str, Any]]:
         """One result per row, in order, in the model's result format (for classifiers
         ``{"label", "probability", "probs"}``). The rows run in batches of ``batch_size`` in their
-        order, or sorted by length where the model's rule says so (``sorted_batches``)."""
+        order, or sorted by length where the model's rule says so (``sorted_batches``). A
+        generation export decodes them, ``batch_size`` cache rows together (``Generator``)."""
+        if self.steps:
+            from wenxin.inference.generator import Generator  # it decodes over this loaded export
+            return Generator(self).generate(rows, max_rows=batch_size)
         pieces_rows, pieces = self.result_format.split_rows(rows)  # long texts: several pieces
         order = self.sorted_batches(pieces_rows, batch_size)
         results: List[Dict[str, Any]] = []

@@ -1,14 +1,18 @@
 """``wenxin serve``: an HTTP JSON prediction service over an exported model.
 
-Endpoints:
-    GET  /health   -> {"status": "ok", "model_type", "labels", "workers"}
-    GET  /metrics  -> Prometheus text: requests, errors, latency, rows per request and per model batch
+Endpoints (the route table, ``PredictionApp.routes``; ``GET /openapi.json`` describes them all):
+    GET  /health   -> {"status": "ok", "model_type", "labels", "workers", ...}; a generation model
+                      answers 503 {"status": "warming"} until its warm-up is done
+    GET  /metrics  -> Prometheus text: requests, errors, latency, rows per request and per model
+                      batch, rows per decoding step
+    GET  /openapi.json -> the OpenAPI document of every endpoint
     POST /predict  <- {"texts": ["...", ...]} (one-field models) or {"rows": [["a", "b"], ...]}
-                   -> {"predictions": [{"label", "probability", "probs"}, ...]}
+                   -> {"predictions": [{"label", "probability", "probs"}, ...]} (a generation
+                      model's: {"text", "tokens"} each, decoded with its own settings)
     POST /generate <- {"text": "..."} or {"row": ["a", "b"]}, optional decoding settings
                       ("max_new_tokens", "strategy", "beam_size", "temperature", "top_k", "top_p",
-                      "seed", ...), "stop" (strings that end the answer) and "stream" (generation
-                      models only)
+                      "seed", "length_penalty"), "stop" (strings that end the answer) and "stream"
+                      (generation models only)
                    -> {"text", "tokens", "finish_reason", "prompt_tokens"}; with "stream": true,
                       server-sent events:
                       "token" ({"token", "text": what it adds}) as each is chosen, then "done"
@@ -17,48 +21,54 @@ Endpoints:
                       (``wenxin.inference.openai_chat``)
 
 The HTTP layer is uvicorn with the httptools (llhttp) parser, strict by itself (a malformed
-request line, header or ``Content-Length`` is a 400 and the connection is closed), a small ASGI
+request line, header or ``Content-Length`` is a 400 and the connection is closed), this small ASGI
 app, and a request-start deadline and header size limit (``wenxin.compat.uvicorn_protocol``).
 The app refuses chunked bodies, bodies over ``max_body_bytes`` (declared or sent), bodies that
 arrive slower than ``read_timeout``, and JSON that is not UTF-8, too deep or of the wrong shape,
-each with a 4xx and a JSON error; anything unexpected is a 500 with a JSON error and a logged
-traceback. Predictions run in shared batches (``wenxin.inference.batching``); generation
-requests one at a time on a thread of their own (``wenxin.inference.generation_worker``), each
-ending at ``max_new_tokens``, after ``generation_timeout`` seconds, or when its client goes away. SIGTERM or Ctrl-C
-stops accepting connections, answers the requests in flight, and exits 0. Several worker
-processes: ``wenxin.inference.workers``.
+each with a 4xx and a JSON error (``wenxin.inference.http_io``); anything unexpected is a 500 with
+a JSON error and a logged traceback. Predictions run in shared batches
+(``wenxin.inference.batching``); generations decode together, a request joining the running batch
+at the next step (``wenxin.inference.generation_scheduler``), each ending at ``max_new_tokens``,
+after ``generation_timeout`` seconds, or when its client goes away. SIGTERM or Ctrl-C stops
+accepting connections, answers the requests in flight, and exits 0. Several worker processes:
+``wenxin.inference.workers``.
+
+The app is plain ASGI rather than Starlette (which the studio uses): measured with
+``benchmarks/serving_throughput.py --floor``, the same routes on Starlette cost more CPU a request
+(docs/serving.md, "The HTTP layer's floor").
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import os
-import re
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-import orjson
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest,
-                               multiprocess)
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from wenxin.common.errors import ConfigError, InferenceError, Problems
 from wenxin.inference.batching import BatchingPool
-from wenxin.inference.generation_worker import Event, GenerationJob, GenerationWorker
-from wenxin.inference.openai_chat import ChatAnswer, ChatRequestError, error_payload, models_list, parse_chat_request
-from wenxin.inference.stop_strings import parse_stop_strings
-from wenxin.models.decoding import DecodeSettings
+from wenxin.inference.generation_api import (GENERATE_ANSWERS, GENERATE_SCHEMA, GenerationEndpoints,
+                                             Limits as GenerationLimits)
+from wenxin.inference.generation_scheduler import GenerationScheduler, SchedulerLimits
+from wenxin.inference.http_io import (BodyDeadline, Call, Receive, RequestError, Scope, Send, check_texts,
+                                      encode_answer, json_depth_exceeds, load_json_body, read_body, send_answer)
+from wenxin.inference.openai_chat import CHAT_SCHEMA, models_list
+from wenxin.inference.predictor import Predictor
+from wenxin.inference.routes import Answer, Route, RouteTable, object_schema
+from wenxin.inference.service_metrics import ServiceMetrics
 
 logger = logging.getLogger("wenxin.serve")
 
-Scope = Dict[str, Any]
-Receive = Callable[[], Awaitable[Dict[str, Any]]]
-Send = Callable[[Dict[str, Any]], Awaitable[None]]
+__all__ = ["BodyDeadline", "Limits", "PredictionApp", "RequestError", "ServeOptions", "Service", "check_settings",
+           "json_depth_exceeds", "listen", "load_json_body", "parse_request"]
 
 
 @dataclass
@@ -73,7 +83,13 @@ class Limits:
     max_connections: int = 256      # open connections; a new one sheds the oldest idle one first
     max_connections_per_client: int = 128  # open connections of one client address (the same shedding)
     max_new_tokens: int = 256       # generation: tokens in one answer
-    generation_timeout: float = 60.0  # generation: seconds one request may decode
+    generation_timeout: float = 60.0  # generation: seconds from a request's arrival to the end of its answer
+    max_messages: int = 1024        # generation: messages of one chat request
+    max_prompt_bytes: int = 256 * 1024  # generation: the prompt's text (UTF-8 bytes)
+
+    def generation(self) -> GenerationLimits:
+        return GenerationLimits(self.max_new_tokens, self.generation_timeout, self.max_messages,
+                                self.max_prompt_bytes, self.max_body_bytes, self.read_timeout)
 
 
 @dataclass
@@ -87,99 +103,14 @@ class ServeOptions:
     backend: str = "auto"
     onednn: str = "auto"        # the Paddle backend's oneDNN
     task: str = ""              # a task package to import first (its own tokenizers, field readers)
+    generation: SchedulerLimits = field(default_factory=SchedulerLimits)  # the decoding batch's room
 
 
-class RequestError(Exception):
-    """A request that gets a 4xx answer; ``close`` when the connection cannot be reused;
-    ``param``: the request field at fault, where an API names it (OpenAI's)."""
-
-    def __init__(self, status: HTTPStatus, message: str, close: bool = False, param: Optional[str] = None) -> None:
-        super().__init__(message)
-        self.status, self.close, self.param = status, close, param
-
-
-MAX_JSON_DEPTH = 32  # a /predict body needs 3 levels ({"rows": [[...]]}); deeper is refused before parsing
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_A_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
-_BRACKET_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
-
-
-def json_depth_exceeds(body: bytes, limit: int) -> bool:
-    """Whether the arrays and objects of a JSON text nest deeper than ``limit``. Checked before
-    ``json.loads``, whose own limit is the interpreter's recursion limit: that differs between
-    Pythons (3.13 parses 2000 levels) and anything in the process may raise it."""
-    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_A_BRACKET)  # strings may hold brackets
-    return max(itertools.accumulate(_BRACKET_STEP[b] for b in brackets), default=0) > limit
-
-
-def load_json_body(body: bytes, exact_numbers: bool = True) -> Any:
-    """A request body's JSON, or a 400 saying why it is none (not UTF-8 JSON, nested too deep).
-
-    Where numbers do not matter (``exact_numbers`` false: a /predict body holds strings), orjson
-    parses it (0.8 against 6 us for 16 texts). It takes the bodies ``json`` takes, to the same
-    strings, lists and objects, but reads integers beyond 64 bits as floats and refuses NaN,
-    Infinity and numbers beyond a double: a body it refuses is parsed by ``json``, as before."""
-    openings = body.count(b"[") + body.count(b"{")  # no body nests deeper than it has brackets
-    if openings > MAX_JSON_DEPTH and json_depth_exceeds(body, MAX_JSON_DEPTH):
-        raise RequestError(HTTPStatus.BAD_REQUEST, f"body is not valid JSON: nested too deep "
-                                                   f"(more than {MAX_JSON_DEPTH} levels)")
-    if not exact_numbers:
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass
-    try:
-        return json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise RequestError(HTTPStatus.BAD_REQUEST, f"body is not valid UTF-8 JSON: {e}") from None
-
-
-class BodyDeadline:
-    """Ends a request's body read (the ``with`` block) in a 408 when the body has not arrived
-    within ``seconds``: a timer cancels the reading task, and the block's ``CancelledError`` is
-    swallowed for the caller to raise ``error()``. One timer a body: ``asyncio.wait_for`` around
-    each read cost a task and a timer a message (6 us of a request's 90 us of HTTP work)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds, self.expired = seconds, False
-
-    def __enter__(self) -> "BodyDeadline":
-        self._task = asyncio.current_task()
-        self._cancelling = self._cancels()
-        self._timer = asyncio.get_running_loop().call_later(self.seconds, self._expire)
-        return self
-
-    def _cancels(self) -> int:
-        """The cancels requested of the task and not yet handled (Python 3.11+; else 0)."""
-        return getattr(self._task, "cancelling", lambda: 0)()
-
-    def _expire(self) -> None:
-        self.expired = True
-        if self._task is not None:
-            self._task.cancel()
-
-    def __exit__(self, kind: Any, error: Any, traceback: Any) -> bool:
-        self._timer.cancel()
-        if not (self.expired and kind is not None and issubclass(kind, asyncio.CancelledError)):
-            return False  # the body arrived, or the task was cancelled for another reason
-        uncancel = getattr(self._task, "uncancel", None)  # Python 3.11+: the cancel is handled
-        if uncancel is not None and uncancel() > self._cancelling:
-            return False  # cancelled from outside as well (the service stopping): that goes on
-        return True
-
-    def error(self) -> RequestError:
-        return RequestError(HTTPStatus.REQUEST_TIMEOUT, f"the body did not arrive within {self.seconds:g} s",
-                            close=True)
-
-
-def check_texts(texts: List[str], which: str) -> None:
-    """A 400 for a text holding an unpaired surrogate (JSON's "\\ud800"), which is no text."""
-    for text in texts:
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"{which} holds an unpaired surrogate "
-                                                       f"(not a Unicode character)") from None
+PREDICT_SCHEMA = object_schema({
+    "texts": {"type": "array", "items": {"type": "string"}, "description": "inputs of a model that reads one field"},
+    "rows": {"type": "array", "items": {"type": "array", "items": {"type": "string"}},
+             "description": "inputs, one string per field"},
+}, oneOf=[{"required": ["texts"]}, {"required": ["rows"]}])
 
 
 def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str]]:
@@ -213,192 +144,85 @@ def parse_request(body: bytes, num_fields: int, max_batch: int) -> List[List[str
     return rows
 
 
-GENERATION_PATHS = ("/generate", "/v1/chat/completions")
-KNOWN_PATHS = ("/predict", "/health", "/metrics", "/v1/models") + GENERATION_PATHS
-GENERATE_OPTIONS = ("text", "row", "stream", "stop")  # a /generate body's keys besides the decoding settings
-
-
-@dataclass
-class GenerationRequest:
-    """A checked generation request: the row to decode, the decoding settings it changes,
-    whether to stream, and its stop strings."""
-
-    row: List[str]
-    overrides: Dict[str, Any]
-    stream: bool
-    stop: Tuple[str, ...] = ()
-
-
-def parse_generate_request(body: bytes, num_fields: int) -> GenerationRequest:
-    """Validate a /generate body."""
-    data = load_json_body(body)
-    if not isinstance(data, dict) or ("text" in data) == ("row" in data):
-        raise RequestError(HTTPStatus.BAD_REQUEST, 'expected an object with "text" (a string) or "row" '
-                                                   '(a list of strings, one per input field)')
-    if "text" in data:
-        if num_fields != 1:
-            raise RequestError(HTTPStatus.BAD_REQUEST, f'this model reads {num_fields} fields: send "row"')
-        if not isinstance(data["text"], str):
-            raise RequestError(HTTPStatus.BAD_REQUEST, '"text" must be a string')
-        row = [data["text"]]
-    else:
-        row = data["row"]
-        if not isinstance(row, list) or len(row) != num_fields or not all(isinstance(c, str) for c in row):
-            raise RequestError(HTTPStatus.BAD_REQUEST, f'"row" must be a list of {num_fields} strings')
-    check_texts(row, "the input")
-    stream = data.get("stream", False)
-    if not isinstance(stream, bool):
-        raise RequestError(HTTPStatus.BAD_REQUEST, '"stream" must be true or false')
-    try:
-        stop = parse_stop_strings(data.get("stop"))
-    except ValueError as e:
-        raise RequestError(HTTPStatus.BAD_REQUEST, f'"stop": {e}') from None
-    return GenerationRequest(row, {k: v for k, v in data.items() if k not in GENERATE_OPTIONS}, stream, stop)
-
-
-def decode_settings(worker: GenerationWorker, overrides: Dict[str, Any], limits: Limits) -> DecodeSettings:
-    """The export's decoding settings with a request's changes, ``max_new_tokens`` at most the
-    service's (a request asking for more is a 400; an export whose own is more gets the limit)."""
-    overrides = dict(overrides)
-    asked = overrides.get("max_new_tokens")
-    if isinstance(asked, int) and not isinstance(asked, bool) and asked > limits.max_new_tokens:
-        raise RequestError(HTTPStatus.BAD_REQUEST, f"max_new_tokens {asked} is over the service's limit "
-                                                   f"{limits.max_new_tokens}")
-    if "max_new_tokens" not in overrides and worker.reference.decode_settings is not None \
-            and worker.reference.decode_settings.max_new_tokens > limits.max_new_tokens:
-        overrides["max_new_tokens"] = limits.max_new_tokens  # the export's own is more than the service allows
-    try:
-        return worker.settings_for(overrides)
-    except InferenceError as e:
-        raise RequestError(HTTPStatus.BAD_REQUEST, str(e)) from None
-
-
-def server_sent_event(event: Event) -> bytes:
-    """One event of a /generate stream, as ``text/event-stream`` writes it."""
-    return b"event: " + event.kind.encode("ascii") + b"\ndata: " + orjson.dumps(event.data) + b"\n\n"
-
-
-class GenerationApi:
-    """How a generation endpoint reads a request and writes its answer: ``/generate``'s own JSON
-    and events (this class), or OpenAI's chat completions (``ChatCompletionsApi``)."""
-
-    def parse(self, body: bytes, worker: GenerationWorker, num_fields: int) -> GenerationRequest:
-        return parse_generate_request(body, num_fields)
-
-    def error(self, e: RequestError) -> Any:
-        """The JSON body of a refused request."""
-        return {"error": str(e)}
-
-    def answer(self, last: Event) -> Any:
-        """The JSON body answering a whole decoding (its ``done`` or ``error`` event)."""
-        return last.data
-
-    def stream_start(self) -> bytes:
-        return b""
-
-    def stream_bytes(self, event: Event) -> bytes:
-        """What the stream sends for one event (nothing: b"")."""
-        return server_sent_event(event)
-
-
-class ChatCompletionsApi(GenerationApi):
-    """``POST /v1/chat/completions`` (``wenxin.inference.openai_chat``): one instance a request."""
-
-    def __init__(self, model_name: str) -> None:
-        self.chat = ChatAnswer(model_name)
-
-    def parse(self, body: bytes, worker: GenerationWorker, num_fields: int) -> GenerationRequest:
-        if not worker.reference.reads_conversations:
-            raise RequestError(HTTPStatus.NOT_FOUND, "this model is no chat model (its input is no conversation): "
-                                                     "use /generate")
-        default = worker.reference.decode_settings
-        try:
-            request = parse_chat_request(load_json_body(body), default.strategy if default else "greedy")
-        except ChatRequestError as e:
-            raise RequestError(HTTPStatus.BAD_REQUEST, str(e), param=e.param) from None
-        check_texts(request.row, "messages")
-        self.chat.include_usage = request.include_usage
-        return GenerationRequest(request.row, request.overrides, request.stream, request.stop)
-
-    def error(self, e: RequestError) -> Any:
-        return error_payload(str(e), e.status, e.param)
-
-    def answer(self, last: Event) -> Any:
-        if last.kind == "done":
-            return self.chat.completion(last.data)
-        return error_payload(last.data.get("error", "generation failed"), HTTPStatus.UNPROCESSABLE_ENTITY)
-
-    def stream_start(self) -> bytes:
-        return self.chat.first_chunk()
-
-    def stream_bytes(self, event: Event) -> bytes:
-        return self.chat.chunks(event)
-
-
-class ServiceMetrics:
-    """The service's Prometheus metrics, in a registry of its own. When several processes serve
-    (``PROMETHEUS_MULTIPROC_DIR`` is set before they start), each writes its values to files
-    there and /metrics adds up every process's (prometheus_client's multiprocess mode)."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter("wenxin_requests", "HTTP requests answered", ["path", "status"],
-                                registry=self.registry)
-        self.errors = Counter("wenxin_errors", "requests answered with a 5xx status", registry=self.registry)
-        self.latency = Histogram("wenxin_request_seconds", "time from the request to its answer",
-                                 buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10),
-                                 registry=self.registry)
-        self.rows = Histogram("wenxin_request_inputs", "inputs in one /predict request",
-                              buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=self.registry)
-        self.batches = Histogram("wenxin_model_batch_inputs", "inputs in one model batch (after batching)",
-                                 buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=self.registry)
-        self.generations = Counter("wenxin_generations", "generation requests decoded, by how they ended "
-                                   "(eos, length, time_limit, cancelled, error)", ["reason"], registry=self.registry)
-        self.in_flight = Gauge("wenxin_predict_in_flight", "/predict requests whose headers arrived, not yet answered",
-                               multiprocess_mode="livesum", registry=self.registry)
-        self._answered: Dict[Tuple[str, int], Any] = {}
-
-    def answered(self, path: str, status: int) -> Any:
-        """The counter of requests to ``path`` answered with ``status`` (kept: ``labels()`` builds
-        and checks its key each call, 2 us of a request's 90 us of HTTP work)."""
-        child = self._answered.get((path, status))
-        if child is None:
-            child = self._answered[(path, status)] = self.requests.labels(path, str(status))
-        return child
-
-    def exposition(self) -> bytes:
-        """The Prometheus text of this process, or of all the service's processes."""
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)
-            return generate_latest(registry)
-        return generate_latest(self.registry)
-
-
 class PredictionApp:
-    """The ASGI application: routes, limits, the JSON contract, logging and metrics."""
+    """The ASGI application: the route table, limits, the JSON contract, logging and metrics.
+    ``pool`` predicts (a classifier's, a tagger's...), ``scheduler`` decodes (a generation
+    model's); ``model`` describes the export (its fields, labels, settings)."""
 
-    def __init__(self, pool: BatchingPool, limits: Limits, workers: int = 1,
-                 generator: Optional[GenerationWorker] = None, model_name: str = "model") -> None:
-        self.pool, self.limits, self.workers, self.generator = pool, limits, workers, generator
+    def __init__(self, model: Predictor, limits: Limits, workers: int = 1, pool: Optional[BatchingPool] = None,
+                 scheduler: Optional[GenerationScheduler] = None, model_name: str = "model") -> None:
+        self.model, self.pool, self.scheduler, self.limits, self.workers = model, pool, scheduler, limits, workers
         self.model_name = model_name  # what /v1/models lists and chat completions name
         self.log_prefix = ""  # "worker 2: " when several processes serve
         self.metrics = ServiceMetrics()
-        pool.on_batch = self.metrics.batches.observe
+        if pool is not None:
+            pool.on_batch = self.metrics.batches.observe
+        self.generation: Optional[GenerationEndpoints] = None
+        if scheduler is not None:
+            scheduler.on_step = self.metrics.generation_rows.observe
+            self.generation = GenerationEndpoints(scheduler, limits.generation(), self.metrics, model_name,
+                                                  self._log_generation)
+        self.routes = RouteTable(self._route_rows())
+        version = sys.modules["wenxin"].__version__  # the package, imported before any of its modules
+        self._openapi = self.routes.openapi("wenxin serve", version, f"the model {model_name}")
 
+    def _route_rows(self) -> List[Route]:
+        """Every endpoint, in one place."""
+        generating = self._generating
+        return [
+            Route("POST", "/predict", self.predict, "predict rows of raw text", PREDICT_SCHEMA,
+                  {200: "one result per input", 400: "a malformed request", 413: "too many inputs",
+                   422: "an input the model cannot read"}),
+            Route("GET", "/health", self.health, "the service's model and settings",
+                  answers={200: "serving", 503: "warming up (a generation model)"}),
+            Route("GET", "/metrics", self.exposition, "Prometheus metrics"),
+            Route("GET", "/openapi.json", self.openapi, "this document"),
+            Route("GET", "/v1/models", self.models, "OpenAI's model list: the one model served"),
+            Route("POST", "/generate", generating("generate"), "generate text from a row (generation models)",
+                  GENERATE_SCHEMA, GENERATE_ANSWERS, streams=True),
+            Route("POST", "/v1/chat/completions", generating("chat_completions"),
+                  "OpenAI's chat completions (chat models)", CHAT_SCHEMA, GENERATE_ANSWERS, streams=True),
+        ]
+
+    def _generating(self, name: str) -> Any:
+        async def handler(call: Call) -> Optional[Answer]:
+            if self.generation is None:
+                message = "this model does not generate (its export has no step functions): use /predict"
+                if call.path.startswith("/v1/"):  # OpenAI's error object
+                    from wenxin.inference.openai_chat import error_payload
+                    return Answer(HTTPStatus.NOT_FOUND, error_payload(message, HTTPStatus.NOT_FOUND))
+                raise RequestError(HTTPStatus.NOT_FOUND, message)
+            await getattr(self.generation, name)(call)
+            return None
+        return handler
+
+    # ---- dispatch ------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        if scope["method"] == "POST" and scope["path"] in GENERATION_PATHS:
-            api = GenerationApi() if scope["path"] == "/generate" else ChatCompletionsApi(self.model_name)
-            await self._generate(scope, receive, send, api)
-            return
         start = time.perf_counter()
+        call = Call(scope, receive, send)
         predict = scope["path"] == "/predict"
         if predict:
             self.metrics.in_flight.inc()
+        inputs, close, extra = 0, False, []
+        content_type: Optional[bytes] = None
         try:
-            status, headers, body, inputs = await self._answer(scope, receive)
+            try:
+                route = self.routes.find(call.method, call.path)
+                answer = await route.handler(call)
+                if answer is None:  # it answered itself (and logged)
+                    return
+                status, payload, inputs, content_type = answer.status, answer.payload, answer.inputs, \
+                    answer.content_type
+            except RequestError as e:
+                status, payload, close, extra = e.status, {"error": str(e)}, e.close, e.headers
+            except InferenceError as e:
+                status, payload = HTTPStatus.UNPROCESSABLE_ENTITY, {"error": str(e)}
+            except Exception as e:  # noqa: BLE001 (every failure is an answer, never a dropped connection)
+                logger.exception("%s %s failed", scope["method"], scope["path"])
+                status = HTTPStatus.INTERNAL_SERVER_ERROR
+                payload = {"error": f"internal error: {type(e).__name__}: {e}"}
             # counted before the answer leaves: a client that has its answer and then asks /metrics
             # (served by any worker) finds its request counted
             seconds = time.perf_counter() - start
@@ -406,116 +230,14 @@ class PredictionApp:
         finally:  # a cancelled request too
             if predict:
                 self.metrics.in_flight.dec()
-        await send({"type": "http.response.start", "status": int(status), "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        headers, body = encode_answer(payload, close, **({"content_type": content_type} if content_type else {}),
+                                      extra=extra)
+        await send_answer(send, int(status), headers, body)
         logger.info("%s%s %s %d %.1f ms %d inputs", self.log_prefix, scope["method"], scope["path"], int(status),
                     seconds * 1000, inputs)
 
-    async def _answer(self, scope: Scope, receive: Receive) -> Tuple[HTTPStatus, List[Tuple[bytes, bytes]], bytes, int]:
-        """The status, headers and body that answer a request, and how many inputs it held."""
-        inputs, close = 0, False
-        try:
-            status, payload, inputs = await self._route(scope, receive)
-        except RequestError as e:
-            status, payload, close = e.status, {"error": str(e)}, e.close
-        except InferenceError as e:
-            status, payload = HTTPStatus.UNPROCESSABLE_ENTITY, {"error": str(e)}
-        except Exception as e:  # noqa: BLE001 (every failure is an answer, never a dropped connection)
-            logger.exception("%s %s failed", scope["method"], scope["path"])
-            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(e).__name__}: {e}"}
-        headers, body = self._encode(payload, close)
-        return status, headers, body, inputs
-
-    @staticmethod
-    def _encode(payload: Any, close: bool = False) -> Tuple[List[Tuple[bytes, bytes]], bytes]:
-        """The headers and body of an answer: JSON, or Prometheus text (bytes)."""
-        if isinstance(payload, bytes):
-            body, content_type = payload, CONTENT_TYPE_LATEST.encode("latin-1")
-        else:
-            body = orjson.dumps(payload)  # the same numbers as json.dumps, 17x faster (80 against 4.5 us)
-            content_type = b"application/json; charset=utf-8"
-        headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode("ascii"))]
-        if close:
-            headers.append((b"connection", b"close"))
-        return headers, body
-
-    async def _generate(self, scope: Scope, receive: Receive, send: Send, api: GenerationApi) -> None:
-        """POST /generate or /v1/chat/completions (see the module docstring): one answer, or a
-        stream of events. The decoding stops when the client disconnects (a task waits for that
-        on ``receive``)."""
-        start = time.perf_counter()
-        path = scope["path"]
-        status, tokens = HTTPStatus.OK, 0
-        try:
-            try:
-                if self.generator is None:
-                    raise RequestError(HTTPStatus.NOT_FOUND, "this model does not generate (its export has no step "
-                                                             "functions): use /predict")
-                body = await self._read_body(scope, receive)
-                request = api.parse(body, self.generator, self.pool.num_fields)
-                settings = decode_settings(self.generator, request.overrides, self.limits)
-            except RequestError as e:
-                status = e.status
-                headers, body = self._encode(api.error(e), e.close)
-                await send({"type": "http.response.start", "status": int(status), "headers": headers})
-                await send({"type": "http.response.body", "body": body})
-                return
-            job = GenerationJob(request.row, settings, self.limits.generation_timeout, asyncio.get_running_loop(),
-                                request.stop)
-            watcher = asyncio.create_task(self._cancel_on_disconnect(receive, job))
-            self.generator.submit(job)
-            try:
-                answering = self._stream(job, send, api) if request.stream else self._answer_generation(job, send, api)
-                status, last = await answering
-                tokens = len(last.data.get("tokens", []))
-                self.metrics.generations.labels(last.data.get("finish_reason", "error")).inc()
-            finally:
-                job.cancel()  # a no-op once it is done; stops it when this request ends early
-                watcher.cancel()
-        finally:
-            seconds = time.perf_counter() - start
-            self._observe(path, int(status), seconds, 0)
-            logger.info("%sPOST %s %d %.1f ms %d tokens", self.log_prefix, path, int(status), seconds * 1000, tokens)
-
-    @staticmethod
-    async def _cancel_on_disconnect(receive: Receive, job: GenerationJob) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                job.cancel()
-                return
-
-    async def _answer_generation(self, job: GenerationJob, send: Send, api: GenerationApi) -> Tuple[HTTPStatus, Event]:
-        """Wait for the whole result and answer it as one JSON object."""
-        while True:
-            event = await job.events.get()
-            if event.kind == "token":
-                continue
-            status = HTTPStatus.OK if event.kind == "done" else HTTPStatus.UNPROCESSABLE_ENTITY
-            headers, body = self._encode(api.answer(event))
-            await send({"type": "http.response.start", "status": int(status), "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return status, event
-
-    @staticmethod
-    async def _stream(job: GenerationJob, send: Send, api: GenerationApi) -> Tuple[HTTPStatus, Event]:
-        """Send each event as it comes (server-sent events), until ``done`` or ``error``."""
-        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        first = api.stream_start()
-        if first:
-            await send({"type": "http.response.body", "body": first, "more_body": True})
-        while True:
-            event = await job.events.get()
-            last = event.kind != "token"
-            chunk = api.stream_bytes(event)
-            if chunk or last:
-                await send({"type": "http.response.body", "body": chunk, "more_body": not last})
-            if last:
-                return HTTPStatus.OK, event
-
     def _observe(self, path: str, status: int, seconds: float, inputs: int) -> None:
-        known = path if path in KNOWN_PATHS else "other"
+        known = path if path in self.routes.paths else "other"
         self.metrics.answered(known, status).inc()
         self.metrics.latency.observe(seconds)
         if status >= 500:
@@ -523,54 +245,46 @@ class PredictionApp:
         if inputs:
             self.metrics.rows.observe(inputs)
 
-    async def _route(self, scope: Scope, receive: Receive) -> Tuple[HTTPStatus, Any, int]:
-        method, path = scope["method"], scope["path"]
-        if path == "/predict" and method == "POST":
-            body = await self._read_body(scope, receive)
-            rows = parse_request(body, self.pool.num_fields, self.limits.max_batch)
-            results = await self.pool.submit(rows, asyncio.get_running_loop())
-            return HTTPStatus.OK, {"predictions": results}, len(rows)
-        if path == "/health" and method == "GET":
-            return HTTPStatus.OK, {"status": "ok", "model_type": self.pool.meta.get("model_type"),
-                                   "labels": self.pool.meta.get("labels"), "workers": self.workers,
-                                   "model_threads": self.pool.model_threads, "backend": self.pool.backend,
-                                   "onednn": self.pool.onednn or None, "event_loop": event_loop_name()}, 0
-        if path == "/metrics" and method == "GET":
-            return HTTPStatus.OK, self.metrics.exposition(), 0
-        if path == "/v1/models" and method == "GET":
-            return HTTPStatus.OK, models_list(self.model_name), 0
-        if path in KNOWN_PATHS:
-            raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} is not allowed on {path}", close=True)
-        raise RequestError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}", close=method != "GET")
+    def _log_generation(self, path: str, status: int, seconds: float, tokens: int) -> None:
+        self._observe(path, status, seconds, 0)
+        logger.info("%sPOST %s %d %.1f ms %d tokens", self.log_prefix, path, status, seconds * 1000, tokens)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        headers: Dict[bytes, bytes] = {}
-        for name, value in scope["headers"]:
-            headers.setdefault(name, value)
-        if b"transfer-encoding" in headers:
-            raise RequestError(HTTPStatus.LENGTH_REQUIRED, "chunked bodies are not accepted: send Content-Length",
-                               close=True)
-        if b"content-length" not in headers:
-            raise RequestError(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required", close=True)
-        declared = int(headers[b"content-length"])  # the parser has checked it: one non-negative integer
-        limit = self.limits.max_body_bytes
-        if declared > limit:
-            raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {declared} bytes; the limit is {limit}",
-                               close=True)
-        chunks, size = [], 0
-        with BodyDeadline(self.limits.read_timeout) as deadline:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise RequestError(HTTPStatus.BAD_REQUEST, "the client disconnected", close=True)
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:  # cannot happen past the parser's own count, but never trust one check
-                    raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {limit} bytes", close=True)
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    return b"".join(chunks)
-        raise deadline.error()  # reached only when the deadline ended the read
+    # ---- handlers ------------------------------------------------------------------------------
+    async def predict(self, call: Call) -> Answer:
+        body = await read_body(call, self.limits.max_body_bytes, self.limits.read_timeout)
+        rows = parse_request(body, len(self.model.fields), self.limits.max_batch)
+        if self.pool is not None:
+            results = await self.pool.submit(rows, asyncio.get_running_loop())
+        else:
+            assert self.generation is not None
+            results = await self.generation.answer_rows(rows)
+        return Answer(HTTPStatus.OK, {"predictions": results}, len(rows))
+
+    async def health(self, call: Call) -> Answer:
+        backend = self.pool.backend if self.pool is not None else self.model.backend
+        onednn = self.pool.onednn if self.pool is not None else (self.scheduler.onednn if self.scheduler else "")
+        health: Dict[str, Any] = {
+            "status": "ok", "model_type": self.model.meta.get("model_type"), "labels": self.model.meta.get("labels"),
+            "workers": self.workers, "model_threads": self.pool.model_threads if self.pool is not None else 1,
+            "backend": backend, "onednn": onednn or None, "event_loop": event_loop_name()}
+        if self.scheduler is not None:
+            limits = self.scheduler.limits
+            health["generation"] = {"max_rows": limits.max_rows, "max_cached_tokens": limits.max_cached_tokens,
+                                    "max_waiting": limits.max_waiting, "batched": self.scheduler.batched}
+            if not self.scheduler.ready:
+                health.update(status="warming", reason="the generation model is warming up (a prefill and a few "
+                                                       "decoding steps); requests wait for it")
+                return Answer(HTTPStatus.SERVICE_UNAVAILABLE, health)
+        return Answer(HTTPStatus.OK, health)
+
+    async def exposition(self, call: Call) -> Answer:
+        return Answer(HTTPStatus.OK, self.metrics.exposition(), content_type=CONTENT_TYPE_LATEST.encode("latin-1"))
+
+    async def openapi(self, call: Call) -> Answer:
+        return Answer(HTTPStatus.OK, self._openapi)
+
+    async def models(self, call: Call) -> Answer:
+        return Answer(HTTPStatus.OK, models_list(self.model_name))
 
 
 def event_loop_name() -> str:
@@ -582,7 +296,7 @@ def event_loop_name() -> str:
 def check_settings(options: ServeOptions, workers: int = 1) -> None:
     """One error naming every setting out of range (the command line's flags)."""
     problems = Problems()
-    limits = options.limits
+    limits, room = options.limits, options.generation
     for flag, value, low in (("--workers", workers, 1), ("--model_threads", options.model_threads, 1),
                              ("--model_batch", options.model_batch, 1), ("--max_batch", limits.max_batch, 1),
                              ("--max_body_bytes", limits.max_body_bytes, 16),
@@ -593,7 +307,11 @@ def check_settings(options: ServeOptions, workers: int = 1) -> None:
                              ("--read_timeout", limits.header_timeout, 0.001),
                              ("keep_alive", limits.keep_alive, 1), ("max_header_bytes", limits.max_header_bytes, 256),
                              ("--max_new_tokens", limits.max_new_tokens, 1),
-                             ("--generation_timeout", limits.generation_timeout, 1e-6)):
+                             ("--generation_timeout", limits.generation_timeout, 1e-6),
+                             ("--max_messages", limits.max_messages, 1),
+                             ("--max_prompt_bytes", limits.max_prompt_bytes, 1),
+                             ("--max_rows", room.max_rows, 1), ("--max_cached_tokens", room.max_cached_tokens, 2),
+                             ("--max_waiting", room.max_waiting, 0), ("--prefill_tokens", room.prefill_tokens, 1)):
         if not value >= low:  # also NaN
             problems.add(f"{flag}: {value} is below the minimum {low}")
     problems.raise_if_any()
@@ -608,9 +326,9 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 class Service:
-    """One service process: the batching pool, the app and the uvicorn server over one socket
-    (``sock``, shared with the other workers, or its own on ``host:port``). ``workers`` is what
-    /health reports; ``wenxin.inference.workers`` runs several."""
+    """One service process: the batching pool or the generation scheduler, the app and the
+    uvicorn server over one socket (``sock``, shared with the other workers, or its own on
+    ``host:port``). ``workers`` is what /health reports; ``wenxin.inference.workers`` runs several."""
 
     def __init__(self, model_dir: str, host: str = "127.0.0.1", port: int = 8866,
                  options: Optional[ServeOptions] = None, sock: Optional[socket.socket] = None,
@@ -621,11 +339,17 @@ class Service:
         options = options or ServeOptions()
         self.limits = options.limits
         check_settings(options, workers)
-        self.pool = BatchingPool(model_dir, options.model_threads, options.model_batch, options.max_wait_ms,
-                                 options.num_threads, options.backend, options.onednn, options.task)
-        self.generator = (GenerationWorker(model_dir, options.num_threads, options.backend, options.onednn,
-                                           options.task) if self.pool.meta.get("steps") else None)
-        self.app = PredictionApp(self.pool, self.limits, workers, self.generator,
+        model = Predictor(model_dir, load_model=False, backend=options.backend, task=options.task)
+        self.pool: Optional[BatchingPool] = None
+        self.scheduler: Optional[GenerationScheduler] = None
+        if model.steps:
+            self.scheduler = GenerationScheduler(model_dir, options.generation, options.num_threads, options.backend,
+                                                 options.onednn, options.task)
+        else:
+            self.pool = BatchingPool(model_dir, options.model_threads, options.model_batch, options.max_wait_ms,
+                                     options.num_threads, options.backend, options.onednn, options.task)
+        self.backend = model.backend
+        self.app = PredictionApp(model, self.limits, workers, self.pool, self.scheduler,
                                  os.path.basename(os.path.normpath(model_dir)))
         try:
             self.socket = sock or listen(host, port)
@@ -653,9 +377,10 @@ class Service:
             self.close_models()
 
     def close_models(self) -> None:
-        self.pool.close()
-        if self.generator is not None:
-            self.generator.close()
+        if self.pool is not None:
+            self.pool.close()
+        if self.scheduler is not None:
+            self.scheduler.close()
 
     def start_in_thread(self) -> threading.Thread:
         """Serve from a background thread (tests, notebooks); returns once it accepts requests."""

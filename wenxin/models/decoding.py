@@ -2,28 +2,43 @@
 top-p sampling with a seed, all over a key/value cache, so that each new token costs one token's
 work rather than a pass over the whole sequence.
 
-A model decodes through ``IncrementalModel``: ``prefill`` runs the prompt once and returns the
-next token's logits and the cache; ``extend`` feeds one token per row and returns the next
+A decoding strategy is a ``Search``: a state machine for one prompt that is handed the logits the
+model gave its rows at each step and answers which rows go on (``Advance``: each next row's
+parent row and the token it feeds). It never runs the model itself, so the same search runs
+alone over an ``IncrementalModel`` (``decode_stream``) and beside other prompts' searches in one
+batch (``wenxin.models.batch_decoding``), and gives the same tokens for the same logits either way.
+Strategies are registered by name (``RegisterSet.decoding_strategies``): adding one is one class.
+
+A model decodes alone through ``IncrementalModel``: ``prefill`` runs the prompt once and returns
+the next token's logits and the cache; ``extend`` feeds one token per row and returns the next
 logits and the grown cache; ``select`` keeps (and repeats) rows of a cache, which is how beams
 follow their parents. The search itself is plain Python over NumPy scores: the per-token work is
 the model's, and a search step's host work is a top-k over the vocabulary.
-
-Prompts are decoded one at a time (a beam search's rows are its beams); batching prompts of
-different lengths is left to a caller that pads them.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Tuple
+import math
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Mapping, Optional, Protocol, Tuple
 
 import numpy as np
 
 from wenxin.common.errors import ConfigError
+from wenxin.common.registry import RegisterSet
+
+# Upper bounds of the settings (a service sets lower ones: wenxin.inference.server.Limits)
+MAX_BEAM_SIZE = 64            # beams of one prompt: each is a row of the key/value cache
+MAX_TEMPERATURE = 100.0       # beyond it sampling is uniform anyway
+MIN_TEMPERATURE = 1e-6        # below it logits / temperature overflows a double
+MAX_LENGTH_PENALTY = 10.0     # GNMT's alpha (0.6 to 2 in practice)
+MAX_SEED = 2 ** 63 - 1        # NumPy's generators take seeds from 0 to here (and beyond, but JSON's integers end)
+MAX_TOP_K = 2 ** 31 - 1
 
 
 class IncrementalModel(Protocol):
-    """What decoding needs of a model (see the module docstring). Logits are ``[rows, vocab]``
-    arrays (NumPy, or anything ``np.asarray`` takes); the prompt and the cache are the model's own."""
+    """What decoding alone needs of a model (see the module docstring). Logits are ``[rows,
+    vocab]`` arrays (NumPy, or anything ``np.asarray`` takes); the prompt and the cache are the
+    model's own."""
 
     def prefill(self, prompt: Any) -> Tuple[Any, Any]: ...
 
@@ -39,7 +54,8 @@ class DecodeSettings:
     ``sample`` (``temperature``, then the ``top_k`` most likely tokens (0: all) and the smallest
     set whose probability reaches ``top_p`` (1.0: all), drawn with ``seed``). Decoding stops at
     ``eos_id`` or any of ``stop_ids`` (not part of the result; a chat model ends a turn with its
-    own token), or after ``max_new_tokens``."""
+    own token), or after ``max_new_tokens``. ``check`` bounds every number (the module's
+    ``MAX_*`` and ``MIN_*``)."""
 
     strategy: str = "greedy"
     max_new_tokens: int = 32
@@ -64,22 +80,40 @@ class DecodeSettings:
         """Whether ``token`` ends the generated text."""
         return token == self.eos_id or token in self.stop_ids
 
+    @property
+    def rows(self) -> int:
+        """The most rows of the key/value cache this prompt's decoding holds at once."""
+        return self.beam_size if self.strategy == "beam" else 1
+
     def check(self) -> None:
+        """One ``ConfigError`` naming every setting out of its range (NaN and infinity too)."""
         problems = []
-        if self.strategy not in ("greedy", "beam", "sample"):
-            problems.append(f"strategy {self.strategy!r} is not greedy, beam or sample")
-        if self.max_new_tokens < 1:
-            problems.append(f"max_new_tokens {self.max_new_tokens} must be at least 1")
-        if self.beam_size < 1:
-            problems.append(f"beam_size {self.beam_size} must be at least 1")
-        if not self.temperature > 0:
-            problems.append(f"temperature {self.temperature} must be above 0")
-        if self.top_k < 0:
-            problems.append(f"top_k {self.top_k} must be 0 (all tokens) or more")
-        if not 0 < self.top_p <= 1:
-            problems.append(f"top_p {self.top_p} must be in (0, 1]")
+        strategies = RegisterSet.decoding_strategies.names()
+        if self.strategy not in strategies:
+            problems.append(f"strategy {self.strategy!r} is not {', '.join(strategies[:-1])} or {strategies[-1]}")
+        integers: Tuple[Tuple[str, int, Optional[int]], ...] = (
+            ("max_new_tokens", 1, None), ("beam_size", 1, MAX_BEAM_SIZE), ("top_k", 0, MAX_TOP_K),
+            ("seed", 0, MAX_SEED))
+        for name, low, high in integers:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                problems.append(f"{name} {value!r} must be an integer")
+            elif value < low or (high is not None and value > high):
+                problems.append(f"{name} {value} must be at least {low}" if high is None else
+                                f"{name} {value} must be from {low} to {high}")
+        numbers = (("temperature", MIN_TEMPERATURE, MAX_TEMPERATURE), ("length_penalty", 0.0, MAX_LENGTH_PENALTY))
+        for name, bottom, top in numbers:
+            value = getattr(self, name)
+            if not _number(value) or not bottom <= value <= top:  # also NaN
+                problems.append(f"{name} {value!r} must be a number from {bottom:g} to {top:g}")
+        if not _number(self.top_p) or not 0 < self.top_p <= 1:
+            problems.append(f"top_p {self.top_p!r} must be in (0, 1]")
         if problems:
             raise ConfigError("decoding: " + "; ".join(problems))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -92,31 +126,6 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 def length_penalty(length: int, alpha: float) -> float:
     """GNMT's length penalty (Wu et al. 2016): ``((5 + length) / 6) ** alpha``."""
     return ((5.0 + length) / 6.0) ** alpha
-
-
-def decode(model: IncrementalModel, prompt: Any, settings: DecodeSettings) -> List[int]:
-    """The generated tokens after ``prompt`` (see ``DecodeSettings``)."""
-    return list(decode_stream(model, prompt, settings))
-
-
-def decode_stream(model: IncrementalModel, prompt: Any, settings: DecodeSettings) -> Iterator[int]:
-    """``decode``'s tokens as they are chosen: greedy search and sampling yield each token before
-    the model computes the next (a consumer that stops iterating stops the work); beam search's
-    best hypothesis is known only at its end, so its tokens come together then."""
-    settings.check()
-    if settings.strategy == "beam":
-        yield from beam_search(model, prompt, settings)
-        return
-    rng = np.random.default_rng(settings.seed)
-    logits, cache = model.prefill(prompt)
-    for step in range(settings.max_new_tokens):
-        row = np.asarray(logits, dtype=np.float64)[0]
-        token = int(np.argmax(row)) if settings.strategy == "greedy" else sample_token(row, settings, rng)
-        if settings.stops(token):
-            return
-        yield token
-        if step + 1 < settings.max_new_tokens:
-            logits, cache = model.extend([token], cache)
 
 
 def sample_token(logits: np.ndarray, settings: DecodeSettings, rng: np.random.Generator) -> int:
@@ -133,19 +142,92 @@ def sample_token(logits: np.ndarray, settings: DecodeSettings, rng: np.random.Ge
     return int(order[rng.choice(len(order), p=probs)])
 
 
-def beam_search(model: IncrementalModel, prompt: Any, settings: DecodeSettings) -> List[int]:
+@dataclasses.dataclass
+class Advance:
+    """What a search asks of the next model step: for each of its next rows, the row of the step
+    just run that it continues (``parents``, an index into the rows the search was given) and the
+    token it feeds (``tokens``)."""
+
+    parents: List[int]
+    tokens: List[int]
+
+
+class Search:
+    """One prompt's decoding (see the module docstring). ``advance`` is given the logits of the
+    search's rows ``[rows, vocab]`` (the prompt's, one row, first) and returns the next step's
+    rows, or None when the search has ended. ``tokens`` is the answer so far: for a search that
+    ``streams``, every token in it is final as soon as it is there; otherwise it is the whole
+    answer once the search has ended (beam search: the best hypothesis is known only then)."""
+
+    streams: ClassVar[bool] = True
+
+    def __init__(self, settings: DecodeSettings) -> None:
+        self.settings = settings
+        self.tokens: List[int] = []
+        self.done = False
+
+    def advance(self, logits: np.ndarray) -> Optional[Advance]:
+        raise NotImplementedError
+
+
+class _OneRowSearch(Search):
+    """A search with one row that appends one chosen token a step (``choose``)."""
+
+    def choose(self, logits: np.ndarray) -> int:
+        raise NotImplementedError
+
+    def advance(self, logits: np.ndarray) -> Optional[Advance]:
+        token = self.choose(np.asarray(logits, dtype=np.float64)[0])
+        if self.settings.stops(token):
+            self.done = True
+            return None
+        self.tokens.append(token)
+        if len(self.tokens) >= self.settings.max_new_tokens:
+            self.done = True
+            return None
+        return Advance([0], [token])
+
+
+@RegisterSet.decoding_strategies.register("greedy")
+class GreedySearch(_OneRowSearch):
+    """The most likely token at every step."""
+
+    def choose(self, logits: np.ndarray) -> int:
+        return int(np.argmax(logits))
+
+
+@RegisterSet.decoding_strategies.register("sample")
+class SampleSearch(_OneRowSearch):
+    """A token drawn at every step (``sample_token``), from a generator seeded with ``seed``."""
+
+    def __init__(self, settings: DecodeSettings) -> None:
+        super().__init__(settings)
+        self.rng = np.random.default_rng(settings.seed)
+
+    def choose(self, logits: np.ndarray) -> int:
+        return sample_token(logits, self.settings, self.rng)
+
+
+@RegisterSet.decoding_strategies.register("beam")
+class BeamSearch(Search):
     """The best finished hypothesis by length-normalized log-probability. At each step every
-    alive beam's continuations compete; those ending in ``eos_id`` finish, the best others (up to
-    ``beam_size``) go on. The search ends when ``beam_size`` hypotheses have finished and no
+    alive beam's continuations compete; those ending in an end token finish, the best others (up
+    to ``beam_size``) go on. The search ends when ``beam_size`` hypotheses have finished and no
     alive beam scores better than the best of them at its current length, or at
     ``max_new_tokens`` (alive beams then count as finished)."""
-    k, alpha = settings.beam_size, settings.length_penalty
-    logits, cache = model.prefill(prompt)
-    beams: List[Tuple[float, List[int]]] = [(0.0, [])]  # (sum of log-probabilities, tokens)
-    finished: List[Tuple[float, List[int]]] = []  # (normalized score, tokens)
-    for step in range(settings.max_new_tokens):
+
+    streams = False
+
+    def __init__(self, settings: DecodeSettings) -> None:
+        super().__init__(settings)
+        self.beams: List[Tuple[float, List[int]]] = [(0.0, [])]  # (sum of log-probabilities, tokens)
+        self.finished: List[Tuple[float, List[int]]] = []  # (normalized score, tokens)
+        self.step = 0
+
+    def advance(self, logits: np.ndarray) -> Optional[Advance]:
+        k, alpha = self.settings.beam_size, self.settings.length_penalty
         logprobs = log_softmax(logits)  # [rows, V]
-        totals = np.asarray([score for score, _ in beams])[:, None] + logprobs  # [rows, V]
+        totals = np.asarray([score for score, _ in self.beams])[:, None] + logprobs  # [rows, V]
         flat = totals.ravel()
         count = min(flat.size, 2 * k)
         best = np.argpartition(-flat, count - 1)[:count]
@@ -155,22 +237,60 @@ def beam_search(model: IncrementalModel, prompt: Any, settings: DecodeSettings) 
         grown: List[Tuple[float, List[int]]] = []
         for index in best.tolist():
             row, token = divmod(index, logprobs.shape[1])
-            score, seq = beams[row][0] + logprobs[row, token], beams[row][1]
-            if settings.stops(token):
-                finished.append((score / length_penalty(len(seq) + 1, alpha), seq))
+            score, seq = self.beams[row][0] + logprobs[row, token], self.beams[row][1]
+            if self.settings.stops(token):
+                self.finished.append((score / length_penalty(len(seq) + 1, alpha), seq))
             elif len(grown) < k:
                 parents.append(row)
                 tokens.append(token)
                 grown.append((score, seq + [token]))
-        beams = grown
-        if not beams or step + 1 == settings.max_new_tokens:
+        self.beams = grown
+        self.step += 1
+        if grown and self.step < self.settings.max_new_tokens:
+            best_alive = max(score for score, _ in grown) / length_penalty(self.step, alpha)
+            if len(self.finished) < k or max(score for score, _ in self.finished) < best_alive:
+                return Advance(parents, tokens)
+        self._finish()
+        return None
+
+    def _finish(self) -> None:
+        candidates = self.finished + [(score / length_penalty(len(seq), self.settings.length_penalty), seq)
+                                      for score, seq in self.beams]
+        self.tokens = max(candidates, key=lambda item: (item[0], [-t for t in item[1]]))[1] if candidates else []
+        self.done = True
+
+
+def new_search(settings: DecodeSettings) -> Search:
+    """The registered search of ``settings.strategy`` for one prompt (settings checked)."""
+    settings.check()
+    return RegisterSet.decoding_strategies.get(settings.strategy, None, "decoding: strategy")(settings)
+
+
+def decode(model: IncrementalModel, prompt: Any, settings: DecodeSettings) -> List[int]:
+    """The generated tokens after ``prompt`` (see ``DecodeSettings``)."""
+    return list(decode_stream(model, prompt, settings))
+
+
+def decode_stream(model: IncrementalModel, prompt: Any, settings: DecodeSettings) -> Iterator[int]:
+    """``decode``'s tokens as they are chosen: greedy search and sampling yield each token before
+    the model computes the next (a consumer that stops iterating stops the work); beam search's
+    best hypothesis is known only at its end, so its tokens come together then."""
+    search = new_search(settings)
+    logits, cache = model.prefill(prompt)
+    rows, sent = 1, 0
+    while True:
+        advance = search.advance(np.asarray(logits))
+        if search.streams:
+            new, sent = search.tokens[sent:], len(search.tokens)
+            yield from new
+        if advance is None:
             break
-        best_alive = max(score for score, _ in beams) / length_penalty(step + 1, alpha)
-        if len(finished) >= k and max(score for score, _ in finished) >= best_alive:
-            break
-        logits, cache = model.extend(tokens, model.select(cache, parents))
-    finished.extend((score / length_penalty(len(seq), alpha), seq) for score, seq in beams)
-    return max(finished, key=lambda item: (item[0], [-t for t in item[1]]))[1] if finished else []
+        if advance.parents != list(range(rows)):
+            cache = model.select(cache, advance.parents)
+        rows = len(advance.tokens)
+        logits, cache = model.extend(advance.tokens, cache)
+    if not search.streams:
+        yield from search.tokens
 
 
 StepRunner = Callable[[str, Dict[str, np.ndarray]], Dict[str, np.ndarray]]  # (step name, inputs) -> outputs
@@ -182,10 +302,12 @@ class SteppedModel:
     ``[1, V]``, ``cache`` and ``position`` ``[1]``, the first new token's position) and
     ``extend`` (``tokens`` ``[R]``, their ``positions`` ``[R]`` and ``cache`` -> ``logits``
     ``[R, V]`` and the grown ``cache``). The cache is one array whose third axis is the row; this
-    object's cache is ``(array, next position)``, every row of a step being at the same position."""
+    object's cache is ``(array, next position)``, every row of a step being at the same position.
+    ``masked``: the model's ``extend`` also reads ``visible`` ``[R, N + 1]`` (which cached
+    columns each row sees: here all of them)."""
 
-    def __init__(self, run: StepRunner) -> None:
-        self.run = run
+    def __init__(self, run: StepRunner, masked: bool = False) -> None:
+        self.run, self.masked = run, masked
 
     def prefill(self, prompt: Dict[str, np.ndarray]) -> Tuple[np.ndarray, Tuple[np.ndarray, int]]:
         out = self.run("prefill", prompt)
@@ -193,8 +315,11 @@ class SteppedModel:
 
     def extend(self, tokens: List[int], cache: Tuple[np.ndarray, int]) -> Tuple[np.ndarray, Tuple[np.ndarray, int]]:
         array, position = cache
-        out = self.run("extend", {"tokens": np.asarray(tokens, dtype=np.int64),
-                                  "positions": np.full(len(tokens), position, dtype=np.int64), "cache": array})
+        inputs = {"tokens": np.asarray(tokens, dtype=np.int64),
+                  "positions": np.full(len(tokens), position, dtype=np.int64), "cache": array}
+        if self.masked:
+            inputs["visible"] = np.ones((len(tokens), array.shape[4] + 1), dtype=np.float32)
+        out = self.run("extend", inputs)
         return out["logits"], (out["cache"], position + 1)
 
     def select(self, cache: Tuple[np.ndarray, int], rows: List[int]) -> Tuple[np.ndarray, int]:
@@ -216,16 +341,3 @@ class PromptSource:
         lengths = np.asarray(batch[self.lengths]).reshape(-1).tolist()
         return [{name: np.ascontiguousarray(np.asarray(batch[tensor])[row:row + 1, :length])
                  for name, tensor in self.inputs.items()} for row, length in enumerate(lengths)]
-
-
-def generate_batch(run: StepRunner, batch: Mapping[str, np.ndarray], source: PromptSource,
-                   settings: DecodeSettings) -> np.ndarray:
-    """Every row of ``batch`` decoded through the step functions ``run`` runs: ``[B,
-    max_new_tokens]`` token ids, -1 after each row's end."""
-    prompts = source.prompts(batch)
-    out = np.full((len(prompts), settings.max_new_tokens), -1, dtype=np.int64)
-    model = SteppedModel(run)
-    for row, prompt in enumerate(prompts):
-        tokens = decode(model, prompt, settings)
-        out[row, :len(tokens)] = tokens
-    return out

@@ -270,15 +270,18 @@ class Ernie45Model(nn.Layer):
             cache.append(paddle.stack([k, v]))  # [2, 1, KV, S, D]
         return self.norm(x)[:, -1], paddle.stack(cache)
 
-    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor,
-               cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
+               visible: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:
         """One token per row ``[R]`` at ``positions`` ``[R]`` after the cache ``[layers, 2, R, KV,
-        N, D]`` -> its hidden state ``[R, hidden]`` and the cache grown by it ``[..., N + 1, D]``."""
+        N, D]`` -> its hidden state ``[R, hidden]`` and the cache grown by it ``[..., N + 1, D]``.
+        ``visible`` ``[R, N + 1]`` (1: a column the row attends to, 0: padding; the last column is
+        the token itself), or None: every row sees every column (``wenxin.models.batch_decoding``)."""
         sin, cos = rotary_angles(positions.unsqueeze(1), self.config.head_dim, self.config.rope_theta)  # [R, 1, D/2]
         x = self.embed_tokens(tokens.unsqueeze(1))  # [R, 1, hidden]
+        bias = None if visible is None else ((visible - 1.0) * 1e9).unsqueeze(1).unsqueeze(1)  # [R, 1, 1, N + 1]
         grown = []
         for index, layer in enumerate(self.layers):
-            x, k, v = layer.step(x, sin, cos, None, (cache[index, 0], cache[index, 1]))  # sees every cached key
+            x, k, v = layer.step(x, sin, cos, bias, (cache[index, 0], cache[index, 1]))
             grown.append(paddle.stack([k, v]))
         return self.norm(x)[:, 0], paddle.stack(grown)
 
@@ -336,10 +339,10 @@ class Ernie45ForCausalLM(nn.Layer):
         """Decoding's first step function (``wenxin.models.decoding``): see ``prefill_step``."""
         return prefill_step(self.model, self.output_weight(), ids)
 
-    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor,
-               cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
+               visible: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:
         """Decoding's next step function: see ``extend_step``."""
-        return extend_step(self.model, self.output_weight(), tokens, positions, cache)
+        return extend_step(self.model, self.output_weight(), tokens, positions, cache, visible)
 
 
 def prefill_step(decoder: Ernie45Model, output_weight: paddle.Tensor,
@@ -352,10 +355,10 @@ def prefill_step(decoder: Ernie45Model, output_weight: paddle.Tensor,
 
 
 def extend_step(decoder: Ernie45Model, output_weight: paddle.Tensor, tokens: paddle.Tensor, positions: paddle.Tensor,
-                cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+                cache: paddle.Tensor, visible: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:
     """Chosen tokens ``[R]`` at ``positions`` ``[R]`` -> the next logits ``[R, vocab]`` (float32)
-    and the grown cache."""
-    state, grown = decoder.extend(tokens, positions, cache)
+    and the grown cache (``visible``: see ``Ernie45Model.extend``)."""
+    state, grown = decoder.extend(tokens, positions, cache, visible)
     return paddle.matmul(state, output_weight, transpose_y=True).astype("float32"), grown
 
 

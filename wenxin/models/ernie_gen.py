@@ -134,13 +134,18 @@ def run_two_streams(ernie: ErnieEncoder, context: paddle.Tensor, query: paddle.T
     return query, cache
 
 
-def extend_streams(ernie: ErnieEncoder, token: paddle.Tensor, mask: paddle.Tensor,
-                   cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+def extend_streams(ernie: ErnieEncoder, token: paddle.Tensor, mask: paddle.Tensor, cache: paddle.Tensor,
+                   visible: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:
     """One decoding step. ``token``/``mask`` are the embedded new token and the ``[MASK]`` after
-    it ``[R, 1, H]``; ``cache`` ``[L, 2, R, heads, N, d]`` holds the context so far, all of which
-    both see. Returns the ``[MASK]``'s final state ``[R, 1, H]`` and the cache with the token's
-    keys and values appended ``[L, 2, R, heads, N + 1, d]``."""
+    it ``[R, 1, H]``; ``cache`` ``[L, 2, R, heads, N, d]`` holds the context so far, which both
+    see where ``visible`` ``[R, N + 1]`` is 1 (0: a row's padding; the last column is the token
+    itself; None: all of it). Returns the ``[MASK]``'s final state ``[R, 1, H]`` and the cache with
+    the token's keys and values appended ``[L, 2, R, heads, N + 1, d]``."""
     layers = list(ernie.encoder.layers)
+    token_bias = mask_bias = None
+    if visible is not None:
+        token_bias = ((visible - 1.0) * -_NEG).unsqueeze(1).unsqueeze(1)  # [R, 1, 1, N + 1]
+        mask_bias = paddle.concat([token_bias, paddle.zeros_like(token_bias[:, :, :, :1])], axis=3)  # and itself
     grown: List[paddle.Tensor] = []
     for index, layer in enumerate(layers):
         attn = layer.self_attn
@@ -150,8 +155,8 @@ def extend_streams(ernie: ErnieEncoder, token: paddle.Tensor, mask: paddle.Tenso
         grown.append(paddle.stack([keys, values]))
         mask_keys, mask_values = keys_values(attn, mask)
         attended = attend(attn, mask, paddle.concat([keys, mask_keys], axis=2),
-                          paddle.concat([values, mask_values], axis=2), None)
+                          paddle.concat([values, mask_values], axis=2), mask_bias)
         if index + 1 < len(layers):
-            token = finish_block(layer, token, attend(attn, token, keys, values, None))
+            token = finish_block(layer, token, attend(attn, token, keys, values, token_bias))
         mask = finish_block(layer, mask, attended)
     return mask, paddle.stack(grown)
