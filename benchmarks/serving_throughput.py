@@ -67,9 +67,10 @@ def raw_predictor(model_dir: str, model: str, batch: int, seconds: float, backen
     return float(rate), float(per_batch), float(cpu_rate)
 
 
-def serve_floor(model_dir: str, model: str, port: int, batch: int, backend: str) -> None:
+def serve_floor(model_dir: str, model: str, port: int, batch: int, backend: str, app_name: str = "wenxin") -> None:
     """(in the --floor_serve process) ``wenxin serve``'s one-process service, whose batching pool
-    answers every request at once with the results the model gave for ``batch`` sample texts."""
+    answers every request at once with the results the model gave for ``batch`` sample texts;
+    ``app_name`` ``starlette``: the same routes on Starlette (``starlette_app``)."""
     import asyncio
 
     from small_models import sample_texts
@@ -99,7 +100,43 @@ def serve_floor(model_dir: str, model: str, port: int, batch: int, backend: str)
             pass
 
     server.BatchingPool = AnsweredPool  # type: ignore[misc,assignment]
-    server.Service(model_dir, port=port).run()
+    service = server.Service(model_dir, port=port)
+    if app_name == "starlette":
+        service.server.config.app = starlette_app(service.app)
+    service.run()
+
+
+def starlette_app(app: "object") -> "object":
+    """The floor service's routes on Starlette: the same body parsing, pool, JSON, metrics and
+    log line as wenxin's ASGI app (``PredictionApp``), under Starlette's router, request and
+    response objects instead of the route table and raw ASGI messages."""
+    import asyncio
+    import logging
+
+    import orjson
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from wenxin.inference import server
+    served: server.PredictionApp = app  # type: ignore[assignment]
+    logger = logging.getLogger("wenxin.serve")
+
+    async def predict(request: "object") -> Response:
+        start = time.perf_counter()
+        body = await request.body()  # type: ignore[attr-defined]
+        rows = server.parse_request(body, len(served.model.fields), served.limits.max_batch)
+        results = await served.pool.submit(rows, asyncio.get_running_loop())  # type: ignore[union-attr]
+        payload = orjson.dumps({"predictions": results})
+        seconds = time.perf_counter() - start
+        served._observe("/predict", 200, seconds, len(rows))
+        logger.info("POST /predict 200 %.1f ms %d inputs", seconds * 1000, len(rows))
+        return Response(payload, media_type="application/json")
+
+    async def health(request: "object") -> Response:
+        return Response(b'{"status": "ok"}', media_type="application/json")
+
+    return Starlette(routes=[Route("/predict", predict, methods=["POST"]), Route("/health", health)])
 
 
 def time_predictor(model_dir: str, texts: List[str], batch: int, seconds: float, backend: str) -> None:
@@ -211,13 +248,13 @@ def free_port() -> int:
 
 
 def start_service(model_dir: str, workers: int, backend: str, cpus: Optional[Set[int]] = None,
-                  floor_of: str = "", batch: int = 16) -> Tuple[subprocess.Popen, int]:
+                  floor_of: str = "", batch: int = 16, app_name: str = "wenxin") -> Tuple[subprocess.Popen, int]:
     """``wenxin serve`` as its own process, or with ``floor_of`` (a model's name), the floor
-    service of ``serve_floor``; returns once it answers /health."""
+    service of ``serve_floor`` (on ``app_name``'s app); returns once it answers /health."""
     port = free_port()
     if floor_of:
         command = [__file__, "--floor_serve", model_dir, "--models", floor_of, "--backends", backend,
-                   "--batch", str(batch), "--port", str(port)]
+                   "--batch", str(batch), "--port", str(port), "--floor_apps", app_name]
     else:
         command = ["-m", "wenxin.cli", "serve", "--model_dir", model_dir, "--port", str(port), "--workers", str(workers),
                    "--max_connections", "1024", "--backend", backend]
@@ -248,20 +285,25 @@ def cpu_per_request(pid: int, port: int, texts: List[str], clients: int, args: a
 
 def measure_floor(model_dir: str, texts: List[str], backend: str, args: argparse.Namespace, label: str,
                   cpus: Optional[Set[int]], raw_cpu_rate: float) -> List[str]:
-    """The floor service's rows (see the module docstring), one per client count."""
-    proc, port = start_service(model_dir, 1, backend, cpus, floor_of=label, batch=args.batch)
+    """The floor service's rows (see the module docstring), one per client count and app
+    (``--floor_apps``: wenxin's own ASGI app, Starlette's, the order alternating by round)."""
     rows = []
-    try:
-        run_clients(port, texts, 2, args.batch, 2.0)  # warm-up
-        raw_us = args.batch / raw_cpu_rate * 1e6  # the raw predictor's CPU for one request's texts
-        for clients in args.clients:
-            count, _, _, failed, cpu = cpu_per_request(proc.pid, port, texts, clients, args)
-            floor_us = cpu / count * 1e6
-            rows.append(f"| {label} | {backend} | {clients} | {raw_us:.0f} | {floor_us:.0f} | "
-                        f"{raw_us / (raw_us + floor_us):.2f} | {failed} |")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=90)
+    for round_index in range(args.floor_rounds):
+        apps = list(args.floor_apps) if round_index % 2 == 0 else list(reversed(args.floor_apps))
+        for app_name in apps:
+            proc, port = start_service(model_dir, 1, backend, cpus, floor_of=label, batch=args.batch,
+                                       app_name=app_name)
+            try:
+                run_clients(port, texts, 2, args.batch, 2.0)  # warm-up
+                raw_us = args.batch / raw_cpu_rate * 1e6  # the raw predictor's CPU for one request's texts
+                for clients in args.clients:
+                    count, _, _, failed, cpu = cpu_per_request(proc.pid, port, texts, clients, args)
+                    floor_us = cpu / count * 1e6
+                    rows.append(f"| {label} | {backend} | {app_name} | {clients} | {raw_us:.0f} | {floor_us:.0f} | "
+                                f"{raw_us / (raw_us + floor_us):.2f} | {failed} |")
+            finally:
+                proc.terminate()
+                proc.wait(timeout=90)
     return rows
 
 
@@ -317,6 +359,9 @@ def main() -> None:
     parser.add_argument("--floor", action="store_true",
                         help="also measure the HTTP layer's own CPU a request (see the module docstring)")
     parser.add_argument("--raw", default="", help=argparse.SUPPRESS)  # the raw predictor's own process
+    parser.add_argument("--floor_apps", nargs="+", default=["wenxin"], choices=["wenxin", "starlette"],
+                        help="--floor: the apps measured (starlette: the same routes on Starlette)")
+    parser.add_argument("--floor_rounds", type=int, default=1, help="--floor: rounds, the apps' order alternating")
     parser.add_argument("--floor_serve", default="", help=argparse.SUPPRESS)  # the floor service's own process
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -329,7 +374,7 @@ def main() -> None:
         time_predictor(args.raw, sample_texts(args.models[0]), args.batch, args.seconds, args.backends[0])
         return
     if args.floor_serve:
-        serve_floor(args.floor_serve, args.models[0], args.port, args.batch, args.backends[0])
+        serve_floor(args.floor_serve, args.models[0], args.port, args.batch, args.backends[0], args.floor_apps[0])
         return
     placement = "; clients on the first CPU, the service and raw predictor on the others" if args.pin else ""
     print(f"{args.batch} texts per request, {args.workers} workers{placement}; raw predictor: texts/s (ms a batch); "
@@ -346,9 +391,9 @@ def main() -> None:
     if floors:
         print("\nThe HTTP layer alone (--floor): µs of CPU a request; the share of the raw predictor a service "
               "could reach with it (raw / (raw + floor))")
-        print("| model | backend | clients | raw predictor: µs of CPU a request | floor: µs of CPU a request | "
+        print("| model | backend | app | clients | raw predictor: µs of CPU a request | floor: µs of CPU a request | "
               "raw / (raw + floor) | failed |")
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|")
         print("\n".join(floors))
 
 

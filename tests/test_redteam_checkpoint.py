@@ -352,7 +352,7 @@ def test_full_disk_during_run_infer(tmp_path, monkeypatch):
         def __init__(self, *args, **kwargs):
             pass
 
-        def predict(self, rows, batch_size):
+        def predict(self, rows, batch_size, progress=None):
             return [{}] * len(rows)
 
     data = tmp_path / "in.txt"

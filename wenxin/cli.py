@@ -14,6 +14,7 @@ from wenxin.common.constants import ONEDNN_SETTINGS
 from wenxin.common.errors import (EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED, ConfigError,
                                   DataError, WenxinError, exit_status, format_error)
 from wenxin.common.logs import LOG_LEVEL_ENV, LOG_LEVELS, configured_level, set_console_stream
+from wenxin.common.progress import ProgressLog
 from wenxin.common.process import Terminated, end_on_sigterm, load_paddle, quiet_paddle, watch_thread_failures
 
 
@@ -270,7 +271,8 @@ def _predict(args: argparse.Namespace) -> int:
     rows = [line.split("\t") for line in lines]
     if args.stream:
         return _predict_streaming(predictor, rows)
-    for row, result in zip(rows, predictor.predict(rows, batch_size=max(args.batch_size, 1))):
+    progress = ProgressLog("predicting", len(rows), logging.getLogger("wenxin").info)  # every 30 s on long inputs
+    for row, result in zip(rows, predictor.predict(rows, batch_size=max(args.batch_size, 1), progress=progress)):
         print("\t".join(row + [predictor.result_format.line(result)]), flush=False)  # the input, then the result
     sys.stdout.flush()
     return EXIT_OK

@@ -5,14 +5,16 @@ the same tokens in a batch as alone; the cache is as wide as its longest row; an
 without ``visible`` still decodes every prompt, one call each."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import List
 
 import numpy as np
 import pytest
 
+from decoding_helpers import Recorded, compare, together
+from decoding_helpers import alone as decoded_alone
 from numpy_decoder import EOS, NumpyDecoder
 from wenxin.models.batch_decoding import BatchDecoder, generate_batch
-from wenxin.models.decoding import DecodeSettings, PromptSource, Search, SteppedModel, decode, new_search
+from wenxin.models.decoding import DecodeSettings, PromptSource, SteppedModel, decode, new_search
 
 PROMPTS = [[5, 9, 2], [7], [3, 3, 3, 8, 12, 4, 17, 22, 9, 6, 11], [20, 21], [4, 4]]
 STRATEGIES = {
@@ -22,34 +24,8 @@ STRATEGIES = {
 }
 
 
-class Recorded(Search):
-    """A search that keeps every logits array it is handed (and otherwise is the search it wraps)."""
-
-    def __init__(self, inner: Search) -> None:
-        super().__init__(inner.settings)
-        self.inner, self.seen = inner, []
-        self.streams = inner.streams  # type: ignore[misc]
-
-    def advance(self, logits):
-        self.seen.append(np.array(logits, dtype=np.float64))
-        advance = self.inner.advance(logits)
-        self.tokens, self.done = self.inner.tokens, self.inner.done
-        return advance
-
-
 def alone(model: NumpyDecoder, prompt: List[int], settings: DecodeSettings) -> Recorded:
-    search = Recorded(new_search(settings))
-    decoder = BatchDecoder(model, model.masked)
-    decoder.add(0, {"ids": np.asarray([prompt])}, search)
-    while decoder.rows:
-        decoder.step()
-    return search
-
-
-def margins(seen: List[np.ndarray]) -> float:
-    """The smallest gap between the two best logits of any row at any step."""
-    gaps = [np.diff(np.sort(row)[-2:])[0] for step in seen for row in step]
-    return float(min(gaps))
+    return decoded_alone(model, model.masked, {"ids": np.asarray([prompt])}, settings)
 
 
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
@@ -68,39 +44,17 @@ def test_a_prompt_alone_decodes_as_the_uncached_model_and_the_old_decode_loop(st
 
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 @pytest.mark.parametrize("masked", [True, False], ids=["masked", "old-export"])
-def test_prompts_that_join_and_leave_a_running_batch_get_their_logits_alone(strategy, masked, capsys):
+def test_prompts_that_join_and_leave_a_running_batch_get_their_logits_alone(strategy, masked):
     """Prompts join at different steps, one is removed part way, and every step's logits of every
     prompt equal its logits alone (float32 rounding), so the tokens are equal."""
     model = NumpyDecoder(masked=masked)
     settings = STRATEGIES[strategy]
     references = [alone(model, prompt, settings) for prompt in PROMPTS]
-    decoder = BatchDecoder(model, masked)
-    searches: Dict[int, Recorded] = {}
-    joins = {0: [0, 2], 2: [1], 3: [3], 6: [4]}  # step -> prompts that join before it
-    removed_at = {5: 3}  # step -> a prompt removed before it (a client that left)
-    for step in range(40):
-        for index in joins.get(step, []):
-            searches[index] = Recorded(new_search(settings))
-            decoder.add(index, {"ids": np.asarray([PROMPTS[index]])}, searches[index])
-        if step in removed_at:
-            assert decoder.remove(removed_at[step])
-        if decoder.rows:
-            decoder.step()
-    assert decoder.rows == 0 and decoder.cells == 0
-    worst = 0.0
-    for index, search in searches.items():
-        reference = references[index]
-        steps = len(search.seen)
-        if index == 3:  # it left: what it saw until then
-            assert steps < len(reference.seen)
-        else:
-            assert search.tokens == reference.tokens, index
-        for mine, theirs in zip(search.seen, reference.seen[:steps]):
-            # float32 rounding: a few units in the last place of the largest logit
-            np.testing.assert_allclose(mine, theirs, rtol=0, atol=float(np.abs(theirs).max()) * 4e-6)
-            worst = max(worst, float(np.abs(mine - theirs).max() / np.abs(theirs).max()))
-    print(f"{strategy}: largest logit difference {worst:.2e} of the largest logit; smallest top-2 margin "
-          f"{min(margins(r.seen) for r in references):.2e}")
+    searches = together(model, masked, [{"ids": np.asarray([p])} for p in PROMPTS], settings)
+    assert len(searches[3].seen) < len(references[3].seen)  # it left part way
+    seen = compare(searches, references)
+    print(f"{strategy}: largest logit difference {seen['largest_difference']:.2e} of the largest logit; "
+          f"smallest top-2 margin {seen['smallest_margin']:.2e}")
     if not masked:  # one extend call per prompt a step
         assert model.calls["extend"] > sum(len(r.seen) - 1 for r in references) // 2
 

@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Sequence
 
 from wenxin.common.errors import DataError, Problems
 from wenxin.common.files import open_atomically
+from wenxin.common.progress import ProgressLog
 from wenxin.common.paddle_support import require_gpu
 from wenxin.config.infer_schema import INFER_SCHEMA
 from wenxin.config.loader import apply_overrides, read_task_file
@@ -66,7 +67,9 @@ def run_inference(param_path: str, overrides: Sequence[str] = ()) -> str:
                           onednn=config["onednn"], task=config["task"])
     _check_against_model(config, predictor)
     rows = read_rows(config["predict_reader"]["config"], predictor.fields)
-    results = predictor.predict(rows, batch_size=config["batch_size"])
+    # a long file (a generation model decodes each row) says how far it is, every 30 s
+    results = predictor.predict(rows, batch_size=config["batch_size"],
+                                progress=ProgressLog("predicting", len(rows), logger.info))
     erniekit_lines = config["output_format"] == "erniekit"
     out = config["output_file"]
     document = predictor.result_format.erniekit_document(results, rows) if erniekit_lines else None

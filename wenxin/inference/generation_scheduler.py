@@ -260,6 +260,8 @@ class GenerationScheduler:
                 return
             self._end_stopped(decoder, running, waiting, outbox)
             self._admit(decoder, running, waiting, outbox)
+            self._flush(outbox)  # newcomers' first tokens go out before the step, not after it
+            outbox = {}
             if decoder.rows:
                 if self.on_step is not None:
                     self.on_step(decoder.rows)
@@ -272,7 +274,7 @@ class GenerationScheduler:
                     decoder = generator.decoder()
                     updates = []
                 for update in updates:
-                    self._report(decoder, running, update, outbox)
+                    self._report_safely(decoder, running, update, outbox)
             self._flush(outbox)
 
     def _take_jobs(self, waiting: Deque[GenerationJob], block: bool) -> bool:
@@ -331,7 +333,20 @@ class GenerationScheduler:
                     logger.exception("a generation prefill failed")
                 self._fail(job, e, outbox)
                 continue
+            self._report_safely(decoder, running, update, outbox)
+
+    def _report_safely(self, decoder: BatchDecoder, running: Dict[int, _Running], update: Update,
+                       outbox: Outbox) -> None:
+        """``_report``; a failure there (the result format on tokens it cannot read) ends that
+        request with its error, never the thread that serves the others."""
+        try:
             self._report(decoder, running, update, outbox)
+        except Exception as e:  # noqa: BLE001
+            logger.exception("writing a generated answer failed")
+            state = running.pop(update.key, None)  # type: ignore[call-overload]  # the decoder's keys are the jobs'
+            if state is not None:
+                decoder.remove(state.job.key)
+                self._fail(state.job, e, outbox)
 
     def _report(self, decoder: BatchDecoder, running: Dict[int, _Running], update: Update, outbox: Outbox) -> None:
         """Send the tokens of a request's update; end it when its search ended or a stop string did."""

@@ -22,7 +22,7 @@ from wenxin.models.batch_decoding import VISIBLE, BatchDecoder
 from wenxin.models.decoding import DecodeSettings, Search, new_search
 
 Row = Sequence[str]
-Progress = Callable[[int, int], None]  # (rows done, rows in all)
+Progress = Callable[[int], None]  # told the rows done
 
 
 class StreamedText(NamedTuple):
@@ -112,7 +112,7 @@ class Generator:
             results[index] = self.predictor.result_format.results({"generated": ids}, {}, [rows[index]])[0]
             done += 1
             if progress is not None:
-                progress(done, len(rows))
+                progress(done)
 
         while waiting or decoder.rows:
             while waiting and decoder.rows + settings.rows <= width:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 from operator import itemgetter
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -292,14 +292,16 @@ class Predictor:
             return False
         return True
 
-    def predict(self, rows: Sequence[Sequence[str]], batch_size: int = 64) -> List[Dict[str, Any]]:
+    def predict(self, rows: Sequence[Sequence[str]], batch_size: int = 64,
+                progress: Optional[Callable[[int], None]] = None) -> List[Dict[str, Any]]:
         """One result per row, in order, in the model's result format (for classifiers
         ``{"label", "probability", "probs"}``). The rows run in batches of ``batch_size`` in their
         order, or sorted by length where the model's rule says so (``sorted_batches``). A
-        generation export decodes them, ``batch_size`` cache rows together (``Generator``)."""
+        generation export decodes them, ``batch_size`` cache rows together (``Generator``).
+        ``progress`` is told the rows done after each batch (each answer, for a generation export)."""
         if self.steps:
             from wenxin.inference.generator import Generator  # it decodes over this loaded export
-            return Generator(self).generate(rows, max_rows=batch_size)
+            return Generator(self).generate(rows, max_rows=batch_size, progress=progress)
         pieces_rows, pieces = self.result_format.split_rows(rows)  # long texts: several pieces
         order = self.sorted_batches(pieces_rows, batch_size)
         results: List[Dict[str, Any]] = []
@@ -308,6 +310,8 @@ class Predictor:
                 chunk = pieces_rows[start:start + batch_size]
                 batch = self.convert(chunk)
                 results.extend(self.result_format.results(self.run(batch), batch, chunk))
+                if progress is not None and len(pieces_rows) == len(rows):
+                    progress(len(results))
         else:
             chunks = [(indexes, [pieces_rows[i] for i in indexes]) for indexes in order]
             results = self.run_sorted(((indexes, chunk, self.convert(chunk)) for indexes, chunk in chunks),
