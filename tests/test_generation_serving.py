@@ -202,20 +202,33 @@ def endless(tmp_path_factory, gen_data):  # noqa: F811
 
 
 class StepGate:
-    """Holds the service's decoding steps (``extend``) while ``closed``, each ``release()`` letting
-    one through: a test sets the order of events instead of racing a fast tiny model."""
+    """Holds the service's decoding steps (``extend``) while closed, each ``release()`` letting one
+    through: a test sets the order of events instead of racing a fast tiny model."""
 
     def __init__(self) -> None:
-        self.closed = False
-        self.permits = threading.Semaphore(0)
+        self._condition = threading.Condition()
+        self._closed, self._permits = False, 0
 
     def wait(self) -> None:
-        if self.closed:
-            assert self.permits.acquire(timeout=120), "the test never released the step"
+        with self._condition:
+            assert self._condition.wait_for(lambda: not self._closed or self._permits, timeout=120), \
+                "the test never released the step"
+            if self._closed:
+                self._permits -= 1
+
+    def close(self) -> None:
+        with self._condition:
+            self._closed, self._permits = True, 0
+
+    def release(self) -> None:
+        with self._condition:
+            self._permits += 1
+            self._condition.notify_all()
 
     def open(self) -> None:
-        self.closed = False
-        self.permits.release()
+        with self._condition:
+            self._closed = False
+            self._condition.notify_all()
 
 
 @pytest.fixture
@@ -244,12 +257,12 @@ def test_a_client_that_leaves_ends_its_row_only_and_a_full_service_answers_503(e
     try:
         port = service.port
         wait_ready(port)  # its warm-up's steps are through
-        gate.closed = True
+        gate.close()
         staying = stream_request(port, {"row": ["e", "f g"], "max_new_tokens": 40})
         read_until(staying, b"event: token")  # its prefill's token; its first step waits at the gate
         leaving = stream_request(port, {"row": ["a b", "c d"], "max_new_tokens": 60})
         read_until(leaving, b"200 OK")  # queued (its head is sent then)
-        gate.permits.release()  # the held step; then the newcomer joins, and the next step waits
+        gate.release()  # the held step; then the newcomer joins, and the next step waits
         read_until(leaving, b"event: token")
         leaving.close()  # the client goes away mid-stream
         assert gate.cancelled.wait(120)  # the service noticed
@@ -261,7 +274,7 @@ def test_a_client_that_leaves_ends_its_row_only_and_a_full_service_answers_503(e
         staying.close()
 
         # one request decoding (its step held), one waiting: the next is refused at once, saying when to retry
-        gate.closed, gate.cancelled = True, threading.Event()
+        gate.close()
         running = stream_request(port, {"row": ["a", "b"], "max_new_tokens": 60})
         read_until(running, b"event: token")
         waiting = stream_request(port, {"row": ["c", "d"], "max_new_tokens": 5})
@@ -276,6 +289,9 @@ def test_a_client_that_leaves_ends_its_row_only_and_a_full_service_answers_503(e
         gate.open()
         for sock in (running, waiting):
             sock.close()
+        deadline = time.monotonic() + 120  # a guard against a hang, not a timing the test needs
+        while sum(generation_finished(port).values()) < 4:  # both ended (cancelled, or done first): room again
+            assert time.monotonic() < deadline, generation_finished(port)
         status, _, text = post(port, "/generate", {"row": ["a", "b"], "max_new_tokens": 3})
         assert status == 200 and len(json.loads(text)["tokens"]) == 3
     finally:

@@ -259,9 +259,9 @@ class GenerationScheduler:
                 self._flush(outbox)
                 return
             self._end_stopped(decoder, running, waiting, outbox)
-            self._admit(decoder, running, waiting, outbox)
-            self._flush(outbox)  # newcomers' first tokens go out before the step, not after it
+            self._flush(outbox)
             outbox = {}
+            self._admit(decoder, running, waiting)
             if decoder.rows:
                 if self.on_step is not None:
                     self.on_step(decoder.rows)
@@ -311,13 +311,13 @@ class GenerationScheduler:
         horizon = max([s.job.horizon for s in running.values()] + [job.horizon])
         return rows <= self.limits.max_rows and rows * horizon <= self.limits.max_cached_tokens
 
-    def _admit(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob],
-               outbox: Outbox) -> None:
+    def _admit(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob]) -> None:
         """Waiting requests join in order while they fit, up to ``prefill_tokens`` prompt tokens
-        (at least one request)."""
+        (at least one request); each one's first token goes out as soon as its prefill is done."""
         budget = self.limits.prefill_tokens
         first = True
         while waiting and (first or budget > 0) and self._fits(waiting[0], decoder, running):
+            outbox: Outbox = {}
             job = waiting.popleft()
             self._left_waiting()
             first = False
@@ -332,8 +332,9 @@ class GenerationScheduler:
                 if not isinstance(e, (WenxinError, ValueError)):
                     logger.exception("a generation prefill failed")
                 self._fail(job, e, outbox)
-                continue
-            self._report_safely(decoder, running, update, outbox)
+            else:
+                self._report_safely(decoder, running, update, outbox)
+            self._flush(outbox)
 
     def _report_safely(self, decoder: BatchDecoder, running: Dict[int, _Running], update: Update,
                        outbox: Outbox) -> None:

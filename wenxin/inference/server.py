@@ -298,6 +298,7 @@ def check_settings(options: ServeOptions, workers: int = 1) -> None:
     problems = Problems()
     limits, room = options.limits, options.generation
     for flag, value, low in (("--workers", workers, 1), ("--model_threads", options.model_threads, 1),
+                             ("--num_threads", options.num_threads, 1),
                              ("--model_batch", options.model_batch, 1), ("--max_batch", limits.max_batch, 1),
                              ("--max_body_bytes", limits.max_body_bytes, 16),
                              ("--max_connections", limits.max_connections, 2),

@@ -1,0 +1,284 @@
+"""Generation served to many users at once: the decoding batch against one request at a time
+(issue 54), in one run.
+
+Two exports, made here (random initialization, float32, no download):
+
+- ``ernie45``: an ERNIE 4.5 dense decoder of the ``small`` shape of ``ernie45_decoding.py``
+  (vocabulary 32,000, 6 layers, hidden 512, 8 query and 2 key/value heads of 64), exported by a
+  zero-step SFT run (``ernie45_decoding.export_of``); prompts are chat questions of 4 to 60
+  characters through the test fixture's tokenizer;
+- ``erniegen``: ERNIE-Gen on an ERNIE 3.0-shaped encoder (4 layers, hidden 256, 4 heads), exported
+  after one training step with ``[SEP]`` made unreachable (so every answer has ``--new`` tokens);
+  prompts are rows of the tests' copy task.
+
+For each model and each number of concurrent streams (``--streams``), ``wenxin serve`` runs in a
+process of its own, once with the batch (``--max_rows 32``, the default) and once one request at
+a time (``--max_rows 1``: a request waits until the one before it has ended, as the single
+decoding thread before the batch did), alternating which goes first from round to round. Each
+stream is a client that starts at a random moment of the first second, asks for a streamed greedy
+answer of ``--new`` / 2 to 3 x ``--new`` / 2 tokens (drawn from the client's own seeded sequence,
+so both modes get the same requests), then at once for the next (a closed loop), for ``--seconds``
+after a warm-up request each. Reported per run:
+tokens a wall-second and a CPU-second of the service (all its threads; the clients run on the
+same two cores, as ``serving_throughput.py``'s do), time to first token and time between tokens
+(p50, p99). The clients are asyncio sockets in this process.
+
+    python benchmarks/generation_serving.py --models ernie45 erniegen --streams 1 4 16 32 --rounds 2
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Tuple
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measure import load_note, tree_cpu_seconds  # noqa: E402
+
+SMALL = {"vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 6,
+         "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "max_position_embeddings": 4096,
+         "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+         "tie_word_embeddings": True, "hidden_act": "silu", "use_bias": False, "model_type": "ernie4_5",
+         "architectures": ["Ernie4_5ForCausalLM"], "torch_dtype": "float32"}
+QUESTIONS = ["你好", "今天天气怎么样？", "请介绍一下文心大模型的特点和用途", "what is machine learning",
+             "帮我写一首关于春天的诗，要有花和雨", "如何学习深度学习？请给出详细的步骤和建议，包括数学基础、编程和实践项目",
+             "hello", "推荐几本好书"]
+
+
+# ---- the exports -------------------------------------------------------------------------------
+def ernie45_export(work: str) -> str:
+    """A random ``small`` ERNIE 4.5 folder in the layout PaddleFormers writes, and its export."""
+    import numpy as np
+    import paddle
+    from safetensors.numpy import save_file
+
+    from ernie45_decoding import export_of
+    from wenxin.models.ernie45 import LINEAR_WEIGHTS, Ernie45Config, Ernie45ForCausalLM
+    folder = os.path.join(work, "ernie45-small")
+    os.makedirs(folder, exist_ok=True)
+    paddle.seed(7)
+    model = Ernie45ForCausalLM(Ernie45Config.from_dict(SMALL, "small"))
+    weights = {}
+    for name, value in model.state_dict().items():
+        array = value.numpy()
+        if name.split(".")[-2] in LINEAR_WEIGHTS and array.ndim == 2:
+            array = array.T  # the folder's linear weights are [out, in]
+        weights[name] = np.ascontiguousarray(array)
+    save_file(weights, os.path.join(folder, "model.safetensors"))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(SMALL, f)
+    with open(os.path.join(folder, "generation_config.json"), "w") as f:
+        json.dump({"do_sample": False, "eos_token_id": 2}, f)
+    return export_of(folder, work)
+
+
+def erniegen_export(work: str) -> str:
+    """ERNIE-Gen on a random ERNIE 3.0-shaped encoder, exported after one step."""
+    from conftest import build
+    from ernie_helpers import gen_config, make_ernie_model, make_gen_rows, write_gen_tsv
+    model = os.path.join(work, "ernie-gen-model")
+    make_ernie_model(model, type_vocab_size=8, use_task_id=False, max_position_embeddings=512, hidden_size=256,
+                     intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4)
+    for split, seed, n in (("train", 1, 32), ("dev", 2, 8)):
+        write_gen_tsv(os.path.join(work, f"{split}.tsv"), make_gen_rows(n, seed))
+    config = gen_config(work, model, os.path.join(work, "gen-out"), max_dec_len=200, decoding="greedy")
+    config["trainer"].update(max_steps=1, is_eval_dev=0)
+    trainer = build(config, pathlib.Path(work))
+    trainer.do_train()
+    bias = trainer.model.lm_head.bias  # [SEP] never chosen: every answer runs to max_new_tokens, as in the tests
+    values = bias.numpy()
+    values[trainer.model.special["sep_id"]] = -1e4
+    bias.set_value(values)
+    return str(trainer.export_inference(os.path.join(work, "gen-export")))
+
+
+def request_bodies(model: str, new: int) -> List[Dict[str, Any]]:
+    if model == "ernie45":
+        return [{"text": q, "max_new_tokens": new, "stream": True} for q in QUESTIONS]
+    rng = random.Random(3)
+    letters = "abcdefgh"
+    return [{"row": [" ".join(rng.choice(letters) for _ in range(rng.randint(2, 6))),
+                     " ".join(rng.choice(letters) for _ in range(rng.randint(4, 12)))],
+             "max_new_tokens": new, "stream": True} for _ in range(8)]
+
+
+# ---- the clients -------------------------------------------------------------------------------
+async def stream_once(port: int, body: Dict[str, Any]) -> Tuple[float, List[float]]:
+    """One streamed request: its start and the time each token event arrived."""
+    data = json.dumps(body).encode()
+    start = time.perf_counter()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /generate HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                 b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    head = await reader.readuntil(b"\r\n\r\n")
+    if b" 200 " not in head.split(b"\r\n")[0]:
+        raise RuntimeError(f"answered {head[:80]!r}: {await reader.read()!r}")
+    times: List[float] = []
+    while True:
+        line = await reader.readline()
+        if not line:
+            break
+        if line.startswith(b"data: {\"token\":\"") and not line.startswith(b"data: {\"token\":\"\","):
+            times.append(time.perf_counter())
+        elif line.startswith(b"event: done") or line.startswith(b"event: error"):
+            if line.startswith(b"event: error"):
+                raise RuntimeError(await reader.read())
+    writer.close()
+    return start, times
+
+
+async def closed_loop(port: int, bodies: List[Dict[str, Any]], streams: int, seconds: float,
+                      pid: int) -> Dict[str, Any]:
+    """``streams`` clients asking one after another; what happened in the measured window."""
+    records: List[Tuple[float, List[float]]] = []
+    window: Dict[str, float] = {}
+
+    async def client(index: int) -> None:
+        rng = random.Random(index)  # the same requests, at the same offsets, in either mode
+        await asyncio.sleep(rng.uniform(0.0, 1.0))  # the streams start apart, as users do
+        await stream_once(port, bodies[index % len(bodies)])  # its warm-up
+        turn = index
+        while "end" not in window or time.perf_counter() < window["end"]:
+            turn += streams
+            body = dict(bodies[turn % len(bodies)])
+            body["max_new_tokens"] = rng.randint(body["max_new_tokens"] // 2, body["max_new_tokens"] * 3 // 2)
+            records.append(await stream_once(port, body))
+
+    async def clock() -> None:
+        await asyncio.sleep(0)
+        while len(records) < streams and time.perf_counter() < start + 600:  # every client past its warm-up
+            await asyncio.sleep(0.05)
+        window["start"], window["cpu"] = time.perf_counter(), tree_cpu_seconds(pid)
+        window["end"] = window["start"] + seconds
+        await asyncio.sleep(seconds)
+        window["cpu_end"] = tree_cpu_seconds(pid)
+
+    start = time.perf_counter()
+    await asyncio.gather(clock(), *(client(i) for i in range(streams)))
+    begin, end = window["start"], window["end"]
+    tokens = [t for _, times in records for t in times if begin <= t <= end]
+    first = [times[0] - started for started, times in records if times and begin <= started <= end]
+    gaps = [b - a for _, times in records for a, b in zip(times, times[1:]) if begin <= a and b <= end]
+    cpu = window["cpu_end"] - window["cpu"]
+    return {"tokens": len(tokens), "tokens_per_s": len(tokens) / seconds, "tokens_per_cpu_s": len(tokens) / cpu,
+            "cpu_share": cpu / seconds, "ttft_p50": percentile(first, 50), "ttft_p99": percentile(first, 99),
+            "tbt_p50": percentile(gaps, 50), "tbt_p99": percentile(gaps, 99), "requests": len(first)}
+
+
+def percentile(values: List[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if q < 100 else max(values)
+
+
+def serve(folder: str, max_rows: int, new: int, threads: int = 1) -> Tuple[subprocess.Popen, int]:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": REPO}
+    process = subprocess.Popen([sys.executable, "-m", "wenxin", "serve", "--model_dir", folder, "--port", str(port),
+                                "--max_rows", str(max_rows), "--num_threads", str(threads),
+                                "--generation_timeout", "3600", "--max_waiting", "1000", "--max_new_tokens", str(new * 3 // 2)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    import http.client
+    deadline = time.monotonic() + 600
+    while True:
+        if process.poll() is not None:
+            raise SystemExit(f"the service ended: {process.stderr.read().decode()[-3000:]}")  # type: ignore[union-attr]
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/health")
+            response = conn.getresponse()
+            response.read()
+            if response.status == 200:
+                return process, port
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit("the service did not warm up within 600 s")
+        time.sleep(0.2)
+
+
+def run(folder: str, bodies: List[Dict[str, Any]], streams: int, max_rows: int, new: int,
+        seconds: float, threads: int) -> Dict[str, Any]:
+    process, port = serve(folder, max_rows, new, threads)
+    try:
+        return asyncio.run(closed_loop(port, bodies, streams, seconds, process.pid))
+    finally:
+        process.terminate()
+        process.wait(60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["ernie45", "erniegen"], choices=["ernie45", "erniegen"])
+    parser.add_argument("--streams", nargs="+", type=int, default=[1, 4, 16, 32])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--new", type=int, default=48, help="tokens a request asks for")
+    parser.add_argument("--seconds", type=float, default=20.0, help="the measured window of each run")
+    parser.add_argument("--work", default="", help="a folder for the exports (kept; made once)")
+    parser.add_argument("--threads", type=int, default=1, help="the service's --num_threads, in both modes")
+    args = parser.parse_args()
+    work = args.work or tempfile.mkdtemp(prefix="wenxin-genserve-")
+    os.makedirs(work, exist_ok=True)
+    print(f"# {load_note()} before; exports in {work}", flush=True)
+    folders = {}
+    for model in args.models:
+        marker = os.path.join(work, f"{model}.export")
+        if not os.path.isfile(marker):
+            folder = ernie45_export(os.path.join(work, model)) if model == "ernie45" else \
+                erniegen_export(os.path.join(work, model))
+            with open(marker, "w") as f:
+                f.write(folder)
+        folders[model] = open(marker).read().strip()
+    results: Dict[Tuple[str, int, str], List[Dict[str, Any]]] = {}
+    for round_index in range(args.rounds):
+        for model in args.models:
+            bodies = request_bodies(model, args.new)
+            for streams in args.streams:
+                modes = [("batch", 32), ("one at a time", 1)]
+                if round_index % 2:
+                    modes.reverse()
+                for mode, rows in modes:
+                    result = run(folders[model], bodies, streams, rows, args.new, args.seconds, args.threads)
+                    results.setdefault((model, streams, mode), []).append(result)
+                    print(json.dumps({"round": round_index, "model": model, "streams": streams, "mode": mode,
+                                      **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}}),
+                          flush=True)
+    print(f"# {load_note()} after")
+    print("| model | streams | mode | tokens/s | tokens/CPU-s | CPU share | TTFT p50 / p99 (s) | TBT p50 / p99 (ms) "
+          "| x tokens/s | TTFT p99 / lone p50, p99 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for model in args.models:
+        lone = [(r["ttft_p50"], r["ttft_p99"]) for r in results[(model, min(args.streams), "batch")]]
+        lone_p50, lone_p99 = statistics.median(p for p, _ in lone), statistics.median(p for _, p in lone)
+        for streams in args.streams:
+            base = statistics.median(r["tokens_per_s"] for r in results[(model, streams, "one at a time")])
+            for mode in ("batch", "one at a time"):
+                runs = results[(model, streams, mode)]
+
+                def med(key: str, runs: List[Dict[str, Any]] = runs) -> float:
+                    return statistics.median(r[key] for r in runs)
+                print(f"| {model} | {streams} | {mode} | {med('tokens_per_s'):.1f} | {med('tokens_per_cpu_s'):.1f} | "
+                      f"{med('cpu_share'):.2f} | {med('ttft_p50'):.3f} / {med('ttft_p99'):.3f} | "
+                      f"{med('tbt_p50') * 1000:.1f} / {med('tbt_p99') * 1000:.1f} | "
+                      f"{med('tokens_per_s') / base:.2f} | {med('ttft_p99') / lone_p50:.2f}, "
+                      f"{med('ttft_p99') / lone_p99:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
