@@ -439,3 +439,64 @@ def test_generation_on_predict_decodes_every_row_with_the_exports_settings(chat_
     with pytest.raises(Exception, match="decodes through its step functions"):
         predictor.run(predictor.convert([[QUESTIONS[0]]]))
     assert np.all(np.asarray([len(r["tokens"]) for r in expected]) <= 24)
+
+
+def test_a_long_prompt_prefilled_in_chunks_gives_the_whole_prefill(export):
+    from wenxin.inference.generator import Generator
+    from wenxin.inference.predictor import Predictor
+    from wenxin.models.batch_decoding import ChunkedPrefill
+    family, folder = export
+    predictor = Predictor(folder)
+    assert Generator(predictor).chunks == (family == "chat")  # ERNIE-Gen's source is read both ways: whole
+    if family != "chat":
+        return
+    prompt = predictor.prompt(["请详细地介绍一下文心大模型的特点、用途、训练方法以及它和别的模型有什么不同"])
+    assert prompt["ids"].shape[1] > 40
+    whole = predictor.run_step("prefill", prompt)
+    for size in (7, 16):
+        chunked = ChunkedPrefill(predictor.run_step, prompt, size)
+        steps = 0
+        while not chunked.done:
+            assert chunked.advance() <= size
+            steps += 1
+        assert steps == -(-prompt["ids"].shape[1] // size)
+        np.testing.assert_allclose(chunked.outputs["logits"], whole["logits"], rtol=0,
+                                   atol=4e-6 * float(np.abs(whole["logits"]).max()))
+        np.testing.assert_allclose(chunked.outputs["cache"], whole["cache"], rtol=0, atol=1e-5)
+        assert int(chunked.outputs["position"][0]) == int(whole["position"][0])
+
+
+def test_the_running_answers_go_on_while_a_long_prompt_is_prefilled_a_chunk_a_turn(chat_folder, monkeypatch):
+    from wenxin.inference.predictor import Predictor
+    from wenxin.models.decoding import DecodeSettings
+    monkeypatch.setattr(DecodeSettings, "stops", lambda self, token: False)  # answers run to max_new_tokens
+    long_question = "请详细地介绍一下文心大模型的特点、用途、训练方法以及它和别的模型有什么不同"
+    calls = []
+    run_step = Predictor.run_step
+
+    def noted(self, name, inputs):
+        calls.append((name, int(inputs["ids"].shape[1]) if "ids" in inputs else int(inputs["tokens"].shape[0])))
+        return run_step(self, name, inputs)
+
+    whole = service_of(chat_folder)
+    try:
+        status, _, text = post(whole.port, "/generate", {"text": long_question, "max_new_tokens": 5})
+        expected = json.loads(text)
+    finally:
+        whole.stop()
+    monkeypatch.setattr(Predictor, "run_step", noted)
+    service = service_of(chat_folder, prefill_tokens=8)
+    try:
+        wait_ready(service.port)
+        running = stream_request(service.port, {"text": "hi", "max_new_tokens": 80})
+        read_until(running, b"event: token")
+        calls.clear()
+        status, _, text = post(service.port, "/generate", {"text": long_question, "max_new_tokens": 5})
+        assert status == 200 and json.loads(text)["tokens"] == expected["tokens"]
+        chunks = [i for i, (name, _) in enumerate(calls) if name in ("prefill", "prefill_chunk") and _ <= 8]
+        assert len(chunks) == -(-expected["prompt_tokens"] // 8) > 3  # the prompt went a chunk a turn
+        between = [name for name, _ in calls[chunks[0]:chunks[-1]]]
+        assert between.count("extend") >= len(chunks) - 1  # the running answer stepped between the chunks
+        running.close()
+    finally:
+        service.stop()

@@ -130,6 +130,7 @@ class Ernie45ChatModel(BaseModel):
         c = self.config
         cache = TensorSpec("cache", [c.num_hidden_layers, 2, -1, c.num_key_value_heads, -1, c.head_dim], "float32")
         return {"prefill": ([TensorSpec("ids", [1, -1], "int64")], ["logits", "cache", "position"]),
+                "prefill_chunk": ([TensorSpec("ids", [1, -1], "int64"), cache], ["logits", "cache", "position"]),
                 "extend": ([TensorSpec("tokens", [-1], "int64"), TensorSpec("positions", [-1], "int64"), cache,
                             TensorSpec("visible", [-1, -1], "float32")], ["logits", "cache"])}
 
@@ -139,6 +140,14 @@ class Ernie45ChatModel(BaseModel):
         run on merged weights (``export_state``)."""
         with adapters_disabled(self.model):
             return prefill_step(self.model, self.output_weight(), ids)
+
+    def prefill_chunk(self, ids: paddle.Tensor, cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor,
+                                                                              paddle.Tensor]:
+        """A long prompt's next chunk ``[1, S]`` after the cache of its tokens so far ``[layers, 2,
+        1, KV, N, D]`` -> what ``prefill`` gives for the prompt up to here (a service prefills a
+        long prompt a chunk a turn, so the running answers do not wait for all of it)."""
+        with adapters_disabled(self.model):
+            return prefill_step(self.model, self.output_weight(), ids, cache)
 
     def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
                visible: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:

@@ -123,3 +123,30 @@ def test_generate_batch_decodes_every_row_and_pads_with_minus_one():
 
     with pytest.raises(Stop):
         generate_batch(model, batch, PromptSource({"ids": "ids"}, "lengths"), settings, True, before_step)
+
+
+def test_the_decoding_strategy_of_extending_md_runs_alone_and_in_a_batch(tmp_path, monkeypatch):
+    """docs/extending.md's worked example of a decoding strategy, as the page shows it."""
+    import re
+    import sys
+
+    from conftest import REPO
+    page = open(f"{REPO}/docs/extending.md", encoding="utf-8").read()
+    (code,) = re.findall(r"<!-- file: no_repeat.py -->\n```python\n(.*?)```", page, re.S)
+    (tmp_path / "no_repeat.py").write_text(code, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "no_repeat", raising=False)
+    from wenxin.common.registry import RegisterSet
+    registry = RegisterSet.decoding_strategies
+    registry.names()  # the built-ins loaded, then registered into a copy that the test's end drops
+    monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+    import no_repeat  # noqa: F401 (registers it)
+    model = NumpyDecoder()
+    settings = DecodeSettings("no_repeat", max_new_tokens=12, eos_id=EOS)
+    references = [alone(model, prompt, settings) for prompt in PROMPTS]
+    for reference in references:
+        assert all(a != b for a, b in zip(reference.tokens, reference.tokens[1:]))
+    greedy = [alone(model, prompt, STRATEGIES["greedy"]).tokens for prompt in PROMPTS]
+    assert [r.tokens for r in references] != greedy  # it chose otherwise somewhere
+    searches = together(model, True, [{"ids": np.asarray([p])} for p in PROMPTS], settings)
+    compare(searches, references)

@@ -40,7 +40,8 @@ GENERATE_SCHEMA = object_schema({
     "row": {"type": "array", "items": {"type": "string"}, "description": "one string per input field"},
     "stream": {"type": "boolean", "default": False, "description": "answer with server-sent events"},
     "stop": _STOP_SCHEMA,
-    "strategy": {"enum": ["greedy", "beam", "sample"]},
+    "strategy": {"type": "string", "description": "a registered decoding strategy: greedy, beam, sample, or one "
+                                                  "that the --task package registers"},
     "max_new_tokens": {"type": "integer", "minimum": 1, "description": "at most the service's --max_new_tokens"},
     "beam_size": {"type": "integer", "minimum": 1, "maximum": MAX_BEAM_SIZE,
                   "description": "at most the service's --max_rows"},

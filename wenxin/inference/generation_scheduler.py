@@ -42,7 +42,7 @@ import numpy as np
 from wenxin.common.errors import InferenceError, WenxinError
 from wenxin.inference.generator import AnswerText, Generator
 from wenxin.inference.predictor import Predictor
-from wenxin.models.batch_decoding import BatchDecoder, Update
+from wenxin.models.batch_decoding import BatchDecoder, ChunkedPrefill, Update
 from wenxin.models.decoding import DecodeSettings, new_search
 
 logger = logging.getLogger("wenxin.serve")
@@ -125,13 +125,15 @@ def _deliver(items: List[Tuple[GenerationJob, Event]]) -> None:
 
 
 class _Running:
-    """A request in the batch: its job, its answer's text so far, and its search."""
+    """A request let in: its job, its answer's text so far, its search, and, while a long prompt
+    is prefilled a chunk a turn, that prefill (it joins the batch once it is done)."""
 
-    __slots__ = ("job", "answer", "search")
+    __slots__ = ("job", "answer", "search", "prefill")
 
     def __init__(self, job: GenerationJob, answer: AnswerText) -> None:
         self.job, self.answer = job, answer
         self.search = new_search(job.settings)
+        self.prefill: Optional[ChunkedPrefill] = None
 
 
 class GenerationScheduler:
@@ -312,29 +314,66 @@ class GenerationScheduler:
         return rows <= self.limits.max_rows and rows * horizon <= self.limits.max_cached_tokens
 
     def _admit(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob]) -> None:
-        """Waiting requests join in order while they fit, up to ``prefill_tokens`` prompt tokens
-        (at least one request); each one's first token goes out as soon as its prefill is done."""
+        """Prefill work of at most ``prefill_tokens`` prompt tokens a turn (and always some): the
+        next chunks of long prompts already let in, then waiting requests, in order, while they
+        fit. A prompt longer than ``prefill_tokens`` is prefilled a chunk a turn where the export
+        can (``prefill_chunk``), whole otherwise. Each request's first token goes out as soon as
+        its prefill is done."""
         budget = self.limits.prefill_tokens
-        first = True
+        for state in [s for s in running.values() if s.prefill is not None]:
+            if budget <= 0:
+                return
+            budget -= self._prefill_chunk(decoder, running, state)
+        first = budget == self.limits.prefill_tokens
         while waiting and (first or budget > 0) and self._fits(waiting[0], decoder, running):
-            outbox: Outbox = {}
             job = waiting.popleft()
             self._left_waiting()
             first = False
-            budget -= job.prompt.tokens
             state = _Running(job, AnswerText(self._generator.predictor.result_format, job.row, job.stop))
             running[job.key] = state
-            try:
-                update = decoder.add(job.key, job.prompt.inputs, state.search)
-            except Exception as e:  # noqa: BLE001 (this request's error only)
-                del running[job.key]
-                decoder.remove(job.key)
-                if not isinstance(e, (WenxinError, ValueError)):
-                    logger.exception("a generation prefill failed")
-                self._fail(job, e, outbox)
-            else:
-                self._report_safely(decoder, running, update, outbox)
-            self._flush(outbox)
+            if job.prompt.tokens > self.limits.prefill_tokens and self._generator.chunks:
+                state.prefill = ChunkedPrefill(self._generator.predictor.run_step, job.prompt.inputs,
+                                               self.limits.prefill_tokens)
+                budget -= self._prefill_chunk(decoder, running, state)
+                continue
+            budget -= job.prompt.tokens
+            self._join(decoder, running, state, None)
+
+    def _prefill_chunk(self, decoder: BatchDecoder, running: Dict[int, _Running], state: _Running) -> int:
+        """Prefill a long prompt's next chunk; it joins the batch after its last. Returns its tokens."""
+        assert state.prefill is not None
+        try:
+            tokens = state.prefill.advance()
+        except Exception as e:  # noqa: BLE001 (this request's error only)
+            del running[state.job.key]
+            self._failed_prefill(state.job, e)
+            return state.prefill.size
+        if state.prefill.done:
+            outputs, state.prefill = state.prefill.outputs, None
+            self._join(decoder, running, state, outputs)
+        return tokens
+
+    def _join(self, decoder: BatchDecoder, running: Dict[int, _Running], state: _Running,
+              prefilled: Optional[Dict[str, np.ndarray]]) -> None:
+        """The request's rows join the batch (its prefill run now, or ``prefilled``'s outputs)."""
+        outbox: Outbox = {}
+        job = state.job
+        try:
+            update = decoder.add(job.key, job.prompt.inputs, state.search, prefilled)
+        except Exception as e:  # noqa: BLE001 (this request's error only)
+            del running[job.key]
+            decoder.remove(job.key)
+            self._failed_prefill(job, e)
+            return
+        self._report_safely(decoder, running, update, outbox)
+        self._flush(outbox)
+
+    def _failed_prefill(self, job: GenerationJob, error: BaseException) -> None:
+        if not isinstance(error, (WenxinError, ValueError)):
+            logger.exception("a generation prefill failed")
+        outbox: Outbox = {}
+        self._fail(job, error, outbox)
+        self._flush(outbox)
 
     def _report_safely(self, decoder: BatchDecoder, running: Dict[int, _Running], update: Update,
                        outbox: Outbox) -> None:

@@ -18,7 +18,7 @@ from wenxin.common.errors import InferenceError
 from wenxin.inference.formatters import ResultFormat
 from wenxin.inference.predictor import Predictor
 from wenxin.inference.stop_strings import StopStrings
-from wenxin.models.batch_decoding import VISIBLE, BatchDecoder
+from wenxin.models.batch_decoding import CHUNK_STEP, VISIBLE, BatchDecoder
 from wenxin.models.decoding import DecodeSettings, Search, new_search
 
 Row = Sequence[str]
@@ -86,6 +86,9 @@ class Generator:
             raise InferenceError("this Predictor cannot generate (not loaded)")
         self.predictor = predictor
         self.masked = VISIBLE in {i["name"] for i in predictor.steps["extend"]["inputs"]}
+        # a long prompt can be prefilled a chunk at a time (ChunkedPrefill): a prompt of ids alone
+        prompt_inputs = set(predictor.prompt_source.inputs) if predictor.prompt_source is not None else set()
+        self.chunks = CHUNK_STEP in predictor.steps and prompt_inputs == {"ids"}
 
     def decoder(self) -> BatchDecoder:
         """A new batch over the export's step functions."""

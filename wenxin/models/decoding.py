@@ -88,7 +88,7 @@ class DecodeSettings:
     def check(self) -> None:
         """One ``ConfigError`` naming every setting out of its range (NaN and infinity too)."""
         problems = []
-        strategies = RegisterSet.decoding_strategies.names()
+        strategies = sorted(RegisterSet.decoding_strategies.registered())  # built-in, and any a task registered
         if self.strategy not in strategies:
             problems.append(f"strategy {self.strategy!r} is not {', '.join(strategies[:-1])} or {strategies[-1]}")
         integers: Tuple[Tuple[str, int, Optional[int]], ...] = (

@@ -177,15 +177,20 @@ class Ernie45Attention(nn.Layer):
         q, k, v = (t.transpose([0, 2, 1, 3]) for t in (q, k, v))  # [B, heads, T, D]
         if past is not None:
             k, v = paddle.concat([past[0], k], axis=2), paddle.concat([past[1], v], axis=2)  # [B, KV, N + T, D]
-        keys, values = k, v
-        if self.kv_heads != self.heads:  # query head h reads key/value head h // (H / KV)
-            keys = paddle.repeat_interleave(k, self.heads // self.kv_heads, axis=1)  # [B, H, N + T, D]
-            values = paddle.repeat_interleave(v, self.heads // self.kv_heads, axis=1)
-        scores = paddle.matmul(q, keys, transpose_y=True) * (self.head_dim ** -0.5)  # [B, H, T, N + T]
+        # query head h reads key/value head h // G (G = H / KV): the G query heads of a key/value
+        # head are rows of one product, [B, KV, G * T, D] x [B, KV, D, N + T], so the keys and
+        # values are never repeated G times
+        group = self.heads // self.kv_heads
+        length = paddle.shape(q)[2]
+        grouped = q.reshape([0, self.kv_heads, -1, self.head_dim])  # [B, KV, G * T, D]
+        scores = paddle.matmul(grouped, k, transpose_y=True) * (self.head_dim ** -0.5)  # [B, KV, G * T, N + T]
+        scores = scores.reshape([0, self.heads, length, -1])  # [B, H, T, N + T]
         if bias is not None:
             scores = scores + bias
         weights = F.softmax(scores.astype("float32"), axis=-1).astype(q.dtype)
-        out = paddle.matmul(weights, values).transpose([0, 2, 1, 3])  # [B, T, H, D]
+        weights = weights.reshape([0, self.kv_heads, group * length, -1])  # [B, KV, G * T, N + T]
+        out = paddle.matmul(weights, v).reshape([0, self.heads, length, self.head_dim])  # [B, H, T, D]
+        out = out.transpose([0, 2, 1, 3])  # [B, T, H, D]
         return self.o_proj(out.reshape([0, 0, self.heads * self.head_dim])), k, v
 
 
@@ -257,17 +262,25 @@ class Ernie45Model(nn.Layer):
         return self.norm(x)
 
 
-    def prefill(self, ids: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+    def prefill(self, ids: paddle.Tensor, past: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:
         """A prompt ``[1, S]`` (no padding) -> the last position's hidden state ``[1, hidden]``
-        and the key/value cache ``[layers, 2, 1, KV, S, D]``."""
+        and the key/value cache ``[layers, 2, 1, KV, S, D]``. With ``past`` (the cache of the
+        prompt's first ``N`` tokens, ``[layers, 2, 1, KV, N, D]``), ``ids`` are its next tokens, at
+        positions ``N..N + S - 1``, and the cache returned holds all ``N + S`` (a chunked prefill)."""
         length = paddle.shape(ids)[1]
-        sin, cos = rotary_angles(paddle.arange(length), self.config.head_dim, self.config.rope_theta)
-        bias = causal_bias(length, None)
+        if past is None:
+            positions, bias = paddle.arange(length), causal_bias(length, None)
+        else:
+            start = paddle.shape(past)[4]
+            positions = paddle.arange(length) + start
+            ahead = paddle.arange(start + length).unsqueeze(0) > positions.unsqueeze(1)  # [S, N + S]: key after query
+            bias = ahead.astype("float32").unsqueeze(0).unsqueeze(0) * -1e9  # [1, 1, S, N + S]
+        sin, cos = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)
         x = self.embed_tokens(ids)
         cache = []
-        for layer in self.layers:
-            x, k, v = layer.step(x, sin, cos, bias)
-            cache.append(paddle.stack([k, v]))  # [2, 1, KV, S, D]
+        for index, layer in enumerate(self.layers):
+            x, k, v = layer.step(x, sin, cos, bias, None if past is None else (past[index, 0], past[index, 1]))
+            cache.append(paddle.stack([k, v]))  # [2, 1, KV, N + S, D]
         return self.norm(x)[:, -1], paddle.stack(cache)
 
     def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
@@ -345,12 +358,13 @@ class Ernie45ForCausalLM(nn.Layer):
         return extend_step(self.model, self.output_weight(), tokens, positions, cache, visible)
 
 
-def prefill_step(decoder: Ernie45Model, output_weight: paddle.Tensor,
-                 ids: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+def prefill_step(decoder: Ernie45Model, output_weight: paddle.Tensor, ids: paddle.Tensor,
+                 past: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
     """A prompt ``[1, S]`` -> the next token's logits ``[1, vocab]`` (float32), the key/value cache
-    and the next token's position ``[1]``; ``output_weight`` ``[vocab, hidden]``."""
-    state, cache = decoder.prefill(ids)
-    position = paddle.full([1], 0, dtype="int64") + paddle.shape(ids)[1].astype("int64")
+    and the next token's position ``[1]``; ``output_weight`` ``[vocab, hidden]``; ``past``: the
+    cache of the prompt's tokens before ``ids`` (see ``Ernie45Model.prefill``)."""
+    state, cache = decoder.prefill(ids, past)
+    position = paddle.full([1], 0, dtype="int64") + paddle.shape(cache)[4].astype("int64")
     return paddle.matmul(state, output_weight, transpose_y=True).astype("float32"), cache, position
 
 
