@@ -109,9 +109,10 @@ run = lambda count: decode(SteppedModel(predictor.run_step), prompt_inputs,
 """
 
 
-def export_of(folder: str, work: str) -> str:
+def export_of(folder: str, work: str, repo: str = REPO) -> str:
     """An export of ``folder`` after a zero-learning-rate SFT step (its weights unchanged), with
-    the tokenizer files of the repository's test fixture (decoding here feeds ids directly)."""
+    the tokenizer files of the repository's test fixture (decoding here feeds ids directly), made
+    by the wenxin of ``repo`` (another checkout: its own export format)."""
     fixture = os.path.join(REPO, "tests", "fixtures", "ernie45", "tied")
     for name in ("tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(os.path.join(fixture, name), os.path.join(folder, name))
@@ -133,8 +134,8 @@ def export_of(folder: str, work: str) -> str:
         json.dump(task, f)
     for command in (["train", "--param_path", path],
                     ["export", "--param_path", path, "--checkpoint", checkpoint]):
-        subprocess.run([sys.executable, os.path.join(REPO, "wenxin", "cli.py"), *command], check=True,
-                       capture_output=True, text=True)
+        subprocess.run([sys.executable, os.path.join(repo, "wenxin", "cli.py"), *command], check=True,
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": repo}, cwd=repo)
     return os.path.join(checkpoint, "inference")
 
 

@@ -7,7 +7,8 @@ Two exports, made here (random initialization, float32, no download):
   (vocabulary 32,000, 6 layers, hidden 512, 8 query and 2 key/value heads of 64), exported by a
   zero-step SFT run (``ernie45_decoding.export_of``); prompts are chat questions of 4 to 60
   characters through the test fixture's tokenizer;
-- ``erniegen``: ERNIE-Gen on an ERNIE 3.0-shaped encoder (4 layers, hidden 256, 4 heads), exported
+- ``erniegen``: ERNIE-Gen on an encoder of ERNIE 3.0-medium's shape (6 layers, hidden 768, 12 heads,
+  feed-forward 3072; the tests' small vocabulary), exported
   after one training step with ``[SEP]`` made unreachable (so every answer has ``--new`` tokens);
   prompts are rows of the tests' copy task.
 
@@ -24,6 +25,10 @@ same two cores, as ``serving_throughput.py``'s do), time to first token and time
 (p50, p99). The clients are asyncio sockets in this process.
 
     python benchmarks/generation_serving.py --models ernie45 erniegen --streams 1 4 16 32 --rounds 2
+
+``--baseline_repo DIR`` (a checkout of the commit before the batch, e.g. ``git worktree add
+/tmp/before 800ab6a``) adds a third mode for ``ernie45``: ``before``, that checkout's own service on
+an export it made of the same weights, one request at a time on its single decoding thread.
 """
 from __future__ import annotations
 
@@ -84,12 +89,12 @@ def ernie45_export(work: str) -> str:
 
 
 def erniegen_export(work: str) -> str:
-    """ERNIE-Gen on a random ERNIE 3.0-shaped encoder, exported after one step."""
+    """ERNIE-Gen on a random encoder of ERNIE 3.0-medium's shape, exported after one step."""
     from conftest import build
     from ernie_helpers import gen_config, make_ernie_model, make_gen_rows, write_gen_tsv
     model = os.path.join(work, "ernie-gen-model")
-    make_ernie_model(model, type_vocab_size=8, use_task_id=False, max_position_embeddings=512, hidden_size=256,
-                     intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4)
+    make_ernie_model(model, type_vocab_size=8, use_task_id=False, max_position_embeddings=512, hidden_size=768,
+                     intermediate_size=3072, num_hidden_layers=6, num_attention_heads=12)
     for split, seed, n in (("train", 1, 32), ("dev", 2, 8)):
         write_gen_tsv(os.path.join(work, f"{split}.tsv"), make_gen_rows(n, seed))
     config = gen_config(work, model, os.path.join(work, "gen-out"), max_dec_len=200, decoding="greedy")
@@ -114,65 +119,84 @@ def request_bodies(model: str, new: int) -> List[Dict[str, Any]]:
 
 
 # ---- the clients -------------------------------------------------------------------------------
-async def stream_once(port: int, body: Dict[str, Any]) -> Tuple[float, List[float]]:
-    """One streamed request: its start and the time each token event arrived."""
+class Observed:
+    """What the clients saw, as it came: every token's arrival, each request's start and first
+    token, and the gaps between a request's tokens (a request cut off at the window's end counts
+    what it had)."""
+
+    def __init__(self) -> None:
+        self.tokens: List[float] = []
+        self.first: List[Tuple[float, float]] = []  # (the request's start, its first token's wait)
+        self.gaps: List[Tuple[float, float]] = []  # (the earlier token's arrival, the gap)
+        self.warmed = 0
+
+
+async def stream_once(port: int, body: Dict[str, Any], seen: Observed) -> None:
+    """One streamed request, its tokens noted in ``seen`` as they arrive."""
     data = json.dumps(body).encode()
     start = time.perf_counter()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"POST /generate HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                 b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
-    head = await reader.readuntil(b"\r\n\r\n")
-    if b" 200 " not in head.split(b"\r\n")[0]:
-        raise RuntimeError(f"answered {head[:80]!r}: {await reader.read()!r}")
-    times: List[float] = []
-    while True:
-        line = await reader.readline()
-        if not line:
-            break
-        if line.startswith(b"data: {\"token\":\"") and not line.startswith(b"data: {\"token\":\"\","):
-            times.append(time.perf_counter())
-        elif line.startswith(b"event: done") or line.startswith(b"event: error"):
-            if line.startswith(b"event: error"):
+    try:
+        writer.write(b"POST /generate HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
+                     b"Connection: close\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+        head = await reader.readuntil(b"\r\n\r\n")
+        if b" 200 " not in head.split(b"\r\n")[0]:
+            raise RuntimeError(f"answered {head[:80]!r}: {await reader.read()!r}")
+        last = None
+        while True:
+            line = await reader.readline()
+            if not line:
+                break
+            if line.startswith(b'data: {"token":"') and not line.startswith(b'data: {"token":"",'):
+                now = time.perf_counter()
+                seen.tokens.append(now)
+                if last is None:
+                    seen.first.append((start, now - start))
+                else:
+                    seen.gaps.append((last, now - last))
+                last = now
+            elif line.startswith(b"event: error"):
                 raise RuntimeError(await reader.read())
-    writer.close()
-    return start, times
+    finally:
+        writer.close()
 
 
 async def closed_loop(port: int, bodies: List[Dict[str, Any]], streams: int, seconds: float,
                       pid: int) -> Dict[str, Any]:
     """``streams`` clients asking one after another; what happened in the measured window."""
-    records: List[Tuple[float, List[float]]] = []
-    window: Dict[str, float] = {}
+    seen = Observed()
 
     async def client(index: int) -> None:
         rng = random.Random(index)  # the same requests, at the same offsets, in either mode
         await asyncio.sleep(rng.uniform(0.0, 1.0))  # the streams start apart, as users do
-        await stream_once(port, bodies[index % len(bodies)])  # its warm-up
+        await stream_once(port, bodies[index % len(bodies)], seen)  # its warm-up
+        seen.warmed += 1
         turn = index
-        while "end" not in window or time.perf_counter() < window["end"]:
+        while True:
             turn += streams
             body = dict(bodies[turn % len(bodies)])
             body["max_new_tokens"] = rng.randint(body["max_new_tokens"] // 2, body["max_new_tokens"] * 3 // 2)
-            records.append(await stream_once(port, body))
+            await stream_once(port, body, seen)
 
-    async def clock() -> None:
-        await asyncio.sleep(0)
-        while len(records) < streams and time.perf_counter() < start + 600:  # every client past its warm-up
-            await asyncio.sleep(0.05)
-        window["start"], window["cpu"] = time.perf_counter(), tree_cpu_seconds(pid)
-        window["end"] = window["start"] + seconds
-        await asyncio.sleep(seconds)
-        window["cpu_end"] = tree_cpu_seconds(pid)
-
-    start = time.perf_counter()
-    await asyncio.gather(clock(), *(client(i) for i in range(streams)))
-    begin, end = window["start"], window["end"]
-    tokens = [t for _, times in records for t in times if begin <= t <= end]
-    first = [times[0] - started for started, times in records if times and begin <= started <= end]
-    gaps = [b - a for _, times in records for a, b in zip(times, times[1:]) if begin <= a and b <= end]
-    cpu = window["cpu_end"] - window["cpu"]
-    return {"tokens": len(tokens), "tokens_per_s": len(tokens) / seconds, "tokens_per_cpu_s": len(tokens) / cpu,
-            "cpu_share": cpu / seconds, "ttft_p50": percentile(first, 50), "ttft_p99": percentile(first, 99),
+    clients = [asyncio.ensure_future(client(i)) for i in range(streams)]
+    deadline = time.perf_counter() + 900
+    while seen.warmed < streams:  # every client past its warm-up
+        assert time.perf_counter() < deadline, "the clients' warm-up did not end"
+        for task in clients:
+            if task.done() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        await asyncio.sleep(0.05)
+    begin, cpu = time.perf_counter(), tree_cpu_seconds(pid)
+    await asyncio.sleep(seconds)
+    end, cpu = time.perf_counter(), tree_cpu_seconds(pid) - cpu
+    for task in clients:  # requests still running leave (their clients disconnect): no drain to wait for
+        task.cancel()
+    await asyncio.gather(*clients, return_exceptions=True)
+    tokens = sum(begin <= t <= end for t in seen.tokens)
+    first = [wait for started, wait in seen.first if begin <= started and started + wait <= end]
+    gaps = [gap for at, gap in seen.gaps if begin <= at and at + gap <= end]
+    return {"tokens": tokens, "tokens_per_s": tokens / (end - begin), "tokens_per_cpu_s": tokens / cpu,
+            "cpu_share": cpu / (end - begin), "ttft_p50": percentile(first, 50), "ttft_p99": percentile(first, 99),
             "tbt_p50": percentile(gaps, 50), "tbt_p99": percentile(gaps, 99), "requests": len(first)}
 
 
@@ -184,16 +208,18 @@ def percentile(values: List[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if q < 100 else max(values)
 
 
-def serve(folder: str, max_rows: int, new: int, threads: int = 1) -> Tuple[subprocess.Popen, int]:
+def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = REPO) -> Tuple[subprocess.Popen, int]:
+    """``wenxin serve`` of ``repo`` (another checkout: ``--baseline_repo``, with the flags it knows)."""
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": REPO}
+    env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": repo}
+    flags = ["--generation_timeout", "3600", "--max_new_tokens", str(new * 3 // 2)]
+    if repo == REPO:
+        flags += ["--max_rows", str(max_rows), "--num_threads", str(threads), "--max_waiting", "1000"]
     process = subprocess.Popen([sys.executable, "-m", "wenxin", "serve", "--model_dir", folder, "--port", str(port),
-                                "--max_rows", str(max_rows), "--num_threads", str(threads),
-                                "--generation_timeout", "3600", "--max_waiting", "1000", "--max_new_tokens", str(new * 3 // 2)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+                                *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=repo)
     import http.client
     deadline = time.monotonic() + 600
     while True:
@@ -214,8 +240,8 @@ def serve(folder: str, max_rows: int, new: int, threads: int = 1) -> Tuple[subpr
 
 
 def run(folder: str, bodies: List[Dict[str, Any]], streams: int, max_rows: int, new: int,
-        seconds: float, threads: int) -> Dict[str, Any]:
-    process, port = serve(folder, max_rows, new, threads)
+        seconds: float, threads: int, repo: str = REPO) -> Dict[str, Any]:
+    process, port = serve(folder, max_rows, new, threads, repo)
     try:
         return asyncio.run(closed_loop(port, bodies, streams, seconds, process.pid))
     finally:
@@ -232,6 +258,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="the measured window of each run")
     parser.add_argument("--work", default="", help="a folder for the exports (kept; made once)")
     parser.add_argument("--threads", type=int, default=1, help="the service's --num_threads, in both modes")
+    parser.add_argument("--baseline_repo", default="",
+                        help="also serve ernie45 one request at a time by the wenxin of this checkout (the commit "
+                             "before the batch: its own export, its own decoding thread), as a third mode")
     args = parser.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="wenxin-genserve-")
     os.makedirs(work, exist_ok=True)
@@ -245,16 +274,30 @@ def main() -> None:
             with open(marker, "w") as f:
                 f.write(folder)
         folders[model] = open(marker).read().strip()
+    if args.baseline_repo and "ernie45" in args.models:
+        marker = os.path.join(work, "ernie45-before.export")
+        if not os.path.isfile(marker):
+            from ernie45_decoding import export_of
+            os.makedirs(os.path.join(work, "ernie45-before"), exist_ok=True)
+            folder = export_of(os.path.join(work, "ernie45", "ernie45-small"), os.path.join(work, "ernie45-before"),
+                               args.baseline_repo)
+            with open(marker, "w") as f:
+                f.write(folder)
+        folders["ernie45-before"] = open(marker).read().strip()
     results: Dict[Tuple[str, int, str], List[Dict[str, Any]]] = {}
     for round_index in range(args.rounds):
         for model in args.models:
             bodies = request_bodies(model, args.new)
             for streams in args.streams:
                 modes = [("batch", 32), ("one at a time", 1)]
+                if args.baseline_repo and model == "ernie45":
+                    modes.append(("before", 1))
                 if round_index % 2:
                     modes.reverse()
                 for mode, rows in modes:
-                    result = run(folders[model], bodies, streams, rows, args.new, args.seconds, args.threads)
+                    folder, repo = (folders["ernie45-before"], args.baseline_repo) if mode == "before" else \
+                        (folders[model], REPO)
+                    result = run(folder, bodies, streams, rows, args.new, args.seconds, args.threads, repo)
                     results.setdefault((model, streams, mode), []).append(result)
                     print(json.dumps({"round": round_index, "model": model, "streams": streams, "mode": mode,
                                       **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}}),
@@ -268,7 +311,9 @@ def main() -> None:
         lone_p50, lone_p99 = statistics.median(p for p, _ in lone), statistics.median(p for _, p in lone)
         for streams in args.streams:
             base = statistics.median(r["tokens_per_s"] for r in results[(model, streams, "one at a time")])
-            for mode in ("batch", "one at a time"):
+            for mode in ("batch", "one at a time", "before"):
+                if (model, streams, mode) not in results:
+                    continue
                 runs = results[(model, streams, mode)]
 
                 def med(key: str, runs: List[Dict[str, Any]] = runs) -> float:

@@ -43,7 +43,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Callable, List, Optional, Set, Tuple
+from typing import Any, Callable, List, Optional, Set, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -106,10 +106,10 @@ def serve_floor(model_dir: str, model: str, port: int, batch: int, backend: str,
     service.run()
 
 
-def starlette_app(app: "object") -> "object":
-    """The floor service's routes on Starlette: the same body parsing, pool, JSON, metrics and
-    log line as wenxin's ASGI app (``PredictionApp``), under Starlette's router, request and
-    response objects instead of the route table and raw ASGI messages."""
+def starlette_app(app: "object") -> Any:
+    """The floor service's routes on Starlette: the same body reading (limits, deadline), parsing,
+    pool, JSON, metrics and log line as wenxin's ASGI app (``PredictionApp``), under Starlette's
+    router, request and response objects instead of the route table and raw ASGI messages."""
     import asyncio
     import logging
 
@@ -119,22 +119,33 @@ def starlette_app(app: "object") -> "object":
     from starlette.routing import Route
 
     from wenxin.inference import server
+    from wenxin.inference.http_io import Call, read_body
     served: server.PredictionApp = app  # type: ignore[assignment]
     logger = logging.getLogger("wenxin.serve")
 
     async def predict(request: "object") -> Response:
         start = time.perf_counter()
-        body = await request.body()  # type: ignore[attr-defined]
-        rows = server.parse_request(body, len(served.model.fields), served.limits.max_batch)
-        results = await served.pool.submit(rows, asyncio.get_running_loop())  # type: ignore[union-attr]
-        payload = orjson.dumps({"predictions": results})
-        seconds = time.perf_counter() - start
-        served._observe("/predict", 200, seconds, len(rows))
+        served.metrics.in_flight.inc()
+        try:  # the body read as wenxin's app reads it (its limits and deadline), through Starlette's receive
+            call = Call(request.scope, request.receive, None)  # type: ignore[attr-defined,arg-type]
+            body = await read_body(call, served.limits.max_body_bytes, served.limits.read_timeout)
+            rows = server.parse_request(body, len(served.model.fields), served.limits.max_batch)
+            results = await served.pool.submit(rows, asyncio.get_running_loop())  # type: ignore[union-attr]
+            payload = orjson.dumps({"predictions": results})
+            seconds = time.perf_counter() - start
+            served._observe("/predict", 200, seconds, len(rows))
+        finally:
+            served.metrics.in_flight.dec()
         logger.info("POST /predict 200 %.1f ms %d inputs", seconds * 1000, len(rows))
         return Response(payload, media_type="application/json")
 
     async def health(request: "object") -> Response:
-        return Response(b'{"status": "ok"}', media_type="application/json")
+        start = time.perf_counter()
+        answer = await served.health(Call(request.scope, request.receive, None))  # type: ignore[attr-defined,arg-type]
+        seconds = time.perf_counter() - start
+        served._observe("/health", int(answer.status), seconds, 0)
+        logger.info("GET /health %d %.1f ms 0 inputs", int(answer.status), seconds * 1000)
+        return Response(orjson.dumps(answer.payload), status_code=int(answer.status), media_type="application/json")
 
     return Starlette(routes=[Route("/predict", predict, methods=["POST"]), Route("/health", health)])
 
