@@ -113,6 +113,14 @@ def wait_ready(port):
         assert time.monotonic() < deadline
 
 
+def answered(port, path):
+    """Requests to ``path`` the service has ended, with any status (its Prometheus counter)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/metrics")
+    return sum(float(line.rsplit(" ", 1)[1]) for line in conn.getresponse().read().decode().splitlines()
+               if line.startswith(f'wenxin_requests_total{{path="{path}"'))
+
+
 def metric(port, name):
     """The value of a Prometheus sample ``name`` (with its labels) of the service."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -128,13 +136,12 @@ def chat_folder(tmp_path_factory):
     return chat_export(tmp_path_factory.mktemp("chat-served"), "dynamic")
 
 
-def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_folder):
+def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_folder, gate):
     bodies = [{"text": QUESTIONS[0], "max_new_tokens": 12},
               {"text": QUESTIONS[1], "strategy": "sample", "temperature": 0.9, "seed": 3, "max_new_tokens": 12},
               {"text": QUESTIONS[2], "strategy": "beam", "beam_size": 3, "max_new_tokens": 8},
-              {"text": QUESTIONS[3], "max_new_tokens": 12, "stream": True},
-              {"text": QUESTIONS[4], "strategy": "sample", "temperature": 1.2, "seed": 11, "max_new_tokens": 12,
-               "stream": True}]
+              {"text": QUESTIONS[3], "max_new_tokens": 12, "stop": "。"},
+              {"text": QUESTIONS[4], "strategy": "sample", "temperature": 1.2, "seed": 11, "max_new_tokens": 12}]
     service = service_of(chat_folder)
     try:
         port = service.port
@@ -142,30 +149,28 @@ def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_fold
         for body in bodies:  # one at a time: each alone in the batch
             status, _, text = post(port, "/generate", body)
             assert status == 200, text
-            lone.append(events_of(text)[-1][1] if body.get("stream") else json.loads(text))
+            lone.append(json.loads(text))
+        wait_ready(port)
         steps_before = metric(port, "wenxin_generation_step_rows_count")
         rows_before = metric(port, "wenxin_generation_step_rows_sum")
-        answers = [None] * len(bodies)
-        barrier = threading.Barrier(len(bodies))
-
-        def ask(index):
-            barrier.wait()
-            status, _, text = post(port, "/generate", bodies[index])
-            assert status == 200, text
-            answers[index] = events_of(text)[-1][1] if bodies[index].get("stream") else json.loads(text)
-
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(bodies))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        for mine, theirs in zip(answers, lone):
+        gate.close()  # the first request's first step is held until the others have come
+        sockets = [stream_request(port, bodies[0])]
+        read_until(sockets[0], b"event: token")
+        for body in bodies[1:]:
+            sockets.append(stream_request(port, body))
+            read_until(sockets[-1], b"200 OK")  # queued
+        gate.open()
+        for sock, theirs in zip(sockets, lone):
+            text = read_until(sock, b"event: done").decode()
+            mine = json.loads(text.split("event: done\ndata: ")[1].split("\n")[0])
             assert (mine["text"], mine["tokens"], mine["finish_reason"]) == \
                 (theirs["text"], theirs["tokens"], theirs["finish_reason"])
+            sock.close()
         steps = metric(port, "wenxin_generation_step_rows_count") - steps_before
         rows = metric(port, "wenxin_generation_step_rows_sum") - rows_before
         assert rows / steps > 1.5, (rows, steps)  # steps ran several requests' rows together
     finally:
+        gate.open()
         service.stop()
 
 
@@ -372,16 +377,16 @@ def test_hostile_requests_get_a_400_naming_the_field_or_a_bounded_cost(chat_fold
             status, body = raw_post(service.port, "/generate", raw)
             assert status == 400 and message in body["error"], body
 
-        # a client that sends its request and leaves while the prompt is prepared
-        before = generation_finished(service.port).get("cancelled", 0)
+        # a client that sends its request and leaves (while its body is read, or its prompt prepared)
+        before = answered(service.port, "/v1/chat/completions")
         data = json.dumps({"messages": messages, "stream": True}).encode()
         sock = socket.create_connection(("127.0.0.1", service.port), timeout=30)
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
         sock.close()
         deadline = time.monotonic() + 120  # a guard against a hang, not a timing the test needs
-        while generation_finished(service.port).get("cancelled", 0) <= before:
-            assert time.monotonic() < deadline, generation_finished(service.port)
+        while answered(service.port, "/v1/chat/completions") <= before:  # it ended, whatever its stage
+            assert time.monotonic() < deadline
         status, _, text = post(service.port, "/generate", {"text": "hi", "max_new_tokens": 2})
         assert status == 200 and len(json.loads(text)["tokens"]) <= 2
     finally:
@@ -466,7 +471,7 @@ def test_a_long_prompt_prefilled_in_chunks_gives_the_whole_prefill(export):
         assert int(chunked.outputs["position"][0]) == int(whole["position"][0])
 
 
-def test_the_running_answers_go_on_while_a_long_prompt_is_prefilled_a_chunk_a_turn(chat_folder, monkeypatch):
+def test_the_running_answers_go_on_while_a_long_prompt_is_prefilled_a_chunk_a_turn(chat_folder, monkeypatch, gate):
     from wenxin.inference.predictor import Predictor
     from wenxin.models.decoding import DecodeSettings
     monkeypatch.setattr(DecodeSettings, "stops", lambda self, token: False)  # answers run to max_new_tokens
@@ -488,15 +493,22 @@ def test_the_running_answers_go_on_while_a_long_prompt_is_prefilled_a_chunk_a_tu
     service = service_of(chat_folder, prefill_tokens=8)
     try:
         wait_ready(service.port)
-        running = stream_request(service.port, {"text": "hi", "max_new_tokens": 80})
+        gate.close()  # the running answer's steps held until the long prompt is queued: it cannot end first
+        running = stream_request(service.port, {"text": "hi", "max_new_tokens": 200})
         read_until(running, b"event: token")
         calls.clear()
-        status, _, text = post(service.port, "/generate", {"text": long_question, "max_new_tokens": 5})
-        assert status == 200 and json.loads(text)["tokens"] == expected["tokens"]
+        asking = stream_request(service.port, {"text": long_question, "max_new_tokens": 5})
+        read_until(asking, b"200 OK")  # queued
+        gate.open()
+        text = read_until(asking, b"event: done").decode()
+        done = json.loads(text.split("event: done\ndata: ")[1].split("\n")[0])
+        assert done["tokens"] == expected["tokens"]
+        asking.close()
         chunks = [i for i, (name, _) in enumerate(calls) if name in ("prefill", "prefill_chunk") and _ <= 8]
         assert len(chunks) == -(-expected["prompt_tokens"] // 8) > 3  # the prompt went a chunk a turn
         between = [name for name, _ in calls[chunks[0]:chunks[-1]]]
         assert between.count("extend") >= len(chunks) - 1  # the running answer stepped between the chunks
         running.close()
     finally:
+        gate.open()
         service.stop()
