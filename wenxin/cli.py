@@ -128,8 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max_waiting", type=int, default=64,
                         help="generation models: requests waiting for room; one more is answered 503 with Retry-After")
     server.add_argument("--prefill_tokens", type=int, default=512,
-                        help="generation models: prompt tokens that join the batch between two decoding steps "
-                             "(at least one request)")
+                        help="generation models: prompt tokens prefilled between two decoding steps (always some; a "
+                             "longer chat prompt is prefilled in chunks of this many, one a step)")
     server.add_argument("--max_messages", type=int, default=1024, help="chat models: messages in one request")
     server.add_argument("--max_prompt_bytes", type=int, default=256 * 1024,
                         help="generation models: a request's prompt text, in UTF-8 bytes")

@@ -10,16 +10,18 @@ try box through ``Generator.stream_results``, and ``wenxin serve`` through its s
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from wenxin.common.errors import InferenceError
 from wenxin.inference.formatters import ResultFormat
-from wenxin.inference.predictor import Predictor
 from wenxin.inference.stop_strings import StopStrings
 from wenxin.models.batch_decoding import CHUNK_STEP, VISIBLE, BatchDecoder
 from wenxin.models.decoding import DecodeSettings, Search, new_search
+
+if TYPE_CHECKING:  # the loaded export it decodes with (whose predict hands generation to this module)
+    from wenxin.inference.predictor import Predictor
 
 Row = Sequence[str]
 Progress = Callable[[int], None]  # told the rows done
@@ -79,7 +81,7 @@ class Generator:
     made it). ``masked``: the export's ``extend`` hides padding (``visible``), so prompts share
     one batch; an older export decodes each prompt with calls of its own."""
 
-    def __init__(self, predictor: Predictor) -> None:
+    def __init__(self, predictor: "Predictor") -> None:
         if predictor.decode_settings is None:
             raise InferenceError("this model does not generate (no step functions in its export)")
         if predictor.engine is None:

@@ -17,6 +17,7 @@ from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend, backend_class
 from wenxin.inference.paddle_backend import model_files
 from wenxin.inference.formatters import ResultFormat
+from wenxin.inference.generator import Generator
 from wenxin.models.decoding import DecodeSettings, PromptSource
 
 
@@ -300,7 +301,6 @@ class Predictor:
         generation export decodes them, ``batch_size`` cache rows together (``Generator``).
         ``progress`` is told the rows done after each batch (each answer, for a generation export)."""
         if self.steps:
-            from wenxin.inference.generator import Generator  # it decodes over this loaded export
             return Generator(self).generate(rows, max_rows=batch_size, progress=progress)
         pieces_rows, pieces = self.result_format.split_rows(rows)  # long texts: several pieces
         order = self.sorted_batches(pieces_rows, batch_size)
