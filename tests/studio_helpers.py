@@ -85,11 +85,12 @@ def serving(root: str, monkeypatch: Any, **settings: Any) -> Iterator[Any]:
     from wenxin.studio.server import StudioServer
     monkeypatch.chdir(root)
     server = StudioServer(root, port=0, **settings)
-    server.start_in_thread()
+    thread = server.start_in_thread()
     try:
         yield server
     finally:
         server.stop()
+        thread.join(WAIT_SECONDS)  # its root lock is released once it has stopped serving
         server.studio.close()
 
 

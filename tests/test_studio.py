@@ -121,10 +121,15 @@ def test_launch_errors_name_the_key_and_queue_nothing(root, monkeypatch):
 
 @pytest.mark.slow
 def test_a_run_killed_with_sigkill_restarts_from_its_checkpoint_and_finishes(root, monkeypatch):
+    import psutil
     make_root(root, **LONG)
+    monkeypatch.setenv("WENXIN_STUDIO_TOKEN", "the-studio-token-of-this-test")
     with serving(root, monkeypatch, restart_budget=2) as server:
         client, run_id = started_with_a_checkpoint(server)
-        os.kill(store_run(root, run_id)["train_pid"], signal.SIGKILL)  # as the kernel's OOM killer does
+        running = store_run(root, run_id)
+        for pid in (running["keeper_pid"], running["train_pid"]):  # the studio's token is not theirs to read
+            assert "WENXIN_STUDIO_TOKEN" not in psutil.Process(pid).environ()
+        os.kill(running["train_pid"], signal.SIGKILL)  # as the kernel's OOM killer does
         run = wait_for_status(client, run_id, "finished", "failed")
         assert run["status"] == "finished" and run["restarts"] == 1, run
         restarts = [e for e in run["events"] if e["kind"] == "restarted"]

@@ -175,11 +175,11 @@ def test_stop_resume_and_a_sigkill_end_as_an_uninterrupted_run_in_a_browser(tmp_
     # 30,000 steps (about 30 s here); the stop is made certain by holding the process still
     make_root(root, epoch=2000, save_model_step=2000, eval_step=10000, train_log_step=50, visualdl=True)
     # as from a second device: listening on every address, so the token is needed
-    with serving(root, monkeypatch, restart_budget=2, host="0.0.0.0", token="browser-t0ken") as server:
+    with serving(root, monkeypatch, restart_budget=2, host="0.0.0.0", token="browser-t0ken-for-tests") as server:
         base = f"http://localhost:{server.port}"
         browser.get(base + "/launch?task=task.json")
         assert "needs its token" in text_of(browser, "body")
-        browser.get(base + "/launch?task=task.json&token=browser-t0ken")  # a cookie from then on
+        browser.get(base + "/launch?task=task.json&token=browser-t0ken-for-tests")  # a cookie from then on
         name = wait_until(lambda: find(browser, "#run-name"), "the form")[0]
         name.clear()
         name.send_keys("kept alive")

@@ -29,21 +29,25 @@ def test_on_loopback_only_requests_addressed_to_localhost_are_answered(root, mon
 
 
 def test_off_loopback_the_token_is_needed_and_becomes_a_cookie(root, monkeypatch):
-    with serving(root, monkeypatch, host="0.0.0.0", token="s3cret-token") as server:
+    with serving(root, monkeypatch, host="0.0.0.0", token="s3cret-token-for-tests") as server:
         assert not server.generated_token
         client = Client(server.port)
         status, answer, _ = client.request("GET", "/api/runs", headers={"Host": "studio.lan"})
         assert status == 401 and "token" in answer
         assert client.request("GET", "/?token=wrong", headers={"Host": "studio.lan"})[0] == 401
-        status, _, headers = client.request("GET", "/launch?task=task.json&token=s3cret-token",
+        status, _, headers = client.request("GET", "/launch?task=task.json&token=s3cret-token-for-tests",
                                             headers={"Host": "studio.lan"})
         assert status == 303 and headers["location"] == "/launch?task=task.json"  # the token leaves the address
         assert "HttpOnly" in headers["set-cookie"] and "SameSite=Strict" in headers["set-cookie"]
-        assert client.cookies["wenxin_studio_token"] == "s3cret-token"
+        assert client.cookies["wenxin_studio_token"] == "s3cret-token-for-tests"
         assert client.request("GET", "/api/runs", headers={"Host": "studio.lan"})[0] == 200
         api = Client(server.port)
-        assert api.request("GET", "/api/runs", headers={"Authorization": "Bearer s3cret-token"})[0] == 200
-        assert api.request("GET", "/api/runs", headers={"Authorization": "Bearer s3cret-tokeN"})[0] == 401
+        assert api.request("GET", "/api/runs", headers={"Authorization": "Bearer s3cret-token-for-tests"})[0] == 200
+        assert api.request("GET", "/api/runs", headers={"Authorization": "Bearer s3cret-token-for-testS"})[0] == 401
+        # signed in by its cookie, a browser's request still needs the CSRF header (another site's could be it)
+        launch = {"task": "task.json", "values": {"trainer.epoch": 1}}
+        assert client.request("POST", "/api/runs", launch, csrf=False, headers={"Host": "studio.lan"})[0] == 403
+        assert client.get("/api/runs", headers={"Host": "studio.lan"})["runs"] == []
 
 
 def test_off_loopback_without_a_token_one_is_generated(root, monkeypatch):
@@ -154,3 +158,190 @@ def test_the_command_prints_its_generated_token_once_and_stops_on_sigterm(root):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_path_valued_keys_are_confined_by_their_schema_type_not_their_name(root, monkeypatch):
+    import json
+
+    from wenxin.config.task_schema import ROOT
+    with open(os.path.join(root, "task.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    config["studio"] = {"form": ["trainer.epoch", "trainer.load_parameters", "trainer.load_checkpoint"]}
+    with open(os.path.join(root, "task.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    assert ROOT["trainer"].children["load_parameters"].path and ROOT["trainer"].children["load_checkpoint"].path
+    with serving(root, monkeypatch) as server:
+        client = Client(server.port)
+        client.get("/")
+        controls = {f["key"]: f["control"] for f in client.get("/api/form?task=task.json")["fields"]}
+        assert controls["trainer.load_parameters"] == controls["trainer.load_checkpoint"] == "path"
+        for key in ("trainer.load_parameters", "trainer.load_checkpoint"):
+            for value in ("/etc", "../../outside"):
+                status, answer, _ = client.request("POST", "/api/runs", {"task": "task.json", "values": {key: value}})
+                assert status == 400 and answer["error"].startswith(f"{key}: ") \
+                    and "outside the studio's root" in answer["error"], (key, value, answer)
+        assert client.get("/api/runs")["runs"] == []
+
+
+def test_every_key_named_like_a_path_is_typed_as_one():
+    """A guard for new keys: one named ``*_path``, ``*_dir``, ``*_file`` is a path by its type too."""
+    from wenxin.config.schema import Key
+    from wenxin.config.task_schema import ROOT
+
+    def walk(schema, prefix):
+        for name, key in schema.items():
+            yield f"{prefix}{name}", key
+            if isinstance(key, Key) and key.children:
+                yield from walk(key.children, f"{prefix}{name}.")
+    named = [(path, key) for path, key in walk(ROOT, "") if path.endswith(("path", "_dir", "_file"))]
+    assert len(named) >= 6
+    assert [path for path, key in named if not key.path] == []
+
+
+def test_a_short_token_is_refused_and_the_token_stays_out_of_the_environment_of_children(root, monkeypatch):
+    from wenxin.common.errors import ConfigError
+    from wenxin.studio.server import StudioServer
+    monkeypatch.chdir(root)
+    with pytest.raises(ConfigError, match=r"--token: 1 characters; a token needs at least 16"):
+        StudioServer(root, port=0, host="0.0.0.0", token="x")
+    monkeypatch.setenv("WENXIN_STUDIO_TOKEN", "fifteen-chars-x")
+    with pytest.raises(ConfigError, match=r"\$WENXIN_STUDIO_TOKEN: 15 characters"):
+        StudioServer(root, port=0, host="0.0.0.0")
+
+
+def test_deeply_nested_json_is_a_400_not_a_traceback(root, monkeypatch, caplog):
+    with serving(root, monkeypatch) as server:
+        client = Client(server.port)
+        client.get("/")
+        for depth in (100, 100_000):
+            raw = b'{"task": "task.json", "values": ' + b"[" * depth + b"]" * depth + b"}"
+            status, answer, _ = client.request("POST", "/api/runs", raw=raw, headers={
+                "Content-Type": "application/json", "X-Studio-CSRF": client.cookies["wenxin_studio_csrf"]})
+            assert status == 400 and "nests deeper" in answer["error"], (depth, status, answer)
+    assert "Traceback" not in caplog.text
+
+
+def test_a_relative_root_is_the_folder_it_names_from_where_it_was_given(root, monkeypatch):
+    from wenxin.studio.server import StudioServer
+    monkeypatch.chdir(os.path.dirname(root))
+    server = StudioServer(os.path.basename(root), port=0)
+    thread = server.start_in_thread()
+    try:
+        assert server.root == root and os.getcwd() == root
+        assert "task.json" in Client(server.port).get("/api/tasks")["tasks"]
+    finally:
+        server.stop()
+        thread.join(60)
+    assert not os.path.exists(os.path.join(root, os.path.basename(root)))
+
+
+def test_the_printed_addresses_are_the_ones_it_answers_at(root, monkeypatch):
+    from wenxin.studio.server import StudioServer
+    from wenxin.studio.sign_in import machine_addresses
+    monkeypatch.chdir(root)
+    for host, expected in (("127.0.0.1", "localhost"), ("127.0.0.2", "127.0.0.2")):
+        server = StudioServer(root, host=host, port=0)
+        thread = server.start_in_thread()
+        try:
+            assert server.urls == [f"http://{expected}:{server.port}/"]
+            if host != "127.0.0.1":  # the address printed is one that answers
+                assert Client(server.port, host=host).request(
+                    "GET", "/", headers={"Host": f"{host}:{server.port}"})[0] == 200
+        finally:
+            server.stop()
+            thread.join(60)
+    server = StudioServer(root, host="0.0.0.0", port=0, token="an-address-test-token")
+    try:
+        own = machine_addresses()
+        assert server.urls == [f"http://localhost:{server.port}/"] + [f"http://{a}:{server.port}/" for a in own]
+        assert all(not a.startswith("127.") for a in own)
+    finally:
+        server.studio.close()
+        server.lock.release()
+        server.socket.close()
+
+
+def test_a_second_studio_over_the_same_root_is_refused_naming_the_first(root, monkeypatch):
+    from wenxin.common.errors import ConfigError
+    from wenxin.studio.server import StudioServer
+    with serving(root, monkeypatch) as first:
+        with pytest.raises(ConfigError, match=rf"another studio already serves {root}, at "
+                                              rf"http://localhost:{first.port}/ \(pid {os.getpid()}\)"):
+            StudioServer(root, port=0)
+    StudioServer(root, port=0).lock.release()  # once the first has stopped, the root is free again
+
+
+def decode_terminal_qr(text):
+    """The module matrix of a QR code drawn by ``qrcode``'s ``print_ascii(invert=True)``: each
+    character is two modules, the upper and the lower."""
+    pairs = {"\u2588": (0, 0), "\u2584": (1, 0), "\u2580": (0, 1), "\xa0": (1, 1)}
+    rows = []
+    for line in text.splitlines():
+        rows.append([pairs[c][0] for c in line])
+        rows.append([pairs[c][1] for c in line])
+    return rows
+
+
+def test_the_command_on_every_address_prints_each_machine_address_and_a_qr_code_of_one(root):
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    import qrcode
+
+    from conftest import read_until
+    from wenxin.studio.sign_in import machine_addresses
+    own = machine_addresses()
+    if not own:
+        pytest.skip("this machine has no network address but loopback")
+    env = {k: v for k, v in os.environ.items() if k != "WENXIN_STUDIO_TOKEN"}
+    proc = subprocess.Popen([sys.executable, "-m", "wenxin.cli", "studio", "--root", root, "--host", "0.0.0.0",
+                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            encoding="utf-8")
+    try:
+        said = read_until(proc.stderr, "printed this once", timeout=120)
+        port, token = re.search(r"open http://localhost:(\d+)/\?token=(\S+)", said).groups()
+        for address in own:
+            assert f"  or http://{address}:{port}/?token={token}\n" in said
+        url = f"http://{own[0]}:{port}/?token={token}"
+        drawn = said.split("from this code:\n", 1)[1].split("\n(the token", 1)[0]
+        code = qrcode.QRCode(border=2, error_correction=qrcode.constants.ERROR_CORRECT_L)
+        code.add_data(url)
+        code.make(fit=True)
+        expected = [[int(m) for m in row] for row in code.get_matrix()]
+        assert decode_terminal_qr(drawn)[:len(expected)] == expected
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def curl_blocks():
+    """The ``bash`` blocks of docs/studio.md's "From a script" section, as written there."""
+    import re
+
+    from conftest import REPO
+    with open(os.path.join(REPO, "docs", "studio.md"), encoding="utf-8") as f:
+        section = f.read().split("### From a script", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
+
+
+@pytest.mark.skipif(not __import__("shutil").which("curl"), reason="needs curl")
+def test_the_documented_curl_examples_work(root, monkeypatch, tmp_path):
+    import re
+    import subprocess
+    bearer, loopback = curl_blocks()
+    token = "a-token-for-the-curl-example"
+    for block, settings in ((bearer, {"host": "0.0.0.0", "token": token}), (loopback, {})):
+        with serving(root, monkeypatch, **settings) as server:
+            env = {**os.environ, "STUDIO": f"http://127.0.0.1:{server.port}", "TOKEN": token}
+            done = subprocess.run(["bash", "-e", "-c", block], cwd=str(tmp_path), env=env, capture_output=True,
+                                  text=True, timeout=120)
+            assert done.returncode == 0, (block, done.stdout, done.stderr)
+            launched = re.findall(r'\{"id":(\d+),"command"', done.stdout)  # the launch's answer
+            assert len(launched) == 1, done.stdout
+            run_id = int(launched[0])
+            assert server.studio.store.run(run_id)["overrides"] == {"trainer.epoch": 1}
+            server.studio.supervisor.stop(run_id)

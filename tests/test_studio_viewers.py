@@ -200,9 +200,9 @@ def test_visualdl_and_tensorboard_views_show_the_runs_own_records(root, monkeypa
     pytest.importorskip("tensorboard")
     pytest.importorskip("tensorboardX")
     make_root(root, epoch=2)
-    with serving(root, monkeypatch, host="0.0.0.0", token="t0ken") as server:
+    with serving(root, monkeypatch, host="0.0.0.0", token="viewer-t0ken-for-tests") as server:
         client = Client(server.port)
-        status, _, _ = client.request("GET", "/?token=t0ken")
+        status, _, _ = client.request("GET", "/?token=viewer-t0ken-for-tests")
         assert status == 303
         client.get("/")  # the page's CSRF cookie
         run_id = client.post("/api/runs", {"task": "task.json", "values": {"trainer.hooks": ["TensorBoardHook"],

@@ -458,8 +458,9 @@ def _studio(args: argparse.Namespace) -> int:
     from wenxin.common.logs import setup_logging
     setup_logging()
     server = StudioServer(args.root, args.host, args.port, args.token, args.max_runs, args.restart_budget)
-    address = server.url + (f"?token={server.token}" if server.generated_token else "")
-    print(f"wenxin studio over {os.path.abspath(args.root)}: open {address}", file=sys.stderr, flush=True)
+    from wenxin.studio.sign_in import sign_in_text
+    query = f"?token={server.token}" if server.generated_token else ""
+    print(sign_in_text(server.root, server.urls, query), file=sys.stderr, flush=True)
     if server.generated_token:
         print("(the token is printed this once; set $WENXIN_STUDIO_TOKEN or --token to choose one)",
               file=sys.stderr, flush=True)

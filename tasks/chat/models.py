@@ -13,7 +13,7 @@ from wenxin.common.constants import InstanceName
 from wenxin.data.field_reader import TensorSpec
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
-from wenxin.config.schema import REQUIRED, Key
+from wenxin.config.schema import REQUIRED, Key, path_key
 from wenxin.data.chat_fields import IGNORED
 from wenxin.models.base_model import BaseModel
 from wenxin.models.decoding import (MAX_BEAM_SIZE, MAX_LENGTH_PENALTY, MAX_SEED, MAX_TEMPERATURE, MAX_TOP_K,
@@ -46,7 +46,7 @@ LORA: Dict[str, Key] = {
                               "gate_proj, up_proj, down_proj"),
 }
 DECODER_KEYS = {
-    "model_dir": Key(str, REQUIRED, non_empty=True,
+    "model_dir": path_key(REQUIRED, non_empty=True,
                      doc="the ERNIE 4.5 folder: config.json, safetensors weights, the tokenizer's files"),
     "load_weights": Key(bool, True, doc="start from the folder's weights (false: its architecture at random "
                                         "initialization)"),

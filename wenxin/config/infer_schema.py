@@ -3,12 +3,12 @@ so ``wenxin migrate`` checks the infer files it writes without loading Paddle.""
 from __future__ import annotations
 
 from wenxin.common.constants import DEFAULT_MAX_LINE_BYTES, ONEDNN_SETTINGS
-from wenxin.config.schema import Key, Schema
+from wenxin.config.schema import Key, Schema, path_key
 
 INFER_SCHEMA: Schema = {
-    "model_dir": Key(str, non_empty=True, doc="an exported folder (wenxin export / trainer.save_inference)"),
+    "model_dir": path_key(non_empty=True, doc="an exported folder (wenxin export / trainer.save_inference)"),
     "predict_reader": Key(dict, children={"config": Key(dict, children={
-        "data_path": Key(str, non_empty=True, doc="a data file or folder in format (tsv: one example per line, "
+        "data_path": path_key(non_empty=True, doc="a data file or folder in format (tsv: one example per line, "
                                                   "the model's fields tab-separated; hf_dataset: also a name)"),
         "format": Key(str, "tsv", doc="a registered data format, as in a task file: tsv, jsonl, csv, hf_dataset"),
         "separator": Key(str, "", doc="the column delimiter (empty: the format's own)"),
@@ -17,7 +17,7 @@ INFER_SCHEMA: Schema = {
         "split": Key(str, "", doc="format hf_dataset: the split to predict (empty: the dataset's only split)"),
         "download": Key(bool, False, doc="format hf_dataset: let datasets download a dataset its cache lacks"),
     })}),
-    "output_file": Key(str, non_empty=True, doc="one prediction per input line, in order; classifiers write "
+    "output_file": path_key(non_empty=True, doc="one prediction per input line, in order; classifiers write "
                                 "label<TAB>probability (see README for other result formats)"),
     "batch_size": Key(int, 64, minimum=1),
     "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),

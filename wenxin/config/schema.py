@@ -39,13 +39,15 @@ class Key:
         open_keys: a nested object whose keys are not checked.
         non_empty: a string that must not be empty.
         doc: one line shown in the README reference.
+        path: the value names a file or folder (the studio confines such a value to its root,
+            whatever the key's name).
     """
 
     def __init__(self, types: Tuple[type, ...] | type, default: Any = REQUIRED, *,
                  choices: Optional[Sequence[Any]] = None, minimum: Optional[float] = None,
                  maximum: Optional[float] = None, children: Optional["Schema"] = None,
                  items: Optional["Key"] = None, open_keys: bool = False, non_empty: bool = False,
-                 doc: str = "") -> None:
+                 doc: str = "", path: bool = False) -> None:
         self.types = types if isinstance(types, tuple) else (types,)
         self.default = default
         self.choices = choices
@@ -56,9 +58,15 @@ class Key:
         self.open_keys = open_keys
         self.non_empty = non_empty
         self.doc = doc
+        self.path = path
 
 
 Schema = Dict[str, Key]
+
+
+def path_key(default: Any = REQUIRED, **settings: Any) -> Key:
+    """A ``Key`` whose string value names a file or folder."""
+    return Key(str, default, path=True, **settings)
 
 
 class _Invalid(Exception):

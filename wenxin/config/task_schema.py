@@ -6,7 +6,7 @@ through ``HookBase.config_schema``. Both are checked once the task package is im
 from __future__ import annotations
 
 from wenxin.common.constants import DEFAULT_MAX_LINE_BYTES
-from wenxin.config.schema import Key, Schema
+from wenxin.config.schema import Key, Schema, path_key
 
 TOKENIZER: Schema = {
     "type": Key(str, "CharTokenizer", doc="registered tokenizer: CharTokenizer, WhitespaceTokenizer, "
@@ -16,7 +16,7 @@ TOKENIZER: Schema = {
     "unk_token": Key(str, "[UNK]", doc="token for out-of-vocabulary pieces"),
     "lowercase": Key((bool, type(None)), None, doc="lower-case text before tokenizing (null: the tokenizer's "
                                                    "default, true but for ErnieMTokenizer)"),
-    "spm_model_file": Key(str, "", doc="ErnieMTokenizer: ERNIE-M's SentencePiece model (sentencepiece.bpe.model)"),
+    "spm_model_file": path_key("", doc="ErnieMTokenizer: ERNIE-M's SentencePiece model (sentencepiece.bpe.model)"),
     "split_latin_digits": Key(bool, False, doc="CharTokenizer: every character is a token, latin letters "
                                                "and digits too (character taggers); false: runs of them "
                                                "stay whole"),
@@ -39,7 +39,7 @@ FIELD: Schema = {
                                                             "FloatVectorFieldReader")}),
     "tokenizer": Key((dict, type(None)), None, children=TOKENIZER),
     "need_convert": Key(bool, True, doc="convert tokens to ids through the vocab"),
-    "vocab_path": Key(str, "", doc="vocab / label-map file, one token a line (or ERNIE-kit's token<TAB>id); "
+    "vocab_path": path_key("", doc="vocab / label-map file, one token a line (or ERNIE-kit's token<TAB>id); "
                                    "empty: built from the training data"),
     "vocab_from": Key(str, "", doc="use the vocab of this train_reader field (built from both "
                                    "columns), e.g. text_b from text_a for a shared encoder"),
@@ -63,7 +63,7 @@ FIELD: Schema = {
     "source_budget": Key(int, 0, minimum=0, doc="ErnieGenSourceFieldReader (the first source): the most tokens "
                                                 "of the whole source, [CLS] and [SEP]s included (0: no cut "
                                                 "beyond each source's own)"),
-    "model_dir": Key(str, "", doc="ChatFieldReader: the decoder's folder, whose tokenizer (tokenizer.model, "
+    "model_dir": path_key("", doc="ChatFieldReader: the decoder's folder, whose tokenizer (tokenizer.model, "
                                   "tokenizer_config.json) writes the conversations"),
     "packing": Key(bool, False, doc="ChatFieldReader: put a batch's conversations one after another into rows of "
                                     "at most max_seq_len tokens (each attends only to itself)"),
@@ -77,7 +77,7 @@ FIELD: Schema = {
 }
 
 READER_CONFIG: Schema = {
-    "data_path": Key(str, non_empty=True, doc="a data file or a folder of them (see format; hf_dataset: also a "
+    "data_path": path_key(non_empty=True, doc="a data file or a folder of them (see format; hf_dataset: also a "
                                               "dataset name in the datasets cache)"),
     "format": Key(str, "tsv", doc="a registered data format: tsv (one column per field, in order), jsonl (a JSON "
                                   "object a line, fields by key), csv (quoted records; with has_header fields "
@@ -101,7 +101,7 @@ READER_CONFIG: Schema = {
     "cache": Key((bool, str), "auto", choices=[True, False, "auto"],
                  doc="keep the converted examples in the token cache (memory-mapped arrays) for later "
                      "runs, resumes and readers of the same data; auto: for data files of 8 MB or more"),
-    "cache_dir": Key(str, "", doc="the token cache's folder (empty: $WENXIN_CACHE_DIR, else ~/.cache/wenxin)"),
+    "cache_dir": path_key("", doc="the token cache's folder (empty: $WENXIN_CACHE_DIR, else ~/.cache/wenxin)"),
     "streaming": Key(bool, False, doc="train_reader: read batches from the files while training, never holding "
                                       "the corpus in memory (files in a seeded order, rows through shuffle_buffer)"),
     "shuffle_buffer": Key(int, 10000, minimum=1, doc="streaming with shuffle: rows mixed in a seeded buffer of "
@@ -163,7 +163,7 @@ EARLY_STOPPING: Schema = {  # EarlyStoppingHook's params, and trainer.early_stop
 
 PRETRAINED: Schema = {
     "name": Key(str, ""),
-    "params_path": Key(str),
+    "params_path": path_key(),
     "prefix_map": Key(dict, {}, open_keys=True, items=Key(str), doc="rename: {'old.prefix': 'new.prefix'}"),
 }
 
@@ -236,10 +236,10 @@ TRAINER: Schema = {
                                                  "reads the loss on the host (on a GPU, a larger N lets the host run "
                                                  "ahead)"),
     "max_nan_steps": Key(int, 1, minimum=1, doc="stop after this many non-finite losses in a row"),
-    "output_path": Key(str, "./output", non_empty=True),
+    "output_path": path_key("./output", non_empty=True),
     "pre_train_model": Key((list, str), [], doc="params files to warm-start from (docs/tasks.md, fine-tuning ERNIE)"),
-    "load_parameters": Key(str, "", doc="model parameters to start from (no optimizer state)"),
-    "load_checkpoint": Key(str, "", doc="checkpoint folder to resume from"),
+    "load_parameters": path_key("", doc="model parameters to start from (no optimizer state)"),
+    "load_checkpoint": path_key("", doc="checkpoint folder to resume from"),
     "resume": Key(str, "none", choices=["none", "auto", "best"],
                   doc="auto: resume from the latest complete checkpoint; best: continue from checkpoints/best "
                       "(the checkpoints after it move aside)"),

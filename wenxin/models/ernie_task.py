@@ -8,13 +8,13 @@ import paddle.nn as nn
 
 from wenxin.common.constants import InstanceName
 from wenxin.common.errors import ConfigError
-from wenxin.config.schema import REQUIRED, Key
+from wenxin.config.schema import REQUIRED, Key, path_key
 from wenxin.data.ernie_fields import POS_IDS, SENT_IDS
 from wenxin.models.base_model import BaseModel
 from wenxin.models.ernie import ErnieConfig, ErnieEncoder
 
 ENCODER_KEYS = {
-    "pretrained": Key(str, "", doc="a PaddleNLP or ERNIE-kit model folder, or a model's name found in the PaddleNLP, "
+    "pretrained": path_key("", doc="a PaddleNLP or ERNIE-kit model folder, or a model's name found in the PaddleNLP, "
                                    "AI Studio or Hugging Face Hub cache: fills encoder_config, "
                                    "trainer.pre_train_model and the ERNIE text fields' vocab_path where they are "
                                    "not set"),

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from wenxin.common.errors import ConfigError, WenxinError
 from wenxin.studio import forms, run_files
+from wenxin.inference.http_io import MAX_JSON_DEPTH, json_depth_exceeds
 from wenxin.studio.security import BodyTooLarge
 from wenxin.studio.store import ACTIVE, QUEUED, RUNS_DIR, STATE_DIR, Store, database_path
 from wenxin.studio.supervisor import Supervisor
@@ -384,10 +385,14 @@ def build_app(studio: Studio) -> Any:
 
     async def body_of(request: Request) -> Dict[str, Any]:
         try:
-            data = await request.json()
+            body = await request.body()
         except BodyTooLarge:
             raise StudioError(413, "the request body is too large") from None
-        except ValueError:
+        if json_depth_exceeds(body, MAX_JSON_DEPTH):  # before the parser meets it (a deep body is no form)
+            raise StudioError(400, f"the request body nests deeper than {MAX_JSON_DEPTH} levels")
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
             raise StudioError(400, "the request body is not JSON") from None
         if not isinstance(data, dict):
             raise StudioError(400, "the request body must be a JSON object")

@@ -4,7 +4,8 @@ gives.
 Each shown key becomes a control by what its schema ``Key`` says: a drop-down where it has
 choices (and for the registered names of ``model.type``, ``model.optimization.optimizer`` and
 ``model.optimization.lr_scheduler``), a check box for a flag, a number field with the key's bounds,
-text otherwise (a path field must name a place inside the studio's root), and check boxes of the
+text otherwise (a path field, one whose key the schema marks ``path``, must name a place inside
+the studio's root), and check boxes of the
 registered hooks for ``trainer.hooks``. Its starting value is the task file's resolved value, its
 help the schema's one-line doc.
 
@@ -73,11 +74,6 @@ def _finite(value: Optional[float]) -> Optional[float]:
     return value if value is not None and math.isfinite(value) and abs(value) < 2**53 else None
 
 
-def is_path_key(path: str) -> bool:
-    name = path.rsplit(".", 1)[-1]
-    return name.endswith(("path", "_dir", "_file"))
-
-
 def form_fields(config: Dict[str, Any], model_schema: Schema, scope: Optional[str],
                 keys: Sequence[str] = ()) -> List[Dict[str, Any]]:
     """The form of a resolved task config: one dict a control (``key``, ``control``: select /
@@ -108,7 +104,7 @@ def form_fields(config: Dict[str, Any], model_schema: Schema, scope: Optional[st
             integer = float not in key.types
             field.update(control="number", min=_finite(key.minimum), max=_finite(key.maximum),
                          step=1 if integer else "any", integer=integer)
-        elif is_path_key(path):
+        elif key.path:  # by its schema type, whatever its name (load_parameters, load_checkpoint)
             field.update(control="path")
         else:
             field.update(control="text")

@@ -9,7 +9,8 @@
   Tokens are compared in constant time.
 - **Cross-site request forgery.** Every request that changes state (POST) must carry the
   ``X-Studio-CSRF`` header equal to the ``wenxin_studio_csrf`` cookie (which only the studio's
-  own pages can read), a JSON body, and an ``Origin`` (when the browser sends one) equal to the
+  own pages can read), unless it signs in with ``Authorization: Bearer`` (a header no browser
+  sends by itself), a JSON body, and an ``Origin`` (when the browser sends one) equal to the
   studio's own. A tracker viewer's page (under ``/view/``) cannot send the studio's header: its
   requests that are not GET must carry an ``Origin`` equal to the studio's own (every browser
   sends one with them), and viewers only read records.
@@ -25,6 +26,8 @@ from http.cookies import SimpleCookie
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qsl, urlencode
 
+TOKEN_VARIABLE = "WENXIN_STUDIO_TOKEN"  # the token from the environment (kept out of the runs' environment)
+MIN_TOKEN_CHARS = 16  # a shorter token can be guessed
 TOKEN_COOKIE = "wenxin_studio_token"
 CSRF_COOKIE = "wenxin_studio_csrf"
 CSRF_HEADER = b"x-studio-csrf"
@@ -47,6 +50,14 @@ def is_loopback(host: str) -> bool:
 
 def new_token() -> str:
     return secrets.token_urlsafe(24)
+
+
+def token_problem(token: str, where: str) -> Optional[str]:
+    """Why ``token`` (from ``where``) will not do, or None: too short to resist guessing."""
+    if 0 < len(token) < MIN_TOKEN_CHARS:
+        return (f"{where}: {len(token)} characters; a token needs at least {MIN_TOKEN_CHARS} (a short one can be "
+                f"guessed; leave it out and the studio makes one)")
+    return None
 
 
 def _headers(scope: Scope) -> Dict[bytes, bytes]:
@@ -116,9 +127,13 @@ class Guard:
                 await _answer(send, 401, "this studio needs its token: open the address it printed at start "
                                          "(…/?token=...), or send Authorization: Bearer TOKEN")
                 return
+            # a header no browser adds by itself: such a request cannot be forged by another site
+            by_bearer = TOKEN_COOKIE not in cookies
+        else:
+            by_bearer = False
         csrf = cookies.get(CSRF_COOKIE, "")
         if scope["method"] not in ("GET", "HEAD"):
-            problem = self._forgery_problem(scope, headers, csrf, host)
+            problem = self._forgery_problem(scope, headers, csrf, host, by_bearer)
             if problem:
                 await _answer(send, 403, problem)
                 return
@@ -132,14 +147,14 @@ class Guard:
         await self.app(scope, self._limited(receive), self._with_headers(send, extra))
 
     @staticmethod
-    def _forgery_problem(scope: Scope, headers: Dict[bytes, bytes], csrf: str, host: str) -> str:
+    def _forgery_problem(scope: Scope, headers: Dict[bytes, bytes], csrf: str, host: str, by_bearer: bool) -> str:
         origin = headers.get(b"origin", b"").decode("latin-1")
         if scope["path"].startswith(VIEWER_PATH):
             if origin not in (f"http://{host}", f"https://{host}"):
                 return "a viewer's request that is not GET needs the Origin of the studio's own pages"
             return ""
         sent = headers.get(CSRF_HEADER, b"").decode("latin-1")
-        if not csrf or not sent or not _same(csrf, sent):
+        if not by_bearer and (not csrf or not sent or not _same(csrf, sent)):
             return "a state-changing request needs the X-Studio-CSRF header of the studio's own pages"
         if origin and origin not in (f"http://{host}", f"https://{host}"):
             return f"a request from another origin ({origin[:100]}) may not change the studio's state"

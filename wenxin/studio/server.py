@@ -6,14 +6,14 @@ import logging
 import os
 import threading
 import time
-from typing import Optional
+from typing import IO, List, Optional
 
 from wenxin.common.errors import ConfigError
 from wenxin.studio.app import Studio, build_app, open_studio
-from wenxin.studio.security import Guard, is_loopback, new_token
+from wenxin.studio.sign_in import studio_urls
+from wenxin.studio.security import TOKEN_VARIABLE, Guard, is_loopback, new_token, token_problem
 
 logger = logging.getLogger("wenxin.studio")
-TOKEN_VARIABLE = "WENXIN_STUDIO_TOKEN"
 
 
 class StudioServer:
@@ -33,12 +33,18 @@ class StudioServer:
         if max_runs < 0:
             raise ConfigError("--max_runs: at least 0 (0: one a core pair)")
         given = token if token is not None else os.environ.get(TOKEN_VARIABLE, "")
+        problem = token_problem(given, "--token" if token is not None else f"${TOKEN_VARIABLE}")
+        if problem:
+            raise ConfigError(problem)
         loopback = is_loopback(host)
         self.token = given or ("" if loopback else new_token())
         self.generated_token = not given and not loopback
+        self.root = root = os.path.abspath(root)  # before the chdir below: relative to where it was given
+        os.makedirs(root, exist_ok=True)
+        self.lock = hold_root(root)
         self.socket = listen(host, port)
         self.host, self.port = host, self.socket.getsockname()[1]
-        os.makedirs(root, exist_ok=True)
+        self.lock.say(self.urls[0])
         os.chdir(root)  # task files' relative data paths mean the root, for the studio as for its runs
         self.studio: Studio = open_studio(root, max_runs, restart_budget)
         app = Guard(build_app(self.studio), self.token, loopback_only=loopback, max_body_bytes=max_body_bytes)
@@ -51,11 +57,13 @@ class StudioServer:
 
     @property
     def url(self) -> str:
-        """The address to open: localhost on loopback, the machine's name on every address."""
-        import socket
-        host = "localhost" if is_loopback(self.host) else socket.gethostname() if self.host in ("0.0.0.0", "::") \
-            else self.host
-        return f"http://{host}:{self.port}/"
+        """The address to open here (``urls``' first)."""
+        return self.urls[0]
+
+    @property
+    def urls(self) -> List[str]:
+        """Every address the studio answers at (``sign_in.studio_urls``)."""
+        return studio_urls(self.host, self.port)
 
     def run(self) -> None:
         """Serve until SIGTERM or Ctrl-C (the runs go on: their keepers are separate processes)."""
@@ -63,6 +71,7 @@ class StudioServer:
             self.server.run(sockets=[self.socket])
         finally:
             self.studio.close()
+            self.lock.release()
 
     def start_in_thread(self) -> threading.Thread:
         """Serve from a background thread (tests); returns once it accepts requests."""
@@ -76,3 +85,47 @@ class StudioServer:
 
     def stop(self) -> None:
         self.server.should_exit = True
+
+
+class RootLock:
+    """One studio per root: an exclusive lock on ``<root>/.wenxin-studio/studio.lock`` (released
+    when the process ends, however it ends), which holds the address of the studio that has it."""
+
+    def __init__(self, path: str, handle: Optional[IO[str]]) -> None:
+        self.path, self.handle = path, handle
+
+    def say(self, address: str) -> None:
+        """Write the holder's address and process, for a second studio's error."""
+        if self.handle is not None:
+            self.handle.seek(0)
+            self.handle.truncate()
+            self.handle.write(f"{address} (pid {os.getpid()})\n")
+            self.handle.flush()
+
+    def release(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+
+def hold_root(root: str) -> RootLock:
+    """The lock of ``root``; a ``ConfigError`` naming the other studio's address when one holds it.
+    (Where the platform has no ``fcntl``, Windows, nothing is locked.)"""
+    try:
+        import fcntl
+    except ImportError:
+        return RootLock("", None)
+    from wenxin.studio.store import STATE_DIR
+    folder = os.path.join(root, STATE_DIR)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "studio.lock")
+    handle = open(path, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        other = handle.read().strip() or "an address it has not written yet"
+        handle.close()
+        raise ConfigError(f"--root: another studio already serves {root}, at {other}: open that one, or stop it "
+                          f"first") from None
+    return RootLock(path, handle)

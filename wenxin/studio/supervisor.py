@@ -24,6 +24,7 @@ from typing import Dict, List, Optional
 
 from wenxin.common.threads import SHARE_VARIABLE
 from wenxin.studio.processes import process_alive, process_start_time, run_process
+from wenxin.studio.security import TOKEN_VARIABLE
 from wenxin.studio.store import ACTIVE, FAILED, INTERRUPTED, QUEUED, STATE_DIR, STOPPED, Store, database_path
 
 logger = logging.getLogger("wenxin.studio")
@@ -174,6 +175,7 @@ class Supervisor:
         env = {**os.environ, SHARE_VARIABLE: str(self.cpu_share), "OMP_NUM_THREADS": "1", "CPU_NUM": "1",
                "GLOG_minloglevel": os.environ.get("GLOG_minloglevel", "2"),
                "PYTHONPATH": source + (os.pathsep + path if path else "")}
+        env.pop(TOKEN_VARIABLE, None)  # a run's code has no business with the studio's token
         log_path = self.keeper_log(run_id)
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         with open(log_path, "ab") as log:

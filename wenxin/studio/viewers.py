@@ -26,6 +26,7 @@ from typing import Callable, Dict, List, Tuple
 
 from wenxin.common.process import parent_death_signal
 from wenxin.studio.processes import process_alive, process_start_time
+from wenxin.studio.security import TOKEN_VARIABLE
 
 LOOPBACK = "127.0.0.1"
 READY_DEADLINE_SECONDS = 120.0  # a viewer that has not answered by then is reported, not waited for
@@ -161,6 +162,7 @@ class ViewerPool:
         log_path = os.path.join(self.state_dir, f"{run_id}-{kind}.log")
         command = VIEWER_KINDS[kind].command(logdir, port, view_prefix(run_id, kind))
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop(TOKEN_VARIABLE, None)  # nor has a viewer's
         with open(log_path, "wb") as log:
             process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        env=env, cwd=os.path.dirname(logdir) or None,

@@ -13,7 +13,7 @@ from typing import Dict
 from wenxin.common.errors import ConfigError, TrainingError
 from wenxin.common.files import write_text_atomically
 from wenxin.common.registry import RegisterSet
-from wenxin.config.schema import Key
+from wenxin.config.schema import Key, path_key
 from wenxin.controller.hooks.base import HookBase, Priority
 
 logger = logging.getLogger("wenxin")
@@ -37,7 +37,7 @@ class SweepReportHook(HookBase):
     Single-process trials only (the sweep starts them so)."""
 
     priority = Priority.LOW + 5  # after the checkpoint hook kept best/ and the top-k
-    config_schema = {"folder": Key(str, non_empty=True, doc="the folder the trial and the sweep exchange files in"),
+    config_schema = {"folder": path_key(non_empty=True, doc="the folder the trial and the sweep exchange files in"),
                      "metric": Key(str, "", doc="the dev metric reported (empty: trainer.metric)")}
 
     def __init__(self, folder: str, metric: str = "") -> None:

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
-from wenxin.config.schema import Key
+from wenxin.config.schema import Key, path_key
 from wenxin.controller.hooks.base import HookBase, Priority
 from wenxin.controller.hooks.writers import MetricWriter, numeric_scalars
 
@@ -106,7 +106,7 @@ class TensorBoardHook(TrackerHook):
     scalars as ``<tag>/<name>``, the config as text ``config``, the final metrics as
     ``final/<reader>/<metric>`` at the last step."""
 
-    config_schema = {"logdir": Key(str, "", doc="default: <trainer.output_path>/tensorboard")}
+    config_schema = {"logdir": path_key("", doc="default: <trainer.output_path>/tensorboard")}
 
     def __init__(self, logdir: str = "") -> None:
         self.tensorboardX = _require("tensorboardX", "tensorboard", "TensorBoardHook")
@@ -232,7 +232,7 @@ class WandbHook(TrackerHook):
         "project": Key(str, "wenxin", doc="the W&B project"),
         "mode": Key(str, "offline", choices=["offline", "online"],
                     doc="offline: files only; online: also uploads (needs `wandb login`)"),
-        "dir": Key(str, "", doc="default: <trainer.output_path> (the run goes to <dir>/wandb/)"),
+        "dir": path_key("", doc="default: <trainer.output_path> (the run goes to <dir>/wandb/)"),
         "run_name": Key(str, "", doc="default: the output folder's name"),
     }
 
