@@ -84,6 +84,7 @@ def serving(root: str, monkeypatch: Any, **settings: Any) -> Iterator[Any]:
     """A studio over ``root`` served from a thread; stopped at the end (its runs go on)."""
     from wenxin.studio.server import StudioServer
     monkeypatch.chdir(root)
+    settings.setdefault("restart_backoff", (0,))  # a test that waits on back-off asks for it
     server = StudioServer(root, port=0, **settings)
     thread = server.start_in_thread()
     try:

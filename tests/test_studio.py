@@ -4,6 +4,7 @@ supervisor restarts a run killed with SIGKILL from its checkpoint, re-attaches t
 when the studio restarts, and continues the runs a reboot interrupted."""
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -124,7 +125,7 @@ def test_a_run_killed_with_sigkill_restarts_from_its_checkpoint_and_finishes(roo
     import psutil
     make_root(root, **LONG)
     monkeypatch.setenv("WENXIN_STUDIO_TOKEN", "the-studio-token-of-this-test")
-    with serving(root, monkeypatch, restart_budget=2) as server:
+    with serving(root, monkeypatch, restart_budget=2, restart_backoff=(1,)) as server:
         client, run_id = started_with_a_checkpoint(server)
         running = store_run(root, run_id)
         for pid in (running["keeper_pid"], running["train_pid"]):  # the studio's token is not theirs to read
@@ -133,7 +134,8 @@ def test_a_run_killed_with_sigkill_restarts_from_its_checkpoint_and_finishes(roo
         run = wait_for_status(client, run_id, "finished", "failed")
         assert run["status"] == "finished" and run["restarts"] == 1, run
         restarts = [e for e in run["events"] if e["kind"] == "restarted"]
-        assert len(restarts) == 1 and "killed by SIGKILL" in restarts[0]["message"]
+        assert len(restarts) == 1 and re.fullmatch(r"restart 1 of 2 in 1 s after killed by SIGKILL; it continues "
+                                                   r"from its checkpoint at step \d+", restarts[0]["message"]), restarts
         log = client.get(f"/api/runs/{run_id}/log")["text"]
         assert "resum" in log.lower()  # the second start continued from the checkpoint
         steps = [r["step"] for r in client.get(f"/api/runs/{run_id}/metrics?since=0")["records"] if r["tag"] == "train"]
@@ -165,7 +167,11 @@ def test_stop_resume_and_a_studio_restart_that_reattaches(root, monkeypatch):
         run = wait_for_status(client, run_id, "finished", "failed")
         assert run["status"] == "finished" and run["restarts"] == 0, run
         kinds = [e["kind"] for e in run["events"]]
-        assert kinds == ["queued", "started", "stopping", "stopped", "queued", "started", "finished"], kinds
+        assert kinds == ["queued", "started", "stopping", "stopped", "queued", "started", "reattached",
+                         "finished"], kinds
+        stopped = next(e["message"] for e in run["events"] if e["kind"] == "stopped")
+        assert re.fullmatch(r"stopped from the studio at step \d+ \(its checkpoint, where a resume continues\)",
+                            stopped), stopped
 
 
 @pytest.mark.slow
@@ -182,7 +188,8 @@ def test_runs_a_reboot_interrupted_continue_when_the_studio_starts(root, monkeyp
         run = wait_for_status(client, run_id, "finished", "failed")
         assert run["status"] == "finished", run
         interrupted = [e for e in run["events"] if e["kind"] == "interrupted"]
-        assert len(interrupted) == 1 and "queued to continue" in interrupted[0]["message"]
+        assert len(interrupted) == 1 and re.search(r"queued again: it continues from its checkpoint at step \d+$",
+                                                   interrupted[0]["message"]), interrupted
         assert run["restarts"] == 0  # an interruption is not the run's failure: its budget is kept
 
 

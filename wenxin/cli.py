@@ -208,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="runs at once (default 0: one per two cores); each gets its share of the cores")
     studio.add_argument("--restart_budget", type=int, default=3,
                         help="restarts of a run that dies (crash, kill) before it counts as failed")
+    studio.add_argument("--restart_backoff", type=_seconds_list, default=(10.0, 30.0, 60.0),
+                        help="seconds before the 1st, 2nd, ... restart of a run that died, the last one repeated "
+                             "(default: 10,30,60; 0: at once)")
     examples = sub.add_parser("examples", help="copy the example task files and data scripts into DIR/examples")
     examples.add_argument("folder", nargs="?", default=".", help="target folder (default: the working folder)")
     return parser
@@ -450,6 +453,18 @@ def _augment(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _seconds_list(text: str) -> Tuple[float, ...]:
+    """``10,30,60``: waits in seconds, each from 0 to an hour."""
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds separated by commas, such as 10,30,60") \
+            from None
+    if not all(0 <= value <= 3600 for value in values):  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{text!r}: each wait is from 0 to 3600 seconds")
+    return values
+
+
 def _studio(args: argparse.Namespace) -> int:
     try:
         from wenxin.studio.server import StudioServer
@@ -457,7 +472,8 @@ def _studio(args: argparse.Namespace) -> int:
         raise ConfigError(f"wenxin studio needs the studio extra: pip install 'wenxin[studio]' ({e})") from None
     from wenxin.common.logs import setup_logging
     setup_logging()
-    server = StudioServer(args.root, args.host, args.port, args.token, args.max_runs, args.restart_budget)
+    server = StudioServer(args.root, args.host, args.port, args.token, args.max_runs, args.restart_budget,
+                          restart_backoff=args.restart_backoff)
     from wenxin.studio.sign_in import sign_in_text
     query = f"?token={server.token}" if server.generated_token else ""
     print(sign_in_text(server.root, server.urls, query), file=sys.stderr, flush=True)

@@ -21,13 +21,13 @@ import shlex
 import shutil
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, WenxinError
 from wenxin.studio import forms, run_files
 from wenxin.inference.http_io import MAX_JSON_DEPTH, json_depth_exceeds
 from wenxin.studio.security import BodyTooLarge
-from wenxin.studio.store import ACTIVE, QUEUED, RUNS_DIR, STATE_DIR, Store, database_path
+from wenxin.studio.store import ACTIVE, DEFAULT_BACKOFF, QUEUED, RUNNING, RUNS_DIR, STATE_DIR, Store, database_path
 from wenxin.studio.supervisor import Supervisor
 from wenxin.studio.viewers import VIEWER_KINDS, ViewerError, ViewerPool, installed, view_prefix
 
@@ -53,11 +53,13 @@ class Studio:
     """The studio's state behind the pages: the root, the store, the supervisor, and the models
     tried so far."""
 
-    def __init__(self, root: str, supervisor: Supervisor, restart_budget: int = 3) -> None:
+    def __init__(self, root: str, supervisor: Supervisor, restart_budget: int = 3,
+                 restart_backoff: Sequence[float] = DEFAULT_BACKOFF) -> None:
         self.root = os.path.realpath(root)
         self.store: Store = supervisor.store
         self.supervisor = supervisor
         self.restart_budget = restart_budget
+        self.restart_backoff = list(restart_backoff)
         self._predictors: Dict[str, Any] = {}
         self._predict_lock = threading.Lock()
         self.viewers = ViewerPool(os.path.join(self.root, STATE_DIR))
@@ -167,7 +169,8 @@ class Studio:
         kind = "sweep" if sweep_path else "train"
         run_id = self.store.add_run(name=name.strip(), kind=kind, task_path=os.path.relpath(path, self.root),
                                     sweep_path=os.path.relpath(sweep_path, self.root) if sweep_path else "",
-                                    overrides=overrides, command=[], folder="", restart_budget=self.restart_budget)
+                                    overrides=overrides, command=[], folder="", restart_budget=self.restart_budget,
+                                    restart_backoff=self.restart_backoff)
         folder = os.path.join(RUNS_DIR, f"{run_id:04d}-{slug(name)}")
         command = run_command(kind, path, overrides, os.path.join(self.root, folder), sweep_path)
         self.store.set_folder_and_command(run_id, folder, command)
@@ -188,12 +191,20 @@ class Studio:
 
     def summary(self, run: Dict[str, Any]) -> Dict[str, Any]:
         folder = self.folder(run)
-        latest = run_files.latest_train_record(folder)
+        latest = run_files.latest_train_record(folder) or {}
+        saved = run_files.saved_step(folder)
+        logged = latest.get("step")
+        # a record from before the current process started is stale: the run is reloading its data
+        fresh = run["status"] == RUNNING and latest.get("time", 0.0) >= (run["attempt_started"] or 0.0)
         return {key: run[key] for key in ("id", "name", "kind", "task_path", "sweep_path", "overrides", "status",
-                                          "cause", "restarts", "restart_budget", "created", "started", "ended")} | {
+                                          "cause", "restarts", "restart_budget", "created", "started", "ended",
+                                          "restart_at")} | {
             "best": run_files.best_metric(folder),
-            "step": latest.get("step") if latest else None,
-            "eta_sec": latest.get("eta_sec") if latest and run["status"] in ACTIVE else None,
+            # the furthest it got: a stopped run saved a checkpoint after its last logged step
+            "step": max((s for s in (logged, saved) if s is not None), default=None),
+            "saved_step": saved,
+            "total_steps": int(latest["total_steps"]) if "total_steps" in latest else None,
+            "eta_sec": latest.get("eta_sec") if fresh else None,
             "command": display_command(run["kind"], run["task_path"], run["overrides"], run["folder"],
                                        run["sweep_path"])}
 
@@ -550,12 +561,13 @@ def build_app(studio: Studio) -> Any:
     return Starlette(routes=routes)
 
 
-def open_studio(root: str, max_runs: int = 0, restart_budget: int = 3) -> Studio:
+def open_studio(root: str, max_runs: int = 0, restart_budget: int = 3,
+                restart_backoff: Sequence[float] = DEFAULT_BACKOFF) -> Studio:
     """A studio over ``root`` (created if missing) with its supervisor started."""
     os.makedirs(root, exist_ok=True)
     supervisor = Supervisor(os.path.realpath(root), max_runs)
     supervisor.start()
-    return Studio(root, supervisor, restart_budget)
+    return Studio(root, supervisor, restart_budget, restart_backoff)
 
 
 __all__ = ["Studio", "StudioError", "build_app", "database_path", "open_studio"]

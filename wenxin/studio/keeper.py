@@ -9,7 +9,8 @@ that it outlives the studio). It starts the run's command (an ordinary ``wenxin 
 - exit 2, 3 or 4 (a task-file, data or checkpoint error): failed; starting again would fail again;
 - anything else (killed by a signal, the kernel's out-of-memory kill, a crash, a SIGTERM the studio
   did not send): restarted from its newest checkpoint, while the run's restart budget lasts,
-  each restart recorded with its cause; past the budget, failed.
+  after the run's back-off (10, 30, 60 s by default: a crash loop must not spend its budget in
+  seconds), each restart recorded with its cause and wait; past the budget, failed.
 
 A SIGTERM to the keeper itself goes on to the run. Where the studio did not ask for it (the
 machine shutting down), the keeper records the run as interrupted, and the studio resumes it
@@ -27,8 +28,9 @@ from typing import List, Optional
 from wenxin.common.child_logs import last_error
 from wenxin.common.errors import EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_DATA, EXIT_OK, EXIT_PREEMPTED
 from wenxin.studio.processes import process_start_time
+from wenxin.studio.run_files import continuation, saved_step
 from wenxin.studio.store import (FAILED, FINISHED, INTERRUPTED, LOG_NAME, RESTARTING, RUNNING, STOPPED, Store,
-                                 database_path)
+                                 backoff_delay, database_path)
 
 NO_RETRY = {EXIT_CONFIG: "a task-file or installation error", EXIT_DATA: "a data error",
             EXIT_CHECKPOINT: "a checkpoint error"}
@@ -81,7 +83,7 @@ class Keeper:
                 return self._end_before_start(bool(run["stop_requested"]))
             self.child = self._start(run["command"], folder)
             self.store.update(self.run_id, "started", f"started (process {self.child.pid})", status=RUNNING,
-                              train_pid=self.child.pid)
+                              train_pid=self.child.pid, restart_at=None, attempt_started=time.time())
             if self.terminated and self.child.poll() is None:  # a SIGTERM between the start and the record
                 self.child.send_signal(signal.SIGTERM)
             code = self.child.wait()
@@ -95,8 +97,11 @@ class Keeper:
                 return 0
             if stop_asked:
                 cause = "stopped from the studio" + ("" if code == EXIT_PREEMPTED else f" ({describe_exit(code)})")
-                self.store.update(self.run_id, STOPPED, cause, status=STOPPED, ended=time.time(), train_pid=None,
-                                  cause=cause)
+                step = saved_step(folder)
+                where = f" at step {step} (its checkpoint, where a resume continues)" if step is not None else \
+                    " before its first checkpoint (a resume starts over)"
+                self.store.update(self.run_id, STOPPED, cause + where, status=STOPPED, ended=time.time(),
+                                  train_pid=None, cause=cause)
                 return 0
             if self.terminated:  # the keeper got SIGTERM from someone else: the machine going down
                 cause = f"interrupted: the keeper was terminated ({describe_exit(code)})"
@@ -116,10 +121,25 @@ class Keeper:
                                   cause=message)
                 return 0
             restarts += 1
+            delay = backoff_delay(run["restart_backoff"], restarts)
+            wait = f" in {delay:g} s" if delay else ""
             self.store.update(self.run_id, "restarted",
-                              f"restart {restarts} of {run['restart_budget']} after {cause}; it continues from "
-                              f"its newest checkpoint", status=RESTARTING, restarts=restarts, train_pid=None,
-                              cause=cause)
+                              f"restart {restarts} of {run['restart_budget']}{wait} after {cause}; "
+                              f"{continuation(folder)}", status=RESTARTING, restarts=restarts, train_pid=None,
+                              cause=cause, restart_at=time.time() + delay)
+            self._wait_until(time.time() + delay)
+
+    def _wait_until(self, deadline: float) -> None:
+        """The back-off before a restart: a crash loop must not spend its budget in seconds. Ends
+        early on SIGTERM or a stop asked from the studio (the loop's next round sees either)."""
+        checked = 0.0
+        while time.time() < deadline and not self.terminated:
+            if time.time() - checked >= 1.0:
+                checked = time.time()
+                run = self.store.run(self.run_id)
+                if run is None or run["stop_requested"]:
+                    return
+            time.sleep(min(0.2, max(0.0, deadline - time.time())))
 
     def _end_before_start(self, stop_asked: bool) -> int:
         if stop_asked:

@@ -72,6 +72,20 @@ def checkpoints(run_folder: str) -> Dict[str, Any]:
     return index if isinstance(index, dict) else {"checkpoints": []}
 
 
+def saved_step(run_folder: str) -> Optional[int]:
+    """The step of the run's newest resumable checkpoint (where it continues); None before one."""
+    steps = [c.get("step") for c in checkpoints(run_folder).get("checkpoints", [])
+             if c.get("resumable") and isinstance(c.get("step"), int)]
+    return max(steps) if steps else None
+
+
+def continuation(run_folder: str) -> str:
+    """Where the run's next start begins, said truthfully: from its checkpoint at step N, or over."""
+    step = saved_step(run_folder)
+    return f"it continues from its checkpoint at step {step}" if step is not None else \
+        "it starts over (no checkpoint was saved yet)"
+
+
 def best_metric(run_folder: str) -> Optional[Dict[str, Any]]:
     """The best dev score so far: {"metric", "value", "step"}; None before the first evaluation."""
     index = checkpoints(run_folder)

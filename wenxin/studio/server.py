@@ -6,11 +6,12 @@ import logging
 import os
 import threading
 import time
-from typing import IO, List, Optional
+from typing import IO, List, Optional, Sequence
 
 from wenxin.common.errors import ConfigError
 from wenxin.studio.app import Studio, build_app, open_studio
 from wenxin.studio.sign_in import studio_urls
+from wenxin.studio.store import DEFAULT_BACKOFF
 from wenxin.studio.security import TOKEN_VARIABLE, Guard, is_loopback, new_token, token_problem
 
 logger = logging.getLogger("wenxin.studio")
@@ -23,13 +24,16 @@ class StudioServer:
     paths mean the same to the studio as to its runs."""
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 8870, token: Optional[str] = None,
-                 max_runs: int = 0, restart_budget: int = 3, max_body_bytes: int = 1 << 20) -> None:
+                 max_runs: int = 0, restart_budget: int = 3, max_body_bytes: int = 1 << 20,
+                 restart_backoff: Sequence[float] = DEFAULT_BACKOFF) -> None:
         import uvicorn
 
         from wenxin.compat.uvicorn_protocol import serving_protocol
         from wenxin.inference.server import listen
         if restart_budget < 0:
             raise ConfigError("--restart_budget: at least 0")
+        if not restart_backoff or not all(0 <= wait <= 3600 for wait in restart_backoff):
+            raise ConfigError(f"--restart_backoff: {list(restart_backoff)}: each wait is from 0 to 3600 seconds")
         if max_runs < 0:
             raise ConfigError("--max_runs: at least 0 (0: one a core pair)")
         given = token if token is not None else os.environ.get(TOKEN_VARIABLE, "")
@@ -46,7 +50,7 @@ class StudioServer:
         self.host, self.port = host, self.socket.getsockname()[1]
         self.lock.say(self.urls[0])
         os.chdir(root)  # task files' relative data paths mean the root, for the studio as for its runs
-        self.studio: Studio = open_studio(root, max_runs, restart_budget)
+        self.studio: Studio = open_studio(root, max_runs, restart_budget, restart_backoff)
         app = Guard(build_app(self.studio), self.token, loopback_only=loopback, max_body_bytes=max_body_bytes)
         protocol = serving_protocol(10.0, 16 * 1024, 64, 256)
         config = uvicorn.Config(app, http=protocol, lifespan="off", access_log=False, log_config=None,

@@ -14,7 +14,7 @@ import json
 import os
 import sqlite3
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 STATE_DIR = ".wenxin-studio"
 RUNS_DIR = "studio_runs"
@@ -42,6 +42,9 @@ CREATE TABLE IF NOT EXISTS runs (
     cause TEXT NOT NULL DEFAULT '',  -- why it failed, stopped or was restarted last
     restarts INTEGER NOT NULL DEFAULT 0,
     restart_budget INTEGER NOT NULL,
+    restart_backoff TEXT NOT NULL DEFAULT '[10, 30, 60]',  -- JSON: seconds before the 1st, 2nd, ... restart
+    restart_at REAL,                 -- a restart waits until then (shown on its page)
+    attempt_started REAL,            -- when its current process started (records before it are stale)
     stop_requested INTEGER NOT NULL DEFAULT 0,
     keeper_pid INTEGER,
     keeper_started REAL,             -- the keeper's process start time (a pid can be reused)
@@ -59,6 +62,16 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, id);
 """
+# columns added since the first studio: (name, declaration), added to an older database on open
+_ADDED_COLUMNS = (("restart_backoff", "TEXT NOT NULL DEFAULT '[10, 30, 60]'"), ("restart_at", "REAL"),
+                  ("attempt_started", "REAL"))
+DEFAULT_BACKOFF = (10.0, 30.0, 60.0)
+
+
+def backoff_delay(backoff: List[float], restart: int) -> float:
+    """Seconds before restart number ``restart`` (1, 2, ...): the backoff's entry, its last one
+    for every restart past it."""
+    return float(backoff[min(restart, len(backoff)) - 1]) if backoff and restart > 0 else 0.0
 
 
 def database_path(root: str) -> str:
@@ -75,6 +88,10 @@ class Store:
         try:
             db.execute("PRAGMA journal_mode=WAL")  # outside a transaction, as SQLite wants
             db.executescript(_SCHEMA)
+            have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+            for name, declaration in _ADDED_COLUMNS:
+                if name not in have:
+                    db.execute(f"ALTER TABLE runs ADD COLUMN {name} {declaration}")
         finally:
             db.close()
 
@@ -98,16 +115,18 @@ class Store:
         run = dict(row)
         run["overrides"] = json.loads(run["overrides"])
         run["command"] = json.loads(run["command"])
+        run["restart_backoff"] = json.loads(run["restart_backoff"])
         return run
 
     def add_run(self, *, name: str, kind: str, task_path: str, sweep_path: str, overrides: Dict[str, Any],
-                command: List[str], folder: str, restart_budget: int) -> int:
+                command: List[str], folder: str, restart_budget: int,
+                restart_backoff: Sequence[float] = DEFAULT_BACKOFF) -> int:
         with self._connect() as db:
             cursor = db.execute(
                 "INSERT INTO runs (name, kind, task_path, sweep_path, overrides, command, folder, status, "
-                "restart_budget, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "restart_budget, restart_backoff, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (name, kind, task_path, sweep_path, json.dumps(overrides), json.dumps(command), folder, QUEUED,
-                 restart_budget, time.time()))
+                 restart_budget, json.dumps(list(restart_backoff)), time.time()))
             run_id = int(cursor.lastrowid or 0)
             db.execute("INSERT INTO events (run_id, time, kind, message) VALUES (?, ?, ?, ?)",
                        (run_id, time.time(), QUEUED, "queued"))
@@ -145,12 +164,13 @@ class Store:
 
     def claim_queued(self, run_id: int) -> bool:
         """Mark a queued run as running, before its keeper starts; False when it is no longer
-        queued (stopped or deleted meanwhile)."""
+        queued (stopped or deleted meanwhile) or waits for its restart time."""
         with self._connect() as db:
             cursor = db.execute(
                 "UPDATE runs SET status = ?, keeper_pid = NULL, keeper_started = NULL, started = COALESCE(started, ?), "
-                "stop_requested = 0, ended = NULL WHERE id = ? AND status = ?",
-                (RUNNING, time.time(), run_id, QUEUED))
+                "stop_requested = 0, ended = NULL, restart_at = NULL WHERE id = ? AND status = ? "
+                "AND (restart_at IS NULL OR restart_at <= ?)",
+                (RUNNING, time.time(), run_id, QUEUED, time.time()))
             return cursor.rowcount == 1
 
     def delete(self, run_id: int) -> None:

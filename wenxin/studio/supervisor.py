@@ -24,8 +24,10 @@ from typing import Dict, List, Optional
 
 from wenxin.common.threads import SHARE_VARIABLE
 from wenxin.studio.processes import process_alive, process_start_time, run_process
+from wenxin.studio.run_files import continuation
 from wenxin.studio.security import TOKEN_VARIABLE
-from wenxin.studio.store import ACTIVE, FAILED, INTERRUPTED, QUEUED, STATE_DIR, STOPPED, Store, database_path
+from wenxin.studio.store import (ACTIVE, FAILED, INTERRUPTED, QUEUED, STATE_DIR, STOPPED, Store, backoff_delay,
+                                 database_path)
 
 logger = logging.getLogger("wenxin.studio")
 
@@ -59,7 +61,9 @@ class Supervisor:
         lines = []
         for run in self.store.runs():
             if run["status"] in ACTIVE and process_alive(run["keeper_pid"], run["keeper_started"]):
-                lines.append(f"run {run['id']}: still running (keeper process {run['keeper_pid']}); re-attached")
+                line = f"still running (keeper process {run['keeper_pid']}); re-attached"
+                self.store.update(run["id"], "reattached", f"the studio restarted; the run was {line}")
+                lines.append(f"run {run['id']}: {line}")
                 continue
             if run["status"] in ACTIVE or run["status"] == INTERRUPTED:
                 why = "its process was gone when the studio started" if run["status"] in ACTIVE else run["cause"]
@@ -76,8 +80,9 @@ class Supervisor:
             with contextlib.suppress(Exception):
                 orphan.kill()
                 orphan.wait(timeout=60)
-        self.store.update(run["id"], "interrupted", f"interrupted ({why}); queued to continue from its newest "
-                          "checkpoint", status=QUEUED, keeper_pid=None, train_pid=None)
+        self.store.update(run["id"], "interrupted", f"interrupted ({why}); queued again: "
+                          f"{continuation(os.path.join(self.root, run['folder']))}", status=QUEUED, keeper_pid=None,
+                          train_pid=None)
 
     def start(self) -> None:
         self.recovered = self.recover()
@@ -154,9 +159,12 @@ class Supervisor:
         detail = last_error(self.keeper_log(run["id"]))
         cause = f"its keeper process ended ({describe_exit(code)}{': ' + detail if detail else ''})"
         if code < 0 and run["restarts"] < run["restart_budget"]:
-            self.store.update(run["id"], "interrupted", f"interrupted: {cause}; queued to continue from its newest "
-                              "checkpoint", status=QUEUED, keeper_pid=None, train_pid=None, cause=cause,
-                              restarts=run["restarts"] + 1)
+            delay = backoff_delay(run["restart_backoff"], run["restarts"] + 1)
+            self.store.update(run["id"], "interrupted", f"interrupted: {cause}; queued again"
+                              f"{f' to start in {delay:g} s' if delay else ''}: "
+                              f"{continuation(os.path.join(self.root, run['folder']))}", status=QUEUED,
+                              keeper_pid=None, train_pid=None, cause=cause, restarts=run["restarts"] + 1,
+                              restart_at=time.time() + delay)
         else:
             self.store.update(run["id"], FAILED, cause, status=FAILED, keeper_pid=None, train_pid=None, cause=cause,
                               ended=time.time())
@@ -210,6 +218,7 @@ class Supervisor:
             raise KeyError(run_id)
         if run["status"] in ACTIVE or run["status"] == QUEUED:
             raise ValueError(f"run {run_id} is {run['status']} already")
-        self.store.update(run_id, QUEUED, "resume asked: queued to continue from its newest checkpoint",
-                          status=QUEUED, stop_requested=0, restarts=0, cause="", ended=None)
+        where = continuation(os.path.join(self.root, run["folder"]))
+        self.store.update(run_id, QUEUED, f"resume asked: queued; {where}",
+                          status=QUEUED, stop_requested=0, restarts=0, cause="", ended=None, restart_at=None)
         self.wake()

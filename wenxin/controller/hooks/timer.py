@@ -45,4 +45,5 @@ class IterationTimerHook(HookBase):
             "data_time": self._data_time / self._steps,
             "steps_per_sec": self._steps / self._step_time if self._step_time > 0 else 0.0,
             "eta_sec": elapsed / done * remaining if done else 0.0,
+            "total_steps": float(state.max_steps),  # for a progress bar: step of total
         }

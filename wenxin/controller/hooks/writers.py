@@ -34,6 +34,8 @@ class ConsoleWriter(MetricWriter):
     def write(self, tag: str, step: int, scalars: Dict[str, float]) -> None:
         parts = []
         for k, v in scalars.items():
+            if k == "total_steps":
+                continue  # the console line is already long; the step's total is for progress bars
             if k == "eta_sec":
                 parts.append(f"eta {format_duration(v)}")
             elif isinstance(v, float):

@@ -86,8 +86,8 @@ async function runsPage(main) {
     compare), table);
   async function refresh() {
     const data = await call("GET", "/api/runs");
-    fill(table, el("tr", {}, ["", "run", "name", "status", "restarts", "settings", "best dev", "step",
-      "ETA", "started"].map(h => el("th", {}, h))));
+    fill(table, el("tr", {}, ["", "run", "name", "status", "progress", "restarts", "settings", "best dev",
+      "started"].map(h => el("th", {}, h))));
     for (const run of data.runs) {
       const box = el("input", {type: "checkbox", checked: selected.has(run.id), onchange: e => {
         e.target.checked ? selected.add(run.id) : selected.delete(run.id);
@@ -96,9 +96,11 @@ async function runsPage(main) {
       table.append(el("tr", {"data-run": run.id, "data-status": run.status},
         el("td", {}, box), el("td", {}, el("a", {href: `/runs/${run.id}`}, `#${run.id}`)),
         el("td", {}, run.name), el("td", {}, badge(run.status), run.cause ? el("div", {class: "cause"}, run.cause) : null),
-        el("td", {}, String(run.restarts)), el("td", {class: "settings"}, settingsText(run.overrides)),
-        el("td", {}, best), el("td", {}, run.step === null ? "" : String(run.step)),
-        el("td", {}, formatTime(run.eta_sec)), el("td", {}, formatDate(run.started))));
+        el("td", {}, progressOf(run)),
+        el("td", {"data-label": "restarts"}, String(run.restarts)),
+        el("td", {class: "settings"}, settingsText(run.overrides)),
+        el("td", {"data-label": best ? "best dev" : null}, best),
+        el("td", {"data-label": run.started ? "started" : null}, formatDate(run.started))));
     }
   }
   await poll(refresh);
@@ -196,11 +198,47 @@ async function chooseTask(main) {
 // ---- one run ----
 const CHART_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
+function axisValues(u, ticks) {
+  return ticks.map(formatNumber);  // 1e-3, not "0.001, 0.001, 0, 0"
+}
+
 function lineChart(target, title, seriesNames, width) {
-  const opts = {title, width: width || 520, height: 240, scales: {x: {time: false}},
+  // as wide as its container (a phone's screen, a desktop's column), and resized with it
+  const widthOf = () => Math.max(240, Math.min(width || 520, (target.clientWidth || width || 520) - 2));
+  const opts = {title, width: widthOf(), height: 240, scales: {x: {time: false}},
+    axes: [{}, {values: axisValues, size: 60}],
     series: [{label: "step"}].concat(seriesNames.map((n, i) => ({label: n, stroke: CHART_COLORS[i % 8], width: 1.5,
-      points: {show: false}, spanGaps: true})))};
-  return new uPlot(opts, [[]].concat(seriesNames.map(() => [])), target);
+      // points where there are few: one record draws no line, and must still show
+      points: {show: u => u.data[0].length <= 40, size: 6}, spanGaps: true})))};
+  const chart = new uPlot(opts, [[]].concat(seriesNames.map(() => [])), target);
+  if (window.ResizeObserver) {
+    new ResizeObserver(() => {
+      const w = widthOf();
+      if (Math.abs(w - chart.width) > 4) chart.setSize({width: w, height: 240});
+    }).observe(target);
+  }
+  return chart;
+}
+
+function progressOf(run) {
+  // step of total, percent, elapsed and ETA; the ETA is blank, not stale, while a run reloads
+  const box = el("div", {class: "progress", "data-run": run.id});
+  if (run.status === "restarting" && run.restart_at) {
+    const wait = Math.max(0, Math.round(run.restart_at - Date.now() / 1000));
+    box.append(el("span", {class: "wait"}, `restarting in ${wait} s`));
+    return box;
+  }
+  if (run.step === null || run.step === undefined) return box;
+  const total = run.total_steps;
+  const percent = total ? Math.min(100, Math.floor(100 * run.step / total)) : null;
+  if (total) box.append(el("progress", {max: total, value: Math.min(run.step, total)}));
+  const elapsed = run.started ? ((run.ended || Date.now() / 1000) - run.started) : null;
+  const active = run.status === "running";
+  box.append(el("span", {class: "numbers"}, total ? `step ${run.step} of ${total} · ${percent}%` : `step ${run.step}`,
+    elapsed !== null ? ` · elapsed ${formatTime(elapsed)}` : "",
+    active ? (run.eta_sec !== null && run.eta_sec !== undefined ? ` · ETA ${formatTime(run.eta_sec)}`
+      : " · reloading") : ""));
+  return box;
 }
 
 class Curves {
@@ -229,13 +267,20 @@ class Curves {
     this.draw();
   }
   draw() {
-    const want = {loss: [this.train.step, [this.train.loss]], lr: [this.train.step, [this.train.lr]]};
-    for (const name of this.devNames) want[`dev ${name}`] = [this.dev.step, [this.dev[name]]];
-    for (const [title, [x, ys]] of Object.entries(want)) {
+    const want = {loss: [this.train.step, [this.train.loss], ["loss"]], lr: [this.train.step, [this.train.lr], ["lr"]]};
+    // the dev metrics together, one line each, told apart by the legend
+    if (this.devNames.length) want.dev = [this.dev.step, this.devNames.map(n => this.dev[n]), this.devNames.slice()];
+    for (const [title, [x, ys, names]] of Object.entries(want)) {
+      const chart = this.charts[title];
+      if (chart && chart.series.length !== names.length + 1) {  // a metric the first records did not have
+        chart.destroy();
+        this.container.querySelector(`[data-chart="${title}"]`)?.remove();
+        delete this.charts[title];
+      }
       if (!this.charts[title]) {
         const box = el("div", {class: "chart", "data-chart": title});
         this.container.append(box);
-        this.charts[title] = lineChart(box, title, [title]);
+        this.charts[title] = lineChart(box, title, names);
       }
       this.charts[title].setData([x.slice(), ...ys.map(y => y.slice())]);
       this.charts[title].root.parentNode.dataset.points = String(x.length);  // what the browser test watches grow
@@ -260,7 +305,8 @@ async function runPage(main, runId) {
     curves.add(metrics.records);
     const logData = await call("GET", `/api/runs/${runId}/log`);
     // redrawn only when something changed: a redraw replaces the elements a reader may be selecting
-    const headKey = JSON.stringify([run.status, run.cause, run.restarts, run.step, run.eta_sec, run.best, run.command]);
+    const headKey = JSON.stringify([run.status, run.cause, run.restarts, run.step, run.eta_sec, run.best, run.command,
+      run.restart_at, run.total_steps, run.status === "restarting" || run.status === "running" ? Date.now() >> 10 : 0]);
     if (headKey !== lastHead) { renderHead(head, run); lastHead = headKey; }
     if (run.status !== lastStatus) { renderActions(actions, run); lastStatus = run.status; }
     const sideKey = JSON.stringify([run.checkpoints, run.events, run.trackers, run.sweep]);
@@ -278,9 +324,9 @@ function renderHead(head, run) {
   fill(head, el("h1", {}, `#${run.id} ${run.name} `, badge(run.status)),
     run.cause ? el("p", {class: "cause"}, run.cause) : null,
     el("p", {}, `task ${run.task_path}`, run.sweep_path ? ` · sweep ${run.sweep_path}` : "",
-      ` · restarts ${run.restarts} of ${run.restart_budget}`, run.step !== null ? ` · step ${run.step}` : "",
-      run.eta_sec !== null && run.eta_sec !== undefined ? ` · ETA ${formatTime(run.eta_sec)}` : "",
+      ` · restarts ${run.restarts} of ${run.restart_budget}`,
       run.best ? ` · best dev ${run.best.metric} ${formatNumber(run.best.value)} (step ${run.best.step})` : ""),
+    progressOf(run),
     el("pre", {class: "command", text: run.command}));
 }
 
@@ -353,7 +399,11 @@ async function comparePage(main, ids) {
   const metricChoice = el("select", {id: "compare-metric", onchange: () => draw()});
   const chartBox = el("div", {id: "compare-chart"});
   const settings = el("table", {id: "compare-settings"});
-  main.append(el("h1", {}, "Compare runs"), picker, el("p", {}, "curve ", metricChoice), chartBox, settings);
+  const summary = el("div", {class: "table-box"});
+  const allKeys = el("input", {type: "checkbox", id: "compare-all-keys", onchange: () => draw()});
+  main.append(el("h1", {}, "Compare runs"), picker, summary, el("p", {}, "curve ", metricChoice), chartBox,
+    el("h2", {}, "Settings"), el("p", {}, el("label", {}, allKeys, " every key, not only those that differ")),
+    el("div", {class: "table-box"}, settings));
   const cache = {};
   async function recordsOf(id) {
     if (!cache[id]) cache[id] = (await call("GET", `/api/runs/${id}/metrics?since=0`)).records;
@@ -377,16 +427,47 @@ async function comparePage(main, ids) {
     fill(chartBox);
     if (runs.length) lineChart(chartBox, `${tag} ${key}`, runs.map(r => `#${r.id} ${r.name}`), 900).setData([steps, ...series]);
     const details = await Promise.all(runs.map(r => call("GET", `/api/runs/${r.id}`)));
+    fill(summary, runSummaryTable(details, all));
     const flat = details.map(d => flatten(d.config));
     const keys = [...new Set(flat.flatMap(f => Object.keys(f)))].filter(k => !k.startsWith("_")).sort();
+    const rows = keys.map(k => {
+      const values = flat.map(f => JSON.stringify(f[k]));
+      return {k, values, differs: new Set(values).size > 1};
+    });
+    const shown = allKeys.checked ? rows : rows.filter(r => r.differs);
     fill(settings, el("tr", {}, el("th", {}, "setting"), runs.map(r => el("th", {}, `#${r.id} ${r.name}`))),
-      ...keys.map(k => {
-        const values = flat.map(f => JSON.stringify(f[k]));
-        const differs = new Set(values).size > 1;
-        return el("tr", {class: differs ? "differs" : null}, el("td", {}, k), values.map(v => el("td", {}, v ?? "")));
-      }));
+      ...shown.map(({k, values, differs}) => el("tr", {class: differs ? "differs" : null},
+        el("td", {class: "key"}, k.split(".").flatMap((part, i) => i ? [el("wbr"), `.${part}`] : [part])),
+        values.map(v => el("td", {class: "value"}, v ?? "")))),
+      shown.length ? null : el("tr", {}, el("td", {colspan: runs.length + 1}, "no setting differs")));
   }
   await draw();
+}
+
+function lastRecord(records, tag) {
+  for (let i = records.length - 1; i >= 0; i--) if (records[i].tag === tag) return records[i];
+  return null;
+}
+
+function metricsText(record) {
+  if (!record) return "";
+  return Object.entries(record).filter(([k, v]) => typeof v === "number" && !["step", "time", "epoch",
+    "elapsed_sec"].includes(k)).map(([k, v]) => `${k} ${formatNumber(v)}`).join(", ");
+}
+
+function runSummaryTable(details, records) {
+  // each run's outcome on top: best and final dev, test, wall time and speed
+  const head = ["run", "status", "progress", "best dev", "final dev", "test", "wall time", "steps/s"];
+  return el("table", {id: "compare-summary"}, el("tr", {}, head.map(h => el("th", {}, h))),
+    details.map((run, i) => {
+      const train = lastRecord(records[i], "train");
+      const wall = run.started ? (run.ended || Date.now() / 1000) - run.started : null;
+      return el("tr", {"data-run": run.id}, el("td", {}, `#${run.id} ${run.name}`), el("td", {}, badge(run.status)),
+        el("td", {}, progressOf(run)),
+        el("td", {}, run.best ? `${run.best.metric} ${formatNumber(run.best.value)} (step ${run.best.step})` : ""),
+        el("td", {}, metricsText(lastRecord(records[i], "dev"))), el("td", {}, metricsText(lastRecord(records[i], "test"))),
+        el("td", {}, formatTime(wall)), el("td", {}, train && train.steps_per_sec ? formatNumber(train.steps_per_sec) : ""));
+    }));
 }
 
 function flatten(value, prefix, out) {
