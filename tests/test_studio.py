@@ -125,7 +125,7 @@ def test_a_run_killed_with_sigkill_restarts_from_its_checkpoint_and_finishes(roo
     import psutil
     make_root(root, **LONG)
     monkeypatch.setenv("WENXIN_STUDIO_TOKEN", "the-studio-token-of-this-test")
-    with serving(root, monkeypatch, restart_budget=2, restart_backoff=(1,)) as server:
+    with serving(root, monkeypatch, restart_budget=2, restart_backoff=(1,), token="") as server:
         client, run_id = started_with_a_checkpoint(server)
         running = store_run(root, run_id)
         for pid in (running["keeper_pid"], running["train_pid"]):  # the studio's token is not theirs to read
