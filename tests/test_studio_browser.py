@@ -24,19 +24,38 @@ pytestmark = [pytest.mark.skipif(not (CHROMEDRIVER and CHROMIUM), reason="no Chr
               pytest.mark.slow]
 
 
-@pytest.fixture
-def browser():
+def chromium(languages):
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
     options = Options()
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1280,900", "--disable-extensions", "--no-first-run", "--lang=en-US"):
+                     "--window-size=1280,900", "--disable-extensions", "--no-first-run",
+                     f"--lang={languages.split(',')[0]}"):
         options.add_argument(argument)
+    options.add_experimental_option("prefs", {"intl.accept_languages": languages})  # its Accept-Language
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # no driver download
     driver.set_page_load_timeout(120)
+    return driver
+
+
+@pytest.fixture
+def browser():
+    driver = chromium("en-US,en")
     yield driver
     driver.quit()
+
+
+@pytest.fixture
+def chinese_browser():
+    driver = chromium("zh-CN,zh")
+    yield driver
+    driver.quit()
+
+
+def no_sideways_scrolling(browser, what):
+    width, scrolled = browser.execute_script("return [window.innerWidth, document.documentElement.scrollWidth]")
+    assert scrolled <= width, f"{what} scrolls sideways at {width} px: {scrolled} px wide"
 
 
 @pytest.fixture
@@ -160,10 +179,8 @@ def test_launch_watch_try_clone_compare_and_delete_in_a_browser(tmp_path, monkey
                                   ("compare", "/compare?ids=1,2", "#compare-chart canvas")):
             browser.get(base + path)
             wait_until(lambda ready=ready: find(browser, ready), f"the {name} page at 390 px")
-            width, scrolled = browser.execute_script(
-                "return [window.innerWidth, document.documentElement.scrollWidth]")
             screenshot(browser, f"phone-{name}")
-            assert scrolled <= width, f"{path} scrolls sideways at {width} px: {scrolled} px wide"
+            no_sideways_scrolling(browser, path)
         browser.set_window_size(1280, 900)
         browser.get(base + "/runs/2")
         wait_until(lambda: find(browser, "#delete"), "the delete button")[0].click()
@@ -261,3 +278,51 @@ def _alert(browser):
         return browser.switch_to.alert
     except NoAlertPresentException:
         return None
+
+
+def test_the_journey_in_chinese_at_both_widths_and_a_switch_to_english_that_sticks(tmp_path, monkeypatch,
+                                                                                   chinese_browser, screenshot):
+    browser = chinese_browser
+    root = str(tmp_path / "root")
+    make_root(root, epoch=2)
+    with serving(root, monkeypatch) as server:
+        base = f"http://localhost:{server.port}"
+        browser.get(base + "/")  # the browser asks for Chinese
+        assert browser.find_element("css selector", "html").get_attribute("lang") == "zh-CN"
+        wait_until(lambda: "运行记录" in text_of(browser, "h1"), "the runs page in Chinese")
+        assert text_of(browser, "header nav") == "运行 启动 对比"
+        browser.get(base + "/launch?task=task.json")
+        label = wait_until(lambda: find(browser, 'tr[data-key="model.optimization.learning_rate"] th'), "the form")[0]
+        assert label.text.splitlines() == ["学习率", "model.optimization.learning_rate"]  # the key path beneath
+        help_line = text_of(browser, 'tr[data-key="trainer.train_log_step"] .help')
+        assert "日志" not in help_line and "损失" in help_line, help_line
+        screenshot(browser, "zh-launch")
+        browser.set_window_size(390, 844)
+        screenshot(browser, "zh-phone-launch")
+        no_sideways_scrolling(browser, "the launch form in Chinese")
+        browser.set_window_size(1280, 900)
+        find(browser, "#start")[0].click()
+        wait_until(lambda: "/runs/" in browser.current_url, "the run's page")
+        wait_until(lambda: find(browser, '#run-head .status[data-status="finished"]'), "the run finishing")
+        assert text_of(browser, "#run-head .status") == "已完成"
+        wait_until(lambda: re.search(r"第 (\d+) / \1 步 · 100%", text_of(browser, "#run-head .progress")),
+                   "its progress in Chinese", browser)
+        assert "检查点" in text_of(browser, "#run-side") and "日志" in text_of(browser, "main")
+        screenshot(browser, "zh-run")
+        browser.set_window_size(390, 844)
+        screenshot(browser, "zh-phone-run")
+        no_sideways_scrolling(browser, "the run page in Chinese")
+        browser.get(base + "/")
+        wait_until(lambda: find(browser, "#runs tr[data-run] .progress"), "the runs list")
+        screenshot(browser, "zh-phone-runs")
+        no_sideways_scrolling(browser, "the runs page in Chinese")
+
+        # the switch: English from then on, whatever the browser asks for
+        find(browser, "#language")[0].click()
+        wait_until(lambda: text_of(browser, "h1") == "Runs", "the runs page in English")
+        browser.get(base + "/launch?task=task.json")
+        wait_until(lambda: find(browser, 'tr[data-key="model.optimization.learning_rate"] th'), "the form")
+        assert browser.find_element("css selector", "html").get_attribute("lang") == "en"
+        assert text_of(browser, 'tr[data-key="model.optimization.learning_rate"] th').splitlines()[0] == "learning rate"
+        find(browser, "#language")[0].click()  # and back
+        wait_until(lambda: text_of(browser, "h1").startswith("启动"), "the launch page in Chinese again")

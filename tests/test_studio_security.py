@@ -345,3 +345,22 @@ def test_the_documented_curl_examples_work(root, monkeypatch, tmp_path):
             run_id = int(launched[0])
             assert server.studio.store.run(run_id)["overrides"] == {"trainer.epoch": 1}
             server.studio.supervisor.stop(run_id)
+
+
+def test_pages_speak_the_language_of_the_switch_else_the_browser(root, monkeypatch):
+    import json
+    import re
+    with serving(root, monkeypatch) as server:
+        client = Client(server.port)
+        for headers, lang, nav in (({"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.8"}, "zh-CN", "运行"),
+                                   ({"Accept-Language": "en-US,en"}, "en", "runs"),
+                                   ({}, "en", "runs"),
+                                   ({"Accept-Language": "zh-CN", "Cookie": "wenxin_studio_lang=en"}, "en", "runs"),
+                                   ({"Accept-Language": "en", "Cookie": "wenxin_studio_lang=zh"}, "zh-CN", "运行")):
+            for path in ("/", "/launch?task=task.json", "/runs/1", "/compare"):
+                status, page, answer = client.request("GET", path, headers=headers)
+                assert status == 200 and f'<html lang="{lang}">' in page, (headers, path)
+                assert f'<a href="/">{nav}</a>' in page and "Accept-Language" in answer["vary"]
+                said = json.loads(re.search(r'<script type="application/json" id="messages">(.*?)</script>', page,
+                                            re.DOTALL).group(1))
+                assert said["nav.runs"] == nav

@@ -24,7 +24,7 @@ import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, WenxinError
-from wenxin.studio import forms, run_files
+from wenxin.studio import forms, i18n, run_files
 from wenxin.inference.http_io import MAX_JSON_DEPTH, json_depth_exceeds
 from wenxin.studio.security import BodyTooLarge
 from wenxin.studio.store import ACTIVE, DEFAULT_BACKOFF, QUEUED, RUNNING, RUNS_DIR, STATE_DIR, Store, database_path
@@ -337,13 +337,17 @@ def display_command(kind: str, task: str, overrides: Dict[str, Any], folder: str
 
 # ---- the web application ----
 PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<html lang="{html_lang}"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title} · wenxin studio</title>
 <link rel="stylesheet" href="/static/uPlot.min.css"><link rel="stylesheet" href="/static/studio.css">
-</head><body data-page="{page}" data-arg="{arg}">
-<header><a class="brand" href="/">wenxin studio</a><nav><a href="/">runs</a> <a href="/launch">launch</a>
-<a href="/compare">compare</a></nav><span class="root" title="the studio's root">{root}</span></header>
-<main id="main"><noscript>The studio's pages need JavaScript.</noscript></main>
+</head><body data-page="{page}" data-arg="{arg}" data-lang="{lang}">
+<header><a class="brand" href="/">wenxin studio</a><nav><a href="/">{nav_runs}</a> <a href="/launch">{nav_launch}</a>
+<a href="/compare">{nav_compare}</a></nav>
+<a id="language" href="#" data-lang="{other_code}" lang="{other_code}">{other}</a>
+<span class="root" title="{root_title}">{root}</span></header>
+<main id="main"><noscript>{noscript}</noscript></main>
+<script type="application/json" id="messages">{messages}</script>
 <script src="/static/uPlot.iife.min.js"></script><script src="/static/studio.js"></script>
 </body></html>
 """
@@ -379,8 +383,18 @@ def forward(port: int, method: str, target: str, headers: Dict[str, str], body: 
         connection.close()
 
 
-def page(title: str, name: str, root: str, arg: str = "") -> str:
-    return PAGE.format(title=html.escape(title), page=name, arg=html.escape(arg), root=html.escape(root))
+def page(title_key: str, name: str, root: str, language: str, arg: str = "", **title_values: object) -> str:
+    """A page's shell in ``language``; its script fills it from the API (with the same messages)."""
+    said = i18n.messages()[language]
+    # inside <script>: no "</" may close it early (JSON allows "\u003c" for "<")
+    embedded = json.dumps(said, ensure_ascii=False).replace("<", "\\u003c")
+    return PAGE.format(title=html.escape(i18n.text(language, title_key, **title_values)), page=name,
+                       arg=html.escape(arg), root=html.escape(root), lang=language,
+                       html_lang=i18n.HTML_LANG[language], nav_runs=html.escape(said["nav.runs"]),
+                       nav_launch=html.escape(said["nav.launch"]), nav_compare=html.escape(said["nav.compare"]),
+                       other=html.escape(said["lang.other"]), other_code=said["lang.other_code"],
+                       root_title=html.escape(said["nav.root"]), noscript=html.escape(said["noscript"]),
+                       messages=embedded)
 
 
 def build_app(studio: Studio) -> Any:
@@ -428,18 +442,26 @@ def build_app(studio: Studio) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, function, *args)
 
     # pages
+    def language_of(request: Request) -> str:
+        return i18n.choose_language(request.cookies.get(i18n.LANGUAGE_COOKIE, ""),
+                                    request.headers.get("accept-language", ""))
+
+    def shell(request: Request, title_key: str, name: str, arg: str = "", **title_values: object) -> HTMLResponse:
+        return HTMLResponse(page(title_key, name, studio.root, language_of(request), arg, **title_values),
+                            headers={"Vary": "Accept-Language, Cookie"})
+
     async def runs_page(request: Request) -> HTMLResponse:
-        return HTMLResponse(page("runs", "runs", studio.root))
+        return shell(request, "title.runs", "runs")
 
     async def launch_page(request: Request) -> HTMLResponse:
-        return HTMLResponse(page("launch", "launch", studio.root, request.query_params.get("task", "")))
+        return shell(request, "title.launch", "launch", request.query_params.get("task", ""))
 
     async def run_page(request: Request) -> HTMLResponse:
-        return HTMLResponse(page(f"run {request.path_params['run_id']}", "run", studio.root,
-                                 request.path_params["run_id"]))
+        run_id = request.path_params["run_id"]
+        return shell(request, "title.run", "run", run_id, id=run_id)
 
     async def compare_page(request: Request) -> HTMLResponse:
-        return HTMLResponse(page("compare", "compare", studio.root, request.query_params.get("ids", "")))
+        return shell(request, "title.compare", "compare", request.query_params.get("ids", ""))
 
     # API
     async def tasks(request: Request) -> Any:

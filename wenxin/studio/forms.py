@@ -26,8 +26,8 @@ from wenxin.config.task_schema import MODEL_BASE, ROOT
 DEFAULT_KEYS = ("model.optimization.learning_rate", "model.optimization.optimizer",
                 "model.optimization.lr_scheduler", "model.optimization.warmup_proportion",
                 "model.optimization.weight_decay", "trainer.epoch", "dataset_reader.train_reader.config.batch_size",
-                "model.is_dygraph", "trainer.eval_step", "trainer.save_model_step", "trainer.hooks",
-                "trainer.visualdl")
+                "model.is_dygraph", "trainer.eval_step", "trainer.save_model_step", "trainer.train_log_step",
+                "trainer.hooks", "trainer.visualdl")
 REGISTERED = {"model.type": RegisterSet.models, "model.optimization.optimizer": RegisterSet.optimizers,
               "model.optimization.lr_scheduler": RegisterSet.lr_schedulers}
 HOOK_KEYS = {"trainer.hooks"}

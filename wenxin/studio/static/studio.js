@@ -3,6 +3,13 @@
 "use strict";
 
 const POLL_MS = 2000;
+// the page's messages in its language (static/messages.json's, put in the page by the server)
+const MESSAGES = JSON.parse((document.getElementById("messages") || {}).textContent || "{}");
+
+function t(key, values) {
+  const template = MESSAGES[key] ?? key;
+  return values ? template.replace(/\{(\w+)\}/g, (m, name) => name in values ? String(values[name]) : m) : template;
+}
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -47,11 +54,11 @@ async function call(method, url, body) {
 function formatTime(seconds) {
   if (seconds === null || seconds === undefined) return "";
   const s = Math.round(seconds), h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
-  return h ? `${h} h ${m} min` : m ? `${m} min ${s % 60} s` : `${s % 60} s`;
+  return h ? t("time.h", {h, m}) : m ? t("time.m", {m, s: s % 60}) : t("time.s", {s: s % 60});
 }
 
 function formatDate(epoch) {
-  return epoch ? new Date(epoch * 1000).toLocaleString() : "";
+  return epoch ? new Date(epoch * 1000).toLocaleString(document.documentElement.lang || undefined) : "";
 }
 
 function formatNumber(value) {
@@ -69,7 +76,7 @@ function message(text, kind) {
 
 function showError(error) { message(String(error.message || error), "error"); }
 
-function badge(status) { return el("span", {class: `status ${status}`, text: status}); }
+function badge(status) { return el("span", {class: `status ${status}`, "data-status": status, text: t(`status.${status}`)}); }
 
 function settingsText(overrides) {
   return Object.entries(overrides || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join("  ");
@@ -80,14 +87,14 @@ async function runsPage(main) {
   const selected = new Set();
   const compare = el("button", {id: "compare", onclick: () => {
     location.href = `/compare?ids=${[...selected].join(",")}`;
-  }}, "compare selected");
+  }}, t("runs.compare"));
   const table = el("table", {id: "runs"});
-  main.append(el("h1", {}, "Runs"), el("p", {}, el("a", {href: "/launch", class: "button"}, "launch a run"), " ",
+  main.append(el("h1", {}, t("runs.title")), el("p", {}, el("a", {href: "/launch", class: "button"}, t("runs.launch")), " ",
     compare), table);
   async function refresh() {
     const data = await call("GET", "/api/runs");
-    fill(table, el("tr", {}, ["", "run", "name", "status", "progress", "restarts", "settings", "best dev",
-      "started"].map(h => el("th", {}, h))));
+    fill(table, el("tr", {}, ["", "run", "name", "status", "progress", "restarts", "settings", "best",
+      "started"].map(h => el("th", {}, h && t(`col.${h}`)))));
     for (const run of data.runs) {
       const box = el("input", {type: "checkbox", checked: selected.has(run.id), onchange: e => {
         e.target.checked ? selected.add(run.id) : selected.delete(run.id);
@@ -97,10 +104,10 @@ async function runsPage(main) {
         el("td", {}, box), el("td", {}, el("a", {href: `/runs/${run.id}`}, `#${run.id}`)),
         el("td", {}, run.name), el("td", {}, badge(run.status), run.cause ? el("div", {class: "cause"}, run.cause) : null),
         el("td", {}, progressOf(run)),
-        el("td", {"data-label": "restarts"}, String(run.restarts)),
+        el("td", {"data-label": t("col.restarts")}, String(run.restarts)),
         el("td", {class: "settings"}, settingsText(run.overrides)),
-        el("td", {"data-label": best ? "best dev" : null}, best),
-        el("td", {"data-label": run.started ? "started" : null}, formatDate(run.started))));
+        el("td", {"data-label": best ? t("col.best") : null}, best),
+        el("td", {"data-label": run.started ? t("col.started") : null}, formatDate(run.started))));
     }
   }
   await poll(refresh);
@@ -148,12 +155,16 @@ async function launchPage(main, task) {
       input = el("input", {type: "text", name: field.key, value: field.value || ""});
     }
     inputs[field.key] = [field, input];
-    return el("tr", {}, el("th", {}, el("label", {}, field.key)), el("td", {}, input),
-      el("td", {class: "help"}, field.help || ""));
+    // a human label in the page's language, the key path beneath it; the help line in that language too
+    const label = MESSAGES[`key.${field.key}`];
+    const help = (document.body.dataset.lang === "en" ? field.help : null) || MESSAGES[`help.${field.key}`] || field.help;
+    return el("tr", {"data-key": field.key}, el("th", {}, el("label", {}, label || field.key),
+      label ? el("div", {class: "key-path"}, field.key) : null), el("td", {}, input),
+      el("td", {class: "help"}, help || ""));
   });
   const name = el("input", {type: "text", id: "run-name",
-    value: source ? `${source.name} (clone)` : task.split("/").pop().replace(/\.(json|ya?ml)$/, "")});
-  const sweep = el("select", {id: "sweep"}, el("option", {value: ""}, "no sweep: one run"),
+    value: source ? t("launch.clone_name", {name: source.name}) : task.split("/").pop().replace(/\.(json|ya?ml)$/, "")});
+  const sweep = el("select", {id: "sweep"}, el("option", {value: ""}, t("launch.no_sweep")),
     files.sweeps.map(s => el("option", {value: s}, s)));
   const command = el("pre", {id: "command", text: form.command});
   const start = el("button", {id: "start", onclick: async () => {
@@ -163,7 +174,7 @@ async function launchPage(main, task) {
         : await call("POST", "/api/runs", {task, name: name.value, sweep: sweep.value, values: values()});
       location.href = `/runs/${run.id}`;
     } catch (e) { showError(e); start.disabled = false; }
-  }}, "start");
+  }}, t("launch.start"));
   function values() {
     const out = {};
     for (const [key, [field, input]] of Object.entries(inputs)) {
@@ -175,24 +186,25 @@ async function launchPage(main, task) {
     }
     return out;
   }
-  main.append(el("h1", {}, source ? `Clone #${source.id} ${source.name}` : `Launch ${task}`), el("table", {class: "form"}, rows),
-    el("p", {}, el("label", {}, "name ", name), " ", el("label", {}, "sweep ", sweep)),
-    el("p", {}, "The task file as it is runs as:"), command, el("p", {}, start));
+  main.append(el("h1", {}, source ? t("launch.clone_title", {id: source.id, name: source.name}) : t("launch.title", {task})),
+    el("table", {class: "form"}, rows),
+    el("p", {}, el("label", {}, t("launch.name"), name), " ", el("label", {}, t("launch.sweep"), sweep)),
+    el("p", {}, t("launch.runs_as")), command, el("p", {}, start));
 }
 
 async function chooseTask(main) {
   const files = await call("GET", "/api/tasks");
-  const list = el("ul", {id: "tasks"}, files.tasks.map(t =>
-    el("li", {}, el("a", {href: `/launch?task=${encodeURIComponent(t)}`}, t))));
+  const list = el("ul", {id: "tasks"}, files.tasks.map(task =>
+    el("li", {}, el("a", {href: `/launch?task=${encodeURIComponent(task)}`}, task))));
   const copy = el("button", {id: "copy-examples", onclick: async () => {
     try {
       const result = await call("POST", "/api/examples", {});
-      message(`copied ${result.written.length} files into examples/`, "ok");
+      message(t("launch.copied", {n: result.written.length}), "ok");
       setTimeout(() => location.reload(), 800);
     } catch (e) { showError(e); }
-  }}, "copy wenxin's examples into the root");
-  main.append(el("h1", {}, "Launch: pick a task file"),
-    files.tasks.length ? list : el("p", {}, "No task files under the root yet."), el("p", {}, copy));
+  }}, t("launch.copy"));
+  main.append(el("h1", {}, t("launch.pick")),
+    files.tasks.length ? list : el("p", {}, t("launch.none")), el("p", {}, copy));
 }
 
 // ---- one run ----
@@ -225,7 +237,7 @@ function progressOf(run) {
   const box = el("div", {class: "progress", "data-run": run.id});
   if (run.status === "restarting" && run.restart_at) {
     const wait = Math.max(0, Math.round(run.restart_at - Date.now() / 1000));
-    box.append(el("span", {class: "wait"}, `restarting in ${wait} s`));
+    box.append(el("span", {class: "wait"}, t("progress.restarting", {s: wait})));
     return box;
   }
   if (run.step === null || run.step === undefined) return box;
@@ -234,10 +246,11 @@ function progressOf(run) {
   if (total) box.append(el("progress", {max: total, value: Math.min(run.step, total)}));
   const elapsed = run.started ? ((run.ended || Date.now() / 1000) - run.started) : null;
   const active = run.status === "running";
-  box.append(el("span", {class: "numbers"}, total ? `step ${run.step} of ${total} · ${percent}%` : `step ${run.step}`,
-    elapsed !== null ? ` · elapsed ${formatTime(elapsed)}` : "",
-    active ? (run.eta_sec !== null && run.eta_sec !== undefined ? ` · ETA ${formatTime(run.eta_sec)}`
-      : " · reloading") : ""));
+  box.append(el("span", {class: "numbers"},
+    total ? t("progress.step_of", {step: run.step, total, percent}) : t("progress.step", {step: run.step}),
+    elapsed !== null ? t("progress.elapsed", {t: formatTime(elapsed)}) : "",
+    active ? (run.eta_sec !== null && run.eta_sec !== undefined ? t("progress.eta", {t: formatTime(run.eta_sec)})
+      : t("progress.reloading")) : ""));
   return box;
 }
 
@@ -280,7 +293,7 @@ class Curves {
       if (!this.charts[title]) {
         const box = el("div", {class: "chart", "data-chart": title});
         this.container.append(box);
-        this.charts[title] = lineChart(box, title, names);
+        this.charts[title] = lineChart(box, t(`chart.${title}`), title === "dev" ? names : [t(`chart.${title}`)]);
       }
       this.charts[title].setData([x.slice(), ...ys.map(y => y.slice())]);
       this.charts[title].root.parentNode.dataset.points = String(x.length);  // what the browser test watches grow
@@ -295,7 +308,7 @@ async function runPage(main, runId) {
   const side = el("div", {id: "run-side"});
   const log = el("pre", {id: "log"});
   const tryBox = el("div", {id: "try"});
-  main.append(head, actions, charts, side, el("h2", {}, "Log"), log, tryBox);
+  main.append(head, actions, charts, side, el("h2", {}, t("run.log")), log, tryBox);
   const curves = new Curves(charts);
   let offset = 0, lastStatus = null, lastHead = "", lastSide = "";
   async function refresh() {
@@ -323,9 +336,9 @@ async function runPage(main, runId) {
 function renderHead(head, run) {
   fill(head, el("h1", {}, `#${run.id} ${run.name} `, badge(run.status)),
     run.cause ? el("p", {class: "cause"}, run.cause) : null,
-    el("p", {}, `task ${run.task_path}`, run.sweep_path ? ` · sweep ${run.sweep_path}` : "",
-      ` · restarts ${run.restarts} of ${run.restart_budget}`,
-      run.best ? ` · best dev ${run.best.metric} ${formatNumber(run.best.value)} (step ${run.best.step})` : ""),
+    el("p", {}, t("run.task", {task: run.task_path}), run.sweep_path ? t("run.sweep", {sweep: run.sweep_path}) : "",
+      t("run.restarts", {n: run.restarts, budget: run.restart_budget}),
+      run.best ? t("run.best", {metric: run.best.metric, value: formatNumber(run.best.value), step: run.best.step}) : ""),
     progressOf(run),
     el("pre", {class: "command", text: run.command}));
 }
@@ -336,12 +349,12 @@ function renderActions(actions, run) {
   }}, label);
   const active = ["running", "restarting", "queued"].includes(run.status);
   fill(actions,
-    active ? act("stop", "stop", async () => { await call("POST", `/api/runs/${run.id}/stop`); message("stop asked", "ok"); })
-      : act("resume", "resume", async () => { await call("POST", `/api/runs/${run.id}/resume`); message("queued", "ok"); }),
+    active ? act(t("action.stop"), "stop", async () => { await call("POST", `/api/runs/${run.id}/stop`); message(t("action.stop_asked"), "ok"); })
+      : act(t("action.resume"), "resume", async () => { await call("POST", `/api/runs/${run.id}/resume`); message(t("action.queued"), "ok"); }),
     " ", el("a", {class: "button", id: "clone", href: `/launch?task=${encodeURIComponent(run.task_path)}&clone=${run.id}`},
-      "clone with changed values"),
-    " ", active ? null : act("delete", "delete", async () => {
-      const typed = prompt(`Delete run #${run.id} and its folder? Type its name (${run.name}) to confirm.`);
+      t("action.clone")),
+    " ", active ? null : act(t("action.delete"), "delete", async () => {
+      const typed = prompt(t("action.delete_prompt", {id: run.id, name: run.name}));
       if (typed === null) return;
       await call("POST", `/api/runs/${run.id}/delete`, {confirm: typed});
       location.href = "/";
@@ -352,38 +365,39 @@ function renderSide(side, run) {
   const checkpoints = (run.checkpoints.checkpoints || []).map(c => el("tr", {}, el("td", {}, c.name),
     el("td", {}, c.kind), el("td", {}, String(c.step ?? "")), el("td", {}, formatNumber(c.metric))));
   const events = run.events.map(e => el("li", {class: `event ${e.kind}`}, `${formatDate(e.time)} · ${e.kind}: ${e.message}`));
-  const trackers = run.trackers.map(t => el("li", {class: "tracker"}, `${t.name}: `,
-    t.url && /^(https?:\/\/|\/view\/)/.test(t.url)
-      ? el("a", {href: t.url, target: "_blank", rel: "noopener"}, t.url.startsWith("/view/") ? "open" : t.url)
-      : el("code", {}, t.open),
-    t.url && t.url.startsWith("/view/") ? el("code", {class: "command"}, ` ${t.open}`) : null));
+  const trackers = run.trackers.map(tracker => el("li", {class: "tracker"}, `${tracker.name}: `,
+    tracker.url && /^(https?:\/\/|\/view\/)/.test(tracker.url)
+      ? el("a", {href: tracker.url, target: "_blank", rel: "noopener"}, tracker.url.startsWith("/view/") ? t("side.open") : tracker.url)
+      : el("code", {}, tracker.open),
+    tracker.url && tracker.url.startsWith("/view/") ? el("code", {class: "command"}, ` ${tracker.open}`) : null));
   fill(side,
-    el("h2", {}, "Checkpoints"), el("table", {id: "checkpoints"}, el("tr", {}, ["name", "kind", "step",
-      run.checkpoints.metric || "metric"].map(h => el("th", {}, h))), checkpoints),
-    el("h2", {}, "Events"), el("ul", {id: "events"}, events),
-    trackers.length ? el("h2", {}, "Trackers") : null, trackers.length ? el("ul", {}, trackers) : null,
+    el("h2", {}, t("side.checkpoints")), el("div", {class: "table-box"}, el("table", {id: "checkpoints"},
+      el("tr", {}, [t("col.name"), t("col.kind"), t("col.step"), run.checkpoints.metric || t("col.metric")]
+        .map(h => el("th", {}, h))), checkpoints)),
+    el("h2", {}, t("side.events")), el("ul", {id: "events"}, events),
+    trackers.length ? el("h2", {}, t("side.trackers")) : null, trackers.length ? el("ul", {}, trackers) : null,
     run.sweep ? sweepTable(run.sweep) : null);
 }
 
 function sweepTable(sweep) {
   const keys = Object.keys((sweep.trials[0] || {}).values || {});
-  return el("div", {}, el("h2", {}, "Sweep trials"), el("table", {id: "sweep-trials"},
-    el("tr", {}, ["trial", "status", ...keys, "metric"].map(h => el("th", {}, h))),
-    sweep.trials.map(t => el("tr", {}, el("td", {}, String(t.trial)), el("td", {}, t.status),
-      keys.map(k => el("td", {}, formatNumber(t.values[k]))), el("td", {}, formatNumber(t.metric))))));
+  return el("div", {class: "table-box"}, el("h2", {}, t("sweep.title")), el("table", {id: "sweep-trials"},
+    el("tr", {}, [t("col.trial"), t("col.status"), ...keys, t("col.metric")].map(h => el("th", {}, h))),
+    sweep.trials.map(trial => el("tr", {}, el("td", {}, String(trial.trial)), el("td", {}, trial.status),
+      keys.map(k => el("td", {}, formatNumber(trial.values[k]))), el("td", {}, formatNumber(trial.metric))))));
 }
 
 function renderTry(box, runId) {
   box.dataset.ready = "1";
-  const input = el("textarea", {id: "try-text", rows: 3, placeholder: "one text a line (a pair: tab between)"});
+  const input = el("textarea", {id: "try-text", rows: 3, placeholder: t("try.placeholder")});
   const output = el("pre", {id: "try-output"});
-  box.append(el("h2", {}, "Try the exported model"), input, el("p", {}, el("button", {id: "try-run", onclick: async () => {
+  box.append(el("h2", {}, t("try.title")), input, el("p", {}, el("button", {id: "try-run", onclick: async () => {
     try {
-      const texts = input.value.split("\n").filter(t => t.trim());
+      const texts = input.value.split("\n").filter(line => line.trim());
       const result = await call("POST", `/api/runs/${runId}/predict`, {texts});
       output.textContent = result.predictions.map((p, i) => `${texts[i]}\t${JSON.stringify(p)}`).join("\n");
     } catch (e) { output.textContent = String(e.message || e); }
-  }}, "predict")), output);
+  }}, t("try.predict"))), output);
 }
 
 // ---- compare ----
@@ -401,8 +415,8 @@ async function comparePage(main, ids) {
   const settings = el("table", {id: "compare-settings"});
   const summary = el("div", {class: "table-box"});
   const allKeys = el("input", {type: "checkbox", id: "compare-all-keys", onchange: () => draw()});
-  main.append(el("h1", {}, "Compare runs"), picker, summary, el("p", {}, "curve ", metricChoice), chartBox,
-    el("h2", {}, "Settings"), el("p", {}, el("label", {}, allKeys, " every key, not only those that differ")),
+  main.append(el("h1", {}, t("compare.title")), picker, summary, el("p", {}, t("compare.curve"), metricChoice), chartBox,
+    el("h2", {}, t("compare.settings")), el("p", {}, el("label", {}, allKeys, t("compare.all_keys"))),
     el("div", {class: "table-box"}, settings));
   const cache = {};
   async function recordsOf(id) {
@@ -435,11 +449,11 @@ async function comparePage(main, ids) {
       return {k, values, differs: new Set(values).size > 1};
     });
     const shown = allKeys.checked ? rows : rows.filter(r => r.differs);
-    fill(settings, el("tr", {}, el("th", {}, "setting"), runs.map(r => el("th", {}, `#${r.id} ${r.name}`))),
+    fill(settings, el("tr", {}, el("th", {}, t("compare.setting")), runs.map(r => el("th", {}, `#${r.id} ${r.name}`))),
       ...shown.map(({k, values, differs}) => el("tr", {class: differs ? "differs" : null},
         el("td", {class: "key"}, k.split(".").flatMap((part, i) => i ? [el("wbr"), `.${part}`] : [part])),
         values.map(v => el("td", {class: "value"}, v ?? "")))),
-      shown.length ? null : el("tr", {}, el("td", {colspan: runs.length + 1}, "no setting differs")));
+      shown.length ? null : el("tr", {}, el("td", {colspan: runs.length + 1}, t("compare.none_differs"))));
   }
   await draw();
 }
@@ -457,8 +471,8 @@ function metricsText(record) {
 
 function runSummaryTable(details, records) {
   // each run's outcome on top: best and final dev, test, wall time and speed
-  const head = ["run", "status", "progress", "best dev", "final dev", "test", "wall time", "steps/s"];
-  return el("table", {id: "compare-summary"}, el("tr", {}, head.map(h => el("th", {}, h))),
+  const head = ["run", "status", "progress", "best", "final_dev", "test", "wall", "speed"];
+  return el("table", {id: "compare-summary"}, el("tr", {}, head.map(h => el("th", {}, t(`col.${h}`)))),
     details.map((run, i) => {
       const train = lastRecord(records[i], "train");
       const wall = run.started ? (run.ended || Date.now() / 1000) - run.started : null;
@@ -482,6 +496,12 @@ function flatten(value, prefix, out) {
 window.addEventListener("DOMContentLoaded", async () => {
   const main = document.getElementById("main");
   const {page, arg} = document.body.dataset;
+  const switcher = document.getElementById("language");
+  if (switcher) switcher.addEventListener("click", event => {  // the choice sticks: a cookie the server reads
+    event.preventDefault();
+    document.cookie = `wenxin_studio_lang=${switcher.dataset.lang}; Path=/; SameSite=Strict; Max-Age=31536000`;
+    location.reload();
+  });
   fill(main, el("div", {id: "message"}));
   try {
     if (page === "runs") await runsPage(main);

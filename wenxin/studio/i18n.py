@@ -1,0 +1,58 @@
+"""The studio's languages: English and Chinese. Every string of the pages lives in
+``static/messages.json`` (one object a language, the same keys in each); the page is served in
+the language of its ``wenxin_studio_lang`` cookie (set by the page's switch), else the first of
+the browser's ``Accept-Language`` it has, else English."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Dict, List, Tuple
+
+LANGUAGES = ("en", "zh")
+DEFAULT_LANGUAGE = "en"
+LANGUAGE_COOKIE = "wenxin_studio_lang"
+HTML_LANG = {"en": "en", "zh": "zh-CN"}
+MESSAGES_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static", "messages.json")
+
+
+@functools.lru_cache(maxsize=1)
+def messages() -> Dict[str, Dict[str, str]]:
+    """Every language's messages: ``{"en": {key: text}, "zh": {...}}``."""
+    with open(MESSAGES_PATH, encoding="utf-8") as f:
+        loaded: Dict[str, Dict[str, str]] = json.load(f)
+    return loaded
+
+
+def _ranked(accept_language: str) -> List[Tuple[float, int, str]]:
+    """``Accept-Language``'s languages by preference (its q values, then its order)."""
+    ranked = []
+    for order, part in enumerate(accept_language.split(",")[:32]):  # a header of hundreds is no preference list
+        tag, _, params = part.strip().partition(";")
+        quality = 1.0
+        if params.strip().startswith("q="):
+            try:
+                quality = float(params.strip()[2:])
+            except ValueError:
+                quality = 0.0
+        if tag and 0 < quality <= 1:
+            ranked.append((-quality, order, tag.strip().lower()))
+    return sorted(ranked)
+
+
+def choose_language(cookie: str, accept_language: str) -> str:
+    """The page's language: the cookie's when it names one of ours, else the browser's first
+    choice among ours (``zh``, ``zh-CN``, ``zh-TW`` all read Chinese), else English."""
+    if cookie in LANGUAGES:
+        return cookie
+    for _, _, tag in _ranked(accept_language):
+        primary = tag.split("-")[0]
+        if primary in LANGUAGES:
+            return primary
+    return DEFAULT_LANGUAGE
+
+
+def text(language: str, key: str, **values: object) -> str:
+    """One message in ``language`` with its ``{name}`` places filled."""
+    template = messages()[language][key]
+    return template.format(**values) if values else template
