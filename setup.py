@@ -37,12 +37,12 @@ MAPPED_PACKAGES = mapped_packages()
 DATA_PACKAGES = [p for p in MAPPED_PACKAGES if p.startswith("wenxin.tasks.") and p.count(".") > 2]
 
 setup(
-    # wenxin.studio.static: the studio's script, styles and vendored uPlot (MIT), a data package
+    # wenxin.studio.static: the studio's script, styles, messages (both languages), vendored uPlot (MIT): data
     packages=find_packages(include=["wenxin", "wenxin.*"]) + list(MAPPED_PACKAGES) + ["wenxin.studio.static"],
     package_dir=MAPPED_PACKAGES,
     package_data={**{p: list(DATA_FILES) for p in DATA_PACKAGES}, "wenxin.examples": ["*.json", "*.py", "*.yaml"],
                   # PEP 561: wenxin's type hints are for its users' type checkers too (the C kernel's too)
                   "wenxin": ["py.typed"], "wenxin.data": ["_char_ids_native.pyi"],
-                  "wenxin.studio.static": ["*.js", "*.css", "*.LICENSE"]},
+                  "wenxin.studio.static": ["*.js", "*.css", "*.json", "*.LICENSE"]},
     ext_modules=[Extension("wenxin.data._char_ids_native", ["wenxin/data/_char_ids_native.c"], optional=True)],
 )
