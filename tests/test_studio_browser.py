@@ -107,14 +107,27 @@ def test_launch_watch_try_clone_compare_and_delete_in_a_browser(tmp_path, monkey
         browser.get(base + "/")
         wait_until(lambda: text_of(browser, "h1") == "Runs", "the runs page")
         find(browser, "a.button")[0].click()  # "launch a run"
-        wait_until(lambda: find(browser, "#tasks a"), "the task list")
+        wait_until(lambda: find(browser, '#tasks li[data-ready="yes"]'), "the task list, ready to run")
         find(browser, "#tasks a")[0].click()
         rate = wait_until(lambda: find(browser, 'input[name="model.optimization.learning_rate"]'), "the form")[0]
-        screenshot(browser, "launch")
         assert rate.get_attribute("value") == "0.01"  # the task file's value
         assert "wenxin train --param_path task.json" in text_of(browser, "#command")
         rate.clear()
+        rate.send_keys("-1")  # the error shows beside its field, and start waits for a value that loads
+        error = '[data-error-for="model.optimization.learning_rate"]'
+        wait_until(lambda: "model.optimization.learning_rate" in text_of(browser, error), "the error by its field")
+        assert not find(browser, "#start")[0].is_enabled()
+        rate.clear()
         rate.send_keys("0.02")
+        wait_until(lambda: "--set model.optimization.learning_rate=0.02" in text_of(browser, "#command"),
+                   "the command with the edited value")
+        assert text_of(browser, error) == "" and find(browser, "#start")[0].is_enabled()
+        find(browser, "#preview-data")[0].click()
+        wait_until(lambda: find(browser, '#preview .reader-preview[data-reader="train_reader"] .bar'),
+                   "the data preview's label bars", browser)
+        assert "train_reader: 240 examples" in text_of(browser, "#preview")
+        browser.execute_script("document.getElementById('command').scrollIntoView()")
+        screenshot(browser, "launch")
         name = find(browser, "#run-name")[0]
         name.clear()
         name.send_keys("first")

@@ -253,6 +253,16 @@ def inspect_task(param_path: str, overrides: Sequence[str] = (), samples: int = 
     return report
 
 
+def inspect_readers(config: Dict[str, Any], samples: int = 3) -> List[Dict[str, Any]]:
+    """Each reader's report (as ``wenxin inspect`` shows it) for a loaded task config, without
+    building its model: what wenxin studio's data preview shows."""
+    from wenxin.data.dataset_reader import build_readers
+    from wenxin.runner import resolve_classes
+    scope, _, _ = resolve_classes(config)
+    readers = build_readers(config["dataset_reader"], scope)
+    return [inspect_reader(reader, name, samples, config["trainer"]["seed"]) for name, reader in readers.items()]
+
+
 def _number(n: float) -> str:
     for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(n) >= size:

@@ -262,6 +262,7 @@ TRAINER: Schema = {
 }
 
 STUDIO: Schema = {
+    "description": Key(str, "", doc="one line wenxin studio lists the task file with"),
     "form": Key(list, [], items=Key(str, non_empty=True),
                 doc="the key paths wenxin studio's launch form shows for this task file (default: learning rate, "
                     "optimizer, schedule, epochs, batch size, graph mode, evaluation and save steps, hooks)"),

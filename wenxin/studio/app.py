@@ -24,7 +24,7 @@ import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, WenxinError
-from wenxin.studio import forms, i18n, run_files
+from wenxin.studio import forms, i18n, readiness, run_files
 from wenxin.inference.http_io import MAX_JSON_DEPTH, json_depth_exceeds
 from wenxin.studio.security import BodyTooLarge
 from wenxin.studio.store import ACTIVE, DEFAULT_BACKOFF, QUEUED, RUNNING, RUNS_DIR, STATE_DIR, Store, database_path
@@ -32,6 +32,7 @@ from wenxin.studio.supervisor import Supervisor
 from wenxin.studio.viewers import VIEWER_KINDS, ViewerError, ViewerPool, installed, view_prefix
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+PREPARE = "prepare"  # a run's kind: a preparation script, run as a job (train and sweep are the others)
 SKIPPED_DIRS = {RUNS_DIR, STATE_DIR, "output", "node_modules", "site-packages", "__pycache__", "venv", ".venv",
                 "data", "vocab", "checkpoints", "dict"}
 MAX_LISTED_FILES = 500
@@ -178,6 +179,80 @@ class Studio:
         return {"id": run_id, "command": display_command(kind, os.path.relpath(path, self.root), overrides,
                                                           folder, os.path.relpath(sweep_path, self.root)
                                                           if sweep_path else "")}
+
+    # ---- what can run, and preparing what cannot ----
+    def task_status(self) -> Dict[str, Dict[str, Any]]:
+        """For each task file: whether it loads as it is (``ready``), its problems, the inputs
+        missing, the preparation script that makes them, and a one-line description."""
+        from wenxin.config.loader import load_config
+        from wenxin.config.task_check import resolve_task
+        scripts = list(readiness.preparation_scripts(self.root, SKIPPED_DIRS))
+        status: Dict[str, Dict[str, Any]] = {}
+        for rel in self.list_files()["tasks"]:
+            path = os.path.join(self.root, rel)
+            problems: List[str] = []
+            try:
+                resolve_task(load_config(path, []))
+            except WenxinError as e:
+                problems = list(e.problems)
+            missing = readiness.missing_inputs(problems)
+            status[rel] = {"ready": not problems, "problems": problems[:8], "missing": missing,
+                           "prepare": readiness.script_for(self.root, missing, scripts) if missing else None,
+                           "description": readiness.describe(self._parse(path))}
+        return status
+
+    def prepare(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        """Run a preparation script (``prepare_*.py`` under the root) as a job the studio watches."""
+        script = self.file_under_root(body.get("script"), "script")
+        rel = os.path.relpath(script, self.root)
+        if not readiness.SCRIPT_PATTERN.match(os.path.basename(script)):
+            raise StudioError(400, f"script: {rel!r} is not a preparation script (prepare_*.py)")
+        name = os.path.splitext(os.path.basename(script))[0]
+        run_id = self.store.add_run(name=name, kind=PREPARE, task_path=rel, sweep_path="", overrides={},
+                                    command=[], folder="", restart_budget=0, restart_backoff=[0])
+        folder = os.path.join(RUNS_DIR, f"{run_id:04d}-{slug(name)}")
+        self.store.set_folder_and_command(run_id, folder, [sys.executable, script])
+        self.supervisor.wake()
+        return {"id": run_id, "command": display_command(PREPARE, rel, {}, folder)}
+
+    def preview(self, rel: Any) -> Dict[str, Any]:
+        """The task's data at a glance, as ``wenxin inspect`` shows it: each reader's examples,
+        first rows, label counts and token lengths."""
+        from wenxin.inspection import inspect_readers
+        path = self.task_path(rel)
+        config, _, _ = self._load(path, [])
+        try:
+            return {"task": os.path.relpath(path, self.root), "readers": inspect_readers(config, samples=5)}
+        except WenxinError as e:
+            raise StudioError(400, str(e)) from None
+
+    def check_values(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        """The command a form's values would run, and each value's problem by its key (the page
+        shows it beside the field) while the values are being edited."""
+        path = self.task_path(body.get("task"))
+        values = body.get("values", {})
+        if not isinstance(values, dict):
+            raise StudioError(400, "values: expected an object of key path -> value")
+        config, model_schema, scope = self._load(path, [])
+        fields = forms.form_fields(config, model_schema, scope)
+        errors: Dict[str, str] = {}
+        overrides: Dict[str, Any] = {}
+        for key, value in values.items():
+            try:
+                overrides.update(forms.overrides_from_form(fields, {key: value}, self.root))
+            except ConfigError as e:
+                errors[key] = str(e)
+        if not errors:
+            from wenxin.config.loader import load_config
+            from wenxin.config.task_check import resolve_task
+            try:
+                resolve_task(load_config(path, [override_text(k, v) for k, v in overrides.items()]))
+            except WenxinError as e:
+                for problem in e.problems:
+                    key = problem.split(":", 1)[0].strip()
+                    errors.setdefault(key if key in values else "", problem)
+        return {"command": display_command("train", os.path.relpath(path, self.root), overrides, ""),
+                "errors": errors}
 
     # ---- watching ----
     def run_or_404(self, run_id: int) -> Dict[str, Any]:
@@ -332,6 +407,8 @@ def run_command(kind: str, task: str, overrides: Dict[str, Any], folder: str, sw
 
 def display_command(kind: str, task: str, overrides: Dict[str, Any], folder: str, sweep: str = "") -> str:
     """The command line a user types for the same run (run from the root)."""
+    if kind == PREPARE:
+        return f"python {shlex.quote(task)}"
     return " ".join(shlex.quote(word) for word in ["wenxin", *command_words(kind, task, overrides, folder, sweep)])
 
 
@@ -470,6 +547,18 @@ def build_app(studio: Studio) -> Any:
     async def form(request: Request) -> Any:
         return await in_thread(studio.form, request.query_params.get("task"))
 
+    async def task_status(request: Request) -> Any:
+        return {"status": await in_thread(studio.task_status)}
+
+    async def preview(request: Request) -> Any:
+        return await in_thread(studio.preview, request.query_params.get("task"))
+
+    async def check_values(request: Request) -> Any:
+        return await in_thread(studio.check_values, await body_of(request))
+
+    async def prepare(request: Request) -> Any:
+        return await in_thread(studio.prepare, await body_of(request))
+
     async def launch(request: Request) -> Any:
         body = await body_of(request)
         return await in_thread(studio.launch, body)
@@ -567,6 +656,9 @@ def build_app(studio: Studio) -> Any:
         Route("/", runs_page), Route("/launch", launch_page), Route("/runs/{run_id}", run_page),
         Route("/compare", compare_page),
         Route("/api/tasks", api(tasks)), Route("/api/form", api(form)),
+        Route("/api/tasks/status", api(task_status)), Route("/api/preview", api(preview)),
+        Route("/api/command", api(check_values), methods=["POST"]),
+        Route("/api/prepare", api(prepare), methods=["POST"]),
         Route("/api/runs", api(runs), methods=["GET"]), Route("/api/runs", api(launch), methods=["POST"]),
         Route("/api/runs/{run_id}", api(run)), Route("/api/runs/{run_id}/metrics", api(metrics)),
         Route("/api/runs/{run_id}/log", api(log)),
