@@ -265,7 +265,7 @@ STUDIO: Schema = {
     "description": Key(str, "", doc="one line wenxin studio lists the task file with"),
     "form": Key(list, [], items=Key(str, non_empty=True),
                 doc="the key paths wenxin studio's launch form shows for this task file (default: learning rate, "
-                    "optimizer, schedule, epochs, batch size, graph mode, evaluation and save steps, hooks)"),
+                    "optimizer, schedule, epochs, batch size, graph mode, evaluation, save and logging steps, hooks)"),
 }
 
 ROOT: Schema = {
