@@ -272,3 +272,62 @@ def test_wenxin_predict_stream_on_a_classifier_is_one_error(tmp_path, exported_c
     proc = run_script(tmp_path, ["predict", "--model_dir", exported_classifier, "--stream", "--text", "很好"],
                       script="wenxin/cli.py")
     assert proc.returncode != 0 and "--stream: this model does not generate" in proc.stderr
+
+
+def studio_run_with_export(root, export):
+    """A finished studio run whose best checkpoint holds ``export`` (as a training run leaves it)."""
+    import shutil
+
+    from wenxin.studio.store import Store, database_path
+    store = Store(database_path(root))
+    run_id = store.add_run(name="chat", kind="train", task_path="task.json", sweep_path="", overrides={},
+                           command=[], folder="", restart_budget=0)
+    folder = os.path.join(root, "studio_runs", "0001-chat")
+    checkpoints = os.path.join(folder, "output", "checkpoints")
+    shutil.copytree(export, os.path.join(checkpoints, "best", "inference"))
+    with open(os.path.join(checkpoints, "index.json"), "w", encoding="utf-8") as f:
+        json.dump({"checkpoints": [{"name": "best", "kind": "best", "step": 80, "resumable": False}]}, f)
+    store.set_folder_and_command(run_id, "studio_runs/0001-chat", [])
+    store.update(run_id, "finished", status="finished")
+    return run_id
+
+
+def test_the_studio_chats_with_a_chat_run_streaming_its_answer_on_the_servers_decoder(tmp_path, monkeypatch,
+                                                                                       chat_export):
+    pytest.importorskip("starlette")
+    import threading
+
+    from studio_helpers import Client, serving
+    from wenxin.studio.trying import ModelShelf
+    root = str(tmp_path / "root")
+    os.makedirs(root)
+    run_id = studio_run_with_export(root, chat_export)
+    with serving(root, monkeypatch) as server:
+        client = Client(server.port)
+        client.get("/")
+        run = client.get(f"/api/runs/{run_id}")
+        assert run["export_kind"] == {"generates": True, "chat": True} and run["exports"][0]["name"] == "best"
+        for question, answer in QA[:2]:
+            status, text, headers = client.request("POST", f"/api/runs/{run_id}/chat", {
+                "messages": [{"role": "system", "content": "你好"}, {"role": "user", "content": "hi"},
+                             {"role": "assistant", "content": "hello"}, {"role": "user", "content": question}]
+                if question == QA[0][0] else [{"role": "user", "content": question}],
+                "temperature": 0, "max_tokens": 60})
+            assert status == 200 and headers["content-type"].startswith("text/event-stream")
+            events = [json.loads(line[6:]) for line in text.split("\n\n") if line.startswith("data: ")]
+            pieces = [e["text"] for e in events if "text" in e]
+            assert len(pieces) > 1 and events[-1]["done"]["tokens"] > 1  # streamed, piece by piece
+            if question != QA[0][0]:  # alone, the memorized answer (the first has turns before it)
+                assert "".join(pieces) == answer == events[-1]["done"]["text"]
+        status, text, _ = client.request("POST", f"/api/runs/{run_id}/chat", {
+            "messages": [{"role": "user", "content": "x"}], "temperature": 5})
+        events = [json.loads(line[6:]) for line in text.split("\n\n") if line.startswith("data: ")]
+        assert events == [{"error": events[0]["error"]}] and "temperature" in events[0]["error"]
+    # the page's stop: the decoding ends at its next step
+    shelf = ModelShelf()
+    said = []
+    stopped = threading.Event()
+    stopped.set()
+    shelf.chat(chat_export, {"messages": [{"role": "user", "content": QA[0][0]}]}, said.append, stopped).result()
+    assert said == [{"done": {"stopped_by_reader": True}}]
+    shelf.close()

@@ -82,6 +82,16 @@ def test_launch_from_the_form_then_watch_clone_and_delete(root, monkeypatch):
         # try the exported model, as `wenxin predict` would
         predicted = client.post(f"/api/runs/{run_id}/predict", {"texts": ["好棒赞的书", "太差了"]})
         assert len(predicted["predictions"]) == 2 and predicted["predictions"][0]["label"] in ("0", "1", 0, 1)
+        exports = run["exports"]
+        assert exports[0]["kind"] == "best" and predicted["checkpoint"] == exports[0]  # the best answers first
+        assert predicted["label_names"] == ["0", "1"] and len(predicted["predictions"][0]["probs"]) == 2
+        assert run["export_kind"] == {"generates": False, "chat": False}
+        other = exports[-1]["name"]  # a choice of checkpoint
+        again = client.post(f"/api/runs/{run_id}/predict", {"texts": ["好棒赞的书"], "checkpoint": other})
+        assert again["checkpoint"]["name"] == other and other in again["model_dir"]
+        status, answer, _ = client.request("POST", f"/api/runs/{run_id}/predict", {"texts": ["x"],
+                                                                                 "checkpoint": "../../etc"})
+        assert status == 400 and "has no export" in answer["error"]
 
         # clone with a changed value: the clone keeps the source's other overrides
         clone = client.post(f"/api/runs/{run_id}/clone", {"values": {"model.optimization.learning_rate": 0.05,

@@ -147,7 +147,11 @@ def test_launch_watch_try_clone_compare_and_delete_in_a_browser(tmp_path, monkey
         box = wait_until(lambda: find(browser, "#try-text"), "the try box")[0]
         box.send_keys("好棒赞的书")
         find(browser, "#try-run")[0].click()
-        wait_until(lambda: "label" in text_of(browser, "#try-output"), "a prediction")
+        wait_until(lambda: find(browser, "#try-output .prediction .bar"), "a prediction with probability bars",
+                   browser)
+        assert text_of(browser, "#try-answered-by").startswith("answered by best (")  # the best checkpoint's
+        assert len(find(browser, "#try-checkpoint option")) >= 1
+        browser.execute_script("document.getElementById('try').scrollIntoView()")
         screenshot(browser, "run")
 
         # clone with a changed value
@@ -339,3 +343,37 @@ def test_the_journey_in_chinese_at_both_widths_and_a_switch_to_english_that_stic
         assert text_of(browser, 'tr[data-key="model.optimization.learning_rate"] th').splitlines()[0] == "learning rate"
         find(browser, "#language")[0].click()  # and back
         wait_until(lambda: text_of(browser, "h1").startswith("启动"), "the launch page in Chinese again")
+
+
+def test_chat_with_a_chat_run_in_a_browser_streamed_with_sampling_settings(tmp_path, monkeypatch, chinese_browser,
+                                                                           screenshot):
+    pytest.importorskip("sentencepiece")
+    from test_chat_generate import QA, memorizing_config, studio_run_with_export
+
+    from conftest import build
+    trainer = build(memorizing_config(tmp_path, "dynamic", True), tmp_path)
+    trainer.do_train()
+    export = trainer.export_inference(str(tmp_path / "export"))
+    browser = chinese_browser
+    root = str(tmp_path / "root")
+    os.makedirs(root)
+    run_id = studio_run_with_export(root, export)
+    with serving(root, monkeypatch) as server:
+        browser.get(f"http://localhost:{server.port}/runs/{run_id}")
+        box = wait_until(lambda: find(browser, "#chat-input"), "the chat box")[0]
+        assert "与模型对话" in text_of(browser, "#try")
+        for turn, (question, _) in enumerate((QA[2], QA[0]), start=1):  # two turns
+            box.send_keys(question)
+            find(browser, "#chat-send")[0].click()
+            wait_until(lambda turn=turn: len(find(browser, '.turn.assistant[data-done="1"]')) == turn,
+                       "the answer's end", browser)
+        said = [t.text for t in find(browser, ".turn.assistant .said")]
+        assert said[0] == QA[2][1], said  # the memorized answer, streamed into its bubble
+        assert len(find(browser, ".turn.user")) == 2 and len(said) == 2
+        assert not find(browser, ".chart")  # a run without records draws no empty chart
+        browser.execute_script("document.getElementById('try').scrollIntoView()")
+        screenshot(browser, "zh-chat")
+        browser.set_window_size(390, 844)
+        browser.execute_script("document.getElementById('chat-log').scrollIntoView()")
+        screenshot(browser, "zh-phone-chat")
+        no_sideways_scrolling(browser, "the chat page")

@@ -24,7 +24,7 @@ import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, WenxinError
-from wenxin.studio import forms, i18n, readiness, run_files
+from wenxin.studio import forms, i18n, readiness, run_files, trying
 from wenxin.inference.http_io import MAX_JSON_DEPTH, json_depth_exceeds
 from wenxin.studio.security import BodyTooLarge
 from wenxin.studio.store import ACTIVE, DEFAULT_BACKOFF, QUEUED, RUNNING, RUNS_DIR, STATE_DIR, Store, database_path
@@ -61,13 +61,13 @@ class Studio:
         self.supervisor = supervisor
         self.restart_budget = restart_budget
         self.restart_backoff = list(restart_backoff)
-        self._predictors: Dict[str, Any] = {}
-        self._predict_lock = threading.Lock()
+        self.models = trying.ModelShelf()
         self.viewers = ViewerPool(os.path.join(self.root, STATE_DIR))
 
     def close(self) -> None:
         """Stop the viewers and the supervisor (the runs' keepers go on)."""
         self.viewers.close()
+        self.models.close()
         self.supervisor.close()
 
     # ---- task and sweep files ----
@@ -286,9 +286,11 @@ class Studio:
     def details(self, run_id: int) -> Dict[str, Any]:
         run = self.run_or_404(run_id)
         folder = self.folder(run)
+        exports = trying.exports(folder)
         return {**self.summary(run), "events": self.store.events(run_id),
                 "checkpoints": run_files.checkpoints(folder), "trackers": self.trackers(run_id, folder),
-                "exported": run_files.exported_model(folder) is not None,
+                "exported": bool(exports), "exports": exports,
+                "export_kind": trying.export_kind(os.path.join(folder, exports[0]["path"])) if exports else None,
                 "sweep": run_files.sweep_table(folder, self._sweep_output(run)) if run["kind"] == "sweep" else None,
                 "config": (run_files.resolved_config(folder) or {})}
 
@@ -346,30 +348,33 @@ class Studio:
             shutil.rmtree(real)
         self.store.delete(run_id)
 
-    def predict(self, run_id: int, texts: Any) -> Dict[str, Any]:
+    def chosen_export(self, run_id: int, checkpoint: Any) -> Tuple[str, Dict[str, Any]]:
+        """The folder of the export to try: the named checkpoint's, else the first (the best)."""
         run = self.run_or_404(run_id)
+        found = trying.exports(self.folder(run))
+        if not found:
+            raise StudioError(409, f"run {run_id} has no exported model yet (trainer.save_inference)")
+        if checkpoint in (None, ""):
+            chosen = found[0]
+        else:
+            named = [e for e in found if e["name"] == checkpoint]
+            if not named:
+                raise StudioError(400, f"checkpoint: {str(checkpoint)[:80]!r} has no export (these do: "
+                                       f"{', '.join(e['name'] for e in found)})")
+            chosen = named[0]
+        return os.path.join(self.folder(run), chosen["path"]), chosen
+
+    def predict(self, run_id: int, texts: Any, checkpoint: Any = None) -> Dict[str, Any]:
         if not isinstance(texts, list) or not texts or len(texts) > MAX_TEXTS \
                 or not all(isinstance(t, str) and 0 < len(t) <= MAX_TEXT_CHARS for t in texts):
             raise StudioError(400, f"texts: a list of 1 to {MAX_TEXTS} texts of 1 to {MAX_TEXT_CHARS} characters")
-        model_dir = run_files.exported_model(self.folder(run))
-        if model_dir is None:
-            raise StudioError(409, f"run {run_id} has no exported model yet (trainer.save_inference)")
-        from wenxin.inference.predictor import Predictor
-        with self._predict_lock:
-            stamp = f"{model_dir}:{os.path.getmtime(os.path.join(model_dir, 'preprocess.json'))}"
-            predictor = self._predictors.get(stamp)
-            if predictor is None:
-                try:
-                    predictor = Predictor(model_dir, num_threads=1)
-                except WenxinError as e:
-                    raise StudioError(409, str(e)) from None
-                self._predictors = {stamp: predictor}  # one model in memory at a time
-            try:  # a text's tab-separated parts are the model's columns (a matching pair: two)
-                results = predictor.predict([text.split("\t") for text in texts])
-            except WenxinError as e:
-                raise StudioError(400, str(e)) from None
-        plain = json.loads(json.dumps(results, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
-        return {"model_dir": os.path.relpath(model_dir, self.root), "predictions": plain}
+        model_dir, chosen = self.chosen_export(run_id, checkpoint)
+        try:  # a text's tab-separated parts are the model's columns (a matching pair: two)
+            answered = self.models.predict(model_dir, [text.split("\t") for text in texts])
+        except WenxinError as e:
+            raise StudioError(400, str(e)) from None
+        plain = json.loads(json.dumps(answered, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
+        return {"model_dir": os.path.relpath(model_dir, self.root), "checkpoint": chosen, **plain}
 
 
 def override_text(key: str, value: Any) -> str:
@@ -478,7 +483,7 @@ def build_app(studio: Studio) -> Any:
     """The Starlette application of ``studio``."""
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import HTMLResponse, JSONResponse, Response
+    from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
@@ -613,7 +618,33 @@ def build_app(studio: Studio) -> Any:
     async def predict(request: Request) -> Any:
         run_id = run_id_of(request)
         body = await body_of(request)
-        return await in_thread(studio.predict, run_id, body.get("texts"))
+        return await in_thread(studio.predict, run_id, body.get("texts"), body.get("checkpoint"))
+
+    async def chat(request: Request) -> Response:
+        """A chat model's answer as server-sent events (``{"text"}`` pieces, then ``{"done"}`` or
+        ``{"error"}``); the reader leaving (the page's stop) ends the decoding at its next step."""
+        run_id = run_id_of(request)
+        body = await body_of(request)
+        checkpoint = body.pop("checkpoint", None)
+        model_dir, _ = await in_thread(studio.chosen_export, run_id, checkpoint)
+        loop = asyncio.get_running_loop()
+        queue: "asyncio.Queue[Dict[str, Any]]" = asyncio.Queue()
+        stopped = threading.Event()
+
+        def emit(event: Dict[str, Any]) -> None:  # from the model's thread
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+        studio.models.chat(model_dir, body, emit, stopped)
+
+        async def events() -> Any:
+            try:
+                while True:
+                    event = await queue.get()
+                    yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+                    if "done" in event or "error" in event:
+                        return
+            finally:
+                stopped.set()  # ended, or the reader left: the decoding stops at its next step
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
     async def view(request: Request) -> Response:
         """A viewer's page or data, through the studio (started on the first request)."""
@@ -667,6 +698,7 @@ def build_app(studio: Studio) -> Any:
         Route("/api/runs/{run_id}/clone", api(clone), methods=["POST"]),
         Route("/api/runs/{run_id}/delete", api(delete), methods=["POST"]),
         Route("/api/runs/{run_id}/predict", api(predict), methods=["POST"]),
+        Route("/api/runs/{run_id}/chat", api(chat), methods=["POST"]),
         Route("/api/examples", api(examples), methods=["POST"]),
         Route("/view/{run_id}/{kind}", view_root),
         Route("/view/{run_id}/{kind}/{rest:path}", api(view), methods=["GET", "HEAD", "POST"]),

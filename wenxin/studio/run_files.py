@@ -120,20 +120,6 @@ def resolved_config(run_folder: str) -> Optional[Dict[str, Any]]:
     return config if isinstance(config, dict) else None
 
 
-def exported_model(run_folder: str) -> Optional[str]:
-    """The run's exported model to try: the best checkpoint's, else the newest one's."""
-    folder = os.path.join(output_folder(run_folder), "checkpoints")
-    candidates = ["best"]
-    latest = read_text(os.path.join(folder, "latest")).strip()
-    if latest:
-        candidates.append(latest)
-    for name in candidates:
-        inference = os.path.join(folder, os.path.basename(name), "inference")
-        if os.path.isfile(os.path.join(inference, "preprocess.json")):
-            return inference
-    return None
-
-
 def read_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as f:
