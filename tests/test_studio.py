@@ -75,6 +75,13 @@ def test_launch_from_the_form_then_watch_clone_and_delete(root, monkeypatch):
         assert "train" in tags and "dev" in tags
         assert client.get(f"/api/runs/{run_id}/metrics?since={metrics['next']}")["records"] == []
         assert "done" in client.get(f"/api/runs/{run_id}/log")["text"]
+        whole = client.get(f"/api/runs/{run_id}/log?since=0")  # the page asks for new lines only
+        assert "done" in whole["text"] and whole["text"].endswith("\n")
+        assert client.get(f"/api/runs/{run_id}/log?since={whole['next']}") == {"text": "", "next": whole["next"]}
+        assert client.request("GET", f"/api/runs/{run_id}/log?since=-1")[0] == 400
+        machine = client.get("/api/machine")
+        assert machine["cores"] >= 1 and 0 < machine["memory_used"] <= machine["memory_total"]
+        assert run["process"] is None  # it has ended
         summary = client.get("/api/runs")["runs"][0]
         assert summary["id"] == run_id and summary["overrides"] == {"model.optimization.learning_rate": 0.02,
                                                                     "model.optimization.optimizer": "adam"}
@@ -138,6 +145,8 @@ def test_a_run_killed_with_sigkill_restarts_from_its_checkpoint_and_finishes(roo
     with serving(root, monkeypatch, restart_budget=2, restart_backoff=(1,), token="") as server:
         client, run_id = started_with_a_checkpoint(server)
         running = store_run(root, run_id)
+        use = client.get(f"/api/runs/{run_id}")["process"]  # its training process, as the page shows it
+        assert use["cpu_seconds"] > 0 and use["rss_bytes"] > 1 << 20 and use["threads"] >= 1
         for pid in (running["keeper_pid"], running["train_pid"]):  # the studio's token is not theirs to read
             assert "WENXIN_STUDIO_TOKEN" not in psutil.Process(pid).environ()
         os.kill(running["train_pid"], signal.SIGKILL)  # as the kernel's OOM killer does

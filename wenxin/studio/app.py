@@ -21,6 +21,7 @@ import shlex
 import shutil
 import sys
 import threading
+import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, WenxinError
@@ -287,7 +288,7 @@ class Studio:
         run = self.run_or_404(run_id)
         folder = self.folder(run)
         exports = trying.exports(folder)
-        return {**self.summary(run), "events": self.store.events(run_id),
+        return {**self.summary(run), "events": self.store.events(run_id), "process": process_use(run),
                 "checkpoints": run_files.checkpoints(folder), "trackers": self.trackers(run_id, folder),
                 "exported": bool(exports), "exports": exports,
                 "export_kind": trying.export_kind(os.path.join(folder, exports[0]["path"])) if exports else None,
@@ -375,6 +376,31 @@ class Studio:
             raise StudioError(400, str(e)) from None
         plain = json.loads(json.dumps(answered, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
         return {"model_dir": os.path.relpath(model_dir, self.root), "checkpoint": chosen, **plain}
+
+
+def process_use(run: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The run's training process now: its CPU seconds so far (the page turns two readings into a
+    share of a core), resident memory and threads; None when it is not running."""
+    if run["status"] not in ACTIVE or not run.get("train_pid"):
+        return None
+    import psutil
+    try:
+        process = psutil.Process(run["train_pid"])
+        with process.oneshot():
+            times = process.cpu_times()
+            return {"cpu_seconds": times.user + times.system, "rss_bytes": process.memory_info().rss,
+                    "threads": process.num_threads(), "time": time.time()}
+    except (psutil.Error, OSError):
+        return None
+
+
+def machine_use() -> Dict[str, Any]:
+    """The machine's CPU share in use (since the last call), cores, memory and load."""
+    import psutil
+    memory = psutil.virtual_memory()
+    return {"cpu_percent": psutil.cpu_percent(None), "cores": psutil.cpu_count() or 1,
+            "memory_used": memory.total - memory.available, "memory_total": memory.total,
+            "load": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
 
 def override_text(key: str, value: Any) -> str:
@@ -552,6 +578,9 @@ def build_app(studio: Studio) -> Any:
     async def form(request: Request) -> Any:
         return await in_thread(studio.form, request.query_params.get("task"))
 
+    async def machine(request: Request) -> Any:
+        return await in_thread(machine_use)
+
     async def task_status(request: Request) -> Any:
         return {"status": await in_thread(studio.task_status)}
 
@@ -583,8 +612,15 @@ def build_app(studio: Studio) -> Any:
         return {"records": records, "next": offset}
 
     async def log(request: Request) -> Any:
+        """The log's tail; with ``since`` (the ``next`` of the last answer) only the lines after it."""
         run = studio.run_or_404(run_id_of(request))
-        return {"text": run_files.log_tail(studio.folder(run))}
+        since = request.query_params.get("since")
+        if since is None:
+            return {"text": run_files.log_tail(studio.folder(run))}
+        if not since.isdigit() or len(since) > 15:
+            raise StudioError(400, "since: a byte offset (the next of the last answer)")
+        text, next_offset = run_files.log_since(studio.folder(run), int(since))
+        return {"text": text, "next": next_offset}
 
     async def stop(request: Request) -> Any:
         run_id = run_id_of(request)
@@ -688,6 +724,7 @@ def build_app(studio: Studio) -> Any:
         Route("/compare", compare_page),
         Route("/api/tasks", api(tasks)), Route("/api/form", api(form)),
         Route("/api/tasks/status", api(task_status)), Route("/api/preview", api(preview)),
+        Route("/api/machine", api(machine)),
         Route("/api/command", api(check_values), methods=["POST"]),
         Route("/api/prepare", api(prepare), methods=["POST"]),
         Route("/api/runs", api(runs), methods=["GET"]), Route("/api/runs", api(launch), methods=["POST"]),

@@ -53,6 +53,28 @@ def metrics_since(run_folder: str, offset: int) -> Tuple[List[Dict[str, Any]], i
     return records, offset + consumed
 
 
+def log_since(run_folder: str, offset: int, max_bytes: int = MAX_LOG_BYTES) -> Tuple[str, int]:
+    """The console log's lines after byte ``offset`` (whole lines only; at most ``max_bytes``, the
+    newest of them) and the offset to ask from next time. An offset past the end (the log was
+    replaced) starts over."""
+    path = os.path.join(run_folder, LOG_NAME)
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            if offset > size:
+                offset = 0
+            start = max(offset, size - max_bytes)
+            f.seek(start)
+            data = f.read(size - start)
+    except OSError:
+        return "", 0
+    end = data.rfind(b"\n") + 1  # a line still being written waits for its end
+    data = data[:end]
+    if start > offset and b"\n" in data:  # cut in the middle of a line: drop its start
+        data = data.split(b"\n", 1)[1]
+    return data.decode("utf-8", "replace"), start + end
+
+
 def log_tail(run_folder: str, max_bytes: int = MAX_LOG_BYTES) -> str:
     path = os.path.join(run_folder, LOG_NAME)
     try:

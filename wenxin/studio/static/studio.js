@@ -61,6 +61,10 @@ function formatDate(epoch) {
   return epoch ? new Date(epoch * 1000).toLocaleString(document.documentElement.lang || undefined) : "";
 }
 
+function formatBytes(bytes) {
+  return bytes >= 1 << 30 ? `${(bytes / (1 << 30)).toFixed(1)} GB` : `${Math.round(bytes / (1 << 20))} MB`;
+}
+
 function formatNumber(value) {
   if (typeof value !== "number") return value === null || value === undefined ? "" : String(value);
   return Math.abs(value) >= 1e4 || (value !== 0 && Math.abs(value) < 1e-3) ? value.toExponential(3)
@@ -89,10 +93,15 @@ async function runsPage(main) {
     location.href = `/compare?ids=${[...selected].join(",")}`;
   }}, t("runs.compare"));
   const table = el("table", {id: "runs"});
-  main.append(el("h1", {}, t("runs.title")), el("p", {}, el("a", {href: "/launch", class: "button"}, t("runs.launch")), " ",
+  const machine = el("p", {id: "machine", class: "help"});
+  main.append(el("h1", {}, t("runs.title")), machine, el("p", {}, el("a", {href: "/launch", class: "button"}, t("runs.launch")), " ",
     compare), table);
   async function refresh() {
     const data = await call("GET", "/api/runs");
+    const use = await call("GET", "/api/machine");
+    machine.textContent = t("use.machine", {cpu: Math.round(use.cpu_percent), cores: use.cores,
+      used: formatBytes(use.memory_used), total: formatBytes(use.memory_total),
+      load: use.load ? use.load.map(l => l.toFixed(2)).join(" ") : "-"});
     fill(table, el("tr", {}, ["", "run", "name", "status", "progress", "restarts", "settings", "best",
       "started"].map(h => el("th", {}, h && t(`col.${h}`)))));
     for (const run of data.runs) {
@@ -116,6 +125,8 @@ async function runsPage(main) {
 async function poll(refresh) {
   let failures = 0;
   async function tick() {
+    // a hidden tab asks nothing until it is shown again
+    if (document.hidden) { document.addEventListener("visibilitychange", tick, {once: true}); return; }
     try { await refresh(); failures = 0; } catch (e) { failures += 1; showError(e); }
     setTimeout(tick, POLL_MS * Math.min(1 + failures, 5));
   }
@@ -351,7 +362,8 @@ class Curves {
     this.draw();
   }
   draw() {
-    const want = {loss: [this.train.step, [this.train.loss], ["loss"]], lr: [this.train.step, [this.train.lr], ["lr"]]};
+    const loss = smoothed(this.train.loss, this.smoothing || 0);
+    const want = {loss: [this.train.step, [loss], ["loss"]], lr: [this.train.step, [this.train.lr], ["lr"]]};
     // the dev metrics together, one line each, told apart by the legend
     if (this.devNames.length) want.dev = [this.dev.step, this.devNames.map(n => this.dev[n]), this.devNames.slice()];
     for (const [title, [x, ys, names]] of Object.entries(want)) {
@@ -375,20 +387,28 @@ class Curves {
 
 async function runPage(main, runId) {
   const head = el("div", {id: "run-head"});
+  const use = el("p", {id: "run-use", class: "help"});
   const actions = el("p", {id: "actions"});
   const charts = el("div", {id: "charts"});
   const side = el("div", {id: "run-side"});
   const log = el("pre", {id: "log"});
   const tryBox = el("div", {id: "try"});
-  main.append(head, actions, charts, side, el("h2", {}, t("run.log")), log, tryBox);
   const curves = new Curves(charts);
-  let offset = 0, lastStatus = null, lastHead = "", lastSide = "";
+  const smoothing = el("input", {type: "range", id: "smoothing", min: 0, max: 0.99, step: 0.01, value: 0,
+    oninput: () => { curves.smoothing = Number(smoothing.value); smoothingValue.textContent = smoothing.value; curves.draw(); }});
+  const smoothingValue = el("span", {}, "0");
+  main.append(head, use, actions, el("p", {class: "help"}, el("label", {}, t("chart.smoothing"), smoothing), " ",
+    smoothingValue), charts, side, el("h2", {}, t("run.log")), log, tryBox);
+  let offset = 0, logOffset = 0, lastStatus = null, lastHead = "", lastSide = "", lastUse = null;
   async function refresh() {
     const run = await call("GET", `/api/runs/${runId}`);
     const metrics = await call("GET", `/api/runs/${runId}/metrics?since=${offset}`);
     offset = metrics.next;
     curves.add(metrics.records);
-    const logData = await call("GET", `/api/runs/${runId}/log`);
+    // only the log's new lines (the page keeps its last 400)
+    const logData = await call("GET", `/api/runs/${runId}/log?since=${logOffset}`);
+    if (logData.next < logOffset) log.textContent = "";  // a new log
+    logOffset = logData.next;
     // redrawn only when something changed: a redraw replaces the elements a reader may be selecting
     const headKey = JSON.stringify([run.status, run.cause, run.restarts, run.step, run.eta_sec, run.best, run.command,
       run.restart_at, run.total_steps, run.status === "restarting" || run.status === "running" ? Date.now() >> 10 : 0]);
@@ -396,13 +416,33 @@ async function runPage(main, runId) {
     if (run.status !== lastStatus) { renderActions(actions, run); lastStatus = run.status; }
     const sideKey = JSON.stringify([run.checkpoints, run.events, run.trackers, run.sweep]);
     if (sideKey !== lastSide) { renderSide(side, run); lastSide = sideKey; }
-    const following = !log.dataset.seen || log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
-    log.textContent = logData.text.split("\n").slice(-60).join("\n");
-    if (following) log.scrollTop = log.scrollHeight;  // the tail stays in view unless the reader scrolled up
+    const p = run.process;
+    if (p && lastUse && p.time > lastUse.time) {  // CPU: the seconds it used between two readings
+      const cpu = Math.max(0, Math.round(100 * (p.cpu_seconds - lastUse.cpu_seconds) / (p.time - lastUse.time)));
+      use.textContent = t("use.process", {cpu, memory: formatBytes(p.rss_bytes), threads: p.threads});
+    } else if (!p) use.textContent = "";
+    lastUse = p;
+    if (logData.text) {
+      const following = !log.dataset.seen || log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+      log.textContent = (log.textContent + logData.text).split("\n").slice(-400).join("\n");
+      if (following) log.scrollTop = log.scrollHeight;  // the tail stays in view unless the reader scrolled up
+    }
     log.dataset.seen = "1";
     if (run.exported && !tryBox.dataset.ready) renderTry(tryBox, run);
   }
   await poll(refresh);
+}
+
+function smoothed(values, weight) {
+  // TensorBoard's smoothing: an exponential moving average, debiased at the start; gaps stay gaps
+  if (!weight) return values.slice();
+  let last = 0, count = 0;
+  return values.map(v => {
+    if (typeof v !== "number") return v;
+    last = last * weight + (1 - weight) * v;
+    count += 1;
+    return last / (1 - Math.pow(weight, count));
+  });
 }
 
 function renderHead(head, run) {
