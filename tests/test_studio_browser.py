@@ -329,12 +329,20 @@ def test_the_journey_in_chinese_at_both_widths_and_a_switch_to_english_that_stic
         browser.set_window_size(390, 844)
         screenshot(browser, "zh-phone-run")
         no_sideways_scrolling(browser, "the run page in Chinese")
-        browser.get(base + "/")
-        wait_until(lambda: find(browser, "#runs tr[data-run] .progress"), "the runs list")
-        screenshot(browser, "zh-phone-runs")
-        no_sideways_scrolling(browser, "the runs page in Chinese")
+        for name, path, ready in (("runs", "/", "#runs tr[data-run] .progress"),
+                                  ("tasks", "/launch", '#tasks li[data-ready="yes"]'),
+                                  ("compare", "/compare?ids=1", "#compare-summary .progress")):
+            for width, height, prefix in ((390, 844, "zh-phone-"), (1280, 900, "zh-")):
+                browser.set_window_size(width, height)
+                browser.get(base + path)
+                wait_until(lambda ready=ready: find(browser, ready), f"the {name} page in Chinese", browser)
+                screenshot(browser, prefix + name)
+                no_sideways_scrolling(browser, f"the {name} page in Chinese")
+        assert "对比运行" in text_of(browser, "h1") and "最终验证" in text_of(browser, "#compare-summary")
 
         # the switch: English from then on, whatever the browser asks for
+        browser.get(base + "/")
+        wait_until(lambda: find(browser, "#runs tr[data-run]"), "the runs page")
         find(browser, "#language")[0].click()
         wait_until(lambda: text_of(browser, "h1") == "Runs", "the runs page in English")
         browser.get(base + "/launch?task=task.json")

@@ -123,3 +123,22 @@ def test_an_older_database_gains_the_new_columns(tmp_path):
     db.close()
     run = Store(path).run(1)
     assert run["name"] == "old" and run["restart_backoff"] == [10, 30, 60] and run["restart_at"] is None
+
+
+def test_a_resumed_run_keeps_its_place_in_the_queue(tmp_path, monkeypatch):
+    """Queued runs start in the order they were first launched: a resumed run goes ahead of the
+    runs launched after it, and a run waiting out its restart back-off lets the next one start."""
+    from wenxin.studio.supervisor import Supervisor
+    root = str(tmp_path)
+    started = []
+    monkeypatch.setattr(Supervisor, "_start_keeper", lambda self, run_id: started.append(run_id))
+    supervisor = Supervisor(root, max_runs=1)
+    store = supervisor.store
+    first, second, third = (add_run(root, "pass")[1] for _ in range(3))
+    store.update(first, "stopped", status="stopped")  # stopped from the studio while the others waited
+    supervisor.resume(first)
+    assert supervisor.schedule() == [first] and started == [first]
+    store.update(first, "finished", status="finished")
+    store.update(second, restart_at=time.time() + 600)  # waiting out a back-off: not startable yet
+    assert supervisor.schedule() == [third]
+    assert store.run(second)["status"] == QUEUED

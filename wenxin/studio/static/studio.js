@@ -92,7 +92,7 @@ async function runsPage(main) {
   const compare = el("button", {id: "compare", onclick: () => {
     location.href = `/compare?ids=${[...selected].join(",")}`;
   }}, t("runs.compare"));
-  const table = el("table", {id: "runs"});
+  const table = el("table", {id: "runs", class: "cards"});
   const machine = el("p", {id: "machine", class: "help"});
   main.append(el("h1", {}, t("runs.title")), machine, el("p", {}, el("a", {href: "/launch", class: "button"}, t("runs.launch")), " ",
     compare), table);
@@ -687,15 +687,17 @@ function metricsText(record) {
 function runSummaryTable(details, records) {
   // each run's outcome on top: best and final dev, test, wall time and speed
   const head = ["run", "status", "progress", "best", "final_dev", "test", "wall", "speed"];
-  return el("table", {id: "compare-summary"}, el("tr", {}, head.map(h => el("th", {}, t(`col.${h}`)))),
+  return el("table", {id: "compare-summary", class: "cards"}, el("tr", {}, head.map(h => el("th", {}, t(`col.${h}`)))),
     details.map((run, i) => {
       const train = lastRecord(records[i], "train");
       const wall = run.started ? (run.ended || Date.now() / 1000) - run.started : null;
-      return el("tr", {"data-run": run.id}, el("td", {}, `#${run.id} ${run.name}`), el("td", {}, badge(run.status)),
-        el("td", {}, progressOf(run)),
-        el("td", {}, run.best ? `${run.best.metric} ${formatNumber(run.best.value)} (step ${run.best.step})` : ""),
-        el("td", {}, metricsText(lastRecord(records[i], "dev"))), el("td", {}, metricsText(lastRecord(records[i], "test"))),
-        el("td", {}, formatTime(wall)), el("td", {}, train && train.steps_per_sec ? formatNumber(train.steps_per_sec) : ""));
+      const cell = (key, ...content) => el("td", {"data-label": key ? t(`col.${key}`) : null}, ...content);
+      return el("tr", {"data-run": run.id}, cell(null, `#${run.id} ${run.name}`), cell(null, badge(run.status)),
+        cell(null, progressOf(run)),
+        cell("best", run.best ? `${run.best.metric} ${formatNumber(run.best.value)} (${t("progress.step", {step: run.best.step})})` : ""),
+        cell("final_dev", metricsText(lastRecord(records[i], "dev"))),
+        cell("test", metricsText(lastRecord(records[i], "test"))), cell("wall", formatTime(wall)),
+        cell("speed", train && train.steps_per_sec ? formatNumber(train.steps_per_sec) : ""));
     }));
 }
 
