@@ -82,6 +82,8 @@ def test_launch_from_the_form_then_watch_clone_and_delete(root, monkeypatch):
         machine = client.get("/api/machine")
         assert machine["cores"] >= 1 and 0 < machine["memory_used"] <= machine["memory_total"]
         assert run["process"] is None  # it has ended
+        assert set(run["final"]) == {"dev", "test"} and 0 <= run["final"]["test"]["acc"] <= 1  # its outcome
+        assert run["cpu_seconds"] > 0 and run["steps_per_sec"] > 0
         summary = client.get("/api/runs")["runs"][0]
         assert summary["id"] == run_id and summary["overrides"] == {"model.optimization.learning_rate": 0.02,
                                                                     "model.optimization.optimizer": "adam"}

@@ -142,3 +142,26 @@ def test_a_resumed_run_keeps_its_place_in_the_queue(tmp_path, monkeypatch):
     store.update(second, restart_at=time.time() + 600)  # waiting out a back-off: not startable yet
     assert supervisor.schedule() == [third]
     assert store.run(second)["status"] == QUEUED
+
+
+def test_the_eta_is_blank_not_stale_while_a_restarted_run_reloads(tmp_path):
+    from wenxin.studio.app import Studio
+    from wenxin.studio.supervisor import Supervisor
+    root = str(tmp_path)
+    store, run_id = add_run(root, "pass")
+    logs = os.path.join(root, "runs", "r", "output", "logs")
+    os.makedirs(logs)
+    before = time.time() - 60
+    with open(os.path.join(logs, "metrics.jsonl"), "w", encoding="utf-8") as f:
+        f.write(json.dumps({"tag": "train", "step": 150, "time": before, "eta_sec": 42.0, "total_steps": 300.0}) + "\n")
+    write_checkpoint_index(root, 169)
+    store.update(run_id, status="running", attempt_started=time.time())  # started again: reloading its data
+    studio = Studio(root, Supervisor(root))  # its supervisor not started: the run is left as it is
+    try:
+        summary = studio.summary(store.run(run_id))
+        assert summary["eta_sec"] is None and summary["step"] == 169 and summary["total_steps"] == 300
+        with open(os.path.join(logs, "metrics.jsonl"), "a", encoding="utf-8") as f:  # its first record since
+            f.write(json.dumps({"tag": "train", "step": 175, "time": time.time() + 1, "eta_sec": 30.0}) + "\n")
+        assert studio.summary(store.run(run_id))["eta_sec"] == 30.0
+    finally:
+        studio.close()

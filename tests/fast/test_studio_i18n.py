@@ -37,7 +37,8 @@ def test_every_message_the_script_asks_for_exists():
     for prefix, values in (("status.", ("queued", "running", "restarting", "finished", "failed", "stopped",
                                         "interrupted")),
                            ("col.", ("run", "name", "status", "progress", "restarts", "settings", "best", "started",
-                                     "final_dev", "test", "wall", "speed")),
+                                     "final", "final_dev", "test", "wall", "speed")),
+                           ("outcome.", ("dev", "test")),
                            ("chart.", ("loss", "lr", "dev"))):
         assert all(prefix + value in i18n.messages()["en"] for value in values), prefix
 

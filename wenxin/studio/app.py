@@ -267,7 +267,8 @@ class Studio:
 
     def summary(self, run: Dict[str, Any]) -> Dict[str, Any]:
         folder = self.folder(run)
-        latest = run_files.latest_train_record(folder) or {}
+        records = run_files.latest_records(folder)
+        latest = records.get("train", {})
         saved = run_files.saved_step(folder)
         logged = latest.get("step")
         # a record from before the current process started is stale: the run is reloading its data
@@ -281,6 +282,9 @@ class Studio:
             "saved_step": saved,
             "total_steps": int(latest["total_steps"]) if "total_steps" in latest else None,
             "eta_sec": latest.get("eta_sec") if fresh else None,
+            # the outcome: the final dev and test metrics, CPU and wall time, speed
+            "final": {tag: metric_values(records[tag]) for tag in ("dev", "test") if tag in records},
+            "cpu_seconds": run["cpu_seconds"], "steps_per_sec": latest.get("steps_per_sec"),
             "command": display_command(run["kind"], run["task_path"], run["overrides"], run["folder"],
                                        run["sweep_path"])}
 
@@ -376,6 +380,12 @@ class Studio:
             raise StudioError(400, str(e)) from None
         plain = json.loads(json.dumps(answered, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
         return {"model_dir": os.path.relpath(model_dir, self.root), "checkpoint": chosen, **plain}
+
+
+def metric_values(record: Dict[str, Any]) -> Dict[str, float]:
+    """A dev or test record's metrics (its step, time and epoch left out)."""
+    return {k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and k not in ("step", "time", "epoch", "elapsed_sec")}
 
 
 def process_use(run: Dict[str, Any]) -> Optional[Dict[str, Any]]:

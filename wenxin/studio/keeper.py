@@ -19,6 +19,7 @@ on its next start.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -87,6 +88,9 @@ class Keeper:
             if self.terminated and self.child.poll() is None:  # a SIGTERM between the start and the record
                 self.child.send_signal(signal.SIGTERM)
             code = self.child.wait()
+            # the CPU time of every attempt so far: the keeper's only children are its run's processes
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            self.store.update(self.run_id, cpu_seconds=usage.ru_utime + usage.ru_stime)
             run = self.store.run(self.run_id)
             if run is None:
                 return 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.controller.hooks.trackers import WANDB_URL_FILE
 from wenxin.studio.store import LOG_NAME
@@ -117,8 +117,9 @@ def best_metric(run_folder: str) -> Optional[Dict[str, Any]]:
     return None
 
 
-def latest_train_record(run_folder: str) -> Optional[Dict[str, Any]]:
-    """The newest ``train`` record (its ``eta_sec``, ``step``), read from the file's end."""
+def latest_records(run_folder: str, tags: Sequence[str] = ("train", "dev", "test")) -> Dict[str, Dict[str, Any]]:
+    """The newest record of each tag in ``tags`` (the train record's ``eta_sec``, ``step``; the
+    final dev and test metrics), read from the last 64 KB of the metrics log."""
     path = os.path.join(output_folder(run_folder), "logs", "metrics.jsonl")
     try:
         with open(path, "rb") as f:
@@ -126,15 +127,24 @@ def latest_train_record(run_folder: str) -> Optional[Dict[str, Any]]:
             f.seek(max(0, size - 65536))
             lines = f.read().splitlines()
     except OSError:
-        return None
+        return {}
+    found: Dict[str, Dict[str, Any]] = {}
     for line in reversed(lines):
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and record.get("tag") == "train":
-            return record
-    return None
+        tag = record.get("tag") if isinstance(record, dict) else None
+        if isinstance(tag, str) and tag in tags and tag not in found:
+            found[tag] = record
+            if len(found) == len(tags):
+                break
+    return found
+
+
+def latest_train_record(run_folder: str) -> Optional[Dict[str, Any]]:
+    """The newest ``train`` record (its ``eta_sec``, ``step``), read from the file's end."""
+    return latest_records(run_folder, ("train",)).get("train")
 
 
 def resolved_config(run_folder: str) -> Optional[Dict[str, Any]]:

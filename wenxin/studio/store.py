@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS runs (
     restart_backoff TEXT NOT NULL DEFAULT '[10, 30, 60]',  -- JSON: seconds before the 1st, 2nd, ... restart
     restart_at REAL,                 -- a restart waits until then (shown on its page)
     attempt_started REAL,            -- when its current process started (records before it are stale)
+    cpu_seconds REAL,                -- CPU time of its processes that have ended (user and system)
     stop_requested INTEGER NOT NULL DEFAULT 0,
     keeper_pid INTEGER,
     keeper_started REAL,             -- the keeper's process start time (a pid can be reused)
@@ -64,7 +65,7 @@ CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, id);
 """
 # columns added since the first studio: (name, declaration), added to an older database on open
 _ADDED_COLUMNS = (("restart_backoff", "TEXT NOT NULL DEFAULT '[10, 30, 60]'"), ("restart_at", "REAL"),
-                  ("attempt_started", "REAL"))
+                  ("attempt_started", "REAL"), ("cpu_seconds", "REAL"))
 DEFAULT_BACKOFF = (10.0, 30.0, 60.0)
 
 

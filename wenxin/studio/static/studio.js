@@ -103,7 +103,7 @@ async function runsPage(main) {
       used: formatBytes(use.memory_used), total: formatBytes(use.memory_total),
       load: use.load ? use.load.map(l => l.toFixed(2)).join(" ") : "-"});
     fill(table, el("tr", {}, ["", "run", "name", "status", "progress", "restarts", "settings", "best",
-      "started"].map(h => el("th", {}, h && t(`col.${h}`)))));
+      "final", "started"].map(h => el("th", {}, h && t(`col.${h}`)))));
     for (const run of data.runs) {
       const box = el("input", {type: "checkbox", checked: selected.has(run.id), onchange: e => {
         e.target.checked ? selected.add(run.id) : selected.delete(run.id);
@@ -116,6 +116,7 @@ async function runsPage(main) {
         el("td", {"data-label": t("col.restarts")}, String(run.restarts)),
         el("td", {class: "settings"}, settingsText(run.overrides)),
         el("td", {"data-label": best ? t("col.best") : null}, best),
+        el("td", {class: "outcome"}, outcomeText(run, true)),
         el("td", {"data-label": run.started ? t("col.started") : null}, formatDate(run.started))));
     }
   }
@@ -411,6 +412,7 @@ async function runPage(main, runId) {
     logOffset = logData.next;
     // redrawn only when something changed: a redraw replaces the elements a reader may be selecting
     const headKey = JSON.stringify([run.status, run.cause, run.restarts, run.step, run.eta_sec, run.best, run.command,
+      run.final, run.cpu_seconds,
       run.restart_at, run.total_steps, run.status === "restarting" || run.status === "running" ? Date.now() >> 10 : 0]);
     if (headKey !== lastHead) { renderHead(head, run); lastHead = headKey; }
     if (run.status !== lastStatus) { renderActions(actions, run); lastStatus = run.status; }
@@ -445,6 +447,25 @@ function smoothed(values, weight) {
   });
 }
 
+function outcomeText(run, short) {
+  // the final dev and test scores (short: the metric that picks the best only), wall and CPU time, speed
+  const metric = run.best ? run.best.metric : null;
+  const scores = tag => {
+    const values = (run.final || {})[tag];
+    if (!values) return "";
+    const shown = short && metric && metric in values ? {[metric]: values[metric]} : values;
+    return `${t(`outcome.${tag}`)} ${Object.entries(shown).map(([k, v]) => `${k} ${formatNumber(v)}`).join(", ")}`;
+  };
+  const parts = [scores("dev"), scores("test")];
+  if (!short) {
+    const wall = run.started && run.ended ? run.ended - run.started : null;
+    if (wall !== null) parts.push(t("outcome.wall", {t: formatTime(wall)}));
+    if (run.cpu_seconds) parts.push(t("outcome.cpu", {t: formatTime(run.cpu_seconds)}));
+    if (run.steps_per_sec) parts.push(t("outcome.speed", {n: formatNumber(run.steps_per_sec)}));
+  }
+  return parts.filter(Boolean).join(" · ");
+}
+
 function renderHead(head, run) {
   fill(head, el("h1", {}, `#${run.id} ${run.name} `, badge(run.status)),
     run.cause ? el("p", {class: "cause"}, run.cause) : null,
@@ -452,6 +473,7 @@ function renderHead(head, run) {
       t("run.restarts", {n: run.restarts, budget: run.restart_budget}),
       run.best ? t("run.best", {metric: run.best.metric, value: formatNumber(run.best.value), step: run.best.step}) : ""),
     progressOf(run),
+    outcomeText(run, false) ? el("p", {id: "run-outcome"}, outcomeText(run, false)) : null,
     el("pre", {class: "command", text: run.command}));
 }
 
