@@ -39,6 +39,8 @@ def test_every_message_the_script_asks_for_exists():
                            ("col.", ("run", "name", "status", "progress", "restarts", "settings", "best", "started",
                                      "final", "final_dev", "test", "wall", "speed")),
                            ("outcome.", ("dev", "test")),
+                           ("event.", ("queued", "started", "restarted", "finished", "failed", "stopped", "stopping",
+                                       "interrupted", "reattached")),
                            ("chart.", ("loss", "lr", "dev"))):
         assert all(prefix + value in i18n.messages()["en"] for value in values), prefix
 

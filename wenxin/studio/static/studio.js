@@ -498,7 +498,9 @@ function renderActions(actions, run) {
 function renderSide(side, run) {
   const checkpoints = (run.checkpoints.checkpoints || []).map(c => el("tr", {}, el("td", {}, c.name),
     el("td", {}, c.kind), el("td", {}, String(c.step ?? "")), el("td", {}, formatNumber(c.metric))));
-  const events = run.events.map(e => el("li", {class: `event ${e.kind}`}, `${formatDate(e.time)} · ${e.kind}: ${e.message}`));
+  // the event's kind in the page's language; its message as the server wrote it (English, as in the log)
+  const events = run.events.map(e => el("li", {class: `event ${e.kind}`, "data-kind": e.kind},
+    `${formatDate(e.time)} · ${MESSAGES[`event.${e.kind}`] || e.kind}: ${e.message}`));
   const trackers = run.trackers.map(tracker => el("li", {class: "tracker"}, `${tracker.name}: `,
     tracker.url && /^(https?:\/\/|\/view\/)/.test(tracker.url)
       ? el("a", {href: tracker.url, target: "_blank", rel: "noopener"}, tracker.url.startsWith("/view/") ? t("side.open") : tracker.url)
