@@ -145,7 +145,7 @@ def test_a_resumed_run_keeps_its_place_in_the_queue(tmp_path, monkeypatch):
 
 
 def test_the_eta_is_blank_not_stale_while_a_restarted_run_reloads(tmp_path):
-    from wenxin.studio.app import Studio
+    from wenxin.studio.workspace import Studio
     from wenxin.studio.supervisor import Supervisor
     root = str(tmp_path)
     store, run_id = add_run(root, "pass")

@@ -9,7 +9,8 @@ import time
 from typing import IO, List, Optional, Sequence
 
 from wenxin.common.errors import ConfigError
-from wenxin.studio.app import Studio, build_app, open_studio
+from wenxin.studio.app import build_app
+from wenxin.studio.workspace import Studio, open_studio
 from wenxin.studio.sign_in import studio_urls
 from wenxin.studio.store import DEFAULT_BACKOFF
 from wenxin.studio.security import TOKEN_VARIABLE, Guard, is_loopback, new_token, token_problem

@@ -1,0 +1,404 @@
+"""The studio's state behind its pages: the root's task files (which can run, their forms and data),
+launching runs and preparation jobs, watching them, and trying their models. ``app`` serves it."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from wenxin.common.errors import ConfigError, WenxinError
+from wenxin.studio import forms, readiness, run_files, trying
+from wenxin.studio.run_commands import PREPARE, display_command, override_text, run_command, slug
+from wenxin.studio.store import ACTIVE, DEFAULT_BACKOFF, RUNNING, RUNS_DIR, STATE_DIR, Store
+from wenxin.studio.supervisor import Supervisor
+from wenxin.studio.viewers import VIEWER_KINDS, ViewerPool, installed, view_prefix
+
+SKIPPED_DIRS = {RUNS_DIR, STATE_DIR, "output", "node_modules", "site-packages", "__pycache__", "venv", ".venv",
+                "data", "vocab", "checkpoints", "dict"}
+MAX_LISTED_FILES = 500
+MAX_TASK_FILE_BYTES = 1024 * 1024
+MAX_NAME = 80
+MAX_TEXTS = 32
+MAX_TEXT_CHARS = 4096
+
+
+class StudioError(Exception):
+    """A request the studio refuses: its status and one line saying why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Studio:
+    """The studio's state behind the pages: the root, the store, the supervisor, and the models
+    tried so far."""
+
+    def __init__(self, root: str, supervisor: Supervisor, restart_budget: int = 3,
+                 restart_backoff: Sequence[float] = DEFAULT_BACKOFF) -> None:
+        self.root = os.path.realpath(root)
+        self.store: Store = supervisor.store
+        self.supervisor = supervisor
+        self.restart_budget = restart_budget
+        self.restart_backoff = list(restart_backoff)
+        self.models = trying.ModelShelf()
+        self.viewers = ViewerPool(os.path.join(self.root, STATE_DIR))
+
+    def close(self) -> None:
+        """Stop the viewers and the supervisor (the runs' keepers go on)."""
+        self.viewers.close()
+        self.models.close()
+        self.supervisor.close()
+
+    # ---- task and sweep files ----
+    def list_files(self) -> Dict[str, List[str]]:
+        """Task files and sweep files under the root (a JSON/YAML file with a ``task`` and a
+        ``dataset_reader``, or an ERNIE-kit task file; a sweep file has ``parameters``)."""
+        from wenxin.translation.erniekit import is_erniekit, is_erniekit_infer
+        tasks: List[str] = []
+        sweeps: List[str] = []
+        for folder, dirs, files in os.walk(self.root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
+            if folder[len(self.root):].count(os.sep) >= 4:
+                dirs[:] = []
+            for name in sorted(files):
+                if not name.endswith((".json", ".yaml", ".yml")) or len(tasks) + len(sweeps) >= MAX_LISTED_FILES:
+                    continue
+                path = os.path.join(folder, name)
+                if not self.under_root(path):  # a link out of the root
+                    continue
+                data = self._parse(path)
+                rel = os.path.relpath(path, self.root)
+                if isinstance(data, dict) and (("task" in data and "dataset_reader" in data)
+                                               or (is_erniekit(data) and not is_erniekit_infer(data))):
+                    tasks.append(rel)
+                elif isinstance(data, dict) and isinstance(data.get("parameters"), dict):
+                    sweeps.append(rel)
+        return {"tasks": tasks, "sweeps": sweeps}
+
+    @staticmethod
+    def _parse(path: str) -> Any:
+        try:
+            if os.path.getsize(path) > MAX_TASK_FILE_BYTES:
+                return None
+            from wenxin.config.document import read_document
+            return read_document(path)
+        except (OSError, WenxinError, ValueError):
+            return None
+
+    def task_path(self, rel: Any) -> str:
+        return self.file_under_root(rel, "task")
+
+    def file_under_root(self, rel: Any, what: str) -> str:
+        """The real path of the file ``rel`` names (relative to the root), which must lie inside
+        it; a ``StudioError`` naming ``what`` otherwise."""
+        if not isinstance(rel, str) or not rel:
+            raise StudioError(400, f"{what}: name a file inside the root")
+        try:
+            path = forms.inside_root(self.root, rel, what)
+        except ConfigError as e:
+            raise StudioError(400, str(e)) from None
+        if not os.path.isfile(path):
+            raise StudioError(404, f"{what}: {rel!r} is not a file under the root")
+        return path
+
+    def form(self, rel: Any) -> Dict[str, Any]:
+        """The launch form of a task file: its fields and the command it runs as it is."""
+        path = self.task_path(rel)
+        config, model_schema, scope = self._load(path, [])
+        fields = forms.form_fields(config, model_schema, scope)
+        return {"task": os.path.relpath(path, self.root), "fields": fields,
+                "command": display_command("train", os.path.relpath(path, self.root), {}, "")}
+
+    @staticmethod
+    def _load(path: str, overrides: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], Optional[str]]:
+        from wenxin.config.loader import load_config
+        from wenxin.config.task_check import resolve_task
+        try:
+            config = load_config(path, overrides)
+            classes = resolve_task(config)
+        except WenxinError as e:
+            raise StudioError(400, str(e)) from None
+        return config, classes.model_cls.config_schema, classes.scope
+
+    # ---- launching ----
+    def launch(self, body: Dict[str, Any], source: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """Queue a run of a task file (or a sweep, with ``sweep``) with the form's ``values``;
+        returns its id and command. The values are checked against the form, and the task with
+        them against the schema, before anything is queued."""
+        task_rel = source["task_path"] if source else body.get("task")
+        path = self.task_path(task_rel)
+        values = body.get("values", {})
+        if not isinstance(values, dict):
+            raise StudioError(400, "values: expected an object of key path -> value")
+        config, model_schema, scope = self._load(path, [])
+        fields = forms.form_fields(config, model_schema, scope)
+        try:
+            overrides = forms.overrides_from_form(fields, values, self.root)
+        except ConfigError as e:
+            raise StudioError(400, str(e)) from None
+        if source:  # the clone keeps the source's values of keys the form does not show
+            shown = {field["key"] for field in fields}
+            overrides = {**{k: v for k, v in source["overrides"].items() if k not in shown}, **overrides}
+        settings = [override_text(key, value) for key, value in overrides.items()]
+        self._load(path, settings)  # the task with these values must load, before it is queued
+        sweep_rel = source["sweep_path"] if source else body.get("sweep") or ""
+        sweep_path = self.file_under_root(sweep_rel, "sweep") if sweep_rel else ""
+        name = body.get("name") or os.path.splitext(os.path.basename(path))[0]
+        if not isinstance(name, str) or len(name) > MAX_NAME or not name.strip():
+            raise StudioError(400, f"name: at most {MAX_NAME} characters")
+        kind = "sweep" if sweep_path else "train"
+        run_id = self.store.add_run(name=name.strip(), kind=kind, task_path=os.path.relpath(path, self.root),
+                                    sweep_path=os.path.relpath(sweep_path, self.root) if sweep_path else "",
+                                    overrides=overrides, command=[], folder="", restart_budget=self.restart_budget,
+                                    restart_backoff=self.restart_backoff)
+        folder = os.path.join(RUNS_DIR, f"{run_id:04d}-{slug(name)}")
+        command = run_command(kind, path, overrides, os.path.join(self.root, folder), sweep_path)
+        self.store.set_folder_and_command(run_id, folder, command)
+        self.supervisor.wake()
+        return {"id": run_id, "command": display_command(kind, os.path.relpath(path, self.root), overrides,
+                                                          folder, os.path.relpath(sweep_path, self.root)
+                                                          if sweep_path else "")}
+
+    # ---- what can run, and preparing what cannot ----
+    def task_status(self) -> Dict[str, Dict[str, Any]]:
+        """For each task file: whether it loads as it is (``ready``), its problems, the inputs
+        missing, the preparation script that makes them, and a one-line description."""
+        from wenxin.config.loader import load_config
+        from wenxin.config.task_check import resolve_task
+        scripts = list(readiness.preparation_scripts(self.root, SKIPPED_DIRS))
+        status: Dict[str, Dict[str, Any]] = {}
+        for rel in self.list_files()["tasks"]:
+            path = os.path.join(self.root, rel)
+            problems: List[str] = []
+            try:
+                resolve_task(load_config(path, []))
+            except WenxinError as e:
+                problems = list(e.problems)
+            missing = readiness.missing_inputs(problems)
+            status[rel] = {"ready": not problems, "problems": problems[:8], "missing": missing,
+                           "prepare": readiness.script_for(self.root, missing, scripts) if missing else None,
+                           "description": readiness.describe(self._parse(path))}
+        return status
+
+    def prepare(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        """Run a preparation script (``prepare_*.py`` under the root) as a job the studio watches."""
+        script = self.file_under_root(body.get("script"), "script")
+        rel = os.path.relpath(script, self.root)
+        if not readiness.SCRIPT_PATTERN.match(os.path.basename(script)):
+            raise StudioError(400, f"script: {rel!r} is not a preparation script (prepare_*.py)")
+        name = os.path.splitext(os.path.basename(script))[0]
+        run_id = self.store.add_run(name=name, kind=PREPARE, task_path=rel, sweep_path="", overrides={},
+                                    command=[], folder="", restart_budget=0, restart_backoff=[0])
+        folder = os.path.join(RUNS_DIR, f"{run_id:04d}-{slug(name)}")
+        self.store.set_folder_and_command(run_id, folder, [sys.executable, script])
+        self.supervisor.wake()
+        return {"id": run_id, "command": display_command(PREPARE, rel, {}, folder)}
+
+    def preview(self, rel: Any) -> Dict[str, Any]:
+        """The task's data at a glance, as ``wenxin inspect`` shows it: each reader's examples,
+        first rows, label counts and token lengths."""
+        from wenxin.inspection import inspect_readers
+        path = self.task_path(rel)
+        config, _, _ = self._load(path, [])
+        try:
+            return {"task": os.path.relpath(path, self.root), "readers": inspect_readers(config, samples=5)}
+        except WenxinError as e:
+            raise StudioError(400, str(e)) from None
+
+    def check_values(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        """The command a form's values would run, and each value's problem by its key (the page
+        shows it beside the field) while the values are being edited."""
+        path = self.task_path(body.get("task"))
+        values = body.get("values", {})
+        if not isinstance(values, dict):
+            raise StudioError(400, "values: expected an object of key path -> value")
+        config, model_schema, scope = self._load(path, [])
+        fields = forms.form_fields(config, model_schema, scope)
+        errors: Dict[str, str] = {}
+        overrides: Dict[str, Any] = {}
+        for key, value in values.items():
+            try:
+                overrides.update(forms.overrides_from_form(fields, {key: value}, self.root))
+            except ConfigError as e:
+                errors[key] = str(e)
+        if not errors:
+            from wenxin.config.loader import load_config
+            from wenxin.config.task_check import resolve_task
+            try:
+                resolve_task(load_config(path, [override_text(k, v) for k, v in overrides.items()]))
+            except WenxinError as e:
+                for problem in e.problems:
+                    key = problem.split(":", 1)[0].strip()
+                    errors.setdefault(key if key in values else "", problem)
+        return {"command": display_command("train", os.path.relpath(path, self.root), overrides, ""),
+                "errors": errors}
+
+    # ---- watching ----
+    def run_or_404(self, run_id: int) -> Dict[str, Any]:
+        run = self.store.run(run_id)
+        if run is None:
+            raise StudioError(404, f"no run {run_id}")
+        return run
+
+    def folder(self, run: Dict[str, Any]) -> str:
+        return os.path.join(self.root, run["folder"])
+
+    def summary(self, run: Dict[str, Any]) -> Dict[str, Any]:
+        folder = self.folder(run)
+        records = run_files.latest_records(folder)
+        latest = records.get("train", {})
+        saved = run_files.saved_step(folder)
+        logged = latest.get("step")
+        # a record from before the current process started is stale: the run is reloading its data
+        fresh = run["status"] == RUNNING and latest.get("time", 0.0) >= (run["attempt_started"] or 0.0)
+        return {key: run[key] for key in ("id", "name", "kind", "task_path", "sweep_path", "overrides", "status",
+                                          "cause", "restarts", "restart_budget", "created", "started", "ended",
+                                          "restart_at")} | {
+            "best": run_files.best_metric(folder),
+            # the furthest it got: a stopped run saved a checkpoint after its last logged step
+            "step": max((s for s in (logged, saved) if s is not None), default=None),
+            "saved_step": saved,
+            "total_steps": int(latest["total_steps"]) if "total_steps" in latest else None,
+            "eta_sec": latest.get("eta_sec") if fresh else None,
+            # the outcome: the final dev and test metrics, CPU and wall time, speed
+            "final": {tag: metric_values(records[tag]) for tag in ("dev", "test") if tag in records},
+            "cpu_seconds": run["cpu_seconds"], "steps_per_sec": latest.get("steps_per_sec"),
+            "command": display_command(run["kind"], run["task_path"], run["overrides"], run["folder"],
+                                       run["sweep_path"])}
+
+    def details(self, run_id: int) -> Dict[str, Any]:
+        run = self.run_or_404(run_id)
+        folder = self.folder(run)
+        exports = trying.exports(folder)
+        return {**self.summary(run), "events": self.store.events(run_id), "process": process_use(run),
+                "checkpoints": run_files.checkpoints(folder), "trackers": self.trackers(run_id, folder),
+                "exported": bool(exports), "exports": exports,
+                "export_kind": trying.export_kind(os.path.join(folder, exports[0]["path"])) if exports else None,
+                "sweep": run_files.sweep_table(folder, self._sweep_output(run)) if run["kind"] == "sweep" else None,
+                "config": (run_files.resolved_config(folder) or {})}
+
+    def trackers(self, run_id: int, folder: str) -> List[Dict[str, str]]:
+        """The run's trackers; a VisualDL or TensorBoard one whose records lie under the root gets
+        a link to its viewer, when the viewer's package is installed."""
+        found = run_files.trackers(folder, self.root)
+        for tracker in found:
+            kind = tracker.get("view", "")
+            if kind and installed(kind) and self.under_root(tracker["logdir"]):
+                tracker["url"] = view_prefix(run_id, kind) + "/"
+        return found
+
+    def under_root(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return os.path.commonpath([self.root, real]) == self.root
+
+    def viewer_logdir(self, run_id: int, kind: str) -> str:
+        """The folder the run's ``kind`` viewer reads; a ``StudioError`` when the run has none."""
+        run = self.run_or_404(run_id)
+        if kind not in VIEWER_KINDS:
+            raise StudioError(404, f"no viewer {kind!r}: one of {', '.join(sorted(VIEWER_KINDS))}")
+        name = VIEWER_KINDS[kind].name
+        for tracker in run_files.trackers(self.folder(run), self.root):
+            if tracker.get("view") == kind:
+                if not self.under_root(tracker["logdir"]):
+                    raise StudioError(403, f"{name}: the run's records ({tracker['logdir']}) lie outside the root")
+                if not installed(kind):
+                    raise StudioError(404, f"{name} is not installed here (pip install {VIEWER_KINDS[kind].module})")
+                if not os.path.isdir(tracker["logdir"]):
+                    raise StudioError(404, f"{name}: the run has written no records yet ({tracker['logdir']})")
+                return os.path.realpath(tracker["logdir"])
+        raise StudioError(404, f"run {run_id} keeps no {name} records")
+
+    def _sweep_output(self, run: Dict[str, Any]) -> str:
+        """Where a sweep file with its own ``output`` writes (relative to the root), else ""."""
+        spec = self._parse(os.path.join(self.root, run["sweep_path"]))
+        output = spec.get("output") if isinstance(spec, dict) else None
+        return os.path.join(self.root, output) if isinstance(output, str) and output else ""
+
+    # ---- control ----
+    def delete(self, run_id: int, confirm: Any) -> None:
+        run = self.run_or_404(run_id)
+        if confirm != run["name"]:
+            raise StudioError(400, "confirm: type the run's name to delete it")
+        if run["status"] in ACTIVE:
+            raise StudioError(409, f"run {run_id} is {run['status']}: stop it first")
+        folder = self.folder(run)
+        try:
+            real = forms.inside_root(os.path.join(self.root, RUNS_DIR), folder, "run folder")
+        except ConfigError as e:
+            raise StudioError(400, str(e)) from None
+        self.viewers.stop_run(run_id)
+        if real != os.path.realpath(os.path.join(self.root, RUNS_DIR)) and os.path.isdir(real):
+            shutil.rmtree(real)
+        self.store.delete(run_id)
+
+    def chosen_export(self, run_id: int, checkpoint: Any) -> Tuple[str, Dict[str, Any]]:
+        """The folder of the export to try: the named checkpoint's, else the first (the best)."""
+        run = self.run_or_404(run_id)
+        found = trying.exports(self.folder(run))
+        if not found:
+            raise StudioError(409, f"run {run_id} has no exported model yet (trainer.save_inference)")
+        if checkpoint in (None, ""):
+            chosen = found[0]
+        else:
+            named = [e for e in found if e["name"] == checkpoint]
+            if not named:
+                raise StudioError(400, f"checkpoint: {str(checkpoint)[:80]!r} has no export (these do: "
+                                       f"{', '.join(e['name'] for e in found)})")
+            chosen = named[0]
+        return os.path.join(self.folder(run), chosen["path"]), chosen
+
+    def predict(self, run_id: int, texts: Any, checkpoint: Any = None) -> Dict[str, Any]:
+        if not isinstance(texts, list) or not texts or len(texts) > MAX_TEXTS \
+                or not all(isinstance(t, str) and 0 < len(t) <= MAX_TEXT_CHARS for t in texts):
+            raise StudioError(400, f"texts: a list of 1 to {MAX_TEXTS} texts of 1 to {MAX_TEXT_CHARS} characters")
+        model_dir, chosen = self.chosen_export(run_id, checkpoint)
+        try:  # a text's tab-separated parts are the model's columns (a matching pair: two)
+            answered = self.models.predict(model_dir, [text.split("\t") for text in texts])
+        except WenxinError as e:
+            raise StudioError(400, str(e)) from None
+        plain = json.loads(json.dumps(answered, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
+        return {"model_dir": os.path.relpath(model_dir, self.root), "checkpoint": chosen, **plain}
+
+
+def metric_values(record: Dict[str, Any]) -> Dict[str, float]:
+    """A dev or test record's metrics (its step, time and epoch left out)."""
+    return {k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and k not in ("step", "time", "epoch", "elapsed_sec")}
+
+
+def process_use(run: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The run's training process now: its CPU seconds so far (the page turns two readings into a
+    share of a core), resident memory and threads; None when it is not running."""
+    if run["status"] not in ACTIVE or not run.get("train_pid"):
+        return None
+    import psutil
+    try:
+        process = psutil.Process(run["train_pid"])
+        with process.oneshot():
+            times = process.cpu_times()
+            return {"cpu_seconds": times.user + times.system, "rss_bytes": process.memory_info().rss,
+                    "threads": process.num_threads(), "time": time.time()}
+    except (psutil.Error, OSError):
+        return None
+
+
+def machine_use() -> Dict[str, Any]:
+    """The machine's CPU share in use (since the last call), cores, memory and load."""
+    import psutil
+    memory = psutil.virtual_memory()
+    return {"cpu_percent": psutil.cpu_percent(None), "cores": psutil.cpu_count() or 1,
+            "memory_used": memory.total - memory.available, "memory_total": memory.total,
+            "load": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+
+
+def open_studio(root: str, max_runs: int = 0, restart_budget: int = 3,
+                restart_backoff: Sequence[float] = DEFAULT_BACKOFF) -> Studio:
+    """A studio over ``root`` (created if missing) with its supervisor started."""
+    os.makedirs(root, exist_ok=True)
+    supervisor = Supervisor(os.path.realpath(root), max_runs)
+    supervisor.start()
+    return Studio(root, supervisor, restart_budget, restart_backoff)
