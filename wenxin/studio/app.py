@@ -5,10 +5,16 @@ Pages (``/``, ``/launch``, ``/runs/{id}``, ``/compare``) are small HTML shells; 
 fills them from the API and keeps them current by polling, writing every value as text (never as
 HTML). The charts are uPlot's (MIT), vendored in ``static/``; nothing loads from another site.
 
-API (JSON): ``GET /api/tasks``, ``GET /api/form?task=PATH``, ``POST /api/runs`` (launch a run or a
+Pages come in English or Chinese (``i18n``): the shell carries the page's messages.
+
+API (JSON): ``GET /api/tasks``, ``GET /api/tasks/status`` (which can run; what prepares the
+rest), ``GET /api/form?task=PATH``, ``GET /api/preview?task=PATH`` (the data at a glance),
+``POST /api/command`` (the command a form's values run, and each value's error),
+``POST /api/prepare`` (run a preparation script as a job), ``POST /api/runs`` (launch a run or a
 sweep), ``GET /api/runs``, ``GET /api/runs/{id}``, ``GET /api/runs/{id}/metrics?since=OFFSET``,
-``GET /api/runs/{id}/log``, ``POST /api/runs/{id}/stop|resume|clone|delete|predict``,
-``POST /api/examples`` (copy the examples into the root). ``/view/{id}/visualdl/...`` and
+``GET /api/runs/{id}/log[?since=OFFSET]``, ``POST /api/runs/{id}/stop|resume|clone|delete|predict``,
+``POST /api/runs/{id}/chat`` (server-sent events), ``GET /api/machine``, ``POST /api/examples``
+(copy the examples into the root). ``/view/{id}/visualdl/...`` and
 ``/view/{id}/tensorboard/...`` forward to the run's tracker viewer (``viewers``).
 """
 from __future__ import annotations
