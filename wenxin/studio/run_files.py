@@ -142,11 +142,6 @@ def latest_records(run_folder: str, tags: Sequence[str] = ("train", "dev", "test
     return found
 
 
-def latest_train_record(run_folder: str) -> Optional[Dict[str, Any]]:
-    """The newest ``train`` record (its ``eta_sec``, ``step``), read from the file's end."""
-    return latest_records(run_folder, ("train",)).get("train")
-
-
 def resolved_config(run_folder: str) -> Optional[Dict[str, Any]]:
     config = read_json(os.path.join(output_folder(run_folder), "config.json"))
     return config if isinstance(config, dict) else None

@@ -8,6 +8,8 @@ import socket
 from typing import List
 from urllib.parse import urlsplit
 
+from wenxin.studio.security import is_loopback
+
 EVERY_ADDRESS = ("0.0.0.0", "::")
 
 
@@ -62,15 +64,8 @@ def sign_in_text(root: str, urls: List[str], token_query: str) -> str:
     its own, and a QR code of the first of the machine's own addresses (a phone's way in)."""
     lines = [f"wenxin studio over {root}: open {urls[0]}{token_query}"]
     lines += [f"  or {url}{token_query}" for url in urls[1:]]
-    phone = [url for url in urls if not _loopback(urlsplit(url).hostname or "")]
+    phone = [url for url in urls if not is_loopback(urlsplit(url).hostname or "")]
     if phone:
         lines.append(f"a phone's camera opens {phone[0]} from this code:")
         lines.append(qr_text(phone[0] + token_query).rstrip("\n"))
     return "\n".join(lines)
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
