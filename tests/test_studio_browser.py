@@ -325,6 +325,10 @@ def test_the_journey_in_chinese_at_both_widths_and_a_switch_to_english_that_stic
         wait_until(lambda: re.search(r"第 (\d+) / \1 步 · 100%", text_of(browser, "#run-head .progress")),
                    "its progress in Chinese", browser)
         assert "检查点" in text_of(browser, "#run-side") and "日志" in text_of(browser, "main")
+        # what the server wrote of the run is said in Chinese too, each kind once
+        events = text_of(browser, "#events").splitlines()
+        assert [line.split(" · ", 1)[1] for line in events[:1] + events[-1:]] == ["已排队", "已完成"], events
+        assert re.fullmatch(r".* · 已开始：进程 \d+", events[1]) and not re.search(r"[a-z]{3}", " ".join(events)), events
         screenshot(browser, "zh-run")
         browser.set_window_size(390, 844)
         screenshot(browser, "zh-phone-run")

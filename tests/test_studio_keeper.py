@@ -13,6 +13,7 @@ pytest.importorskip("psutil", reason="wenxin studio needs the studio extra")
 
 from studio_helpers import WAIT_SECONDS  # noqa: E402
 
+from wenxin.studio.i18n import Notice, notice  # noqa: E402
 from wenxin.studio.store import QUEUED, Store, backoff_delay, database_path  # noqa: E402
 
 
@@ -58,8 +59,14 @@ def test_a_crashing_run_waits_its_backoff_before_each_restart_and_says_where_it_
     write_checkpoint_index(root, 40)
     store, second = add_run(root, "import sys; sys.exit(1)", budget=1, backoff=(0,))
     assert keeper(root, second).wait(timeout=WAIT_SECONDS) == 0
-    said = [e["message"] for e in store.events(second) if e["kind"] == "restarted"]
-    assert said == ["restart 1 of 1 after exit code 1; it continues from its checkpoint at step 40"]
+    said = [e for e in store.events(second) if e["kind"] == "restarted"]
+    assert [e["message"] for e in said] == ["restart 1 of 1 after exit code 1; it continues from its checkpoint at "
+                                            "step 40"]
+    # the page says it in its reader's language: the event keeps the message's key and values
+    assert Notice.from_json(said[0]["notice"]).render("zh") == "第 1 次重启（共 1 次），原因：退出码 1；将从第 40 步的检查点继续"
+    run = store.run(second)
+    assert run["cause"] == "exit code 1; no restarts left (budget 1)"
+    assert Notice.from_json(run["cause_notice"]).render("zh") == "退出码 1；重启次数已用完（上限 1 次）"
 
 
 def test_a_stop_during_the_backoff_ends_the_run_without_starting_it_again(tmp_path):
@@ -121,8 +128,19 @@ def test_an_older_database_gains_the_new_columns(tmp_path):
                "VALUES ('old', 'train', 'task.json', '{}', '[]', 'runs/old', 'finished', 3, 0)")
     db.commit()
     db.close()
-    run = Store(path).run(1)
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id INTEGER NOT NULL, "
+               "time REAL NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL)")
+    db.execute("INSERT INTO events (run_id, time, kind, message) VALUES (1, 0, 'finished', 'finished')")
+    db.commit()
+    db.close()
+    store = Store(path)
+    run = store.run(1)
     assert run["name"] == "old" and run["restart_backoff"] == [10, 30, 60] and run["restart_at"] is None
+    assert run["cause_notice"] is None
+    store.update(1, "stopping", notice("notice.stopping"))
+    assert [(e["message"], e["notice"]) for e in store.events(1)] == [
+        ("finished", None), ("stop asked: the run saves a checkpoint and ends", {"key": "notice.stopping", "values": {}})]
 
 
 def test_a_resumed_run_keeps_its_place_in_the_queue(tmp_path, monkeypatch):

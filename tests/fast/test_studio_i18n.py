@@ -7,7 +7,7 @@ import re
 from wenxin.studio import i18n
 from wenxin.studio.forms import DEFAULT_KEYS
 
-SCRIPT = os.path.join(os.path.dirname(i18n.MESSAGES_PATH), "studio.js")
+STATIC = os.path.dirname(i18n.MESSAGES_PATH)
 
 
 def test_both_languages_have_the_same_messages_and_no_empty_one():
@@ -28,8 +28,11 @@ def test_chinese_messages_are_chinese():
 
 
 def test_every_message_the_script_asks_for_exists():
-    with open(SCRIPT, encoding="utf-8") as f:
-        script = f.read()
+    script = ""
+    for name in sorted(os.listdir(STATIC)):
+        if name.endswith(".js") and not name.startswith("uPlot"):
+            with open(os.path.join(STATIC, name), encoding="utf-8") as f:
+                script += f.read()
     asked = set(re.findall(r'\bt\("([a-z_]+\.[a-z_.]+)"', script))
     assert len(asked) > 40
     assert sorted(asked - set(i18n.messages()["en"])) == []
@@ -64,3 +67,27 @@ def test_the_language_comes_from_the_cookie_else_accept_language():
     assert choose("", "zh;q=abc") == "en" and choose("", ";;,,") == "en"
     assert choose("en", "zh-CN") == "en" and choose("zh", "en") == "zh"
     assert choose("xx", "zh") == "zh"  # a cookie naming no language of ours is not a choice
+
+
+def test_every_notice_the_server_writes_exists_in_both_languages():
+    """Events, causes and refusals are kept as notices (a key and values) and said in the page's
+    language: every key the studio's code names exists, with the same places in each language."""
+    studio = os.path.dirname(os.path.dirname(i18n.MESSAGES_PATH))
+    named = set()
+    for name in os.listdir(studio):
+        if name.endswith(".py"):
+            with open(os.path.join(studio, name), encoding="utf-8") as f:
+                named |= set(re.findall(r'notice\("(notice\.[a-z_]+)"', f.read()))
+    assert len(named) > 30
+    assert sorted(named - set(i18n.messages()["en"])) == []
+
+
+def test_a_notice_is_said_in_each_language_its_nested_notices_too():
+    cause = i18n.notice("notice.exit_signal", signal="SIGKILL")
+    said = i18n.notice("notice.restart_in", n=1, budget=3, delay="10", cause=cause,
+                       continuation=i18n.notice("notice.continues_from", step=120))
+    assert said.english() == "restart 1 of 3 in 10 s after killed by SIGKILL; it continues from its checkpoint at step 120"
+    assert said.render("zh") == "10 秒后第 1 次重启（共 3 次），原因：被 SIGKILL 信号终止；将从第 120 步的检查点继续"
+    assert i18n.Notice.from_json(said.as_json()) == said
+    refused = i18n.NoticedError(i18n.notice("notice.already", id=4, status=i18n.notice("status.running")))
+    assert str(refused) == "run 4 is running already" and refused.notice.render("zh") == "第 4 号运行已是运行中状态"

@@ -28,23 +28,24 @@ from typing import List, Optional
 
 from wenxin.common.child_logs import last_error
 from wenxin.common.errors import EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_DATA, EXIT_OK, EXIT_PREEMPTED
+from wenxin.studio.i18n import Notice, notice
 from wenxin.studio.processes import process_start_time
 from wenxin.studio.run_files import continuation, saved_step
 from wenxin.studio.store import (FAILED, FINISHED, INTERRUPTED, LOG_NAME, RESTARTING, RUNNING, STOPPED, Store,
                                  backoff_delay, database_path)
 
-NO_RETRY = {EXIT_CONFIG: "a task-file or installation error", EXIT_DATA: "a data error",
-            EXIT_CHECKPOINT: "a checkpoint error"}
+NO_RETRY = {EXIT_CONFIG: notice("notice.reason_config"), EXIT_DATA: notice("notice.reason_data"),
+            EXIT_CHECKPOINT: notice("notice.reason_checkpoint")}
 
 
-def describe_exit(code: int) -> str:
+def describe_exit(code: int) -> Notice:
     """``killed by SIGKILL`` or ``exit code 1``."""
     if code < 0:
         try:
-            return f"killed by {signal.Signals(-code).name}"
+            return notice("notice.exit_signal", signal=signal.Signals(-code).name)
         except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
+            return notice("notice.exit_signal", signal=str(-code))
+    return notice("notice.exit_code", code=code)
 
 
 class Keeper:
@@ -83,7 +84,7 @@ class Keeper:
             if run["stop_requested"] or self.terminated:
                 return self._end_before_start(bool(run["stop_requested"]))
             self.child = self._start(run["command"], folder)
-            self.store.update(self.run_id, "started", f"started (process {self.child.pid})", status=RUNNING,
+            self.store.update(self.run_id, "started", notice("notice.started", pid=self.child.pid), status=RUNNING,
                               train_pid=self.child.pid, restart_at=None, attempt_started=time.time())
             if self.terminated and self.child.poll() is None:  # a SIGTERM between the start and the record
                 self.child.send_signal(signal.SIGTERM)
@@ -96,40 +97,41 @@ class Keeper:
                 return 1
             stop_asked = bool(run["stop_requested"])
             if code == EXIT_OK and not (self.terminated and not stop_asked):
-                self.store.update(self.run_id, FINISHED, "finished", status=FINISHED, ended=time.time(),
+                self.store.update(self.run_id, FINISHED, notice("notice.finished"), status=FINISHED, ended=time.time(),
                                   train_pid=None, cause="")
                 return 0
             if stop_asked:
-                cause = "stopped from the studio" + ("" if code == EXIT_PREEMPTED else f" ({describe_exit(code)})")
+                cause = notice("notice.stopped_by_studio") if code == EXIT_PREEMPTED else \
+                    notice("notice.stopped_by_studio_exit", exit=describe_exit(code))
                 step = saved_step(folder)
-                where = f" at step {step} (its checkpoint, where a resume continues)" if step is not None else \
-                    " before its first checkpoint (a resume starts over)"
-                self.store.update(self.run_id, STOPPED, cause + where, status=STOPPED, ended=time.time(),
+                said = notice("notice.stopped_at", cause=cause, step=step) if step is not None else \
+                    notice("notice.stopped_before_checkpoint", cause=cause)
+                self.store.update(self.run_id, STOPPED, said, status=STOPPED, ended=time.time(),
                                   train_pid=None, cause=cause)
                 return 0
             if self.terminated:  # the keeper got SIGTERM from someone else: the machine going down
-                cause = f"interrupted: the keeper was terminated ({describe_exit(code)})"
+                cause = notice("notice.keeper_terminated", exit=describe_exit(code))
                 self.store.update(self.run_id, INTERRUPTED, cause, status=INTERRUPTED, train_pid=None, cause=cause)
                 return 0
             cause = describe_exit(code)
             if code in NO_RETRY:
-                message = f"{cause}, {NO_RETRY[code]}: {last_error(os.path.join(folder, LOG_NAME))}"
+                message = notice("notice.no_retry", cause=cause, reason=NO_RETRY[code],
+                                 detail=last_error(os.path.join(folder, LOG_NAME)))
                 self.store.update(self.run_id, FAILED, message, status=FAILED, ended=time.time(), train_pid=None,
                                   cause=message)
                 return 0
             detail = last_error(os.path.join(folder, LOG_NAME)) if code > 0 else ""
-            cause = f"{cause}: {detail}" if detail else cause
+            cause = notice("notice.with_detail", cause=cause, detail=detail) if detail else cause
             if restarts >= run["restart_budget"]:
-                message = f"{cause}; no restarts left (budget {run['restart_budget']})"
+                message = notice("notice.no_restarts_left", cause=cause, budget=run["restart_budget"])
                 self.store.update(self.run_id, FAILED, message, status=FAILED, ended=time.time(), train_pid=None,
                                   cause=message)
                 return 0
             restarts += 1
             delay = backoff_delay(run["restart_backoff"], restarts)
-            wait = f" in {delay:g} s" if delay else ""
-            self.store.update(self.run_id, "restarted",
-                              f"restart {restarts} of {run['restart_budget']}{wait} after {cause}; "
-                              f"{continuation(folder)}", status=RESTARTING, restarts=restarts, train_pid=None,
+            said = notice("notice.restart_in" if delay else "notice.restart", n=restarts, budget=run["restart_budget"],
+                          delay=f"{delay:g}", cause=cause, continuation=continuation(folder))
+            self.store.update(self.run_id, "restarted", said, status=RESTARTING, restarts=restarts, train_pid=None,
                               cause=cause, restart_at=time.time() + delay)
             self._wait_until(time.time() + delay)
 
@@ -147,10 +149,10 @@ class Keeper:
 
     def _end_before_start(self, stop_asked: bool) -> int:
         if stop_asked:
-            self.store.update(self.run_id, STOPPED, "stopped from the studio", status=STOPPED, ended=time.time(),
-                              train_pid=None, cause="stopped from the studio")
+            self.store.update(self.run_id, STOPPED, notice("notice.stopped_by_studio"), status=STOPPED,
+                              ended=time.time(), train_pid=None, cause=notice("notice.stopped_by_studio"))
         else:
-            self.store.update(self.run_id, INTERRUPTED, "interrupted before it started", status=INTERRUPTED,
+            self.store.update(self.run_id, INTERRUPTED, notice("notice.interrupted_before_start"), status=INTERRUPTED,
                               train_pid=None)
         return 0
 

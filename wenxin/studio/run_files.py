@@ -9,6 +9,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.controller.hooks.trackers import WANDB_URL_FILE
+from wenxin.studio.i18n import Notice, notice
 from wenxin.studio.store import LOG_NAME
 
 MAX_RECORDS = 5000  # metrics records one answer carries; the page asks again from where it stopped
@@ -94,23 +95,24 @@ def checkpoints(run_folder: str) -> Dict[str, Any]:
     return index if isinstance(index, dict) else {"checkpoints": []}
 
 
-def saved_step(run_folder: str) -> Optional[int]:
-    """The step of the run's newest resumable checkpoint (where it continues); None before one."""
-    steps = [c.get("step") for c in checkpoints(run_folder).get("checkpoints", [])
+def saved_step(run_folder: str, index: Optional[Dict[str, Any]] = None) -> Optional[int]:
+    """The step of the run's newest resumable checkpoint (where it continues); None before one.
+    ``index``: the run's :func:`checkpoints`, when the caller has read it already."""
+    steps = [c.get("step") for c in (index or checkpoints(run_folder)).get("checkpoints", [])
              if c.get("resumable") and isinstance(c.get("step"), int)]
     return max(steps) if steps else None
 
 
-def continuation(run_folder: str) -> str:
+def continuation(run_folder: str) -> Notice:
     """Where the run's next start begins, said truthfully: from its checkpoint at step N, or over."""
     step = saved_step(run_folder)
-    return f"it continues from its checkpoint at step {step}" if step is not None else \
-        "it starts over (no checkpoint was saved yet)"
+    return notice("notice.continues_from", step=step) if step is not None else notice("notice.starts_over")
 
 
-def best_metric(run_folder: str) -> Optional[Dict[str, Any]]:
-    """The best dev score so far: {"metric", "value", "step"}; None before the first evaluation."""
-    index = checkpoints(run_folder)
+def best_metric(run_folder: str, index: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, Any]]:
+    """The best dev score so far: {"metric", "value", "step"}; None before the first evaluation.
+    ``index``: the run's :func:`checkpoints`, when the caller has read it already."""
+    index = index or checkpoints(run_folder)
     best = [c for c in index.get("checkpoints", []) if c.get("kind") == "best" and c.get("metric") is not None]
     if best:
         return {"metric": index.get("metric"), "value": best[0]["metric"], "step": best[0].get("step")}

@@ -14,7 +14,9 @@ import json
 import os
 import sqlite3
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+from wenxin.studio.i18n import Notice, notice
 
 STATE_DIR = ".wenxin-studio"
 RUNS_DIR = "studio_runs"
@@ -59,13 +61,15 @@ CREATE TABLE IF NOT EXISTS events (
     run_id INTEGER NOT NULL,
     time REAL NOT NULL,
     kind TEXT NOT NULL,              -- queued | started | restarted | finished | failed | stopped | interrupted ...
-    message TEXT NOT NULL
+    message TEXT NOT NULL,           -- in English, as the log says it
+    notice TEXT                      -- JSON: the message as a key and values (i18n.Notice), for the page's language
 );
 CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, id);
 """
-# columns added since the first studio: (name, declaration), added to an older database on open
-_ADDED_COLUMNS = (("restart_backoff", "TEXT NOT NULL DEFAULT '[10, 30, 60]'"), ("restart_at", "REAL"),
-                  ("attempt_started", "REAL"), ("cpu_seconds", "REAL"))
+# columns added since the first studio: (table, name, declaration), added to an older database on open
+_ADDED_COLUMNS = (("runs", "restart_backoff", "TEXT NOT NULL DEFAULT '[10, 30, 60]'"), ("runs", "restart_at", "REAL"),
+                  ("runs", "attempt_started", "REAL"), ("runs", "cpu_seconds", "REAL"),
+                  ("runs", "cause_notice", "TEXT"), ("events", "notice", "TEXT"))
 DEFAULT_BACKOFF = (10.0, 30.0, 60.0)
 
 
@@ -89,10 +93,10 @@ class Store:
         try:
             db.execute("PRAGMA journal_mode=WAL")  # outside a transaction, as SQLite wants
             db.executescript(_SCHEMA)
-            have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
-            for name, declaration in _ADDED_COLUMNS:
+            for table, name, declaration in _ADDED_COLUMNS:
+                have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
                 if name not in have:
-                    db.execute(f"ALTER TABLE runs ADD COLUMN {name} {declaration}")
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
         finally:
             db.close()
 
@@ -117,6 +121,7 @@ class Store:
         run["overrides"] = json.loads(run["overrides"])
         run["command"] = json.loads(run["command"])
         run["restart_backoff"] = json.loads(run["restart_backoff"])
+        run["cause_notice"] = json.loads(run["cause_notice"]) if run.get("cause_notice") else None
         return run
 
     def add_run(self, *, name: str, kind: str, task_path: str, sweep_path: str, overrides: Dict[str, Any],
@@ -129,8 +134,7 @@ class Store:
                 (name, kind, task_path, sweep_path, json.dumps(overrides), json.dumps(command), folder, QUEUED,
                  restart_budget, json.dumps(list(restart_backoff)), time.time()))
             run_id = int(cursor.lastrowid or 0)
-            db.execute("INSERT INTO events (run_id, time, kind, message) VALUES (?, ?, ?, ?)",
-                       (run_id, time.time(), QUEUED, "queued"))
+            self._add_event(db, run_id, QUEUED, notice("notice.queued"))
         return run_id
 
     def set_folder_and_command(self, run_id: int, folder: str, command: List[str]) -> None:
@@ -149,19 +153,33 @@ class Store:
 
     def events(self, run_id: int) -> List[Dict[str, Any]]:
         with self._connect() as db:
-            rows = db.execute("SELECT time, kind, message FROM events WHERE run_id = ? ORDER BY id",
+            rows = db.execute("SELECT time, kind, message, notice FROM events WHERE run_id = ? ORDER BY id",
                               (run_id,)).fetchall()
-        return [dict(row) for row in rows]
+        return [{**dict(row), "notice": json.loads(row["notice"]) if row["notice"] else None} for row in rows]
 
-    def update(self, run_id: int, event: Optional[str] = None, message: str = "", **fields: Any) -> None:
-        """Set ``fields`` of the run and, with ``event``, record it (its kind and message)."""
+    def update(self, run_id: int, event: Optional[str] = None, message: Union[str, Notice] = "",
+               **fields: Any) -> None:
+        """Set ``fields`` of the run and, with ``event``, record it (its kind and message). A
+        :class:`Notice` (the message, or the ``cause`` field) is kept in English and as its key
+        and values, so that the page can say it in its reader's language."""
+        cause = fields.get("cause")
+        if isinstance(cause, Notice):
+            fields.update(cause=cause.english(), cause_notice=json.dumps(cause.as_json(), ensure_ascii=False))
+        elif "cause" in fields:
+            fields["cause_notice"] = None
         with self._connect() as db:
             if fields:
                 names = ", ".join(f"{name} = ?" for name in fields)
                 db.execute(f"UPDATE runs SET {names} WHERE id = ?", (*fields.values(), run_id))  # noqa: S608 (names are ours)
             if event:
-                db.execute("INSERT INTO events (run_id, time, kind, message) VALUES (?, ?, ?, ?)",
-                           (run_id, time.time(), event, message or event))
+                self._add_event(db, run_id, event, message or event)
+
+    @staticmethod
+    def _add_event(db: sqlite3.Connection, run_id: int, kind: str, message: Union[str, Notice]) -> None:
+        english, kept = (message.english(), json.dumps(message.as_json(), ensure_ascii=False)) \
+            if isinstance(message, Notice) else (message, None)
+        db.execute("INSERT INTO events (run_id, time, kind, message, notice) VALUES (?, ?, ?, ?, ?)",
+                   (run_id, time.time(), kind, english, kept))
 
     def claim_queued(self, run_id: int) -> bool:
         """Mark a queued run as running, before its keeper starts; False when it is no longer

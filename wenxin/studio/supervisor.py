@@ -20,9 +20,10 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 from wenxin.common.threads import SHARE_VARIABLE
+from wenxin.studio.i18n import Notice, NoticedError, notice
 from wenxin.studio.processes import process_alive, process_start_time, run_process
 from wenxin.studio.run_files import continuation
 from wenxin.studio.security import TOKEN_VARIABLE
@@ -62,16 +63,18 @@ class Supervisor:
         for run in self.store.runs():
             if run["status"] in ACTIVE and process_alive(run["keeper_pid"], run["keeper_started"]):
                 line = f"still running (keeper process {run['keeper_pid']}); re-attached"
-                self.store.update(run["id"], "reattached", f"the studio restarted; the run was {line}")
+                self.store.update(run["id"], "reattached", notice("notice.reattached", pid=run["keeper_pid"]))
                 lines.append(f"run {run['id']}: {line}")
                 continue
             if run["status"] in ACTIVE or run["status"] == INTERRUPTED:
-                why = "its process was gone when the studio started" if run["status"] in ACTIVE else run["cause"]
+                why: Union[str, Notice] = notice("notice.process_gone") if run["status"] in ACTIVE else \
+                    Notice.from_json(run["cause_notice"]) if run["cause_notice"] else run["cause"]
                 self._requeue_interrupted(run, why)
-                lines.append(f"run {run['id']}: interrupted ({why}); queued to continue")
+                lines.append(f"run {run['id']}: interrupted ({why.english() if isinstance(why, Notice) else why}); "
+                             "queued to continue")
         return lines
 
-    def _requeue_interrupted(self, run: dict, why: str) -> None:
+    def _requeue_interrupted(self, run: dict, why: Union[str, Notice]) -> None:
         """An interruption is not the run's failure: it is queued again, its restart budget kept.
         A training process its dead keeper left behind is killed first: two processes must never
         write one run's checkpoints (the newest complete one is where the run continues)."""
@@ -80,9 +83,8 @@ class Supervisor:
             with contextlib.suppress(Exception):
                 orphan.kill()
                 orphan.wait(timeout=60)
-        self.store.update(run["id"], "interrupted", f"interrupted ({why}); queued again: "
-                          f"{continuation(os.path.join(self.root, run['folder']))}", status=QUEUED, keeper_pid=None,
-                          train_pid=None)
+        self.store.update(run["id"], "interrupted", notice("notice.requeued", why=why, continuation=continuation(
+                          os.path.join(self.root, run["folder"]))), status=QUEUED, keeper_pid=None, train_pid=None)
 
     def start(self) -> None:
         self.recovered = self.recover()
@@ -157,12 +159,13 @@ class Supervisor:
                 orphan.kill()
                 orphan.wait(timeout=60)
         detail = last_error(self.keeper_log(run["id"]))
-        cause = f"its keeper process ended ({describe_exit(code)}{': ' + detail if detail else ''})"
+        cause = notice("notice.keeper_ended_detail", exit=describe_exit(code), detail=detail) if detail else \
+            notice("notice.keeper_ended", exit=describe_exit(code))
         if code < 0 and run["restarts"] < run["restart_budget"]:
             delay = backoff_delay(run["restart_backoff"], run["restarts"] + 1)
-            self.store.update(run["id"], "interrupted", f"interrupted: {cause}; queued again"
-                              f"{f' to start in {delay:g} s' if delay else ''}: "
-                              f"{continuation(os.path.join(self.root, run['folder']))}", status=QUEUED,
+            said = notice("notice.interrupted_requeued_in" if delay else "notice.interrupted_requeued", cause=cause,
+                          delay=f"{delay:g}", continuation=continuation(os.path.join(self.root, run["folder"])))
+            self.store.update(run["id"], "interrupted", said, status=QUEUED,
                               keeper_pid=None, train_pid=None, cause=cause, restarts=run["restarts"] + 1,
                               restart_at=time.time() + delay)
         else:
@@ -200,12 +203,12 @@ class Supervisor:
         if run is None:
             raise KeyError(run_id)
         if run["status"] == QUEUED:
-            self.store.update(run_id, STOPPED, "stopped before it started", status=STOPPED,
-                              cause="stopped before it started")
+            self.store.update(run_id, STOPPED, notice("notice.stopped_before_start"), status=STOPPED,
+                              cause=notice("notice.stopped_before_start"))
             return STOPPED
         if run["status"] not in ACTIVE:
-            raise ValueError(f"run {run_id} is {run['status']}: there is nothing to stop")
-        self.store.update(run_id, "stopping", "stop asked: the run saves a checkpoint and ends", stop_requested=1)
+            raise NoticedError(notice("notice.nothing_to_stop", id=run_id, status=notice(f"status.{run['status']}")))
+        self.store.update(run_id, "stopping", notice("notice.stopping"), stop_requested=1)
         if process_alive(run["keeper_pid"], run["keeper_started"]):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(run["keeper_pid"], signal.SIGTERM)
@@ -217,8 +220,8 @@ class Supervisor:
         if run is None:
             raise KeyError(run_id)
         if run["status"] in ACTIVE or run["status"] == QUEUED:
-            raise ValueError(f"run {run_id} is {run['status']} already")
+            raise NoticedError(notice("notice.already", id=run_id, status=notice(f"status.{run['status']}")))
         where = continuation(os.path.join(self.root, run["folder"]))
-        self.store.update(run_id, QUEUED, f"resume asked: queued; {where}",
+        self.store.update(run_id, QUEUED, notice("notice.resume_asked", continuation=where),
                           status=QUEUED, stop_requested=0, restarts=0, cause="", ended=None, restart_at=None)
         self.wake()
