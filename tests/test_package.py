@@ -171,7 +171,8 @@ def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
         names = archive.namelist()
         metadata_text = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode("utf-8")
     assert "wenxin/py.typed" in names and any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
-    assert {f"wenxin/studio/static/{name}" for name in ("studio.js", "studio.css", "uPlot.iife.min.js",
+    assert {f"wenxin/studio/static/{name}" for name in ("studio.js", "runs.js", "launch.js", "run.js", "try.js",
+                                                         "compare.js", "studio.css", "uPlot.iife.min.js",
                                                          "uPlot.min.css", "uPlot.LICENSE", "messages.json")} <= set(names)
     assert "License-Expression: Apache-2.0" in metadata_text and "Classifier: Programming Language :: Python :: 3.13" in metadata_text
     sdist = glob.glob(str(dist / "wenxin-*.tar.gz"))

@@ -2,8 +2,10 @@
 state (``workspace.Studio``).
 
 Pages (``/``, ``/launch``, ``/runs/{id}``, ``/compare``) are small HTML shells; ``static/studio.js``
-fills them from the API and keeps them current by polling, writing every value as text (never as
-HTML). The charts are uPlot's (MIT), vendored in ``static/``; nothing loads from another site.
+(the helpers, and the start) and one script a page (``runs.js``, ``launch.js``, ``run.js`` with
+``try.js``, ``compare.js``, each adding itself to ``PAGES``) fill them from the API and keep
+them current by polling, writing every value as text (never as HTML). The charts are uPlot's
+(MIT), vendored in ``static/``; nothing loads from another site.
 
 Pages come in English or Chinese (``i18n``): the shell carries the page's messages.
 
@@ -33,7 +35,8 @@ from wenxin.inference.http_io import MAX_JSON_DEPTH, json_depth_exceeds
 from wenxin.studio.security import BodyTooLarge
 from wenxin.studio.store import QUEUED
 from wenxin.studio.viewers import VIEWER_KINDS, ViewerError
-from wenxin.studio.workspace import Studio, StudioError, machine_use
+from wenxin.studio.machine import machine_use
+from wenxin.studio.workspace import Studio, StudioError
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 
@@ -50,7 +53,7 @@ PAGE = """<!doctype html>
 <span class="root" title="{root_title}">{root}</span></header>
 <main id="main"><noscript>{noscript}</noscript></main>
 <script type="application/json" id="messages">{messages}</script>
-<script src="/static/uPlot.iife.min.js"></script><script src="/static/studio.js"></script>
+<script src="/static/uPlot.iife.min.js"></script>{scripts}
 </body></html>
 """
 
@@ -61,6 +64,9 @@ FORWARDED_REQUEST_HEADERS = ("accept", "accept-language", "content-type", "if-no
 FORWARDED_RESPONSE_HEADERS = ("content-type", "content-encoding", "cache-control", "etag", "last-modified",
                               "location", "content-disposition", "x-content-type-options")
 VIEWER_TIMEOUT_SECONDS = 60.0
+# the page scripts: the helpers first, then each page's (a page's script adds it to PAGES; the run
+# page's "try" box and the compare page's charts use the run page's parts, so every page loads all)
+SCRIPTS = ("studio.js", "runs.js", "launch.js", "run.js", "try.js", "compare.js")
 
 
 def forward(port: int, method: str, target: str, headers: Dict[str, str], body: bytes
@@ -96,7 +102,8 @@ def page(title_key: str, name: str, root: str, language: str, arg: str = "", **t
                        nav_launch=html.escape(said["nav.launch"]), nav_compare=html.escape(said["nav.compare"]),
                        other=html.escape(said["lang.other"]), other_code=said["lang.other_code"],
                        root_title=html.escape(said["nav.root"]), noscript=html.escape(said["noscript"]),
-                       messages=embedded)
+                       messages=embedded,
+                       scripts="".join(f'<script src="/static/{name}"></script>' for name in SCRIPTS))
 
 
 def build_app(studio: Studio) -> Any:
@@ -108,7 +115,8 @@ def build_app(studio: Studio) -> Any:
     from starlette.staticfiles import StaticFiles
 
     def error(e: StudioError) -> JSONResponse:
-        return JSONResponse({"error": str(e)}, status_code=e.status)
+        said = {"notice": e.notice.as_json()} if e.notice else {}
+        return JSONResponse({"error": str(e), **said}, status_code=e.status)
 
     async def body_of(request: Request) -> Dict[str, Any]:
         try:
@@ -222,7 +230,7 @@ def build_app(studio: Studio) -> Any:
         try:
             return {"status": studio.supervisor.stop(run_id)}
         except ValueError as e:
-            raise StudioError(409, str(e)) from None
+            raise StudioError.refused(409, e) from None
 
     async def resume(request: Request) -> Any:
         run_id = run_id_of(request)
@@ -230,7 +238,7 @@ def build_app(studio: Studio) -> Any:
         try:
             studio.supervisor.resume(run_id)
         except ValueError as e:
-            raise StudioError(409, str(e)) from None
+            raise StudioError.refused(409, e) from None
         return {"status": QUEUED}
 
     async def clone(request: Request) -> Any:

@@ -24,12 +24,13 @@ class StopAnswer(Exception):
     """The reader left (the page's stop button): the decoding ends at the next step."""
 
 
-def exports(run_folder: str) -> List[Dict[str, Any]]:
+def exports(run_folder: str, index: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
     """The run's exported models, one per checkpoint with an ``inference`` folder: the best first,
-    then the newest: ``{"name", "kind", "step", "path"}`` (``path`` relative to the run folder)."""
+    then the newest: ``{"name", "kind", "step", "path"}`` (``path`` relative to the run folder).
+    ``index``: the run's checkpoint index, when the caller has read it already."""
     folder = os.path.join(run_files.output_folder(run_folder), "checkpoints")
     found = []
-    for entry in run_files.checkpoints(run_folder).get("checkpoints", []):
+    for entry in (index or run_files.checkpoints(run_folder)).get("checkpoints", []):
         name = os.path.basename(str(entry.get("name", "")))
         inference = os.path.join(folder, name, "inference")
         if name and os.path.isfile(os.path.join(inference, "preprocess.json")):

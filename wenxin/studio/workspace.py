@@ -6,11 +6,12 @@ import json
 import os
 import shutil
 import sys
-import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from wenxin.common.errors import ConfigError, WenxinError
 from wenxin.studio import forms, readiness, run_files, trying
+from wenxin.studio.i18n import Notice, NoticedError, notice
+from wenxin.studio.machine import process_use
 from wenxin.studio.run_commands import PREPARE, display_command, override_text, run_command, slug
 from wenxin.studio.store import ACTIVE, DEFAULT_BACKOFF, RUNNING, RUNS_DIR, STATE_DIR, Store
 from wenxin.studio.supervisor import Supervisor
@@ -26,11 +27,18 @@ MAX_TEXT_CHARS = 4096
 
 
 class StudioError(Exception):
-    """A request the studio refuses: its status and one line saying why."""
+    """A request the studio refuses: its status and one line saying why (a :class:`Notice` when
+    the page shows it, so that it is said in the reader's language)."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, status: int, message: Union[str, Notice]) -> None:
+        super().__init__(message.english() if isinstance(message, Notice) else message)
         self.status = status
+        self.notice = message if isinstance(message, Notice) else None
+
+    @classmethod
+    def refused(cls, status: int, e: Exception) -> "StudioError":
+        """``e`` (a ``ValueError`` of a part below) as a refusal, its notice kept."""
+        return cls(status, e.notice if isinstance(e, NoticedError) else str(e))
 
 
 class Studio:
@@ -149,7 +157,7 @@ class Studio:
         sweep_path = self.file_under_root(sweep_rel, "sweep") if sweep_rel else ""
         name = body.get("name") or os.path.splitext(os.path.basename(path))[0]
         if not isinstance(name, str) or len(name) > MAX_NAME or not name.strip():
-            raise StudioError(400, f"name: at most {MAX_NAME} characters")
+            raise StudioError(400, notice("notice.name_length", most=MAX_NAME))
         kind = "sweep" if sweep_path else "train"
         run_id = self.store.add_run(name=name.strip(), kind=kind, task_path=os.path.relpath(path, self.root),
                                     sweep_path=os.path.relpath(sweep_path, self.root) if sweep_path else "",
@@ -241,24 +249,27 @@ class Studio:
     def run_or_404(self, run_id: int) -> Dict[str, Any]:
         run = self.store.run(run_id)
         if run is None:
-            raise StudioError(404, f"no run {run_id}")
+            raise StudioError(404, notice("notice.no_run", id=run_id))
         return run
 
     def folder(self, run: Dict[str, Any]) -> str:
         return os.path.join(self.root, run["folder"])
 
-    def summary(self, run: Dict[str, Any]) -> Dict[str, Any]:
+    def summary(self, run: Dict[str, Any], index: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """What the runs list shows of a run. ``index``: its checkpoint index, when read already
+        (the file is read once a request)."""
         folder = self.folder(run)
+        index = index if index is not None else run_files.checkpoints(folder)
         records = run_files.latest_records(folder)
         latest = records.get("train", {})
-        saved = run_files.saved_step(folder)
+        saved = run_files.saved_step(folder, index)
         logged = latest.get("step")
         # a record from before the current process started is stale: the run is reloading its data
         fresh = run["status"] == RUNNING and latest.get("time", 0.0) >= (run["attempt_started"] or 0.0)
         return {key: run[key] for key in ("id", "name", "kind", "task_path", "sweep_path", "overrides", "status",
-                                          "cause", "restarts", "restart_budget", "created", "started", "ended",
-                                          "restart_at")} | {
-            "best": run_files.best_metric(folder),
+                                          "cause", "cause_notice", "restarts", "restart_budget", "created",
+                                          "started", "ended", "restart_at")} | {
+            "best": run_files.best_metric(folder, index),
             # the furthest it got: a stopped run saved a checkpoint after its last logged step
             "step": max((s for s in (logged, saved) if s is not None), default=None),
             "saved_step": saved,
@@ -273,9 +284,10 @@ class Studio:
     def details(self, run_id: int) -> Dict[str, Any]:
         run = self.run_or_404(run_id)
         folder = self.folder(run)
-        exports = trying.exports(folder)
-        return {**self.summary(run), "events": self.store.events(run_id), "process": process_use(run),
-                "checkpoints": run_files.checkpoints(folder), "trackers": self.trackers(run_id, folder),
+        index = run_files.checkpoints(folder)
+        exports = trying.exports(folder, index)
+        return {**self.summary(run, index), "events": self.store.events(run_id), "process": process_use(run),
+                "checkpoints": index, "trackers": self.trackers(run_id, folder),
                 "exported": bool(exports), "exports": exports,
                 "export_kind": trying.export_kind(os.path.join(folder, exports[0]["path"])) if exports else None,
                 "sweep": run_files.sweep_table(folder, self._sweep_output(run)) if run["kind"] == "sweep" else None,
@@ -322,9 +334,9 @@ class Studio:
     def delete(self, run_id: int, confirm: Any) -> None:
         run = self.run_or_404(run_id)
         if confirm != run["name"]:
-            raise StudioError(400, "confirm: type the run's name to delete it")
+            raise StudioError(400, notice("notice.confirm_delete"))
         if run["status"] in ACTIVE:
-            raise StudioError(409, f"run {run_id} is {run['status']}: stop it first")
+            raise StudioError(409, notice("notice.stop_first", id=run_id, status=notice(f"status.{run['status']}")))
         folder = self.folder(run)
         try:
             real = forms.inside_root(os.path.join(self.root, RUNS_DIR), folder, "run folder")
@@ -340,7 +352,7 @@ class Studio:
         run = self.run_or_404(run_id)
         found = trying.exports(self.folder(run))
         if not found:
-            raise StudioError(409, f"run {run_id} has no exported model yet (trainer.save_inference)")
+            raise StudioError(409, notice("notice.no_export", id=run_id))
         if checkpoint in (None, ""):
             chosen = found[0]
         else:
@@ -354,7 +366,7 @@ class Studio:
     def predict(self, run_id: int, texts: Any, checkpoint: Any = None) -> Dict[str, Any]:
         if not isinstance(texts, list) or not texts or len(texts) > MAX_TEXTS \
                 or not all(isinstance(t, str) and 0 < len(t) <= MAX_TEXT_CHARS for t in texts):
-            raise StudioError(400, f"texts: a list of 1 to {MAX_TEXTS} texts of 1 to {MAX_TEXT_CHARS} characters")
+            raise StudioError(400, notice("notice.texts", most=MAX_TEXTS, chars=MAX_TEXT_CHARS))
         model_dir, chosen = self.chosen_export(run_id, checkpoint)
         try:  # a text's tab-separated parts are the model's columns (a matching pair: two)
             answered = self.models.predict(model_dir, [text.split("\t") for text in texts])
@@ -368,31 +380,6 @@ def metric_values(record: Dict[str, Any]) -> Dict[str, float]:
     """A dev or test record's metrics (its step, time and epoch left out)."""
     return {k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
             and k not in ("step", "time", "epoch", "elapsed_sec")}
-
-
-def process_use(run: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """The run's training process now: its CPU seconds so far (the page turns two readings into a
-    share of a core), resident memory and threads; None when it is not running."""
-    if run["status"] not in ACTIVE or not run.get("train_pid"):
-        return None
-    import psutil
-    try:
-        process = psutil.Process(run["train_pid"])
-        with process.oneshot():
-            times = process.cpu_times()
-            return {"cpu_seconds": times.user + times.system, "rss_bytes": process.memory_info().rss,
-                    "threads": process.num_threads(), "time": time.time()}
-    except (psutil.Error, OSError):
-        return None
-
-
-def machine_use() -> Dict[str, Any]:
-    """The machine's CPU share in use (since the last call), cores, memory and load."""
-    import psutil
-    memory = psutil.virtual_memory()
-    return {"cpu_percent": psutil.cpu_percent(None), "cores": psutil.cpu_count() or 1,
-            "memory_used": memory.total - memory.available, "memory_total": memory.total,
-            "load": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
 
 def open_studio(root: str, max_runs: int = 0, restart_budget: int = 3,
