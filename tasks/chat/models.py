@@ -19,7 +19,8 @@ from wenxin.models.base_model import BaseModel
 from wenxin.models.decoding import (MAX_BEAM_SIZE, MAX_LENGTH_PENALTY, MAX_SEED, MAX_TEMPERATURE, MAX_TOP_K,
                                     MIN_TEMPERATURE, DecodeSettings, PromptSource)
 from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, extend_step,
-                                   generation_defaults, paddle_layout_weights, prefill_step)
+                                   generation_defaults, paddle_layout_weights, prefill_step,
+                                   sized_layout)
 from wenxin.models.lora import LoRASettings, adapter_parameter_names, adapters_disabled, apply_lora, merged_weights
 
 GENERATED = "generated"  # the exported model's output: each prompt's answer ids [B, max_new_tokens], -1 after the end
@@ -92,6 +93,7 @@ class Ernie45ChatModel(BaseModel):
         if info["max_seq_len"] > self.config.max_position_embeddings:
             raise ConfigError(f"dataset_reader: max_seq_len {info['max_seq_len']} of '{self.field}' is more "
                               f"than the model's max_position_embeddings {self.config.max_position_embeddings}")
+        self.layout = sized_layout(p["model_dir"], self.config) if p["load_weights"] else None  # before building
         self.model = Ernie45Model(self.config)
         self.lm_head = None if self.config.tie_word_embeddings else Ernie45Head(self.config)
         lora = p["lora"]
@@ -119,7 +121,8 @@ class Ernie45ChatModel(BaseModel):
     def own_pretrained_weights(self) -> Optional[Tuple[str, Dict[str, Any]]]:
         if not self.model_params["load_weights"]:
             return None
-        return self.model_params["model_dir"], paddle_layout_weights(self.model_params["model_dir"], self.config)
+        return self.model_params["model_dir"], paddle_layout_weights(self.model_params["model_dir"], self.config,
+                                                                     self.layout)
 
     def export_state(self, state: Any) -> Dict[str, Any]:
         return merged_weights(self, state)  # LoRA: the adapters merged (nothing without them)

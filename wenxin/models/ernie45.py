@@ -15,14 +15,12 @@ The folder holds ``config.json`` and the weights as safetensors: one ``model.saf
 shards listed by ``model.safetensors.index.json`` (float32, bfloat16 or float16), in either layout
 Baidu publishes: the names and layout PaddleFormers and Hugging Face write (linear weights
 ``[out, in]``; the ``-PT`` folders), or ERNIEKit's (``erniekit_layout``; the ``-Paddle`` folders).
-``load_ernie45`` reads it by path; nothing is downloaded.
+``load_ernie45`` reads it by path; nothing is downloaded. The files are read and checked by
+``ernie45_folder``.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import paddle
@@ -30,88 +28,13 @@ import paddle.nn.functional as F
 from paddle import nn
 from paddle.distributed.fleet.utils import recompute
 
-from wenxin.common.errors import CheckpointError, ConfigError
-from wenxin.common.files import read_json_object
+from wenxin.common.errors import CheckpointError
+from wenxin.models.ernie45_folder import (CONFIG_FILE, GENERATION_CONFIG_FILE, INDEX_FILE, SINGLE_FILE,  # noqa: F401
+                                          Ernie45Config, TensorSpec, checkpoint_files, generation_defaults,
+                                          read_weights, sized_layout, weight_layout)
 
-CONFIG_FILE = "config.json"
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
 # checkpoint linear weights are [out, in]; Paddle's nn.Linear holds [in, out]
 LINEAR_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclasses.dataclass
-class Ernie45Config:
-    """The shape of an ERNIE 4.5 dense decoder, read from its ``config.json``."""
-
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    max_position_embeddings: int
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 500000.0
-    tie_word_embeddings: bool = True
-    use_bias: bool = False
-    pad_token_id: int = 0
-    bos_token_id: int = 1
-    eos_token_id: int = 2
-
-    @classmethod
-    def from_dict(cls, values: Dict[str, Any], source: str) -> "Ernie45Config":
-        """The config from ``config.json``'s values; ``source`` names the file in errors."""
-        problems: List[str] = []
-        model_type = values.get("model_type")
-        if model_type not in (None, "ernie4_5"):
-            problems.append(f"{source}: model_type is {model_type!r}, not an ERNIE 4.5 dense decoder (ernie4_5)")
-        if values.get("moe_num_experts"):
-            problems.append(f"{source}: moe_num_experts: a mixture-of-experts model; only dense decoders are supported")
-        if values.get("compression_ratio") not in (None, 1, 1.0):
-            problems.append(f"{source}: compression_ratio {values['compression_ratio']!r}: positions scaled for "
-                            f"longer contexts are not supported (1.0 only)")
-        if values.get("rope_scaling"):
-            problems.append(f"{source}: rope_scaling: scaled rotary embeddings are not supported")
-        required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
-        problems += [f"{source}: {key} is missing" for key in required if key not in values]
-        if problems:
-            raise ConfigError("\n".join(problems))
-        heads = int(values["num_attention_heads"])
-        fields = {f.name for f in dataclasses.fields(cls)}
-        settings = {key: values[key] for key in fields if values.get(key) is not None}
-        settings.setdefault("num_key_value_heads", heads)
-        settings.setdefault("head_dim", int(values["hidden_size"]) // max(heads, 1))
-        theta = (values.get("rope_parameters") or {}).get("rope_theta")
-        if "rope_theta" not in settings and theta is not None:
-            settings["rope_theta"] = theta
-        config = cls(**settings)
-        config.check(source)
-        return config
-
-    @classmethod
-    def from_folder(cls, folder: str) -> "Ernie45Config":
-        path = os.path.join(folder, CONFIG_FILE)
-        if not os.path.isfile(path):
-            raise ConfigError(f"{folder}: no {CONFIG_FILE} (an ERNIE 4.5 model folder holds config.json and "
-                                  f"its safetensors weights)")
-        return cls.from_dict(read_json_object(path), path)
-
-    def check(self, source: str) -> None:
-        problems = []
-        for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                    "num_key_value_heads", "head_dim", "max_position_embeddings"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                problems.append(f"{source}: {key} must be a positive integer, got {value!r}")
-        if not problems and self.num_attention_heads % self.num_key_value_heads:
-            problems.append(f"{source}: num_attention_heads {self.num_attention_heads} is not a multiple of "
-                            f"num_key_value_heads {self.num_key_value_heads}")
-        if not problems and self.head_dim % 2:
-            problems.append(f"{source}: head_dim {self.head_dim} must be even (rotary embeddings turn pairs)")
-        if problems:
-            raise ConfigError(problems=problems)
 
 
 class RMSNorm(nn.Layer):
@@ -376,109 +299,18 @@ def extend_step(decoder: Ernie45Model, output_weight: paddle.Tensor, tokens: pad
     return paddle.matmul(state, output_weight, transpose_y=True).astype("float32"), grown
 
 
-GENERATION_CONFIG_FILE = "generation_config.json"
 
 
-def generation_defaults(folder: str) -> Dict[str, Any]:
-    """Decoding settings the folder's ``generation_config.json`` gives (``strategy``: sample
-    where it says ``do_sample``, else greedy; ``temperature``, ``top_p``, ``top_k``; the end
-    tokens ``eos_token_id``, one id or a list), empty without the file."""
-    path = os.path.join(folder, GENERATION_CONFIG_FILE)
-    if not os.path.isfile(path):
-        return {}
-    values = read_json_object(path)
-    settings: Dict[str, Any] = {"strategy": "sample" if values.get("do_sample") else "greedy"}
-    for key, kind in (("temperature", float), ("top_p", float), ("top_k", int)):
-        if values.get(key) is not None:
-            if not isinstance(values[key], (int, float)) or isinstance(values[key], bool):
-                raise ConfigError(f"{path}: {key} must be a number, got {values[key]!r}")
-            settings[key] = kind(values[key])
-    eos = values.get("eos_token_id")
-    eos_ids = eos if isinstance(eos, list) else [] if eos is None else [eos]
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in eos_ids):
-        raise ConfigError(f"{path}: eos_token_id must be a token id or a list of them, got {eos!r}")
-    settings["stop_ids"] = eos_ids
-    return settings
-
-
-def checkpoint_files(folder: str) -> Dict[str, str]:
-    """Weight name -> the safetensors file that holds it, from the index or the single file."""
-    index = os.path.join(folder, INDEX_FILE)
-    if os.path.isfile(index):
-        try:
-            with open(index, encoding="utf-8") as f:
-                weight_map = json.load(f)["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{index}: not a safetensors index with a weight_map ({e})") from None
-        files = {name: os.path.join(folder, file) for name, file in weight_map.items()}
-        missing = sorted({path for path in files.values() if not os.path.isfile(path)})
-        if missing:
-            raise CheckpointError(f"{index}: lists shards that are not in the folder: {', '.join(missing)}")
-        return files
-    single = os.path.join(folder, SINGLE_FILE)
-    if not os.path.isfile(single):
-        raise CheckpointError(f"{folder}: no {INDEX_FILE} and no {SINGLE_FILE}")
-    from safetensors import safe_open
-    with safe_open(single, "np") as f:
-        return {name: single for name in f.keys()}
-
-
-def read_weights(folder: str) -> Dict[str, np.ndarray]:
-    """Every tensor of the folder's safetensors files, by name, as float32 numpy arrays (no
-    pickle). bfloat16 tensors (ERNIE 4.5 ships them) are widened by ``bfloat16_tensors``:
-    numpy has no bfloat16, and Paddle's safetensors backend reinterprets bytes with a strided
-    view, which a trainer's process turns off (``FLAGS_use_stride_kernel``)."""
-    from safetensors import SafetensorError, safe_open
-    by_file: Dict[str, List[str]] = {}
-    for name, path in checkpoint_files(folder).items():
-        by_file.setdefault(path, []).append(name)
-    weights: Dict[str, np.ndarray] = {}
-    for path, names in by_file.items():
-        try:
-            wide = bfloat16_tensors(path)
-            with safe_open(path, "np") as f:
-                present = set(f.keys())
-                absent = [name for name in names if name not in present]
-                if absent:
-                    raise CheckpointError(f"{path}: the index puts {absent[:3]} here, but the file does not hold them")
-                for name in names:
-                    weights[name] = wide[name] if name in wide else f.get_tensor(name).astype(np.float32)
-        except SafetensorError as e:
-            raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
-    return weights
-
-
-def bfloat16_tensors(path: str) -> Dict[str, np.ndarray]:
-    """The bfloat16 tensors of a safetensors file as float32 (exact: a bfloat16 is the high half
-    of a float32). The format: an 8-byte little-endian header length, a JSON header giving each
-    tensor's dtype, shape and byte range after the header, then the data."""
-    with open(path, "rb") as f:
-        size = int.from_bytes(f.read(8), "little")
-        try:
-            header = json.loads(f.read(size))
-        except ValueError as e:
-            raise CheckpointError(f"{path}: not a readable safetensors file (its header: {e})") from None
-        wanted = {name: spec for name, spec in header.items()
-                  if name != "__metadata__" and isinstance(spec, dict) and spec.get("dtype") == "BF16"}
-        tensors = {}
-        for name, spec in wanted.items():
-            begin, end = spec["data_offsets"]
-            f.seek(8 + size + begin)
-            halves = np.frombuffer(f.read(end - begin), dtype="<u2")
-            if halves.size != int(np.prod(spec["shape"])):
-                raise CheckpointError(f"{path}: {name} holds {halves.size} values, its shape {spec['shape']} "
-                                      f"asks for {int(np.prod(spec['shape']))}")
-            tensors[name] = (halves.astype(np.uint32) << 16).view(np.float32).reshape(spec["shape"])
-    return tensors
-
-
-def paddle_layout_weights(folder: str, config: Ernie45Config) -> Dict[str, np.ndarray]:
+def paddle_layout_weights(folder: str, config: Ernie45Config,
+                          layout: Optional[Tuple[Dict[str, str], Dict[str, Dict[str, TensorSpec]]]] = None
+                          ) -> Dict[str, np.ndarray]:
     """The folder's weights by checkpoint name (``model.layers.0.self_attn.q_proj.weight``), as
     Paddle holds them (linear weights ``[in, out]``); a tied model's stored copy of the output
     layer is dropped. The folder holds either layout Baidu publishes: the one Hugging Face's and
     PaddleFormers' checkpoints share (``model.`` names, linear weights ``[out, in]``, the ``-PT``
-    folders), or ERNIEKit's own (``ernie.`` names, the ``-Paddle`` folders: ``erniekit_layout``)."""
-    weights = read_weights(folder)
+    folders), or ERNIEKit's own (``ernie.`` names, the ``-Paddle`` folders: ``erniekit_layout``).
+    ``layout``: the folder's checked ``weight_layout``, when read already."""
+    weights = read_weights(folder, layout)
     if any(name.startswith(ERNIEKIT_PREFIX) for name in weights):
         weights = erniekit_layout(weights, config, folder)
     else:
@@ -545,8 +377,9 @@ def load_ernie45(folder: str) -> Ernie45ForCausalLM:
     """The model of a checkpoint folder, its weights loaded: every parameter must be in the files,
     with its shape, and no weight may be left over (each mismatch names the weight and folder)."""
     config = Ernie45Config.from_folder(folder)
+    layout = sized_layout(folder, config)  # before a model of the config's size is built
     model = Ernie45ForCausalLM(config)
-    weights = paddle_layout_weights(folder, config)
+    weights = paddle_layout_weights(folder, config, layout)
     state = model.state_dict()
     missing = sorted(set(state) - set(weights))
     extra = sorted(set(weights) - set(state))
