@@ -472,6 +472,14 @@ def test_a_gpu_place_in_an_infer_file_on_the_cpu_build_is_one_line(tmp_path, cap
     lines = assert_one_error_block(code, *capsys.readouterr(), "inference.PADDLE_PLACE_TYPE: 'gpu', but the installed "
                                                               "Paddle (paddlepaddle")
     assert code == 2 and len(lines) == 1 and "is a CPU build" in lines[0]
+    assert lines[0].endswith("or run on the CPU: --set inference.PADDLE_PLACE_TYPE=cpu"), lines[0]
+    # the option it names works, and so does the native key's form; each gets past the place to the
+    # next thing this file lacks (its exported model)
+    for option in ("inference.PADDLE_PLACE_TYPE=cpu", "PADDLE_PLACE_TYPE=cpu"):
+        code = main(["infer", "--param_path", str(path), "--set", option])
+        err = capsys.readouterr().err
+        assert code != 0 and "PADDLE_PLACE_TYPE" not in err and "unknown key" not in err, (option, err)
+        assert "infer_model" in err or "model" in err.lower(), err
 
 
 def test_pairwise_scores_in_erniekits_output_format():
@@ -510,3 +518,19 @@ def test_migrate_translates_infer_files_and_refuses_what_still_does_not_fit(tmp_
     assert_one_error_block(code, *capsys.readouterr(), f"{source}: translated, the task file still does not fit: "
                                                        f"trainer.is_erniekit_only: unknown key")
     assert not target.exists()
+
+
+@pytest.mark.parametrize("task, name, said", [
+    ("text_generation", "cls_ernie_gen_infilling_ch_infer.json", "the generated tokens, tab-separated"),
+    ("information_extraction_many_to_many", "many_to_many_ie_relation_ernie_fc_ch_infer.json",
+     "one JSON list of every text's record"),
+    ("text_classification", "cls_ernie_fc_ch_infer.json", "the input columns, then the result"),
+])
+def test_the_infer_log_says_what_each_output_line_holds(task, name, said, monkeypatch):
+    """ERNIE-Gen's lines hold only the generated tokens, extraction writes one document: the log
+    of the translation says which, not "the input columns, then the result" for every task."""
+    from wenxin.translation.erniekit import translate_infer
+    monkeypatch.chdir(os.path.join(REPO, "tasks", task))  # where its files name their dictionaries from
+    _, notes = translate_infer(example(task, name))
+    assert [n for n in notes if n.startswith("output_format")] == [
+        f"output_format: erniekit (each line as ERNIE-kit's inference wrote it: {said})"]

@@ -60,6 +60,24 @@ def test_missing_or_corrupt_model_folder(tmp_path, data_dir):
         Predictor(folder)
 
 
+def test_a_wrong_model_folder_names_the_exports_near_it(tmp_path):
+    """A mistyped step or a run's folder: the error lists the exported models near the path."""
+    steps = tmp_path / "run" / "save_inference_model"
+    for step, age in (("inference_step_100", 200), ("inference_step_190", 100)):
+        (steps / step).mkdir(parents=True)
+        (steps / step / "preprocess.json").write_text("{}")
+        os.utime(steps / step / "preprocess.json", (1e9 - age, 1e9 - age))
+    with pytest.raises(InferenceError, match=rf"model folder not found: {steps}/inference_step_200; exported models "
+                                             rf"under {steps}: {steps}/inference_step_190, {steps}/inference_step_100$"):
+        Predictor(str(steps / "inference_step_200"))
+    with pytest.raises(InferenceError, match=rf"{tmp_path}/run: not an exported model folder .*; exported models under "
+                                             rf"{tmp_path}/run: {steps}/inference_step_190, "):
+        Predictor(str(tmp_path / "run"))  # a run's folder: its exports are named, newest first
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InferenceError, match=r"no exported model under .*empty \(export one with wenxin export"):
+        Predictor(str(tmp_path / "empty" / "model"))
+
+
 def test_save_inference_exports_beside_checkpoints_and_cli_export(tmp_path, data_dir):
     import subprocess
     import sys

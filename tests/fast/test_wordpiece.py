@@ -80,8 +80,11 @@ def test_fields_and_tokenizer_need_the_model_vocab(tmp_path):
                                   "tokenizer": {"type": "FullTokenizer"}}, FIELD, "f"), "f")
 
 
-def test_a_vocab_with_repeated_tokens_gives_paddlenlps_ids():
-    """A real vocab.txt can list a token twice; PaddleNLP (and ERNIE-kit) let the later line win."""
+def test_a_vocab_with_repeated_tokens_gives_paddlenlps_ids(monkeypatch):
+    """A real vocab.txt can list a token twice; PaddleNLP (and ERNIE-kit) let the later line win.
+    The warning comes once a process, not once a reader (a script builds dozens)."""
+    from wenxin.data import vocab
+    monkeypatch.setattr(vocab, "_WARNED", set())
     with open(os.path.join(FIXTURES, "repeated_vocab_reference.json"), encoding="utf-8") as f:
         reference = json.load(f)
     config = {"name": "text_a", "reader": {"type": "ErnieTextFieldReader"},
@@ -90,6 +93,9 @@ def test_a_vocab_with_repeated_tokens_gives_paddlenlps_ids():
     with wenxin_log() as messages:
         reader = ErnieTextFieldReader(validate(config, FIELD, "field"), "field")
     assert any("7 tokens are listed more than once" in m for m in messages), messages
+    with wenxin_log() as again:
+        ErnieTextFieldReader(validate(config, FIELD, "field"), "field")
+    assert not any("listed more than once" in m for m in again), again
     for token, index in reference["token_ids"].items():
         assert reader.vocab.lookup(token) == index
     assert [(c["text"], reader.convert(c["text"])[0].tolist()) for c in reference["cases"]] == \

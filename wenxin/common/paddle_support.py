@@ -86,7 +86,8 @@ def require_gpu(key: str) -> None:
     if not paddle.is_compiled_with_cuda():
         raise InstallError(f"{key}: 'gpu', but the installed Paddle ({build}) is a CPU build: install "
                            f"paddlepaddle-gpu 3.x from Paddle's package index in its place (docs/install.md), "
-                           f"or set 'cpu'")
+                           f"or run on the CPU: --set {key}=cpu")
     if paddle.device.cuda.device_count() == 0:
         raise InstallError(f"{key}: 'gpu', but the installed Paddle ({build}) sees no GPU (check the driver, "
-                           f"CUDA_VISIBLE_DEVICES, and that the build's CUDA version matches the driver), or set 'cpu'")
+                           f"CUDA_VISIBLE_DEVICES, and that the build's CUDA version matches the driver), or run on "
+                           f"the CPU: --set {key}=cpu")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 from wenxin.common import manifest
 from wenxin.common.errors import ConfigError, ExportError
@@ -89,3 +89,37 @@ def read_preprocessing(folder: str) -> Dict[str, Any]:
             raise ExportError(f"{path}: fields[{i}].tokenizer.spm_model_file: {model_file!r} is outside the export "
                               f"folder")
     return checked
+
+
+MAX_EXPORTS_NAMED = 5
+MAX_FOLDERS_LOOKED_AT = 2000  # a model path typed wrong must not start a walk of a whole disk
+
+
+def exports_near(path: str, depth: int = 4) -> Tuple[str, List[str]]:
+    """Where to look when ``path`` is not an exported model: its nearest existing folder (itself,
+    or the closest one above it), and the exported models under that folder (folders holding
+    ``preprocess.json``, at most ``depth`` levels down), the newest first, paths as given."""
+    near = os.path.normpath(path) if path else "."
+    while not os.path.isdir(near) and os.path.dirname(near) not in ("", near):
+        near = os.path.dirname(near)
+    if not os.path.isdir(near):
+        near = "."
+    found: List[Tuple[float, str]] = []
+    looked = 0
+    for folder, subfolders, names in os.walk(near):
+        looked += 1
+        if PREPROCESS_FILE in names and os.path.normpath(folder) != os.path.normpath(path):
+            found.append((os.path.getmtime(os.path.join(folder, PREPROCESS_FILE)), folder))
+        if folder.count(os.sep) - near.count(os.sep) >= depth or looked >= MAX_FOLDERS_LOOKED_AT:
+            subfolders[:] = []
+        else:
+            subfolders.sort()
+    return near, [folder for _, folder in sorted(found, reverse=True)[:MAX_EXPORTS_NAMED]]
+
+
+def where_exports_are(path: str) -> str:
+    """A sentence for an error about ``path``: the exported models near it, or that there are none."""
+    near, found = exports_near(path)
+    if found:
+        return f"exported models under {near}: {', '.join(found)}"
+    return f"no exported model under {near} (export one with wenxin export, or set trainer.save_inference)"

@@ -5,7 +5,7 @@ import collections
 import itertools
 import logging
 import os
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from wenxin.common.errors import DataError
 from wenxin.data.lines import iter_lines
@@ -95,9 +95,8 @@ class Vocab:
         if repeated:
             shown = "; ".join(f"{token!r} on lines {', '.join(map(str, where))}"
                               for token, where in list(repeated.items())[:5])
-            logger.warning("%s: %d tokens are listed more than once (%s%s); each maps to its last line's id, as "
-                           "PaddleNLP and ERNIE-kit read it", path, len(repeated), shown,
-                           ", ..." if len(repeated) > 5 else "")
+            warn_once(path, "%s: %d tokens are listed more than once (%s%s); each maps to its last line's id, as "
+                      "PaddleNLP and ERNIE-kit read it", len(repeated), shown, ", ..." if len(repeated) > 5 else "")
         ordered = [""] * len(tokens)
         token_to_id: Dict[str, int] = {}
         for token, index in zip(tokens, ids):
@@ -114,6 +113,18 @@ class Vocab:
             f.writelines(t + "\n" for t in self.tokens)
 
 
+_WARNED: Set[Tuple[str, str]] = set()
+
+
+def warn_once(path: str, message: str, *args: Any) -> None:
+    """A vocab file's warning, logged once a process: a script builds readers over one vocab many
+    times, and the file says the same each time."""
+    key = (os.path.realpath(path), message)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        logger.warning(message, path, *args)
+
+
 def _explicit_ids(seconds: List[Optional[str]], path: str) -> List[int]:
     """Each line's id: its second column (ERNIE-kit's ``token<TAB>id``; a line without one takes
     its line number) when those are exactly the ids 0..N-1, else the line numbers (the second
@@ -123,7 +134,7 @@ def _explicit_ids(seconds: List[Optional[str]], path: str) -> List[int]:
         return numbers
     ids = [int(s) if s is not None else n for n, s in zip(numbers, seconds)]
     if sorted(ids) != numbers:
-        logger.warning("%s: the second column is not the ids 0..%d (repeated or missing ids); ids are the "
-                       "line numbers", path, len(seconds) - 1)
+        warn_once(path, "%s: the second column is not the ids 0..%d (repeated or missing ids); ids are the "
+                  "line numbers", len(seconds) - 1)
         return numbers
     return ids

@@ -55,7 +55,9 @@ def run_inference(param_path: str, overrides: Sequence[str] = ()) -> str:
     raw = read_task_file(param_path)
     place_key = "PADDLE_PLACE_TYPE"
     if erniekit.is_erniekit_infer(raw):
-        place_key = "inference.PADDLE_PLACE_TYPE"
+        own, overrides = erniekit.split_infer_overrides(raw, overrides)  # its own sections' keys: set first
+        raw = apply_overrides(raw, own)
+        place_key = "inference.PADDLE_PLACE_TYPE" if "PADDLE_PLACE_TYPE" in raw["inference"] else place_key
         raw, notes = erniekit.translate_infer(raw)
         for note in notes:
             logger.info("ERNIE-kit infer file: %s", note)

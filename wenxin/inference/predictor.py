@@ -12,7 +12,8 @@ from wenxin.common.errors import ConfigError, ExportError, InferenceError, Wenxi
 from wenxin.common.registry import RegisterSet
 from wenxin.common.task_loader import builtin_task_names, import_task
 from wenxin.data import nfkc
-from wenxin.data.export_bundle import FIRST_STEP, MODEL_PREFIX, PREPROCESS_FILE, read_preprocessing, verify_export
+from wenxin.data.export_bundle import (FIRST_STEP, MODEL_PREFIX, PREPROCESS_FILE, read_preprocessing, verify_export,
+                                       where_exports_are)
 from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend, backend_class
 from wenxin.inference.paddle_backend import model_files
@@ -29,7 +30,7 @@ def _check_model_files(model_dir: str) -> None:
     if model_files(model_dir) is None and model_files(model_dir, FIRST_STEP) is None:
         raise InferenceError(f"{model_dir}: not an exported model folder (need {MODEL_PREFIX}.json or "
                              f".pdmodel, {MODEL_PREFIX}.pdiparams and {PREPROCESS_FILE}; a generation model "
-                             f"{FIRST_STEP}.json and the other step functions)")
+                             f"{FIRST_STEP}.json and the other step functions); {where_exports_are(model_dir)}")
 
 
 class Predictor:
@@ -61,7 +62,7 @@ class Predictor:
     def __init__(self, model_dir: str, use_gpu: bool = False, num_threads: int = 1, load_model: bool = True,
                  backend: str = "auto", onednn: str = "auto", task: str = "") -> None:
         if not os.path.isdir(model_dir):
-            raise InferenceError(f"model folder not found: {model_dir}")
+            raise InferenceError(f"model folder not found: {model_dir}; {where_exports_are(model_dir)}")
         if task:  # its own tokenizers and field readers register as it is imported
             import_task(task)
         meta_path = os.path.join(model_dir, PREPROCESS_FILE)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import Problems
 from wenxin.common.parsed import dict_at, plain
@@ -510,6 +510,18 @@ def is_erniekit_infer(raw: Dict[str, Any]) -> bool:
     return isinstance(raw, dict) and isinstance(raw.get("inference"), dict) and "model_dir" not in raw
 
 
+def split_infer_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """An ERNIE-kit infer file's ``--set`` options: those that name the file's own sections
+    (``inference.PADDLE_PLACE_TYPE=cpu``, ``dataset_reader...``), applied before it is translated,
+    and the others (native keys: ``PADDLE_PLACE_TYPE=cpu``, ``batch_size=8``), applied after."""
+    before: List[str] = []
+    after: List[str] = []
+    for text in overrides:
+        first = text.split("=", 1)[0].strip().split(".", 1)[0]
+        (before if first in raw and first in ("inference", "dataset_reader") else after).append(text)
+    return before, after
+
+
 def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
     """The native infer config of an ERNIE-kit infer file, and the translations made. Predictions
     are written in ERNIE-kit's format for the task (``output_format: erniekit``)."""
@@ -565,7 +577,10 @@ def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
         native["field_names"] = names
         notes.append(f"dataset_reader.predict_reader.fields {names}: checked against the exported model's "
                      f"(which carries its own preprocessing)")
-    notes.append("output_format: erniekit (each line: the input columns, then the result)")
+    notes.append("output_format: erniekit (each line as ERNIE-kit's inference wrote it: "
+                 + ("the generated tokens, tab-separated)" if reader.get("type") == GEN_READER else
+                    "one JSON list of every text's record)" if reader.get("type") == IE_READER else
+                    "the input columns, then the result)"))
     problems.raise_if_any()
     return native, notes
 
