@@ -48,6 +48,38 @@ def _label_names(field: BaseFieldReader, ids: Sequence[int]) -> List[str]:
     return [tokens[i] if tokens is not None and 0 <= i < len(tokens) else str(i) for i in ids]
 
 
+# What a field shows. A field whose values are not a vocab's ids (a chat model's conversation, an
+# extraction's triples) says it with a method of the same name (``raw_length``, ``token_ids``,
+# ``token_texts``, ``label_names``); these are the defaults, for the vocab-based fields.
+def _raw_length(field: Any, column: str) -> int:
+    """The column's tokens before truncation."""
+    if hasattr(field, "raw_length"):
+        return int(field.raw_length(column))
+    return len(field.tokenizer.tokenize(column))
+
+
+def _token_ids(field: Any, value: Any) -> List[int]:
+    if hasattr(field, "token_ids"):
+        return list(field.token_ids(value))
+    return [int(i) for i in np.asarray(value).reshape(-1)] if isinstance(value, np.ndarray) else []
+
+
+def _token_texts(field: Any, ids: Sequence[int]) -> List[str]:
+    if hasattr(field, "token_texts"):
+        return list(field.token_texts(ids))
+    tokens = field.vocab.tokens if field.vocab is not None else None
+    return [tokens[i] if tokens and i < len(tokens) else str(i) for i in ids]
+
+
+def _label_values(field: Any, value: Any) -> List[str]:
+    """The labels one example counts (its class, its tags, its classes, its triples' predicates)."""
+    if hasattr(field, "label_names"):
+        return list(field.label_names(value))
+    if isinstance(field, MultiLabelFieldReader):
+        return _label_names(field, [int(i) for i in np.flatnonzero(np.asarray(value))])
+    return _label_names(field, [int(v) for v in np.asarray(value).reshape(-1)])
+
+
 def inspect_reader(reader: BasicDataSetReader, name: str, samples: int, seed: int) -> Dict[str, Any]:
     """Statistics of one reader's converted examples (its data files are read once more)."""
     text_fields: List[Any] = [f for f in reader.fields if _is_text(f)]  # with a tokenizer and max_seq_len
@@ -65,7 +97,7 @@ def inspect_reader(reader: BasicDataSetReader, name: str, samples: int, seed: in
         values = dict(zip(reader.names, example))
         columns = dict(zip(reader.names, row[2]))
         for field in text_fields:
-            raw = len(field.tokenizer.tokenize(columns[field.name]))
+            raw = _raw_length(field, columns[field.name])
             kept = field.length(values[field.name]) - specials[field.name]
             lengths[field.name].append(raw)
             truncated[field.name] += raw > kept
@@ -75,12 +107,7 @@ def inspect_reader(reader: BasicDataSetReader, name: str, samples: int, seed: in
                 unknown[field.name] += int(np.count_nonzero(ids == unk))
                 tokens_seen[field.name] += max(kept, 0)
         for field in label_fields:
-            value = values[field.name]
-            if isinstance(field, MultiLabelFieldReader):
-                ids = [int(i) for i in np.flatnonzero(np.asarray(value))]
-            else:
-                ids = [int(v) for v in np.asarray(value).reshape(-1)]
-            for label in _label_names(field, ids):
+            for label in _label_values(field, values[field.name]):
                 labels[field.name][label] = labels[field.name].get(label, 0) + 1
         rows.append(row)
     picked = sorted(random.Random(f"{seed}-{name}").sample(range(len(rows)), min(samples, len(rows))))
@@ -90,7 +117,7 @@ def inspect_reader(reader: BasicDataSetReader, name: str, samples: int, seed: in
         seen = np.asarray(lengths[field.name] or [0])
         info: Dict[str, Any] = {
             "kind": "text", "max_seq_len": field.max_seq_len,
-            "vocab_size": len(field.vocab) if field.vocab is not None else None,
+            "vocab_size": len(field.vocab) if field.vocab is not None else getattr(field.tokenizer, "vocab_size", None),
             "token_length": {"mean": float(seen.mean()), "max": int(seen.max()),
                              **{f"p{q}": float(np.percentile(seen, q)) for q in PERCENTILES}},
             "truncated": truncated[field.name] / count if count else 0.0}
@@ -114,15 +141,14 @@ def _sample(reader: BasicDataSetReader, row: Any) -> Dict[str, Any]:
     for field, column in zip(reader.fields, columns):
         value = example[field.name]
         if _is_text(field):
-            ids = [int(i) for i in np.asarray(value).reshape(-1)] if isinstance(value, np.ndarray) else []
-            tokens = field.vocab.tokens if field.vocab is not None else None
-            shown[field.name] = {"text": column[:80],
-                                 "tokens": [tokens[i] if tokens and i < len(tokens) else str(i)
-                                            for i in ids[:SHOWN_TOKENS]],
+            ids = _token_ids(field, value)
+            shown[field.name] = {"text": column[:80], "tokens": _token_texts(field, ids[:SHOWN_TOKENS]),
                                  "ids": ids[:SHOWN_TOKENS], "length": len(ids)}
-        elif isinstance(field, LabelFieldReader) and not isinstance(field, MultiLabelFieldReader):
-            names = _label_names(field, [int(v) for v in np.asarray(value).reshape(-1)])
-            shown[field.name] = names[0] if np.ndim(value) == 0 else " ".join(names[:SHOWN_TOKENS])
+        elif hasattr(field, "label_names") or (isinstance(field, LabelFieldReader)
+                                               and not isinstance(field, MultiLabelFieldReader)):
+            names = _label_values(field, value)
+            single = isinstance(value, (int, np.integer)) or (isinstance(value, np.ndarray) and value.ndim == 0)
+            shown[field.name] = names[0] if single and len(names) == 1 else " ".join(names[:SHOWN_TOKENS])
         else:
             shown[field.name] = column[:80]
     return shown

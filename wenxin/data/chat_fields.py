@@ -203,6 +203,20 @@ class ChatFieldReader(BaseFieldReader):
     def length(self, value: ChatExample) -> int:
         return len(value[0])
 
+    # what ``wenxin inspect`` shows of a conversation (text fields' defaults read a vocab)
+    def raw_length(self, column: str) -> int:
+        """The conversation's tokens before ``max_seq_len`` keeps its first turns."""
+        conversation = Conversation.from_text(column)
+        if conversation.question is not None:
+            return len(encode_prompt(self.tokenizer, conversation.system, conversation.turns, conversation.question))
+        return len(encode_conversation(self.tokenizer, conversation.system, conversation.turns).ids)
+
+    def token_ids(self, value: ChatExample) -> List[int]:
+        return [int(i) for i in value[0]]
+
+    def token_texts(self, ids: Sequence[int]) -> List[str]:
+        return self.tokenizer.pieces(ids)
+
     def export_files(self, folder: str) -> Dict[str, Any]:
         """The tokenizer's files, copied to ``vocab/<name>`` of the export."""
         target = os.path.join("vocab", self.name)

@@ -174,6 +174,12 @@ class IeSpoLabelFieldReader(LabelFieldReader):
     def check_example(self, example: Dict[str, Any]) -> None:
         """Checked in ``combine``, against the text."""
 
+    def label_names(self, value: Any) -> List[str]:
+        """What ``wenxin inspect`` counts of a line: each triple's predicate."""
+        assert self.vocab is not None
+        triples = value[3].reshape(-1, 5) if isinstance(value, tuple) else np.asarray(value).reshape(-1, 5)
+        return [self.vocab.tokens[int(label)][2:-2] for label in triples[:, 0]]
+
     def combine(self, value: List[Tuple[int, int, int, int, int]], example: Dict[str, Any]
                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """-> (``[1]`` the sequence length, positions ``[M]`` and label ids ``[M]`` of the marks,
