@@ -215,3 +215,22 @@ def test_prediction_files_in_jsonl_and_csv_predict_as_their_tsv(tmp_path, export
     with pytest.raises(DataError, match=r"bad.jsonl:2: no key 'text_a' \(the object has 'text'\)"):
         run_inference(infer)
     assert not os.path.exists(tmp_path / "out_bad.tsv")
+
+
+def test_a_tsv_header_names_the_columns_and_a_file_without_one_is_an_error(tmp_path):
+    """With has_header a TSV's first line names its columns (as ERNIE-kit's generation reader reads
+    them): columns in any order are read by name, and a file whose first line does not name the
+    fields (no header: its first example; or other names) is one error naming the file and field,
+    not a first example silently taken for a header."""
+    rows, _ = bad_rows(reader_of(write(str(tmp_path / "swapped.tsv"), "label\ttext_a\n1\t好\n0\t坏\n"),
+                                 has_header=True))
+    assert [columns for _, _, columns in rows] == [["好", "1"], ["坏", "0"]]
+    headless = write(str(tmp_path / "headless.tsv"), "好书\t1\n坏书\t0\n")
+    with pytest.raises(DataError, match=r"headless\.tsv:1: the header has no column 'text_a' \(field 'text_a'\); "
+                                        r"the columns are '好书', '1'"):
+        bad_rows(reader_of(headless, has_header=True))
+    renamed = write(str(tmp_path / "renamed.tsv"), "src\ttgt\n好书\t1\n")
+    with pytest.raises(DataError, match=r"renamed\.tsv:1: the header has no column 'text_a'"):
+        bad_rows(reader_of(renamed, has_header=True))
+    short = write(str(tmp_path / "short.tsv"), "text_a\tlabel\n好书\n")
+    assert bad_rows(reader_of(short, has_header=True))[1] == [("short.tsv", 2, "1 columns, fewer than the header's")]

@@ -88,6 +88,21 @@ class RowFormat:
         """The JSON key or CSV header a field reads: its ``column``, else its name."""
         return str(field.config.get("column") or field.name)
 
+    def header_positions(self, path: str, header: List[str]) -> List[int]:
+        """The column of each field in a file's header line: the one its ``column`` (or name)
+        heads. A header without a field's column is an error naming the file, the field and the
+        header's columns (a file without a header line would have its first example read as one)."""
+        positions = []
+        for field in self.fields:
+            key = self.source_key(field)
+            if key not in header:
+                raise DataError(f"{path}:1: the header has no column {key!r} (field '{field.name}'"
+                                f"{'' if key == field.name else ', its column'}); the columns are "
+                                f"{', '.join(map(repr, header))[:300]} (has_header: true reads the first line as "
+                                f"the columns' names)")
+            positions.append(header.index(key))
+        return positions
+
 
 @RegisterSet.data_formats.register("tsv")
 class TsvFormat(RowFormat):
@@ -96,6 +111,18 @@ class TsvFormat(RowFormat):
     def __init__(self, config: Dict[str, Any], fields: Sequence[Any], key_path: str) -> None:
         super().__init__(config, fields, key_path)
         self.separator = config["separator"] or "\t"
+        self._headers: Dict[str, List[int]] = {}
+
+    def _header(self, path: str) -> List[int]:
+        """With ``has_header``: the column of each field, by the names of the file's first line
+        (ERNIE-kit's generation reader reads its columns by name too)."""
+        if path not in self._headers:
+            first = next(iter_lines(path, self.config["max_line_bytes"]), None)
+            if first is None or first.problem is not None:
+                raise DataError(f"{path}:1: {first.problem if first else 'the file is empty'}; has_header: true "
+                                f"needs a header line naming the columns")
+            self._headers[path] = self.header_positions(path, [c.strip() for c in first.text.split(self.separator)])
+        return self._headers[path]
 
     def rows(self, part: FilePart) -> Iterator[FormattedRow]:
         return self._split(part, predicting=False)
@@ -109,6 +136,7 @@ class TsvFormat(RowFormat):
         """The lines' columns: training takes exactly one per field and skips empty lines;
         predicting keeps every line and takes the first columns."""
         n_fields, has_header = len(self.fields), self.config["has_header"]
+        positions = self._header(part.path) if has_header else None
         for lineno, line, problem in self._lines(part):
             if problem is not None:
                 yield lineno, None, problem
@@ -116,7 +144,12 @@ class TsvFormat(RowFormat):
             if (has_header and lineno == 1) or (not predicting and not line.strip()):
                 continue
             columns = line.split(self.separator)
-            if predicting and len(columns) >= n_fields:
+            if positions is not None:
+                if len(columns) <= max(positions) and (line.strip() or not predicting):
+                    yield lineno, None, f"{len(columns)} columns, fewer than the header's"
+                else:
+                    yield lineno, [columns[p] if p < len(columns) else "" for p in positions], None
+            elif predicting and len(columns) >= n_fields:
                 yield lineno, columns[:n_fields], None
             elif len(columns) == n_fields:
                 yield lineno, columns, None
@@ -302,15 +335,7 @@ class CsvFormat(RowFormat):
                 raise DataError(f"{path}:1: {first[3] if first else 'the file is empty'}; has_header: true "
                                 f"needs a header naming the columns")
             header = [name.strip() for name in next(csv.reader([first[2]], delimiter=self.delimiter))]
-            positions = []
-            for field in self.fields:
-                key = self.source_key(field)
-                if key not in header:
-                    raise DataError(f"{path}:1: the header has no column {key!r} (field '{field.name}'"
-                                    f"{'' if key == field.name else ', its column'}); the columns are "
-                                    f"{', '.join(map(repr, header))}")
-                positions.append(header.index(key))
-            self._headers[path] = positions
+            self._headers[path] = self.header_positions(path, header)
         return self._headers[path]
 
 
