@@ -296,3 +296,34 @@ def test_a_label_field_without_its_text_field_is_one_error(fields):
         IeSpoLabelFieldReader(config, "r.fields[1]").link([text_field])
     with pytest.raises(ConfigError, match=r"align_with: no ErnieIeTextFieldReader field in this reader to label"):
         IeSpoLabelFieldReader({**config, "align_with": ""}, "r.fields[1]").link([])
+
+
+def test_a_span_past_the_end_of_the_text_is_a_problem(fields):
+    """Offsets past the text's end are a data error (they were labelled nothing, silently); a text
+    ending in characters without pieces (a space) still counts them."""
+    text_field, label_field = fields
+    with pytest.raises(ValueError, match=r"spo_list\[0\]\.object ends at character 3, past the end of the text "
+                                         r"\(2 characters\)"):
+        encode(text_field, label_field, {"text": "甲乙", "spo_list": [
+            {"predicate": "国籍", "subject": [0, 1], "object": [1, 3]}]})
+    encode(text_field, label_field, {"text": "甲乙 ", "spo_list": [  # 3 characters: fits
+        {"predicate": "国籍", "subject": [0, 1], "object": [1, 3]}]})
+    short = make_fields(text_field.config["vocab_path"], label_field.config["vocab_path"], max_seq_len=4)
+    encode(*short, {"text": "甲乙丙丁戊", "spo_list": [  # cut to 2 pieces: a span beyond them is missed, not wrong
+        {"predicate": "国籍", "subject": [0, 1], "object": [4, 5]}]})
+
+
+def test_jsonl_refuses_an_extraction_text_that_is_not_a_string(fields, tmp_path):
+    from wenxin.config.task_schema import READER_CONFIG
+    from wenxin.data.lines import FilePart
+    from wenxin.data.row_formats import JsonLinesFormat
+    data = tmp_path / "train.json"
+    data.write_text('{"text": 5, "spo_list": []}\n{"text": ["甲", "乙"], "spo_list": []}\n', encoding="utf-8")
+    config = validate({"data_path": str(data), "format": "jsonl"}, READER_CONFIG, "r")
+    text_field, label_field = fields
+    text_field.config = {**text_field.config, "column": "text"}
+    label_field.config = {**label_field.config, "column": "spo_list"}
+    rows = list(JsonLinesFormat(config, [text_field, label_field], "r").rows(FilePart(str(data), 0, None, 1)))
+    assert [(columns, problem) for _, columns, problem in rows] == [
+        (None, "key 'text': expected a string (a text that character offsets point into), got 5"),
+        (None, 'key \'text\': expected a string (a text that character offsets point into), got ["甲", "乙"]')]

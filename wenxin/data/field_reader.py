@@ -51,6 +51,9 @@ class BaseFieldReader:
     reads_record = False
     #: its prompts are conversations (ERNIEKit's SFT line without the last answer): a chat model's
     reads_conversations = False
+    #: format jsonl: the value must be a string (a number or list is refused, not turned into text):
+    #: a text that character offsets point into
+    reads_string = False
 
     def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
         self.config = config

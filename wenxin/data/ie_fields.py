@@ -37,6 +37,8 @@ class ErnieIeTextFieldReader(ErnieTextFieldReader):
     the text kept for the label field and for decoding predictions back to character offsets.
     Long texts keep their head (``truncation_type`` 0) in training; inference splits them."""
 
+    reads_string = True  # the spans' character offsets point into it
+
     def __init__(self, config: Dict[str, Any], path: str, scope: Optional[str] = None) -> None:
         super().__init__(config, path, scope)
         if config["truncation_type"] != 0:
@@ -184,7 +186,16 @@ class IeSpoLabelFieldReader(LabelFieldReader):
                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """-> (``[1]`` the sequence length, positions ``[M]`` and label ids ``[M]`` of the marks,
         the gold triples flattened ``[5K]``), positions counting ``[CLS]`` as 0."""
-        _, _, _, starts, ends = example[self.text_field]
+        _, _, pieces, starts, ends = example[self.text_field]
+        if len(starts) == sum(pieces):  # the whole text was kept: its length is known
+            # the last piece's word ends it, but for words with no pieces (a space), each one character
+            trailing = len(pieces) - len(np.trim_zeros(np.asarray(pieces, dtype=np.int64), "b"))
+            length = int(ends[-1]) + trailing if len(ends) else len(pieces)
+            for i, (_, *offsets) in enumerate(value):
+                for role, end in (("subject", offsets[1]), ("object", offsets[3])):
+                    if end > length:
+                        raise ValueError(f"spo_list[{i}].{role} ends at character {end}, past the end of the "
+                                         f"text ({length} characters)")
         marks: Dict[Tuple[int, int], None] = {}  # (position, label), in first-seen order
         triples: List[int] = []
         first_piece = np.ones(len(starts), dtype=bool)

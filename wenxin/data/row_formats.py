@@ -196,6 +196,9 @@ class JsonLinesFormat(RowFormat):
             if key not in record:
                 keys = ", ".join(map(repr, list(record)[:KEYS_SHOWN])) + (", ..." if len(record) > KEYS_SHOWN else "")
                 return None, f"no key {key!r} (the object has {keys or 'no keys'})"
+            if getattr(field, "reads_string", False) and not isinstance(record[key], str):
+                return None, (f"key {key!r}: expected a string (a text that character offsets point into), got "
+                              f"{json.dumps(record[key], ensure_ascii=False)[:60]}")
             text, problem = (json.dumps(record[key], ensure_ascii=False), None) if joiner is None \
                 else as_text(record[key], joiner)
             if problem is not None:
