@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -305,8 +306,14 @@ def _read_input(path: str) -> List[str]:
     from wenxin.data.lines import DEFAULT_MAX_LINE_BYTES, iter_lines
     if not path:
         return [line.rstrip("\r\n") for line in sys.stdin]
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise DataError(f"--input: file not found: {path}")
+    mode = os.stat(path).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a pipe: --input <(command)
+        kind = "a folder" if stat.S_ISDIR(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+            "not a regular file"
+        raise DataError(f"--input: {path} is {kind}; give a file of one input a line (or no --input to read "
+                        f"standard input)")
     lines = []
     for lineno, line, problem in iter_lines(path, DEFAULT_MAX_LINE_BYTES):
         if problem is not None:
