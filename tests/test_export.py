@@ -60,6 +60,24 @@ def test_missing_or_corrupt_model_folder(tmp_path, data_dir):
         Predictor(folder)
 
 
+def test_an_export_whose_labels_are_fewer_than_its_classes_is_one_error(tmp_path, data_dir):
+    """A hand-edited preprocess.json (sealed again, so the checksums pass) with one label for two
+    classes: the prediction that names the missing class is an error saying so, not an IndexError."""
+    import json
+    folder = trained(tmp_path, data_dir, "dynamic").export_inference(str(tmp_path / "model"))
+    path = os.path.join(folder, "preprocess.json")
+    with open(path, encoding="utf-8") as f:
+        meta = json.load(f)
+    meta["labels"] = meta["labels"][:1]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(meta, f)
+    seal_export(folder)
+    predictor = Predictor(folder)
+    with pytest.raises(InferenceError, match=r"preprocess.json: labels names 1 classes, but the model answered "
+                                             r"class 1: the export's labels do not match its model"):
+        predictor.predict([["好书好书"], ["坏书坏书"], ["好"], ["坏"]] * 4)
+
+
 def test_a_wrong_model_folder_names_the_exports_near_it(tmp_path):
     """A mistyped step or a run's folder: the error lists the exported models near the path."""
     steps = tmp_path / "run" / "save_inference_model"

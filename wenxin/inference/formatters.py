@@ -91,7 +91,12 @@ class ResultFormat:
         return None
 
     def label(self, idx: int) -> Any:
-        return self.labels[idx] if self.labels else idx
+        if not self.labels:
+            return idx
+        if not 0 <= idx < len(self.labels):
+            raise InferenceError(f"preprocess.json: labels names {len(self.labels)} classes, but the model answered "
+                                 f"class {idx}: the export's labels do not match its model (export it again)")
+        return self.labels[idx]
 
 
 @RegisterSet.result_formats.register("classification")

@@ -27,7 +27,7 @@ class SpoFormat(TaggingFormat):
             _, _, _, starts, ends = field.convert(raw)  # where each piece's word lies in raw
             length = len(starts) + 2
             tidy = tidy_marks(marks[:length], probs[:length])[1:length - 1]
-            spo_list = [{"predicate": self.labels[label][2:-2],
+            spo_list = [{"predicate": str(self.label(label))[2:-2],
                          "subject": [int(starts[s_first]), int(ends[s_last])],
                          "object": [int(starts[o_first]), int(ends[o_last])]}
                         for label, s_first, s_last, o_first, o_last in decode_triples(tidy, starts.tolist())]
