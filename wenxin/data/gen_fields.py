@@ -123,7 +123,7 @@ class ErnieGenTargetFieldReader(ErnieTextFieldReader):
         ids = [self.cls_id] + (self._ids(text) + [self.sep_id])[:self.max_seq_len - 1]
         return np.asarray(ids, dtype=np.int64)
 
-    def length(self, value: np.ndarray) -> int:
+    def length(self, value: np.ndarray) -> int:  # type: ignore[override]
         return len(value)
 
     def collate(self, values: List[np.ndarray]) -> Dict[str, np.ndarray]:  # type: ignore[override]
