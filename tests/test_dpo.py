@@ -179,3 +179,16 @@ def test_dpo_trains_from_a_task_file_and_resumes_exactly(tmp_path, dpo_data, mod
     assert np.mean([losses[s] for s in range(steps - 3, steps + 1)]) < 0.6
     assert not any(name.startswith("reference") for name in params)
     assert all(name.endswith(("lora_A", "lora_B")) for name in params) == lora
+
+
+def test_eager_and_static_lora_dpo_give_the_same_losses(tmp_path, dpo_data):
+    """Issue 56: LoRA's adapters are drawn alike in both graph modes, so DPO's losses agree."""
+    losses = {}
+    for mode in ("dynamic", "static"):
+        out = str(tmp_path / mode)
+        trainer = build(dpo_config(dpo_data, out, mode, lora=True, max_steps=6, is_eval_dev=0), tmp_path)
+        trainer.do_train()
+        losses[mode] = losses_of(out)
+    assert sorted(losses["dynamic"]) == sorted(losses["static"]) and len(losses["dynamic"]) == 6
+    for step, loss in losses["dynamic"].items():
+        assert abs(loss - losses["static"][step]) <= 1e-4 * max(1.0, abs(loss)), (step, loss, losses["static"][step])

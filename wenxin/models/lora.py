@@ -19,7 +19,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from typing import Any, Dict, Iterator, List, Mapping, Sequence, Set
+import zlib
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 import paddle
@@ -50,7 +51,7 @@ class LoRASettings:
 class LoRALinear(nn.Linear):
     """A linear layer with a low-rank adapter (see the module docstring)."""
 
-    def __init__(self, linear: nn.Linear, settings: LoRASettings) -> None:
+    def __init__(self, linear: nn.Linear, settings: LoRASettings, rng: Optional[np.random.Generator] = None) -> None:
         nn.Layer.__init__(self)  # the parameters are the wrapped layer's own, not new ones
         self.weight = linear.weight  # [in, out]
         self.bias = linear.bias
@@ -59,8 +60,13 @@ class LoRALinear(nn.Linear):
         self.scaling = settings.scaling
         self.disabled = False  # the plain layer: merged for export, or the frozen model (DPO's reference)
         bound = 1.0 / math.sqrt(fan_in)  # A as nn.Linear initializes its weight (PEFT's choice too)
+        # A's values are drawn here, by NumPy, rather than by Paddle's initializer: an eager model
+        # and a static program draw from different Paddle streams, and the two graph modes must
+        # start from the same adapters to give the same losses
+        rng = rng if rng is not None else np.random.default_rng()
+        initial = rng.uniform(-bound, bound, size=(fan_in, settings.rank)).astype(np.float32)
         self.lora_A = self.create_parameter([fan_in, settings.rank],
-                                            default_initializer=nn.initializer.Uniform(-bound, bound))
+                                            default_initializer=nn.initializer.Assign(initial))
         self.lora_B = self.create_parameter([settings.rank, fan_out],
                                             default_initializer=nn.initializer.Constant(0.0))
         self.lora_dropout = nn.Dropout(settings.dropout) if settings.dropout > 0 else None
@@ -74,6 +80,16 @@ class LoRALinear(nn.Linear):
 
 
 
+def adapter_seed() -> int:
+    """The seed of the adapters' initial values: the next value of NumPy's global stream, which
+    the trainer seeds with ``trainer.seed`` (so a run's seed chooses its adapters), read without
+    advancing it (nothing drawn after it changes)."""
+    state = np.random.get_state()
+    seed = int(np.random.randint(0, 2**31 - 1))
+    np.random.set_state(state)
+    return seed
+
+
 def apply_lora(model: nn.Layer, settings: LoRASettings, key: str = "model.lora") -> List[str]:
     """Swap every ``nn.Linear`` of ``model`` named in ``settings.target_modules`` for a
     ``LoRALinear`` and freeze every other parameter; returns the swapped layers' full names.
@@ -81,15 +97,18 @@ def apply_lora(model: nn.Layer, settings: LoRASettings, key: str = "model.lora")
     found: Set[str] = set()
     swapped: List[str] = []
     linear_names: Set[str] = set()
+    seed = adapter_seed()
     for full_name, layer in list(model.named_sublayers()):
         for child_name, child in list(layer.named_children()):
             if not isinstance(child, nn.Linear) or isinstance(child, LoRALinear):
                 continue
             linear_names.add(child_name)
             if child_name in settings.target_modules:
-                setattr(layer, child_name, LoRALinear(child, settings))
+                name = f"{full_name}.{child_name}" if full_name else child_name
+                rng = np.random.default_rng([seed, zlib.crc32(name.encode())])  # each layer its own stream
+                setattr(layer, child_name, LoRALinear(child, settings, rng))
                 found.add(child_name)
-                swapped.append(f"{full_name}.{child_name}" if full_name else child_name)
+                swapped.append(name)
     unknown = [name for name in settings.target_modules if name not in found]
     if unknown:
         raise ConfigError(f"{key}.target_modules: no linear layer is named {', '.join(map(repr, unknown))} "
