@@ -234,3 +234,16 @@ def test_a_tsv_header_names_the_columns_and_a_file_without_one_is_an_error(tmp_p
         bad_rows(reader_of(renamed, has_header=True))
     short = write(str(tmp_path / "short.tsv"), "text_a\tlabel\n好书\n")
     assert bad_rows(reader_of(short, has_header=True))[1] == [("short.tsv", 2, "1 columns, fewer than the header's")]
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_converting_without_a_terminal_logs_its_progress(tmp_path, monkeypatch, caplog, cached):
+    """No progress bar is drawn into a log file or a pipe; long reading says how far it is in log
+    lines instead (at most every 30 s; here every call), in memory and through the token cache."""
+    from wenxin.common import progress
+    monkeypatch.setattr(progress, "LOG_EVERY_SECONDS", 0.0)
+    tsv = write_tsv(str(tmp_path / "train.tsv"), [(t.replace("\n", " "), label) for t, label in text_rows(300, 1)])
+    with caplog.at_level(logging.INFO, logger="wenxin"):
+        loaded(tsv, cache=cached, cache_processes=2)
+    lines = [r.getMessage() for r in caplog.records if "train_reader" in r.getMessage() and " lines, " in r.getMessage()]
+    assert lines and lines[-1].startswith("train_reader ") and "300/300 lines" in lines[-1], lines

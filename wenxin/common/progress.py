@@ -13,6 +13,7 @@ import time
 from typing import Callable, Optional, TextIO
 
 BAR_WIDTH = 24
+LOG_EVERY_SECONDS = 30.0  # progress as log lines (no terminal): at most this long between two
 
 
 def format_duration(seconds: float) -> str:
@@ -137,11 +138,21 @@ class ProgressLog:
     the end (where the work took longer than ``every``). Call it with the count done."""
 
     def __init__(self, what: str, total: int, say: Callable[[str], None], unit: str = "rows",
-                 every: float = 30.0) -> None:
-        self.what, self.total, self.say, self.unit, self.every = what, total, say, unit, every
+                 every: Optional[float] = None) -> None:
+        self.what, self.total, self.say, self.unit = what, total, say, unit
+        self.every = LOG_EVERY_SECONDS if every is None else every
         self.start = self.last = time.monotonic()
+        self.done = 0
+
+    def update(self, done: int) -> None:
+        """As a ``ProgressBar`` is advanced (the two stand for each other)."""
+        self(done)
+
+    def close(self, keep: bool = True) -> None:
+        """Nothing to clear: its lines are the log's."""
 
     def __call__(self, done: int) -> None:
+        self.done = done
         now = time.monotonic()
         finished = done >= self.total
         if now - (self.start if finished else self.last) < self.every:
@@ -150,3 +161,10 @@ class ProgressLog:
         rate = done / max(now - self.start, 1e-9)
         left = f", about {format_duration((self.total - done) / rate)} left" if 0 < done < self.total else ""
         self.say(f"{self.what}: {done}/{self.total} {self.unit}, {rate:.3g} {self.unit}/s{left}")
+
+
+def progress_of(total: int, what: str, bar: bool, say: Callable[[str], None], unit: str = "rows"
+                ) -> "ProgressBar | ProgressLog":
+    """How long work shows its progress: a bar where one is drawn (a terminal, a notebook), else
+    a log line every 30 s (a log file or a pipe must not fall silent for minutes)."""
+    return ProgressBar(total, what) if bar else ProgressLog(what, total, say, unit)

@@ -15,7 +15,7 @@ from wenxin.common.errors import ConfigError, DataError, WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSpec, TextFieldReader, \
     UnknownLabelError, convert_row, link_fields
-from wenxin.common.progress import ProgressBar
+from wenxin.common.progress import progress_of
 from wenxin.data.lines import FilePart
 from wenxin.data.reading import FirstSeen, FitGroup, RawLine
 from wenxin.data.row_formats import RowFormat
@@ -251,16 +251,14 @@ class BasicDataSetReader:
             group.fit(lines)
         self.share_fitted_vocabs()
         keep_raw = self.reader_config["need_generate_examples"]
-        bar = ProgressBar(len(lines), f"{self.name} data") if self.show_progress else None
+        bar = progress_of(len(lines), f"{self.name} data", self.show_progress, logger.info, "lines")
         examples: List[Tuple[Any, ...]] = []
         for count, ((_, _, columns), example) in enumerate(self.converted(lines), 1):
-            if bar is not None:
-                bar.update(count)
+            bar.update(count)
             examples.append(example)
             if keep_raw:
                 self.raw_examples.append(columns)
-        if bar is not None:
-            bar.close(keep=False)
+        bar.close(keep=False)
         self.examples = examples
         return self.first_seen(lines)
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, List, NamedTuple, Optional
 
 from wenxin.common.errors import DataError, WenxinError
 from wenxin.common.process import children_leave_parent_garbage
-from wenxin.common.progress import ProgressBar
+from wenxin.common.progress import progress_of
 from wenxin.data.cached_examples import CacheUnavailable
 
 logger = logging.getLogger(__name__)
@@ -58,16 +58,16 @@ def _worker_signals() -> None:
 
 
 def run_parts(work: Callable[[Any], Any], tasks: List[Any], processes: int, shared: Any,
-              weights: Optional[List[int]] = None, progress: str = "") -> List[Any]:
+              weights: Optional[List[int]] = None, progress: str = "", bar: bool = False) -> List[Any]:
     """``work(task)`` for every task in up to ``processes`` forked workers (in this process for
-    one), with ``context()`` returning ``shared``; results in task order. ``progress`` titles a
-    progress bar advanced by each task's weight.
+    one), with ``context()`` returning ``shared``; results in task order. ``progress`` titles the
+    progress advanced by each task's weight: a bar with ``bar``, else a log line every 30 s.
 
     A worker that dies (killed, or crashed) never leaves the parent waiting for a result that
     will not come (``multiprocessing.Pool`` did, when a task's worker died): the executor reports
     it, and the tasks without a result run in this process, after a warning."""
     global _context
-    bar = ProgressBar(sum(weights or []), progress) if progress and weights else None
+    shown = progress_of(sum(weights), progress, bar, logger.info, "lines") if progress and weights else None
     results: List[Any] = []
     weights = weights or [0] * len(tasks)
 
@@ -75,8 +75,8 @@ def run_parts(work: Callable[[Any], Any], tasks: List[Any], processes: int, shar
         if isinstance(result, Failed):
             raise CacheUnavailable(result.message) if result.unavailable else DataError(result.message)
         results.append(result)
-        if bar is not None:
-            bar.update(bar.done + weights[len(results) - 1])
+        if shown is not None:
+            shown.update(shown.done + weights[len(results) - 1])
 
     _context = shared
     try:
@@ -100,6 +100,6 @@ def run_parts(work: Callable[[Any], Any], tasks: List[Any], processes: int, shar
             take(work(task))
     finally:
         _context = None
-        if bar is not None:
-            bar.close(keep=False)
+        if shown is not None:
+            shown.close(keep=False)
     return results

@@ -350,7 +350,7 @@ class TokenCache:
         reader and the fit groups of this build as their context."""
         reader = self.reader
         return run_parts(work, tasks, self.processes, _Build(reader, list(groups)), weights,
-                         f"{reader.name} {what}" if reader.show_progress else "")
+                         f"{reader.name} {what}", bar=reader.show_progress)
 
     # ---- loading ----
     def load(self, to_fit: List[FitGroup]) -> "CachedRead":
