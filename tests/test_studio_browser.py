@@ -78,7 +78,10 @@ def wait_until(condition, what, browser=None):
         if value:
             return value
         time.sleep(0.2)
-    shown = f"; the page says: {text_of(browser, '#message')!r}" if browser is not None else ""
+    shown = ""
+    if browser is not None:  # the page's message, and any error shown beside a box
+        causes = [element.text for element in find(browser, ".cause") if element.text]
+        shown = f"; the page says: {text_of(browser, '#message')!r}" + (f", beside a box: {causes}" if causes else "")
     raise AssertionError(f"never: {what}{shown}")
 
 
