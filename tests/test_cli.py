@@ -178,8 +178,11 @@ def test_predict_takes_text_stdin_or_a_file(tmp_path, data_dir, capsys, monkeypa
     for onednn in ("on", "off"):  # the same 6 digits either way
         assert main(["predict", "--model_dir", best, "--onednn", onednn, "--text", texts[0], "--text", texts[1]]) == 0
         assert capsys.readouterr().out.splitlines() == expected
-    assert main(["predict", "--model_dir", os.path.join(out, "checkpoints")]) == 2
-    assert "export a checkpoint first: wenxin export" in capsys.readouterr().err
+    for folder in (out, os.path.join(out, "checkpoints")):  # a run's folder names the exports it holds
+        assert main(["predict", "--model_dir", folder]) == 2
+        err = capsys.readouterr().err
+        assert "is not an exported model (no preprocess.json); the exported models in it: " in err, err
+        assert os.path.join(best, "inference") in err and "wenxin export" not in err, err
     assert main(["predict", "--model_dir", best, "--input", str(tmp_path / "missing.txt")]) == 3
 
 
@@ -251,3 +254,32 @@ def test_log_level_from_the_option_or_the_environment(tmp_path, data_dir):
     proc = subprocess.run([sys.executable, "-m", "wenxin", "examples", str(tmp_path / "copy")], capture_output=True,
                           text=True, timeout=120, env=env)
     assert proc.returncode == 0 and all(line.startswith(str(tmp_path / "copy")) for line in proc.stdout.splitlines())
+
+
+def test_a_wrong_model_folder_is_found_before_paddle_loads(tmp_path):
+    """A mistyped --model_dir is an error in a moment, not after Paddle's import (28 s on a busy
+    machine): the folder is checked first."""
+    program = ("import sys\nfrom wenxin.cli import main\ncode = main(['predict', '--model_dir', sys.argv[1], "
+               "'--text', 'x'])\nprint(code, 'paddle' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", program, str(tmp_path / "nothing")], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": REPO})
+    assert proc.stdout.split() == ["2", "False"], proc.stdout + proc.stderr[-2000:]
+    assert f"--model_dir: folder not found: {tmp_path / 'nothing'}" in proc.stderr
+
+
+def test_a_missing_checkpoint_or_onnx_extra_is_found_before_paddle_loads(tmp_path, data_dir):
+    """export --format onnx without paddle2onnx did the whole Paddle export first, then failed."""
+    task = write_config(str(tmp_path / "task.json"), task_config(data_dir, str(tmp_path / "out")))
+    program = ("import importlib.util, sys\nfrom wenxin.cli import main\nfind = importlib.util.find_spec\n"
+               "importlib.util.find_spec = lambda name, *a: None if name == 'paddle2onnx' else find(name, *a)\n"
+               "code = main(sys.argv[1:])\nprint(code, 'paddle' in sys.modules)")
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    for argv, said in ((["export", "--param_path", task, "--checkpoint", str(checkpoint), "--format", "onnx"],
+                        '--format onnx: paddle2onnx not installed: pip install "wenxin[onnx]"'),
+                       (["evaluate", "--param_path", task, "--checkpoint", str(tmp_path / "none")],
+                        f"--checkpoint: not found: {tmp_path / 'none'}")):
+        proc = subprocess.run([sys.executable, "-c", program, *argv], capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": REPO})
+        assert proc.stdout.split()[1:] == ["False"] and proc.stdout.split()[0] != "0", proc.stdout + proc.stderr
+        assert said in proc.stderr, proc.stderr[-2000:]

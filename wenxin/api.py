@@ -128,7 +128,7 @@ class Task:
         one result a row, in the model's result format (a classifier's ``label``,
         ``probability`` and ``probs``)."""
         from wenxin.inference.predictor import Predictor
-        from wenxin.runner import inference_folder
+        from wenxin.data.export_bundle import inference_folder
         source = self._checkpoint(checkpoint, "predict with")
         try:
             folder = inference_folder(source)

@@ -112,7 +112,7 @@ def distill(teacher: str, student: str, unlabeled: str, labels_out: str, teacher
             raise ConfigError(f"--teacher: the run of {teacher} exported no model (set trainer.save_inference)")
     if not os.path.isdir(teacher_model):
         raise ConfigError(f"the teacher's model {teacher_model} does not exist (was the teacher trained to that step?)")
-    from wenxin.runner import inference_folder
+    from wenxin.data.export_bundle import inference_folder
     teacher_model = inference_folder(teacher_model)
     logger.info("distill, step 2 of 3: the teacher (%s) labels %s into %s", teacher_model, unlabeled, labels_out)
     counts = label_with_teacher(teacher_model, unlabeled, labels_out, student_column, teacher_column)

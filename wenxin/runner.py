@@ -170,20 +170,6 @@ def evaluate_config(config: Dict[str, Any], checkpoint: str, reader_names: Seque
         return {name: trainer.evaluate(name, run_hooks=False, step=step) for name in wanted or available}
 
 
-def inference_folder(path: str) -> str:
-    """An exported folder, or the one inside a checkpoint folder (``<checkpoint>/inference``)."""
-    from wenxin.controller.export import PREPROCESS_FILE
-    if os.path.isfile(os.path.join(path, PREPROCESS_FILE)):
-        return path
-    inner = os.path.join(path, INFERENCE_DIR)
-    if os.path.isfile(os.path.join(inner, PREPROCESS_FILE)):
-        return inner
-    if os.path.isdir(path):
-        raise ConfigError(f"--model_dir: {path} is not an exported model and holds none (no {PREPROCESS_FILE}); "
-                          f"export a checkpoint first: wenxin export --param_path TASK_FILE --checkpoint {path}")
-    raise ConfigError(f"--model_dir: folder not found: {path}")
-
-
 def copy_examples(target: str) -> List[str]:
     """Copy the example task files and their data-preparation scripts into ``target/examples``
     (files already there are kept); returns the files written."""

@@ -127,7 +127,7 @@ def _validate_object(value: Any, schema: Schema, path: str, problems: Problems) 
         if name not in schema:
             known = sorted(schema)
             allowed = f"allowed keys: {', '.join(known)}" if len(known) <= MAX_LISTED_KEYS else \
-                f"{path or 'the top level'} has {len(known)} keys, listed in the README's task.json reference"
+                f"{path or 'the top level'} has {len(known)} keys, listed in docs/reference.md"
             problems.add(f"{_join(path, name)}: unknown key{suggest(str(name), known)}; {allowed}",
                          key=_join(path, name))
     result: Dict[str, Any] = {}

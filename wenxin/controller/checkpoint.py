@@ -41,6 +41,7 @@ from wenxin.common.manifest import MANIFEST_FILE
 from wenxin.common.parsed import dict_at
 from wenxin.common.pickled_weights import load_pickled_weights
 from wenxin.common.state_io import load_arrays, load_state, save_arrays, save_state, state_files
+from wenxin.data.export_bundle import INFERENCE_DIR  # noqa: F401 (where checkpoints keep their export)
 from wenxin.translation import pretrained
 
 logger = logging.getLogger("wenxin")
@@ -52,7 +53,6 @@ EXTRA_STATE = "extra"
 STATE_FILE = "trainer_state.json"
 CONFIG_FILE = "config.json"
 VOCAB_DIR = "vocab"
-INFERENCE_DIR = "inference"  # <checkpoint>/inference: its export, sealed by a manifest of its own
 LATEST_FILE = "latest"
 BEST_DIR = "best"
 INDEX_FILE = "index.json"

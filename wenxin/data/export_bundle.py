@@ -91,6 +91,7 @@ def read_preprocessing(folder: str) -> Dict[str, Any]:
     return checked
 
 
+INFERENCE_DIR = "inference"  # <checkpoint>/inference: a checkpoint's export, sealed by a manifest of its own
 MAX_EXPORTS_NAMED = 5
 MAX_FOLDERS_LOOKED_AT = 2000  # a model path typed wrong must not start a walk of a whole disk
 
@@ -123,3 +124,22 @@ def where_exports_are(path: str) -> str:
     if found:
         return f"exported models under {near}: {', '.join(found)}"
     return f"no exported model under {near} (export one with wenxin export, or set trainer.save_inference)"
+
+
+def inference_folder(path: str, key: str = "--model_dir") -> str:
+    """An exported folder, or the one inside a checkpoint folder (``<checkpoint>/inference``).
+    Anything else is one error naming ``key`` and the exported models near ``path`` (a run's
+    folder holds them under ``checkpoints/``); found before Paddle is imported."""
+    if os.path.isfile(os.path.join(path, PREPROCESS_FILE)):
+        return path
+    inner = os.path.join(path, INFERENCE_DIR)
+    if os.path.isfile(os.path.join(inner, PREPROCESS_FILE)):
+        return inner
+    near, found = exports_near(path)
+    if os.path.isdir(path):
+        if found:
+            raise ConfigError(f"{key}: {path} is not an exported model (no {PREPROCESS_FILE}); the exported models "
+                              f"in it: {', '.join(found)}")
+        raise ConfigError(f"{key}: {path} is not an exported model and holds none (no {PREPROCESS_FILE}); export "
+                          f"a checkpoint first: wenxin export --param_path TASK_FILE --checkpoint CHECKPOINT_FOLDER")
+    raise ConfigError(f"{key}: folder not found: {path}; {where_exports_are(path)}")
