@@ -42,7 +42,7 @@ def test_main_example_reaches_target_accuracy(tmp_path):
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, "GLOG_minloglevel": "2"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    train_out = proc.stdout
+    train_out, train_err = proc.stdout, proc.stderr
     with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
     # load_best_at_end: the last test record is the best-dev checkpoint's ("best_test"), or the
@@ -80,3 +80,13 @@ def test_main_example_reaches_target_accuracy(tmp_path):
     with_optimizer = sorted(name for name in os.listdir(os.path.join(out, "checkpoints"))
                             if os.path.isfile(os.path.join(out, "checkpoints", name, "optimizer.safetensors")))
     assert with_optimizer == ["step_218", "step_436"]
+    # the example's readers keep their converted data (cache: true): a second run opens it, proven
+    # current by its content hash, instead of fitting and converting again
+    assert "train_reader: token cache built" in train_err, train_err[-3000:]
+    again = subprocess.run([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", EXAMPLE, *args,
+                            "--set", f"trainer.output_path={tmp_path / 'again'}", "--set", "trainer.max_steps=1"],
+                           capture_output=True, text=True, timeout=900, env={**os.environ, "GLOG_minloglevel": "2"})
+    assert again.returncode == 0, again.stderr[-3000:]
+    for reader in ("train", "dev", "test"):
+        assert f"{reader}_reader: token cache opened" in again.stderr, again.stderr[-3000:]
+    assert "building the token cache" not in again.stderr
