@@ -200,3 +200,20 @@ def test_a_result_that_does_not_convert_keeps_its_paddle_model_and_says_why(tmp_
     final = os.path.join(trainer.checkpoints.latest(), "inference")
     assert not os.path.exists(os.path.join(final, ONNX_FILE)) and Predictor(final).backend == "paddle"
     assert any("trainer.save_onnx:" in m and "an operator it lacks" in m for m in messages), messages
+
+
+def test_the_check_runs_outside_the_exporting_process(tmp_path, data_dir, monkeypatch):
+    """Issue 56: the Paddle predictor and ONNX Runtime session of the check held about twice the
+    model's memory in the training process that exports its result. They are the child's now: in
+    this process neither may be opened."""
+    from wenxin.inference import onnx_backend, onnx_export, predictor
+    trainer = build(task_config(data_dir, str(tmp_path / "out"), max_steps=3, is_eval_dev=0, is_eval_test=0), tmp_path)
+    trainer.do_train()
+    folder = trainer.export_inference(str(tmp_path / "model"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the check opened a model in the exporting process")
+    monkeypatch.setattr(onnx_backend, "open_session", refuse)
+    monkeypatch.setattr(predictor.Predictor, "__init__", refuse)
+    path = onnx_export.export_onnx(folder, trainer.readers["dev_reader"].collate_rows(list(range(8))))
+    assert os.path.isfile(path)

@@ -3,6 +3,7 @@ paddle2onnx, kept only when ONNX Runtime reproduces Paddle Inference's outputs o
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import subprocess
@@ -13,10 +14,8 @@ import numpy as np
 
 from wenxin.common.errors import InferenceError
 from wenxin.data.export_bundle import FIRST_STEP, seal_export
-from wenxin.inference.backends import BackendError, largest_difference
-from wenxin.inference.onnx_backend import ONNX_FILE, open_session
+from wenxin.inference.onnx_backend import ONNX_FILE
 from wenxin.inference.paddle_backend import model_files
-from wenxin.inference.predictor import Predictor
 
 logger = logging.getLogger("wenxin")
 
@@ -58,6 +57,32 @@ def convert_in_subprocess(graph: str, params: str, target: str, folder: str) -> 
                          f"exported and runs with the paddle backend")
 
 
+def check_in_subprocess(folder: str, onnx_file: str, batch: Dict[str, np.ndarray]) -> Dict[str, Any]:
+    """ONNX Runtime's outputs against Paddle Inference's on ``batch``, compared in a child process
+    (``wenxin.inference.onnx_check``): the two engines' copies of the model stay out of the
+    exporting process (a training run's), whose peak memory they would otherwise raise by about
+    twice the model's size."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="wenxin-onnx-check-") as scratch:
+        batch_file = os.path.join(scratch, "batch.npz")
+        np.savez(batch_file, **batch)  # type: ignore[arg-type]  # (numpy stubs read **kwds as allow_pickle)
+        env = {**os.environ, "GLOG_minloglevel": "2"}
+        try:
+            proc = subprocess.run([sys.executable, "-m", "wenxin.inference.onnx_check", folder, onnx_file, batch_file],
+                                  env=env, capture_output=True, text=True, timeout=1800)
+        except subprocess.TimeoutExpired:
+            raise InferenceError(f"{folder}: checking {ONNX_FILE} against Paddle did not finish within 30 minutes") \
+                from None
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        last = [line.strip() for line in proc.stderr.splitlines() if line.strip()][-1:] or [f"exit {proc.returncode}"]
+        raise InferenceError(f"{folder}: checking {ONNX_FILE} against Paddle failed ({last[0][:300]})")
+    result: Dict[str, Any] = json.loads(lines[-1])
+    if "error" in result:
+        raise InferenceError(str(result["error"]))
+    return result
+
+
 def check_batch(readers: Dict[str, Any], rows: int = CHECK_ROWS) -> Dict[str, np.ndarray]:
     """The batch both engines must agree on: the first ``rows`` dev examples (else training's)."""
     reader = readers.get("dev_reader") or readers["train_reader"]
@@ -81,29 +106,18 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
     tmp = os.path.join(folder, f".{ONNX_FILE}.tmp")
     try:
         convert_in_subprocess(graph, params, tmp, folder)
-        paddle = Predictor(folder, backend="paddle")
-        batch = {name: check_batch[name] for name in paddle.input_names}
-        try:
-            session = open_session(tmp)
-            got = session.run([o.name for o in session.get_outputs()], batch)
-        except BackendError as e:
-            raise InferenceError(str(e)) from None
-        assert paddle.engine is not None  # loaded: Predictor's default
-        expected = paddle.engine.run(batch)
-        difference = largest_difference(expected, got)
+        checked = check_in_subprocess(folder, tmp, check_batch)
+        difference, rows = checked["difference"], checked["rows"]
         if not difference <= tolerance:
-            flips = sum(int(np.sum(a != b)) for a, b in zip(expected, got)
-                        if a.dtype.kind in "iu" and a.shape == b.shape)
-            why = (f"; {flips} predicted ids differ, as a near-tie between two labels can under float "
-                   f"rounding") if flips else ""
+            why = (f"; {checked['flips']} predicted ids differ, as a near-tie between two labels can under float "
+                   f"rounding") if checked["flips"] else ""
             raise InferenceError(f"{folder}: the ONNX model's outputs differ from Paddle's by {difference:.3g} "
-                                 f"(more than {tolerance:g}) on {len(next(iter(batch.values())))} examples{why}; "
-                                 f"{ONNX_FILE} was not written")
+                                 f"(more than {tolerance:g}) on {rows} examples{why}; {ONNX_FILE} was not written")
         os.replace(tmp, target)
         seal_export(folder)  # the manifest now covers model.onnx too
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
     logger.info("exported %s (ONNX opset %d; outputs within %.2g of Paddle's on %d examples)", target, OPSET,
-                difference, len(next(iter(batch.values()))))
+                difference, rows)
     return target
