@@ -37,8 +37,8 @@ print("TRIAL " + json.dumps({"peak": peak, "wall": time.time() - started, "cpu":
 """
 
 
-def trial(save_onnx: bool, steps: int, folder: str) -> Dict[str, Any]:
-    output = os.path.join(folder, f"onnx_{save_onnx}")
+def trial(save_onnx: bool, steps: int, folder: str, round_: int) -> Dict[str, Any]:
+    output = os.path.join(folder, f"onnx_{save_onnx}_{round_}")
     overrides = [f"trainer.max_steps={steps}", f"trainer.output_path={output}", f"trainer.save_onnx={str(save_onnx).lower()}",
                  "trainer.is_eval_test=0"]
     proc = subprocess.run([sys.executable, "-c", TRIAL, EXAMPLE, *overrides], cwd=REPO, capture_output=True,
@@ -62,7 +62,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         for round_ in range(args.rounds):
             for save_onnx in ((True, False) if round_ % 2 == 0 else (False, True)):
-                results[save_onnx].append(trial(save_onnx, args.steps, folder))
+                results[save_onnx].append(trial(save_onnx, args.steps, folder, round_))
     load = os.getloadavg()[0]
     print(f"load average at the end: {load:.2f} on {os.cpu_count()} cores; {args.steps} steps a run")
     for save_onnx, runs in results.items():
