@@ -21,7 +21,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, BinaryIO, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -310,10 +310,11 @@ def read_weights(folder: str, specs: Optional[Tuple[Dict[str, str], Dict[str, Di
     for path, names in names_by_file.items():
         file_specs = by_file[path]
         try:
-            with safe_open(path, "np") as f:
+            with safe_open(path, "np") as f, open(path, "rb") as raw:
+                data_start = 8 + int.from_bytes(raw.read(8), "little")  # after the header (checked)
                 for name in names:
                     if file_specs[name].dtype == "BF16":
-                        value = _bfloat16_tensor(path, file_specs[name])
+                        value = _bfloat16_tensor(raw, data_start, file_specs[name])
                     else:
                         value = f.get_tensor(name).astype(np.float32, copy=False)
                     _check_finite(path, name, value)
@@ -328,11 +329,10 @@ def held_values(specs: Mapping[str, Mapping[str, TensorSpec]]) -> int:
     return sum(spec.size for file_specs in specs.values() for spec in file_specs.values())
 
 
-def _bfloat16_tensor(path: str, spec: TensorSpec) -> np.ndarray:
-    with open(path, "rb") as f:
-        header_length = int.from_bytes(f.read(8), "little")
-        f.seek(8 + header_length + spec.begin)
-        halves = np.frombuffer(f.read(spec.end - spec.begin), dtype="<u2")
+def _bfloat16_tensor(raw: BinaryIO, data_start: int, spec: TensorSpec) -> np.ndarray:
+    """One bfloat16 tensor of an open safetensors file whose data begin at ``data_start``."""
+    raw.seek(data_start + spec.begin)
+    halves = np.frombuffer(raw.read(spec.end - spec.begin), dtype="<u2")
     return (halves.astype(np.uint32) << 16).view(np.float32).reshape(spec.shape)
 
 
