@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from wenxin.common import manifest
 from wenxin.common.errors import ConfigError, ExportError
@@ -118,9 +118,10 @@ def exports_near(path: str, depth: int = 4) -> Tuple[str, List[str]]:
     return near, [folder for _, folder in sorted(found, reverse=True)[:MAX_EXPORTS_NAMED]]
 
 
-def where_exports_are(path: str) -> str:
-    """A sentence for an error about ``path``: the exported models near it, or that there are none."""
-    near, found = exports_near(path)
+def where_exports_are(path: str, nearby: Optional[Tuple[str, List[str]]] = None) -> str:
+    """A sentence for an error about ``path``: the exported models near it, or that there are none.
+    ``nearby``: ``exports_near(path)``, when the caller has looked already."""
+    near, found = nearby or exports_near(path)
     if found:
         return f"exported models under {near}: {', '.join(found)}"
     return f"no exported model under {near} (export one with wenxin export, or set trainer.save_inference)"
@@ -135,11 +136,12 @@ def inference_folder(path: str, key: str = "--model_dir") -> str:
     inner = os.path.join(path, INFERENCE_DIR)
     if os.path.isfile(os.path.join(inner, PREPROCESS_FILE)):
         return inner
-    near, found = exports_near(path)
+    nearby = exports_near(path)
+    found = nearby[1]
     if os.path.isdir(path):
         if found:
             raise ConfigError(f"{key}: {path} is not an exported model (no {PREPROCESS_FILE}); the exported models "
                               f"in it: {', '.join(found)}")
         raise ConfigError(f"{key}: {path} is not an exported model and holds none (no {PREPROCESS_FILE}); export "
                           f"a checkpoint first: wenxin export --param_path TASK_FILE --checkpoint CHECKPOINT_FOLDER")
-    raise ConfigError(f"{key}: folder not found: {path}; {where_exports_are(path)}")
+    raise ConfigError(f"{key}: folder not found: {path}; {where_exports_are(path, nearby)}")
