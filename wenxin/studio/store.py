@@ -14,7 +14,7 @@ import json
 import os
 import sqlite3
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from wenxin.studio.i18n import Notice, notice
 
@@ -77,6 +77,13 @@ def backoff_delay(backoff: List[float], restart: int) -> float:
     """Seconds before restart number ``restart`` (1, 2, ...): the backoff's entry, its last one
     for every restart past it."""
     return float(backoff[min(restart, len(backoff)) - 1]) if backoff and restart > 0 else 0.0
+
+
+def _columns(message: Union[str, Notice]) -> Tuple[str, Optional[str]]:
+    """A message's two columns: its English, and (a notice) its key and values as JSON."""
+    if isinstance(message, Notice):
+        return message.english(), json.dumps(message.as_json(), ensure_ascii=False)
+    return message, None
 
 
 def database_path(root: str) -> str:
@@ -162,11 +169,8 @@ class Store:
         """Set ``fields`` of the run and, with ``event``, record it (its kind and message). A
         :class:`Notice` (the message, or the ``cause`` field) is kept in English and as its key
         and values, so that the page can say it in its reader's language."""
-        cause = fields.get("cause")
-        if isinstance(cause, Notice):
-            fields.update(cause=cause.english(), cause_notice=json.dumps(cause.as_json(), ensure_ascii=False))
-        elif "cause" in fields:
-            fields["cause_notice"] = None
+        if "cause" in fields:
+            fields["cause"], fields["cause_notice"] = _columns(fields["cause"])
         with self._connect() as db:
             if fields:
                 names = ", ".join(f"{name} = ?" for name in fields)
@@ -176,8 +180,7 @@ class Store:
 
     @staticmethod
     def _add_event(db: sqlite3.Connection, run_id: int, kind: str, message: Union[str, Notice]) -> None:
-        english, kept = (message.english(), json.dumps(message.as_json(), ensure_ascii=False)) \
-            if isinstance(message, Notice) else (message, None)
+        english, kept = _columns(message)
         db.execute("INSERT INTO events (run_id, time, kind, message, notice) VALUES (?, ?, ?, ?, ?)",
                    (run_id, time.time(), kind, english, kept))
 
