@@ -87,10 +87,10 @@ def label_with_teacher(model_dir: str, unlabeled: str, output: str, student_colu
 def teacher_model_of(infer_file: str) -> str:
     """The exported model an infer file (ERNIE-kit's or wenxin's) predicts with."""
     from wenxin.config.loader import read_task_file
-    from wenxin.translation import erniekit
+    from wenxin.translation import erniekit_infer
     raw = read_task_file(infer_file)
-    if erniekit.is_erniekit_infer(raw):
-        raw, _ = erniekit.translate_infer(raw)
+    if erniekit_infer.is_erniekit_infer(raw):
+        raw, _ = erniekit_infer.translate_infer(raw)
     model_dir = raw.get("model_dir") if isinstance(raw, dict) else None
     if not isinstance(model_dir, str) or not model_dir:
         raise ConfigError(f"--teacher_infer: {infer_file} names no model (inference.inference_model_path)")

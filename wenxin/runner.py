@@ -199,15 +199,15 @@ def migrate(param_path: str, output: str = "") -> Dict[str, Any]:
     import sys
 
     from wenxin.common.errors import ConfigError, Problems
-    from wenxin.translation import erniekit
+    from wenxin.translation import erniekit, erniekit_infer
     from wenxin.config.document import check_values
     from wenxin.config.infer_schema import INFER_SCHEMA
     from wenxin.config.loader import read_task_file
     from wenxin.config.schema import validate
     from wenxin.config.task_schema import ROOT
     raw = read_task_file(param_path)
-    if erniekit.is_erniekit_infer(raw):
-        config, notes = erniekit.translate_infer(raw)
+    if erniekit_infer.is_erniekit_infer(raw):
+        config, notes = erniekit_infer.translate_infer(raw)
         schema, what = INFER_SCHEMA, "infer file"
     elif erniekit.is_erniekit(raw):
         config, notes = erniekit.translate(raw, param_path)

@@ -17,7 +17,8 @@ from wenxin.data.field_reader import convert_row, link_fields
 from wenxin.data.gen_fields import ErnieGenSourceFieldReader, ErnieGenTargetFieldReader
 from wenxin.data.wordpiece import detokenize
 from wenxin.translation import pretrained
-from wenxin.translation.erniekit import translate, translate_infer
+from wenxin.translation.erniekit import translate
+from wenxin.translation.erniekit_infer import translate_infer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(REPO, "tasks", "text_generation", "examples")

@@ -19,7 +19,8 @@ from wenxin.data.field_reader import UnknownLabelError
 from wenxin.data.ie_fields import ErnieIeTextFieldReader, IeSpoLabelFieldReader
 from wenxin.inference.spo_format import SpoFormat
 from wenxin.metrics.spo import decode_triples, gold_triples, tidy_marks, triple_f1
-from wenxin.translation.erniekit import translate, translate_infer
+from wenxin.translation.erniekit import translate
+from wenxin.translation.erniekit_infer import translate_infer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(REPO, "tasks", "information_extraction_many_to_many", "examples")

@@ -51,14 +51,14 @@ def _check_against_model(config: Dict[str, Any], predictor: Predictor) -> None:
 
 def run_inference(param_path: str, overrides: Sequence[str] = ()) -> str:
     """Predict every line of the predict_reader's files; returns the output file path."""
-    from wenxin.translation import erniekit
+    from wenxin.translation import erniekit_infer
     raw = read_task_file(param_path)
     place_key = "PADDLE_PLACE_TYPE"
-    if erniekit.is_erniekit_infer(raw):
-        own, overrides = erniekit.split_infer_overrides(raw, overrides)  # its own sections' keys: set first
+    if erniekit_infer.is_erniekit_infer(raw):
+        own, overrides = erniekit_infer.split_infer_overrides(raw, overrides)  # its own sections' keys: set first
         raw = apply_overrides(raw, own)
         place_key = "inference.PADDLE_PLACE_TYPE" if "PADDLE_PLACE_TYPE" in raw["inference"] else place_key
-        raw, notes = erniekit.translate_infer(raw)
+        raw, notes = erniekit_infer.translate_infer(raw)
         for note in notes:
             logger.info("ERNIE-kit infer file: %s", note)
     config = validate(apply_overrides(raw, overrides), INFER_SCHEMA)

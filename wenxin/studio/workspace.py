@@ -65,7 +65,8 @@ class Studio:
     def list_files(self) -> Dict[str, List[str]]:
         """Task files and sweep files under the root (a JSON/YAML file with a ``task`` and a
         ``dataset_reader``, or an ERNIE-kit task file; a sweep file has ``parameters``)."""
-        from wenxin.translation.erniekit import is_erniekit, is_erniekit_infer
+        from wenxin.translation.erniekit import is_erniekit
+        from wenxin.translation.erniekit_infer import is_erniekit_infer
         tasks: List[str] = []
         sweeps: List[str] = []
         for folder, dirs, files in os.walk(self.root):
