@@ -141,6 +141,7 @@ async function runPage(main, runId) {
     }
     log.dataset.seen = "1";
     if (run.exported && !tryBox.dataset.ready) renderTry(tryBox, run);
+    else if (tryBox.offerExports) tryBox.offerExports(run.exports);
   }
   await poll(refresh);
 }

@@ -2,8 +2,9 @@
 
 function renderTry(box, run) {
   box.dataset.ready = "1";
-  const choice = el("select", {id: "try-checkpoint"}, run.exports.map(e => el("option", {value: e.name},
-    t("try.checkpoint", {name: e.name, step: e.step ?? "?"}))));
+  const choice = el("select", {id: "try-checkpoint"});
+  offerExports(choice, run.exports);
+  box.offerExports = exports => offerExports(choice, exports);  // the page calls it as checkpoints come and go
   const picker = el("p", {}, el("label", {}, t("try.checkpoint_label"), choice));
   if (run.export_kind && run.export_kind.chat) return renderChat(box, run, choice, picker);
   const input = el("textarea", {id: "try-text", rows: 3, placeholder: t("try.placeholder")});
@@ -22,6 +23,18 @@ function renderTry(box, run) {
     button.disabled = false;
   }}, t("try.predict"));
   box.append(el("h2", {}, t("try.title")), picker, input, el("p", {}, button), output);
+}
+
+function offerExports(choice, exports) {
+  // the checkpoints with an export, as options. Until the reader picks one the first is chosen, the best when there is
+  // one; a pick the run has since deleted (it keeps only its newest checkpoints) falls back to it too.
+  const names = exports.map(e => e.name);
+  if (JSON.stringify(names) === choice.dataset.names) return;
+  if (!choice.dataset.names) choice.addEventListener("change", () => { choice.dataset.picked = "1"; });
+  const kept = choice.dataset.picked && names.includes(choice.value) ? choice.value : names[0];
+  fill(choice, exports.map(e => el("option", {value: e.name}, t("try.checkpoint", {name: e.name, step: e.step ?? "?"}))));
+  if (kept !== undefined) choice.value = kept;
+  choice.dataset.names = JSON.stringify(names);
 }
 
 function predictionOf(text, p, names) {
