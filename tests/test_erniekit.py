@@ -181,8 +181,12 @@ def test_erniekit_leftover_keys_and_erniem_fields():
     config, notes = translate(raw)
     field = config["dataset_reader"]["train_reader"]["fields"][0]
     assert field["reader"] == {"type": "ErnieMTextFieldReader"}
-    assert field["tokenizer"] == {"type": "ErnieMTokenizer", "lowercase": False,
+    assert field["tokenizer"] == {"type": "ErnieMTokenizer", "lowercase": False, "piece_rules": "erniekit",
                                   "spm_model_file": "./data/dict/sentencepiece.bpe.model"}
+    raw["dataset_reader"]["train_reader"]["fields"][0]["tokenizer"]["params"]["do_lower_case"] = "true"
+    config, notes = translate(raw)  # FullTokenizerErnieM takes the flag and never lower-cases
+    assert config["dataset_reader"]["train_reader"]["fields"][0]["tokenizer"]["lowercase"] is False
+    assert any("do_lower_case: true, but ERNIE-kit's FullTokenizerErnieM does not lower-case" in n for n in notes)
     raw["dataset_reader"]["train_reader"]["fields"][0]["tokenizer"]["params"].update(do_lower_case="maybe", x=1)
     with pytest.raises(ConfigError) as info:
         translate(raw)

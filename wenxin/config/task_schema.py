@@ -17,6 +17,10 @@ TOKENIZER: Schema = {
     "lowercase": Key((bool, type(None)), None, doc="lower-case text before tokenizing (null: the tokenizer's "
                                                    "default, true but for ErnieMTokenizer)"),
     "spm_model_file": path_key("", doc="ErnieMTokenizer: ERNIE-M's SentencePiece model (sentencepiece.bpe.model)"),
+    "piece_rules": Key(str, "paddlenlp", choices=["paddlenlp", "erniekit"],
+                       doc="ErnieMTokenizer: how SentencePiece's pieces become tokens: paddlenlp (PaddleNLP's "
+                           "ErnieMTokenizer: CJK characters, punctuation and digit runs apart) or erniekit "
+                           "(ERNIE-kit's FullTokenizerErnieM: the pieces as they are; what an ERNIE-kit file gets)"),
     "split_latin_digits": Key(bool, False, doc="CharTokenizer: every character is a token, latin letters "
                                                "and digits too (character taggers); false: runs of them "
                                                "stay whole"),

@@ -421,12 +421,16 @@ def _translate_ernie_m_field(path: str, field: Dict[str, Any], notes: List[str],
         return
     for key in sorted(set(params) - {"do_lower_case", "spm_model_file"}):
         problems.add(f"{path}.tokenizer.params.{key}: not a FullTokenizerErnieM setting wenxin knows")
-    field["tokenizer"] = {"type": "ErnieMTokenizer", "lowercase": lower,
+    field["tokenizer"] = {"type": "ErnieMTokenizer", "lowercase": False, "piece_rules": "erniekit",
                           "spm_model_file": params.get("spm_model_file", ""),
                           **{k: tokenizer[k] for k in ("unk_token",) if k in tokenizer}}
     notes.append(f"{path}: ErnieTextFieldReaderForMultilingual -> ErnieMTextFieldReader, FullTokenizerErnieM -> "
-                 f"ErnieMTokenizer (SentencePiece {params.get('spm_model_file', '')!r}, lowercase {lower}; the whole "
-                 f"text is one piece of input, split_char unused; positions from 2)")
+                 f"ErnieMTokenizer with ERNIE-kit's piece rules (piece_rules erniekit: the ids ERNIE-kit gave; "
+                 f"SentencePiece {params.get('spm_model_file', '')!r}; the whole text is one piece of input, "
+                 f"split_char unused; positions from 2)")
+    if lower:  # FullTokenizerErnieM takes do_lower_case and never applies it
+        notes.append(f"{path}.tokenizer.params.do_lower_case: true, but ERNIE-kit's FullTokenizerErnieM does not "
+                     f"lower-case text, so neither does wenxin here (lowercase false)")
 
 
 def _translate_model(job: str, model: Dict[str, Any], notes: List[str]) -> None:
