@@ -23,7 +23,7 @@ LORA = {"rank": 8, "alpha": 16.0, "target_modules": ["q_proj", "k_proj", "v_proj
                                                      "down_proj"]}
 
 
-def memorizing_config(tmp_path, mode, lora, steps=80):
+def memorizing_config(tmp_path, mode, lora, steps=80, encoding="template"):
     data = str(tmp_path / "data")
     rows = [{"src": [q], "tgt": [a]} for q, a in QA]
     write_jsonl(os.path.join(data, "train.jsonl"), rows * 4)
@@ -34,14 +34,17 @@ def memorizing_config(tmp_path, mode, lora, steps=80):
     if lora:
         config["model"]["lora"] = dict(LORA)
     config["model"]["generation"] = {"max_new_tokens": 40, "strategy": "greedy"}
+    for reader in config["dataset_reader"].values():
+        reader["fields"][0]["chat_encoding"] = encoding
     return config
 
 
 def greedy_answer(trainer, question):
     """What the trained model (adapters unmerged) answers, by full forward passes: no cache, no export."""
     model = trainer.model
-    tokenizer = trainer.readers["train_reader"].fields[0].tokenizer
-    prompt = encode_prompt(tokenizer, None, [], question)
+    field = trainer.readers["train_reader"].fields[0]
+    tokenizer = field.tokenizer
+    prompt = encode_prompt(tokenizer, None, [], question, field.encoding)  # as training encoded its prompts
     ids = list(prompt)
     model.eval()
     with paddle.no_grad():
@@ -55,15 +58,20 @@ def greedy_answer(trainer, question):
     return tokenizer.decode(ids[len(prompt):], skip_special_tokens=True)
 
 
-@pytest.mark.parametrize("mode,lora", [("dynamic", False), ("dynamic", True), ("static", True)])
-def test_the_export_answers_as_the_trained_model_does(tmp_path, mode, lora):
-    trainer = build(memorizing_config(tmp_path, mode, lora), tmp_path)
+@pytest.mark.parametrize("mode,lora,encoding", [("dynamic", False, "template"), ("dynamic", True, "template"),
+                                                ("static", True, "template"), ("dynamic", True, "erniekit")])
+def test_the_export_answers_as_the_trained_model_does(tmp_path, mode, lora, encoding):
+    # with ERNIEKit's piecewise encoding too: the export keeps the field's encoding, so what it serves is encoded as
+    # the training conversations were
+    trainer = build(memorizing_config(tmp_path, mode, lora, encoding=encoding), tmp_path)
     trainer.do_train()
     before = {name: np.array(value) for name, value in trainer.model_state_dict().items()}
     folder = trainer.export_inference(str(tmp_path / "export"))
     after = trainer.model_state_dict()
     for name, value in before.items():  # merged only while exporting
         np.testing.assert_array_equal(np.asarray(after[name]), value, err_msg=name)
+    with open(os.path.join(folder, "preprocess.json"), encoding="utf-8") as f:
+        assert json.load(f)["fields"][0]["chat_encoding"] == encoding
     from wenxin.inference.predictor import Predictor
     predictor = Predictor(folder)
     answers = [result["text"] for result in predictor.predict([[q] for q, _ in QA])]

@@ -66,6 +66,48 @@ def test_conversation_marks_only_answers_and_splits_where_generation_starts(toke
     assert tokenizer.decode(prompt) == render(messages[:3] + [Message("user", turns[1][0])])
 
 
+CONVERSATIONS = [("你是一个生活小助理", [(" 我们如何减少用水？\n", "使用节水装置。 "), ("还有别的建议吗？", " 收集雨水 and reuse it.")]),
+                 (None, [("hello world", "你好 world"), ("what is 1+1?", "2")]),
+                 ("  system with spaces  ", [("q", "a")])]
+
+
+@pytest.mark.parametrize("system, turns", CONVERSATIONS)
+def test_erniekit_encoding_tokenizes_each_part_apart_as_erniekits_sft_reader(tokenizer, system, turns):
+    # ERNIEKit's KnowledgeBasedSFTReader (ernie/dataset/text_sft_reader/finetuning.py): the begin token, the system
+    # prompt and "\n" apart, then per turn "User: ", the stripped question, "\nAssistant: ", the stripped answer and
+    # the end-of-turn token; written here from SentencePiece's pieces directly
+    sp = tokenizer.processor
+    pieces = [sp.EncodeAsIds(system) + sp.EncodeAsIds("\n") if system else []]
+    expected, learned = [tokenizer.special_ids["cls_token"]] + pieces[0], []
+    for question, answer in turns:
+        expected += sp.EncodeAsIds("User: ") + sp.EncodeAsIds(question.strip()) + sp.EncodeAsIds("\nAssistant: ")
+        reply = sp.EncodeAsIds(answer.strip()) + [tokenizer.special_ids["sep_token"]]
+        expected += reply
+        learned += reply
+    encoded = encode_conversation(tokenizer, system, turns, encoding="erniekit")
+    assert encoded.ids == expected
+    assert [i for i, flag in zip(encoded.ids, encoded.learn) if flag] == learned
+
+
+@pytest.mark.parametrize("encoding", ["template", "erniekit"])
+@pytest.mark.parametrize("system, turns", CONVERSATIONS)
+def test_a_served_prompt_is_the_training_ids_before_the_answer(tokenizer, system, turns, encoding):
+    # train/serve agreement: for every turn, the prompt serving encodes (the history, then the question) is exactly
+    # what training fed the model before that turn's answer
+    encoded = encode_conversation(tokenizer, system, turns, encoding=encoding)
+    starts = [i for i in range(1, len(encoded.learn)) if encoded.learn[i] and not encoded.learn[i - 1]]
+    for turn, start in enumerate(starts):
+        assert encode_prompt(tokenizer, system, turns[:turn], turns[turn][0], encoding) == encoded.ids[:start]
+
+
+def test_the_two_encodings_differ_where_sentencepiece_merges_across_the_parts(tokenizer):
+    # the same text, other ids: whole, "User: hello" ends in the piece "▁hello"; apart, "User: " ends in "▁"
+    template = encode_conversation(tokenizer, None, [("hello world", "a")])
+    erniekit = encode_conversation(tokenizer, None, [("hello world", "a")], encoding="erniekit")
+    assert tokenizer.decode(template.ids) == tokenizer.decode(erniekit.ids)
+    assert "\u2581hello" in tokenizer.pieces(template.ids) and "\u2581hello" not in tokenizer.pieces(erniekit.ids)
+
+
 def test_stop_ids_are_end_of_turn_and_end_of_text(tokenizer):
     assert tokenizer.stop_ids() == sorted({REFERENCE["special_ids"]["sep_token"], REFERENCE["special_ids"]["eos_token"]})
 

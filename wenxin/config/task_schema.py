@@ -73,6 +73,12 @@ FIELD: Schema = {
                                     "at most max_seq_len tokens (each attends only to itself)"),
     "reads_prompts": Key(bool, False, doc="ChatFieldReader: lines are prompts to answer (the last question has no "
                                           "answer); an export's field reads them, training data must not"),
+    "chat_encoding": Key(str, "template", choices=["template", "erniekit"],
+                         doc="ChatFieldReader: how a turn becomes ids: template (the prompt part of each turn "
+                             "whole, then the answer: the ids of the chat template's text, as PaddleFormers "
+                             "encodes) or erniekit (ERNIEKit's SFT reader: 'User: ', the question, "
+                             "'\\nAssistant: ' and the answer each apart, stripped); an export serves prompts "
+                             "encoded the same way"),
     "truncation_type": Key(int, 0, choices=[0, 1, 2], doc="0 keep head, 1 keep tail, 2 keep both ends"),
     "padding_id": Key(int, 0, minimum=0),
     "min_freq": Key(int, 1, minimum=1, doc="vocab building: drop rarer tokens"),

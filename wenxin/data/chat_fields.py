@@ -155,6 +155,7 @@ class ChatFieldReader(BaseFieldReader):
         self.model_dir = model_dir
         self.max_seq_len: int = config["max_seq_len"]
         self.packing: bool = bool(config.get("packing"))
+        self.encoding: str = config.get("chat_encoding", "template")  # a key of chat_format.TURN_ENCODINGS
         self.pad_id = self.tokenizer.special_ids["pad_token"]
         # an export's field reads prompts to generate from (export_files marks it); training data
         # must answer every question
@@ -178,9 +179,10 @@ class ChatFieldReader(BaseFieldReader):
             raise ValueError("label: every answer is 0, so the conversation teaches nothing")
         # the first turns that fit (each turn encoded once)
         encoded = encode_conversation(self.tokenizer, conversation.system, conversation.turns, conversation.learn,
-                                      max_length=self.max_seq_len)
+                                      max_length=self.max_seq_len, encoding=self.encoding)
         if not encoded.ids:
-            first = encode_conversation(self.tokenizer, conversation.system, conversation.turns[:1])
+            first = encode_conversation(self.tokenizer, conversation.system, conversation.turns[:1],
+                                        encoding=self.encoding)
             raise ValueError(f"the first turn alone is {len(first.ids)} tokens, more than max_seq_len "
                              f"{self.max_seq_len}")
         if not any(encoded.learn):
@@ -193,9 +195,9 @@ class ChatFieldReader(BaseFieldReader):
         in the conversation's size)."""
         assert conversation.question is not None
         ids, _ = fit_prompt(self.tokenizer, conversation.system, conversation.turns, conversation.question,
-                            self.max_seq_len)
+                            self.max_seq_len, self.encoding)
         if not ids:
-            alone = encode_prompt(self.tokenizer, conversation.system, [], conversation.question)
+            alone = encode_prompt(self.tokenizer, conversation.system, [], conversation.question, self.encoding)
             raise ValueError(f"the prompt's question alone is {len(alone)} tokens, more than max_seq_len "
                              f"{self.max_seq_len}")
         return np.asarray(ids, dtype=np.int32), np.zeros(len(ids), dtype=np.uint8)
@@ -208,8 +210,10 @@ class ChatFieldReader(BaseFieldReader):
         """The conversation's tokens before ``max_seq_len`` keeps its first turns."""
         conversation = Conversation.from_text(column)
         if conversation.question is not None:
-            return len(encode_prompt(self.tokenizer, conversation.system, conversation.turns, conversation.question))
-        return len(encode_conversation(self.tokenizer, conversation.system, conversation.turns).ids)
+            return len(encode_prompt(self.tokenizer, conversation.system, conversation.turns, conversation.question,
+                                     self.encoding))
+        return len(encode_conversation(self.tokenizer, conversation.system, conversation.turns,
+                                       encoding=self.encoding).ids)
 
     def token_ids(self, value: ChatExample) -> List[int]:
         return [int(i) for i in value[0]]
@@ -348,7 +352,7 @@ class PreferenceFieldReader(ChatFieldReader):
     def _encoded(self, pair: PreferencePair, answer: str, which: str) -> ChatExample:
         turns = pair.history + [(pair.question, answer)]
         learn = [False] * len(pair.history) + [True]
-        encoded = encode_conversation(self.tokenizer, pair.system, turns, learn)
+        encoded = encode_conversation(self.tokenizer, pair.system, turns, learn, encoding=self.encoding)
         if len(encoded.ids) > self.max_seq_len:
             raise ValueError(f"the {which} conversation is {len(encoded.ids)} tokens, more than max_seq_len "
                              f"{self.max_seq_len}")

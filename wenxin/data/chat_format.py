@@ -15,11 +15,24 @@ For training, ``encode_conversation`` tokenizes the prompt part of each turn (up
 ``Assistant: ``) and the answer part separately, so the boundary between what the model reads and
 what it learns to write falls between tokens, where generation starts at inference (it encodes the
 prompt the same way and writes from there).
+
+How a turn's parts become ids is the field's ``chat_encoding`` (``TURN_ENCODINGS``):
+
+- ``template``: the prompt part whole, then the answer (PaddleFormers' ``encode_chat_inputs``);
+  SentencePiece sees ``User: {question}\nAssistant: `` as one text, as it sees the template's
+  rendering;
+- ``erniekit``: ERNIEKit's SFT reader, which tokenizes ``User: ``, the question, ``\nAssistant: ``
+  and the answer each on its own, the question and answer stripped of surrounding whitespace (a
+  system prompt and its line break apart too). Where SentencePiece would merge pieces across those
+  borders the ids differ from the template's.
+
+An export's field keeps the encoding it trained with, so the prompts it serves are encoded as its
+training conversations were.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.data.ernie45_tokenizer import Ernie45Tokenizer
 
@@ -75,24 +88,50 @@ class EncodedConversation:
     learn: List[bool]
 
 
-def _turn_ids(tokenizer: Ernie45Tokenizer, system: Optional[str], question: str,
-              answer: str) -> Tuple[List[int], List[int]]:
-    """One turn's prompt part (after ``system``, where it opens the conversation) and answer part."""
+def _template_turn(tokenizer: Ernie45Tokenizer, system: Optional[str], question: str,
+                   answer: str) -> Tuple[List[int], List[int]]:
+    """One turn's prompt part (after ``system``, where it opens the conversation) and answer part,
+    each encoded whole."""
     opening = system + "\n" if system else ""
     return (tokenizer.encode(opening + USER_PREFIX + question + "\n" + ASSISTANT_PREFIX),
             tokenizer.encode(answer + tokenizer.specials["sep_token"]))
 
 
+def _erniekit_turn(tokenizer: Ernie45Tokenizer, system: Optional[str], question: str,
+                   answer: str) -> Tuple[List[int], List[int]]:
+    """One turn as ERNIEKit's SFT reader encodes it: ``User: ``, the stripped question,
+    ``\nAssistant: `` and the stripped answer each encoded on its own (the system prompt and its
+    line break too), then ``sep_token``."""
+    encode = tokenizer.encode
+    opening = encode(system) + encode("\n") if system else []
+    prompt = opening + encode(USER_PREFIX) + encode(question.strip()) + encode("\n" + ASSISTANT_PREFIX)
+    return prompt, encode(answer.strip()) + [tokenizer.special_ids["sep_token"]]
+
+
+TurnEncoding = Callable[[Ernie45Tokenizer, Optional[str], str, str], Tuple[List[int], List[int]]]
+# a ChatFieldReader's ``chat_encoding``: how one turn becomes its prompt and answer ids
+TURN_ENCODINGS: Dict[str, TurnEncoding] = {"template": _template_turn, "erniekit": _erniekit_turn}
+
+
+def _system_ids(tokenizer: Ernie45Tokenizer, system: str, encoding: str) -> List[int]:
+    """A system prompt with no turn after it, and its line break."""
+    if encoding == "erniekit":
+        return tokenizer.encode(system) + tokenizer.encode("\n")
+    return tokenizer.encode(system + "\n")
+
+
 def encode_conversation(tokenizer: Ernie45Tokenizer, system: Optional[str], turns: Sequence[Tuple[str, str]],
-                        learn_turns: Optional[Sequence[bool]] = None,
-                        max_length: Optional[int] = None) -> EncodedConversation:
+                        learn_turns: Optional[Sequence[bool]] = None, max_length: Optional[int] = None,
+                        encoding: str = "template") -> EncodedConversation:
     """``turns`` of (question, answer) after an optional system prompt; ``learn_turns[i]`` says
     whether turn ``i``'s answer counts in the loss (all by default). With ``max_length``, only the
-    first turns that fit in it (each turn encoded once; none: an empty conversation)."""
+    first turns that fit in it (each turn encoded once; none: an empty conversation). ``encoding``:
+    a key of ``TURN_ENCODINGS``."""
+    turn_ids = TURN_ENCODINGS[encoding]
     ids = [tokenizer.special_ids["cls_token"]]
     learn = [False]
     for index, (question, answer) in enumerate(turns):
-        prompt, reply = _turn_ids(tokenizer, system if index == 0 else None, question, answer)
+        prompt, reply = turn_ids(tokenizer, system if index == 0 else None, question, answer)
         if max_length is not None and len(ids) + len(prompt) + len(reply) > max_length:
             if index == 0:
                 return EncodedConversation([], [])
@@ -101,24 +140,24 @@ def encode_conversation(tokenizer: Ernie45Tokenizer, system: Optional[str], turn
         ids += prompt + reply
         learn += [False] * len(prompt) + [counts] * len(reply)
     if system and not turns:
-        prompt = tokenizer.encode(system + "\n")
+        prompt = _system_ids(tokenizer, system, encoding)
         ids += prompt
         learn += [False] * len(prompt)
     return EncodedConversation(ids, learn)
 
 
 def encode_prompt(tokenizer: Ernie45Tokenizer, system: Optional[str], history: Sequence[Tuple[str, str]],
-                  question: str) -> List[int]:
+                  question: str, encoding: str = "template") -> List[int]:
     """Ids of a prompt for the model to answer ``question`` after ``history``, split into prompt
     and answer parts as ``encode_conversation`` splits them in training."""
-    encoded = encode_conversation(tokenizer, system, list(history) + [(question, "")])
+    encoded = encode_conversation(tokenizer, system, list(history) + [(question, "")], encoding=encoding)
     sep_id = tokenizer.special_ids["sep_token"]
     assert encoded.ids[-1] == sep_id  # the empty answer's closing sep_token
     return encoded.ids[:-1]
 
 
 def fit_prompt(tokenizer: Ernie45Tokenizer, system: Optional[str], history: Sequence[Tuple[str, str]], question: str,
-               max_length: int) -> Tuple[List[int], int]:
+               max_length: int, encoding: str = "template") -> Tuple[List[int], int]:
     """``encode_prompt`` with the latest turns of ``history`` that fit in ``max_length`` tokens,
     and how many turns were left out; ``([], n)`` when the question alone does not fit.
 
@@ -126,12 +165,13 @@ def fit_prompt(tokenizer: Ernie45Tokenizer, system: Optional[str], history: Sequ
     the length allows (a conversation of 5,000 turns costs what its last few cost). Only the first
     kept turn carries the system prompt; where one is set, which turn that can be is found by
     bisection (a few encodings of the system prompt, not one per turn dropped)."""
-    asked, empty_answer = _turn_ids(tokenizer, None, question, "")
+    turn_ids = TURN_ENCODINGS[encoding]
+    asked, empty_answer = turn_ids(tokenizer, None, question, "")
     question_ids = asked + empty_answer[:-1]  # the empty answer's closing sep_token left out
     kept: List[List[int]] = []  # the newest turns that fit, newest first (without the system prompt)
     used = 1 + len(question_ids)  # cls and the question
     for question_before, answer in reversed(history):
-        prompt, reply = _turn_ids(tokenizer, None, question_before, answer)
+        prompt, reply = turn_ids(tokenizer, None, question_before, answer)
         if used + len(prompt) + len(reply) > max_length:
             break
         kept.append(prompt + reply)
@@ -141,8 +181,8 @@ def fit_prompt(tokenizer: Ernie45Tokenizer, system: Optional[str], history: Sequ
         """The prompt when turn ``first`` of the kept (0: the oldest kept) opens it, with the system prompt."""
         start = len(history) - len(kept) + first
         if first == len(kept):
-            return encode_prompt(tokenizer, system, [], question)
-        prompt, reply = _turn_ids(tokenizer, system, *history[start])
+            return encode_prompt(tokenizer, system, [], question, encoding)
+        prompt, reply = turn_ids(tokenizer, system, *history[start])
         later = [token for ids in reversed(kept[:len(kept) - first - 1]) for token in ids]  # oldest first
         return [tokenizer.special_ids["cls_token"]] + prompt + reply + later + question_ids
 
