@@ -184,6 +184,13 @@ def test_save_onnx_false_and_a_stopped_run_convert_nothing(tmp_path, data_dir):
     hook.after_train()  # nothing to convert yet, and a stopped run converts nothing
     assert not os.path.exists(trainer.checkpoints.root) or not any(
         ONNX_FILE in files for _, _, files in os.walk(trainer.checkpoints.root))
+    # a model above save_onnx_max_mb is not converted, and the log says why and what converts it later
+    trainer = build(task_config(data_dir, str(tmp_path / "large"), epoch=1, save_inference=True, is_eval_test=0,
+                                save_onnx_max_mb=0.001), tmp_path)
+    with wenxin_log(logging.INFO) as messages:
+        trainer.do_train()
+    assert not os.path.exists(os.path.join(trainer.checkpoints.latest(), "inference", ONNX_FILE))
+    assert any("above trainer.save_onnx_max_mb (0.001" in m and "wenxin export --format onnx" in m for m in messages)
 
 
 def test_a_result_that_does_not_convert_keeps_its_paddle_model_and_says_why(tmp_path, data_dir, monkeypatch):

@@ -227,6 +227,11 @@ TRAINER: Schema = {
                                      "also gets model.onnx, where paddle2onnx and onnxruntime are installed "
                                      "(pip install \"wenxin[onnx]\") and ONNX Runtime gives Paddle's outputs on "
                                      "a dev batch; Predictor then runs it with ONNX Runtime"),
+    "save_onnx_max_mb": Key((int, float), 1024, minimum=0,
+                            doc="save_onnx converts only a model of at most this many MB of parameters: "
+                                "paddle2onnx's process needs about 9 times the model's size beside the "
+                                "training process (0: no limit); a larger one is skipped with a log line, "
+                                "and wenxin export --format onnx converts it later"),
     "load_best_at_end": Key(bool, False, doc="after training, load checkpoints/best and evaluate it "
                                              "(logged as best_dev / best_test)"),
     "use_amp": Key(bool, False),
