@@ -63,3 +63,24 @@ def test_the_sites_changelog_is_the_repositorys():
     with open(os.path.join(REPO, "CHANGELOG.md"), encoding="utf-8") as f, \
             open(os.path.join(REPO, "docs", "changelog.md"), encoding="utf-8") as g:
         assert f.read() == g.read(), "copy CHANGELOG.md to docs/changelog.md"
+
+
+def test_ci_runs_the_readmes_test_command_and_the_chinese_quick_start_says_the_same():
+    """CI must run exactly what the README tells users to run (the second quick-start command's
+    pytest part), and the Chinese quick start must give users the same two commands."""
+    import re
+
+    def text(*parts):
+        with open(os.path.join(REPO, *parts), encoding="utf-8") as f:
+            return f.read()
+    readme = text("README.md")
+    block = re.search(r"## Quick start\s+```bash\n(.*?)```", readme, re.S)
+    assert block, "README.md: no bash block under ## Quick start"
+    commands = [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
+    assert len(commands) == 2, commands
+    pytest_part = commands[1].split("&&")[-1].strip()
+    assert pytest_part.startswith("python -m pytest"), commands[1]
+    assert pytest_part in text(".ci", "run"), f".ci/run does not run the README's test command: {pytest_part}"
+    quickstart = text("docs", "quickstart.zh.md")
+    for command in commands:
+        assert command in quickstart, f"docs/quickstart.zh.md lacks the README's command: {command}"
