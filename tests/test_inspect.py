@@ -110,6 +110,8 @@ def test_inspect_reports_on_every_shipped_example(tmp_path):
         proc = subprocess.run([sys.executable, script], cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=1800)
         assert proc.returncode == 0, (script, proc.stderr[-2000:])
+        if "sentiment" in script:  # the scripts that read the reviews read their first lines only (the distillation
+            cut(str(examples / "data"))  # data's part-of-speech tagging of every review took 10 minutes)
     cut(str(examples / "data"))
     files = sorted(os.path.basename(p) for p in glob.glob(str(examples / "*.json")) + glob.glob(str(examples / "*.yaml"))
                    if not os.path.basename(p).startswith("sweep_"))
