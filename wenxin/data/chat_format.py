@@ -88,6 +88,11 @@ class EncodedConversation:
     learn: List[bool]
 
 
+def _template_system(tokenizer: Ernie45Tokenizer, system: str) -> List[int]:
+    """A system prompt and its line break, encoded whole."""
+    return tokenizer.encode(system + "\n")
+
+
 def _template_turn(tokenizer: Ernie45Tokenizer, system: Optional[str], question: str,
                    answer: str) -> Tuple[List[int], List[int]]:
     """One turn's prompt part (after ``system``, where it opens the conversation) and answer part,
@@ -97,27 +102,34 @@ def _template_turn(tokenizer: Ernie45Tokenizer, system: Optional[str], question:
             tokenizer.encode(answer + tokenizer.specials["sep_token"]))
 
 
+def _erniekit_system(tokenizer: Ernie45Tokenizer, system: str) -> List[int]:
+    """A system prompt and its line break, each encoded on its own (ERNIEKit's SFT reader)."""
+    return tokenizer.encode(system) + tokenizer.encode("\n")
+
+
 def _erniekit_turn(tokenizer: Ernie45Tokenizer, system: Optional[str], question: str,
                    answer: str) -> Tuple[List[int], List[int]]:
     """One turn as ERNIEKit's SFT reader encodes it: ``User: ``, the stripped question,
     ``\nAssistant: `` and the stripped answer each encoded on its own (the system prompt and its
     line break too), then ``sep_token``."""
     encode = tokenizer.encode
-    opening = encode(system) + encode("\n") if system else []
+    opening = _erniekit_system(tokenizer, system) if system else []
     prompt = opening + encode(USER_PREFIX) + encode(question.strip()) + encode("\n" + ASSISTANT_PREFIX)
     return prompt, encode(answer.strip()) + [tokenizer.special_ids["sep_token"]]
 
 
-TurnEncoding = Callable[[Ernie45Tokenizer, Optional[str], str, str], Tuple[List[int], List[int]]]
-# a ChatFieldReader's ``chat_encoding``: how one turn becomes its prompt and answer ids
-TURN_ENCODINGS: Dict[str, TurnEncoding] = {"template": _template_turn, "erniekit": _erniekit_turn}
+@dataclasses.dataclass(frozen=True)
+class TurnEncoding:
+    """How a conversation becomes ids: ``turn`` gives one turn's prompt and answer ids (the system
+    prompt opening the first), ``system`` a system prompt with no turn after it."""
+
+    turn: Callable[[Ernie45Tokenizer, Optional[str], str, str], Tuple[List[int], List[int]]]
+    system: Callable[[Ernie45Tokenizer, str], List[int]]
 
 
-def _system_ids(tokenizer: Ernie45Tokenizer, system: str, encoding: str) -> List[int]:
-    """A system prompt with no turn after it, and its line break."""
-    if encoding == "erniekit":
-        return tokenizer.encode(system) + tokenizer.encode("\n")
-    return tokenizer.encode(system + "\n")
+# a ChatFieldReader's ``chat_encoding``
+TURN_ENCODINGS: Dict[str, TurnEncoding] = {"template": TurnEncoding(_template_turn, _template_system),
+                                           "erniekit": TurnEncoding(_erniekit_turn, _erniekit_system)}
 
 
 def encode_conversation(tokenizer: Ernie45Tokenizer, system: Optional[str], turns: Sequence[Tuple[str, str]],
@@ -127,7 +139,7 @@ def encode_conversation(tokenizer: Ernie45Tokenizer, system: Optional[str], turn
     whether turn ``i``'s answer counts in the loss (all by default). With ``max_length``, only the
     first turns that fit in it (each turn encoded once; none: an empty conversation). ``encoding``:
     a key of ``TURN_ENCODINGS``."""
-    turn_ids = TURN_ENCODINGS[encoding]
+    turn_ids = TURN_ENCODINGS[encoding].turn
     ids = [tokenizer.special_ids["cls_token"]]
     learn = [False]
     for index, (question, answer) in enumerate(turns):
@@ -140,7 +152,7 @@ def encode_conversation(tokenizer: Ernie45Tokenizer, system: Optional[str], turn
         ids += prompt + reply
         learn += [False] * len(prompt) + [counts] * len(reply)
     if system and not turns:
-        prompt = _system_ids(tokenizer, system, encoding)
+        prompt = TURN_ENCODINGS[encoding].system(tokenizer, system)
         ids += prompt
         learn += [False] * len(prompt)
     return EncodedConversation(ids, learn)
@@ -165,7 +177,7 @@ def fit_prompt(tokenizer: Ernie45Tokenizer, system: Optional[str], history: Sequ
     the length allows (a conversation of 5,000 turns costs what its last few cost). Only the first
     kept turn carries the system prompt; where one is set, which turn that can be is found by
     bisection (a few encodings of the system prompt, not one per turn dropped)."""
-    turn_ids = TURN_ENCODINGS[encoding]
+    turn_ids = TURN_ENCODINGS[encoding].turn
     asked, empty_answer = turn_ids(tokenizer, None, question, "")
     question_ids = asked + empty_answer[:-1]  # the empty answer's closing sep_token left out
     kept: List[List[int]] = []  # the newest turns that fit, newest first (without the system prompt)

@@ -78,9 +78,10 @@ def erniekit_clean(text: str) -> str:
     every whitespace character (those three and Unicode Zs) becomes a space."""
     kept = []
     for char in text.translate(_ERNIEKIT_QUOTES):
-        if char in "\t\n\r" or unicodedata.category(char) == "Zs":
+        category = unicodedata.category(char)
+        if char in "\t\n\r" or category == "Zs":
             kept.append(" ")
-        elif unicodedata.category(char) not in ("Cc", "Cf"):
+        elif category not in ("Cc", "Cf"):
             kept.append(char)
     return "".join(kept)
 

@@ -39,6 +39,7 @@ class OnnxResultHook(HookBase):
             return
         from wenxin.controller.summary import result_checkpoint
         from wenxin.inference.onnx_export import check_batch, export_onnx
+        from wenxin.inference.paddle_backend import model_files
         result, _, _ = result_checkpoint(trainer)
         if result is None:
             return
@@ -46,8 +47,8 @@ class OnnxResultHook(HookBase):
         if not os.path.isdir(folder):
             return
         limit = trainer.trainer_config["save_onnx_max_mb"]
-        params = os.path.join(folder, "inference.pdiparams")
-        size_mb = os.path.getsize(params) / 2**20 if os.path.isfile(params) else 0.0
+        files = model_files(folder)  # none: export_onnx says so below
+        size_mb = os.path.getsize(files[1]) / 2**20 if files else 0.0
         if limit and size_mb > limit:
             logger.info("trainer.save_onnx: not converting %s to ONNX: its parameters are %.0f MB, above "
                         "trainer.save_onnx_max_mb (%g; the conversion needs about 9 times that); convert it later "
