@@ -65,9 +65,9 @@ def test_the_export_answers_as_the_trained_model_does(tmp_path, mode, lora, enco
     # the training conversations were
     trainer = build(memorizing_config(tmp_path, mode, lora, encoding=encoding), tmp_path)
     trainer.do_train()
-    before = {name: np.array(value) for name, value in trainer.model_state_dict().items()}
+    before = {name: np.array(value) for name, value in trainer.engine.model_state_dict().items()}
     folder = trainer.export_inference(str(tmp_path / "export"))
-    after = trainer.model_state_dict()
+    after = trainer.engine.model_state_dict()
     for name, value in before.items():  # merged only while exporting
         np.testing.assert_array_equal(np.asarray(after[name]), value, err_msg=name)
     with open(os.path.join(folder, "preprocess.json"), encoding="utf-8") as f:
@@ -81,7 +81,7 @@ def test_the_export_answers_as_the_trained_model_does(tmp_path, mode, lora, enco
     # the program reads the plain decoder's weights only; Paddle 3.3's jit.save keeps just those, Paddle
     # 3.0's also writes the layer's unused parameters (the adapters: never read by the program)
     exported = paddle.jit.load(os.path.join(folder, "prefill")).state_dict()
-    names = list(trainer.model_state_dict())
+    names = list(trainer.engine.model_state_dict())
     base = [name for name in names if not name.endswith(("lora_A", "lora_B"))]
     unused = [v for v in exported.values() if LORA["rank"] in v.shape] if lora else []
     assert len(exported) - len(unused) == len(base) and len(unused) in (0, len(names) - len(base))

@@ -221,7 +221,7 @@ def test_lora_leaves_the_decoder_weights_as_the_folder_has_them(tmp_path, sft_da
     config["model"]["lora"] = dict(LORA)
     trainer = build(config, tmp_path)
     trainer.do_train()
-    state = trainer.model_state_dict()
+    state = trainer.engine.model_state_dict()
     folder = paddle_layout_weights(FOLDER, Ernie45Config.from_folder(FOLDER))
     assert set(folder) < set(state)
     for name, value in folder.items():

@@ -126,7 +126,7 @@ def test_a_tasks_own_trainer_written_once_runs_in_both_modes_with_parity(tmp_pat
 
     dynamic = build(config("dynamic"), tmp_path)
     init = str(tmp_path / "init.pdparams")
-    paddle.save({k: v.numpy() for k, v in dynamic.model_state_dict().items()}, init)
+    paddle.save({k: v.numpy() for k, v in dynamic.engine.model_state_dict().items()}, init)
     static_config = config("static")
     static_config["trainer"]["load_parameters"] = init
     static = build(static_config, tmp_path)

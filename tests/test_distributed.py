@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, checkpoint_params, checkpoint_state, losses_of, task_config, write_config
+from wenxin.controller.ranks import Ranks
 
 # the launches pick their ports while they start: run them one after another (one xdist worker)
 pytestmark = pytest.mark.xdist_group("distributed")
@@ -294,8 +295,7 @@ def test_micro_batches_do_not_all_reduce(tmp_path, data_dir):
 
     engine.train_model = engine.step.train_model = Recorder()
     trainer.world_size = engine.step.world_size = 2
-    trainer.mean_over_ranks = lambda value: value
-    trainer.check_ranks_start_together = lambda: None
+    trainer.ranks = Ranks(0, 1)  # no collective in this single process
     trainer.should_check_loss = lambda: False  # no collective in this single process
     trainer.do_train()
     assert entered == [0, 0]  # micro-batches 1 and 2 of step 1; the 3rd all-reduces

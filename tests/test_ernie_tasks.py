@@ -40,7 +40,7 @@ def tuned_dir(ernie_dir, tmp_path_factory):
     trainer = build(classification(ernie_dir, folder, "dynamic"), folder)
     trainer.do_train()
     weights = {name[len("ernie."):]: paddle.to_tensor(np.asarray(value))
-               for name, value in trainer.model_state_dict().items() if name.startswith("ernie.")}
+               for name, value in trainer.engine.model_state_dict().items() if name.startswith("ernie.")}
     model = folder / "model"
     model.mkdir()
     paddle.save(weights, str(model / "model_state.pdparams"))
@@ -353,9 +353,9 @@ def test_one_pretrained_key_fills_the_encoder_weights_and_vocabularies(tmp_path,
         assert text["vocab_path"] == os.path.join(model_dir, "vocab.txt") and not label["vocab_path"]
     trainer = build(config, tmp_path)  # the weights load as from the explicit keys
     reference = build(classification(ernie_dir, tmp_path / "explicit", "dynamic", layout, max_steps=1), tmp_path)
-    for name, value in reference.model_state_dict().items():
+    for name, value in reference.engine.model_state_dict().items():
         if name.startswith("ernie."):
-            np.testing.assert_array_equal(np.asarray(trainer.model_state_dict()[name]), np.asarray(value))
+            np.testing.assert_array_equal(np.asarray(trainer.engine.model_state_dict()[name]), np.asarray(value))
     config["dataset_reader"]["train_reader"]["fields"][0]["vocab_path"] = str(tmp_path / "own_vocab.txt")
     shutil.copy(os.path.join(model_dir, "vocab.txt"), tmp_path / "own_vocab.txt")
     explicit = load_config(write_config(str(tmp_path / "explicit.json"), config))  # an explicit key wins

@@ -239,8 +239,8 @@ def test_nan_guard_skips_the_update_in_both_modes(tmp_path, tab_dir, mode, accum
         def after_step(self):
             step = self.trainer.state.global_step
             if step in (5, 7):
-                seen[step] = ({k: np.array(v) for k, v in self.trainer.model_state_dict().items()},
-                              {k: np.array(v) for k, v in self.trainer.optimizer_state_dict().items()
+                seen[step] = ({k: np.array(v) for k, v in self.trainer.engine.model_state_dict().items()},
+                              {k: np.array(v) for k, v in self.trainer.engine.optimizer_state_dict().items()
                                if not isinstance(v, dict)})
             if step in (6, 7):
                 seen[f"nonfinite{step}"] = self.trainer.state.nonfinite_loss
@@ -253,7 +253,7 @@ def test_nan_guard_skips_the_update_in_both_modes(tmp_path, tab_dir, mode, accum
         for name in seen[5][part]:
             np.testing.assert_array_equal(seen[7][part][name], seen[5][part][name], err_msg=name)
     assert trainer.state.global_step == 12
-    assert all(np.isfinite(np.asarray(v)).all() for v in trainer.model_state_dict().values())
+    assert all(np.isfinite(np.asarray(v)).all() for v in trainer.engine.model_state_dict().values())
 
 
 def test_two_hooks_of_one_class_keep_their_own_state_across_a_resume(tmp_path, data_dir):

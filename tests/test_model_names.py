@@ -139,6 +139,6 @@ def test_the_resolved_model_trains_as_its_folder_does(tmp_path, ernie_dir):  # n
     trainer = build(named_config(ernie_dir, tmp_path / "a", "ernie-seed-3"), tmp_path)
     explicit = build(named_config(ernie_dir, tmp_path / "b", str(tmp_path / "ppnlp" / "models" / "ernie-seed-3")),
                      tmp_path)
-    for name, value in explicit.model_state_dict().items():
+    for name, value in explicit.engine.model_state_dict().items():
         if name.startswith("ernie."):
-            assert (trainer.model_state_dict()[name].numpy() == value.numpy()).all(), name
+            assert (trainer.engine.model_state_dict()[name].numpy() == value.numpy()).all(), name

@@ -71,16 +71,16 @@ def test_grad_scaler_state_round_trips_through_a_checkpoint(tmp_path, data_dir):
     config = task_config(data_dir, out, use_amp=True, use_loss_scaling=True, init_loss_scaling=1024.0,
                          max_steps=30, save_model_step=30, is_eval_dev=0, is_eval_test=0)
     trainer = build(config, tmp_path)
-    assert trainer.engine.scaler is not None and trainer.loss_scale() is None  # CPU: no scaling
+    assert trainer.engine.scaler is not None and trainer.engine.loss_scale() is None  # CPU: no scaling
     trainer.do_train()
     saved = checkpoint_state(os.path.join(out, "checkpoints", "step_30"))["scaler"]
     # a disabled GradScaler's whole state is {}; the static trainer's float16 scale, which does
     # change on a CPU, round-trips in tests/test_static_amp.py
-    assert saved == trainer.scaler_state_dict() == {}
+    assert saved == trainer.engine.scaler_state_dict() == {}
     config["trainer"]["load_checkpoint"] = os.path.join(out, "checkpoints", "step_30")
     config["trainer"]["output_path"] = str(tmp_path / "resumed")
     resumed = build(config, tmp_path)
-    assert resumed.state.global_step == 30 and resumed.scaler_state_dict() == saved
+    assert resumed.state.global_step == 30 and resumed.engine.scaler_state_dict() == saved
 
 
 def test_float16_on_cpu_is_a_config_error(tmp_path, data_dir):

@@ -21,11 +21,11 @@ def params_after(tmp_path, data_dir, name, optimizer, mode, weight_decay):
         config["model"]["is_dygraph"] = 0
         config["trainer"]["type"] = "CustomStaticTrainer"
     trainer = build(config, tmp_path)
-    state = {k: np.asarray(v, dtype="float32") for k, v in trainer.model_state_dict().items()}
+    state = {k: np.asarray(v, dtype="float32") for k, v in trainer.engine.model_state_dict().items()}
     # biases start at zero, where L2 decay adds nothing: start them where decay would show
-    trainer.set_model_state_dict({k: np.full_like(v, 0.5) for k, v in state.items() if k.endswith("bias")})
+    trainer.engine.set_model_state_dict({k: np.full_like(v, 0.5) for k, v in state.items() if k.endswith("bias")})
     trainer.do_train()
-    return {k: np.asarray(v, dtype="float32") for k, v in trainer.model_state_dict().items()}
+    return {k: np.asarray(v, dtype="float32") for k, v in trainer.engine.model_state_dict().items()}
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])

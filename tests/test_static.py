@@ -47,7 +47,7 @@ def test_dynamic_static_parity(tmp_path, data_dir, model_type):
 
     dynamic = build(parity_config("dynamic"), tmp_path)
     init = str(tmp_path / "init.pdparams")
-    paddle.save({k: v.numpy() for k, v in dynamic.model_state_dict().items()}, init)
+    paddle.save({k: v.numpy() for k, v in dynamic.engine.model_state_dict().items()}, init)
     static_cfg = static_config(parity_config("static"))
     static_cfg["trainer"]["load_parameters"] = init
     static = build(static_cfg, tmp_path)
@@ -57,8 +57,8 @@ def test_dynamic_static_parity(tmp_path, data_dir, model_type):
     assert len(d) == len(s) == 20
     np.testing.assert_allclose(s, d, atol=1e-5, rtol=0)
     assert np.mean(d[-5:]) < np.mean(d[:5])  # it trained
-    for name, value in dynamic.model_state_dict().items():
-        np.testing.assert_allclose(static.model_state_dict()[name], value.numpy(), atol=1e-4, err_msg=name)
+    for name, value in dynamic.engine.model_state_dict().items():
+        np.testing.assert_allclose(static.engine.model_state_dict()[name], value.numpy(), atol=1e-4, err_msg=name)
 
 
 @pytest.mark.parametrize("first,second", [("dynamic", "static"), ("static", "dynamic")])
@@ -73,8 +73,8 @@ def test_checkpoint_loads_across_modes(tmp_path, data_dir, first, second):
     ckpt = os.path.join(str(tmp_path / "a"), "checkpoints", "step_6")
     target = build(config_for(second, "b", max_steps=10, load_checkpoint=ckpt), tmp_path)
     assert target.state.global_step == 6
-    for name, value in source.model_state_dict().items():
-        np.testing.assert_array_equal(np.asarray(target.model_state_dict()[name]), np.asarray(value))
+    for name, value in source.engine.model_state_dict().items():
+        np.testing.assert_array_equal(np.asarray(target.engine.model_state_dict()[name]), np.asarray(value))
     source_metrics = source.evaluate("dev_reader")
     target_metrics = target.evaluate("dev_reader")
     assert target_metrics["acc"] == source_metrics["acc"]
@@ -110,8 +110,8 @@ def test_static_resume_continues_with_identical_losses(tmp_path, data_dir):
     resumed.do_train()
     expected, got = step_losses(str(tmp_path / "full")), step_losses(str(tmp_path / "interrupted"))
     np.testing.assert_array_equal([got[s] for s in range(1, 46)], [expected[s] for s in range(1, 46)])
-    for name, value in full.model_state_dict().items():
-        np.testing.assert_array_equal(resumed.model_state_dict()[name], value, err_msg=name)
+    for name, value in full.engine.model_state_dict().items():
+        np.testing.assert_array_equal(resumed.engine.model_state_dict()[name], value, err_msg=name)
 
 
 def test_static_max_pooling_runs_under_onednn(tmp_path, data_dir):
@@ -144,7 +144,7 @@ def test_static_gradient_accumulation_equals_larger_batch(tmp_path, data_dir):
 
     big = build(config("big", 16, 1), tmp_path)
     init = str(tmp_path / "init.pdparams")
-    paddle.save(big.model_state_dict(), init)
+    paddle.save(big.engine.model_state_dict(), init)
     small_cfg = config("small", 8, 2)
     small_cfg["trainer"]["load_parameters"] = init
     small = build(small_cfg, tmp_path)
@@ -153,8 +153,8 @@ def test_static_gradient_accumulation_equals_larger_batch(tmp_path, data_dir):
     assert small.state.global_step == 4
     before = paddle.load(init)
     changed = False
-    for name, value in big.model_state_dict().items():
-        np.testing.assert_allclose(small.model_state_dict()[name], value, atol=1e-6, err_msg=name)
+    for name, value in big.engine.model_state_dict().items():
+        np.testing.assert_allclose(small.engine.model_state_dict()[name], value, atol=1e-6, err_msg=name)
         changed |= not np.allclose(value, before[name])
     assert changed
     # the gradient buffers are not part of checkpoints, and a checkpoint resumes in dynamic mode

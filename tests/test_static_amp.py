@@ -29,8 +29,8 @@ class StepRecorder(HookBase):
         self.steps = []
 
     def after_step(self) -> None:
-        params = {k: np.array(v) for k, v in self.trainer.model_state_dict().items()}
-        self.steps.append((self.trainer.state.global_step, self.trainer.loss_scale(), params))
+        params = {k: np.array(v) for k, v in self.trainer.engine.model_state_dict().items()}
+        self.steps.append((self.trainer.state.global_step, self.trainer.engine.loss_scale(), params))
 
 
 @pytest.fixture
@@ -73,8 +73,8 @@ def test_loss_scaling_gives_the_unscaled_updates(tmp_path, float16_on_cpu, accum
     assert {"pd_op.check_finite_and_unscale_", "pd_op.update_loss_scaling_"} <= ops
     assert [scale for _, scale, _ in steps] == [1024.0, 2048.0, 2048.0, 4096.0, 4096.0, 8192.0, 8192.0,
                                                 16384.0, 16384.0, 32768.0]
-    for name, value in plain.model_state_dict().items():  # the updates are ~1e-3 per step
-        np.testing.assert_allclose(scaled.model_state_dict()[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+    for name, value in plain.engine.model_state_dict().items():  # the updates are ~1e-3 per step
+        np.testing.assert_allclose(scaled.engine.model_state_dict()[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
 def test_overflowing_step_is_skipped_and_the_scale_shrinks(tmp_path, float16_on_cpu):
@@ -87,7 +87,7 @@ def test_overflowing_step_is_skipped_and_the_scale_shrinks(tmp_path, float16_on_
     for (_, _, before), (step, _, after) in zip(steps, steps[1:]):
         changed = any(not np.array_equal(before[k], after[k]) for k in before)
         assert changed == (step != 4), f"step {step}"
-    assert all(np.isfinite(v).all() for v in trainer.model_state_dict().values())
+    assert all(np.isfinite(v).all() for v in trainer.engine.model_state_dict().values())
 
 
 def test_loss_scale_is_checkpointed_and_resumed_exactly(tmp_path, float16_on_cpu):
@@ -105,11 +105,11 @@ def test_loss_scale_is_checkpointed_and_resumed_exactly(tmp_path, float16_on_cpu
     config["trainer"]["load_checkpoint"] = os.path.join(out, "checkpoints", "step_5")
     config["trainer"]["output_path"] = str(tmp_path / "resumed")
     resumed = build(config, tmp_path)
-    assert resumed.state.global_step == 5 and resumed.loss_scale() == steps[4][1]
+    assert resumed.state.global_step == 5 and resumed.engine.loss_scale() == steps[4][1]
     resumed.do_train()
-    assert resumed.loss_scale() == full.loss_scale()
-    for name, value in full.model_state_dict().items():
-        np.testing.assert_array_equal(resumed.model_state_dict()[name], value, err_msg=name)
+    assert resumed.engine.loss_scale() == full.engine.loss_scale()
+    for name, value in full.engine.model_state_dict().items():
+        np.testing.assert_array_equal(resumed.engine.model_state_dict()[name], value, err_msg=name)
 
 
 def test_static_bfloat16_program_casts_the_matmuls(tmp_path, monkeypatch, data_dir):
@@ -127,7 +127,7 @@ def test_static_bfloat16_program_casts_the_matmuls(tmp_path, monkeypatch, data_d
 
     assert {"pd_op.cast", "pd_op.matmul", "pd_op.matmul_grad"} <= bf16_ops(trainer.engine.main_program)
     assert not bf16_ops(trainer.engine.eval_program("dev_reader").program)
-    assert trainer.loss_scale() is None  # bfloat16 is not loss-scaled
+    assert trainer.engine.loss_scale() is None  # bfloat16 is not loss-scaled
     assert all(str(v.dtype) == "paddle.float32" for v in trainer.model.state_dict().values())
 
 
@@ -153,5 +153,5 @@ def test_static_amp_on_text_data_trains(tmp_path, float16_on_cpu, data_dir):
     config["model"]["is_dygraph"] = 0
     config["model"]["optimization"]["learning_rate"] = 0.02
     trainer = build(config, tmp_path)
-    assert trainer.loss_scale() == 32768.0
+    assert trainer.engine.loss_scale() == 32768.0
     assert trainer.do_train()["dev_reader"]["acc"] >= 0.9

@@ -93,7 +93,7 @@ def test_both_graph_modes_train_with_parity_and_decode_alike(tmp_path, gen_data)
 
     dynamic = build(parity("dynamic", "dynamic"), tmp_path)
     init = str(tmp_path / "init.pdparams")
-    paddle.save({k: v.numpy() for k, v in dynamic.model_state_dict().items()}, init)
+    paddle.save({k: v.numpy() for k, v in dynamic.engine.model_state_dict().items()}, init)
     static_config = parity("static", "static")
     static_config["trainer"]["load_parameters"] = init
     static = build(static_config, tmp_path)

@@ -11,11 +11,13 @@ from wenxin.common.errors import ConfigError, WenxinError
 from wenxin.common.logs import CONSOLE, setup_logging
 from wenxin.common.progress import progress_enabled
 from wenxin.config.loader import load_config
-from wenxin.config.task_check import resolve_task
+from wenxin.config.task_check import TaskClasses, resolve_task
+from wenxin.config.task_config import TaskConfig, source_of
 from wenxin.controller.base_trainer import BaseTrainer
 from wenxin.controller.checkpointer import prepare_output_path, resume_checkpoint
 from wenxin.controller.checkpoint import INFERENCE_DIR, VOCAB_DIR
-from wenxin.controller.env import init_distributed, set_seed, setup_device
+from wenxin.controller.env import init_distributed, paddle_rank, paddle_world_size, set_seed, setup_device
+from wenxin.controller.run_context import RunContext, ThreadChoice
 from wenxin.controller.summary import result_checkpoint, run_summary
 from wenxin.data.dataset_reader import build_readers
 from wenxin.models.base_model import BaseModel
@@ -32,33 +34,50 @@ def resolve_classes(config: Dict[str, Any]) -> Tuple[str, type, type]:
 def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None) -> BaseTrainer:
     """Everything a run needs, in order; bad input fails before training starts. A resumed run
     (or ``vocab_checkpoint``) takes the vocabularies saved in its checkpoint."""
-    scope, model_cls, trainer_cls = resolve_classes(config)
+    classes = resolve_task(config)  # before anything is set up
+    return assemble_trainer(config, setup_environment(config), classes, vocab_checkpoint)
+
+
+def setup_environment(config: Dict[str, Any]) -> RunContext:
+    """Set up this process for a run of ``config``: its output folder and log file, the device,
+    the CPU threads' share, the distributed group and the seeds; returns what it decided,
+    with the checkpoint the run continues."""
     cfg = config["trainer"]
     prepare_output_path(cfg)
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))  # set by paddle.distributed.launch
     setup_logging(os.path.join(cfg["output_path"], "logs", "train.log") if rank == 0 else None)
     for note in startup_notes.take():
         logger.info("%s", note)
-    for note in config.get("_translations", []):
+    translations = tuple(config.translations) if isinstance(config, TaskConfig) else ()
+    for note in translations:
         logger.info("ERNIE-kit task file: %s", note)
+    cpu_threads = None
     if setup_device(cfg["PADDLE_PLACE_TYPE"]) == "cpu":  # the trainer sets them, once its model is built
         count, reason = threads.choose_threads(cfg["cpu_threads"], user=threads.USER_THREADS)
-        config["_cpu_threads"] = {"count": count, "reason": reason,
-                                  "automatic": cfg["cpu_threads"] == 0 and threads.USER_THREADS is None}
+        cpu_threads = ThreadChoice(count, reason, automatic=cfg["cpu_threads"] == 0 and threads.USER_THREADS is None)
     init_distributed(cfg["PADDLE_IS_FLEET"])
     set_seed(cfg["seed"])
-    config["_resume_from"] = resume_checkpoint(cfg)  # its vocabularies, not rebuilt ones
-    vocab_source = config["_resume_from"] or vocab_checkpoint
+    return RunContext(source=source_of(config), translations=translations, cpu_threads=cpu_threads,
+                      resume_from=resume_checkpoint(cfg), rank=paddle_rank(), world_size=paddle_world_size())
+
+
+def assemble_trainer(config: Dict[str, Any], context: RunContext, classes: TaskClasses,
+                     vocab_checkpoint: Optional[str] = None) -> BaseTrainer:
+    """The trainer of ``classes`` for ``config`` in a process ``setup_environment`` prepared: its
+    readers (with the vocabularies of the checkpoint it resumes, or of ``vocab_checkpoint``) and
+    its model builder."""
+    cfg = config["trainer"]
+    vocab_source = context.resume_from or vocab_checkpoint  # its vocabularies, not rebuilt ones
     saved_vocabs = os.path.join(vocab_source, VOCAB_DIR) if vocab_source and os.path.isdir(vocab_source) else None
-    readers = build_readers(config["dataset_reader"], scope, saved_vocab_dir=saved_vocabs,
-                            show_progress=rank == 0 and progress_enabled(cfg["progress_bar"]))
+    readers = build_readers(config["dataset_reader"], classes.scope, saved_vocab_dir=saved_vocabs,
+                            show_progress=context.is_writer and progress_enabled(cfg["progress_bar"]))
     for name, reader in readers.items():
         logger.info("%s: %d examples from %s", name, len(reader), reader.reader_config["data_path"])
     data_info = readers["train_reader"].data_info()
 
     def make_model() -> BaseModel:
-        model = model_cls(config["model"], data_info)
-        model.task_scope = scope  # its optimizer and schedule names are looked up in the task first
+        model = classes.model_cls(config["model"], data_info)
+        model.task_scope = classes.scope  # its optimizer and schedule names are looked up in the task first
         if cfg["recompute"]:
             if not config["model"]["is_dygraph"]:
                 raise ConfigError("trainer.recompute: eager mode only (model.is_dygraph: 1); Paddle's static-graph "
@@ -66,7 +85,8 @@ def build_trainer(config: Dict[str, Any], vocab_checkpoint: Optional[str] = None
             model.enable_recompute("trainer.recompute")
         return model
 
-    return trainer_cls(config, make_model, readers, scope)
+    trainer: BaseTrainer = classes.trainer_cls(config, make_model, readers, classes.scope, context=context)
+    return trainer
 
 
 def train(param_path: str, overrides: Iterable[str] = (),

@@ -63,6 +63,7 @@ from wenxin.common.process import parent_death_signal
 from wenxin.common.registry import RegisterSet
 from wenxin.common.threads import SHARE_VARIABLE
 from wenxin.config.document import read_document
+from wenxin.config.task_config import source_of
 from wenxin.controller.hooks.sweep_report import decision_path
 from wenxin.folds import FoldData, split_folds
 from wenxin.sweep_methods.base import Parameter, SweepMethod
@@ -509,7 +510,7 @@ def _method_scope(data: Any, base: Dict[str, Any]) -> Optional[str]:
     if not isinstance(method, str) or method in RegisterSet.sweep_methods.registered() or "task" not in base:
         return None
     from wenxin.common.task_loader import import_task
-    return import_task(base["task"], base.get("_source", ""))
+    return import_task(base["task"], source_of(base))
 
 
 def _die_with_parent() -> None:

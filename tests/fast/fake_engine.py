@@ -7,11 +7,11 @@ from __future__ import annotations
 import copy
 import os
 import random
-from typing import Any, Dict, List, Mapping, Optional, Set
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set
 
 import numpy as np
 from wenxin.controller.base_trainer import BaseTrainer
-from wenxin.controller.engine import Batch, ExecutionEngine
+from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome
 
 from conftest import write_config
 
@@ -23,8 +23,9 @@ class NumpyBow:
     onednn_min_rows = None
     sorted_batch_rows = None
 
-    def __init__(self, vocab_size: int, num_labels: int, seed: int) -> None:
+    def __init__(self, vocab_size: int, num_labels: int, seed: int, learning_rate: float) -> None:
         rng = np.random.RandomState(seed)
+        self.learning_rate = learning_rate
         self.params = {"embedding.weight": rng.normal(0.0, 0.1, (vocab_size, num_labels)),
                        "out.bias": np.zeros(num_labels)}
 
@@ -49,6 +50,11 @@ class NumpyBow:
         grad_w = np.zeros_like(self.params["embedding.weight"])
         np.add.at(grad_w, out["ids"], weights[:, :, None] * dlogits[:, None, :])
         return loss, {"embedding.weight": grad_w, "out.bias": dlogits.sum(0)}
+
+    def set_optimizer(self, total_steps: int) -> tuple:
+        """Momentum SGD's velocities, and a linear decay over ``total_steps``."""
+        return ({name: np.zeros_like(value) for name, value in self.params.items()},
+                LinearDecay(self.learning_rate, total_steps))
 
     # BaseModel's hooks for what a checkpoint holds and what the model brings or exports: the defaults
     def own_pretrained_weights(self) -> None:
@@ -87,25 +93,23 @@ class LinearDecay:
 
 class NumpyEngine(ExecutionEngine):
     """Momentum SGD over the micro-batches' mean gradient; a step whose loss is NaN/Inf (or that a
-    test poisons through ``poisoned_steps``) skips its update, as the real engines do."""
+    test poisons through ``poisoned_steps``: the engine's own step numbers, 1 its first) skips its update,
+    as the real engines do."""
 
     mode = "numpy"
     numpy_batches = True
     MOMENTUM = 0.9
 
     def setup(self) -> None:
-        trainer = self.trainer
-        info = trainer.readers["train_reader"].data_info()
-        self.model = NumpyBow(info["text_a"]["vocab_size"], info["label"]["num_labels"],  # type: ignore[assignment]
-                              trainer.trainer_config["seed"])
-        opt = trainer.config["model"]["optimization"]
-        self.lr_scheduler = LinearDecay(opt["learning_rate"], trainer.state.max_steps)
-        self.optimizer = {name: np.zeros_like(value) for name, value in self.model.params.items()}  # velocities
+        self.model = self.inputs.model_builder()
+        self.inputs.on_model_built(self.model)
+        self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.inputs.max_steps)
         self.poisoned_steps: Set[int] = set()
         self._grads: Dict[str, np.ndarray] = {}
+        self.steps_run = 0
 
-    def run_step(self, batches: List[Batch]) -> Any:
-        state, model = self.trainer.state, self.model
+    def run_step(self, batches: List[Batch], check_loss: bool, capture_gradients: bool = False) -> StepOutcome:
+        model = self.model
         losses, grads = [], {name: np.zeros_like(v) for name, v in model.params.items()}
         for batch in batches:
             loss, part = model.loss_and_grads(batch)
@@ -113,16 +117,17 @@ class NumpyEngine(ExecutionEngine):
             for name, g in part.items():
                 grads[name] += g / len(batches)
         loss = float(np.mean(losses))
-        if state.global_step + 1 in self.poisoned_steps:
+        self.steps_run += 1
+        if self.steps_run in self.poisoned_steps:
             loss = float("nan")
-        state.nonfinite_loss = self.trainer.should_check_loss() and not np.isfinite(loss)
+        nonfinite = check_loss and not np.isfinite(loss)
         self._grads = grads
-        if not state.nonfinite_loss:
+        if not nonfinite:
             lr = self.lr_scheduler.get_lr()
             for name, g in grads.items():
                 self.optimizer[name] = self.MOMENTUM * self.optimizer[name] + g
                 model.params[name] = model.params[name] - lr * self.optimizer[name]
-        return loss
+        return StepOutcome(loss, nonfinite)
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
         loss, _ = self.model.loss_and_grads(batch)
@@ -130,7 +135,7 @@ class NumpyEngine(ExecutionEngine):
         return {"loss": np.asarray(loss), "predictions": probs.argmax(1), "labels": np.asarray(batch["label"]),
                 "probs": probs}
 
-    def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
+    def save_inference_graph(self, prefix: str, fields: List[Any], sample: Callable[[], Batch]) -> List[str]:
         np.savez(prefix + ".npz", **self.model.params)
         return ["probs"]
 
@@ -162,19 +167,27 @@ class NumpyTrainer(BaseTrainer):
 
 
 def numpy_trainer(config: Dict[str, Any], tmp_path: Any, overrides: Optional[List[str]] = None) -> NumpyTrainer:
-    """A trainer on the numpy engine for ``config``, built as ``wenxin.runner.build_trainer``
-    builds one (the checked config, the checkpoint a run resumes, the readers), without Paddle."""
+    """A trainer on the numpy engine for ``config``, assembled as ``wenxin.runner.build_trainer``
+    assembles one (``assemble_trainer``: the readers, with the vocabularies of the checkpoint a run
+    resumes, and the model builder), in a process set up without Paddle: the seeds, the output
+    folder and the checkpoint to resume."""
     from wenxin.config.loader import load_config
-    from wenxin.controller.checkpoint import VOCAB_DIR
+    from wenxin.config.task_check import TaskClasses
     from wenxin.controller.checkpointer import prepare_output_path, resume_checkpoint
-    from wenxin.data.dataset_reader import build_readers
+    from wenxin.controller.run_context import RunContext
+    from wenxin.runner import assemble_trainer
     path = write_config(os.path.join(str(tmp_path), f"task_{random.random():.8f}.json"), copy.deepcopy(config))
     config = load_config(path, overrides or [])
     cfg = config["trainer"]
     prepare_output_path(cfg)
     np.random.seed(cfg["seed"])
     random.seed(cfg["seed"])
-    config["_resume_from"] = resume_checkpoint(cfg)
-    vocabs = os.path.join(config["_resume_from"], VOCAB_DIR) if config["_resume_from"] else None
-    readers = build_readers(config["dataset_reader"], None, saved_vocab_dir=vocabs)
-    return NumpyTrainer(config, lambda: None, readers)  # type: ignore[arg-type,return-value]
+    context = RunContext(source=config.source, resume_from=resume_checkpoint(cfg))
+
+    def numpy_model(model_config: Dict[str, Any], data_info: Dict[str, Any]) -> NumpyBow:
+        return NumpyBow(data_info["text_a"]["vocab_size"], data_info["label"]["num_labels"], cfg["seed"],
+                        model_config["optimization"]["learning_rate"])
+
+    trainer = assemble_trainer(config, context, TaskClasses(scope="", model_cls=numpy_model, trainer_cls=NumpyTrainer))
+    assert isinstance(trainer, NumpyTrainer)
+    return trainer

@@ -30,7 +30,7 @@ def config(data, out, **trainer):
 
 
 def params_of(trainer):
-    return {k: np.asarray(v) for k, v in trainer.model_state_dict().items()}
+    return {k: np.asarray(v) for k, v in trainer.engine.model_state_dict().items()}
 
 
 def assert_same(a, b):
@@ -124,7 +124,7 @@ def test_a_crashed_run_resumes_to_the_same_parameters_and_optimizer_state(data, 
     resumed.do_train()
     assert resumed.state.global_step == 18
     assert_same(params_of(reference), params_of(resumed))
-    assert_same(reference.optimizer_state_dict(), resumed.optimizer_state_dict())
+    assert_same(reference.engine.optimizer_state_dict(), resumed.engine.optimizer_state_dict())
     assert reference.lr_scheduler.last_epoch == resumed.lr_scheduler.last_epoch == 18
     assert reference.state.metrics["dev_reader"] == resumed.state.metrics["dev_reader"]
 

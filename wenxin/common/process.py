@@ -108,6 +108,16 @@ def last_thread_failure() -> Optional[str]:
     return lines[-1].strip() if lines else type(error).__name__
 
 
+def first_line(error: BaseException) -> str:
+    """The first non-blank line of ``error``'s message ('' for none)."""
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return lines[0].strip() if lines else ""
+
+
+def describe_failure(error: BaseException) -> str:
+    """What failed: a background thread's own exception (a DataLoader's, which the main thread
+    sees only as a dead queue), else ``error``'s type and first line."""
+    return last_thread_failure() or f"{type(error).__name__}: {first_line(error)}"
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -17,6 +17,7 @@ from wenxin.common.parsed import plain
 from wenxin.config.document import MAX_DEPTH, check_structure, check_values, read_document
 from wenxin.config.schema import validate
 from wenxin.config.task_check import check_settings, check_task
+from wenxin.config.task_config import TaskConfig
 from wenxin.config.task_schema import ROOT
 from wenxin.translation import erniekit
 
@@ -94,7 +95,7 @@ def _child(node: Any, key: str, keys: List[str]) -> Any:
     return node[key]
 
 
-def load_config(path: str, overrides: Iterable[str] = (), with_task: bool = True) -> Dict[str, Any]:
+def load_config(path: str, overrides: Iterable[str] = (), with_task: bool = True) -> TaskConfig:
     """Read, override and validate a task file; raises one ``ConfigError`` with every problem.
 
     ``with_task=False`` checks only what needs neither the task package nor Paddle (syntax,
@@ -109,7 +110,7 @@ def load_config(path: str, overrides: Iterable[str] = (), with_task: bool = True
 
 
 def config_from_dict(raw: Dict[str, Any], path: str, overrides: Iterable[str] = (),
-                     with_task: bool = True) -> Dict[str, Any]:
+                     with_task: bool = True) -> TaskConfig:
     """``load_config`` of a task already read into ``raw`` (a notebook's dict, say); ``path`` is
     where it counts as written (its folder is searched for the task package). ``raw`` is not
     changed."""
@@ -122,9 +123,7 @@ def config_from_dict(raw: Dict[str, Any], path: str, overrides: Iterable[str] = 
         raw, translations = erniekit.translate(plain(raw), path)
     apply_overrides(raw, overrides, problems)
     check_values(raw, problems)
-    config = validate(plain(raw), ROOT, "", problems)
-    config["_source"] = os.path.abspath(path)
-    config["_translations"] = translations
+    config = TaskConfig(validate(plain(raw), ROOT, "", problems), os.path.abspath(path), translations)
     if with_task:
         check_task(config, problems)
     else:

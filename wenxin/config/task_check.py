@@ -17,6 +17,7 @@ from wenxin.common.errors import ConfigError, DataError, Problems
 from wenxin.common.model_names import resolve_model
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import Schema, validate, validate_value
+from wenxin.config.task_config import source_of
 from wenxin.config.task_schema import MODEL_BASE, PRETRAINED
 
 logger = logging.getLogger("wenxin")
@@ -122,7 +123,7 @@ def check_task(config: Dict[str, Any], problems: Problems) -> Optional[TaskClass
 def _import_task(config: Dict[str, Any], problems: Problems) -> Optional[str]:
     from wenxin.common.task_loader import import_task
     try:
-        return import_task(config["task"], config.get("_source", ""))
+        return import_task(config["task"], source_of(config))
     except ConfigError as e:
         for message in e.problems:
             problems.add(message, key="task")

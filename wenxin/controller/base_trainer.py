@@ -8,60 +8,55 @@ engine (``wenxin.controller.dynamic_trainer``, ``wenxin.controller.static_traine
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
-import signal
-import tempfile
-import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Type
 
 import numpy as np
 import paddle
 
-from wenxin.common import threads
 from wenxin.common.constants import Phase
-from wenxin.common.errors import CheckpointError, ConfigError, DataError, Problems, WenxinError
+from wenxin.common.errors import ConfigError, DataError, WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.task_check import EVAL_FLAGS
-from wenxin.compat.paddle_internals import set_cpu_threads
 from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import export
 from wenxin.controller.amp import AmpSettings
-from wenxin.controller.checkpointer import Checkpointer, prepare_output_path
+from wenxin.config.task_config import source_of
+from wenxin.controller.checkpointer import Checkpointer, prepare_output_path, resume_checkpoint
+from wenxin.controller.cpu_threads import apply_cpu_threads
 from wenxin.controller.eager_engine import EagerEngine
-from wenxin.controller.engine import Batch, ExecutionEngine
+from wenxin.controller.engine import Batch, EngineInputs, ExecutionEngine
 from wenxin.controller.evaluator import Evaluator, stop_if_interrupted
 from wenxin.controller.static_engine import StaticEngine
-from wenxin.common.process import ignored, last_thread_failure
-from wenxin.controller.env import rng_state, set_rng_state
-from wenxin.controller.graph_mode import eager_mode
-from wenxin.controller.hooks import (DEFAULT_HOOKS, EarlyStoppingHook, HookBase, HookList, InferenceExportHook,
-                                     LoadBestModelHook, OnnxResultHook, ProfilerHook, ProgressBarHook)
+from wenxin.common.process import describe_failure
+from wenxin.controller.env import paddle_rank, paddle_world_size
+from wenxin.controller.inference_exporter import InferenceExporter
+from wenxin.controller.hooks import DEFAULT_HOOKS, HookBase, HookList, ProgressBarHook
+from wenxin.controller.hooks.from_flags import hooks_from_flags
 from wenxin.controller.hooks.writers import METRICS_FILE, ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, \
     VisualDLWriter
-from wenxin.common.progress import progress_enabled
+from wenxin.controller.preflight import preflight
+from wenxin.controller.ranks import Ranks
+from wenxin.controller.run_context import RunContext
 from wenxin.controller.state import TrainState
+from wenxin.controller.stop_signals import stop_signals_caught
 from wenxin.data.dataset_reader import BasicDataSetReader, BatchLoader
-from wenxin.models.base_model import BaseModel, state_held
+from wenxin.models.base_model import BaseModel
 
 logger = logging.getLogger("wenxin")
-STRIDE_FLAG = "FLAGS_use_stride_kernel"  # Paddle's switch for strided views in eager mode (see apply_cpu_threads)
 __all__ = ["Batch", "BaseTrainer"]  # Batch: the engines' (tasks import it from here)
 
 
-def _first_line(error: BaseException) -> str:
-    lines = [line for line in str(error).strip().splitlines() if line.strip()]
-    return lines[0].strip() if lines else ""
-
-
-def _failure(error: BaseException) -> str:
-    """What failed: a background thread's own exception (a DataLoader's, which the main thread
-    sees only as a dead queue), else ``error``'s type and first line."""
-    return last_thread_failure() or f"{type(error).__name__}: {_first_line(error)}"
+def context_of(config: Dict[str, Any]) -> RunContext:
+    """The run context of a trainer made without ``wenxin.runner.setup_environment`` (a script's
+    own): its task file, this process's rank, the checkpoint its ``trainer.resume`` keys name,
+    and Paddle's CPU threads as they are."""
+    return RunContext(source=source_of(config), translations=tuple(getattr(config, "translations", ())),
+                      resume_from=resume_checkpoint(config["trainer"]), rank=paddle_rank(),
+                      world_size=paddle_world_size())
 
 
 class BaseTrainer:
@@ -82,33 +77,44 @@ class BaseTrainer:
     engine_class: Optional[Type[ExecutionEngine]] = None  # None: model.is_dygraph chooses
 
     def __init__(self, config: Dict[str, Any], model_builder: Callable[[], BaseModel],
-                 readers: Dict[str, BasicDataSetReader], scope: Optional[str] = None) -> None:
+                 readers: Dict[str, BasicDataSetReader], scope: Optional[str] = None,
+                 context: Optional[RunContext] = None) -> None:
         self.config = config
         self.trainer_config: Dict[str, Any] = config["trainer"]
-        self.model_builder = model_builder
         self.readers = readers
         self.scope = scope
-        self.engine: ExecutionEngine = self.engine_for(config)(self)
+        self.context = context if context is not None else context_of(config)
         self.output_path: str = self.trainer_config["output_path"]
-        self.rank, self.world_size = paddle.distributed.get_rank(), paddle.distributed.get_world_size()
-        self.is_writer = self.rank == 0
-        self.amp = AmpSettings.from_config(self.trainer_config)
-        self.amp_unavailable = self.amp.unavailable_reason(self.mode)  # None where AMP computes
-        if self.amp_unavailable:
-            logger.warning("trainer.use_amp: %s; this run computes in float32", self.amp_unavailable)
+        self.rank, self.world_size = self.context.rank, self.context.world_size
+        self.ranks = Ranks(self.rank, self.world_size)
+        self.is_writer = self.context.is_writer
+        engine_class = self.engine_for(config)
+        amp = AmpSettings.from_config(self.trainer_config)
+        amp_unavailable = amp.unavailable_reason(engine_class.mode)  # None where AMP computes
+        if amp_unavailable:
+            logger.warning("trainer.use_amp: %s; this run computes in float32", amp_unavailable)
         self.state = TrainState()
-        self.cpu_threads = 0  # the threads of Paddle's CPU kernels (``apply_cpu_threads``; 0: not on CPU)
+        self.cpu_threads = 0  # the threads of Paddle's CPU kernels (0: not set, not on a CPU)
         self.checkpoints = ckpt.CheckpointManager.for_trainer(self.trainer_config)
         prepare_output_path(self.trainer_config, self.is_writer)
-        self._setup_train_data()
+        self._setup_train_data(engine_class.numpy_batches)
         self.evaluator = Evaluator(self)
         self.checkpointer = Checkpointer(self)
         self.metric_logger = MetricLogger(self._make_writers())
         self.hooks = HookList()
         self._setup_hooks()
-        # a hook that reads gradient norms asks for them before the step is built (static programs)
-        self.gradient_norms_wanted = any(getattr(h, "wants_gradient_norms", False) for h in self.hooks.hooks)
-        self.capture_gradients = False  # set by such a hook for the steps whose norms it reads
+        self.capture_gradients = False  # set by a hook that reads gradient norms, for the steps it reads
+        self.engine: ExecutionEngine = engine_class(EngineInputs(
+            model_builder=model_builder, amp=amp, accumulate=self.accumulate, world_size=self.world_size,
+            seed=self.trainer_config["seed"], max_steps=self.state.max_steps,
+            train_specs=readers["train_reader"].tensor_specs(),
+            eval_specs={name: readers[name].tensor_specs() for name in ("dev_reader", "test_reader")
+                        if name in readers},
+            export_fields=export.inference_fields(readers),
+            # a hook that reads gradient norms asks for them before the step is built (static programs)
+            gradient_norms_wanted=any(getattr(h, "wants_gradient_norms", False) for h in self.hooks.hooks),
+            fast_program_runner=self.trainer_config["fast_paths"]["program_runner"],
+            on_model_built=self._set_cpu_threads))
         self.engine.setup()
         self.checkpointer.load_initial_state()
 
@@ -130,6 +136,11 @@ class BaseTrainer:
         return self.engine.numpy_batches
 
     @property
+    def amp(self) -> AmpSettings:
+        """The mixed-precision settings the engine computes with."""
+        return self.engine.amp
+
+    @property
     def model(self) -> BaseModel:
         return self.engine.model
 
@@ -142,7 +153,7 @@ class BaseTrainer:
         return self.engine.lr_scheduler
 
     # ---- setup ---------------------------------------------------------------------------
-    def _setup_train_data(self) -> None:
+    def _setup_train_data(self, numpy_batches: bool) -> None:
         cfg, reader = self.trainer_config, self.readers["train_reader"]
         rc = reader.reader_config
         self.accumulate: int = cfg["gradient_accumulation_steps"]
@@ -151,7 +162,7 @@ class BaseTrainer:
                                                  rank=self.rank if distribute else 0,
                                                  num_replicas=self.world_size if distribute else 1,
                                                  bucket_batches=rc["bucket_batches"])
-        self.train_loader = reader.make_loader(self.train_sampler, self.numpy_batches)
+        self.train_loader = reader.make_loader(self.train_sampler, numpy_batches)
         steps_per_epoch = len(self.train_sampler) // self.accumulate
         if steps_per_epoch == 0:
             raise ConfigError(f"trainer.gradient_accumulation_steps: {self.accumulate} is more than the "
@@ -182,26 +193,9 @@ class BaseTrainer:
         return writers
 
     def _setup_hooks(self) -> None:
-        for cls in DEFAULT_HOOKS:
-            self.register_hook(cls())
-        if self.trainer_config["load_best_at_end"]:
-            self.register_hook(LoadBestModelHook())
-        if self.trainer_config["profile"]:
-            self.register_hook(ProfilerHook(**self.trainer_config["profile"]))
-        if self.trainer_config["early_stopping"] is not None:
-            if any(spec["type"] == "EarlyStoppingHook" for spec in self.trainer_config["hooks"]):
-                raise ConfigError("trainer.early_stopping: set, and an EarlyStoppingHook in trainer.hooks too; "
-                                  "keep one of them")
-            stopper = EarlyStoppingHook(**self.trainer_config["early_stopping"])
-            stopper.where = "trainer.early_stopping"
-            self.register_hook(stopper)
-        if self.trainer_config["save_inference"] or self.trainer_config["output_layout"] == "erniekit":
-            self.register_hook(InferenceExportHook())
-        if self.trainer_config["save_inference"] and self.trainer_config["save_onnx"]:
-            self.register_hook(OnnxResultHook())
-        self.show_progress = self.is_writer and progress_enabled(self.trainer_config["progress_bar"])
-        if self.show_progress:
-            self.register_hook(ProgressBarHook())
+        for hook in [cls() for cls in DEFAULT_HOOKS] + hooks_from_flags(self.trainer_config, self.is_writer):
+            self.register_hook(hook)
+        self.show_progress = any(isinstance(hook, ProgressBarHook) for hook in self.hooks.hooks)
         for i, spec in enumerate(self.trainer_config["hooks"]):
             path = f"trainer.hooks[{i}]"
             cls = RegisterSet.hooks.get(spec["type"], self.scope, f"{path}.type")
@@ -218,8 +212,11 @@ class BaseTrainer:
 
     # ---- execution primitives (the engine's) ------------------------------------------------
     def run_step(self, batches: List[Batch]) -> Any:
-        """One optimizer update over ``batches`` (see ``ExecutionEngine.run_step``)."""
-        return self.engine.run_step(batches)
+        """One optimizer update over ``batches`` (see ``ExecutionEngine.run_step``); returns the
+        mean loss and sets ``state.nonfinite_loss`` (whether the update was skipped)."""
+        outcome = self.engine.run_step(batches, self.should_check_loss(), self.capture_gradients)
+        self.state.nonfinite_loss = outcome.nonfinite
+        return outcome.loss
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
         """The model's outputs for one batch of ``reader_name``, as numpy arrays; a generation
@@ -234,66 +231,6 @@ class BaseTrainer:
                 return self.engine.run_step_function(name, inputs)
             outputs.update(generate(arrays, run_step))
         return outputs
-
-    def model_state_dict(self) -> Dict[str, Any]:
-        """Parameters and buffers by structured name (``encoder.fc.weight``)."""
-        return self.engine.model_state_dict()
-
-    def set_model_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.engine.set_model_state_dict(state)
-
-    def optimizer_state_dict(self) -> Dict[str, Any]:
-        """Optimizer accumulators keyed by structured parameter names."""
-        return self.engine.optimizer_state_dict()
-
-    def set_optimizer_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.engine.set_optimizer_state_dict(state)
-
-    def scaler_state_dict(self) -> Optional[Dict[str, Any]]:
-        return self.engine.scaler_state_dict()
-
-    def set_scaler_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
-        self.engine.set_scaler_state_dict(state)
-
-    def loss_scale(self) -> Optional[float]:
-        """The current loss scale; None without loss scaling."""
-        return self.engine.loss_scale()
-
-    def gradient_square_sums(self) -> Dict[str, float]:
-        """The sum of squares of each parameter's gradient in the last step (see the engine's)."""
-        return self.engine.gradient_square_sums()
-
-    def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
-        """Save the prediction graph for ``fields`` at ``prefix``; returns the output names in order."""
-        return self.engine.save_inference_graph(prefix, fields)
-
-    def reduce_over_ranks(self, values: List[float], op: str = "sum") -> List[float]:
-        """``values`` reduced elementwise over all ranks (``sum`` or ``max``; themselves in a
-        single process), in float64."""
-        if self.world_size == 1:
-            return list(values)
-        reduce_op = {"sum": paddle.distributed.ReduceOp.SUM, "max": paddle.distributed.ReduceOp.MAX}[op]
-        with eager_mode():  # collectives on eager tensors, also in a static loop
-            tensor = paddle.to_tensor(values, dtype="float64")
-            paddle.distributed.all_reduce(tensor, op=reduce_op)  # type: ignore[arg-type]  # a ReduceOp value
-            return [float(v) for v in tensor.numpy()]
-
-    def mean_over_ranks(self, value: float) -> float:
-        """The mean of ``value`` over all ranks (itself in a single process)."""
-        return self.reduce_over_ranks([value])[0] / self.world_size
-
-    def check_ranks_start_together(self) -> None:
-        """Every rank must start from the same step: a rank that found no checkpoint to resume
-        (another machine's disk) would train from scratch beside the others. One clear error
-        on every rank instead."""
-        step = self.state.global_step
-        highest, negated_lowest = self.reduce_over_ranks([step, -step], op="max")
-        lowest = -int(negated_lowest)
-        if int(highest) != lowest:
-            raise CheckpointError(f"trainer.output_path: the {self.world_size} ranks start from different steps "
-                                  f"({lowest} to {int(highest)}; this rank {step}): every rank resumes from "
-                                  f"{self.trainer_config['output_path']}, so on several machines it must be "
-                                  f"storage they share (or hold the same checkpoint on each)")
 
     def current_lr(self) -> float:
         return float(self.lr_scheduler.get_lr()) if self.lr_scheduler is not None else 0.0
@@ -322,7 +259,7 @@ class BaseTrainer:
 
     def _train_loop(self) -> Dict[str, Dict[str, float]]:
         s = self.state
-        self.check_ranks_start_together()
+        self.ranks.check_start_together(s.global_step, self.output_path)
         if s.finished and not s.evaluation_pending:  # resumed from the end of a finished run
             logger.info("nothing to train: step %d of %d is done (raise trainer.epoch or trainer.max_steps to "
                         "train on; wenxin evaluate scores a checkpoint again)", s.global_step, s.max_steps)
@@ -332,13 +269,11 @@ class BaseTrainer:
         logger.info("training (%s): %d steps, %d per epoch, %d epochs, batch %d x %d accumulation",
                     self.mode, s.max_steps, s.steps_per_epoch, s.num_epochs,
                     self.readers["train_reader"].reader_config["batch_size"], self.accumulate)
-        previous_handlers = self._catch_stop_signals()
         try:
-            self._run_epochs()
-            self.hooks.call("after_train")
+            with stop_signals_caught(s):
+                self._run_epochs()
+                self.hooks.call("after_train")
         finally:
-            for sig, handler in previous_handlers.items():
-                signal.signal(sig, handler)
             self.metric_logger.flush()
         if s.stop_reason:
             logger.info("stopped: %s", s.stop_reason)
@@ -366,49 +301,19 @@ class BaseTrainer:
                 s.step_in_epoch = 0
 
     def preflight(self) -> None:
-        """Before the first step, meet what training would otherwise meet only at its first
-        evaluation or save: one batch of each evaluated reader goes through the task's
-        ``do_evaluate``, every hook checks the metrics it will need (``check_metrics``), and with
-        ``save_inference`` the model is exported to a scratch folder. All problems are reported
-        together. The RNG states are put back, so the run trains exactly as without this."""
-        problems = Problems()
-        saved = rng_state()
-        try:
-            for name in self.eval_readers():
-                metrics = self._evaluate_first_batch(name, problems)
-                if metrics is None:
-                    continue
-                for hook in self.hooks.hooks:
-                    with problems.catch():
-                        hook.check_metrics(name, metrics)
-            if self.trainer_config["save_inference"] and self.is_writer and not problems:
-                with problems.catch(), tempfile.TemporaryDirectory(prefix="wenxin-export-check-") as scratch:
-                    try:
-                        self.export_inference(os.path.join(scratch, "inference"), quiet=True)
-                    except (WenxinError, KeyboardInterrupt):
-                        raise
-                    except Exception as e:  # noqa: BLE001 (Paddle's exporters raise many types)
-                        raise ConfigError(f"trainer.save_inference: exporting this model fails ({type(e).__name__}: "
-                                          f"{_first_line(e)})") from None
-        finally:
-            set_rng_state(saved)
-        problems.raise_if_any()
-
-    def _evaluate_first_batch(self, reader_name: str, problems: Problems) -> Optional[Dict[str, float]]:
-        """The task's metrics over the first batch of ``reader_name`` (None after a problem)."""
-        phase = Phase.EVALUATE if reader_name == "dev_reader" else Phase.TEST
-        try:
+        """Before the first step: the first batch of each evaluated reader through
+        ``do_evaluate``, the hooks' metric checks and, with ``save_inference``, an export to a
+        scratch folder; every problem together (``wenxin.controller.preflight``)."""
+        def first_batch(reader_name: str) -> Dict[str, float]:
+            phase = Phase.EVALUATE if reader_name == "dev_reader" else Phase.TEST
             with self.evaluator.first_batch_only(reader_name):
                 return self.do_evaluate(reader_name, phase, self.state.global_step)
-        except WenxinError as e:
-            for message in e.problems:
-                problems.add(message)
-        except KeyboardInterrupt:
-            raise
-        except Exception as e:  # noqa: BLE001 (the task's code; reported instead of after an epoch)
-            problems.add(f"dataset_reader.{reader_name}: evaluating its first batch before training failed "
-                         f"({_failure(e)})")
-        return None
+
+        export = None
+        if self.trainer_config["save_inference"] and self.is_writer:
+            def export(folder: str) -> str:
+                return self.export_inference(folder, quiet=True)
+        preflight(self.eval_readers(), first_batch, self.hooks.hooks, export)
 
     def _next_batches(self, batches: Iterator[Batch]) -> List[Batch]:
         """The next ``accumulate`` training batches; a loader that fails ends the run with an
@@ -418,27 +323,7 @@ class BaseTrainer:
         except (WenxinError, KeyboardInterrupt):
             raise
         except Exception as e:  # noqa: BLE001 (DataLoader workers raise many types)
-            raise DataError(f"dataset_reader.train_reader: loading a batch failed ({_failure(e)})") from None
-
-    def _catch_stop_signals(self) -> Dict[int, Any]:
-        """SIGTERM / Ctrl-C: finish the current step, save a checkpoint, and return normally.
-        A second signal while stopping interrupts at once (the checkpoint write is atomic)."""
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        previous: Dict[int, Any] = {}
-
-        def on_signal(signum: int, frame: Any) -> None:
-            if self.state.interrupted:
-                raise KeyboardInterrupt(f"second {signal.Signals(signum).name} while stopping")
-            self.state.interrupted = self.state.should_stop = True
-            self.state.stop_reason = (f"received {signal.Signals(signum).name}: checkpoint saved at the "
-                                      f"current step; continue with trainer.resume=auto")
-            logger.warning("received %s: stopping after this step", signal.Signals(signum).name)
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            if not ignored(sig):  # a signal the process was started ignoring stays ignored
-                previous[sig] = signal.signal(sig, on_signal)
-        return previous
+            raise DataError(f"dataset_reader.train_reader: loading a batch failed ({describe_failure(e)})") from None
 
     # ---- evaluation ----------------------------------------------------------------------
     def evaluate(self, reader_name: str, tag: Optional[str] = None, run_hooks: bool = True,
@@ -468,49 +353,14 @@ class BaseTrainer:
         batch, weighted by ``meta_info["batch_sizes"]``."""
         return self.evaluator.collect_outputs(reader_name, phase)
 
-    def apply_cpu_threads(self) -> None:
-        """Set the threads of Paddle's CPU kernels, once the model is built and before any program
-        runs (a static program's executor takes its mode from the count): the runner's choice
-        (``config["_cpu_threads"]``), fitted to the model and the machine where it is automatic,
-        or the count of the run this one resumes (see ``wenxin.common.threads``)."""
-        choice = self.config.get("_cpu_threads")
-        if not choice:
+    def _set_cpu_threads(self, model: BaseModel) -> None:
+        """Once the model exists, the CPU kernels' threads by the run context's choice
+        (``wenxin.controller.cpu_threads``)."""
+        if self.context.cpu_threads is None:  # not on a CPU: Paddle's own setting stands
             return
-        count, reason = choice["count"], choice["reason"]
-        if choice["automatic"]:
-            resumed = self._resumed_cpu_threads()
-            if resumed:
-                count, reason = resumed, "as in the run this one resumes, so that it adds its sums in the same order"
-            else:
-                count, smaller = threads.fit_to_work(count, self.trainable_parameters(), threads.busy_cores_of_others,
-                                                     threads.available_cores(), static=self.mode == "static")
-                reason = smaller or reason
-        set_cpu_threads(count)
-        self.cpu_threads = count
-        logger.info("CPU kernels: %d thread%s (%s)", count, "s" * (count > 1), reason)
-        if STRIDE_FLAG not in os.environ:  # the user's own setting stands
-            # Paddle 3's eager views (transpose, reshape of a transposed tensor) keep strides, and
-            # the kernels that read them, and their gradients, copy: measured, an ERNIE-nano eager
-            # step took 18% less CPU with contiguous results (benchmarks/ernie_step.py), the same
-            # losses to the bit. Static programs do not use stride kernels. Paddle's view-only
-            # operations (a tensor's view as another dtype, as_strided) need them: a model that
-            # uses those runs with FLAGS_use_stride_kernel=1 in its environment.
-            paddle.set_flags({STRIDE_FLAG: False})
-            logger.info("CPU: eager views are made contiguous (%s=0; set it to 1 in the environment for a model "
-                        "that needs strided views)", STRIDE_FLAG)
-
-    def _resumed_cpu_threads(self) -> Optional[int]:
-        """The thread count saved by the checkpoint this run resumes, if it saved one."""
-        source = self.config.get("_resume_from")
-        try:
-            count = ckpt.read_trainer_state(source).get("cpu_threads") if source and os.path.isdir(source) else None
-        except WenxinError:
-            return None  # the checkpoint's own check reports it when it loads
-        return count if isinstance(count, int) and count > 0 else None
-
-    def trainable_parameters(self) -> int:
-        """The number of trainable parameters of the model."""
-        return sum(int(np.prod(p.shape)) for p in self.model.parameters() if not p.stop_gradient)
+        parameters = sum(int(np.prod(p.shape)) for p in model.parameters() if not p.stop_gradient)
+        self.cpu_threads = apply_cpu_threads(self.context.cpu_threads, parameters, self.mode == "static",
+                                             self.context.resume_from)
 
     # ---- checkpoints (the checkpointer's) ----------------------------------------------------
     def save_checkpoint(self, name: str, update_latest: bool = True) -> str:
@@ -532,63 +382,15 @@ class BaseTrainer:
 
     # ---- export ---------------------------------------------------------------------------
     def export_inference(self, folder: str, quiet: bool = False) -> str:
-        """Write a self-contained inference folder (graph, weights, preprocessing) to ``folder``."""
+        """Write a self-contained inference folder (graph, weights, preprocessing) to ``folder``
+        (rank 0; see ``wenxin.controller.inference_exporter``)."""
         if not self.is_writer:
             return folder
-        self._check_raw_text_input()
-        tmp = ""
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
-            tmp = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(os.path.abspath(folder)))
-            fields = export.inference_fields(self.readers)
-            extra: Dict[str, Any] = {}
-            with self._export_weights():
-                if getattr(self.model, "step_specs", None) is not None:  # generation: its step functions
-                    prompt = self.model.prompt_source()
-                    extra = {"steps": self.engine.save_step_functions(tmp),
-                             "generation": {"settings": self.model.decode_settings().as_dict(),
-                                            "prompt": {"inputs": dict(prompt.inputs), "lengths": prompt.lengths},
-                                            "max_new_tokens_limit": self.model.max_new_tokens_limit}}
-                    outputs = list(self.model.prediction_outputs)
-                else:
-                    outputs = self.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields)
-            export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config,
-                                      self.model.prediction_format,
-                                      {"onednn_min_rows": self.model.onednn_min_rows,
-                                       "sorted_batch_rows": self.model.sorted_batch_rows}, extra)
-            export.seal_export(tmp)
-            ckpt.replace_folder(tmp, folder)
-        except OSError as e:  # a full disk: no partial export, an earlier one stays
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointError(f"{folder}: cannot write the inference model ({e.strerror or e})") from None
-        except BaseException:
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        if not quiet:
-            logger.info("exported inference model to %s (outputs: %s)", folder, ", ".join(outputs))
-        return folder
-
-    @contextlib.contextmanager
-    def _export_weights(self) -> Iterator[None]:
-        """Inside: the parameters the model exports with (``BaseModel.export_state``, e.g. LoRA
-        adapters merged). After: every changed parameter as it was, bit for bit, so training and
-        its checkpoints go on unchanged."""
-        state = self.model_state_dict()  # eager: the live parameters; only the changed ones are copied
-        with state_held(state, self.model.export_state(state), self.set_model_state_dict):
-            yield
-
-    def _check_raw_text_input(self) -> None:
-        """A tagger is exported only if it can tag raw sentences as it was trained (or its text
-        field says inference input is tokenized like the training data)."""
-        if self.model.prediction_format != "tagging":
-            return
-        for field in export.inference_fields(self.readers):
-            trained = self.readers["train_reader"].field(field.name)
-            issue = getattr(trained, "raw_text_issue", None)
-            if issue:
-                raise ConfigError(f"export: {issue}")
+        readers = self.readers
+        sample_reader = "dev_reader" if "dev_reader" in readers else "train_reader"
+        exporter = InferenceExporter(self.engine, readers, self.config,
+                                     lambda: next(iter(self.eval_loader(sample_reader))))
+        return exporter.export(folder, quiet)
 
     def save_vocabs(self, folder: str) -> None:
         """Write the training fields' vocabularies and label maps into ``folder``."""

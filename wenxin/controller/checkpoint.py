@@ -434,7 +434,7 @@ def write_checkpoint(folder: str, model_state: Mapping[str, Any], optimizer_stat
     save_state(folder, EXTRA_STATE, dict(extra))
     if write_vocabs is not None:
         write_vocabs(os.path.join(folder, VOCAB_DIR))
-    _write_json(os.path.join(folder, CONFIG_FILE), {k: v for k, v in config.items() if not k.startswith("_")})
+    _write_json(os.path.join(folder, CONFIG_FILE), dict(config))
     _write_json(os.path.join(folder, STATE_FILE), dict(trainer_state))
 
 

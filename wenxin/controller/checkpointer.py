@@ -57,14 +57,14 @@ class Checkpointer:
         if not trainer.is_writer:
             return ""
         trainer.hooks.call("before_save", name)
-        extra = {"scaler": trainer.scaler_state_dict(), "rng": rng_state(), "hooks": trainer.hooks.state_dict(),
+        extra = {"scaler": trainer.engine.scaler_state_dict(), "rng": rng_state(), "hooks": trainer.hooks.state_dict(),
                  "lr_scheduler": trainer.lr_scheduler.state_dict() if trainer.lr_scheduler else None,
                  "sampler_seed": trainer.train_sampler.seed}
         trainer_state = {**trainer.state.to_dict(), "mode": trainer.mode, "time": time.time(),
                          "dev_metrics": trainer.state.metrics_now("dev_reader"), "cpu_threads": trainer.cpu_threads}
 
         def write(folder: str) -> None:
-            ckpt.write_checkpoint(folder, self.checkpointed_state(), trainer.optimizer_state_dict(), extra,
+            ckpt.write_checkpoint(folder, self.checkpointed_state(), trainer.engine.optimizer_state_dict(), extra,
                                   trainer_state, trainer.config, trainer.save_vocabs)
 
         path = trainer.checkpoints.save(name, write, update_latest=update_latest)
@@ -74,7 +74,7 @@ class Checkpointer:
     def checkpointed_state(self) -> Dict[str, Any]:
         """The model parameters a checkpoint holds: all, or those the model names
         (``BaseModel.checkpointed_names``: what trains, when the rest is frozen and reloaded)."""
-        state = self.trainer.model_state_dict()
+        state = self.trainer.engine.model_state_dict()
         names = self.trainer.model.checkpointed_names()
         return state if names is None else {name: value for name, value in state.items() if name in names}
 
@@ -111,14 +111,14 @@ class Checkpointer:
     def _load_training_state(self, folder: str, parts: Mapping[str, Any]) -> None:
         """Optimizer, LR schedule, loss scaler, hooks and RNG from a checkpoint's parts."""
         try:
-            self.trainer.set_optimizer_state_dict(parts["optimizer"])
+            self.trainer.engine.set_optimizer_state_dict(parts["optimizer"])
         except Exception as e:  # noqa: BLE001 (Paddle raises many types for a state that does not fit)
             raise CheckpointError(f"{folder}: optimizer state does not fit this model/optimizer ({e})") from None
         extra = parts["extra"]
         try:
             if self.trainer.lr_scheduler is not None and extra.get("lr_scheduler"):
                 self.trainer.lr_scheduler.set_state_dict(extra["lr_scheduler"])
-            self.trainer.set_scaler_state_dict(extra.get("scaler"))
+            self.trainer.engine.set_scaler_state_dict(extra.get("scaler"))
             self.trainer.hooks.set_state_dict(extra.get("hooks") or {})
             set_rng_state(extra["rng"])
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
@@ -154,7 +154,7 @@ class Checkpointer:
 
     def load_params(self, loaded: Mapping[str, Any], source: str, strict: bool = False,
                            prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
-        current = self.trainer.model_state_dict()
+        current = self.trainer.engine.model_state_dict()
         if strict:  # a checkpoint: it holds what the model checkpoints (all, or what trains)
             names = self.trainer.model.checkpointed_names()
             current = current if names is None else {k: v for k, v in current.items() if k in names}
@@ -164,7 +164,7 @@ class Checkpointer:
             raise CheckpointError(f"{source}: parameters hold NaN/Inf: {', '.join(bad[:5])}")
         if strict and (report.missing or report.mismatched or report.unexpected):
             raise CheckpointError(f"{source}: checkpoint does not match the model:\n{report.summary()}")
-        self.trainer.set_model_state_dict(matched)
+        self.trainer.engine.set_model_state_dict(matched)
         return report
 
     def restore_model_params(self, params: Mapping[str, Any], source: str) -> None:
@@ -205,7 +205,7 @@ class Checkpointer:
             self.load_pretrained(entry["params_path"], entry["prefix_map"])
         if cfg["load_parameters"]:
             self.load_pretrained(cfg["load_parameters"])
-        resume_from = trainer.config["_resume_from"] if "_resume_from" in trainer.config else resume_checkpoint(cfg)
+        resume_from = trainer.context.resume_from
         if resume_from:
             self.load(resume_from)
             if trainer.is_writer:
@@ -221,7 +221,7 @@ class Checkpointer:
         if trainer.is_writer:
             try:
                 with open(os.path.join(trainer.output_path, "config.json"), "w", encoding="utf-8") as f:
-                    json.dump({k: v for k, v in trainer.config.items() if not k.startswith("_")}, f,
+                    json.dump(trainer.config, f,
                               indent=2, ensure_ascii=False)
                 trainer.save_vocabs(os.path.join(trainer.output_path, "vocab"))
             except OSError as e:

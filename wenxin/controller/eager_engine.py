@@ -5,7 +5,7 @@ import contextlib
 import math
 import os
 import warnings
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 import paddle
@@ -13,7 +13,7 @@ import paddle
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.compat.paddle_internals import grad_scaler_scale
 from wenxin.controller.checkpoint import rename_state_keys
-from wenxin.controller.engine import Batch, ExecutionEngine, step_meta
+from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, step_meta
 from wenxin.controller.state import loss_value
 
 
@@ -88,47 +88,44 @@ class EagerEngine(ExecutionEngine):
     mode = "dynamic"
 
     def setup(self) -> None:
-        trainer = self.trainer
-        self.model = trainer.model_builder()
-        trainer.apply_cpu_threads()
-        self.optimizer, self.lr_scheduler = self.model.set_optimizer(trainer.state.max_steps)
-        amp = trainer.amp
+        inputs, amp = self.inputs, self.amp
+        self.model = inputs.model_builder()
+        inputs.on_model_built(self.model)
+        self.optimizer, self.lr_scheduler = self.model.set_optimizer(inputs.max_steps)
         if amp.enabled and amp.level == "O2":
             self.model, self.optimizer = paddle.amp.decorate(models=self.model, optimizers=self.optimizer,
                                                              level="O2", dtype=amp.dtype)
         self.scaler = amp.make_scaler()
         self.train_model: paddle.nn.Layer = self.model
-        if trainer.world_size > 1:  # data parallel: gradients are averaged across ranks
+        if inputs.world_size > 1:  # data parallel: gradients are averaged across ranks
             from paddle.distributed import fleet
             self.train_model = fleet.distributed_model(self.model)
             self.optimizer = fleet.distributed_optimizer(self.optimizer)
-        self.step = EagerOptimizerStep(self.optimizer, self.scaler, self.train_model, trainer.world_size)
+        self.step = EagerOptimizerStep(self.optimizer, self.scaler, self.train_model, inputs.world_size)
         self.model.train()
 
-    def run_step(self, batches: List[Batch]) -> Any:
-        trainer, state = self.trainer, self.trainer.state
+    def run_step(self, batches: List[Batch], check_loss: bool, capture_gradients: bool = False) -> StepOutcome:
         losses = []
         for i, batch in enumerate(batches):
             with self.step.accumulating(i, len(batches)):
-                with trainer.amp.autocast():
+                with self.amp.autocast():
                     outputs = self.train_model(batch, Phase.TRAINING)
                 loss = outputs[InstanceName.LOSS]
                 self.step.backward(loss, len(batches))
             losses.append(loss.detach())
         loss = losses[0] if len(losses) == 1 else paddle.stack(losses).mean()
-        if trainer.should_check_loss():  # one device-to-host read, which the logger then reuses
+        nonfinite = False
+        if check_loss:  # one device-to-host read, which the logger then reuses
             loss = loss_value(loss)
-            state.nonfinite_loss = not math.isfinite(loss)
-            if trainer.world_size > 1:  # every rank skips the same steps (the gradients were all-reduced)
-                flag = paddle.to_tensor([1.0 if state.nonfinite_loss else 0.0])
+            nonfinite = not math.isfinite(loss)
+            if self.inputs.world_size > 1:  # every rank skips the same steps (the gradients were all-reduced)
+                flag = paddle.to_tensor([1.0 if nonfinite else 0.0])
                 paddle.distributed.all_reduce(flag)
-                state.nonfinite_loss = float(flag.numpy()[0]) > 0  # flag: [1]
-        else:
-            state.nonfinite_loss = False
-        if trainer.capture_gradients:
+                nonfinite = float(flag.numpy()[0]) > 0  # flag: [1]
+        if capture_gradients:
             self._capture_gradient_square_sums()
-        self.step.apply(skip=state.nonfinite_loss)
-        return loss
+        self.step.apply(skip=nonfinite)
+        return StepOutcome(loss, nonfinite)
 
     def _capture_gradient_square_sums(self) -> None:
         scale = self.loss_scale() if self.scaler is not None else None
@@ -144,7 +141,7 @@ class EagerEngine(ExecutionEngine):
         return dict(getattr(self, "_gradient_square_sums", {}))
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
-        with paddle.no_grad(), self.trainer.amp.eval_autocast():
+        with paddle.no_grad(), self.amp.eval_autocast():
             outputs = self.model(batch, phase)
         return {k: v.numpy() for k, v in outputs.items() if isinstance(v, paddle.Tensor)}
 
@@ -161,16 +158,15 @@ class EagerEngine(ExecutionEngine):
         self.model.train()
 
     # ---- export ---------------------------------------------------------------------------
-    def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
+    def save_inference_graph(self, prefix: str, fields: List[Any], sample: Callable[[], Batch]) -> List[str]:
         """``paddle.jit.save`` of the model in the predict phase, with ``InputSpec``s from the
-        field readers' tensor specs."""
+        field readers' tensor specs (the output names come from a forward of ``sample()``)."""
         specs = {s.name: paddle.static.InputSpec(s.shape, s.dtype, s.name) for f in fields for s in f.tensor_specs()}
-        readers = self.trainer.readers
-        sample = next(iter(self.trainer.eval_loader("dev_reader" if "dev_reader" in readers else "train_reader")))
+        batch = sample()
         self.model.eval()
         try:
             with paddle.no_grad():
-                names = sorted(self.model({k: sample[k] for k in specs}, Phase.PREDICT))
+                names = sorted(self.model({k: batch[k] for k in specs}, Phase.PREDICT))
             paddle.jit.save(_PredictGraph(self.model, names), prefix, input_spec=[specs])
         finally:
             self.model.train()

@@ -7,21 +7,56 @@ group of batches with mixed precision, gradient accumulation and the NaN/Inf ski
 evaluation forward, the prediction graph an export saves, and the state a checkpoint holds.
 
 ``model.is_dygraph`` picks the engine: ``EagerEngine`` (``wenxin.controller.eager_engine``) or
-``StaticEngine`` (``wenxin.controller.static_engine``). An engine reaches the trainer's settings
-and state through ``self.trainer``.
+``StaticEngine`` (``wenxin.controller.static_engine``). An engine is handed what it reads, in one
+``EngineInputs``; it never sees the trainer. What changes from step to step (whether to check the
+loss, whether a hook reads this step's gradients) comes with each ``run_step`` call, and the step's
+outcome comes back in a ``StepOutcome``.
 """
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Mapping, Optional
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, List, Mapping, NamedTuple, Optional
 
 import numpy as np
 
+from wenxin.controller.amp import AmpSettings
+
 if TYPE_CHECKING:
-    from wenxin.controller.base_trainer import BaseTrainer
+    from wenxin.data.field_reader import TensorSpec
     from wenxin.models.base_model import BaseModel
 
 Batch = Dict[str, Any]  # input name -> a tensor (eager) or a numpy array (static)
+
+
+def _nothing(model: "BaseModel") -> None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineInputs:
+    """Everything an engine reads, handed to it once (detectron2's direction: a part takes its
+    inputs, not the object that happens to hold them)."""
+
+    model_builder: Callable[[], "BaseModel"]  # the task model; the static engine calls it in its program guard
+    amp: AmpSettings  # mixed precision as configured (an engine where it cannot compute uses float32)
+    accumulate: int  # batches per optimizer step (gradient accumulation)
+    world_size: int  # data-parallel processes whose gradients are averaged
+    seed: int  # the static programs' random seed
+    max_steps: int  # the LR schedule's length (``BaseModel.set_optimizer``)
+    train_specs: List["TensorSpec"]  # the training inputs
+    eval_specs: Dict[str, List["TensorSpec"]]  # the inputs of each evaluated reader (dev_reader, test_reader)
+    export_fields: List[Any]  # the field readers an exported model takes (their ``tensor_specs``)
+    gradient_norms_wanted: bool = False  # a hook reads gradient norms (static programs record them)
+    fast_program_runner: bool = True  # ``trainer.fast_paths.program_runner``
+    on_model_built: Callable[["BaseModel"], None] = _nothing  # once the model exists, before anything runs
+
+
+class StepOutcome(NamedTuple):
+    """What one optimizer step gives back."""
+
+    loss: Any  # the mean loss of its batches: a tensor (eager) or a float
+    nonfinite: bool  # the loss was checked and is NaN/Inf: the update was skipped
 
 
 def step_meta(specs: List[Any], outputs: List[str]) -> Dict[str, Any]:
@@ -38,26 +73,32 @@ class ExecutionEngine:
     mode = ""  # "dynamic" or "static": written to checkpoints and logs
     numpy_batches = False  # whether batches come as numpy arrays instead of tensors
 
-    def __init__(self, trainer: "BaseTrainer") -> None:
-        self.trainer = trainer
+    def __init__(self, inputs: EngineInputs) -> None:
+        self.inputs = inputs
+        self.amp = self.amp_for(inputs.amp)
         self.model: "BaseModel"
         self.optimizer: Any = None
         self.lr_scheduler: Any = None
 
+    @classmethod
+    def amp_for(cls, amp: AmpSettings) -> AmpSettings:
+        """The mixed-precision settings this engine computes with, given the configured ones."""
+        return amp
+
     def setup(self) -> None:
-        """Build the model (``trainer.model_builder()``), optimizer, LR schedule and loss
-        scaler (and the programs in static mode); set the CPU threads (``trainer.apply_cpu_threads``)
-        once the model exists and before anything runs."""
+        """Build the model (``inputs.model_builder()``), optimizer, LR schedule and loss scaler
+        (and the programs in static mode); call ``inputs.on_model_built`` once the model exists
+        and before anything runs."""
         raise NotImplementedError
 
     def running(self) -> ContextManager[Any]:
         """The context the training and evaluation loops run in (the static graph mode)."""
         return contextlib.nullcontext()
 
-    def run_step(self, batches: List[Batch]) -> Any:
-        """One optimizer update over ``batches`` (gradient accumulation); returns the mean loss
-        (a tensor or float) and sets ``trainer.state.nonfinite_loss`` when it checked and found
-        NaN/Inf (the update is then skipped)."""
+    def run_step(self, batches: List[Batch], check_loss: bool, capture_gradients: bool = False) -> StepOutcome:
+        """One optimizer update over ``batches`` (gradient accumulation). With ``check_loss`` the
+        mean loss is checked for NaN/Inf and the update skipped where it is (``nonfinite``); with
+        ``capture_gradients`` the step's gradients are kept for ``gradient_square_sums``."""
         raise NotImplementedError
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
@@ -80,8 +121,9 @@ class ExecutionEngine:
     def end_eval(self) -> None:
         """After them (back to training)."""
 
-    def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
-        """Save the prediction graph for ``fields`` at ``prefix``; returns the output names in order."""
+    def save_inference_graph(self, prefix: str, fields: List[Any], sample: Callable[[], Batch]) -> List[str]:
+        """Save the prediction graph for ``fields`` at ``prefix``; returns the output names in
+        order. ``sample`` gives a batch to trace with, where the engine needs one."""
         raise NotImplementedError
 
     # ---- state ----
@@ -113,5 +155,5 @@ class ExecutionEngine:
     def gradient_square_sums(self) -> Dict[str, float]:
         """The sum of squares of each parameter's gradient (by structured name) in the last step,
         as the optimizer received it: after accumulation and all-reduce, before clipping and the
-        loss scale. Only for steps a hook asked for (``trainer.capture_gradients``)."""
+        loss scale. Only for steps run with ``capture_gradients``."""
         raise NotImplementedError

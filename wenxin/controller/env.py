@@ -30,6 +30,16 @@ def init_distributed(use_fleet: bool) -> None:
         fleet.init(is_collective=True)
 
 
+def paddle_rank() -> int:
+    """This process's rank among the processes of a distributed run (0 alone)."""
+    return int(paddle.distributed.get_rank())
+
+
+def paddle_world_size() -> int:
+    """The number of processes of a distributed run (1 alone)."""
+    return int(paddle.distributed.get_world_size())
+
+
 def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)

@@ -15,17 +15,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from typing import Any, ContextManager, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import paddle
 
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
-from wenxin.controller import export
 from wenxin.controller.amp import AmpSettings
 from wenxin.controller.checkpoint import rename_state_keys
-from wenxin.controller.engine import Batch, ExecutionEngine, step_meta
+from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, step_meta
 from wenxin.controller.graph_mode import static_mode
 from wenxin.compat.paddle_internals import dense_tensor_dtype, dtype_name, prune_program, skip_update_when, \
     static_scaler_values, use_static_loss_scaling
@@ -80,36 +79,34 @@ class StaticEngine(ExecutionEngine):
     mode = "static"
     numpy_batches = True  # the Executor takes numpy arrays
 
+    @classmethod
+    def amp_for(cls, amp: AmpSettings) -> AmpSettings:
+        """Where AMP cannot compute (logged by the trainer), float32 programs."""
+        return amp.disabled() if amp.unavailable_reason(cls.mode) else amp
+
     def setup(self) -> None:
-        trainer = self.trainer
-        if trainer.amp_unavailable:  # logged by BaseTrainer; build float32 programs
-            trainer.amp = trainer.amp.disabled()
+        inputs = self.inputs
         self.place = paddle.CPUPlace() if paddle.get_device() == "cpu" else paddle.CUDAPlace(
             int(paddle.get_device().split(":")[1]))
         with static_mode(), warnings.catch_warnings():
             # Paddle's own layers probe Tensor.place while building; PIR warns on each probe
             warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface")
             self._build_programs()
-            trainer.apply_cpu_threads()  # before the executor: its mode follows the count
+            inputs.on_model_built(self.model)  # the CPU threads, before the executor: its mode follows the count
             self.executor = paddle.static.Executor(self.place)
             self.executor.run(self.startup_program)
-        self.paddle_scope = paddle.static.global_scope()  # the variables (trainer.scope: the task package)
+        self.paddle_scope = paddle.static.global_scope()  # the variables
         with static_mode():
-            fast = trainer.trainer_config["fast_paths"]["program_runner"]
+            fast = inputs.fast_program_runner
             self._train_runner = ProgramRunner(self.executor, self.main_program, self.feed_names,
                                                [self.loss, self.nonfinite_flag], self.paddle_scope, fast=fast,
                                                has_lr_schedule=self.lr_scheduler is not None)
             self._micro_runner = (ProgramRunner(self.executor, self.micro_program, self.feed_names,
                                                 [self.micro_loss], self.paddle_scope, fast=fast)
-                                  if trainer.accumulate > 1 else None)
+                                  if inputs.accumulate > 1 else None)
 
     def running(self) -> ContextManager[Any]:
         return static_mode()
-
-    @property
-    def amp(self) -> AmpSettings:
-        """The trainer's mixed-precision settings (disabled in ``setup`` where AMP cannot compute)."""
-        return self.trainer.amp
 
     def _build_programs(self) -> None:
         """One program holds the training forward and, for every distinct set of input tensors
@@ -119,16 +116,15 @@ class StaticEngine(ExecutionEngine):
         self.main_program = paddle.static.Program()
         self.startup_program = paddle.static.Program()
         # Program.random_seed has a setter; Paddle's type hints call it read-only
-        self.main_program.random_seed = self.startup_program.random_seed = self.trainer.trainer_config["seed"]  # type: ignore[misc]
+        self.main_program.random_seed = self.startup_program.random_seed = self.inputs.seed  # type: ignore[misc]
         data: Dict[str, Any] = {}  # one paddle.static.data per tensor name, shared by the forwards
         with paddle.static.program_guard(self.main_program, self.startup_program):
-            self.model = self.trainer.model_builder()
+            self.model = self.inputs.model_builder()
             if self.amp.enabled and self.amp.level == "O2":  # parameters in low precision
                 self.model = paddle.amp.decorate(models=self.model, level="O2", dtype=self.amp.dtype)  # type: ignore[assignment]
             self.model.train()
-            train_specs = self.trainer.readers["train_reader"].tensor_specs()
             with self.amp.autocast():
-                outputs = self.model(self._data(data, train_specs, "train_reader"), Phase.TRAINING)
+                outputs = self.model(self._data(data, self.inputs.train_specs, "train_reader"), Phase.TRAINING)
             self.feed_names = list(_data_values(self.main_program))
             train_ops = set(self.main_program.global_block().ops)
             self.model.eval()
@@ -155,7 +151,7 @@ class StaticEngine(ExecutionEngine):
                 if op not in train_ops:
                     block.remove_op(op)
             self.loss = outputs[InstanceName.LOSS]
-            self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.trainer.state.max_steps)
+            self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.inputs.max_steps)
             objective = self._mixed_precision() if self.amp.enabled else self.loss
             self._minimize(objective)
             self._scaler_vars = self._find_scaler_vars()
@@ -176,12 +172,11 @@ class StaticEngine(ExecutionEngine):
 
     def _eval_spec_sets(self) -> Dict[str, List[TensorSpec]]:
         """Input tensors by evaluated reader, plus those of the exported model (``predict``)."""
-        sets: Dict[str, List[TensorSpec]] = {name: self.trainer.readers[name].tensor_specs()
-                                             for name in ("dev_reader", "test_reader") if name in self.trainer.readers}
+        sets: Dict[str, List[TensorSpec]] = dict(self.inputs.eval_specs)
         if not sets:
-            sets["train_reader"] = self.trainer.readers["train_reader"].tensor_specs()
+            sets["train_reader"] = self.inputs.train_specs
         if not self.step_specs():  # a generation model exports its step functions instead
-            sets[EXPORT_VARIANT] = [s for f in export.inference_fields(self.trainer.readers) for s in f.tensor_specs()]
+            sets[EXPORT_VARIANT] = [s for f in self.inputs.export_fields for s in f.tensor_specs()]
         return sets
 
     @staticmethod
@@ -240,7 +235,7 @@ class StaticEngine(ExecutionEngine):
         lowers the scale)."""
         params_grads = self.optimizer.backward(objective)
         bad = 1.0 - paddle.isfinite(self.loss.astype("float32")).all().astype("float32")  # 1: NaN/Inf loss
-        if self.trainer.accumulate > 1:
+        if self.inputs.accumulate > 1:
             buffers = []
             for param, grad in params_grads:
                 buffer = paddle.pir.core.create_persistable_value(
@@ -255,15 +250,15 @@ class StaticEngine(ExecutionEngine):
             value_map = paddle.pir.IrMapping()
             self.micro_program = self.main_program.clone(value_map)
             self.micro_loss = value_map.look_up(self.loss)
-            params_grads = [(param, buffer / self.trainer.accumulate) for param, buffer in buffers]
+            params_grads = [(param, buffer / self.inputs.accumulate) for param, buffer in buffers]
             bad = bad_buffer + 0.0
-        if self.trainer.world_size > 1:
+        if self.inputs.world_size > 1:
             for _, grad in params_grads:
                 paddle.distributed.all_reduce(grad)
-            params_grads = [(param, grad / self.trainer.world_size) for param, grad in params_grads]
+            params_grads = [(param, grad / self.inputs.world_size) for param, grad in params_grads]
             paddle.distributed.all_reduce(bad)  # every rank skips the same steps
         self.nonfinite_flag = bad
-        if self.trainer.gradient_norms_wanted:
+        if self.inputs.gradient_norms_wanted:
             self._record_gradient_square_sums(params_grads)
         if self._scales_loss() or skip_update_when(self.optimizer, paddle.reshape(bad > 0.0, [1])):
             self.optimizer.apply_gradients(params_grads)
@@ -273,7 +268,7 @@ class StaticEngine(ExecutionEngine):
                 return paddle.zeros([1])
 
             paddle.static.nn.cond(bad == 0.0, update, lambda: paddle.zeros([1]))
-        if self.trainer.accumulate > 1:
+        if self.inputs.accumulate > 1:
             for _, buffer in buffers:
                 paddle.assign(paddle.zeros_like(buffer), output=buffer)
             paddle.assign(paddle.zeros_like(bad_buffer), output=bad_buffer)
@@ -303,7 +298,7 @@ class StaticEngine(ExecutionEngine):
         """Whether the program scales the loss (float16 AMP), whose optimizer skips overflows itself."""
         return self.amp.enabled and self.amp.use_loss_scaling and self.amp.dtype == "float16"
 
-    def run_step(self, batches: List[Batch]) -> Any:
+    def run_step(self, batches: List[Batch], check_loss: bool, capture_gradients: bool = False) -> StepOutcome:
         # gradient accumulation: the micro program takes all but the last batch
         micro = self._micro_runner
         assert micro is not None or len(batches) == 1, "several batches a step need the micro program"
@@ -312,9 +307,7 @@ class StaticEngine(ExecutionEngine):
         losses.append(last_loss)
         loss = float(np.mean(losses))
         # the program skipped the update already; the NaN guard counts what it skipped
-        checked = self.trainer.should_check_loss()
-        self.trainer.state.nonfinite_loss = checked and float(np.asarray(nonfinite).reshape(-1)[0]) > 0
-        return loss
+        return StepOutcome(loss, check_loss and float(np.asarray(nonfinite).reshape(-1)[0]) > 0)
 
     def eval_program(self, reader_name: str) -> _EvalProgram:
         """The evaluation program for a reader's inputs (``predict``: the exported model's)."""
@@ -332,7 +325,7 @@ class StaticEngine(ExecutionEngine):
         if evaluation.runner is None:
             evaluation.runner = ProgramRunner(self.executor, evaluation.program, evaluation.feed_names,
                                               list(evaluation.fetch.values()), self.paddle_scope, read_only=True,
-                                              fast=self.trainer.trainer_config["fast_paths"]["program_runner"])
+                                              fast=self.inputs.fast_program_runner)
         return dict(zip(evaluation.fetch, (np.asarray(v) for v in evaluation.runner.run(feed))))
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
@@ -342,7 +335,7 @@ class StaticEngine(ExecutionEngine):
         return self._run(self._eval_programs[(STEP, name)], {step_input(name, k): v for k, v in inputs.items()})
 
     # ---- export ---------------------------------------------------------------------------
-    def save_inference_graph(self, prefix: str, fields: List[Any]) -> List[str]:
+    def save_inference_graph(self, prefix: str, fields: List[Any], sample: Callable[[], Batch]) -> List[str]:
         """``paddle.static.save_inference_model`` from the prediction-phase forward (dropout
         off), pruned to the inference fields and its outputs."""
         evaluation = self.eval_program(EXPORT_VARIANT)

@@ -19,6 +19,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence
 
 from wenxin.common.errors import ConfigError
+from wenxin.config.task_config import source_of
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import REQUIRED, Key, Schema
 from wenxin.config.task_schema import MODEL_BASE, ROOT
@@ -87,7 +88,7 @@ def form_fields(config: Dict[str, Any], model_schema: Schema, scope: Optional[st
         value = _value_at(config, path)
         if key is None or (value is None and not explicit and path not in HOOK_KEYS):
             if explicit:
-                raise ConfigError(f"studio.form: {path!r} is not a key of this task ({config['_source']})")
+                raise ConfigError(f"studio.form: {path!r} is not a key of this task ({source_of(config)})")
             continue
         field: Dict[str, Any] = {"key": path, "help": key.doc, "value": value,
                                  "default": None if key.default is REQUIRED else key.default}

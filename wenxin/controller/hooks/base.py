@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 def floating_weights(trainer: "BaseTrainer") -> Dict[str, np.ndarray]:
     """The model's floating-point parameters and buffers as arrays (in either graph mode), by name."""
-    arrays = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in trainer.model_state_dict().items()}
+    state = trainer.engine.model_state_dict()
+    arrays = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in state.items()}
     return {k: a for k, a in arrays.items() if np.issubdtype(a.dtype, np.floating)}
 
 

@@ -66,7 +66,7 @@ class EMAHook(HookBase):
     def before_eval(self, reader_name: str) -> None:
         if self.evaluate and self.average is not None and self._trained is None:
             self._trained = floating_weights(self.trainer)
-            self.trainer.set_model_state_dict(self.average)
+            self.trainer.engine.set_model_state_dict(self.average)
 
     def before_save(self, name: str) -> None:
         if name.startswith(self.trainer.checkpoints.prefix):  # a periodic checkpoint holds the trained weights
@@ -78,4 +78,4 @@ class EMAHook(HookBase):
     def _put_back_trained(self) -> None:
         if self._trained is not None:
             trained, self._trained = self._trained, None
-            self.trainer.set_model_state_dict(trained)
+            self.trainer.engine.set_model_state_dict(trained)

@@ -34,9 +34,9 @@ class LoggerHook(HookBase):
             return
         losses = np.array([loss_value(x) for x in self._losses])
         self._losses = []
-        loss = self.trainer.mean_over_ranks(float(losses.mean()))  # every rank's batches
+        loss = self.trainer.ranks.mean(float(losses.mean()))  # every rank's batches
         scalars = {"epoch": state.epoch + 1, "loss": loss, "lr": self.trainer.current_lr()}
-        scaler_value = self.trainer.loss_scale()
+        scaler_value = self.trainer.engine.loss_scale()
         if scaler_value is not None:
             scalars["loss_scale"] = scaler_value
         scalars.update(state.timing)

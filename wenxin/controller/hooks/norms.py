@@ -63,7 +63,7 @@ class NormsHook(HookBase):
         before, self._before = self._before, None
         self.trainer.capture_gradients = False
         after = floating_weights(self.trainer)
-        grads = self.trainer.gradient_square_sums()
+        grads = self.trainer.engine.gradient_square_sums()
         weights = {k: float(np.sum(np.square(after[k], dtype=np.float64))) for k in before}
         updates = {k: float(np.sum(np.square(after[k] - before[k]))) for k in before}
         olds = {k: float(np.sum(np.square(before[k]))) for k in before}

@@ -36,8 +36,6 @@ def flat_config(config: Dict[str, Any], prefix: str = "") -> Dict[str, str]:
     """``{"model": {"type": "Bow"}}`` -> ``{"model.type": "Bow"}``; lists become JSON text."""
     flat: Dict[str, str] = {}
     for key, value in config.items():
-        if str(key).startswith("_"):
-            continue
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             flat.update(flat_config(value, f"{name}."))
@@ -78,7 +76,7 @@ class TrackerHook(HookBase):
         if not self.trainer.is_writer:
             return
         self.open()
-        self.log_config({k: v for k, v in self.trainer.config.items() if not k.startswith("_")})
+        self.log_config(dict(self.trainer.config))
         self._forward = _Forward(self)
         self.trainer.metric_logger.writers.append(self._forward)
 

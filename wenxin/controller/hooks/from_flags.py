@@ -1,0 +1,57 @@
+"""The hooks that a trainer key switches on, as data: one ``FlagHook`` row per key.
+
+A trainer registers ``DEFAULT_HOOKS`` always, then the hook of every row whose key asks for it,
+then the ``trainer.hooks`` list. Adding a switch is one row here (and its key in the schema).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, List
+
+from wenxin.common.errors import ConfigError
+from wenxin.common.progress import progress_enabled
+from wenxin.controller.hooks.base import HookBase
+from wenxin.controller.hooks.best_model import LoadBestModelHook
+from wenxin.controller.hooks.early_stopping import EarlyStoppingHook
+from wenxin.controller.hooks.export import InferenceExportHook
+from wenxin.controller.hooks.onnx_result import OnnxResultHook
+from wenxin.controller.hooks.profiler import ProfilerHook
+from wenxin.controller.hooks.progress import ProgressBarHook
+
+TrainerSection = Dict[str, Any]  # the config's ``trainer`` section
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagHook:
+    """A hook that the trainer key ``key`` switches on (``wanted``), made by ``make``."""
+
+    key: str
+    wanted: Callable[[TrainerSection, bool], bool]  # (the trainer section, whether this rank writes)
+    make: Callable[[TrainerSection], HookBase]
+
+
+def _early_stopper(cfg: TrainerSection) -> HookBase:
+    if any(spec["type"] == "EarlyStoppingHook" for spec in cfg["hooks"]):
+        raise ConfigError("trainer.early_stopping: set, and an EarlyStoppingHook in trainer.hooks too; "
+                          "keep one of them")
+    stopper = EarlyStoppingHook(**cfg["early_stopping"])
+    stopper.where = "trainer.early_stopping"
+    return stopper
+
+
+FLAG_HOOKS = (
+    FlagHook("load_best_at_end", lambda cfg, _: bool(cfg["load_best_at_end"]), lambda cfg: LoadBestModelHook()),
+    FlagHook("profile", lambda cfg, _: bool(cfg["profile"]), lambda cfg: ProfilerHook(**cfg["profile"])),
+    FlagHook("early_stopping", lambda cfg, _: cfg["early_stopping"] is not None, _early_stopper),
+    FlagHook("save_inference", lambda cfg, _: bool(cfg["save_inference"]) or cfg["output_layout"] == "erniekit",
+             lambda cfg: InferenceExportHook()),
+    FlagHook("save_onnx", lambda cfg, _: bool(cfg["save_inference"] and cfg["save_onnx"]),
+             lambda cfg: OnnxResultHook()),
+    FlagHook("progress_bar", lambda cfg, is_writer: is_writer and progress_enabled(cfg["progress_bar"]),
+             lambda cfg: ProgressBarHook()),
+)
+
+
+def hooks_from_flags(cfg: TrainerSection, is_writer: bool) -> List[HookBase]:
+    """The hooks the trainer section's keys switch on, in ``FLAG_HOOKS``' order."""
+    return [row.make(cfg) for row in FLAG_HOOKS if row.wanted(cfg, is_writer)]

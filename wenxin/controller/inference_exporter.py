@@ -1,0 +1,96 @@
+"""Writing a run's model as an inference folder (``wenxin.controller.export``'s layout).
+
+``InferenceExporter`` is handed the engine that holds the model, the dataset readers whose fields
+the folder describes, and the task config; the trainer's ``export_inference`` makes one per export.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from typing import Any, Callable, Dict, Iterator
+
+from wenxin.common.errors import CheckpointError, ConfigError
+from wenxin.controller import checkpoint as ckpt
+from wenxin.controller import export
+from wenxin.controller.engine import Batch, ExecutionEngine
+from wenxin.data.dataset_reader import BasicDataSetReader
+from wenxin.models.base_model import state_held
+
+logger = logging.getLogger("wenxin")
+
+
+class InferenceExporter:
+    """Exports ``engine``'s model with the preprocessing of ``readers``' fields.
+
+    Args:
+        engine: the set-up engine (its model, state and graph saving).
+        readers: the run's dataset readers by name.
+        config: the task config (its task and model type go into ``preprocess.json``).
+        sample: a batch of the exported inputs, for an engine that traces the model with one.
+    """
+
+    def __init__(self, engine: ExecutionEngine, readers: Dict[str, BasicDataSetReader], config: Dict[str, Any],
+                 sample: Callable[[], Batch]) -> None:
+        self.engine, self.readers, self.config, self.sample = engine, readers, config, sample
+
+    def export(self, folder: str, quiet: bool = False) -> str:
+        """Write a self-contained inference folder (graph, weights, preprocessing) to ``folder``:
+        whole or not at all (an earlier export there stays until the new one is complete)."""
+        self._check_raw_text_input()
+        tmp = ""
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(os.path.abspath(folder)))
+            fields = export.inference_fields(self.readers)
+            extra: Dict[str, Any] = {}
+            with self._export_weights():
+                if getattr(self.engine.model, "step_specs", None) is not None:  # generation: its step functions
+                    prompt = self.engine.model.prompt_source()
+                    extra = {"steps": self.engine.save_step_functions(tmp),
+                             "generation": {"settings": self.engine.model.decode_settings().as_dict(),
+                                            "prompt": {"inputs": dict(prompt.inputs), "lengths": prompt.lengths},
+                                            "max_new_tokens_limit": self.engine.model.max_new_tokens_limit}}
+                    outputs = list(self.engine.model.prediction_outputs)
+                else:
+                    outputs = self.engine.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields,
+                                                               self.sample)
+            export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config,
+                                      self.engine.model.prediction_format,
+                                      {"onednn_min_rows": self.engine.model.onednn_min_rows,
+                                       "sorted_batch_rows": self.engine.model.sorted_batch_rows}, extra)
+            export.seal_export(tmp)
+            ckpt.replace_folder(tmp, folder)
+        except OSError as e:  # a full disk: no partial export, an earlier one stays
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError(f"{folder}: cannot write the inference model ({e.strerror or e})") from None
+        except BaseException:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if not quiet:
+            logger.info("exported inference model to %s (outputs: %s)", folder, ", ".join(outputs))
+        return folder
+
+    @contextlib.contextmanager
+    def _export_weights(self) -> Iterator[None]:
+        """Inside: the parameters the model exports with (``BaseModel.export_state``, e.g. LoRA
+        adapters merged). After: every changed parameter as it was, bit for bit, so training and
+        its checkpoints go on unchanged."""
+        state = self.engine.model_state_dict()  # eager: the live parameters; only the changed ones are copied
+        with state_held(state, self.engine.model.export_state(state), self.engine.set_model_state_dict):
+            yield
+
+    def _check_raw_text_input(self) -> None:
+        """A tagger is exported only if it can tag raw sentences as it was trained (or its text
+        field says inference input is tokenized like the training data)."""
+        if self.engine.model.prediction_format != "tagging":
+            return
+        for field in export.inference_fields(self.readers):
+            trained = self.readers["train_reader"].field(field.name)
+            issue = getattr(trained, "raw_text_issue", None)
+            if issue:
+                raise ConfigError(f"export: {issue}")
