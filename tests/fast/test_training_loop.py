@@ -183,8 +183,8 @@ def test_sigterm_during_an_evaluation_stops_it_and_the_resumed_run_evaluates_tha
     stopped.register_hook(first)
     stopped.register_hook(TerminateInEvaluation())
     evaluated = []
-    run_eval = stopped.eval_step
-    stopped.eval_step = lambda *a, **k: evaluated.append(1) or run_eval(*a, **k)  # count the batches run
+    run_eval = stopped.evaluator.eval_step
+    stopped.evaluator.eval_step = lambda *a, **k: evaluated.append(1) or run_eval(*a, **k)  # count the batches run
     stopped.do_train()
     assert stopped.state.interrupted and stopped.state.global_step == 6 and 6 not in first.scores
     assert len(evaluated) == 1 + 10  # the preflight's batch, step 3's (40 rows in batches of 4), none of step 6's

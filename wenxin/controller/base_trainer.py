@@ -9,54 +9,37 @@ engine (``wenxin.controller.dynamic_trainer``, ``wenxin.controller.static_traine
 from __future__ import annotations
 
 import logging
-import os
 import time
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Type
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type
 
 import numpy as np
 import paddle
 
 from wenxin.common.constants import Phase
-from wenxin.common.errors import ConfigError, DataError, WenxinError
-from wenxin.common.registry import RegisterSet
 from wenxin.config.task_check import EVAL_FLAGS
-from wenxin.config.schema import validate
 from wenxin.controller import checkpoint as ckpt
-from wenxin.controller import export
 from wenxin.controller.amp import AmpSettings
-from wenxin.config.task_config import source_of
-from wenxin.controller.checkpointer import Checkpointer, prepare_output_path, resume_checkpoint
-from wenxin.controller.cpu_threads import apply_cpu_threads
+from wenxin.controller.checkpointer import Checkpointer, prepare_output_path
+from wenxin.controller.cpu_threads import threads_for_model
 from wenxin.controller.eager_engine import EagerEngine
-from wenxin.controller.engine import Batch, EngineInputs, ExecutionEngine
-from wenxin.controller.evaluator import Evaluator, stop_if_interrupted
+from wenxin.controller.engine import Batch, EngineInputs, ExecutionEngine, readers_inputs
+from wenxin.controller.evaluator import Evaluator
 from wenxin.controller.static_engine import StaticEngine
-from wenxin.common.process import describe_failure
-from wenxin.controller.env import paddle_rank, paddle_world_size
 from wenxin.controller.inference_exporter import InferenceExporter
 from wenxin.controller.hooks import DEFAULT_HOOKS, HookBase, HookList, ProgressBarHook
-from wenxin.controller.hooks.from_flags import hooks_from_flags
-from wenxin.controller.hooks.writers import METRICS_FILE, ConsoleWriter, JsonlWriter, MetricLogger, MetricWriter, \
-    VisualDLWriter
+from wenxin.controller.hooks.from_config import hooks_from_flags, hooks_from_specs
+from wenxin.controller.hooks.writers import MetricLogger, make_writers
 from wenxin.controller.preflight import preflight
 from wenxin.controller.ranks import Ranks
-from wenxin.controller.run_context import RunContext
+from wenxin.controller.run_context import RunContext, context_of
 from wenxin.controller.state import TrainState
 from wenxin.controller.stop_signals import stop_signals_caught
+from wenxin.controller.train_plan import next_batches, plan_steps, train_data
 from wenxin.data.dataset_reader import BasicDataSetReader, BatchLoader
 from wenxin.models.base_model import BaseModel
 
 logger = logging.getLogger("wenxin")
 __all__ = ["Batch", "BaseTrainer"]  # Batch: the engines' (tasks import it from here)
-
-
-def context_of(config: Dict[str, Any]) -> RunContext:
-    """The run context of a trainer made without ``wenxin.runner.setup_environment`` (a script's
-    own): its task file, this process's rank, the checkpoint its ``trainer.resume`` keys name,
-    and Paddle's CPU threads as they are."""
-    return RunContext(source=source_of(config), translations=tuple(getattr(config, "translations", ())),
-                      resume_from=resume_checkpoint(config["trainer"]), rank=paddle_rank(),
-                      world_size=paddle_world_size())
 
 
 class BaseTrainer:
@@ -79,42 +62,38 @@ class BaseTrainer:
     def __init__(self, config: Dict[str, Any], model_builder: Callable[[], BaseModel],
                  readers: Dict[str, BasicDataSetReader], scope: Optional[str] = None,
                  context: Optional[RunContext] = None) -> None:
-        self.config = config
+        self.config, self.readers, self.scope = config, readers, scope
         self.trainer_config: Dict[str, Any] = config["trainer"]
-        self.readers = readers
-        self.scope = scope
+        cfg = self.trainer_config
         self.context = context if context is not None else context_of(config)
-        self.output_path: str = self.trainer_config["output_path"]
-        self.rank, self.world_size = self.context.rank, self.context.world_size
+        self.output_path: str = cfg["output_path"]
+        self.rank, self.world_size, self.is_writer = self.context.rank, self.context.world_size, self.context.is_writer
         self.ranks = Ranks(self.rank, self.world_size)
-        self.is_writer = self.context.is_writer
         engine_class = self.engine_for(config)
-        amp = AmpSettings.from_config(self.trainer_config)
-        amp_unavailable = amp.unavailable_reason(engine_class.mode)  # None where AMP computes
-        if amp_unavailable:
+        amp = AmpSettings.from_config(cfg)
+        if (amp_unavailable := amp.unavailable_reason(engine_class.mode)) is not None:
             logger.warning("trainer.use_amp: %s; this run computes in float32", amp_unavailable)
         self.state = TrainState()
         self.cpu_threads = 0  # the threads of Paddle's CPU kernels (0: not set, not on a CPU)
-        self.checkpoints = ckpt.CheckpointManager.for_trainer(self.trainer_config)
-        prepare_output_path(self.trainer_config, self.is_writer)
-        self._setup_train_data(engine_class.numpy_batches)
-        self.evaluator = Evaluator(self)
+        self.checkpoints = ckpt.CheckpointManager.for_trainer(cfg)
+        prepare_output_path(cfg, self.is_writer)
+        data = train_data(readers["train_reader"], cfg, self.ranks, engine_class.numpy_batches)
+        self.train_sampler, self.train_loader, self.accumulate = data.sampler, data.loader, data.accumulate
+        plan_steps(self.state, data, cfg, list(readers))
         self.checkpointer = Checkpointer(self)
-        self.metric_logger = MetricLogger(self._make_writers())
+        self.metric_logger = MetricLogger(make_writers(self.output_path, self.is_writer, cfg["visualdl"],
+                                                       cfg["fast_paths"]["visualdl_records"]))
         self.hooks = HookList()
         self._setup_hooks()
         self.capture_gradients = False  # set by a hook that reads gradient norms, for the steps it reads
         self.engine: ExecutionEngine = engine_class(EngineInputs(
             model_builder=model_builder, amp=amp, accumulate=self.accumulate, world_size=self.world_size,
-            seed=self.trainer_config["seed"], max_steps=self.state.max_steps,
-            train_specs=readers["train_reader"].tensor_specs(),
-            eval_specs={name: readers[name].tensor_specs() for name in ("dev_reader", "test_reader")
-                        if name in readers},
-            export_fields=export.inference_fields(readers),
+            seed=cfg["seed"], max_steps=self.state.max_steps, **readers_inputs(readers),
             # a hook that reads gradient norms asks for them before the step is built (static programs)
             gradient_norms_wanted=any(getattr(h, "wants_gradient_norms", False) for h in self.hooks.hooks),
-            fast_program_runner=self.trainer_config["fast_paths"]["program_runner"],
-            on_model_built=self._set_cpu_threads))
+            fast_program_runner=cfg["fast_paths"]["program_runner"], on_model_built=self._set_cpu_threads))
+        self.evaluator = Evaluator(self.engine, readers, self.ranks, self.state, cfg["eval_batch_size"],
+                                   self.show_progress)
         self.engine.setup()
         self.checkpointer.load_initial_state()
 
@@ -130,10 +109,6 @@ class BaseTrainer:
     def mode(self) -> str:
         """``dynamic`` or ``static``: the engine's mode."""
         return self.engine.mode
-
-    @property
-    def numpy_batches(self) -> bool:
-        return self.engine.numpy_batches
 
     @property
     def amp(self) -> AmpSettings:
@@ -153,58 +128,16 @@ class BaseTrainer:
         return self.engine.lr_scheduler
 
     # ---- setup ---------------------------------------------------------------------------
-    def _setup_train_data(self, numpy_batches: bool) -> None:
-        cfg, reader = self.trainer_config, self.readers["train_reader"]
-        rc = reader.reader_config
-        self.accumulate: int = cfg["gradient_accumulation_steps"]
-        distribute = rc["need_data_distribute"] and self.world_size > 1
-        self.train_sampler = reader.make_sampler(rc["batch_size"], rc["shuffle"], cfg["seed"],
-                                                 rank=self.rank if distribute else 0,
-                                                 num_replicas=self.world_size if distribute else 1,
-                                                 bucket_batches=rc["bucket_batches"])
-        self.train_loader = reader.make_loader(self.train_sampler, numpy_batches)
-        steps_per_epoch = len(self.train_sampler) // self.accumulate
-        if steps_per_epoch == 0:
-            raise ConfigError(f"trainer.gradient_accumulation_steps: {self.accumulate} is more than the "
-                              f"{len(self.train_sampler)} batches of one epoch")
-        s = self.state
-        s.steps_per_epoch = steps_per_epoch
-        if cfg["max_steps"] > 0:
-            s.max_steps = cfg["max_steps"]
-            s.num_epochs = -(-s.max_steps // steps_per_epoch)
-        else:
-            s.num_epochs = cfg["epoch"]
-            s.max_steps = cfg["epoch"] * steps_per_epoch
-        for name, flag in EVAL_FLAGS:
-            if cfg[flag] and name not in self.readers:
-                raise ConfigError(f"trainer.{flag}: set, but dataset_reader.{name} is not configured")
-
     def eval_readers(self) -> List[str]:
         """The readers to evaluate, by ``trainer.is_eval_dev`` / ``is_eval_test``."""
         return [name for name, flag in EVAL_FLAGS if self.trainer_config[flag]]
-
-    def _make_writers(self) -> List[MetricWriter]:
-        writers: List[MetricWriter] = [ConsoleWriter()]
-        if self.is_writer:
-            writers.append(JsonlWriter(os.path.join(self.output_path, METRICS_FILE)))
-            if self.trainer_config["visualdl"]:
-                writers.append(VisualDLWriter(os.path.join(self.output_path, "vdl"),
-                                              fast=self.trainer_config["fast_paths"]["visualdl_records"]))
-        return writers
 
     def _setup_hooks(self) -> None:
         for hook in [cls() for cls in DEFAULT_HOOKS] + hooks_from_flags(self.trainer_config, self.is_writer):
             self.register_hook(hook)
         self.show_progress = any(isinstance(hook, ProgressBarHook) for hook in self.hooks.hooks)
-        for i, spec in enumerate(self.trainer_config["hooks"]):
-            path = f"trainer.hooks[{i}]"
-            cls = RegisterSet.hooks.get(spec["type"], self.scope, f"{path}.type")
-            params = validate(spec["params"], cls.config_schema, f"{path}.params")
-            try:
-                hook = cls(**params)
-            except ConfigError as e:  # e.g. a tracker whose library is not installed
-                raise ConfigError(f"{path}: {e}") from None
-            self.register_hook(hook, spec["priority"])
+        for hook, priority in hooks_from_specs(self.trainer_config["hooks"], self.scope):
+            self.register_hook(hook, priority)
 
     def register_hook(self, hook: HookBase, priority: Optional[int] = None) -> None:
         hook.trainer = self
@@ -217,20 +150,6 @@ class BaseTrainer:
         outcome = self.engine.run_step(batches, self.should_check_loss(), self.capture_gradients)
         self.state.nonfinite_loss = outcome.nonfinite
         return outcome.loss
-
-    def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
-        """The model's outputs for one batch of ``reader_name``, as numpy arrays; a generation
-        model (one with ``generate_outputs``) adds what it decodes through the engine's step functions."""
-        outputs = self.engine.eval_step(batch, phase, reader_name)
-        generate = getattr(self.model, "generate_outputs", None)
-        if generate is not None:
-            arrays = {k: v.numpy() if isinstance(v, paddle.Tensor) else np.asarray(v) for k, v in batch.items()}
-
-            def run_step(name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-                stop_if_interrupted(self.state)  # a stop signal ends a long decoding at its next step
-                return self.engine.run_step_function(name, inputs)
-            outputs.update(generate(arrays, run_step))
-        return outputs
 
     def current_lr(self) -> float:
         return float(self.lr_scheduler.get_lr()) if self.lr_scheduler is not None else 0.0
@@ -289,7 +208,7 @@ class BaseTrainer:
             while s.step_in_epoch < s.steps_per_epoch and s.global_step < s.max_steps and not s.should_stop:
                 self.hooks.call("before_step")
                 start = time.perf_counter()
-                group = self._next_batches(batches)
+                group = next_batches(batches, self.accumulate)
                 s.last_data_time = time.perf_counter() - start
                 s.last_loss = self.run_step(group)
                 s.global_step += 1
@@ -314,16 +233,6 @@ class BaseTrainer:
             def export(folder: str) -> str:
                 return self.export_inference(folder, quiet=True)
         preflight(self.eval_readers(), first_batch, self.hooks.hooks, export)
-
-    def _next_batches(self, batches: Iterator[Batch]) -> List[Batch]:
-        """The next ``accumulate`` training batches; a loader that fails ends the run with an
-        ``error:`` naming the reader, never a wait."""
-        try:
-            return [next(batches) for _ in range(self.accumulate)]
-        except (WenxinError, KeyboardInterrupt):
-            raise
-        except Exception as e:  # noqa: BLE001 (DataLoader workers raise many types)
-            raise DataError(f"dataset_reader.train_reader: loading a batch failed ({describe_failure(e)})") from None
 
     # ---- evaluation ----------------------------------------------------------------------
     def evaluate(self, reader_name: str, tag: Optional[str] = None, run_hooks: bool = True,
@@ -354,12 +263,8 @@ class BaseTrainer:
         return self.evaluator.collect_outputs(reader_name, phase)
 
     def _set_cpu_threads(self, model: BaseModel) -> None:
-        """Once the model exists, the CPU kernels' threads by the run context's choice
-        (``wenxin.controller.cpu_threads``)."""
-        if self.context.cpu_threads is None:  # not on a CPU: Paddle's own setting stands
-            return
-        parameters = sum(int(np.prod(p.shape)) for p in model.parameters() if not p.stop_gradient)
-        self.cpu_threads = apply_cpu_threads(self.context.cpu_threads, parameters, self.mode == "static",
+        """Once the model exists, the CPU kernels' threads by the run context's choice."""
+        self.cpu_threads = threads_for_model(self.context.cpu_threads, model, self.mode == "static",
                                              self.context.resume_from)
 
     # ---- checkpoints (the checkpointer's) ----------------------------------------------------
@@ -391,8 +296,3 @@ class BaseTrainer:
         exporter = InferenceExporter(self.engine, readers, self.config,
                                      lambda: next(iter(self.eval_loader(sample_reader))))
         return exporter.export(folder, quiet)
-
-    def save_vocabs(self, folder: str) -> None:
-        """Write the training fields' vocabularies and label maps into ``folder``."""
-        for field in self.readers["train_reader"].fields:
-            field.save_vocab(folder)

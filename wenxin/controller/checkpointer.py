@@ -65,7 +65,7 @@ class Checkpointer:
 
         def write(folder: str) -> None:
             ckpt.write_checkpoint(folder, self.checkpointed_state(), trainer.engine.optimizer_state_dict(), extra,
-                                  trainer_state, trainer.config, trainer.save_vocabs)
+                                  trainer_state, trainer.config, trainer.readers["train_reader"].save_vocabs)
 
         path = trainer.checkpoints.save(name, write, update_latest=update_latest)
         trainer.hooks.call("after_save", name, path)
@@ -223,7 +223,7 @@ class Checkpointer:
                 with open(os.path.join(trainer.output_path, "config.json"), "w", encoding="utf-8") as f:
                     json.dump(trainer.config, f,
                               indent=2, ensure_ascii=False)
-                trainer.save_vocabs(os.path.join(trainer.output_path, "vocab"))
+                trainer.readers["train_reader"].save_vocabs(os.path.join(trainer.output_path, "vocab"))
             except OSError as e:
                 raise ConfigError(f"trainer.output_path: cannot write to {trainer.output_path} "
                                   f"({e.strerror or e})") from None

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
+from typing import Any, Optional
 
+import numpy as np
 import paddle
 
 from wenxin.common import threads
@@ -21,6 +22,14 @@ from wenxin.controller.run_context import ThreadChoice
 
 logger = logging.getLogger("wenxin")
 STRIDE_FLAG = "FLAGS_use_stride_kernel"  # Paddle's switch for strided views in eager mode
+
+
+def threads_for_model(choice: Optional[ThreadChoice], model: Any, static: bool, resume_from: Optional[str]) -> int:
+    """``apply_cpu_threads`` for ``model`` (a Paddle layer: its trainable parameters are counted)."""
+    if choice is None:  # not on a CPU: Paddle's own setting stands
+        return 0
+    parameters = sum(int(np.prod(p.shape)) for p in model.parameters() if not p.stop_gradient)
+    return apply_cpu_threads(choice, parameters, static, resume_from)
 
 
 def apply_cpu_threads(choice: Optional[ThreadChoice], trainable_parameters: int, static: bool,

@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, List, Map
 import numpy as np
 
 from wenxin.controller.amp import AmpSettings
+from wenxin.controller.export import inference_fields
 
 if TYPE_CHECKING:
+    from wenxin.data.dataset_reader import BasicDataSetReader
     from wenxin.data.field_reader import TensorSpec
     from wenxin.models.base_model import BaseModel
 
@@ -50,6 +52,15 @@ class EngineInputs:
     gradient_norms_wanted: bool = False  # a hook reads gradient norms (static programs record them)
     fast_program_runner: bool = True  # ``trainer.fast_paths.program_runner``
     on_model_built: Callable[["BaseModel"], None] = _nothing  # once the model exists, before anything runs
+
+
+def readers_inputs(readers: Mapping[str, "BasicDataSetReader"]) -> Dict[str, Any]:
+    """``EngineInputs``' fields that come from the dataset readers: the training inputs, each
+    evaluated reader's, and the exported model's fields."""
+    return {"train_specs": readers["train_reader"].tensor_specs(),
+            "eval_specs": {name: readers[name].tensor_specs() for name in ("dev_reader", "test_reader")
+                           if name in readers},
+            "export_fields": inference_fields(readers)}
 
 
 class StepOutcome(NamedTuple):

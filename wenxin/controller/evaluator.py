@@ -6,21 +6,19 @@ import collections
 import contextlib
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Tuple
 
 import numpy as np
 import paddle
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.progress import ProgressBar, ProgressLog
-from wenxin.controller.engine import Batch
+from wenxin.controller.engine import Batch, ExecutionEngine
 from wenxin.controller.graph_mode import eager_mode
+from wenxin.controller.ranks import Ranks
 from wenxin.controller.state import TrainState
-from wenxin.data.dataset_reader import BatchLoader
+from wenxin.data.dataset_reader import BasicDataSetReader, BatchLoader
 from wenxin.data.sampler import ResumableBatchSampler
-
-if TYPE_CHECKING:
-    from wenxin.controller.base_trainer import BaseTrainer
 
 logger = logging.getLogger("wenxin")
 
@@ -74,10 +72,22 @@ def stop_if_interrupted(state: TrainState) -> None:
 
 class Evaluator:
     """Runs the evaluation readers for a trainer: each rank a shard of a reader, in batches of
-    similar lengths (little padding), the outputs put back in the reader's order."""
+    similar lengths (little padding), the outputs put back in the reader's order.
 
-    def __init__(self, trainer: "BaseTrainer") -> None:
-        self.trainer = trainer
+    Args:
+        engine: the set-up engine whose evaluation forward runs the batches.
+        readers: the run's dataset readers by name.
+        ranks: this process among the run's processes (each evaluates its shard).
+        state: the run's progress (its step goes into the outputs' meta information; a stop
+            signal it records ends an evaluation).
+        batch_size: ``trainer.eval_batch_size`` (0: each reader's own batch size).
+        show_progress: whether a progress bar shows (else progress lines are logged).
+    """
+
+    def __init__(self, engine: ExecutionEngine, readers: Dict[str, BasicDataSetReader], ranks: Ranks,
+                 state: TrainState, batch_size: int = 0, show_progress: bool = False) -> None:
+        self.engine, self.readers, self.ranks, self.state = engine, readers, ranks, state
+        self.batch_size, self.show_progress = batch_size, show_progress
         self._eval_loaders: Dict[str, BatchLoader] = {}
         self._eval_samplers: Dict[str, ResumableBatchSampler] = {}
 
@@ -93,32 +103,47 @@ class Evaluator:
 
     def loader(self, reader_name: str) -> BatchLoader:
         if reader_name not in self._eval_loaders:
-            if reader_name not in self.trainer.readers:
+            if reader_name not in self.readers:
                 raise ConfigError(f"dataset_reader.{reader_name}: not configured")
-            reader = self.trainer.readers[reader_name]
-            batch_size = self.trainer.trainer_config["eval_batch_size"] or reader.reader_config["batch_size"]
+            reader = self.readers[reader_name]
+            batch_size = self.batch_size or reader.reader_config["batch_size"]
             # each rank a shard; batches of similar lengths (the whole shard sorted), so that little
             # of each is padding: run_eval_batches puts the outputs back in the reader's order
-            sampler = reader.make_sampler(batch_size, shuffle=False, seed=0, rank=self.trainer.rank,
-                                          num_replicas=self.trainer.world_size, pad=False, bucket_batches=len(reader))
+            sampler = reader.make_sampler(batch_size, shuffle=False, seed=0, rank=self.ranks.rank,
+                                          num_replicas=self.ranks.world_size, pad=False, bucket_batches=len(reader))
             self._eval_samplers[reader_name] = sampler
-            self._eval_loaders[reader_name] = reader.make_loader(sampler, self.trainer.numpy_batches)
+            self._eval_loaders[reader_name] = reader.make_loader(sampler, self.engine.numpy_batches)
         return self._eval_loaders[reader_name]
+
+    def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:
+        """The model's outputs for one batch of ``reader_name``, as numpy arrays; a generation
+        model (one with ``generate_outputs``) adds what it decodes through the engine's step
+        functions."""
+        outputs = self.engine.eval_step(batch, phase, reader_name)
+        generate = getattr(self.engine.model, "generate_outputs", None)
+        if generate is not None:
+            arrays = {k: v.numpy() if isinstance(v, paddle.Tensor) else np.asarray(v) for k, v in batch.items()}
+
+            def run_step(name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+                stop_if_interrupted(self.state)  # a stop signal ends a long decoding at its next step
+                return self.engine.run_step_function(name, inputs)
+            outputs.update(generate(arrays, run_step))
+        return outputs
 
     def collect_outputs(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         """Run the model over a whole reader (all ranks' shards, in the reader's order);
         per-example outputs are concatenated, scalar outputs (like ``loss``) become one value per
         batch, weighted by ``meta_info["batch_sizes"]``."""
         merged, batch_sizes = self.run_batches(reader_name, phase)
-        if self.trainer.world_size > 1:
+        if self.ranks.world_size > 1:
             merged, batch_sizes = self._gather_outputs(merged, batch_sizes)
-        meta = {"reader": reader_name, "step": self.trainer.state.global_step,
+        meta = {"reader": reader_name, "step": self.state.global_step,
                 "batch_sizes": batch_sizes, "num_examples": int(batch_sizes.sum())}
         return merged, meta
 
     def run_batches(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
         """This rank's outputs over its shard of a reader, and the batch sizes."""
-        with self.trainer.engine.running():
+        with self.engine.running():
             return self._run_batches(reader_name, phase)
 
     def _run_batches(self, reader_name: str, phase: str) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
@@ -126,15 +151,14 @@ class Evaluator:
         sizes: List[int] = []
         loader = self.loader(reader_name)
         short = reader_name.replace("_reader", "")
-        bar = ProgressBar(len(loader), short) if self.trainer.show_progress else None
-        trainer = self.trainer
-        shard = len(range(trainer.rank, len(trainer.readers[reader_name]), trainer.world_size))
+        bar = ProgressBar(len(loader), short) if self.show_progress else None
+        shard = len(range(self.ranks.rank, len(self.readers[reader_name]), self.ranks.world_size))
         log = ProgressLog(f"evaluating {short}", shard, logger.info)  # where no bar shows progress
-        trainer.engine.begin_eval()
+        self.engine.begin_eval()
         try:
             for batch in loader:
-                stop_if_interrupted(trainer.state)
-                outputs = trainer.eval_step(batch, phase, reader_name)
+                stop_if_interrupted(self.state)
+                outputs = self.eval_step(batch, phase, reader_name)
                 sizes.append(batch_size_of(batch))
                 for key, value in outputs.items():
                     chunks[key].append(value.reshape(1) if value.ndim == 0 else value)
@@ -143,7 +167,7 @@ class Evaluator:
                 else:
                     log(sum(sizes))
         finally:
-            self.trainer.engine.end_eval()
+            self.engine.end_eval()
             if bar is not None:
                 bar.close(keep=False)
         merged = {k: concat_ragged(v) for k, v in chunks.items()}
@@ -173,7 +197,7 @@ class Evaluator:
                 parts = _pad_to_common_shape(parts)
                 full = np.empty((total, *parts[0].shape[1:]), dtype=parts[0].dtype)
                 for rank, part in enumerate(parts):
-                    full[rank::self.trainer.world_size] = part
+                    full[rank::self.ranks.world_size] = part
                 result[key] = full
             else:
                 result[key] = concat_ragged(parts)

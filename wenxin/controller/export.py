@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from wenxin.data.dataset_reader import BasicDataSetReader
 from wenxin.data.export_bundle import FORMAT_VERSION, MODEL_PREFIX, PREPROCESS_FILE, seal_export
@@ -22,7 +22,7 @@ from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TextFiel
 __all__ = ["MODEL_PREFIX", "PREPROCESS_FILE", "inference_fields", "label_names", "seal_export", "write_preprocessing"]
 
 
-def inference_fields(readers: Dict[str, BasicDataSetReader]) -> List[BaseFieldReader]:
+def inference_fields(readers: Mapping[str, BasicDataSetReader]) -> List[BaseFieldReader]:
     """The fields an exported model reads: the predict_reader's if configured, else the
     non-label fields of the dev reader (or, without one, of the train reader). A model trained
     on other inputs than it predicts from (pairwise matching) reads its evaluation inputs."""

@@ -424,6 +424,11 @@ class BasicDataSetReader:
                     self._columns[col] = column
         return self._columns
 
+    def save_vocabs(self, folder: str) -> None:
+        """Write the fields' vocabularies and label maps into ``folder``."""
+        for field in self.fields:
+            field.save_vocab(folder)
+
     def data_info(self) -> Dict[str, Dict[str, Any]]:
         """Per-field sizes for the model: ``{"text_a": {"vocab_size": ...}, "label": {...}}``."""
         return {f.name: f.info() for f in self.fields}

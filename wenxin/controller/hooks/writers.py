@@ -102,3 +102,14 @@ class MetricLogger:
     def flush(self) -> None:
         for w in self.writers:
             w.flush()
+
+
+def make_writers(output_path: str, is_writer: bool, visualdl: bool, fast_visualdl: bool) -> List[MetricWriter]:
+    """The console, and on the writing rank ``metrics.jsonl`` in ``output_path`` (and VisualDL's
+    records in ``output_path/vdl`` with ``trainer.visualdl``)."""
+    writers: List[MetricWriter] = [ConsoleWriter()]
+    if is_writer:
+        writers.append(JsonlWriter(os.path.join(output_path, METRICS_FILE)))
+        if visualdl:
+            writers.append(VisualDLWriter(os.path.join(output_path, "vdl"), fast=fast_visualdl))
+    return writers

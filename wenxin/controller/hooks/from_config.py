@@ -1,4 +1,5 @@
-"""The hooks that a trainer key switches on, as data: one ``FlagHook`` row per key.
+"""The hooks a trainer section asks for: the switches' hooks, as data (one ``FlagHook`` row per
+key), and the ``trainer.hooks`` list.
 
 A trainer registers ``DEFAULT_HOOKS`` always, then the hook of every row whose key asks for it,
 then the ``trainer.hooks`` list. Adding a switch is one row here (and its key in the schema).
@@ -6,10 +7,12 @@ then the ``trainer.hooks`` list. Adding a switch is one row here (and its key in
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.progress import progress_enabled
+from wenxin.common.registry import RegisterSet
+from wenxin.config.schema import validate
 from wenxin.controller.hooks.base import HookBase
 from wenxin.controller.hooks.best_model import LoadBestModelHook
 from wenxin.controller.hooks.early_stopping import EarlyStoppingHook
@@ -55,3 +58,19 @@ FLAG_HOOKS = (
 def hooks_from_flags(cfg: TrainerSection, is_writer: bool) -> List[HookBase]:
     """The hooks the trainer section's keys switch on, in ``FLAG_HOOKS``' order."""
     return [row.make(cfg) for row in FLAG_HOOKS if row.wanted(cfg, is_writer)]
+
+
+def hooks_from_specs(specs: List[Dict[str, Any]], scope: Optional[str]) -> List[Tuple[HookBase, Optional[int]]]:
+    """The hooks of the ``trainer.hooks`` list (registered names, looked up in the task package
+    ``scope`` first), each with its priority; errors name the entry's key path."""
+    hooks = []
+    for i, spec in enumerate(specs):
+        path = f"trainer.hooks[{i}]"
+        cls = RegisterSet.hooks.get(spec["type"], scope, f"{path}.type")
+        params = validate(spec["params"], cls.config_schema, f"{path}.params")
+        try:
+            hook = cls(**params)
+        except ConfigError as e:  # e.g. a tracker whose library is not installed
+            raise ConfigError(f"{path}: {e}") from None
+        hooks.append((hook, spec["priority"]))
+    return hooks
