@@ -19,7 +19,7 @@ from wenxin.common.constants import Phase
 from wenxin.config.task_check import EVAL_FLAGS
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller.amp import AmpSettings
-from wenxin.controller.checkpointer import Checkpointer, prepare_output_path
+from wenxin.controller.checkpointer import Checkpointer, context_of, prepare_output_path
 from wenxin.controller.cpu_threads import threads_for_model
 from wenxin.controller.eager_engine import EagerEngine
 from wenxin.controller.engine import Batch, EngineInputs, ExecutionEngine, readers_inputs
@@ -31,7 +31,7 @@ from wenxin.controller.hooks.from_config import hooks_from_flags, hooks_from_spe
 from wenxin.controller.hooks.writers import MetricLogger, make_writers
 from wenxin.controller.preflight import preflight
 from wenxin.controller.ranks import Ranks
-from wenxin.controller.run_context import RunContext, context_of
+from wenxin.controller.run_context import RunContext
 from wenxin.controller.state import TrainState
 from wenxin.controller.stop_signals import stop_signals_caught
 from wenxin.controller.train_plan import next_batches, plan_steps, train_data
@@ -80,7 +80,6 @@ class BaseTrainer:
         data = train_data(readers["train_reader"], cfg, self.ranks, engine_class.numpy_batches)
         self.train_sampler, self.train_loader, self.accumulate = data.sampler, data.loader, data.accumulate
         plan_steps(self.state, data, cfg, list(readers))
-        self.checkpointer = Checkpointer(self)
         self.metric_logger = MetricLogger(make_writers(self.output_path, self.is_writer, cfg["visualdl"],
                                                        cfg["fast_paths"]["visualdl_records"]))
         self.hooks = HookList()
@@ -95,6 +94,9 @@ class BaseTrainer:
         self.evaluator = Evaluator(self.engine, readers, self.ranks, self.state, cfg["eval_batch_size"],
                                    self.show_progress)
         self.engine.setup()
+        self.checkpointer = Checkpointer(self.engine, self.hooks, self.state, self.checkpoints, config,
+                                         readers["train_reader"], self.context,
+                                         {"sampler_seed": self.train_sampler.seed, "cpu_threads": self.cpu_threads})
         self.checkpointer.load_initial_state()
 
     @classmethod

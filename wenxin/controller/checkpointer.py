@@ -8,18 +8,22 @@ import logging
 import os
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Protocol
 
 import numpy as np
 
 from wenxin.common.errors import CheckpointError, ConfigError
 from wenxin.common.parsed import dict_at
 from wenxin.controller import checkpoint as ckpt
-from wenxin.controller.env import rng_state, set_rng_state
+from wenxin.controller.engine import ExecutionEngine
+from wenxin.config.task_config import source_of
+from wenxin.controller.env import paddle_rank, paddle_world_size, rng_state, set_rng_state
+from wenxin.controller.run_context import RunContext
+from wenxin.controller.state import TrainState
 from wenxin.data.vocab import Vocab
 
 if TYPE_CHECKING:
-    from wenxin.controller.base_trainer import BaseTrainer
+    from wenxin.data.dataset_reader import BasicDataSetReader
 
 logger = logging.getLogger("wenxin")
 
@@ -44,38 +48,66 @@ def prepare_output_path(cfg: Dict[str, Any], is_writer: bool = True) -> None:
                           f"afresh choose another output_path or move {path} away")
 
 
-class Checkpointer:
-    """Saves and restores a trainer's complete state (model, optimizer, LR schedule, loss scaler,
-    RNG, hooks, progress), refuses a checkpoint of another run, and loads pretrained weights."""
+class CheckpointedHooks(Protocol):
+    """What a checkpoint needs of the trainer's hooks (``HookList``): their events around a save,
+    and their state."""
 
-    def __init__(self, trainer: "BaseTrainer") -> None:
-        self.trainer = trainer
+    def call(self, event: str, *args: Any) -> None: ...
+
+    def state_dict(self) -> Dict[str, Any]: ...
+
+    def set_state_dict(self, state: Dict[str, Any]) -> None: ...
+
+
+class Checkpointer:
+    """Saves and restores a run's complete state (model, optimizer, LR schedule, loss scaler,
+    RNG, hooks, progress), refuses a checkpoint of another run, and loads pretrained weights.
+
+    Args:
+        engine: the set-up engine (the model, optimizer, schedule and scaler state).
+        hooks: the trainer's hooks (their state is saved; they hear ``before_save`` / ``after_save``).
+        state: the run's progress.
+        checkpoints: the run's checkpoint folders.
+        config: the task config (saved with each checkpoint; a checkpoint of another model,
+            optimizer or vocabulary is refused).
+        train_reader: the train reader (its vocabularies are saved and compared).
+        context: the run context (which rank writes, the checkpoint the run continues).
+        run_facts: saved with each checkpoint's progress (the sampler's seed, the CPU threads).
+    """
+
+    def __init__(self, engine: ExecutionEngine, hooks: CheckpointedHooks, state: TrainState,
+                 checkpoints: ckpt.CheckpointManager, config: Dict[str, Any], train_reader: "BasicDataSetReader",
+                 context: RunContext, run_facts: Mapping[str, Any]) -> None:
+        self.engine, self.hooks, self.state, self.checkpoints = engine, hooks, state, checkpoints
+        self.config, self.train_reader, self.context, self.run_facts = config, train_reader, context, dict(run_facts)
+        self.output_path: str = config["trainer"]["output_path"]
 
     def save(self, name: str, update_latest: bool = True) -> str:
         """Write a complete checkpoint ``<output_path>/checkpoints/<name>`` (rank 0 only)."""
-        trainer = self.trainer
-        if not trainer.is_writer:
+        if not self.context.is_writer:
             return ""
-        trainer.hooks.call("before_save", name)
-        extra = {"scaler": trainer.engine.scaler_state_dict(), "rng": rng_state(), "hooks": trainer.hooks.state_dict(),
-                 "lr_scheduler": trainer.lr_scheduler.state_dict() if trainer.lr_scheduler else None,
-                 "sampler_seed": trainer.train_sampler.seed}
-        trainer_state = {**trainer.state.to_dict(), "mode": trainer.mode, "time": time.time(),
-                         "dev_metrics": trainer.state.metrics_now("dev_reader"), "cpu_threads": trainer.cpu_threads}
+        engine, state = self.engine, self.state
+        self.hooks.call("before_save", name)
+        extra = {"scaler": engine.scaler_state_dict(), "rng": rng_state(), "hooks": self.hooks.state_dict(),
+                 "lr_scheduler": engine.lr_scheduler.state_dict() if engine.lr_scheduler else None,
+                 "sampler_seed": self.run_facts.get("sampler_seed")}
+        trainer_state = {**state.to_dict(), "mode": engine.mode, "time": time.time(),
+                         "dev_metrics": state.metrics_now("dev_reader"),
+                         "cpu_threads": self.run_facts.get("cpu_threads")}
 
         def write(folder: str) -> None:
-            ckpt.write_checkpoint(folder, self.checkpointed_state(), trainer.engine.optimizer_state_dict(), extra,
-                                  trainer_state, trainer.config, trainer.readers["train_reader"].save_vocabs)
+            ckpt.write_checkpoint(folder, self.checkpointed_state(), engine.optimizer_state_dict(), extra,
+                                  trainer_state, self.config, self.train_reader.save_vocabs)
 
-        path = trainer.checkpoints.save(name, write, update_latest=update_latest)
-        trainer.hooks.call("after_save", name, path)
+        path = self.checkpoints.save(name, write, update_latest=update_latest)
+        self.hooks.call("after_save", name, path)
         return path
 
     def checkpointed_state(self) -> Dict[str, Any]:
         """The model parameters a checkpoint holds: all, or those the model names
         (``BaseModel.checkpointed_names``: what trains, when the rest is frozen and reloaded)."""
-        state = self.trainer.engine.model_state_dict()
-        names = self.trainer.model.checkpointed_names()
+        state = self.engine.model_state_dict()
+        names = self.engine.model.checkpointed_names()
         return state if names is None else {name: value for name, value in state.items() if name in names}
 
     def load(self, folder: str) -> None:
@@ -87,7 +119,7 @@ class Checkpointer:
         with warnings.catch_warnings():  # LinearWarmup restores its nested schedule, yet warns
             warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
             self._load_training_state(folder, parts)
-        s = self.trainer.state
+        s = self.state
         s.load(parts["trainer_state"])
         if s.finished:
             logger.info("resumed from %s: the run already finished at step %d", folder, s.global_step)
@@ -98,7 +130,7 @@ class Checkpointer:
     def _abandon_checkpoints_after_best(self) -> None:
         """A run continued from ``best`` abandons the checkpoints its first run wrote after it:
         they move aside (not deleted), and ``latest`` names ``best`` until this run saves."""
-        checkpoints, step = self.trainer.checkpoints, self.trainer.state.global_step
+        checkpoints, step = self.checkpoints, self.state.global_step
         try:
             aside = checkpoints.set_aside_after(step)
             checkpoints.mark_latest(ckpt.BEST_DIR)
@@ -111,15 +143,15 @@ class Checkpointer:
     def _load_training_state(self, folder: str, parts: Mapping[str, Any]) -> None:
         """Optimizer, LR schedule, loss scaler, hooks and RNG from a checkpoint's parts."""
         try:
-            self.trainer.engine.set_optimizer_state_dict(parts["optimizer"])
+            self.engine.set_optimizer_state_dict(parts["optimizer"])
         except Exception as e:  # noqa: BLE001 (Paddle raises many types for a state that does not fit)
             raise CheckpointError(f"{folder}: optimizer state does not fit this model/optimizer ({e})") from None
         extra = parts["extra"]
         try:
-            if self.trainer.lr_scheduler is not None and extra.get("lr_scheduler"):
-                self.trainer.lr_scheduler.set_state_dict(extra["lr_scheduler"])
-            self.trainer.engine.set_scaler_state_dict(extra.get("scaler"))
-            self.trainer.hooks.set_state_dict(extra.get("hooks") or {})
+            if self.engine.lr_scheduler is not None and extra.get("lr_scheduler"):
+                self.engine.lr_scheduler.set_state_dict(extra["lr_scheduler"])
+            self.engine.set_scaler_state_dict(extra.get("scaler"))
+            self.hooks.set_state_dict(extra.get("hooks") or {})
             set_rng_state(extra["rng"])
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
             path = os.path.join(folder, ckpt.EXTRA_STATE + ".json")
@@ -130,7 +162,7 @@ class Checkpointer:
         vocabularies. Lists every difference."""
         differences = []
         saved_model = dict_at(saved, "model")
-        model = self.trainer.config["model"]
+        model = self.config["model"]
         if saved_model.get("type") != model["type"]:
             differences.append(f"model.type: checkpoint {saved_model.get('type')!r}, now {model['type']!r}")
         saved_opt = (saved_model.get("optimization") or {}).get("optimizer", "adamw")
@@ -138,7 +170,7 @@ class Checkpointer:
             differences.append(f"model.optimization.optimizer: checkpoint {saved_opt!r}, "
                                f"now {model['optimization']['optimizer']!r}")
         vocab_dir = os.path.join(folder, ckpt.VOCAB_DIR)
-        for field in self.trainer.readers["train_reader"].fields:
+        for field in self.train_reader.fields:
             path = os.path.join(vocab_dir, f"{field.name}.txt")
             if field.vocab is None or not os.path.isfile(path):
                 continue
@@ -154,9 +186,9 @@ class Checkpointer:
 
     def load_params(self, loaded: Mapping[str, Any], source: str, strict: bool = False,
                            prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
-        current = self.trainer.engine.model_state_dict()
+        current = self.engine.model_state_dict()
         if strict:  # a checkpoint: it holds what the model checkpoints (all, or what trains)
-            names = self.trainer.model.checkpointed_names()
+            names = self.engine.model.checkpointed_names()
             current = current if names is None else {k: v for k, v in current.items() if k in names}
         matched, report = ckpt.match_parameters(current, loaded, source, prefix_map)
         bad = [name for name, value in matched.items() if not np.isfinite(value).all()]
@@ -164,7 +196,7 @@ class Checkpointer:
             raise CheckpointError(f"{source}: parameters hold NaN/Inf: {', '.join(bad[:5])}")
         if strict and (report.missing or report.mismatched or report.unexpected):
             raise CheckpointError(f"{source}: checkpoint does not match the model:\n{report.summary()}")
-        self.trainer.engine.set_model_state_dict(matched)
+        self.engine.set_model_state_dict(matched)
         return report
 
     def restore_model_params(self, params: Mapping[str, Any], source: str) -> None:
@@ -176,7 +208,7 @@ class Checkpointer:
         folder (ERNIE/BERT weights are renamed to ``ernie.*``, see ``wenxin.translation.pretrained``);
         logs what matched and what did not. A pickled ``.pdparams`` (or ERNIE-kit ``params``) file
         is read with ``wenxin.common.pickled_weights``, which refuses anything but arrays."""
-        params, path, layout = ckpt.load_pretrained_params(params_path, self.trainer.model.state_dict().keys())
+        params, path, layout = ckpt.load_pretrained_params(params_path, self.engine.model.state_dict().keys())
         if layout != "wenxin":
             path = f"{path} ({layout} layout)"
         report = self.load_params(params, path, prefix_map=prefix_map)
@@ -188,16 +220,15 @@ class Checkpointer:
     def load_initial_state(self) -> None:
         """Pretrained weights, then the checkpoint the run continues (if any); rank 0 writes the
         run's resolved config and vocabularies."""
-        trainer = self.trainer
-        cfg = trainer.trainer_config
-        own = trainer.model.own_pretrained_weights()
+        cfg = self.config["trainer"]
+        own = self.engine.model.own_pretrained_weights()
         if own is not None:
             source, weights = own
             report = self.load_params(weights, source)
             if not report.loaded or report.mismatched:
                 raise CheckpointError(f"{source}: the model's pretrained weights do not fit it:\n{report.summary()}")
             # parameters the folder cannot have (LoRA adapters) start from their initialization
-            added = set(report.missing) & (trainer.model.checkpointed_names() or set())
+            added = set(report.missing) & (self.engine.model.checkpointed_names() or set())
             report.missing = [name for name in report.missing if name not in added]
             logger.info("%s%s", report.summary(), f"\n  the model's own parameters ({len(added)}, e.g. adapters) start "
                         f"from their initialization" if added else "")
@@ -205,28 +236,36 @@ class Checkpointer:
             self.load_pretrained(entry["params_path"], entry["prefix_map"])
         if cfg["load_parameters"]:
             self.load_pretrained(cfg["load_parameters"])
-        resume_from = trainer.context.resume_from
+        resume_from = self.context.resume_from
         if resume_from:
             self.load(resume_from)
-            if trainer.is_writer:
+            if self.context.is_writer:
                 if cfg["resume"] == "best":
                     self._abandon_checkpoints_after_best()
-                elif trainer.state.finished and trainer.checkpoints.holds(resume_from):
-                    trainer.checkpoints.prune()  # no save follows: finish the last one's pruning
+                elif self.state.finished and self.checkpoints.holds(resume_from):
+                    self.checkpoints.prune()  # no save follows: finish the last one's pruning
                 # the folders are the truth: a process killed after a save, before pruning and
                 # rewriting the index (or a run resumed from best), left an index behind them
-                trainer.checkpoints.write_index()
+                self.checkpoints.write_index()
         elif cfg["resume"] == "auto":
-            logger.info("resume=auto: no checkpoint in %s, starting fresh", trainer.checkpoints.root)
-        if trainer.is_writer:
+            logger.info("resume=auto: no checkpoint in %s, starting fresh", self.checkpoints.root)
+        if self.context.is_writer:
             try:
-                with open(os.path.join(trainer.output_path, "config.json"), "w", encoding="utf-8") as f:
-                    json.dump(trainer.config, f,
-                              indent=2, ensure_ascii=False)
-                trainer.readers["train_reader"].save_vocabs(os.path.join(trainer.output_path, "vocab"))
+                with open(os.path.join(self.output_path, "config.json"), "w", encoding="utf-8") as f:
+                    json.dump(self.config, f, indent=2, ensure_ascii=False)
+                self.train_reader.save_vocabs(os.path.join(self.output_path, "vocab"))
             except OSError as e:
-                raise ConfigError(f"trainer.output_path: cannot write to {trainer.output_path} "
+                raise ConfigError(f"trainer.output_path: cannot write to {self.output_path} "
                                   f"({e.strerror or e})") from None
+
+
+def context_of(config: Dict[str, Any]) -> RunContext:
+    """The run context of a trainer made without ``wenxin.runner.setup_environment`` (a script's
+    own): its task file, this process's rank, the checkpoint its ``trainer.resume`` keys name,
+    and Paddle's CPU threads as they are."""
+    return RunContext(source=source_of(config), translations=tuple(getattr(config, "translations", ())),
+                      resume_from=resume_checkpoint(config["trainer"]), rank=paddle_rank(),
+                      world_size=paddle_world_size())
 
 
 def resume_checkpoint(cfg: Dict[str, Any]) -> Optional[str]:

@@ -9,9 +9,7 @@ parts read them from here, never from keys riding in the config.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Optional, Tuple
-
-from wenxin.config.task_config import source_of
+from typing import Optional, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,13 +37,3 @@ class RunContext:
         """Whether this process writes the run's files (rank 0)."""
         return self.rank == 0
 
-
-def context_of(config: Dict[str, Any]) -> RunContext:
-    """The run context of a trainer made without ``wenxin.runner.setup_environment`` (a script's
-    own): its task file, this process's rank, the checkpoint its ``trainer.resume`` keys name,
-    and Paddle's CPU threads as they are."""
-    from wenxin.controller.checkpointer import resume_checkpoint  # the checkpoint floor reads contexts
-    from wenxin.controller.env import paddle_rank, paddle_world_size
-    return RunContext(source=source_of(config), translations=tuple(getattr(config, "translations", ())),
-                      resume_from=resume_checkpoint(config["trainer"]), rank=paddle_rank(),
-                      world_size=paddle_world_size())

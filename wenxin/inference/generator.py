@@ -10,7 +10,7 @@ try box through ``Generator.stream_results``, and ``wenxin serve`` through its s
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -18,10 +18,7 @@ from wenxin.common.errors import InferenceError
 from wenxin.inference.formatters import ResultFormat
 from wenxin.inference.stop_strings import StopStrings
 from wenxin.models.batch_decoding import CHUNK_STEP, VISIBLE, BatchDecoder
-from wenxin.models.decoding import DecodeSettings, Search, new_search
-
-if TYPE_CHECKING:  # the loaded export it decodes with (whose predict hands generation to this module)
-    from wenxin.inference.predictor import Predictor
+from wenxin.models.decoding import DecodeSettings, PromptSource, Search, new_search
 
 Row = Sequence[str]
 Progress = Callable[[int], None]  # told the rows done
@@ -76,12 +73,29 @@ class AnswerText:
         return piece
 
 
+class GenerationExport(Protocol):
+    """What a ``Generator`` is handed: a loaded generation export (``Predictor`` is one, and its
+    ``predict`` hands generation to this module)."""
+
+    engine: Any  # the loaded backend; None where the export is not loaded
+    steps: Dict[str, Dict[str, Any]]  # the step functions' inputs and outputs
+    decode_settings: Optional[DecodeSettings]  # None: the export does not generate
+    prompt_source: Optional[PromptSource]
+    result_format: ResultFormat
+
+    def run_step(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]: ...
+
+    def settings_for(self, overrides: Optional[Dict[str, Any]] = None) -> DecodeSettings: ...
+
+    def prompt(self, row: Sequence[str]) -> Dict[str, np.ndarray]: ...
+
+
 class Generator:
     """Decodes rows with a loaded generation export (``predictor``, used from the thread that
     made it). ``masked``: the export's ``extend`` hides padding (``visible``), so prompts share
     one batch; an older export decodes each prompt with calls of its own."""
 
-    def __init__(self, predictor: "Predictor") -> None:
+    def __init__(self, predictor: GenerationExport) -> None:
         if predictor.decode_settings is None:
             raise InferenceError("this model does not generate (no step functions in its export)")
         if predictor.engine is None:

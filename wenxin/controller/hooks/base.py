@@ -13,17 +13,67 @@ around each checkpoint. Hooks with a lower priority number run first (as in mmen
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol
 
 import numpy as np
 
 from wenxin.config.schema import Schema
 
 if TYPE_CHECKING:
-    from wenxin.controller.base_trainer import BaseTrainer
+    from wenxin.controller.checkpoint import CheckpointManager
+    from wenxin.controller.engine import ExecutionEngine
+    from wenxin.controller.hooks.writers import MetricLogger
+    from wenxin.controller.ranks import Ranks
+    from wenxin.controller.state import TrainState
+    from wenxin.data.dataset_reader import BasicDataSetReader
+    from wenxin.models.base_model import BaseModel
 
 
-def floating_weights(trainer: "BaseTrainer") -> Dict[str, np.ndarray]:
+class HookedTrainer(Protocol):
+    """The trainer as its hooks see it (``BaseTrainer`` is one): a hook is handed this, the
+    loop's state and the parts it acts on, and nothing of how the trainer is assembled."""
+
+    config: Dict[str, Any]  # the task config
+    trainer_config: Dict[str, Any]  # its trainer section
+    readers: Dict[str, "BasicDataSetReader"]
+    output_path: str
+    rank: int
+    world_size: int
+    is_writer: bool  # rank 0: the process that writes files
+    ranks: "Ranks"
+    state: "TrainState"
+    engine: "ExecutionEngine"
+    hooks: "HookList"
+    checkpoints: "CheckpointManager"
+    metric_logger: "MetricLogger"
+    capture_gradients: bool  # a gradient-norm hook sets it for the steps whose norms it reads
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def model(self) -> "BaseModel": ...
+
+    @property
+    def lr_scheduler(self) -> Any: ...
+
+    def current_lr(self) -> float: ...
+
+    def eval_readers(self) -> List[str]: ...
+
+    def evaluate(self, reader_name: str, tag: Optional[str] = None, run_hooks: bool = True,
+                 step: Optional[int] = None) -> Dict[str, float]: ...
+
+    def save_checkpoint(self, name: str, update_latest: bool = True) -> str: ...
+
+    def restore_model_params(self, params: Mapping[str, Any], source: str) -> None: ...
+
+    def export_inference(self, folder: str, quiet: bool = False) -> str: ...
+
+    def register_hook(self, hook: "HookBase", priority: Optional[int] = None) -> None: ...
+
+
+def floating_weights(trainer: HookedTrainer) -> Dict[str, np.ndarray]:
     """The model's floating-point parameters and buffers as arrays (in either graph mode), by name."""
     state = trainer.engine.model_state_dict()
     arrays = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in state.items()}
@@ -54,7 +104,7 @@ class HookBase:
 
     priority: int = Priority.NORMAL
     config_schema: Schema = {}
-    trainer: "BaseTrainer"
+    trainer: HookedTrainer
 
     def before_train(self) -> None: ...
     def after_train(self) -> None: ...
