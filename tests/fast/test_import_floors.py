@@ -91,3 +91,71 @@ def test_the_check_sees_an_import_that_runs_up(tmp_path):
     assert list(imports(str(path))) == [(2, "wenxin.controller")]
     assert floor_of("wenxin.controller.engine") < floor_of("wenxin.data.lines") < floor_of("wenxin.common.errors")
     assert floor_of("tasks.text_classification.models") == floor_of("wenxin.models.ernie")
+
+
+def module_edges(path: str, known: set) -> Iterator[Tuple[int, str]]:
+    """``(line, module)`` of every import of a module in ``known`` from the file, type-only and
+    function-local ones included: ``from a.b import c`` names ``a.b.c`` where that is a module."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in known else node.module
+                     for alias in node.names]
+        else:
+            continue
+        yield from ((node.lineno, name) for name in names if name in known)
+
+
+def circles(graph: dict) -> list:
+    """The strongly connected groups of more than one module in ``graph`` (Tarjan's algorithm)."""
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    on_stack: set = set()
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    """No circle of imports among wenxin's modules, counting type-only and function-local imports
+    too (a part that must name something above it names a Protocol of what it uses instead).
+    A package importing its own modules (an ``__init__`` that registers them) is no circle."""
+    paths = {module_name(path): path for path in sources()}
+    known = set(paths)
+    graph = {module: {target for _, target in module_edges(path, known)
+                      if target != module and not (path.endswith("__init__.py") and target.startswith(module + "."))}
+             for module, path in paths.items()}
+    found = circles(graph)
+    assert not found, "modules in a circle of imports:\n" + "\n".join(" <-> ".join(group) for group in found)
+
+
+def test_the_circle_check_sees_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
