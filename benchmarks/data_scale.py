@@ -39,6 +39,9 @@ from typing import Any, Dict, List, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wenxin.common.process_settings import apply_process_settings  # noqa: E402
+
+apply_process_settings()  # as wenxin's entry points do, before Paddle loads
 from measure import load_note, tree_cpu_seconds  # noqa: E402
 
 CONFIG = os.path.join(REPO, "examples", "text_classification_bow.json")

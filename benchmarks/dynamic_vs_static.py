@@ -30,6 +30,9 @@ from wenxin.controller.hooks import HookBase, Priority  # noqa: E402
 from wenxin.runner import build_trainer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wenxin.common.process_settings import apply_process_settings  # noqa: E402
+
+apply_process_settings()  # as wenxin's entry points do, before Paddle loads
 from measure import load_note  # noqa: E402
 
 EXAMPLE = os.path.join(REPO, "examples", "text_classification_bow.json")

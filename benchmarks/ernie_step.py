@@ -42,6 +42,9 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "tests"))
+from wenxin.common.process_settings import apply_process_settings  # noqa: E402
+
+apply_process_settings()  # as wenxin's entry points do, before Paddle loads
 os.environ.setdefault("GLOG_minloglevel", "2")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy's BLAS, for the GEMM limit: one thread
 

@@ -44,8 +44,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from wenxin.common.process_settings import apply_process_settings  # noqa: E402
 
-import wenxin  # noqa: E402,F401  (before Paddle: the fast BLAS path applies to every variant alike)
+apply_process_settings()  # as wenxin's entry points do, before Paddle loads
+
 import paddle  # noqa: E402
 
 from paced import PacedClock, paired_ratio, run_paced_round, window_ratios  # noqa: E402

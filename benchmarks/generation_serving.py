@@ -49,6 +49,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wenxin.common.process_settings import apply_process_settings  # noqa: E402
+
+apply_process_settings()  # as wenxin's entry points do, before Paddle loads
 from measure import load_note, tree_cpu_seconds  # noqa: E402
 
 SMALL = {"vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 6,

@@ -29,6 +29,9 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests"))
 os.environ.setdefault("GLOG_minloglevel", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wenxin.common.process_settings import apply_process_settings  # noqa: E402
+
+apply_process_settings()  # as wenxin's entry points do, before Paddle loads
 
 from measure import load_note  # noqa: E402
 

@@ -26,6 +26,11 @@ if "WENXIN_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["WENXIN_CACHE_DIR"], True)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+# the tests' own trainers run as wenxin's entry points run theirs (the BLAS path on AMD CPUs changes
+# float rounding, and tests compare in-process runs with command-line ones)
+from wenxin.common.process_settings import apply_process_settings  # noqa: E402
+
+apply_process_settings()
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "slow: takes over ~20 s; a fast local loop skips them with -m 'not slow'")

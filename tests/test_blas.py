@@ -1,5 +1,6 @@
 """The fast BLAS path: MKL_DEBUG_CPU_TYPE=5 only on AMD CPUs with AVX2, only before Paddle loads,
-never over the user's own setting, and off with WENXIN_FAST_BLAS=0."""
+never over the user's own setting, and off with WENXIN_FAST_BLAS=0 or WENXIN_PROCESS_SETTINGS=0.
+wenxin's entry points (the command line, the Python API's Task) apply it; importing wenxin does not."""
 from __future__ import annotations
 
 import os
@@ -36,13 +37,26 @@ def test_the_users_choice_and_a_loaded_paddle_are_left_alone(tmp_path, monkeypat
     assert blas.choose_fast_blas(environ, cpuinfo) is None and environ == {}
 
 
-def test_importing_wenxin_decides_before_paddle_loads():
-    code = ("import os, sys, wenxin; from wenxin.common import blas; "
-            "print(os.environ.get('MKL_DEBUG_CPU_TYPE'), blas.amd_with_avx2())")
-    env = {k: v for k, v in os.environ.items() if k not in ("MKL_DEBUG_CPU_TYPE", "WENXIN_FAST_BLAS")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**env, "PYTHONPATH": REPO}).stdout.split()
-    assert out == (["5", "True"] if out[1] == "True" else ["None", "False"])
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**env, "PYTHONPATH": REPO, "WENXIN_FAST_BLAS": "0"}).stdout.split()
-    assert out[0] == "None"
+def blas_setting(code: str, tmp_path, **switches: str) -> list:
+    """``MKL_DEBUG_CPU_TYPE`` after ``code`` in a fresh process, and whether this CPU is an AMD
+    one with AVX2."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MKL_DEBUG_CPU_TYPE", "WENXIN_FAST_BLAS", "WENXIN_PROCESS_SETTINGS")}
+    code = f"import os, sys, wenxin; from wenxin.common import blas; {code}; " \
+           f"print(os.environ.get('MKL_DEBUG_CPU_TYPE'), blas.amd_with_avx2())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+                          env={**env, "PYTHONPATH": REPO, **switches})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()[-2:]
+
+
+def test_the_entry_points_decide_before_paddle_loads_and_importing_wenxin_does_not(tmp_path):
+    amd = blas_setting("pass", tmp_path)[1] == "True"
+    assert blas_setting("pass", tmp_path)[0] == "None"  # importing wenxin changes nothing
+    command = "import wenxin.cli; wenxin.cli.main(['examples', 'copies'])"  # a command that loads no Paddle
+    assert blas_setting(command, tmp_path) == (["5", "True"] if amd else ["None", "False"])
+    task = ("from wenxin.api import Task; from wenxin.common.errors import ConfigError\n"
+            "try: Task({})\nexcept ConfigError: pass")
+    assert blas_setting(task, tmp_path)[0] == ("5" if amd else "None")
+    assert blas_setting(command, tmp_path, WENXIN_FAST_BLAS="0")[0] == "None"
+    assert blas_setting(command, tmp_path, WENXIN_PROCESS_SETTINGS="0")[0] == "None"

@@ -6,11 +6,11 @@ os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ logging, before p
 os.environ.setdefault("GLOG_v", "0")
 warnings.filterwarnings("ignore", message="No ccache found")  # printed by every paddle import
 
-from wenxin.common import allocator, blas, startup_notes, threads  # noqa: E402
+from wenxin.common import threads  # noqa: E402
 
-startup_notes.add(blas.choose_fast_blas())  # before anything imports Paddle (see wenxin.common.blas)
-startup_notes.add(allocator.keep_freed_memory())  # see wenxin.common.allocator
-threads.USER_THREADS = threads.user_threads()  # Paddle overwrites OMP_NUM_THREADS when it loads
+# the process-wide speed settings (BLAS, allocator) are applied by the entry points, not by this
+# import: see wenxin.common.process_settings
+threads.USER_THREADS = threads.user_threads()  # read before Paddle loads: it overwrites OMP_NUM_THREADS
 
 # The built-in readers, tokenizers, hooks, optimizers and result formats register themselves
 # when a registry is first asked (wenxin.common.registry.load_builtins), so that importing

@@ -9,7 +9,8 @@ evaluated and asked for predictions, as the command line does it.
 
 Everything a task file can say, the dict can (the same keys, checked the same way, errors naming
 the key). Relative paths in it are relative to the working folder, as for a task file; the task
-package is looked for there too. See docs/notebook.md.
+package is looked for there too. A ``Task`` applies wenxin's process-wide speed settings before
+Paddle loads, as the command line does (``wenxin.common.process_settings``). See docs/notebook.md.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import os
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Union
 
 from wenxin.common.errors import ConfigError
+from wenxin.common.process_settings import apply_process_settings
 from wenxin.config.loader import config_from_dict, load_config
 
 Overrides = Union[Mapping[str, Any], Iterable[str]]
@@ -54,6 +56,7 @@ class Task:
     def __init__(self, config: Mapping[str, Any], overrides: Overrides = (), source: str = "") -> None:
         if not isinstance(config, Mapping):
             raise ConfigError(f"config: a dict, like a task file's content, not a {type(config).__name__}")
+        apply_process_settings()  # before the task (and Paddle) loads
         self.source = source or os.path.join(os.getcwd(), "task.json")
         self.overrides = _override_list(overrides)
         self.config = config_from_dict(dict(config), self.source, self.overrides)
@@ -63,6 +66,7 @@ class Task:
     @classmethod
     def from_file(cls, path: str, overrides: Overrides = ()) -> "Task":
         """The task of a task file (JSON or YAML, native or ERNIE-kit's)."""
+        apply_process_settings()  # before the task (and Paddle) loads
         task = cls.__new__(cls)
         task.source = os.path.abspath(path)
         task.overrides = _override_list(overrides)

@@ -16,6 +16,7 @@ from wenxin.common.errors import (EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_P
                                   CheckpointError, ConfigError, DataError, InstallError, WenxinError, exit_status,
                                   format_error)
 from wenxin.common.logs import LOG_LEVEL_ENV, LOG_LEVELS, configured_level, set_console_stream
+from wenxin.common.process_settings import apply_process_settings
 from wenxin.common.progress import ProgressLog
 from wenxin.common.process import Terminated, end_on_sigterm, load_paddle, quiet_paddle, watch_thread_failures
 
@@ -224,6 +225,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed command with wenxin's signal and thread-failure handling; returns the exit status."""
+    apply_process_settings()  # before Paddle loads (wenxin.common.process_settings)
     quiet_paddle()
     if getattr(args, "log_level", None):
         os.environ[LOG_LEVEL_ENV] = args.log_level  # child processes (sweep trials, workers) too

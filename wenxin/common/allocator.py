@@ -1,4 +1,5 @@
-"""Large tensors without page faults: glibc's malloc thresholds, set when wenxin is imported.
+"""Large tensors without page faults: glibc's malloc thresholds, set by wenxin's entry points
+(``wenxin.common.process_settings``; importing wenxin does not).
 
 Paddle's CPU tensors come from ``malloc``. glibc serves a block above its mmap threshold with
 fresh pages from the kernel and hands them back when the block is freed, and it trims free

@@ -4,7 +4,8 @@ Paddle's CPU build links Intel MKL, which takes a generic (non-AVX2) code path o
 measured on this repository's AMD EPYC machine, ``paddle.matmul`` ran 22 GFLOP/s against 43 with
 ``MKL_DEBUG_CPU_TYPE=5``, which tells this MKL to use its AVX2 kernels, and training the
 ERNIE-style example became 1.45x faster (benchmarks/README.md). MKL reads the variable once,
-when it loads, so it is set when wenxin is imported, before wenxin imports Paddle. It is left
+when it loads, so wenxin's entry points set it before they load Paddle
+(``wenxin.common.process_settings``; importing wenxin does not). It is left
 alone when the user set it, when Paddle is already loaded, off Linux, on other CPUs, and when
 ``WENXIN_FAST_BLAS=0``.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
+from typing import MutableMapping, Optional
 
 SWITCH = "WENXIN_FAST_BLAS"  # "0" turns the fast path off
 MKL_VARIABLE = "MKL_DEBUG_CPU_TYPE"
@@ -38,7 +39,7 @@ def amd_with_avx2(cpuinfo: str = CPUINFO) -> bool:
     return vendor == "AuthenticAMD" and "avx2" in flags.split()
 
 
-def choose_fast_blas(environ: "os._Environ[str] | dict" = os.environ, cpuinfo: str = CPUINFO) -> Optional[str]:
+def choose_fast_blas(environ: MutableMapping[str, str] = os.environ, cpuinfo: str = CPUINFO) -> Optional[str]:
     """Set ``MKL_DEBUG_CPU_TYPE=5`` in ``environ`` where it helps and nobody decided otherwise;
     returns the line to log, or None when nothing was set."""
     if environ.get(SWITCH, "1") == "0" or MKL_VARIABLE in environ or "paddle" in sys.modules:

@@ -1,6 +1,6 @@
-"""Lines about what importing wenxin set up, held until a command can log them.
+"""Lines about what an entry point set up in the process, held until a command can log them.
 
-``wenxin/__init__.py`` adjusts the process before Paddle loads (the BLAS path in
+``wenxin.common.process_settings`` adjusts the process before Paddle loads (the BLAS path in
 ``wenxin.common.blas``, glibc's thresholds in ``wenxin.common.allocator``), before logging is
 configured. Each adjustment leaves one line here; the training runner logs them and ``wenxin
 serve`` prints them, each once per process.
