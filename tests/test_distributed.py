@@ -1,4 +1,5 @@
 """Data parallelism with real processes on CPU (paddle.distributed.launch, gloo)."""
+import dataclasses
 import json
 import os
 import shutil
@@ -294,7 +295,8 @@ def test_micro_batches_do_not_all_reduce(tmp_path, data_dir):
             yield
 
     engine.train_model = engine.step.train_model = Recorder()
-    trainer.world_size = engine.step.world_size = 2
+    trainer.world_size = 2
+    engine.step.rule = dataclasses.replace(engine.step.rule, world_size=2)
     trainer.ranks = Ranks(0, 1)  # no collective in this single process
     trainer.should_check_loss = lambda: False  # no collective in this single process
     trainer.do_train()

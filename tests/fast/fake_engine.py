@@ -23,9 +23,10 @@ class NumpyBow:
     onednn_min_rows = None
     sorted_batch_rows = None
 
-    def __init__(self, vocab_size: int, num_labels: int, seed: int, learning_rate: float) -> None:
+    def __init__(self, vocab_size: int, num_labels: int, seed: int, learning_rate: float,
+                 max_grad_norm: float = 0.0) -> None:
         rng = np.random.RandomState(seed)
-        self.learning_rate = learning_rate
+        self.learning_rate, self.max_grad_norm = learning_rate, max_grad_norm
         self.params = {"embedding.weight": rng.normal(0.0, 0.1, (vocab_size, num_labels)),
                        "out.bias": np.zeros(num_labels)}
 
@@ -91,6 +92,16 @@ class LinearDecay:
         self.last_epoch = int(state["last_epoch"])
 
 
+def clip_by_global_norm(grads: Dict[str, np.ndarray], clip: float) -> Dict[str, np.ndarray]:
+    """``grads`` scaled by ``clip / max(norm, clip)`` (the norm of all of them), as Paddle's
+    ``ClipGradByGlobalNorm`` does; unchanged where ``clip`` is 0."""
+    if clip <= 0:
+        return grads
+    norm = float(np.sqrt(sum(float(np.square(g).sum()) for g in grads.values())))
+    scale = clip / max(norm, clip)
+    return {name: g * scale for name, g in grads.items()}
+
+
 class NumpyEngine(ExecutionEngine):
     """Momentum SGD over the micro-batches' mean gradient; a step whose loss is NaN/Inf (or that a
     test poisons through ``poisoned_steps``: the engine's own step numbers, 1 its first) skips its update,
@@ -109,20 +120,21 @@ class NumpyEngine(ExecutionEngine):
         self.steps_run = 0
 
     def run_step(self, batches: List[Batch], check_loss: bool, capture_gradients: bool = False) -> StepOutcome:
-        model = self.model
+        model, rule = self.model, self.inputs.rule
         losses, grads = [], {name: np.zeros_like(v) for name, v in model.params.items()}
         for batch in batches:
-            loss, part = model.loss_and_grads(batch)
+            loss, part = model.loss_and_grads(batch)  # the gradients of the micro-batch's loss
             losses.append(loss)
             for name, g in part.items():
-                grads[name] += g / len(batches)
-        loss = float(np.mean(losses))
+                grads[name] += rule.micro_objective(g)  # linear: the gradient of the micro objective
+        loss = rule.step_loss(losses)
         self.steps_run += 1
         if self.steps_run in self.poisoned_steps:
             loss = float("nan")
-        nonfinite = check_loss and not np.isfinite(loss)
+        nonfinite = rule.skips(check_loss, not np.isfinite(loss))
         self._grads = grads
         if not nonfinite:
+            grads = clip_by_global_norm(grads, model.max_grad_norm)
             lr = self.lr_scheduler.get_lr()
             for name, g in grads.items():
                 self.optimizer[name] = self.MOMENTUM * self.optimizer[name] + g
@@ -185,8 +197,9 @@ def numpy_trainer(config: Dict[str, Any], tmp_path: Any, overrides: Optional[Lis
     context = RunContext(source=config.source, resume_from=resume_checkpoint(cfg))
 
     def numpy_model(model_config: Dict[str, Any], data_info: Dict[str, Any]) -> NumpyBow:
+        opt = model_config["optimization"]
         return NumpyBow(data_info["text_a"]["vocab_size"], data_info["label"]["num_labels"], cfg["seed"],
-                        model_config["optimization"]["learning_rate"])
+                        opt["learning_rate"], opt["max_grad_norm"])
 
     trainer = assemble_trainer(config, context, TaskClasses(scope="", model_cls=numpy_model, trainer_cls=NumpyTrainer))
     assert isinstance(trainer, NumpyTrainer)

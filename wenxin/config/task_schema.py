@@ -247,9 +247,10 @@ TRAINER: Schema = {
     "decr_every_n_nan_or_inf": Key(int, 2, minimum=1),
     "incr_ratio": Key(float, 2.0, minimum=1.0),
     "decr_ratio": Key(float, 0.5, minimum=0.0, maximum=1.0),
-    "nan_check_step": Key(int, 1, minimum=0, doc="check the loss for NaN/Inf every N steps (0: off); each check "
-                                                 "reads the loss on the host (on a GPU, a larger N lets the host run "
-                                                 "ahead)"),
+    "nan_check_step": Key(int, 1, minimum=0, doc="check the loss for NaN/Inf every N steps (0: off); a checked "
+                                                 "step with a NaN/Inf loss skips its update, in either mode; each "
+                                                 "check reads the loss on the host (on a GPU, a larger N lets the "
+                                                 "host run ahead)"),
     "max_nan_steps": Key(int, 1, minimum=1, doc="stop after this many non-finite losses in a row"),
     "output_path": path_key("./output", non_empty=True),
     "pre_train_model": Key((list, str), [], doc="params files to warm-start from (docs/tasks.md, fine-tuning ERNIE)"),

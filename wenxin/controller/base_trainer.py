@@ -33,6 +33,7 @@ from wenxin.controller.preflight import preflight
 from wenxin.controller.ranks import Ranks
 from wenxin.controller.run_context import RunContext
 from wenxin.controller.state import TrainState
+from wenxin.controller.step_rule import StepRule
 from wenxin.controller.stop_signals import stop_signals_caught
 from wenxin.controller.train_plan import next_batches, plan_steps, train_data
 from wenxin.data.dataset_reader import BasicDataSetReader, BatchLoader
@@ -80,14 +81,15 @@ class BaseTrainer:
         data = train_data(readers["train_reader"], cfg, self.ranks, engine_class.numpy_batches)
         self.train_sampler, self.train_loader, self.accumulate = data.sampler, data.loader, data.accumulate
         plan_steps(self.state, data, cfg, list(readers))
+        self.rule = StepRule(self.accumulate, self.world_size, cfg["nan_check_step"])
         self.metric_logger = MetricLogger(make_writers(self.output_path, self.is_writer, cfg["visualdl"],
                                                        cfg["fast_paths"]["visualdl_records"]))
         self.hooks = HookList()
         self._setup_hooks()
         self.capture_gradients = False  # set by a hook that reads gradient norms, for the steps it reads
         self.engine: ExecutionEngine = engine_class(EngineInputs(
-            model_builder=model_builder, amp=amp, accumulate=self.accumulate, world_size=self.world_size,
-            seed=cfg["seed"], max_steps=self.state.max_steps, **readers_inputs(readers),
+            model_builder=model_builder, amp=amp, rule=self.rule, seed=cfg["seed"], max_steps=self.state.max_steps,
+            **readers_inputs(readers),
             # a hook that reads gradient norms asks for them before the step is built (static programs)
             gradient_norms_wanted=any(getattr(h, "wants_gradient_norms", False) for h in self.hooks.hooks),
             fast_program_runner=cfg["fast_paths"]["program_runner"], on_model_built=self._set_cpu_threads))
@@ -145,7 +147,6 @@ class BaseTrainer:
         hook.trainer = self
         self.hooks.add(hook, priority)
 
-    # ---- execution primitives (the engine's) ------------------------------------------------
     def run_step(self, batches: List[Batch]) -> Any:
         """One optimizer update over ``batches`` (see ``ExecutionEngine.run_step``); returns the
         mean loss and sets ``state.nonfinite_loss`` (whether the update was skipped)."""
@@ -158,8 +159,7 @@ class BaseTrainer:
 
     def should_check_loss(self) -> bool:
         """Whether the step about to run checks its loss for NaN/Inf (``trainer.nan_check_step``)."""
-        every = self.trainer_config["nan_check_step"]
-        return bool(every) and (self.state.global_step + 1) % every == 0
+        return self.rule.checks_loss(self.state.global_step)
 
     # ---- task entry points ---------------------------------------------------------------
     def do_train(self) -> Dict[str, Dict[str, float]]:

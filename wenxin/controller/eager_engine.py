@@ -15,6 +15,7 @@ from wenxin.compat.paddle_internals import grad_scaler_scale
 from wenxin.controller.checkpoint import rename_state_keys
 from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, step_meta
 from wenxin.controller.state import loss_value
+from wenxin.controller.step_rule import StepRule
 
 
 class _PredictGraph(paddle.nn.Layer):
@@ -45,24 +46,23 @@ class _StepGraph(paddle.nn.Layer):
 
 
 class EagerOptimizerStep:
-    """One optimizer update in eager mode, in one place (as mmengine's ``OptimWrapper``): the
-    micro-batches' losses, each divided by their number (gradient accumulation), are scaled by
-    the ``GradScaler`` (float16 AMP) before ``backward``; data parallel all-reduces the gradients
-    only at the last micro-batch; the update is skipped when the loss was NaN/Inf, otherwise the
-    optimizer applies it (its ``grad_clip`` clips by the global norm, see ``wenxin.optim``) and
-    the scaler updates its scale."""
+    """The step rule (``wenxin.controller.step_rule``) in eager mode: each micro-batch's
+    ``rule.micro_objective`` is scaled by the ``GradScaler`` (float16 AMP) before ``backward``;
+    data parallel all-reduces the gradients only at the last micro-batch; a skipped step applies
+    nothing, otherwise the optimizer applies the update (its ``grad_clip`` clips by the global
+    norm, see ``wenxin.optim``) and the scaler updates its scale."""
 
     def __init__(self, optimizer: Any, scaler: Optional[paddle.amp.GradScaler], train_model: Any,
-                 world_size: int) -> None:
-        self.optimizer, self.scaler, self.train_model, self.world_size = optimizer, scaler, train_model, world_size
+                 rule: StepRule) -> None:
+        self.optimizer, self.scaler, self.train_model, self.rule = optimizer, scaler, train_model, rule
 
     def accumulating(self, index: int, count: int) -> contextlib.AbstractContextManager:
         """The context of micro-batch ``index`` of ``count``: data parallel synchronizes only the last."""
         last = index == count - 1
-        return contextlib.nullcontext() if last or self.world_size == 1 else self.train_model.no_sync()
+        return contextlib.nullcontext() if last or self.rule.world_size == 1 else self.train_model.no_sync()
 
-    def backward(self, loss: paddle.Tensor, count: int) -> None:
-        scaled = loss / count if count > 1 else loss
+    def backward(self, loss: paddle.Tensor) -> None:
+        scaled = self.rule.micro_objective(loss)
         if self.scaler is not None:
             self.scaler.scale(scaled).backward()
         else:
@@ -97,11 +97,11 @@ class EagerEngine(ExecutionEngine):
                                                              level="O2", dtype=amp.dtype)
         self.scaler = amp.make_scaler()
         self.train_model: paddle.nn.Layer = self.model
-        if inputs.world_size > 1:  # data parallel: gradients are averaged across ranks
+        if inputs.rule.world_size > 1:  # data parallel: gradients are averaged across ranks
             from paddle.distributed import fleet
             self.train_model = fleet.distributed_model(self.model)
             self.optimizer = fleet.distributed_optimizer(self.optimizer)
-        self.step = EagerOptimizerStep(self.optimizer, self.scaler, self.train_model, inputs.world_size)
+        self.step = EagerOptimizerStep(self.optimizer, self.scaler, self.train_model, inputs.rule)
         self.model.train()
 
     def run_step(self, batches: List[Batch], check_loss: bool, capture_gradients: bool = False) -> StepOutcome:
@@ -111,21 +111,22 @@ class EagerEngine(ExecutionEngine):
                 with self.amp.autocast():
                     outputs = self.train_model(batch, Phase.TRAINING)
                 loss = outputs[InstanceName.LOSS]
-                self.step.backward(loss, len(batches))
+                self.step.backward(loss)
             losses.append(loss.detach())
         loss = losses[0] if len(losses) == 1 else paddle.stack(losses).mean()
         nonfinite = False
         if check_loss:  # one device-to-host read, which the logger then reuses
             loss = loss_value(loss)
             nonfinite = not math.isfinite(loss)
-            if self.inputs.world_size > 1:  # every rank skips the same steps (the gradients were all-reduced)
+            if self.inputs.rule.world_size > 1:  # every rank skips the same steps (the gradients were all-reduced)
                 flag = paddle.to_tensor([1.0 if nonfinite else 0.0])
                 paddle.distributed.all_reduce(flag)
                 nonfinite = float(flag.numpy()[0]) > 0  # flag: [1]
+        skip = self.inputs.rule.skips(check_loss, nonfinite)
         if capture_gradients:
             self._capture_gradient_square_sums()
-        self.step.apply(skip=nonfinite)
-        return StepOutcome(loss, nonfinite)
+        self.step.apply(skip=skip)
+        return StepOutcome(loss, skip)
 
     def _capture_gradient_square_sums(self) -> None:
         scale = self.loss_scale() if self.scaler is not None else None

@@ -22,6 +22,7 @@ import numpy as np
 
 from wenxin.controller.amp import AmpSettings
 from wenxin.controller.export import inference_fields
+from wenxin.controller.step_rule import StepRule
 
 if TYPE_CHECKING:
     from wenxin.data.dataset_reader import BasicDataSetReader
@@ -42,8 +43,7 @@ class EngineInputs:
 
     model_builder: Callable[[], "BaseModel"]  # the task model; the static engine calls it in its program guard
     amp: AmpSettings  # mixed precision as configured (an engine where it cannot compute uses float32)
-    accumulate: int  # batches per optimizer step (gradient accumulation)
-    world_size: int  # data-parallel processes whose gradients are averaged
+    rule: StepRule  # how a step's batches become one update (accumulation, ranks, the NaN/Inf skip)
     seed: int  # the static programs' random seed
     max_steps: int  # the LR schedule's length (``BaseModel.set_optimizer``)
     train_specs: List["TensorSpec"]  # the training inputs
@@ -107,9 +107,10 @@ class ExecutionEngine:
         return contextlib.nullcontext()
 
     def run_step(self, batches: List[Batch], check_loss: bool, capture_gradients: bool = False) -> StepOutcome:
-        """One optimizer update over ``batches`` (gradient accumulation). With ``check_loss`` the
-        mean loss is checked for NaN/Inf and the update skipped where it is (``nonfinite``); with
-        ``capture_gradients`` the step's gradients are kept for ``gradient_square_sums``."""
+        """One optimizer update over ``batches`` by ``inputs.rule`` (``wenxin.controller.step_rule``).
+        With ``check_loss`` the loss is checked for NaN/Inf and the update skipped where it is
+        (``nonfinite``); with ``capture_gradients`` the step's gradients are kept for
+        ``gradient_square_sums``."""
         raise NotImplementedError
 
     def eval_step(self, batch: Batch, phase: str, reader_name: str) -> Dict[str, np.ndarray]:

@@ -36,6 +36,7 @@ GRAD_BUFFER_SUFFIX = "@GRAD_BUFFER"
 GRADIENT_SQUARE_SUM_SUFFIX = "@GRAD_SQUARE_SUM"  # what a gradient-norm hook reads
 EXPORT_VARIANT = "predict"  # the evaluation program of the exported model's inputs
 STEP = "step"  # the programs of a generation model's step functions: (STEP, name)
+CHECK_LOSS_FEED = "wenxin_check_loss"  # fed 1 where the step checks its loss (the step rule), else 0
 
 
 def step_input(function: str, name: str) -> str:
@@ -98,12 +99,12 @@ class StaticEngine(ExecutionEngine):
         self.paddle_scope = paddle.static.global_scope()  # the variables
         with static_mode():
             fast = inputs.fast_program_runner
-            self._train_runner = ProgramRunner(self.executor, self.main_program, self.feed_names,
+            self._train_runner = ProgramRunner(self.executor, self.main_program, [*self.feed_names, CHECK_LOSS_FEED],
                                                [self.loss, self.nonfinite_flag], self.paddle_scope, fast=fast,
                                                has_lr_schedule=self.lr_scheduler is not None)
             self._micro_runner = (ProgramRunner(self.executor, self.micro_program, self.feed_names,
                                                 [self.micro_loss], self.paddle_scope, fast=fast)
-                                  if inputs.accumulate > 1 else None)
+                                  if inputs.rule.accumulate > 1 else None)
 
     def running(self) -> ContextManager[Any]:
         return static_mode()
@@ -153,7 +154,7 @@ class StaticEngine(ExecutionEngine):
             self.loss = outputs[InstanceName.LOSS]
             self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.inputs.max_steps)
             objective = self._mixed_precision() if self.amp.enabled else self.loss
-            self._minimize(objective)
+            self._minimize(self.inputs.rule.micro_objective(objective))
             self._scaler_vars = self._find_scaler_vars()
         # structured name ("fc.weight") <-> program variable name ("linear_2.w_0")
         self.var_names = {k: v.name for k, v in self.model.state_dict().items()}
@@ -219,9 +220,11 @@ class StaticEngine(ExecutionEngine):
         return {role: value.name for role, value in static_scaler_values(self.optimizer).items()}
 
     def _minimize(self, objective: Any) -> None:
-        """Backward, then (gradient accumulation) add the gradients into persistable buffers, and
-        (data parallelism) all-reduce them, before the optimizer applies them; a step whose loss
-        is NaN/Inf (on any rank, in any micro-batch) skips the update, as in eager mode.
+        """The step rule (``wenxin.controller.step_rule``) as program ops: backward of each
+        micro-batch's objective, then (gradient accumulation) add the gradients into persistable
+        buffers, and (data parallelism) average them over the ranks, before the optimizer applies
+        them; a step that checks its loss (``CHECK_LOSS_FEED``) and finds it NaN/Inf (on any
+        rank, in any micro-batch) skips the update, as in eager mode.
 
         With accumulation, the program up to the buffer update is cloned as ``micro_program`` and
         run for the first k-1 batches of a step; the main program runs the k-th batch and applies
@@ -234,8 +237,9 @@ class StaticEngine(ExecutionEngine):
         float16 loss scaling the mixed-precision optimizer skips overflowing steps itself (and
         lowers the scale)."""
         params_grads = self.optimizer.backward(objective)
+        rule = self.inputs.rule
         bad = 1.0 - paddle.isfinite(self.loss.astype("float32")).all().astype("float32")  # 1: NaN/Inf loss
-        if self.inputs.accumulate > 1:
+        if rule.accumulate > 1:
             buffers = []
             for param, grad in params_grads:
                 buffer = paddle.pir.core.create_persistable_value(
@@ -250,13 +254,15 @@ class StaticEngine(ExecutionEngine):
             value_map = paddle.pir.IrMapping()
             self.micro_program = self.main_program.clone(value_map)
             self.micro_loss = value_map.look_up(self.loss)
-            params_grads = [(param, buffer / self.inputs.accumulate) for param, buffer in buffers]
+            params_grads = list(buffers)  # each micro-batch's objective was already divided (the rule)
             bad = bad_buffer + 0.0
-        if self.inputs.world_size > 1:
+        if rule.world_size > 1:
             for _, grad in params_grads:
                 paddle.distributed.all_reduce(grad)
-            params_grads = [(param, grad / self.inputs.world_size) for param, grad in params_grads]
+            params_grads = [(param, grad / rule.world_size) for param, grad in params_grads]
             paddle.distributed.all_reduce(bad)  # every rank skips the same steps
+        check = paddle.static.data(CHECK_LOSS_FEED, [1], "float32")  # not in the micro program: made after it
+        bad = bad * check.sum()  # the rule: only a checked step skips
         self.nonfinite_flag = bad
         if self.inputs.gradient_norms_wanted:
             self._record_gradient_square_sums(params_grads)
@@ -268,7 +274,7 @@ class StaticEngine(ExecutionEngine):
                 return paddle.zeros([1])
 
             paddle.static.nn.cond(bad == 0.0, update, lambda: paddle.zeros([1]))
-        if self.inputs.accumulate > 1:
+        if rule.accumulate > 1:
             for _, buffer in buffers:
                 paddle.assign(paddle.zeros_like(buffer), output=buffer)
             paddle.assign(paddle.zeros_like(bad_buffer), output=bad_buffer)
@@ -302,12 +308,12 @@ class StaticEngine(ExecutionEngine):
         # gradient accumulation: the micro program takes all but the last batch
         micro = self._micro_runner
         assert micro is not None or len(batches) == 1, "several batches a step need the micro program"
-        losses = [micro.run(batch)[0] for batch in batches[:-1]] if micro is not None else []
-        last_loss, nonfinite = self._train_runner.run(batches[-1])
-        losses.append(last_loss)
-        loss = float(np.mean(losses))
-        # the program skipped the update already; the NaN guard counts what it skipped
-        return StepOutcome(loss, check_loss and float(np.asarray(nonfinite).reshape(-1)[0]) > 0)
+        losses = [float(np.asarray(micro.run(batch)[0]).reshape(-1)[0]) for batch in batches[:-1]] if micro else []
+        check = np.array([1.0 if check_loss else 0.0], dtype=np.float32)
+        last_loss, nonfinite = self._train_runner.run({**batches[-1], CHECK_LOSS_FEED: check})
+        losses.append(float(np.asarray(last_loss).reshape(-1)[0]))
+        # the program skipped the update already (only where it checked); the NaN guard counts what it skipped
+        return StepOutcome(self.inputs.rule.step_loss(losses), float(np.asarray(nonfinite).reshape(-1)[0]) > 0)
 
     def eval_program(self, reader_name: str) -> _EvalProgram:
         """The evaluation program for a reader's inputs (``predict``: the exported model's)."""
