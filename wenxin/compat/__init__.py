@@ -1,6 +1,12 @@
-"""Everything wenxin takes from Paddle's and VisualDL's private or unstable internals, in one
-place (nothing else in wenxin reaches into them):
+"""Everything wenxin takes from Paddle's, VisualDL's and uvicorn's private or unstable internals,
+in one place (nothing else in wenxin reaches into them). The inventory, each module checked against
+the versions in ``CHECKED`` (and tested over the ranges in ``TESTED``):
 
+- ``paddle_internals``: small Paddle internals the trainers need (the GradScaler's scale, the
+  static loss-scaling hooks, Adam's skip input, program pruning, the CPU thread count, dtype
+  names, the oneDNN flag, bfloat16 support); its docstring says why each;
+- ``pir_programs``: the static engine's PIR program surgery (inputs, clones with value maps,
+  dropping ops, inference mode, persistable values, what a startup program creates);
 - ``program_runner``: the static trainer's step runner, which skips ``Executor.run``'s per-call
   program lookup through Executor internals;
 - ``visualdl``: VisualDL records written on the training thread with VisualDL's record builders
@@ -24,6 +30,8 @@ from wenxin.common.paddle_support import require_paddle, version_tuple
 require_paddle()
 logger = logging.getLogger("wenxin")
 
+# package -> the version each private interface above was last checked against
+CHECKED: Dict[str, str] = {"paddle": "3.3.1", "visualdl": "2.5.3", "uvicorn": "0.54.0"}
 # package -> (lowest tested, first untested) version; the requirements carry the same bounds
 TESTED: Dict[str, Tuple[str, str]] = {"paddle": ("3.0", "3.4"), "visualdl": ("2.5", "2.6"), "uvicorn": ("0.30", "0.55")}
 _warned: set = set()

@@ -18,7 +18,9 @@
 - ``dtype_name``: a dtype as numpy's name (``paddle.base.data_feeder.convert_dtype``), and a
   ``DenseTensor``'s dtype without copying it (``_dtype()``);
 - ``onednn_flag_on``: Paddle's oneDNN flag, under 3.0's name (``FLAGS_use_mkldnn``) or 3.1's
-  (``FLAGS_use_onednn``): ``paddle.get_flags`` refuses a name its version does not have.
+  (``FLAGS_use_onednn``): ``paddle.get_flags`` refuses a name its version does not have;
+- ``cpu_supports_bfloat16``: whether oneDNN has bfloat16 kernels on this CPU
+  (``paddle.base.core.supports_bfloat16``).
 """
 from __future__ import annotations
 
@@ -94,3 +96,8 @@ def onednn_flag_on() -> bool:
         except ValueError:  # this Paddle does not know the name
             continue
     return False
+
+
+def cpu_supports_bfloat16() -> bool:
+    """Whether this CPU runs oneDNN's bfloat16 kernels (AVX512-BF16 or AMX)."""
+    return bool(paddle.base.core.supports_bfloat16())

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Literal, Optional
 import paddle
 
 from wenxin.common.errors import ConfigError
+from wenxin.compat.paddle_internals import cpu_supports_bfloat16
 
 
 def float16_kernels_available(place_type: str) -> bool:
@@ -27,7 +28,7 @@ def float16_kernels_available(place_type: str) -> bool:
 
 def bfloat16_kernels_available(place_type: str) -> bool:
     """Whether bfloat16 matmul/conv kernels exist (on CPU: oneDNN with AVX512-BF16 or AMX)."""
-    return place_type == "gpu" or bool(paddle.base.core.supports_bfloat16())
+    return place_type == "gpu" or cpu_supports_bfloat16()
 
 
 @dataclasses.dataclass

@@ -28,6 +28,8 @@ from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, step_m
 from wenxin.controller.graph_mode import static_mode
 from wenxin.compat.paddle_internals import dense_tensor_dtype, dtype_name, prune_program, skip_update_when, \
     static_scaler_values, use_static_loss_scaling
+from wenxin.compat.pir_programs import (clone_program, created_by_startup, data_values, keep_only_ops,
+                                        persistable_value, program_ops, set_inference_mode)
 from wenxin.compat.program_runner import ProgramRunner
 from wenxin.data.field_reader import TensorSpec
 
@@ -52,23 +54,6 @@ class _EvalProgram:
     fetch: Dict[str, Any]
     feed_names: List[str]
     runner: Optional[ProgramRunner] = None  # made on first use
-
-
-def _prune(program: paddle.static.Program, targets: List[Any]) -> None:
-    """Remove, in place, the ops that ``targets`` do not depend on (inputs included)."""
-    prune_program(program, targets)
-
-
-def _data_values(program: paddle.static.Program) -> Dict[str, Any]:
-    """The program's inputs (``pd_op.data`` results) by feed name."""
-    return {op.attrs()["name"]: op.result(0) for op in program.global_block().ops if op.name() == "pd_op.data"}
-
-
-def _set_inference_mode(program: paddle.static.Program) -> None:
-    """Switch ops with an ``is_test`` attribute (dropout, batch norm) to inference behaviour."""
-    for op in program.global_block().ops:
-        if op.has_attr("is_test"):
-            op.set_bool_attr("is_test", True)
 
 
 class StaticEngine(ExecutionEngine):
@@ -126,8 +111,8 @@ class StaticEngine(ExecutionEngine):
             self.model.train()
             with self.amp.autocast():
                 outputs = self.model(self._data(data, self.inputs.train_specs, "train_reader"), Phase.TRAINING)
-            self.feed_names = list(_data_values(self.main_program))
-            train_ops = set(self.main_program.global_block().ops)
+            self.feed_names = list(data_values(self.main_program))
+            train_ops = program_ops(self.main_program)
             self.model.eval()
             forwards: Dict[Tuple[str, ...], Dict[str, Any]] = {}
             self._eval_variant_of: Dict[str, Tuple[str, ...]] = {}
@@ -142,15 +127,10 @@ class StaticEngine(ExecutionEngine):
                 inputs = [paddle.static.data(step_input(name, s.name), s.shape, s.dtype) for s in specs]
                 forwards[(STEP, name)] = dict(zip(output_names, getattr(self.model, name)(*inputs)))
             self.model.train()
-            value_map = paddle.pir.IrMapping()
-            evaluation = self.main_program.clone(value_map)
-            self._eval_programs = {
-                key: self._pruned_clone(evaluation, {k: value_map.look_up(v) for k, v in outs.items()})
-                for key, outs in forwards.items()}
-            block = self.main_program.global_block()
-            for op in reversed(block.ops):  # drop the evaluation forwards again (data ops sit first)
-                if op not in train_ops:
-                    block.remove_op(op)
+            evaluation, look_up = clone_program(self.main_program)
+            self._eval_programs = {key: self._pruned_clone(evaluation, {k: look_up(v) for k, v in outs.items()})
+                                   for key, outs in forwards.items()}
+            keep_only_ops(self.main_program, train_ops)  # drop the evaluation forwards again
             self.loss = outputs[InstanceName.LOSS]
             self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.inputs.max_steps)
             objective = self._mixed_precision() if self.amp.enabled else self.loss
@@ -182,12 +162,11 @@ class StaticEngine(ExecutionEngine):
 
     @staticmethod
     def _pruned_clone(program: paddle.static.Program, fetch: Dict[str, Any]) -> "_EvalProgram":
-        value_map = paddle.pir.IrMapping()
-        clone = program.clone(value_map)
-        fetch = {k: value_map.look_up(v) for k, v in fetch.items()}
-        _prune(clone, list(fetch.values()))
-        _set_inference_mode(clone)
-        return _EvalProgram(clone, fetch, list(_data_values(clone)))
+        clone, look_up = clone_program(program)
+        fetch = {k: look_up(v) for k, v in fetch.items()}
+        prune_program(clone, list(fetch.values()))
+        set_inference_mode(clone)
+        return _EvalProgram(clone, fetch, list(data_values(clone)))
 
     def _mixed_precision(self) -> Any:
         """Wrap the optimizer for mixed precision and return the loss to differentiate.
@@ -208,9 +187,8 @@ class StaticEngine(ExecutionEngine):
         loss = self.loss.astype("float32")
         if not scaling:
             return loss
-        loss_scaling = paddle.pir.core.create_persistable_value(
-            dtype="float32", shape=[1], name=paddle.utils.unique_name.generate("loss_scaling"),
-            initializer=paddle.nn.initializer.Constant(settings["init_loss_scaling"]))
+        loss_scaling = persistable_value(paddle.utils.unique_name.generate("loss_scaling"), "float32", [1],
+                                         settings["init_loss_scaling"])
         use_static_loss_scaling(self.optimizer, loss_scaling)  # see wenxin.compat.paddle_internals
         return loss * loss_scaling
 
@@ -242,18 +220,13 @@ class StaticEngine(ExecutionEngine):
         if rule.accumulate > 1:
             buffers = []
             for param, grad in params_grads:
-                buffer = paddle.pir.core.create_persistable_value(
-                    dtype=param.dtype, shape=param.shape, name=f"{param.name}{GRAD_BUFFER_SUFFIX}",
-                    initializer=paddle.nn.initializer.Constant(0.0))
+                buffer = persistable_value(f"{param.name}{GRAD_BUFFER_SUFFIX}", param.dtype, param.shape)
                 paddle.assign(buffer + grad, output=buffer)
                 buffers.append((param, buffer))
-            bad_buffer = paddle.pir.core.create_persistable_value(
-                dtype="float32", shape=[], name=f"nonfinite_losses{GRAD_BUFFER_SUFFIX}",
-                initializer=paddle.nn.initializer.Constant(0.0))
+            bad_buffer = persistable_value(f"nonfinite_losses{GRAD_BUFFER_SUFFIX}", "float32", [])
             paddle.assign(bad_buffer + bad, output=bad_buffer)
-            value_map = paddle.pir.IrMapping()
-            self.micro_program = self.main_program.clone(value_map)
-            self.micro_loss = value_map.look_up(self.loss)
+            self.micro_program, look_up = clone_program(self.main_program)
+            self.micro_loss = look_up(self.loss)
             params_grads = list(buffers)  # each micro-batch's objective was already divided (the rule)
             bad = bad_buffer + 0.0
         if rule.world_size > 1:
@@ -290,8 +263,7 @@ class StaticEngine(ExecutionEngine):
             if grad is None:
                 continue
             name = f"{param.name}{GRADIENT_SQUARE_SUM_SUFFIX}"
-            value = paddle.pir.core.create_persistable_value(dtype="float32", shape=[], name=name,
-                                                             initializer=paddle.nn.initializer.Constant(0.0))
+            value = persistable_value(name, "float32", [])
             paddle.assign(paddle.sum(paddle.square(grad.astype("float32"))), output=value)
             self._gradient_sum_names[param.name] = name
 
@@ -346,7 +318,7 @@ class StaticEngine(ExecutionEngine):
         off), pruned to the inference fields and its outputs."""
         evaluation = self.eval_program(EXPORT_VARIANT)
         names = sorted(k for k in evaluation.fetch if k not in (InstanceName.LOSS, InstanceName.LABELS))
-        feeds = _data_values(evaluation.program)
+        feeds = data_values(evaluation.program)
         feed_names = [s.name for f in fields for s in f.tensor_specs() if s.name in feeds]
         with static_mode():
             paddle.static.save_inference_model(prefix, [feeds[n] for n in feed_names],
@@ -359,7 +331,7 @@ class StaticEngine(ExecutionEngine):
         steps: Dict[str, Dict[str, Any]] = {}
         for name, (specs, outputs) in self.step_specs().items():
             evaluation = self._eval_programs[(STEP, name)]
-            feeds = _data_values(evaluation.program)
+            feeds = data_values(evaluation.program)
             with static_mode():
                 paddle.static.save_inference_model(os.path.join(folder, name),
                                                    [feeds[step_input(name, s.name)] for s in specs],
@@ -391,8 +363,7 @@ class StaticEngine(ExecutionEngine):
         scaler_vars = set(self._scaler_vars.values())
         # the persistable values the startup program creates, other than parameters (the
         # optimizer's ops sit inside the NaN guard's cond, where Program.state_dict does not look)
-        created = [op.attrs()["output_name"] for op in self.startup_program.global_block().ops
-                   if op.name() == "builtin.shadow_output"]
+        created = created_by_startup(self.startup_program)
         return [n for n in created if not n.endswith((GRAD_BUFFER_SUFFIX, GRADIENT_SQUARE_SUM_SUFFIX))
                 and n not in scaler_vars
                 and self.paddle_scope.find_var(n) is not None]

@@ -1,0 +1,59 @@
+"""The PIR program surgery the static engine needs, in one place.
+
+Paddle 3.3 builds static programs in PIR, and its public static API has no way to list a program's
+inputs, clone it keeping a map from the original's values, drop ops, switch ops to inference
+behaviour, or name the persistable values a startup program creates. These functions do that
+through ``Program``'s and ``Operation``'s own methods (``global_block().ops``, ``op.attrs()``,
+``set_bool_attr``, ``remove_op``, ``paddle.pir.IrMapping``, ``paddle.pir.core``), checked against
+Paddle 3.3.1 (``wenxin.compat.TESTED``); the static engine's tests exercise each.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Tuple
+
+import paddle
+
+ValueMap = Callable[[Any], Any]  # a value of the original program -> the clone's
+
+
+def data_values(program: paddle.static.Program) -> Dict[str, Any]:
+    """The program's inputs (``pd_op.data`` results) by feed name."""
+    return {op.attrs()["name"]: op.result(0) for op in program.global_block().ops if op.name() == "pd_op.data"}
+
+
+def set_inference_mode(program: paddle.static.Program) -> None:
+    """Switch ops with an ``is_test`` attribute (dropout, batch norm) to inference behaviour."""
+    for op in program.global_block().ops:
+        if op.has_attr("is_test"):
+            op.set_bool_attr("is_test", True)
+
+
+def clone_program(program: paddle.static.Program) -> Tuple[paddle.static.Program, ValueMap]:
+    """A copy of ``program``, and the map from its values to the copy's."""
+    value_map = paddle.pir.IrMapping()
+    return program.clone(value_map), value_map.look_up
+
+
+def program_ops(program: paddle.static.Program) -> List[Any]:
+    """The ops of the program's global block, in order."""
+    return list(program.global_block().ops)
+
+
+def keep_only_ops(program: paddle.static.Program, keep: Iterable[Any]) -> None:
+    """Remove, in place, every op of the global block not in ``keep`` (last first)."""
+    kept = set(keep)
+    block = program.global_block()
+    for op in reversed(block.ops):
+        if op not in kept:
+            block.remove_op(op)
+
+
+def persistable_value(name: str, dtype: str, shape: List[int], value: float = 0.0) -> Any:
+    """A persistable value of the current program, made by its startup program with ``value``."""
+    return paddle.pir.core.create_persistable_value(dtype=dtype, shape=shape, name=name,
+                                                    initializer=paddle.nn.initializer.Constant(value))
+
+
+def created_by_startup(startup: paddle.static.Program) -> List[str]:
+    """The names of the persistable values the startup program creates."""
+    return [op.attrs()["output_name"] for op in startup.global_block().ops if op.name() == "builtin.shadow_output"]
