@@ -247,7 +247,7 @@ def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
 
 
 def test_every_dependency_has_a_lower_bound_that_ci_pins_and_no_upper_bound():
-    """.ci/fast-tier's "oldest" job installs each runtime dependency (and the cpu extra's Paddle)
+    """.ci/suite-on-python's "oldest" job installs each runtime dependency (and the cpu extra's Paddle)
     at the oldest minor line pyproject.toml allows; a requirement without a lower bound is refused."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("oldest_constraints", os.path.join(REPO, ".ci", "oldest_constraints.py"))
