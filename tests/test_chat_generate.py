@@ -253,7 +253,7 @@ def test_sampling_without_a_seed_draws_one_per_request():
 
 def test_wenxin_export_of_a_lora_checkpoint_merges_the_adapters_into_the_folder_weights(tmp_path):
     from conftest import write_config
-    from wenxin.controller.checkpoint import resolve_params_file
+    from wenxin.controller.parameters import resolve_params_file
     from wenxin.inference.predictor import Predictor
     config = memorizing_config(tmp_path, "dynamic", True)
     path = write_config(str(tmp_path / "task.json"), config)

@@ -12,7 +12,7 @@ import paddle
 import pytest
 
 from wenxin.common.errors import CheckpointError, ConfigError
-from wenxin.controller.checkpoint import load_pretrained_params
+from wenxin.controller.parameters import load_pretrained_params
 from wenxin.translation import pretrained
 from ernie_helpers import run_encoder
 from wenxin.models.ernie import ErnieConfig, ErnieEncoder

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, run_script
 from ernie_helpers import run_encoder
-from wenxin.controller.checkpoint import load_pretrained_params
+from wenxin.controller.parameters import load_pretrained_params
 from wenxin.models.ernie import ErnieConfig, ErnieEncoder
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "ernie_m")

@@ -275,7 +275,7 @@ def _tensor_file(lod_size):
 
 
 def test_hostile_erniekit_params_folders_are_one_error(tmp_path):
-    from wenxin.controller.checkpoint import load_pretrained_params
+    from wenxin.controller.parameters import load_pretrained_params
     from wenxin.translation import pretrained
     folder = tmp_path / "ernie_dir" / "params"
     shutil.copytree(os.path.join(FIXTURES, "erniekit", "params"), folder)

@@ -22,7 +22,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from wenxin.data.dataset_reader import BasicDataSetReader
-from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, MultiLabelFieldReader
+from wenxin.data.field_reader import BaseFieldReader
+from wenxin.data.label_fields import LabelFieldReader, MultiLabelFieldReader
 
 logger = logging.getLogger("wenxin")
 

@@ -133,9 +133,9 @@ def checkpoint_trainer(config: Dict[str, Any], checkpoint: str, **trainer_settin
     output_path: what export and evaluate work on."""
     import tempfile
 
-    from wenxin.controller import checkpoint as ckpt
-    params_file = ckpt.resolve_params_file(checkpoint)
-    params = ckpt.load_model_params(checkpoint, "checkpoint model file")
+    from wenxin.controller import parameters
+    params_file = parameters.resolve_params_file(checkpoint)
+    params = parameters.load_model_params(checkpoint, "checkpoint model file")
     with tempfile.TemporaryDirectory() as scratch:
         config["trainer"].update(output_path=scratch, resume="none", load_checkpoint="", load_parameters="",
                                  pre_train_model=[], visualdl=False, **trainer_settings)

@@ -6,7 +6,8 @@ from wenxin.common.errors import DataError
 from wenxin.config.schema import validate
 from wenxin.config.task_schema import FIELD, READER
 from wenxin.data.dataset_reader import BasicDataSetReader
-from wenxin.data.field_reader import LabelFieldReader, ScalarFieldReader, TextFieldReader
+from wenxin.data.field_reader import ScalarFieldReader, TextFieldReader
+from wenxin.data.label_fields import LabelFieldReader
 from wenxin.data.sampler import ResumableBatchSampler
 from wenxin.data.tokenizers import CharTokenizer, WhitespaceTokenizer
 from wenxin.data.vocab import Vocab

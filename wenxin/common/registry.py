@@ -17,8 +17,8 @@ T = TypeVar("T")
 BUILTIN_SCOPE = "wenxin"
 # Modules whose import registers the built-in classes of every registry.
 BUILTIN_MODULES = ("wenxin.data.tokenizers", "wenxin.data.wordpiece", "wenxin.data.field_reader",
-                   "wenxin.data.ernie_fields", "wenxin.data.ernie_m", "wenxin.data.ie_fields", "wenxin.data.gen_fields",
-                   "wenxin.data.chat_fields",
+                   "wenxin.data.label_fields", "wenxin.data.ernie_fields", "wenxin.data.ernie_m",
+                   "wenxin.data.ie_fields", "wenxin.data.gen_fields", "wenxin.data.chat_fields",
                    "wenxin.data.row_formats", "wenxin.data.hf_datasets", "wenxin.data.dataset_reader",
                    "wenxin.controller.hooks", "wenxin.optim.optimizers", "wenxin.controller.task_trainers",
                    "wenxin.inference.formatters", "wenxin.inference.spo_format", "wenxin.inference.paddle_backend",

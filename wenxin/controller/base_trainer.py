@@ -18,6 +18,7 @@ import paddle
 from wenxin.common.constants import Phase
 from wenxin.config.task_check import EVAL_FLAGS
 from wenxin.controller import checkpoint as ckpt
+from wenxin.controller import parameters
 from wenxin.controller.amp import AmpSettings
 from wenxin.controller.checkpointer import Checkpointer, context_of, prepare_output_path
 from wenxin.controller.cpu_threads import threads_for_model
@@ -131,7 +132,6 @@ class BaseTrainer:
     def lr_scheduler(self) -> Optional[paddle.optimizer.lr.LRScheduler]:
         return self.engine.lr_scheduler
 
-    # ---- setup ---------------------------------------------------------------------------
     def eval_readers(self) -> List[str]:
         """The readers to evaluate, by ``trainer.is_eval_dev`` / ``is_eval_test``."""
         return [name for name, flag in EVAL_FLAGS if self.trainer_config[flag]]
@@ -282,12 +282,12 @@ class BaseTrainer:
         """Load a complete set of model parameters (e.g. the best checkpoint's)."""
         self.checkpointer.load_params(params, source, strict=True)
 
-    def load_pretrained(self, params_path: str, prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
+    def load_pretrained(self, params_path: str,
+                        prefix_map: Optional[Mapping[str, str]] = None) -> parameters.LoadReport:
         """Warm-start from a params file, a checkpoint folder, or a PaddleNLP / ERNIE-kit model
         folder; logs what matched and what did not (see ``Checkpointer.load_pretrained``)."""
         return self.checkpointer.load_pretrained(params_path, prefix_map)
 
-    # ---- export ---------------------------------------------------------------------------
     def export_inference(self, folder: str, quiet: bool = False) -> str:
         """Write a self-contained inference folder (graph, weights, preprocessing) to ``folder``
         (rank 0; see ``wenxin.controller.inference_exporter``)."""

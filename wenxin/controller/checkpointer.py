@@ -15,6 +15,7 @@ import numpy as np
 from wenxin.common.errors import CheckpointError, ConfigError
 from wenxin.common.parsed import dict_at
 from wenxin.controller import checkpoint as ckpt
+from wenxin.controller import parameters
 from wenxin.controller.engine import ExecutionEngine
 from wenxin.config.task_config import source_of
 from wenxin.controller.env import paddle_rank, paddle_world_size, rng_state, set_rng_state
@@ -185,12 +186,12 @@ class Checkpointer:
                                   + "\n  ".join(differences))
 
     def load_params(self, loaded: Mapping[str, Any], source: str, strict: bool = False,
-                           prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
+                           prefix_map: Optional[Mapping[str, str]] = None) -> parameters.LoadReport:
         current = self.engine.model_state_dict()
         if strict:  # a checkpoint: it holds what the model checkpoints (all, or what trains)
             names = self.engine.model.checkpointed_names()
             current = current if names is None else {k: v for k, v in current.items() if k in names}
-        matched, report = ckpt.match_parameters(current, loaded, source, prefix_map)
+        matched, report = parameters.match_parameters(current, loaded, source, prefix_map)
         bad = [name for name, value in matched.items() if not np.isfinite(value).all()]
         if bad:
             raise CheckpointError(f"{source}: parameters hold NaN/Inf: {', '.join(bad[:5])}")
@@ -203,12 +204,13 @@ class Checkpointer:
         """Load a complete set of model parameters (e.g. the best checkpoint's)."""
         self.load_params(params, source, strict=True)
 
-    def load_pretrained(self, params_path: str, prefix_map: Optional[Mapping[str, str]] = None) -> ckpt.LoadReport:
+    def load_pretrained(self, params_path: str,
+                        prefix_map: Optional[Mapping[str, str]] = None) -> parameters.LoadReport:
         """Warm-start from a params file, a checkpoint folder, or a PaddleNLP / ERNIE-kit model
         folder (ERNIE/BERT weights are renamed to ``ernie.*``, see ``wenxin.translation.pretrained``);
         logs what matched and what did not. A pickled ``.pdparams`` (or ERNIE-kit ``params``) file
         is read with ``wenxin.common.pickled_weights``, which refuses anything but arrays."""
-        params, path, layout = ckpt.load_pretrained_params(params_path, self.engine.model.state_dict().keys())
+        params, path, layout = parameters.load_pretrained_params(params_path, self.engine.model.state_dict().keys())
         if layout != "wenxin":
             path = f"{path} ({layout} layout)"
         report = self.load_params(params, path, prefix_map=prefix_map)

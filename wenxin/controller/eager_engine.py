@@ -12,7 +12,7 @@ import paddle
 
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.compat.paddle_internals import grad_scaler_scale
-from wenxin.controller.checkpoint import rename_state_keys
+from wenxin.controller.parameters import rename_state_keys
 from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, step_meta
 from wenxin.controller.state import loss_value
 from wenxin.controller.step_rule import StepRule

@@ -23,7 +23,7 @@ import paddle
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.controller.amp import AmpSettings
-from wenxin.controller.checkpoint import rename_state_keys
+from wenxin.controller.parameters import rename_state_keys
 from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, step_meta
 from wenxin.controller.graph_mode import static_mode
 from wenxin.compat.paddle_internals import dense_tensor_dtype, dtype_name, prune_program, skip_update_when, \

@@ -13,8 +13,9 @@ import paddle
 
 from wenxin.common.errors import ConfigError, DataError, WenxinError
 from wenxin.common.registry import RegisterSet
-from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSpec, TextFieldReader, \
-    UnknownLabelError, convert_row, link_fields
+from wenxin.data.field_reader import (BaseFieldReader, TensorSpec, TextFieldReader, UnknownLabelError, convert_row,
+                                      link_fields)
+from wenxin.data.label_fields import LabelFieldReader
 from wenxin.common.progress import progress_of
 from wenxin.data.lines import FilePart
 from wenxin.data.reading import FirstSeen, FitGroup, RawLine

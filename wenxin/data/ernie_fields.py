@@ -11,8 +11,8 @@ from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import validate
 from wenxin.config.task_schema import TOKENIZER
-from wenxin.data.field_reader import BaseFieldReader, SequenceLabelFieldReader, TensorSpec, TextFieldReader, \
-    fixed_length, pad_sequences
+from wenxin.data.field_reader import BaseFieldReader, TensorSpec, TextFieldReader, fixed_length, pad_sequences
+from wenxin.data.label_fields import SequenceLabelFieldReader
 from wenxin.data.vocab import Vocab
 
 CLS_TOKEN, SEP_TOKEN = "[CLS]", "[SEP]"

@@ -19,7 +19,8 @@ import numpy as np
 from wenxin.common.errors import ConfigError, DataError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.ernie_fields import ErnieTextFieldReader, aligned_text_field
-from wenxin.data.field_reader import BaseFieldReader, LabelFieldReader, TensorSpec, UnknownLabelError
+from wenxin.data.field_reader import BaseFieldReader, TensorSpec, UnknownLabelError
+from wenxin.data.label_fields import LabelFieldReader
 from wenxin.data.vocab import Vocab
 from wenxin.metrics.spo import INSIDE, OUTSIDE
 

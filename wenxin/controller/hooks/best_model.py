@@ -6,6 +6,7 @@ import os
 
 from wenxin.common.registry import RegisterSet
 from wenxin.controller import checkpoint as ckpt
+from wenxin.controller import parameters
 from wenxin.controller.evaluator import EvaluationInterrupted
 from wenxin.controller.hooks.base import HookBase, Priority
 
@@ -26,7 +27,7 @@ class LoadBestModelHook(HookBase):
         if state.interrupted or state.best_step < 0 or state.best_step == state.global_step:
             return  # no best checkpoint, or the final weights are the best ones
         folder = os.path.join(trainer.checkpoints.root, ckpt.BEST_DIR)
-        params = ckpt.load_model_params(folder, "best checkpoint model file")
+        params = parameters.load_model_params(folder, "best checkpoint model file")
         trainer.restore_model_params(params, folder)
         logger.info("loaded the best checkpoint (step %d, dev %s %.6g) from %s", state.best_step,
                     trainer.trainer_config["metric"], state.best_metric, folder)
