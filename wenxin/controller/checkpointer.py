@@ -223,43 +223,55 @@ class Checkpointer:
         """Pretrained weights, then the checkpoint the run continues (if any); rank 0 writes the
         run's resolved config and vocabularies."""
         cfg = self.config["trainer"]
-        own = self.engine.model.own_pretrained_weights()
-        if own is not None:
-            source, weights = own
-            report = self.load_params(weights, source)
-            if not report.loaded or report.mismatched:
-                raise CheckpointError(f"{source}: the model's pretrained weights do not fit it:\n{report.summary()}")
-            # parameters the folder cannot have (LoRA adapters) start from their initialization
-            added = set(report.missing) & (self.engine.model.checkpointed_names() or set())
-            report.missing = [name for name in report.missing if name not in added]
-            logger.info("%s%s", report.summary(), f"\n  the model's own parameters ({len(added)}, e.g. adapters) start "
-                        f"from their initialization" if added else "")
+        self._load_own_pretrained_weights()
         for entry in cfg["pre_train_model"]:
             self.load_pretrained(entry["params_path"], entry["prefix_map"])
         if cfg["load_parameters"]:
             self.load_pretrained(cfg["load_parameters"])
-        resume_from = self.context.resume_from
-        if resume_from:
-            self.load(resume_from)
-            if self.context.is_writer:
-                if cfg["resume"] == "best":
-                    self._abandon_checkpoints_after_best()
-                elif self.state.finished and self.checkpoints.holds(resume_from):
-                    self.checkpoints.prune()  # no save follows: finish the last one's pruning
-                # the folders are the truth: a process killed after a save, before pruning and
-                # rewriting the index (or a run resumed from best), left an index behind them
-                self.checkpoints.write_index()
+        if self.context.resume_from:
+            self._resume(self.context.resume_from, cfg["resume"])
         elif cfg["resume"] == "auto":
             logger.info("resume=auto: no checkpoint in %s, starting fresh", self.checkpoints.root)
         if self.context.is_writer:
-            try:
-                with open(os.path.join(self.output_path, "config.json"), "w", encoding="utf-8") as f:
-                    json.dump(self.config, f, indent=2, ensure_ascii=False)
-                self.train_reader.save_vocabs(os.path.join(self.output_path, "vocab"))
-            except OSError as e:
-                raise ConfigError(f"trainer.output_path: cannot write to {self.output_path} "
-                                  f"({e.strerror or e})") from None
+            self._write_run_files()
 
+    def _load_own_pretrained_weights(self) -> None:
+        """The weights a model brings itself (an ERNIE 4.5 folder), if it brings any."""
+        own = self.engine.model.own_pretrained_weights()
+        if own is None:
+            return
+        source, weights = own
+        report = self.load_params(weights, source)
+        if not report.loaded or report.mismatched:
+            raise CheckpointError(f"{source}: the model's pretrained weights do not fit it:\n{report.summary()}")
+        # parameters the folder cannot have (LoRA adapters) start from their initialization
+        added = set(report.missing) & (self.engine.model.checkpointed_names() or set())
+        report.missing = [name for name in report.missing if name not in added]
+        logger.info("%s%s", report.summary(), f"\n  the model's own parameters ({len(added)}, e.g. adapters) start "
+                    f"from their initialization" if added else "")
+
+    def _resume(self, folder: str, resume: str) -> None:
+        """Continue from ``folder``; rank 0 then puts the checkpoint folders in order."""
+        self.load(folder)
+        if not self.context.is_writer:
+            return
+        if resume == "best":
+            self._abandon_checkpoints_after_best()
+        elif self.state.finished and self.checkpoints.holds(folder):
+            self.checkpoints.prune()  # no save follows: finish the last one's pruning
+        # the folders are the truth: a process killed after a save, before pruning and
+        # rewriting the index (or a run resumed from best), left an index behind them
+        self.checkpoints.write_index()
+
+    def _write_run_files(self) -> None:
+        """The run's resolved config and vocabularies in its output folder."""
+        try:
+            with open(os.path.join(self.output_path, "config.json"), "w", encoding="utf-8") as f:
+                json.dump(self.config, f, indent=2, ensure_ascii=False)
+            self.train_reader.save_vocabs(os.path.join(self.output_path, "vocab"))
+        except OSError as e:
+            raise ConfigError(f"trainer.output_path: cannot write to {self.output_path} "
+                              f"({e.strerror or e})") from None
 
 def context_of(config: Dict[str, Any]) -> RunContext:
     """The run context of a trainer made without ``wenxin.runner.setup_environment`` (a script's

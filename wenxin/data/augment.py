@@ -54,7 +54,7 @@ def parse_tagged(line: str) -> List[Word]:
     return words
 
 
-def augment(sentences: Sequence[List[Word]], settings: AugmentSettings) -> Iterator[Tuple[int, List[str]]]:
+def augment(sentences: Sequence[List[Word]], settings: AugmentSettings) -> Iterator[Tuple[int, List[str]]]:  # noqa: C901 (named in issue 57's limits: to split)
     """``(index of the sentence, words)`` of each new copy (see the module docstring)."""
     settings.check()
     by_pos: Dict[str, List[str]] = {}

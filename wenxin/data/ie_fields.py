@@ -73,7 +73,7 @@ class ErnieIeTextFieldReader(ErnieTextFieldReader):
         return {**super().info(), "ie_text": True}
 
 
-def read_label_map(path: str, key_path: str) -> List[str]:
+def read_label_map(path: str, key_path: str) -> List[str]:  # noqa: C901 (named in issue 57's limits: to split)
     """The labels of an extraction label map in id order: ERNIE-kit's JSON object (label -> id)
     or one label a line (a saved vocab). Checked against ERNIE-kit's rules: ``O`` is 0, ``I`` is
     1, then ``B-<predicate>@S`` at even ids, each followed by its ``B-<predicate>@O``."""

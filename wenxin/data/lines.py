@@ -48,7 +48,7 @@ def iter_lines(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: i
         yield line
 
 
-def iter_lines_ending_at(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: int = 0,
+def iter_lines_ending_at(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: int = 0,  # noqa: C901 (named in issue 57's limits: to split)
                          end: Optional[int] = None, first_lineno: int = 1) -> Iterator[Tuple[Line, int]]:
     """``iter_lines``, each line with the byte offset just past it (where the next line starts)."""
     try:

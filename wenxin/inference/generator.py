@@ -110,7 +110,7 @@ class Generator:
         """A new batch over the export's step functions."""
         return BatchDecoder(self.predictor.run_step, self.masked)
 
-    def generate(self, rows: Sequence[Row], settings: Optional[DecodeSettings] = None, max_rows: int = 64,
+    def generate(self, rows: Sequence[Row], settings: Optional[DecodeSettings] = None, max_rows: int = 64,  # noqa: C901 (named in issue 57's limits: to split)
                  progress: Optional[Progress] = None,
                  before_step: Optional[Callable[[], None]] = None) -> List[Dict[str, Any]]:
         """One result per row, in order. At most ``max_rows`` cache rows decode together (a beam

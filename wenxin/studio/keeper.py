@@ -69,7 +69,7 @@ class Keeper:
             return subprocess.Popen(command, cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
 
-    def run(self) -> int:
+    def run(self) -> int:  # noqa: C901 (named in issue 57's limits: to split)
         signal.signal(signal.SIGTERM, self._on_sigterm)
         run = self.store.run(self.run_id)
         if run is None:

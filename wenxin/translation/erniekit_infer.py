@@ -28,7 +28,7 @@ def split_infer_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Tupl
     return before, after
 
 
-def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
+def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:  # noqa: C901 (named in issue 57's limits: to split)
     """The native infer config of an ERNIE-kit infer file, and the translations made. Predictions
     are written in ERNIE-kit's format for the task (``output_format: erniekit``)."""
     problems = Problems()

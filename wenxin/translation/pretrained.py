@@ -172,7 +172,7 @@ def _parse_tensor(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(dims).copy()
 
 
-def _parse_tensor_desc(desc: bytes) -> Tuple[int, list]:
+def _parse_tensor_desc(desc: bytes) -> Tuple[int, list]:  # noqa: C901 (named in issue 57's limits: to split)
     """``TensorDesc { required Type data_type = 1; repeated int64 dims = 2; }`` (packed or not)."""
     pos, dtype_code, dims = 0, -1, []
 
