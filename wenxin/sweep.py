@@ -192,6 +192,20 @@ class TrialProgress:
         return told
 
 
+def _number(value: Optional[float]) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def write_result_tables(folder: str, header: List[str], rows: List[List[Any]]) -> None:
+    """``results.csv`` and ``results.md`` in ``folder``: the header, then one row per trial."""
+    with open(os.path.join(folder, "results.csv"), "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    write_text_atomically(os.path.join(folder, "results.md"), "\n".join(lines) + "\n")
+
 class Sweep:
     """Runs the trials of a sweep (see the module docstring)."""
 
@@ -465,32 +479,22 @@ class Sweep:
             scores = [f"mean best dev {metric_name}", "std", f"best dev {metric_name} per fold"]
         header = ["trial", "status", *keys, *scores, "seconds", "folder"]
         ranked = self.ranked()
-        rows = ranked + [t for t in self.trials if t not in ranked]
-
-        def number(value: Optional[float]) -> str:
-            return "" if value is None else f"{value:.6g}"
 
         def cells(t: Dict[str, Any]) -> List[Any]:
             if "folds" in t:
-                per_fold = " ".join(number(f.get("metric")) or f["status"] for f in t["folds"])
-                score = [number(t.get("metric")), number(t.get("std")), per_fold]
+                per_fold = " ".join(_number(f.get("metric")) or f["status"] for f in t["folds"])
+                score = [_number(t.get("metric")), _number(t.get("std")), per_fold]
             else:
-                score = [number(t.get("metric")), t.get("step", "") or ""]
+                score = [_number(t.get("metric")), t.get("step", "") or ""]
             return [t["trial"], t["status"], *[t["values"][k] for k in keys], *score, t.get("seconds", ""),
                     os.path.relpath(self.folder(t), self.output)]
 
-        with open(os.path.join(self.output, "results.csv"), "w", encoding="utf-8", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(header)
-            writer.writerows(cells(t) for t in rows)
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(str(c) for c in cells(t)) + " |" for t in rows]
-        write_text_atomically(os.path.join(self.output, "results.md"), "\n".join(lines) + "\n")
+        write_result_tables(self.output, header, [cells(t) for t in ranked + [t for t in self.trials
+                                                                               if t not in ranked]])
         if ranked:
             config = self._config_of(ranked[0])
             write_text_atomically(os.path.join(self.output, "best_config.json"),
-                              json.dumps(config, indent=2, ensure_ascii=False))
-
+                                  json.dumps(config, indent=2, ensure_ascii=False))
 
     def _config_of(self, trial: Dict[str, Any]) -> Dict[str, Any]:
         """The resolved config a trial trained with; for a cross-validated one, the task with its

@@ -11,7 +11,6 @@ FILE_LINES, CLASS_LINES = 600, 300
 OVER_THE_CLASS_LIMIT = {"wenxin/data/dataset_reader.py:BasicDataSetReader": 393,
                         "wenxin/controller/static_engine.py:StaticEngine": 350,
                         "wenxin/studio/workspace.py:Studio": 334,
-                        "wenxin/sweep.py:Sweep": 309,
                         "wenxin/inference/predictor.py:Predictor": 308,
                         "wenxin/inference/generation_scheduler.py:GenerationScheduler": 305}
 
