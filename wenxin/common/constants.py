@@ -1,5 +1,7 @@
 """Names shared by readers, models and trainers."""
 
+METRICS_FILE = "logs/metrics.jsonl"  # under trainer.output_path: one JSON record per line (the metric writers')
+
 
 class InstanceName:
     """Suffixes and keys used in the tensors a field reader produces and a model returns."""

@@ -8,7 +8,7 @@ import shlex
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.controller import checkpoint as ckpt
-from wenxin.controller.hooks.writers import METRICS_FILE
+from wenxin.common.constants import METRICS_FILE
 
 
 def _records(path: str) -> List[Dict[str, Any]]:

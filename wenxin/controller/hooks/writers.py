@@ -7,12 +7,11 @@ import os
 import time
 from typing import Dict, List, Mapping, Optional
 
+from wenxin.common.constants import METRICS_FILE  # where the JSONL writer writes (summaries read it)
 from wenxin.common.errors import TrainingError
 from wenxin.common.progress import format_duration
 
 logger = logging.getLogger("wenxin")
-
-METRICS_FILE = os.path.join("logs", "metrics.jsonl")  # under trainer.output_path: one JSON record per line
 
 
 def numeric_scalars(scalars: Mapping[str, object]) -> Dict[str, float]:
