@@ -12,7 +12,7 @@ from wenxin.common.logs import CONSOLE, setup_logging
 from wenxin.common.progress import progress_enabled
 from wenxin.config.loader import load_config
 from wenxin.config.task_check import TaskClasses, resolve_task
-from wenxin.config.task_config import TaskConfig, source_of
+from wenxin.config.task_config import source_of, translations_of
 from wenxin.controller.base_trainer import BaseTrainer
 from wenxin.controller.checkpointer import prepare_output_path, resume_checkpoint
 from wenxin.controller.checkpoint import INFERENCE_DIR, VOCAB_DIR
@@ -48,7 +48,7 @@ def setup_environment(config: Dict[str, Any]) -> RunContext:
     setup_logging(os.path.join(cfg["output_path"], "logs", "train.log") if rank == 0 else None)
     for note in startup_notes.take():
         logger.info("%s", note)
-    translations = tuple(config.translations) if isinstance(config, TaskConfig) else ()
+    translations = translations_of(config)
     for note in translations:
         logger.info("ERNIE-kit task file: %s", note)
     cpu_threads = None

@@ -7,7 +7,7 @@ checkpoint or a tracker records.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Mapping
+from typing import Any, Dict, Iterable, Mapping, Tuple
 
 
 class TaskConfig(Dict[str, Any]):
@@ -24,3 +24,9 @@ class TaskConfig(Dict[str, Any]):
 def source_of(config: Mapping[str, Any]) -> str:
     """The task file ``config`` was loaded from ('' for a dict that was not loaded from one)."""
     return config.source if isinstance(config, TaskConfig) else ""
+
+
+def translations_of(config: Mapping[str, Any]) -> Tuple[str, ...]:
+    """What translating ``config`` from an ERNIE-kit file changed, one note each (none for a dict
+    that was not loaded from a file)."""
+    return tuple(config.translations) if isinstance(config, TaskConfig) else ()

@@ -17,7 +17,7 @@ from wenxin.common.parsed import dict_at
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import parameters
 from wenxin.controller.engine import ExecutionEngine
-from wenxin.config.task_config import source_of
+from wenxin.config.task_config import source_of, translations_of
 from wenxin.controller.env import paddle_rank, paddle_world_size, rng_state, set_rng_state
 from wenxin.controller.run_context import RunContext
 from wenxin.controller.state import TrainState
@@ -277,7 +277,7 @@ def context_of(config: Dict[str, Any]) -> RunContext:
     """The run context of a trainer made without ``wenxin.runner.setup_environment`` (a script's
     own): its task file, this process's rank, the checkpoint its ``trainer.resume`` keys name,
     and Paddle's CPU threads as they are."""
-    return RunContext(source=source_of(config), translations=tuple(getattr(config, "translations", ())),
+    return RunContext(source=source_of(config), translations=translations_of(config),
                       resume_from=resume_checkpoint(config["trainer"]), rank=paddle_rank(),
                       world_size=paddle_world_size())
 
