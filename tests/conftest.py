@@ -268,6 +268,16 @@ class StopAtStepHook(HookBase):
 
 
 
+def saved_checkpoint(checkpoints: str) -> Optional[str]:
+    """The checkpoint a run would continue from, as the published ``index.json`` in the
+    ``checkpoints`` folder names it (None before the first save)."""
+    try:
+        with open(os.path.join(checkpoints, "index.json"), encoding="utf-8") as f:
+            return json.load(f).get("latest")
+    except (OSError, ValueError):
+        return None
+
+
 def start_training(path: str) -> subprocess.Popen:
     """``run_trainer.py --param_path path`` in the background (stderr kept for the assertion)."""
     return subprocess.Popen([sys.executable, os.path.join(REPO, "run_trainer.py"), "--param_path", path],
@@ -281,14 +291,14 @@ def sigkill_at_random_moments(path: str, out: str, rng: random.Random, runs: int
     Returns how many runs were killed (a run may finish first)."""
     import signal
     import time
-    latest = os.path.join(out, "checkpoints", "latest")
+    checkpoints = os.path.join(out, "checkpoints")
     kills = 0
     for _ in range(runs):
-        before = open(latest).read() if os.path.isfile(latest) else None
+        before = saved_checkpoint(checkpoints)
         proc = start_training(path)
         deadline = time.time() + 120
         while time.time() < deadline and proc.poll() is None:  # wait until this run has saved once
-            if os.path.isfile(latest) and open(latest).read() != before:
+            if saved_checkpoint(checkpoints) not in (None, before):
                 break
             time.sleep(0.01)
         time.sleep(rng.uniform(0.0, 0.4))

@@ -172,7 +172,7 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_dir, sig):
     import sys
     import time
 
-    from conftest import REPO, write_config
+    from conftest import REPO, saved_checkpoint, write_config
     out = str(tmp_path / "out")
     config = task_config(data_dir, out, max_steps=100000, save_model_step=20, train_log_step=1000,
                          is_eval_test=0, eval_step=1000)
@@ -181,13 +181,13 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_dir, sig):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "GLOG_minloglevel": "2"})
     deadline = time.time() + 120
-    while not os.path.isfile(os.path.join(out, "checkpoints", "latest")) and time.time() < deadline:
+    while saved_checkpoint(os.path.join(out, "checkpoints")) is None and time.time() < deadline:
         time.sleep(0.05)  # the first periodic checkpoint exists (step_20 itself is soon pruned)
     proc.send_signal(getattr(signal, sig))
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 75, stderr[-2000:]  # preempted after saving: resumable, not success
     assert f"stopped: received {sig}" in stderr
-    latest = open(os.path.join(out, "checkpoints", "latest")).read()
+    latest = saved_checkpoint(os.path.join(out, "checkpoints"))
     step = int(latest.split("_")[1])
     assert step >= 20  # the checkpoint of the step it stopped at
     state = json.load(open(os.path.join(out, "checkpoints", latest, "trainer_state.json")))
@@ -199,7 +199,8 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_dir, sig):
 def test_saving_best_keeps_the_optimizer_state_of_the_resume_point(tmp_path):
     """A new best between two periodic checkpoints must not strip the newest periodic one: a run
     killed before the next periodic save resumes from it."""
-    from wenxin.controller.checkpoint import CheckpointManager, has_optimizer_state
+    from wenxin.controller.checkpoint import has_optimizer_state
+    from wenxin.controller.checkpoint_folders import CheckpointManager
 
     def write(folder):
         for name in ("model.safetensors", "optimizer.json", "optimizer.safetensors", "trainer_state.json",
@@ -209,7 +210,7 @@ def test_saving_best_keeps_the_optimizer_state_of_the_resume_point(tmp_path):
 
     manager = CheckpointManager(str(tmp_path), keep_max=3, keep_optimizer_state="latest")
     step_10 = manager.save("step_10", write)
-    best = manager.save("best", write, update_latest=False)  # a new best at step 15
+    best = manager.save("best", write)  # a new best at step 15
     assert has_optimizer_state(step_10) and not has_optimizer_state(best)
     assert manager.latest() == step_10
     step_20 = manager.save("step_20", write)
@@ -221,9 +222,10 @@ def test_saving_best_keeps_the_optimizer_state_of_the_resume_point(tmp_path):
 def test_a_manager_holds_only_its_own_checkpoints_and_prunes_nothing_before_its_folder_exists(tmp_path):
     """A run resumed at its end finishes the last save's pruning only when the checkpoint it
     continues is its own (``load_checkpoint`` may name another run's)."""
-    from wenxin.controller.checkpoint import CheckpointManager
+    from wenxin.controller.checkpoint_folders import CheckpointManager
     manager = CheckpointManager(str(tmp_path / "run"), keep_max=1)
-    manager.prune()  # no checkpoints folder yet: nothing to do, no error
+    manager.recover()  # no checkpoints folder yet: nothing to do, no error
+    assert manager.latest() is None and manager.describe()["checkpoints"] == []
     assert not os.path.exists(manager.root)
     own = os.path.join(str(tmp_path), "run", "checkpoints", "step_5")
     assert manager.holds(own) and manager.holds(own + os.sep)

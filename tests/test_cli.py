@@ -129,7 +129,7 @@ def test_a_run_ends_with_its_result_outputs_and_next_commands(tmp_path, data_dir
 def test_the_resume_hint_reproduces_the_run(tmp_path):
     from types import SimpleNamespace
 
-    from wenxin.controller.checkpoint import CheckpointManager
+    from wenxin.controller.checkpoint_folders import CheckpointManager
     from wenxin.controller.summary import run_summary
     trainer = SimpleNamespace(
         trainer_config={"output_path": str(tmp_path / "elsewhere"), "load_best_at_end": False, "metric": "acc",

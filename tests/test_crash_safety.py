@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from conftest import resumed_run_matches_reference, task_config
+from conftest import resumed_run_matches_reference, saved_checkpoint, task_config
 
 STEPS = 300
 
@@ -76,4 +76,4 @@ def test_nan_guard_with_amp_skips_and_stops(tmp_path, data_dir):
     trainer.model.forward = poisoned
     with pytest.raises(TrainingError, match="NaN/Inf for 3 step\\(s\\) in a row at step 8"):
         trainer.do_train()
-    assert open(os.path.join(str(tmp_path / "out"), "checkpoints", "latest")).read() == "step_4"
+    assert saved_checkpoint(os.path.join(str(tmp_path / "out"), "checkpoints")) == "step_4"

@@ -228,7 +228,7 @@ def test_nodes_that_would_resume_from_different_steps_stop_with_one_error(tmp_pa
     for log in logs:
         assert "the 2 ranks start from different steps (0 to 3" in log, log[-2000:]
         assert "[train] step 4" not in log and "[train] step 1:" not in log
-    assert sorted(os.listdir(tmp_path / "machine0" / "checkpoints")) == ["index.json", "latest", "step_3"]  # left as it was
+    assert sorted(os.listdir(tmp_path / "machine0" / "checkpoints")) == ["index.json", "step_3"]  # left as it was
 
 
 def test_two_ranks_streaming_a_file_equal_one_rank_with_double_batch(tmp_path, data_dir):

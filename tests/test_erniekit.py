@@ -99,7 +99,7 @@ def test_erniekit_bow_classification_trains_unchanged(tmp_path):
     assert test and test[-1]["acc"] >= 0.9
     assert max(r["step"] for r in records) == 5 * 8  # 5 epochs of 240 / 32 batches
     out = root / "output" / "cls_bow_ch"  # where an ERNIE-kit user looks
-    assert sorted(os.listdir(out / "save_checkpoints")) == ["checkpoints_step_40", "index.json", "latest"]
+    assert sorted(os.listdir(out / "save_checkpoints")) == ["checkpoints_step_40", "index.json"]
     assert sorted(os.listdir(out / "save_inference_model")) == ["inference_step_40"]
     assert {"inference.json", "inference.pdiparams", "preprocess.json"} <= set(
         os.listdir(out / "save_inference_model" / "inference_step_40"))

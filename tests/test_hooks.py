@@ -141,7 +141,7 @@ def test_nan_guard_skips_bad_updates_and_stops(tmp_path, data_dir):
     assert message.count(os.path.join(out, "checkpoints", "step_5")) == 1
     for name, value in trainer.model.state_dict().items():  # bad updates were skipped
         np.testing.assert_array_equal(value.numpy(), snapshot[name])
-    assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == ["index.json", "latest", "step_5"]
+    assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == ["index.json", "step_5"]
 
 
 def test_load_best_at_end_restores_best_weights(tmp_path, data_dir):

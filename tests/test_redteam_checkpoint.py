@@ -160,12 +160,13 @@ def test_a_file_added_to_a_checkpoint_is_refused(run):
 
 
 @pytest.mark.parametrize("marker", ["garbage\x00\xff", "../../etc", "step_99", "", "best/../../x"])
-def test_latest_marker_garbage_falls_back_to_a_scan(run, marker):
+def test_an_older_wenxins_latest_marker_is_not_read_and_is_deleted(run, marker):
     ckpts, config, cli = run
     (ckpts / "latest").write_bytes(marker.encode("utf-8", "surrogateescape"))
     code, out, err = cli(config(output_path=str(ckpts.parent), resume="auto"))
     assert code == 0, err[-3000:]
     assert f"resumed from {ckpts / 'step_10'} at step 10" in err
+    assert not (ckpts / "latest").exists()  # the folders are the one record of what exists
 
 
 def _tamper_json(path, change):
@@ -317,7 +318,7 @@ def test_full_disk_during_a_checkpoint(tmp_path, data_dir, monkeypatch):
     with pytest.raises(CheckpointError, match=r"step_10: cannot write the checkpoint \(No space left on device\)"):
         trainer.do_train()
     root = os.path.join(out, "checkpoints")
-    assert sorted(n for n in os.listdir(root)) == ["index.json", "latest", "step_5"]  # no partial folder left
+    assert sorted(n for n in os.listdir(root)) == ["index.json", "step_5"]  # no partial folder left
     assert ckpt_module.is_valid(os.path.join(root, "step_5")) is None
 
 

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO, task_config, write_config
+from conftest import REPO, saved_checkpoint, task_config, write_config
 
 GRID = {"model.hidden_size": [8, 16], "model.optimization.learning_rate": [0.01, 0.05]}
 
@@ -40,7 +40,7 @@ def kill_while_second_trial_trains(proc, folder):
         except (OSError, ValueError):
             trials = []
         if len(trials) >= 2 and trials[0]["status"] == "done" and trials[1]["status"] == "running" and \
-                os.path.isfile(os.path.join(folder, "trial_001", "checkpoints", "latest")):
+                saved_checkpoint(os.path.join(folder, "trial_001", "checkpoints")):
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)

@@ -6,8 +6,8 @@ import random
 
 import numpy as np
 
-from conftest import (checkpoint_params, run_script, sigkill_at_random_moments, start_training, task_config,
-                      write_config)
+from conftest import (checkpoint_params, run_script, saved_checkpoint, sigkill_at_random_moments, start_training,
+                      task_config, write_config)
 from wenxin.controller.checkpoint import is_valid
 
 STEPS = 60
@@ -113,5 +113,4 @@ def test_resume_best_continues_from_the_best_checkpoint_and_sets_later_ones_asid
     with open(os.path.join(out, "logs", "metrics.jsonl"), encoding="utf-8") as f:
         train_steps = [r["step"] for r in map(json.loads, f) if r["tag"] == "train"]
     assert train_steps.count(best_step + 1) == 2  # trained once in each run: continued from best
-    with open(os.path.join(out, "checkpoints", "latest"), encoding="utf-8") as f:
-        assert f.read() == "step_40"
+    assert saved_checkpoint(os.path.join(out, "checkpoints")) == "step_40"

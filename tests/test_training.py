@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, build, task_config, write_config
+from conftest import REPO, build, saved_checkpoint, task_config, write_config
 
 
 def read_jsonl(path):
@@ -32,8 +32,8 @@ def test_output_folder_layout(tmp_path, data_dir):
     trainer.do_train()
     steps_per_epoch = trainer.state.steps_per_epoch
     ckpts = os.path.join(out, "checkpoints")
-    assert sorted(os.listdir(ckpts)) == ["best", "index.json", "latest", f"step_{2 * steps_per_epoch}"]  # keep-last-1
-    assert open(os.path.join(ckpts, "latest")).read() == f"step_{2 * steps_per_epoch}"
+    assert sorted(os.listdir(ckpts)) == ["best", "index.json", f"step_{2 * steps_per_epoch}"]  # keep-last-1
+    assert saved_checkpoint(ckpts) == f"step_{2 * steps_per_epoch}"
     for name in ("model.safetensors", "extra.json", "extra.safetensors",
                  "trainer_state.json", "config.json", "manifest.json", "vocab/text_a.txt", "vocab/label.txt"):
         assert os.path.isfile(os.path.join(ckpts, "best", name))

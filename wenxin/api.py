@@ -100,8 +100,8 @@ class Task:
             return checkpoint
         if self.result is not None and self.result.checkpoint:
             return self.result.checkpoint
-        from wenxin.controller import checkpoint as ckpt
-        manager = ckpt.CheckpointManager.for_trainer(self.config["trainer"])
+        from wenxin.controller.checkpoint_folders import CheckpointManager
+        manager = CheckpointManager.for_trainer(self.config["trainer"])
         found = manager.latest()
         if found is None:
             raise ConfigError(f"checkpoint: nothing to {what}: no checkpoint in {manager.root} (train first, or pass "

@@ -43,8 +43,8 @@ def setup_environment(config: Dict[str, Any]) -> RunContext:
     the CPU threads' share, the distributed group and the seeds; returns what it decided,
     with the checkpoint the run continues."""
     cfg = config["trainer"]
-    prepare_output_path(cfg)
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))  # set by paddle.distributed.launch
+    prepare_output_path(cfg, is_writer=rank == 0)
     setup_logging(os.path.join(cfg["output_path"], "logs", "train.log") if rank == 0 else None)
     for note in startup_notes.take():
         logger.info("%s", note)

@@ -17,9 +17,9 @@ import paddle
 
 from wenxin.common.constants import Phase
 from wenxin.config.task_check import EVAL_FLAGS
-from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import parameters
 from wenxin.controller.amp import AmpSettings
+from wenxin.controller.checkpoint_folders import CheckpointManager
 from wenxin.controller.checkpointer import Checkpointer, context_of, prepare_output_path
 from wenxin.controller.cpu_threads import threads_for_model
 from wenxin.controller.eager_engine import EagerEngine
@@ -77,7 +77,7 @@ class BaseTrainer:
             logger.warning("trainer.use_amp: %s; this run computes in float32", amp_unavailable)
         self.state = TrainState()
         self.cpu_threads = 0  # the threads of Paddle's CPU kernels (0: not set, not on a CPU)
-        self.checkpoints = ckpt.CheckpointManager.for_trainer(cfg)
+        self.checkpoints = CheckpointManager.for_trainer(cfg)
         prepare_output_path(cfg, self.is_writer)
         data = train_data(readers["train_reader"], cfg, self.ranks, engine_class.numpy_batches)
         self.train_sampler, self.train_loader, self.accumulate = data.sampler, data.loader, data.accumulate
@@ -270,9 +270,9 @@ class BaseTrainer:
                                              self.context.resume_from)
 
     # ---- checkpoints (the checkpointer's) ----------------------------------------------------
-    def save_checkpoint(self, name: str, update_latest: bool = True) -> str:
+    def save_checkpoint(self, name: str) -> str:
         """Write a complete checkpoint ``<output_path>/checkpoints/<name>`` (rank 0 only)."""
-        return self.checkpointer.save(name, update_latest)
+        return self.checkpointer.save(name)
 
     def load_checkpoint(self, folder: str) -> None:
         """Restore the whole training state from a verified checkpoint of this run."""

@@ -1,5 +1,5 @@
-"""Checkpoint folders: atomic writes, checksums, discovery, retention, and parameter loading
-with reports.
+"""Checkpoint folders' format: atomic writes, checksums, verification, and the parts a checkpoint
+holds. Which folders exist, and every change to them, is ``checkpoint_folders``'s.
 
 Layout under ``<output_path>/checkpoints``::
 
@@ -11,33 +11,28 @@ Layout under ``<output_path>/checkpoints``::
                          manifest.json                    SHA-256 of every file above (last)
     best/                a copy of the best checkpoint by the configured metric
     top_step_<N>/        the ``save_top_k`` best checkpoints by that metric
-    latest               the name of the newest complete checkpoint
-    index.json           which folder is which: kind, step, dev metric, time (rewritten after
-                         every change; the folders are the truth, the index is their summary)
+    index.json           a summary of the folders for people and the studio (never read back)
+    intent.json          only while a change is under way (``checkpoint_folders``)
 
 Nothing in a checkpoint is executed on load: state is JSON and safetensors, never pickle. A
 checkpoint is written to a hidden temporary folder, its manifest last, and renamed into place,
-and ``latest`` is replaced after that, so a crash never leaves a half-written checkpoint that
-looks complete. Loading verifies every checksum and names a damaged file.
+so a crash never leaves a half-written checkpoint that looks complete. Loading verifies every
+checksum and names a damaged file.
 """
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
-import re
 import shutil
 import tempfile
-import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 
 from wenxin.common.errors import CheckpointError
 from wenxin.common import manifest
 from wenxin.common.files import write_text_atomically
 from wenxin.common.manifest import MANIFEST_FILE
-from wenxin.common.parsed import dict_at
 from wenxin.common.state_io import load_arrays, load_state, save_arrays, save_state, state_files
 from wenxin.data.export_bundle import INFERENCE_DIR  # noqa: F401 (where checkpoints keep their export)
 
@@ -50,7 +45,7 @@ EXTRA_STATE = "extra"
 STATE_FILE = "trainer_state.json"
 CONFIG_FILE = "config.json"
 VOCAB_DIR = "vocab"
-LATEST_FILE = "latest"
+LEGACY_LATEST_FILE = "latest"  # an older wenxin's marker of the newest checkpoint (now derived; deleted)
 BEST_DIR = "best"
 INDEX_FILE = "index.json"
 TOP_PREFIX = "top_"
@@ -61,7 +56,8 @@ LAYOUTS = {"wenxin": ("checkpoints", "step_", "", ""),
            "erniekit": ("save_checkpoints", "checkpoints_step_", "save_inference_model", "inference_step_")}
 
 
-def _fsync_tree(folder: str) -> None:
+def fsync_tree(folder: str) -> None:
+    """Flush every file of a finished folder to disk."""
     for rel in manifest.files_of(folder) + [MANIFEST_FILE]:
         with open(os.path.join(folder, rel), "rb") as f:
             os.fsync(f.fileno())
@@ -148,251 +144,12 @@ def is_valid(folder: str) -> Optional[str]:
         return str(e)
 
 
-class CheckpointManager:
-    """Saves, lists, prunes and finds checkpoints under ``<output_path>/checkpoints`` (ERNIE-kit's
-    layout: ``<output_path>/save_checkpoints/checkpoints_step_<N>``)."""
-
-    def __init__(self, output_path: str, keep_max: int, layout: str = "wenxin",
-                 keep_optimizer_state: str = "all", metric: str = "", metric_mode: str = "max") -> None:
-        folder, self.prefix, exports, self.export_prefix = LAYOUTS[layout]
-        self.keep_optimizer_state = keep_optimizer_state
-        self.root = os.path.join(output_path, folder)
-        self.export_root = os.path.join(output_path, exports) if exports else ""
-        self.keep_max = keep_max
-        self.metric, self.metric_mode = metric, metric_mode
-        self._step_dir = re.compile(rf"^{re.escape(self.prefix)}(\d+)$")
-        self._top_dir = re.compile(rf"^{re.escape(TOP_PREFIX + self.prefix)}(\d+)$")
-
-    @classmethod
-    def for_trainer(cls, cfg: Mapping[str, Any]) -> "CheckpointManager":
-        """The manager of a ``trainer`` config section."""
-        return cls(cfg["output_path"], cfg["keep_checkpoint_max"], cfg.get("output_layout", "wenxin"),
-                   cfg.get("keep_optimizer_state", "all"), cfg.get("metric", ""), cfg.get("metric_mode", "max"))
-
-    def step_name(self, step: int) -> str:
-        return f"{self.prefix}{step}"
-
-    def top_name(self, step: int) -> str:
-        """The folder of a top-k checkpoint (``top_step_<N>``)."""
-        return f"{TOP_PREFIX}{self.prefix}{step}"
-
-    def export_folder(self, name: str, checkpoint: str) -> str:
-        """Where the inference model of checkpoint ``name`` (at ``checkpoint``) is exported."""
-        if not self.export_root:
-            return os.path.join(checkpoint, INFERENCE_DIR)
-        step = self._step_dir.match(name)
-        return os.path.join(self.export_root, f"{self.export_prefix}{step.group(1)}" if step else f"inference_{name}")
-
-    def step_dirs(self) -> List[Tuple[int, str]]:
-        """(step, path) of complete periodic checkpoints, oldest first."""
-        return self._dirs(self._step_dir)
-
-    def top_dirs(self) -> List[Tuple[int, str]]:
-        """(step, path) of complete top-k checkpoints, oldest first."""
-        return self._dirs(self._top_dir)
-
-    def _dirs(self, pattern: "re.Pattern[str]", complete: bool = True) -> List[Tuple[int, str]]:
-        if not os.path.isdir(self.root):
-            return []
-        found = []
-        for name in os.listdir(self.root):
-            m = pattern.match(name)
-            path = os.path.join(self.root, name)
-            if m and (not complete or is_complete(path)):
-                found.append((int(m.group(1)), path))
-        return sorted(found)
-
-    def remove(self, name: str) -> None:
-        """Delete a checkpoint folder: renamed to a hidden name first, so a crash mid-delete never
-        leaves a half-deleted folder that still looks complete."""
-        path = os.path.join(self.root, name)
-        if os.path.isdir(path):
-            shutil.rmtree(_set_aside(path), ignore_errors=True)
-        self.write_index()
-
-    def remove_top_except(self, steps: "set[int]") -> List[str]:
-        """Delete the top-k folders (complete or not) of steps not in ``steps``; returns their paths."""
-        removed = [path for step, path in self._dirs(self._top_dir, complete=False) if step not in steps]
-        for path in removed:
-            shutil.rmtree(_set_aside(path), ignore_errors=True)
-        if removed:
-            self.write_index()
-        return removed
-
-    def set_aside_after(self, step: int) -> Optional[str]:
-        """Move the periodic and top-k checkpoints of steps after ``step`` (a run continued from
-        an earlier checkpoint abandons them) into ``after_step_<step>-<time>/``; returns it, or
-        None when there were none. Nothing is deleted."""
-        later = [path for pattern in (self._step_dir, self._top_dir)
-                 for s, path in self._dirs(pattern, complete=False) if s > step]
-        if not later:
-            return None
-        aside = os.path.join(self.root, f"after_step_{step}-{time.strftime('%Y%m%d-%H%M%S')}")
-        os.makedirs(aside, exist_ok=True)
-        for path in later:
-            os.rename(path, os.path.join(aside, os.path.basename(path)))
-        self.write_index()
-        return aside
-
-    def mark_latest(self, name: str) -> None:
-        """Point the ``latest`` marker at ``name`` (what ``resume: auto`` continues)."""
-        write_text_atomically(os.path.join(self.root, LATEST_FILE), name)
-
-    def write_index(self) -> None:
-        """Rewrite ``index.json``: every checkpoint folder with its kind (best, top, periodic),
-        step, dev metric, time and whether a run can continue from it. Top-k entries come best
-        first with their rank."""
-        if not os.path.isdir(self.root):
-            return
-        entries = []
-        best = os.path.join(self.root, BEST_DIR)
-        if is_complete(best):
-            entries.append(self._index_entry(BEST_DIR, "best"))
-        tops = [self._index_entry(os.path.basename(p), "top") for _, p in self.top_dirs()]
-        sign = -1.0 if self.metric_mode == "max" else 1.0
-        tops.sort(key=lambda e: (sign * e["metric"] if isinstance(e["metric"], (int, float)) else math.inf,
-                                 e["step"]))
-        for rank, entry in enumerate(tops, 1):
-            entries.append({**entry, "rank": rank})
-        entries += [self._index_entry(os.path.basename(p), "periodic") for _, p in reversed(self.step_dirs())]
-        marked = self._marked()
-        index = {"metric": self.metric, "metric_mode": self.metric_mode,
-                 "latest": os.path.basename(marked) if marked else None, "checkpoints": entries}
-        try:
-            write_text_atomically(os.path.join(self.root, INDEX_FILE), json.dumps(index, indent=2, ensure_ascii=False))
-        except OSError as e:  # the index only describes the folders; a run goes on without it
-            logger.warning("%s: cannot write (%s)", os.path.join(self.root, INDEX_FILE), e.strerror or e)
-
-    def _index_entry(self, name: str, kind: str) -> Dict[str, Any]:
-        folder = os.path.join(self.root, name)
-        try:
-            state = read_trainer_state(folder)
-        except CheckpointError:
-            state = {}
-        metrics = dict_at(state, "dev_metrics")
-        saved = state.get("time")
-        return {"name": name, "kind": kind, "step": state.get("global_step"),
-                "metric": metrics.get(self.metric),
-                "time": (time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(saved))
-                         if isinstance(saved, (int, float)) else None),
-                "resumable": _resumable(folder)}
-
-    def latest(self) -> Optional[str]:
-        """The newest complete checkpoint whose checksums match and that holds optimizer state:
-        the ``latest`` marker if it names one, else the newest ``step_<N>``. Others are skipped
-        with a warning."""
-        marked = self._marked()
-        candidates = ([marked] if marked else []) + [path for _, path in reversed(self.step_dirs())]
-        for path in dict.fromkeys(candidates):
-            if not os.path.isdir(path):
-                continue
-            problem = is_valid(path)
-            if problem is not None:
-                logger.warning("resume: skipping a damaged checkpoint: %s", problem)
-            elif not has_optimizer_state(path):
-                logger.warning("resume: skipping %s: it holds no optimizer state (trainer.keep_optimizer_state: "
-                               "latest keeps it only in the newest checkpoint)", path)
-            else:
-                return path
-        return None
-
-    def _marked(self) -> Optional[str]:
-        """The checkpoint the ``latest`` marker names, if it names one."""
-        marker = os.path.join(self.root, LATEST_FILE)
-        if os.path.isfile(marker):
-            try:
-                with open(marker, encoding="utf-8") as f:
-                    name = f.read(256).strip()
-                if self._step_dir.match(name) or name == BEST_DIR:
-                    return os.path.join(self.root, name)
-            except (OSError, UnicodeDecodeError):
-                pass
-        return None
-
-    def save(self, name: str, write: Callable[[str], None], update_latest: bool = True) -> str:
-        """Write a checkpoint via ``write(tmp_folder)``, then move it into place atomically."""
-        final = os.path.join(self.root, name)
-        tmp = ""
-        try:
-            os.makedirs(self.root, exist_ok=True)
-            tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=self.root)
-            write(tmp)
-            write_manifest(tmp)
-            _fsync_tree(tmp)
-            replace_folder(tmp, final)  # the same step saved again (e.g. at the end) replaces it
-        except OSError as e:  # a full disk, a quota: no partial checkpoint, the earlier ones stay
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointError(f"{final}: cannot write the checkpoint ({e.strerror or e}); "
-                                  f"earlier checkpoints are kept") from None
-        except BaseException:
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        if update_latest:
-            try:
-                self.mark_latest(name)
-            except OSError as e:
-                raise CheckpointError(f"{os.path.join(self.root, LATEST_FILE)}: cannot write ({e.strerror or e}); "
-                                      f"the checkpoint {final} is complete") from None
-            self.prune()
-        if self.keep_optimizer_state != "all":  # only once the new checkpoint is complete and named
-            self._drop_stale_optimizer_states(final)
-        self.write_index()
-        return final
-
-    def _drop_stale_optimizer_states(self, saved: str) -> None:
-        """Drop the optimizer state of checkpoints no run resumes from. The resume point keeps it,
-        and so does the newest resumable checkpoint before it: the fallback ``resume: auto`` takes
-        when the newest is damaged. Nothing is dropped unless ``saved`` verifies."""
-        problem = is_valid(saved)
-        if problem:
-            logger.warning("%s does not verify after saving (%s); older checkpoints keep their optimizer state",
-                           saved, problem)
-            return
-        dirs = self.step_dirs()  # (step, path), oldest first
-        steps = [path for _, path in dirs]
-        resume_point = self._marked() or (steps[-1] if steps else None)  # what resume: auto continues
-        resume_step = next((step for step, path in dirs if path == resume_point), None)
-        fallback = next((path for step, path in reversed(dirs) if path != resume_point and _resumable(path)
-                         and (resume_step is None or step < resume_step)), None)
-        kept = {resume_point, fallback}
-        if self.keep_optimizer_state == "latest_and_best":
-            kept.add(os.path.join(self.root, BEST_DIR))
-        for folder in steps + [path for _, path in self.top_dirs()] + [os.path.join(self.root, BEST_DIR)]:
-            if folder not in kept:
-                drop_optimizer_state(folder)
-
-    def holds(self, folder: str) -> bool:
-        """Whether ``folder`` is one of this run's checkpoints (not another run's)."""
-        return os.path.dirname(os.path.abspath(folder)) == os.path.abspath(self.root)
-
-    def prune(self) -> None:
-        """Keep the newest ``keep_max`` periodic checkpoints; remove stale temporary folders.
-        A checkpoint is renamed to a hidden name before it is deleted, so a crash mid-delete
-        never leaves a half-deleted folder that still looks complete."""
-        if not os.path.isdir(self.root):
-            return
-        for _, path in self.step_dirs()[:-self.keep_max]:
-            shutil.rmtree(_set_aside(path), ignore_errors=True)
-        for name in os.listdir(self.root):
-            if name.startswith(".") and (".tmp-" in name or ".old-" in name):
-                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
-
-    def has_checkpoints(self) -> bool:
-        """Any checkpoint folder, complete or not, of this or an older wenxin."""
-        if self.export_root and os.path.isdir(self.export_root) and os.listdir(self.export_root):
-            return True
-        if not os.path.isdir(self.root):
-            return False
-        return any(self._step_dir.match(n) or self._top_dir.match(n) or n == BEST_DIR for n in os.listdir(self.root))
-
-
 def has_optimizer_state(folder: str) -> bool:
     return state_files(OPTIMIZER_STATE)[0] in read_manifest(folder)
 
 
-def _resumable(folder: str) -> bool:
+def resumable(folder: str) -> bool:
+    """Whether a run can continue from ``folder`` (its manifest lists optimizer state)."""
     try:
         return has_optimizer_state(folder)
     except CheckpointError:

@@ -16,6 +16,7 @@ from wenxin.common.errors import CheckpointError, ConfigError
 from wenxin.common.parsed import dict_at
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import parameters
+from wenxin.controller.checkpoint_folders import CheckpointManager
 from wenxin.controller.engine import ExecutionEngine
 from wenxin.config.task_config import source_of, translations_of
 from wenxin.controller.env import paddle_rank, paddle_world_size, rng_state, set_rng_state
@@ -31,7 +32,9 @@ logger = logging.getLogger("wenxin")
 
 def prepare_output_path(cfg: Dict[str, Any], is_writer: bool = True) -> None:
     """Create ``trainer.output_path``; never train over an earlier run's checkpoints unless
-    asked to resume it, and fail clearly when the folder cannot be used."""
+    asked to resume it, and fail clearly when the folder cannot be used. The writing process of
+    a run that continues first finishes a change to the checkpoint folders a killed process left,
+    so that every process then finds the same checkpoint."""
     path = cfg["output_path"]
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"trainer.output_path: {path} exists and is not a folder")
@@ -42,11 +45,17 @@ def prepare_output_path(cfg: Dict[str, Any], is_writer: bool = True) -> None:
             raise ConfigError(f"trainer.output_path: cannot create {path}: {e.strerror}") from None
         if not os.access(path, os.W_OK):
             raise ConfigError(f"trainer.output_path: folder is not writable: {path}")
-    manager = ckpt.CheckpointManager.for_trainer(cfg)
+    manager = CheckpointManager.for_trainer(cfg)
     if manager.has_checkpoints() and cfg["resume"] == "none" and not cfg["load_checkpoint"]:
         raise ConfigError(f"trainer.output_path: {path} already holds checkpoints of an earlier run; "
                           f"to continue it set trainer.resume=auto (--set trainer.resume=auto); to start "
                           f"afresh choose another output_path or move {path} away")
+    if is_writer and (cfg["resume"] != "none" or cfg["load_checkpoint"]):
+        try:
+            manager.recover()
+        except OSError as e:
+            raise CheckpointError(f"{manager.root}: cannot finish the change to the checkpoints a stopped "
+                                  f"process left ({e.strerror or e})") from None
 
 
 class CheckpointedHooks(Protocol):
@@ -77,13 +86,13 @@ class Checkpointer:
     """
 
     def __init__(self, engine: ExecutionEngine, hooks: CheckpointedHooks, state: TrainState,
-                 checkpoints: ckpt.CheckpointManager, config: Dict[str, Any], train_reader: "BasicDataSetReader",
+                 checkpoints: CheckpointManager, config: Dict[str, Any], train_reader: "BasicDataSetReader",
                  context: RunContext, run_facts: Mapping[str, Any]) -> None:
         self.engine, self.hooks, self.state, self.checkpoints = engine, hooks, state, checkpoints
         self.config, self.train_reader, self.context, self.run_facts = config, train_reader, context, dict(run_facts)
         self.output_path: str = config["trainer"]["output_path"]
 
-    def save(self, name: str, update_latest: bool = True) -> str:
+    def save(self, name: str) -> str:
         """Write a complete checkpoint ``<output_path>/checkpoints/<name>`` (rank 0 only)."""
         if not self.context.is_writer:
             return ""
@@ -100,7 +109,7 @@ class Checkpointer:
             ckpt.write_checkpoint(folder, self.checkpointed_state(), engine.optimizer_state_dict(), extra,
                                   trainer_state, self.config, self.train_reader.save_vocabs)
 
-        path = self.checkpoints.save(name, write, update_latest=update_latest)
+        path = self.checkpoints.save(name, write)
         self.hooks.call("after_save", name, path)
         return path
 
@@ -127,19 +136,6 @@ class Checkpointer:
         else:
             logger.info("resumed from %s at step %d (epoch %d, step %d in epoch)", folder, s.global_step,
                         min(s.epoch + 1, max(s.num_epochs, 1)), s.step_in_epoch)
-
-    def _abandon_checkpoints_after_best(self) -> None:
-        """A run continued from ``best`` abandons the checkpoints its first run wrote after it:
-        they move aside (not deleted), and ``latest`` names ``best`` until this run saves."""
-        checkpoints, step = self.checkpoints, self.state.global_step
-        try:
-            aside = checkpoints.set_aside_after(step)
-            checkpoints.mark_latest(ckpt.BEST_DIR)
-        except OSError as e:
-            raise CheckpointError(f"trainer.resume: best: cannot move the later checkpoints in "
-                                  f"{checkpoints.root} aside ({e.strerror or e})") from None
-        if aside:
-            logger.warning("resume: best: the checkpoints after step %d were moved to %s", step, aside)
 
     def _load_training_state(self, folder: str, parts: Mapping[str, Any]) -> None:
         """Optimizer, LR schedule, loss scaler, hooks and RNG from a checkpoint's parts."""
@@ -229,7 +225,7 @@ class Checkpointer:
         if cfg["load_parameters"]:
             self.load_pretrained(cfg["load_parameters"])
         if self.context.resume_from:
-            self._resume(self.context.resume_from, cfg["resume"])
+            self._resume(self.context.resume_from, explicit=bool(cfg["load_checkpoint"]) or cfg["resume"] == "best")
         elif cfg["resume"] == "auto":
             logger.info("resume=auto: no checkpoint in %s, starting fresh", self.checkpoints.root)
         if self.context.is_writer:
@@ -250,18 +246,19 @@ class Checkpointer:
         logger.info("%s%s", report.summary(), f"\n  the model's own parameters ({len(added)}, e.g. adapters) start "
                     f"from their initialization" if added else "")
 
-    def _resume(self, folder: str, resume: str) -> None:
-        """Continue from ``folder``; rank 0 then puts the checkpoint folders in order."""
+    def _resume(self, folder: str, explicit: bool) -> None:
+        """Continue from ``folder``; rank 0 then puts this run's checkpoint folders in order: the
+        folders of later steps belong to the run it abandons (``CheckpointManager.continue_from``)."""
         self.load(folder)
-        if not self.context.is_writer:
+        if not self.context.is_writer or not self.checkpoints.holds(folder):
             return
-        if resume == "best":
-            self._abandon_checkpoints_after_best()
-        elif self.state.finished and self.checkpoints.holds(folder):
-            self.checkpoints.prune()  # no save follows: finish the last one's pruning
-        # the folders are the truth: a process killed after a save, before pruning and
-        # rewriting the index (or a run resumed from best), left an index behind them
-        self.checkpoints.write_index()
+        try:
+            aside = self.checkpoints.continue_from(folder, self.state.global_step, explicit)
+        except OSError as e:
+            raise CheckpointError(f"{self.checkpoints.root}: cannot put the checkpoints after step "
+                                  f"{self.state.global_step} aside ({e.strerror or e})") from None
+        if aside:
+            logger.warning("resume: the checkpoints after step %d were moved to %s", self.state.global_step, aside)
 
     def _write_run_files(self) -> None:
         """The run's resolved config and vocabularies in its output folder."""
@@ -277,9 +274,10 @@ def context_of(config: Dict[str, Any]) -> RunContext:
     """The run context of a trainer made without ``wenxin.runner.setup_environment`` (a script's
     own): its task file, this process's rank, the checkpoint its ``trainer.resume`` keys name,
     and Paddle's CPU threads as they are."""
+    rank = paddle_rank()
+    prepare_output_path(config["trainer"], is_writer=rank == 0)  # before the checkpoint is chosen
     return RunContext(source=source_of(config), translations=translations_of(config),
-                      resume_from=resume_checkpoint(config["trainer"]), rank=paddle_rank(),
-                      world_size=paddle_world_size())
+                      resume_from=resume_checkpoint(config["trainer"]), rank=rank, world_size=paddle_world_size())
 
 
 def resume_checkpoint(cfg: Dict[str, Any]) -> Optional[str]:
@@ -290,7 +288,7 @@ def resume_checkpoint(cfg: Dict[str, Any]) -> Optional[str]:
         ckpt.verify(cfg["load_checkpoint"])  # before its vocabularies are used
         return cfg["load_checkpoint"]
     if cfg["resume"] == "best":
-        manager = ckpt.CheckpointManager.for_trainer(cfg)
+        manager = CheckpointManager.for_trainer(cfg)
         best = os.path.join(manager.root, ckpt.BEST_DIR)
         if not os.path.isdir(best):
             raise CheckpointError(f"trainer.resume: best: there is no best checkpoint in {manager.root} (it is "
@@ -304,7 +302,7 @@ def resume_checkpoint(cfg: Dict[str, Any]) -> Optional[str]:
                                   f"(or all), or start a new run from its weights with trainer.load_parameters")
         return best
     if cfg["resume"] == "auto":
-        manager = ckpt.CheckpointManager.for_trainer(cfg)
+        manager = CheckpointManager.for_trainer(cfg)
         latest = manager.latest()
         if latest is None and manager.has_checkpoints():  # never train over damaged results
             raise CheckpointError(f"trainer.resume: no usable checkpoint in {manager.root}: every one is damaged, "

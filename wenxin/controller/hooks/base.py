@@ -20,7 +20,7 @@ import numpy as np
 from wenxin.config.schema import Schema
 
 if TYPE_CHECKING:
-    from wenxin.controller.checkpoint import CheckpointManager
+    from wenxin.controller.checkpoint_folders import CheckpointManager
     from wenxin.controller.engine import ExecutionEngine
     from wenxin.controller.hooks.writers import MetricLogger
     from wenxin.controller.ranks import Ranks
@@ -64,7 +64,7 @@ class HookedTrainer(Protocol):
     def evaluate(self, reader_name: str, tag: Optional[str] = None, run_hooks: bool = True,
                  step: Optional[int] = None) -> Dict[str, float]: ...
 
-    def save_checkpoint(self, name: str, update_latest: bool = True) -> str: ...
+    def save_checkpoint(self, name: str) -> str: ...
 
     def restore_model_params(self, params: Mapping[str, Any], source: str) -> None: ...
 

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
-from wenxin.controller.checkpoint import BEST_DIR, is_complete
+from wenxin.controller.checkpoint import BEST_DIR
 from wenxin.controller.hooks.base import IntervalHook, Priority
 
 logger = logging.getLogger("wenxin")
@@ -21,39 +20,22 @@ class CheckpointHook(IntervalHook):
     dev metric ``trainer.metric`` improves (direction ``trainer.metric_mode``), and with
     ``save_top_k: k`` keeps the k best evaluations as ``top_step_<N>`` (ties: the earlier step).
 
-    The top-k list is part of the hook's checkpointed state, so a resumed run ranks exactly as an
-    uninterrupted one; top-k folders the resumed checkpoint does not list (written after it, or
-    dropped but not yet deleted when the process died) are removed when training starts, and the
-    resumed run writes them again when it gets there."""
+    The top k are read from the folders themselves (each holds its dev metrics), so they need no
+    record of their own: a resumed run's checkpoint manager deletes the top-k folders of later
+    steps, and the run writes them again when it gets there."""
 
     priority = Priority.LOW
     interval_key = "save_model_step"
 
-    def __init__(self) -> None:
-        self.top: List[Tuple[int, float]] = []  # (step, metric), best first
-
     def state_dict(self) -> Optional[Dict[str, Any]]:
-        if not self.trainer.trainer_config["save_top_k"]:
-            return None
-        return {"top": [[step, value] for step, value in self.top]}
+        return None
 
     def set_state_dict(self, state: Dict[str, Any]) -> None:
-        self.top = [(int(step), float(value)) for step, value in state.get("top", [])]
+        """An older wenxin's checkpoint holds its top-k list here; the folders are read instead."""
 
     def before_train(self) -> None:
         super().before_train()
         self._last_saved = self.trainer.state.global_step  # a resumed run starts saved
-        if self.trainer.trainer_config["save_top_k"] and self.trainer.is_writer:
-            self._match_top_folders()
-
-    def _match_top_folders(self) -> None:
-        """Make the top-k folders on disk those the (restored) list names."""
-        manager = self.trainer.checkpoints
-        self.top = [(step, value) for step, value in self.top
-                    if is_complete(os.path.join(manager.root, manager.top_name(step)))]
-        for path in manager.remove_top_except({step for step, _ in self.top}):
-            logger.info("top-k: removed %s (not among the top %d at the step this run continues from)", path,
-                        self.trainer.trainer_config["save_top_k"])
 
     def trigger(self) -> None:
         step = self.trainer.state.global_step
@@ -83,32 +65,26 @@ class CheckpointHook(IntervalHook):
             return
         better = (state.best_metric is None
                   or (value > state.best_metric if cfg["metric_mode"] == "max" else value < state.best_metric))
-        if cfg["save_top_k"]:
+        if cfg["save_top_k"] and self.trainer.is_writer:
             self._update_top(value)
         if better:
             state.best_metric, state.best_step = value, state.global_step
-            path = self.trainer.save_checkpoint(BEST_DIR, update_latest=False)
+            path = self.trainer.save_checkpoint(BEST_DIR)
             if path:  # rank 0 writes; the other ranks only keep the score
                 logger.info("new best dev %s %.6g at step %d -> %s", name, value, state.global_step, path)
 
     def _update_top(self, value: float) -> None:
-        """Enter this step's evaluation into the top k: save its folder first, then delete the one
-        it pushed out (a crash in between leaves one folder too many, which the next start removes)."""
+        """Save this step's evaluation as a top-k folder when it ranks among the k best of the
+        folders; the save prunes the one it pushes out."""
         cfg, step = self.trainer.trainer_config, self.trainer.state.global_step
+        manager = self.trainer.checkpoints
         sign = -1.0 if cfg["metric_mode"] == "max" else 1.0
-        ranked = sorted([entry for entry in self.top if entry[0] != step] + [(step, value)],
-                        key=lambda entry: (sign * entry[1], entry[0]))
+        ranked = sorted([(s, v) for s, v in manager.top_ranking() if s != step] + [(step, value)],
+                        key=lambda entry: (sign * entry[1] if entry[1] is not None else math.inf, entry[0]))
         kept = ranked[:cfg["save_top_k"]]
         if (step, value) not in kept:
             return
-        dropped = [s for s, _ in self.top if s not in {k for k, _ in kept}]
-        self.top = kept
-        manager = self.trainer.checkpoints
-        path = self.trainer.save_checkpoint(manager.top_name(step), update_latest=False)
-        if not path:  # rank 0 writes; the other ranks only keep the list
-            return
-        for old in dropped:
-            manager.remove(manager.top_name(old))
+        path = self.trainer.save_checkpoint(manager.top_name(step))
         rank = kept.index((step, value)) + 1
         logger.info("top-%d: dev %s %.6g at step %d is number %d -> %s", cfg["save_top_k"], cfg["metric"], value,
                     step, rank, path)
