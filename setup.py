@@ -1,8 +1,8 @@
 """Package layout (metadata is in pyproject.toml): the repository keeps the built-in tasks in
 ``tasks/`` and the example task files in ``examples/``; installed, they are ``wenxin.tasks`` and
 ``wenxin.examples``, so a wheel finds them by name from any working folder. And one optional C
-extension, ``wenxin.data._char_ids_native`` (text to ids for character fields, see
-``wenxin/data/char_ids.py``): where no C compiler is at hand it is skipped with a warning, and
+extension, ``wenxin.speedups._char_ids_native`` (text to ids for character fields, see
+``wenxin/speedups/char_ids.py``): where no C compiler is at hand it is skipped with a warning, and
 wenxin converts that text in numpy instead, to the same ids."""
 import os
 
@@ -42,7 +42,8 @@ setup(
     package_dir=MAPPED_PACKAGES,
     package_data={**{p: list(DATA_FILES) for p in DATA_PACKAGES}, "wenxin.examples": ["*.json", "*.py", "*.yaml"],
                   # PEP 561: wenxin's type hints are for its users' type checkers too (the C kernel's too)
-                  "wenxin": ["py.typed"], "wenxin.data": ["_char_ids_native.pyi"],
+                  "wenxin": ["py.typed"], "wenxin.speedups": ["_char_ids_native.pyi"],
                   "wenxin.studio.static": ["*.js", "*.css", "*.json", "*.LICENSE"]},
-    ext_modules=[Extension("wenxin.data._char_ids_native", ["wenxin/data/_char_ids_native.c"], optional=True)],
+    ext_modules=[Extension("wenxin.speedups._char_ids_native", ["wenxin/speedups/_char_ids_native.c"],
+                           optional=True)],
 )

@@ -16,11 +16,12 @@ import pytest
 
 from wenxin.config.schema import validate
 from wenxin.config.task_schema import FIELD
-from wenxin.data import char_ids
+from wenxin.data import text_speedups
 from wenxin.data.field_reader import TextFieldReader
-from wenxin.data.nfkc import nfkc
-from wenxin.data.nfkc import tables as tables_of_nfkc
 from wenxin.data.vocab import Vocab
+from wenxin.speedups import char_ids
+from wenxin.speedups.nfkc import nfkc
+from wenxin.speedups.nfkc import tables as tables_of_nfkc
 
 # CJK, punctuation that NFKC rewrites, latin words and digits (full width too), whitespace of
 # several kinds, casing traps (final sigma, dotted I), combining marks, astral characters
@@ -325,7 +326,7 @@ def test_the_c_kernel_is_built_where_a_c_compiler_is() -> None:
     if shutil.which(compiler) is None or not os.path.isfile(headers):
         pytest.skip(f"no C compiler ({compiler}) or no Python headers here: the numpy path converts")
     assert char_ids._char_ids_native is not None, \
-        "wenxin.data._char_ids_native is missing: run pip install -e . and read its warning"
+        "wenxin.speedups._char_ids_native is missing: run pip install -e . and read its warning"
 
 
 def test_the_c_kernel_checks_its_tables() -> None:
@@ -407,3 +408,37 @@ def test_the_split_rules_are_the_kernels() -> None:
     if native is None:
         pytest.skip("the C kernel was not built")
     assert (char_ids._CHAR_RULE, char_ids._SPLIT_AT_SPACE) == (native.CHAR_RULE, native.SPLIT_AT_SPACE)
+
+
+def test_the_speedups_plug_into_one_seam_and_the_plain_path_gives_their_ids(monkeypatch):
+    """Importing ``wenxin.speedups`` plugs it in; taken out, a field has no batch path, text is
+    normalized by ``unicodedata``, and the per-text ids equal the batch path's."""
+    import unicodedata
+
+    import wenxin.speedups
+    rng = random.Random(3)
+    texts = random_texts(rng, 40)
+    reader = field([], ngram=2)
+    reader.set_vocab(Vocab(["[PAD]", "[UNK]"] + vocab_from(reader, texts, rng), "[UNK]"))
+    assert text_speedups.active() is wenxin.speedups.SPEEDUPS
+    fast = reader.convert_column(texts)
+    assert fast is not None
+    monkeypatch.setattr(text_speedups, "_active", text_speedups.PLAIN)
+    assert reader.convert_column(texts) is None  # nothing plugged in: each text takes convert
+    long_text = "全角ＡＢＣ１２３，" * 10  # long enough for the numpy normalizer to take it
+    assert text_speedups.nfkc(long_text) == unicodedata.normalize("NFKC", long_text)
+    plain = per_text(reader, texts)
+    assert sorted(plain) == sorted(fast)
+    for name in plain:
+        np.testing.assert_array_equal(fast[name], plain[name], err_msg=name)
+
+
+@pytest.mark.parametrize("switch, loaded", [("0", False), ("1", True)])
+def test_wenxin_speedups_0_keeps_them_out(switch, loaded):
+    import subprocess
+    code = ("import sys; from wenxin.common.registry import load_builtins; load_builtins(); "
+            "from wenxin.data import text_speedups; print('wenxin.speedups' in sys.modules, text_speedups.active().name)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "WENXIN_SPEEDUPS": switch, "GLOG_minloglevel": "2"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-2:] == ([str(loaded), "wenxin.speedups" if loaded else "plain"])

@@ -17,7 +17,7 @@ from conftest import REPO, task_config, without_log, write_config
 from wenxin.common import paddle_support
 from wenxin.common.errors import ConfigError, InstallError
 from wenxin.common.task_loader import ENTRY_POINT_GROUP, builtin_task_names, builtin_tasks_dir, import_task
-from wenxin.data import char_ids
+from wenxin.speedups import char_ids
 
 
 def test_builtin_tasks_are_found_by_name_from_any_folder(tmp_path, monkeypatch):
@@ -179,11 +179,11 @@ def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
     assert sdist
     import tarfile
     with tarfile.open(sdist[0]) as archive:  # the C kernel's source, so a wheel built from the sdist has it
-        assert any(n.endswith("/wenxin/data/_char_ids_native.c") for n in archive.getnames())
+        assert any(n.endswith("/wenxin/speedups/_char_ids_native.c") for n in archive.getnames())
     native = char_ids._char_ids_native is not None  # built here: then the wheel holds it too
     if native:
-        assert "wenxin/data/_char_ids_native.pyi" in names
-        assert any(re.fullmatch(r"wenxin/data/_char_ids_native\.cpython-.*\.so", n) for n in names), names
+        assert "wenxin/speedups/_char_ids_native.pyi" in names
+        assert any(re.fullmatch(r"wenxin/speedups/_char_ids_native\.cpython-.*\.so", n) for n in names), names
     venv = tmp_path / "venv"
     # the venv sees the Paddle and other dependencies of the environment the suite runs in (a
     # venv's, or the system's: not the base interpreter's, which a venv's --system-site-packages
@@ -199,7 +199,7 @@ def test_the_wheel_works_outside_the_checkout(tmp_path, data_dir):
     work = tmp_path / "elsewhere"
     work.mkdir()
     where = _run([str(bin_dir / "python"), "-c", "import wenxin, wenxin.common.task_loader as t; "
-                  "from wenxin.data import char_ids as c; print(wenxin.__file__); print(t.builtin_tasks_dir()); "
+                  "from wenxin.speedups import char_ids as c; print(wenxin.__file__); print(t.builtin_tasks_dir()); "
                   "print(c._char_ids_native.__file__ if c._char_ids_native else '')"], work, env).stdout.split()
     assert len(where) == 2 + native and all(line.startswith(str(venv)) for line in where), where  # not the checkout
 

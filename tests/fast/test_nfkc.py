@@ -1,4 +1,4 @@
-"""``wenxin.data.nfkc`` against ``unicodedata.normalize("NFKC")``: every code point, in random
+"""``wenxin.speedups.nfkc`` against ``unicodedata.normalize("NFKC")``: every code point, in random
 company, through the table path; and the texts the table path must leave to unicodedata."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import List
 
 import pytest
 
-from wenxin.data import nfkc
+from wenxin.speedups import nfkc
 
 PUNCTUATION = "，。！？：；（）…～０１ＡＢ"
 

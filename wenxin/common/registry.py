@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from wenxin.common.errors import ConfigError
@@ -23,16 +24,23 @@ BUILTIN_MODULES = ("wenxin.data.tokenizers", "wenxin.data.wordpiece", "wenxin.da
                    "wenxin.controller.hooks", "wenxin.optim.optimizers", "wenxin.controller.task_trainers",
                    "wenxin.inference.formatters", "wenxin.inference.spo_format", "wenxin.inference.paddle_backend",
                    "wenxin.inference.onnx_backend")
+# modules that plug themselves in when imported, each with the environment variable that keeps it
+# out when "0": the text speed-ups (wenxin.data.text_speedups says what they replace)
+OPTIONAL_MODULES = {"wenxin.speedups": "WENXIN_SPEEDUPS"}
 _builtins_loaded = False
 
 
 def load_builtins() -> None:
-    """Import the modules that register wenxin's built-in classes (once)."""
+    """Import the modules that register wenxin's built-in classes, and the optional modules not
+    switched off (once)."""
     global _builtins_loaded
     if not _builtins_loaded:
         _builtins_loaded = True
         for module in BUILTIN_MODULES:
             importlib.import_module(module)
+        for module, switch in OPTIONAL_MODULES.items():
+            if os.environ.get(switch, "1") != "0":
+                importlib.import_module(module)
 
 
 def scope_of(module_name: str) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 from wenxin.common.constants import InstanceName
 from wenxin.common.errors import ConfigError, DataError
 from wenxin.common.registry import RegisterSet
-from wenxin.data.char_ids import MAX_NGRAM, CharBatchIds, kernel_split
+from wenxin.data import text_speedups
 from wenxin.data.tokenizers import BaseTokenizer
 from wenxin.data.vocab import PAD_TOKEN, Vocab
 
@@ -192,7 +192,9 @@ class TextFieldReader(BaseFieldReader):
         self.max_seq_len: int = config["max_seq_len"]
         self.padding_id: int = config["padding_id"]
         self.raw_text_issue: Optional[str] = None  # why a tagger cannot tag raw sentences (see the reader)
-        self._batch_cache: Optional[Tuple[Optional[Vocab], Optional[CharBatchIds]]] = None  # see _batch_ids
+        # (vocab, the speed-ups plugged in, their converter): see _batch_ids
+        self._batch_cache: Optional[Tuple[Optional[Vocab], text_speedups.TextSpeedups,
+                                          Optional[text_speedups.BatchIds]]] = None
         if self.tokenizer.needs_vocab and not config["vocab_path"]:
             raise ConfigError(f"{path}.vocab_path: {type(self.tokenizer).__name__} splits text by a given vocab: "
                               f"set vocab_path to the pretrained model's vocab.txt")
@@ -282,28 +284,26 @@ class TextFieldReader(BaseFieldReader):
         return {self.name: ids, f"{self.name}_{InstanceName.SEQ_LENS}": lengths}
 
     def convert_column(self, texts: List[str]) -> Optional[Dict[str, np.ndarray]]:
-        """The whole column at once (``CharBatchIds``: in C, or in numpy) for a plain character or
-        whitespace-split field."""
+        """The whole column at once, where a speed-up plugged into ``wenxin.data.text_speedups``
+        converts this field's batches; else None (each text takes ``convert``)."""
         batch_ids = self._batch_ids() if texts else None
         arrays = batch_ids(texts) if batch_ids is not None else None
         if arrays is None:
             return None
         return {self.name: arrays[0], f"{self.name}_{InstanceName.SEQ_LENS}": arrays[1]}
 
-    def _batch_ids(self) -> Optional[CharBatchIds]:
+    def _batch_ids(self) -> Optional[text_speedups.BatchIds]:
         """The batch converter for this field's tokenizer and vocab, where one applies: this class's
-        own conversion, a tokenizer a batch path covers (``char_ids.kernel_split``), ids from a vocab
-        with an unknown token, n-grams up to ``MAX_NGRAM``."""
-        tokenizer, vocab = self.tokenizer, self.vocab
-        if self._batch_cache is not None and self._batch_cache[0] is vocab:
-            return self._batch_cache[1]
+        own conversion, ids from a vocab, and a converter plugged in that covers the tokenizer."""
+        tokenizer, vocab, cached = self.tokenizer, self.vocab, self._batch_cache
+        if cached is not None and cached[0] is vocab and cached[1] is text_speedups.active():
+            return cached[2]
         usable = (type(self).convert is TextFieldReader.convert and type(self).collate is TextFieldReader.collate
-                  and kernel_split(tokenizer) is not None
-                  and self.config["need_convert"] and vocab is not None and vocab.unk_id is not None
-                  and tokenizer.ngram <= MAX_NGRAM)
-        batch_ids = CharBatchIds(tokenizer, vocab, self.max_seq_len, self.config["truncation_type"],  # type: ignore[arg-type]
-                                 self.padding_id, fixed_length(self.config)) if usable else None
-        self._batch_cache = (vocab, batch_ids)
+                  and self.config["need_convert"] and vocab is not None)
+        batch_ids = text_speedups.batch_converter(tokenizer, vocab, self.max_seq_len,
+                                                  self.config["truncation_type"], self.padding_id,
+                                                  fixed_length(self.config)) if usable else None
+        self._batch_cache = (vocab, text_speedups.active(), batch_ids)
         return batch_ids
 
     def tensor_specs(self) -> List[TensorSpec]:

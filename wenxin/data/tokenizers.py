@@ -5,7 +5,7 @@ import re
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from wenxin.common.registry import RegisterSet
-from wenxin.data.nfkc import nfkc
+from wenxin.data.text_speedups import nfkc
 
 if TYPE_CHECKING:
     from wenxin.data.vocab import Vocab

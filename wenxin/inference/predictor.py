@@ -11,7 +11,7 @@ import numpy as np
 from wenxin.common.errors import ConfigError, ExportError, InferenceError, WenxinError
 from wenxin.common.registry import RegisterSet
 from wenxin.common.task_loader import builtin_task_names, import_task
-from wenxin.data import nfkc
+from wenxin.data import text_speedups
 from wenxin.data.export_bundle import (FIRST_STEP, MODEL_PREFIX, PREPROCESS_FILE, read_preprocessing, verify_export,
                                        where_exports_are)
 from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
@@ -284,7 +284,7 @@ class Predictor:
         """Run the model once on ``rows`` made-up inputs of 32 characters each, so that a
         service's first requests find Paddle's kernels (and the NFKC tables) built. False when
         made-up text is no valid input (e.g. numeric fields): then the first real batch does it."""
-        nfkc.prepare()
+        text_speedups.prepare()
         text = " ".join("样例文本" * 8)  # 32 tokens for character, whitespace and WordPiece tokenizers
         if self.steps:
             return False  # a generation export warms up through its Generator (a few steps, not answers)

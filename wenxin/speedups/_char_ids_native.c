@@ -1,4 +1,4 @@
-/* Character-tokenizer ids for a batch of texts, in one pass of C (wenxin.data.char_ids).
+/* Character-tokenizer ids for a batch of texts, in one pass of C (wenxin.speedups.char_ids).
 
 Hand-written for a measured reason (issue 39): on the sentiment example's reviews, the numpy
 batch path still spent about 50 us converting 16 texts (77 characters each) against the BoW
@@ -8,7 +8,7 @@ the `tokenizers` library took 340-477 us for the same batch. This kernel does wh
 running interpreter's own `unicodedata` and the field's vocab, so it gives exactly the ids of
 `CharTokenizer.tokenize`, `Vocab.to_ids` and `TextFieldReader.truncate` (tests compare them):
 
-  - NFKC, a character at a time through `wenxin.data.nfkc`'s tables (exact where every
+  - NFKC, a character at a time through `wenxin.speedups.nfkc`'s tables (exact where every
     character is context-free; a batch with any other character is refused), then `str.lower`
     through a table of single-character lower cases (a character whose lower case is not one
     character, or depends on its neighbours, makes the batch refused);
@@ -399,14 +399,14 @@ done:
 static PyType_Slot kernel_slots[] = {
     {Py_tp_doc, "Kernel(kinds, classes, one, lower, single_ids, gram_tables, many, token_to_id, unk_id, padding_id, "
                 "max_seq_len, width, ngram, truncation_type, lowercase, split=-1): call it with (texts, out, lengths) to "
-                "convert a batch; see wenxin.data.char_ids.NativeIds."},
+                "convert a batch; see wenxin.speedups.char_ids.NativeIds."},
     {Py_tp_new, Kernel_new},
     {Py_tp_dealloc, Kernel_dealloc},
     {Py_tp_call, Kernel_call},
     {0, NULL},
 };
 
-static PyType_Spec kernel_spec = {"wenxin.data._char_ids_native.Kernel", sizeof(Kernel), 0, Py_TPFLAGS_DEFAULT,
+static PyType_Spec kernel_spec = {"wenxin.speedups._char_ids_native.Kernel", sizeof(Kernel), 0, Py_TPFLAGS_DEFAULT,
                                   kernel_slots};
 
 static int module_exec(PyObject *module) {
@@ -426,7 +426,7 @@ static PyModuleDef_Slot module_slots[] = {{Py_mod_exec, module_exec}, {0, NULL}}
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_char_ids_native",
-    "Character-tokenizer ids for a batch of texts in C (see wenxin.data.char_ids).", 0, NULL, module_slots,
+    "Character-tokenizer ids for a batch of texts in C (see wenxin.speedups.char_ids).", 0, NULL, module_slots,
 };
 
 PyMODINIT_FUNC PyInit__char_ids_native(void) { return PyModuleDef_Init(&module_def); }

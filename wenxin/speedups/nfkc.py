@@ -88,7 +88,7 @@ def code_points(text: str) -> Optional[np.ndarray]:
 
 def tables() -> _Tables:
     """``(classes, one, many)``, the tables ``nfkc`` maps by (built on first use): for the C
-    kernel of ``wenxin.data.char_ids``, which maps characters by them too."""
+    kernel of ``wenxin.speedups.char_ids``, which maps characters by them too."""
     return _tables()
 
 

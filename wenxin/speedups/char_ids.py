@@ -4,7 +4,7 @@ Hand-written for a measured reason (issue 39): converting text to ids one text a
 Python took 71-88% of a bag-of-words model's prediction time; on a batch this path does the same
 work in a fixed number of numpy calls. It gives exactly the ids of ``CharTokenizer.tokenize``,
 ``Vocab.to_ids`` and ``TextFieldReader.truncate`` text by text (tested against them), because it
-normalizes as ``CharTokenizer.normalize`` does (``wenxin.data.nfkc``, then ``str.lower`` where the
+normalizes as ``CharTokenizer.normalize`` does (``wenxin.speedups.nfkc``, then ``str.lower`` where the
 tokenizer lowercases) and reproduces its token rule:
 
 - a run of ASCII letters, digits and ``_`` is one token;
@@ -20,9 +20,9 @@ text without spaces, latin or digits): each text is truncated and padded as a st
 table lookup turns the batch's code points into ids, lowercasing included (measured on 16
 generated Chinese reviews: 7.9 against 16.5 µs).
 
-Where the C kernel ``wenxin.data._char_ids_native`` was built at install (``setup.py``; it is
+Where the C kernel ``wenxin.speedups._char_ids_native`` was built at install (``setup.py``; it is
 optional, for machines without a C compiler), it takes a batch first: the same rules in one pass
-of C over each text, from tables this module and ``wenxin.data.nfkc`` build
+of C over each text, from tables this module and ``wenxin.speedups.nfkc`` build
 (``CharBatchIds._native``). A batch it refuses (a character whose NFKC or lower case depends on its
 neighbours, a lone surrogate) takes the numpy path. The kernel also converts whitespace-split
 fields (``WhitespaceTokenizer``), which have no numpy path (``kernel_split``).
@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from wenxin.data.nfkc import code_points, nfkc, tables
+from wenxin.speedups.nfkc import code_points, nfkc, tables
 from wenxin.data.tokenizers import BaseTokenizer, CharTokenizer, WhitespaceTokenizer
 from wenxin.data.vocab import Vocab
 
@@ -57,7 +57,7 @@ _LOWER: Optional[np.ndarray] = None  # see _lower_table
 _CHAR_RULE, _SPLIT_AT_SPACE = -1, -2  # the C kernel's split rules (its CHAR_RULE and SPLIT_AT_SPACE)
 
 try:  # the C kernel: built at install where a C compiler is (setup.py marks it optional)
-    from wenxin.data import _char_ids_native
+    from wenxin.speedups import _char_ids_native
 except ImportError:  # pragma: no cover - a machine without a C compiler at install
     _char_ids_native = None  # type: ignore[assignment]
 
@@ -162,6 +162,16 @@ def kernel_split(tokenizer: BaseTokenizer) -> Optional[int]:
             return _SPLIT_AT_SPACE
         return ord(separator) if len(separator) == 1 else None
     return None
+
+
+def batch_converter(tokenizer: BaseTokenizer, vocab: Vocab, max_seq_len: int, truncation_type: int,
+                    padding_id: int, fixed_length: int) -> Optional["CharBatchIds"]:
+    """The ``CharBatchIds`` of a field, where a batch path covers its tokenizer (``kernel_split``),
+    its n-grams (up to ``MAX_NGRAM``) and its vocab (one with an unknown token); else None. The
+    factory this module plugs into ``wenxin.data.text_speedups``."""
+    usable = (kernel_split(tokenizer) is not None and vocab.unk_id is not None
+              and 1 <= tokenizer.ngram <= MAX_NGRAM)
+    return CharBatchIds(tokenizer, vocab, max_seq_len, truncation_type, padding_id, fixed_length) if usable else None
 
 
 class CharBatchIds:

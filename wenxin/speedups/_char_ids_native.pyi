@@ -1,4 +1,4 @@
-"""Type hints of the C kernel ``_char_ids_native.c`` (see ``wenxin.data.char_ids``)."""
+"""Type hints of the C kernel ``_char_ids_native.c`` (see ``wenxin.speedups.char_ids``)."""
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
