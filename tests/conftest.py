@@ -488,7 +488,11 @@ def no_paddle_operations_in_the_fast_tier(request, monkeypatch):
     if not str(request.node.fspath).startswith(FAST_TIER):
         yield
         return
-    import paddle
+    try:
+        import paddle
+    except ImportError:  # a venv without Paddle (.ci/run's fast tier): nothing to refuse
+        yield
+        return
 
     def refuse(what):
         def refused(*args, **kwargs):

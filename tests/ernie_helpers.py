@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List
 
 import numpy as np
-import paddle
 
 from conftest import NEGATIVE, NEUTRAL, POSITIVE
 from wenxin.translation import pretrained
-from wenxin.models.ernie import ErnieConfig, ErnieEncoder
+
+if TYPE_CHECKING:
+    from wenxin.models.ernie import ErnieConfig
 
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
 PIECES = sorted(set(POSITIVE + NEGATIVE + NEUTRAL)) + list("abcdefghijklmnopqrstuvwxyz0123456789") + \
@@ -40,6 +41,9 @@ def make_ernie_model(folder: str, layout: str = "paddlenlp", seed: int = 7, **sh
     """A random-init ERNIE 3.0-shaped model folder: PaddleNLP's (``config.json``,
     ``model_state.pdparams``) or ERNIE-kit's (``ernie_config.json``, ``params/``), with ``vocab.txt``.
     Returns the weights under PaddleNLP's names."""
+    import paddle
+
+    from wenxin.models.ernie import ErnieConfig, ErnieEncoder
     os.makedirs(folder, exist_ok=True)
     paddle.seed(seed)
     tiny = {**TINY, **shape}
@@ -186,6 +190,9 @@ def run_encoder(config: ErnieConfig, params: Dict[str, np.ndarray], mode: str, i
     """An ``ErnieEncoder`` with ``params`` (all of its parameters, nothing else), in eval mode, on
     ``ids`` and ``lengths`` and the optional inputs by keyword (``token_type_ids``,
     ``position_ids``), in the ``dynamic`` or ``static`` graph mode: ``[states, pooled]``."""
+    import paddle
+
+    from wenxin.models.ernie import ErnieEncoder
     from wenxin.controller.graph_mode import static_mode
     if mode == "dynamic":
         encoder = ErnieEncoder(config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 from wenxin.common import startup_notes, threads
 from wenxin.common.errors import ConfigError, WenxinError
@@ -20,7 +20,9 @@ from wenxin.controller.env import init_distributed, paddle_rank, paddle_world_si
 from wenxin.controller.run_context import RunContext, ThreadChoice
 from wenxin.controller.summary import result_checkpoint, run_summary
 from wenxin.data.dataset_reader import build_readers
-from wenxin.models.base_model import BaseModel
+
+if TYPE_CHECKING:
+    from wenxin.models.base_model import BaseModel
 
 logger = logging.getLogger("wenxin")
 

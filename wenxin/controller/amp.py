@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Dict, List, Literal, Optional
-
-import paddle
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional
 
 from wenxin.common.errors import ConfigError
-from wenxin.compat.paddle_internals import cpu_supports_bfloat16
+
+if TYPE_CHECKING:
+    import paddle
 
 
 def float16_kernels_available(place_type: str) -> bool:
@@ -28,6 +28,7 @@ def float16_kernels_available(place_type: str) -> bool:
 
 def bfloat16_kernels_available(place_type: str) -> bool:
     """Whether bfloat16 matmul/conv kernels exist (on CPU: oneDNN with AVX512-BF16 or AMX)."""
+    from wenxin.compat.paddle_internals import cpu_supports_bfloat16
     return place_type == "gpu" or cpu_supports_bfloat16()
 
 
@@ -83,6 +84,7 @@ class AmpSettings:
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The training forward's context."""
+        import paddle
         if not self.enabled:
             return contextlib.nullcontext()
         return paddle.amp.auto_cast(enable=True, dtype=self.dtype, level=self.level,
@@ -96,4 +98,5 @@ class AmpSettings:
 
     def make_scaler(self) -> "paddle.amp.GradScaler | None":
         """A ``GradScaler`` (eager mode; in static mode it must be made inside the program)."""
+        import paddle
         return paddle.amp.GradScaler(enable=True, **self.scaler_kwargs) if self.use_loss_scaling else None

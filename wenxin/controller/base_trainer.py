@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Type
 
 import numpy as np
-import paddle
 
 from wenxin.common.constants import Phase
 from wenxin.config.task_check import EVAL_FLAGS
@@ -22,10 +21,8 @@ from wenxin.controller.amp import AmpSettings
 from wenxin.controller.checkpoint_folders import CheckpointManager
 from wenxin.controller.checkpointer import Checkpointer, context_of, prepare_output_path
 from wenxin.controller.cpu_threads import threads_for_model
-from wenxin.controller.eager_engine import EagerEngine
 from wenxin.controller.engine import Batch, EngineInputs, ExecutionEngine, readers_inputs
 from wenxin.controller.evaluator import Evaluator
-from wenxin.controller.static_engine import StaticEngine
 from wenxin.controller.inference_exporter import InferenceExporter
 from wenxin.controller.hooks import DEFAULT_HOOKS, HookBase, HookList, ProgressBarHook
 from wenxin.controller.hooks.from_config import hooks_from_flags, hooks_from_specs
@@ -38,7 +35,11 @@ from wenxin.controller.step_rule import StepRule
 from wenxin.controller.stop_signals import stop_signals_caught
 from wenxin.controller.train_plan import next_batches, plan_steps, train_data
 from wenxin.data.dataset_reader import BasicDataSetReader, BatchLoader
-from wenxin.models.base_model import BaseModel
+
+if TYPE_CHECKING:
+    import paddle
+
+    from wenxin.models.base_model import BaseModel
 
 logger = logging.getLogger("wenxin")
 __all__ = ["Batch", "BaseTrainer"]  # Batch: the engines' (tasks import it from here)
@@ -104,10 +105,15 @@ class BaseTrainer:
 
     @classmethod
     def engine_for(cls, config: Dict[str, Any]) -> Type[ExecutionEngine]:
-        """The engine class: the one this trainer is bound to, else ``model.is_dygraph``'s."""
+        """The engine class: the one this trainer is bound to, else ``model.is_dygraph``'s. (The
+        Paddle engines are imported here, so a trainer on another engine loads no Paddle.)"""
         if cls.engine_class is not None:
             return cls.engine_class
-        return EagerEngine if config["model"].get("is_dygraph", 1) else StaticEngine
+        if config["model"].get("is_dygraph", 1):
+            from wenxin.controller.eager_engine import EagerEngine
+            return EagerEngine
+        from wenxin.controller.static_engine import StaticEngine
+        return StaticEngine
 
     # ---- what the engine holds -------------------------------------------------------------
     @property

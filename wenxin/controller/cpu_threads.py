@@ -12,11 +12,9 @@ import os
 from typing import Any, Optional
 
 import numpy as np
-import paddle
 
 from wenxin.common import threads
 from wenxin.common.errors import WenxinError
-from wenxin.compat.paddle_internals import set_cpu_threads
 from wenxin.controller import checkpoint as ckpt
 from wenxin.controller.run_context import ThreadChoice
 
@@ -38,6 +36,9 @@ def apply_cpu_threads(choice: Optional[ThreadChoice], trainable_parameters: int,
     model of ``trainable_parameters``; returns the count set (0 for none)."""
     if choice is None:
         return 0
+    import paddle
+
+    from wenxin.compat.paddle_internals import set_cpu_threads
     count, reason = choice.count, choice.reason
     if choice.automatic:
         resumed = resumed_cpu_threads(resume_from)

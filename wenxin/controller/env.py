@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from typing import Any, Dict
 
 import numpy as np
-import paddle
 
 from wenxin.common.paddle_support import require_gpu
-from wenxin.compat.rng import generator_states, set_generator_states
 
 def setup_device(place_type: str) -> str:
+    import paddle
     if place_type == "gpu":
         require_gpu("trainer.PADDLE_PLACE_TYPE")
         device = f"gpu:{int(os.environ.get('FLAGS_selected_gpus', os.environ.get('PADDLE_LOCAL_RANK', '0')))}"
@@ -32,15 +32,18 @@ def init_distributed(use_fleet: bool) -> None:
 
 def paddle_rank() -> int:
     """This process's rank among the processes of a distributed run (0 alone)."""
+    import paddle
     return int(paddle.distributed.get_rank())
 
 
 def paddle_world_size() -> int:
     """The number of processes of a distributed run (1 alone)."""
+    import paddle
     return int(paddle.distributed.get_world_size())
 
 
 def set_seed(seed: int) -> None:
+    import paddle
     random.seed(seed)
     np.random.seed(seed)
     paddle.seed(seed)
@@ -48,12 +51,19 @@ def set_seed(seed: int) -> None:
 
 def rng_state() -> Dict[str, Any]:
     """Paddle's, NumPy's and Python's random states, as values a checkpoint stores without pickle
-    (JSON, tuples and arrays)."""
-    return {"paddle": generator_states(), "numpy": np.random.get_state(), "python": random.getstate()}
+    (JSON, tuples and arrays). Paddle's where Paddle is loaded: a run on the fast tier's numpy
+    engine never loads it, and has no Paddle generator to restore."""
+    paddle_states = None
+    if "paddle" in sys.modules:
+        from wenxin.compat.rng import generator_states
+        paddle_states = generator_states()
+    return {"paddle": paddle_states, "numpy": np.random.get_state(), "python": random.getstate()}
 
 
 def set_rng_state(state: Dict[str, Any]) -> None:
-    set_generator_states(state["paddle"])
+    if state["paddle"] is not None:
+        from wenxin.compat.rng import set_generator_states
+        set_generator_states(state["paddle"])
     numpy_state = state["numpy"]
     np.random.set_state((numpy_state[0], np.asarray(numpy_state[1], dtype=np.uint32), *numpy_state[2:]))
     python_state = state["python"]

@@ -9,7 +9,6 @@ import logging
 from typing import Any, Dict, Iterable, Iterator, List, Tuple
 
 import numpy as np
-import paddle
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.progress import ProgressBar, ProgressLog
@@ -119,6 +118,7 @@ class Evaluator:
         """The model's outputs for one batch of ``reader_name``, as numpy arrays; a generation
         model (one with ``generate_outputs``) adds what it decodes through the engine's step
         functions."""
+        import paddle
         outputs = self.engine.eval_step(batch, phase, reader_name)
         generate = getattr(self.engine.model, "generate_outputs", None)
         if generate is not None:
@@ -186,6 +186,7 @@ class Evaluator:
         """All ranks' evaluation outputs in the reader's order. Rank r evaluated examples
         r, r + W, r + 2W, ... (no padding), so per-example outputs are re-interleaved; per-batch
         outputs (like loss) are concatenated with their batch sizes."""
+        import paddle
         gathered: List[Any] = []
         with eager_mode():  # collectives on Python objects need eager mode, also in a static loop
             paddle.distributed.all_gather_object(gathered, (merged, batch_sizes))

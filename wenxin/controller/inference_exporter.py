@@ -17,7 +17,7 @@ from wenxin.controller import checkpoint as ckpt
 from wenxin.controller import export
 from wenxin.controller.engine import Batch, ExecutionEngine
 from wenxin.data.dataset_reader import BasicDataSetReader
-from wenxin.models.base_model import state_held
+from wenxin.common.held_state import state_held
 
 logger = logging.getLogger("wenxin")
 

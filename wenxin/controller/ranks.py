@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from typing import List
 
-import paddle
-
 from wenxin.common.errors import CheckpointError
 from wenxin.controller.graph_mode import eager_mode
 
@@ -18,6 +16,7 @@ class Ranks:
 
     def reduce(self, values: List[float], op: str = "sum") -> List[float]:
         """``values`` reduced elementwise over all ranks (``sum`` or ``max``), in float64."""
+        import paddle
         if self.world_size == 1:
             return list(values)
         reduce_op = {"sum": paddle.distributed.ReduceOp.SUM, "max": paddle.distributed.ReduceOp.MAX}[op]

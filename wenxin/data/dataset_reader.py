@@ -9,7 +9,6 @@ import os
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar, cast
 
 import numpy as np
-import paddle
 
 from wenxin.common.errors import ConfigError, DataError, WenxinError
 from wenxin.common.registry import RegisterSet
@@ -23,7 +22,6 @@ from wenxin.data.row_formats import RowFormat
 from wenxin.data.sampler import ResumableBatchSampler
 from wenxin.data.streaming import StreamPlan, StreamSampler, check_streaming, first_examples, stream_loader
 from wenxin.data.cached_examples import CacheUnavailable, CachedExamples
-from wenxin.data.worker_loader import WorkerLoader
 from wenxin.data.token_cache import StreamCounts, TokenCache, counted, merge_plans, plan_rows
 
 logger = logging.getLogger(__name__)
@@ -40,17 +38,6 @@ class BatchLoader(Protocol):
     def __iter__(self) -> Iterator[Dict[str, Any]]: ...
 
     def __len__(self) -> int: ...
-
-
-class _ExampleDataset(paddle.io.Dataset):
-    def __init__(self, examples: Sequence[Tuple[Any, ...]]) -> None:
-        self.examples = examples
-
-    def __getitem__(self, idx: int) -> Tuple[Any, ...]:
-        return self.examples[idx]
-
-    def __len__(self) -> int:
-        return len(self.examples)
 
 
 class _MainThreadBatches:
@@ -75,7 +62,8 @@ class _MainThreadBatches:
                 raise DataError(f"{self.reader.key_path}: cannot assemble a batch of {len(indices)} examples "
                                 f"({type(e).__name__}: {e})") from None
             if self.as_tensors:
-                batch = {name: paddle.to_tensor(array) for name, array in batch.items()}
+                from wenxin.data.worker_loader import as_tensors  # the eager engine's: Paddle is there
+                batch = as_tensors(batch)
             yield batch
 
     def __len__(self) -> int:
@@ -471,11 +459,8 @@ class BasicDataSetReader:
             return stream_loader(self, sampler, numpy_batches, self.reader_config["num_workers"])
         if self.reader_config["num_workers"] == 0:
             return _MainThreadBatches(self, sampler, as_tensors=not numpy_batches)
-        loader = paddle.io.DataLoader(_ExampleDataset(self.examples), batch_sampler=sampler,
-                                      collate_fn=self.collate,  # type: ignore[arg-type]  # Paddle's hint: a list
-                                      num_workers=self.reader_config["num_workers"],
-                                      return_list=True)
-        return WorkerLoader(loader, loader.__len__)
+        from wenxin.data.worker_loader import example_loader
+        return example_loader(self.examples, sampler, self.collate, self.reader_config["num_workers"])
 
 
 def build_readers(dataset_config: Dict[str, Any], scope: Optional[str],

@@ -4,13 +4,14 @@ from __future__ import annotations
 from typing import Iterator, List, Optional
 
 import numpy as np
-import paddle
 
 
-class ResumableBatchSampler(paddle.io.BatchSampler):
+class ResumableBatchSampler:
     """Yields batches of indices; the order depends only on (seed, epoch).
 
-    Unlike ``paddle.io.BatchSampler`` with shuffling, the permutation of an epoch is a pure
+    It is a plain iterable of index lists with a length, which is all ``paddle.io.DataLoader``
+    asks of its ``batch_sampler`` (so the data layer imports no Paddle). Unlike
+    ``paddle.io.BatchSampler`` with shuffling, the permutation of an epoch is a pure
     function of the seed and epoch number, and iteration can start at any batch, so a resumed
     run sees exactly the batches an uninterrupted run would. With ``num_replicas > 1`` each rank
     takes an interleaved shard ``order[rank::num_replicas]``, padded by wrapping around so that

@@ -26,12 +26,10 @@ import logging
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
-import paddle
 
 from wenxin.common.errors import DataError
 from wenxin.data.lines import FilePart
 from wenxin.data.reading import RawLine, RowReader
-from wenxin.data.worker_loader import WorkerLoader
 
 
 DRAW_BLOCK = 4096  # shuffle-buffer positions drawn from the RNG at a time
@@ -169,29 +167,12 @@ class StreamBatches:
         for _, rows in self.sampler.batches():
             batch: Dict[str, Any] = convert_batch(self.reader, rows)
             if self.as_tensors:
-                batch = {name: paddle.to_tensor(array) for name, array in batch.items()}
+                from wenxin.data.worker_loader import as_tensors  # the eager engine's: Paddle is there
+                batch = as_tensors(batch)
             yield batch
 
     def __len__(self) -> int:
         return len(self.sampler)
-
-
-class _WorkerBatches(paddle.io.IterableDataset):
-    """A DataLoader worker's batches: those numbered ``worker (mod workers)``. The DataLoader
-    takes one from each worker in turn, so the batches arrive in their order."""
-
-    def __init__(self, reader: RowReader, sampler: StreamSampler) -> None:
-        self.reader, self.sampler = reader, sampler
-
-    def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
-        info = paddle.io.get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        for _, rows in self.sampler.batches(worker, workers):
-            yield convert_batch(self.reader, rows)
-
-
-def _as_is(batch: Any) -> Any:
-    return batch
 
 
 def stream_loader(reader: RowReader, sampler: StreamSampler, numpy_batches: bool,
@@ -200,10 +181,11 @@ def stream_loader(reader: RowReader, sampler: StreamSampler, numpy_batches: bool
     worker processes, each converting only its own batches."""
     if num_workers == 0:
         return StreamBatches(reader, sampler, as_tensors=not numpy_batches)
-    # batch_size None: the dataset yields whole batches (Paddle takes None; its type hints say int)
-    loader = paddle.io.DataLoader(_WorkerBatches(reader, sampler), batch_size=None,  # type: ignore[arg-type]
-                                  collate_fn=_as_is, num_workers=num_workers, return_list=True)
-    return WorkerLoader(loader, lambda: len(sampler) - sampler.start_batch)
+    from wenxin.data.worker_loader import stream_worker_loader
+
+    def batches_of(worker: int, workers: int) -> Iterator[Dict[str, np.ndarray]]:
+        return (convert_batch(reader, rows) for _, rows in sampler.batches(worker, workers))
+    return stream_worker_loader(batches_of, lambda: len(sampler) - sampler.start_batch, num_workers)
 
 
 def first_examples(reader: RowReader, plan: StreamPlan, count: int) -> List[Tuple[Any, ...]]:

@@ -1,10 +1,8 @@
 """The model base class shared by every task and both execution modes."""
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
-import numpy as np
 import paddle
 
 from wenxin.common.errors import ConfigError
@@ -101,17 +99,3 @@ class BaseModel(paddle.nn.Layer):
         no_decay = {p.name for n, p in self.named_parameters()
                     if n.endswith("bias") or "norm" in n.lower() or p.ndim == 1}
         return lambda name: name not in no_decay
-
-
-@contextlib.contextmanager
-def state_held(state: Mapping[str, Any], changes: Mapping[str, Any],
-               set_state: Callable[[Dict[str, Any]], None]) -> Iterator[None]:
-    """Inside: ``changes`` set through ``set_state``. After: the changed entries of ``state`` (a
-    model's parameters by structured name, live tensors or arrays) as they were, bit for bit;
-    only those are copied."""
-    originals = {name: np.array(state[name]) for name in changes}
-    set_state(dict(changes))
-    try:
-        yield
-    finally:
-        set_state(originals)

@@ -28,7 +28,7 @@ import paddle.nn.functional as F
 from paddle import nn
 
 from wenxin.common.errors import ConfigError
-from wenxin.models.base_model import state_held
+from wenxin.common.held_state import state_held
 
 ADAPTER_NAMES = ("lora_A", "lora_B")
 
