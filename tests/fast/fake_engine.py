@@ -10,6 +10,7 @@ import random
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set
 
 import numpy as np
+from wenxin.common.registry import RegisterSet
 from wenxin.controller.base_trainer import BaseTrainer
 from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome
 
@@ -102,6 +103,7 @@ def clip_by_global_norm(grads: Dict[str, np.ndarray], clip: float) -> Dict[str, 
     return {name: g * scale for name, g in grads.items()}
 
 
+@RegisterSet.engines.register("numpy")
 class NumpyEngine(ExecutionEngine):
     """Momentum SGD over the micro-batches' mean gradient; a step whose loss is NaN/Inf (or that a
     test poisons through ``poisoned_steps``: the engine's own step numbers, 1 its first) skips its update,
@@ -175,7 +177,19 @@ class NumpyEngine(ExecutionEngine):
 class NumpyTrainer(BaseTrainer):
     """The trainer on the numpy engine."""
 
-    engine_class = NumpyEngine
+    engine_mode = "numpy"
+
+
+NUMPY_TASK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "numpy_task")
+
+
+def numpy_task(config: Dict[str, Any]) -> Dict[str, Any]:
+    """``config`` (a ``conftest.task_config``) as a task of the numpy engine's model
+    (``numpy_task``): its optimization settings kept, the rest of the model section dropped."""
+    config = copy.deepcopy(config)
+    config["task"] = NUMPY_TASK
+    config["model"] = {"type": "NumpyBow", "is_dygraph": 1, "optimization": config["model"]["optimization"]}
+    return config
 
 
 def numpy_trainer(config: Dict[str, Any], tmp_path: Any, overrides: Optional[List[str]] = None) -> NumpyTrainer:
@@ -188,7 +202,7 @@ def numpy_trainer(config: Dict[str, Any], tmp_path: Any, overrides: Optional[Lis
     from wenxin.controller.checkpointer import prepare_output_path, resume_checkpoint
     from wenxin.controller.run_context import RunContext
     from wenxin.runner import assemble_trainer
-    path = write_config(os.path.join(str(tmp_path), f"task_{random.random():.8f}.json"), copy.deepcopy(config))
+    path = write_config(os.path.join(str(tmp_path), f"task_{random.random():.8f}.json"), numpy_task(config))
     config = load_config(path, overrides or [])
     cfg = config["trainer"]
     prepare_output_path(cfg)

@@ -8,6 +8,7 @@ from conftest import task_config
 from test_config import _error, _write  # noqa: F401 (helpers and fixtures)
 
 
+@pytest.mark.paddle
 def test_defaults_are_filled(tmp_path, data_dir):
     config = load_config(_write(tmp_path, task_config(data_dir, str(tmp_path / "out"))))
     assert config["trainer"]["keep_checkpoint_max"] == 3
@@ -46,12 +47,14 @@ def test_wrong_types_and_values(tmp_path, data_dir, key, value, expected):
     assert _error(tmp_path, config).startswith(expected)
 
 
+@pytest.mark.paddle
 def test_bool_keys_accept_wenxin_style_ints(tmp_path, data_dir):
     config = task_config(data_dir, str(tmp_path / "out"), is_eval_dev=0, use_amp=1)
     loaded = load_config(_write(tmp_path, config))
     assert loaded["trainer"]["is_eval_dev"] is False and loaded["trainer"]["use_amp"] is True
 
 
+@pytest.mark.paddle
 def test_missing_required_keys(tmp_path, data_dir):
     config = task_config(data_dir, str(tmp_path / "out"))
     del config["dataset_reader"]["train_reader"]["config"]["data_path"]
@@ -64,6 +67,7 @@ def test_missing_required_keys(tmp_path, data_dir):
     assert _error(tmp_path, config) == "model.type: required key is missing"
 
 
+@pytest.mark.paddle
 def test_model_specific_keys_are_checked_against_the_model_class(tmp_path, data_dir):
     config = task_config(data_dir, str(tmp_path / "out"), model_type="CnnClassification")
     config["model"]["num_filter"] = 8
@@ -74,6 +78,7 @@ def test_model_specific_keys_are_checked_against_the_model_class(tmp_path, data_
     assert _error(tmp_path, config, resolve=True).startswith("model.filter_sizes[1]: expected int")
 
 
+@pytest.mark.paddle
 def test_unknown_registered_types_suggest(tmp_path, data_dir):
     config = task_config(data_dir, str(tmp_path / "out"))
     config["model"]["type"] = "BowClasification"
@@ -88,6 +93,7 @@ def test_unknown_registered_types_suggest(tmp_path, data_dir):
     assert "trainer.hooks[0].params.patiance: unknown key" in _error(tmp_path, config, resolve=True)
 
 
+@pytest.mark.paddle
 def test_unknown_task_and_mode_mismatch(tmp_path, data_dir):
     config = task_config(data_dir, str(tmp_path / "out"))
     config["task"] = "no_such_task"
@@ -106,6 +112,7 @@ def test_json_syntax_error_names_line_and_column(tmp_path):
     assert "invalid JSON" in str(info.value)
 
 
+@pytest.mark.paddle
 def test_yaml_task_file_and_syntax_error(tmp_path, data_dir):
     import yaml
     config = task_config(data_dir, str(tmp_path / "out"))
@@ -124,6 +131,7 @@ def test_missing_task_file():
         load_config("/no/such.json")
 
 
+@pytest.mark.paddle
 def test_overrides_parse_json_values_and_list_indices(tmp_path, data_dir):
     config = task_config(data_dir, str(tmp_path / "out"))
     loaded = load_config(_write(tmp_path, config), [

@@ -20,6 +20,7 @@ from test_redteam_config import (  # noqa: F401 (helpers and fixtures)
 )
 
 
+@pytest.mark.paddle
 @pytest.mark.parametrize("name", sorted(SCHEMA_MUTATIONS))
 def test_every_key_refuses_bad_values(tmp_path, data_dir, capsys, hang_guard, name):
     hang_guard(60)
@@ -27,6 +28,7 @@ def test_every_key_refuses_bad_values(tmp_path, data_dir, capsys, hang_guard, na
     _refused_without_harm(tmp_path, data_dir, capsys, mutate, expected + ":")
 
 
+@pytest.mark.paddle
 def test_every_problem_of_a_file_in_one_run(tmp_path, data_dir, capsys):
     config = copy.deepcopy(task_config(data_dir, str(tmp_path / "out")))
     MANY_SCHEMA(config)

@@ -11,6 +11,7 @@ from conftest import assert_one_error_block, task_config
 from test_redteam_data import ERRORS, GOOD, SPLITLINES_BREAKS, _config, _run  # noqa: F401 (helpers and fixtures)
 
 
+@pytest.mark.paddle
 @pytest.mark.parametrize("name", sorted(ERRORS))
 def test_bad_data_file_fails_clearly(tmp_path, data_dir, capsys, hang_guard, name):
     hang_guard(120)
@@ -20,6 +21,7 @@ def test_bad_data_file_fails_clearly(tmp_path, data_dir, capsys, hang_guard, nam
     assert not os.path.exists(str(tmp_path / "out" / "checkpoints"))
 
 
+@pytest.mark.paddle
 def test_binary_file_inside_a_data_folder(tmp_path, data_dir, capsys):
     folder = tmp_path / "parts"
     folder.mkdir()
@@ -30,6 +32,7 @@ def test_binary_file_inside_a_data_folder(tmp_path, data_dir, capsys):
     assert_one_error_block(*_run(tmp_path, config, capsys), f"{folder / 'b.bin'}:1: binary data")
 
 
+@pytest.mark.paddle
 def test_fifo_as_data_path_does_not_hang(tmp_path, data_dir, capsys, hang_guard):
     hang_guard(60)
     fifo = str(tmp_path / "pipe.tsv")

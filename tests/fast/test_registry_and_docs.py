@@ -28,15 +28,22 @@ def test_task_scoped_names_prefer_the_task_then_builtin():
     assert registry.get("CustomDynamicTrainer", "wenxin_task_a") is replaced
 
 
-def test_unknown_name_lists_known_and_suggests():
+def test_unknown_name_lists_known_and_suggests(monkeypatch):
+    from wenxin.common import registry as registry_module
     registry = Registry("model")
     registry.register("CnnClassification")(_class_in("wenxin.models"))
+    monkeypatch.setattr(registry_module, "WITHOUT_PADDLE", [])
     with pytest.raises(ConfigError) as info:
         registry.get("CnnClasification", None, "model.type")
     assert str(info.value) == ("model.type: unknown model type 'CnnClasification' "
                                "(did you mean 'CnnClassification'?); known: CnnClassification")
+    monkeypatch.setattr(registry_module, "WITHOUT_PADDLE", ["wenxin.models.ernie"])  # a venv without Paddle
+    with pytest.raises(ConfigError, match=r"known: CnnClassification \(Paddle is not installed: "
+                                          r"wenxin.models.ernie not loaded\)$"):
+        registry.get("CnnClasification", None, "model.type")
 
 
+@pytest.mark.paddle
 def test_the_reference_pages_match_the_schema():
     def page(name):
         with open(os.path.join(REPO, "docs", name), encoding="utf-8") as f:

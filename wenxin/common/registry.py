@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
@@ -28,19 +29,32 @@ BUILTIN_MODULES = ("wenxin.data.tokenizers", "wenxin.data.wordpiece", "wenxin.da
 # out when "0": the text speed-ups (wenxin.data.text_speedups says what they replace)
 OPTIONAL_MODULES = {"wenxin.speedups": "WENXIN_SPEEDUPS"}
 _builtins_loaded = False
+WITHOUT_PADDLE: List[str] = []  # built-in modules left out: Paddle is not installed
 
 
 def load_builtins() -> None:
     """Import the modules that register wenxin's built-in classes, and the optional modules not
-    switched off (once)."""
+    switched off (once). Without Paddle installed (the fast tier's venv; the command line refuses
+    to start without it), the modules that need it are left out and named in ``WITHOUT_PADDLE``."""
     global _builtins_loaded
     if not _builtins_loaded:
         _builtins_loaded = True
-        for module in BUILTIN_MODULES:
-            importlib.import_module(module)
-        for module, switch in OPTIONAL_MODULES.items():
-            if os.environ.get(switch, "1") != "0":
-                importlib.import_module(module)
+        wanted = list(BUILTIN_MODULES) + [m for m, switch in OPTIONAL_MODULES.items()
+                                          if os.environ.get(switch, "1") != "0"]
+        for module in wanted:
+            _import_builtin(module)
+
+
+def _import_builtin(module: str) -> None:
+    """Import a module of built-ins; one that needs Paddle where Paddle is not installed is left
+    out (named in ``WITHOUT_PADDLE``)."""
+    try:
+        importlib.import_module(module)
+    except ImportError:  # ModuleNotFoundError, or wenxin's InstallError (paddle_required)
+        if importlib.util.find_spec("paddle") is not None:  # installed, so this is another problem
+            raise
+        if module not in WITHOUT_PADDLE:
+            WITHOUT_PADDLE.append(module)
 
 
 def scope_of(module_name: str) -> str:
@@ -72,7 +86,7 @@ class Registry:
         ``builtin_modules``, else every built-in module."""
         if self.builtin_modules:
             for module in self.builtin_modules:
-                importlib.import_module(module)
+                _import_builtin(module)
         else:
             load_builtins()
 
@@ -107,8 +121,9 @@ class Registry:
         where = f"{key_path}: " if key_path else ""
         hint = difflib.get_close_matches(name, known, n=1)
         suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+        missing = f" (Paddle is not installed: {', '.join(WITHOUT_PADDLE)} not loaded)" if WITHOUT_PADDLE else ""
         raise ConfigError(f"{where}unknown {self.kind} type '{name}'{suggestion}; "
-                          f"known: {', '.join(known) or 'none'}")
+                          f"known: {', '.join(known) or 'none'}{missing}")
 
 
 class RegisterSet:
@@ -129,3 +144,5 @@ class RegisterSet:
     inference_backends = Registry("inference backend", ("wenxin.inference.paddle_backend",
                                                         "wenxin.inference.onnx_backend"))
     decoding_strategies = Registry("decoding strategy", ("wenxin.models.decoding",))
+    # by mode: "dynamic" (eager) and "static"; a trainer names its mode, or model.is_dygraph does
+    engines = Registry("execution engine", ("wenxin.controller.eager_engine", "wenxin.controller.static_engine"))

@@ -145,11 +145,11 @@ def _resolve(config: Dict[str, Any], scope: str, model_type: str, problems: Prob
         with problems.catch():
             trainer_cls = RegisterSet.trainers.get(trainer["type"], scope, "trainer.type")
     model = config.get("model", {})
-    bound = getattr(trainer_cls, "engine_class", None)  # a trainer bound to one engine (BaseDynamicTrainer)
+    bound = getattr(trainer_cls, "engine_mode", None)  # a trainer bound to one engine (BaseDynamicTrainer)
     if bound is not None and isinstance(model.get("is_dygraph", 1), int):
         wanted = "dynamic" if model.get("is_dygraph", 1) else "static"
-        if bound.mode != wanted:
-            problems.add(f"trainer.type: '{trainer['type']}' is a {bound.mode}-mode trainer but "
+        if bound != wanted:
+            problems.add(f"trainer.type: '{trainer['type']}' is a {bound}-mode trainer but "
                          f"model.is_dygraph={model.get('is_dygraph', 1)} asks for {wanted} (trainer.type "
                          f"CustomTrainer, or a task trainer on BaseTrainer, runs either mode)",
                          key="trainer.type")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 import numpy as np
 
 from wenxin.common.constants import Phase
+from wenxin.common.registry import RegisterSet
 from wenxin.config.task_check import EVAL_FLAGS
 from wenxin.controller import parameters
 from wenxin.controller.amp import AmpSettings
@@ -60,7 +61,7 @@ class BaseTrainer:
         scope: the task package, for task-registered hooks.
     """
 
-    engine_class: Optional[Type[ExecutionEngine]] = None  # None: model.is_dygraph chooses
+    engine_mode: Optional[str] = None  # a registered engine ("dynamic", "static"); None: model.is_dygraph chooses
 
     def __init__(self, config: Dict[str, Any], model_builder: Callable[[], BaseModel],
                  readers: Dict[str, BasicDataSetReader], scope: Optional[str] = None,
@@ -105,15 +106,12 @@ class BaseTrainer:
 
     @classmethod
     def engine_for(cls, config: Dict[str, Any]) -> Type[ExecutionEngine]:
-        """The engine class: the one this trainer is bound to, else ``model.is_dygraph``'s. (The
-        Paddle engines are imported here, so a trainer on another engine loads no Paddle.)"""
-        if cls.engine_class is not None:
-            return cls.engine_class
-        if config["model"].get("is_dygraph", 1):
-            from wenxin.controller.eager_engine import EagerEngine
-            return EagerEngine
-        from wenxin.controller.static_engine import StaticEngine
-        return StaticEngine
+        """The engine class (``RegisterSet.engines``): the mode this trainer is bound to, else
+        ``model.is_dygraph``'s. (The registry imports the Paddle engines when one is asked for,
+        so a trainer on another engine loads no Paddle.)"""
+        mode = cls.engine_mode or ("dynamic" if config["model"].get("is_dygraph", 1) else "static")
+        engine: Type[ExecutionEngine] = RegisterSet.engines.get(mode, key_path="trainer.type")
+        return engine
 
     # ---- what the engine holds -------------------------------------------------------------
     @property

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from wenxin.controller.base_trainer import BaseTrainer
-from wenxin.controller.eager_engine import EagerEngine
 
 
 class BaseDynamicTrainer(BaseTrainer):
@@ -10,4 +9,4 @@ class BaseDynamicTrainer(BaseTrainer):
     refuses a task file where they disagree). A trainer that works in both modes subclasses
     ``BaseTrainer`` instead."""
 
-    engine_class = EagerEngine
+    engine_mode = "dynamic"

@@ -8,8 +8,10 @@ import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
+import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
 import paddle
 
+from wenxin.common.registry import RegisterSet
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.compat.paddle_internals import grad_scaler_scale
 from wenxin.controller.parameters import rename_state_keys
@@ -80,6 +82,7 @@ class EagerOptimizerStep:
         self.optimizer.clear_grad(set_to_zero=False)
 
 
+@RegisterSet.engines.register("dynamic")
 class EagerEngine(ExecutionEngine):
     """Eager training: ``paddle.amp.auto_cast`` + ``GradScaler``, gradient accumulation and
     global-norm clipping in one optimizer step (``EagerOptimizerStep``), data parallel through

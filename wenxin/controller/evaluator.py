@@ -118,10 +118,10 @@ class Evaluator:
         """The model's outputs for one batch of ``reader_name``, as numpy arrays; a generation
         model (one with ``generate_outputs``) adds what it decodes through the engine's step
         functions."""
-        import paddle
         outputs = self.engine.eval_step(batch, phase, reader_name)
         generate = getattr(self.engine.model, "generate_outputs", None)
         if generate is not None:
+            import paddle
             arrays = {k: v.numpy() if isinstance(v, paddle.Tensor) else np.asarray(v) for k, v in batch.items()}
 
             def run_step(name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:

@@ -16,9 +16,9 @@ class Ranks:
 
     def reduce(self, values: List[float], op: str = "sum") -> List[float]:
         """``values`` reduced elementwise over all ranks (``sum`` or ``max``), in float64."""
-        import paddle
         if self.world_size == 1:
             return list(values)
+        import paddle
         reduce_op = {"sum": paddle.distributed.ReduceOp.SUM, "max": paddle.distributed.ReduceOp.MAX}[op]
         with eager_mode():  # collectives on eager tensors, also in a static loop
             tensor = paddle.to_tensor(values, dtype="float64")

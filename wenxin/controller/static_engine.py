@@ -18,8 +18,10 @@ import warnings
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
+import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
 import paddle
 
+from wenxin.common.registry import RegisterSet
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.controller.amp import AmpSettings
@@ -56,6 +58,7 @@ class _EvalProgram:
     runner: Optional[ProgramRunner] = None  # made on first use
 
 
+@RegisterSet.engines.register("static")
 class StaticEngine(ExecutionEngine):
     """Static-graph training: startup/train/eval programs built from one model Layer, run by an
     Executor, with the optimizer (LR schedule with warmup, weight decay, global-norm clipping)

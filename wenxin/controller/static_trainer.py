@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from wenxin.controller.base_trainer import BaseTrainer
-from wenxin.controller.static_engine import StaticEngine
 
 
 class BaseStaticTrainer(BaseTrainer):
@@ -10,4 +9,4 @@ class BaseStaticTrainer(BaseTrainer):
     check refuses a task file where they disagree). A trainer that works in both modes
     subclasses ``BaseTrainer`` instead."""
 
-    engine_class = StaticEngine
+    engine_mode = "static"

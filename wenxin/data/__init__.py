@@ -1,4 +1,2 @@
-"""Tokenizers, vocabularies, field readers and dataset readers."""
-from wenxin.common.paddle_support import require_paddle
-
-require_paddle()  # one clear line, before any module here imports Paddle
+"""Tokenizers, vocabularies, field readers and dataset readers. Only ``worker_loader`` (tensors,
+``paddle.io.DataLoader``) imports Paddle, so reading and converting data runs without it."""

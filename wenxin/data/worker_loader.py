@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterator, Sequence, Tuple
 
 import numpy as np
+import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
 import paddle
 
 from wenxin.common.process import children_leave_parent_garbage

@@ -1,4 +1,2 @@
-"""Inference: batch prediction, the Predictor and the HTTP service."""
-from wenxin.common.paddle_support import require_paddle
-
-require_paddle()  # one clear line, before any module here imports Paddle
+"""Inference: batch prediction, the Predictor and the HTTP service. The Paddle backend checks the
+installed Paddle (through ``wenxin.compat``) before it imports it."""

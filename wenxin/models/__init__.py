@@ -1,4 +1,3 @@
-"""Model building blocks and the ERNIE encoder."""
-from wenxin.common.paddle_support import require_paddle
-
-require_paddle()  # one clear line, before any module here imports Paddle
+"""Model building blocks and the ERNIE encoder. Each module that needs Paddle checks the installed
+Paddle before it imports it (``wenxin.common.paddle_required``); the decoding strategies
+(``decoding``) are numpy and load without it."""

@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any, Dict, Optional, Tuple
 
+import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
 import paddle
 import paddle.nn as nn
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
+import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
 import paddle
 import paddle.nn.functional as F
 from paddle import nn

@@ -23,6 +23,7 @@ import zlib
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
+import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
 import paddle
 import paddle.nn.functional as F
 from paddle import nn

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, List, Sequence
 
+import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Dict
 
+import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
 import paddle
 import paddle.nn.functional as F
 
