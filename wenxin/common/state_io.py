@@ -48,7 +48,7 @@ def load_arrays(path: str, what: str) -> Dict[str, np.ndarray]:
         raise CheckpointError(f"{what} is corrupt or unreadable: {path} ({type(e).__name__}: {e})") from None
 
 
-def _encode(value: Any, arrays: Dict[str, np.ndarray], path: str) -> Any:  # noqa: C901 (named in issue 57's limits: to split)
+def _encode(value: Any, arrays: Dict[str, np.ndarray], path: str) -> Any:
     if isinstance(value, Mapping):
         for key in value:
             if not isinstance(key, str):
@@ -58,6 +58,11 @@ def _encode(value: Any, arrays: Dict[str, np.ndarray], path: str) -> Any:  # noq
         return {_TUPLE: [_encode(v, arrays, f"{path}/{i}") for i, v in enumerate(value)]}
     if isinstance(value, list):
         return [_encode(v, arrays, f"{path}/{i}") for i, v in enumerate(value)]
+    return _encode_leaf(value, arrays, path)
+
+
+def _encode_leaf(value: Any, arrays: Dict[str, np.ndarray], path: str) -> Any:
+    """A value that holds no others: as itself, a tagged float or bytes, or an array stored aside."""
     if isinstance(value, (bool, str)) or value is None:
         return value
     if isinstance(value, (int, np.integer)):

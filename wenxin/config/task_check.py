@@ -136,7 +136,7 @@ def _import_task(config: Dict[str, Any], problems: Problems) -> Optional[str]:
     return None
 
 
-def _resolve(config: Dict[str, Any], scope: str, model_type: str, problems: Problems) -> Optional[TaskClasses]:  # noqa: C901 (named in issue 57's limits: to split)
+def _resolve(config: Dict[str, Any], scope: str, model_type: str, problems: Problems) -> Optional[TaskClasses]:
     model_cls = trainer_cls = None
     with problems.catch():
         model_cls = RegisterSet.models.get(model_type, scope, "model.type")
@@ -153,14 +153,7 @@ def _resolve(config: Dict[str, Any], scope: str, model_type: str, problems: Prob
                          f"model.is_dygraph={model.get('is_dygraph', 1)} asks for {wanted} (trainer.type "
                          f"CustomTrainer, or a task trainer on BaseTrainer, runs either mode)",
                          key="trainer.type")
-    for i, spec in enumerate(trainer.get("hooks", [])):
-        if "type" not in spec:
-            continue
-        hook_cls = None
-        with problems.catch():
-            hook_cls = RegisterSet.hooks.get(spec["type"], scope, f"trainer.hooks[{i}].type")
-        if hook_cls is not None:
-            validate(spec.get("params", {}), hook_cls.config_schema, f"trainer.hooks[{i}].params", problems)
+    _check_hook_specs(trainer.get("hooks", []), scope, problems)
     dataset = config.get("dataset_reader")
     readers = [(name, dataset.get(name)) for name in READER_NAMES] if isinstance(dataset, dict) else []
     for name, reader in readers:
@@ -176,6 +169,18 @@ def _resolve(config: Dict[str, Any], scope: str, model_type: str, problems: Prob
     if model_cls is None or trainer_cls is None:
         return None
     return TaskClasses(scope, model_cls, trainer_cls)
+
+
+def _check_hook_specs(specs: List[Dict[str, Any]], scope: str, problems: Problems) -> None:
+    """Each ``trainer.hooks`` entry names a registered hook, and its params fit the hook's schema."""
+    for i, spec in enumerate(specs):
+        if "type" not in spec:
+            continue
+        hook_cls = None
+        with problems.catch():
+            hook_cls = RegisterSet.hooks.get(spec["type"], scope, f"trainer.hooks[{i}].type")
+        if hook_cls is not None:
+            validate(spec.get("params", {}), hook_cls.config_schema, f"trainer.hooks[{i}].params", problems)
 
 
 def _check_optimization(opt: Any, scope: Optional[str], problems: Problems) -> None:

@@ -85,7 +85,7 @@ def seal(folder: str, meta: Dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def verify(folder: str) -> Optional[Dict[str, Any]]:  # noqa: C901 (named in issue 57's limits: to split)
+def verify(folder: str) -> Optional[Dict[str, Any]]:
     """The entry's meta, None when there is no entry; ``Damaged`` when ``meta.json`` is not the
     one sealed, or the entry's files are not the ones it lists."""
     if not os.path.isdir(folder):
@@ -102,6 +102,13 @@ def verify(folder: str) -> Optional[Dict[str, Any]]:  # noqa: C901 (named in iss
     files = meta.get("files")
     if not isinstance(files, dict) or not files or sorted(files) != _entry_files(folder):
         raise Damaged("meta.json does not list exactly the entry's files")
+    _check_files(folder, files)
+    return meta
+
+
+def _check_files(folder: str, files: Dict[str, Any]) -> None:
+    """Each file's size and checksum as ``meta.json`` lists them (``Damaged`` naming the first
+    that differs)."""
     for rel, entry in files.items():
         path = os.path.join(folder, rel)
         try:
@@ -114,7 +121,6 @@ def verify(folder: str) -> Optional[Dict[str, Any]]:  # noqa: C901 (named in iss
             raise Damaged(f"{rel}: {e.strerror}") from None
         except (TypeError, ValueError) as e:  # a sealed meta of another shape
             raise Damaged(f"meta.json: {rel}: {e}") from None
-    return meta
 
 
 @contextlib.contextmanager

@@ -308,7 +308,7 @@ class BasicDataSetReader:
                     logger.warning("%s: %s", text.name, text.raw_text_issue)
                     break
 
-    def _known_vocabs(self, train_reader: Optional["BasicDataSetReader"],  # noqa: C901 (named in issue 57's limits: to split)
+    def _known_vocabs(self, train_reader: Optional["BasicDataSetReader"],
                       saved_vocab_dir: Optional[str] = None) -> List[FitGroup]:
         """Give fields without a vocab file the vocab they share or resume with; returns the
         vocabs the training data must fit. Other readers share the train reader's field of the
@@ -335,16 +335,9 @@ class BasicDataSetReader:
                            if (f.config.get("vocab_from") or f.name) == owner and f.needs_fit]
                 groups.append(FitGroup(field, sharing))
         if train_reader is None:
-            for field in self.fields:
-                owner = field.config.get("vocab_from")
-                if owner and field.needs_fit and (self.field(owner) is None or self.field(owner) is field):
-                    raise ConfigError(f"{field.path}.vocab_from: no other field named '{owner}' in this reader")
-                source = self.field(owner) if owner else None
-                if source is not None and type(source) is not type(field):
-                    raise ConfigError(f"{field.path}.vocab_from: '{owner}' is a {type(source).__name__}; a "
-                                      f"{type(field).__name__} shares only the vocab of another "
-                                      f"{type(field).__name__} (its tokens and ids mean something else)")
+            _check_vocab_sharing(self)
         return groups
+
 
     def share_fitted_vocabs(self) -> None:
         """Fields with ``vocab_from`` take their owner's vocab, once it is fitted."""
@@ -486,3 +479,16 @@ def build_readers(dataset_config: Dict[str, Any], scope: Optional[str],
             train = reader
         readers[name] = reader
     return readers
+
+
+def _check_vocab_sharing(reader: BasicDataSetReader) -> None:
+    """Each ``vocab_from`` of ``reader`` names another of its fields, of the same kind."""
+    for field in reader.fields:
+        owner = field.config.get("vocab_from")
+        if owner and field.needs_fit and (reader.field(owner) is None or reader.field(owner) is field):
+            raise ConfigError(f"{field.path}.vocab_from: no other field named '{owner}' in this reader")
+        source = reader.field(owner) if owner else None
+        if source is not None and type(source) is not type(field):
+            raise ConfigError(f"{field.path}.vocab_from: '{owner}' is a {type(source).__name__}; a "
+                              f"{type(field).__name__} shares only the vocab of another "
+                              f"{type(field).__name__} (its tokens and ids mean something else)")

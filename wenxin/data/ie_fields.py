@@ -73,7 +73,7 @@ class ErnieIeTextFieldReader(ErnieTextFieldReader):
         return {**super().info(), "ie_text": True}
 
 
-def read_label_map(path: str, key_path: str) -> List[str]:  # noqa: C901 (named in issue 57's limits: to split)
+def read_label_map(path: str, key_path: str) -> List[str]:
     """The labels of an extraction label map in id order: ERNIE-kit's JSON object (label -> id)
     or one label a line (a saved vocab). Checked against ERNIE-kit's rules: ``O`` is 0, ``I`` is
     1, then ``B-<predicate>@S`` at even ids, each followed by its ``B-<predicate>@O``."""
@@ -81,20 +81,29 @@ def read_label_map(path: str, key_path: str) -> List[str]:  # noqa: C901 (named 
         raise ConfigError(f"{key_path}: label map not found: {path}")
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    if text.lstrip().startswith("{"):
-        try:
-            mapping = json.loads(text)
-        except ValueError as e:
-            raise DataError(f"{path}: not a JSON label map ({e})") from None
-        ids = sorted(mapping.values()) if all(isinstance(v, int) and not isinstance(v, bool)
-                                              for v in mapping.values()) else None
-        if ids != list(range(len(mapping))):
-            raise DataError(f"{path}: a label map's ids must be the integers 0..{len(mapping) - 1}, once each")
-        labels = [""] * len(mapping)
-        for label, idx in mapping.items():
-            labels[idx] = label
-    else:
-        labels = Vocab.load(path).tokens
+    labels = _json_labels(text, path) if text.lstrip().startswith("{") else Vocab.load(path).tokens
+    _check_extraction_labels(labels, path)
+    return labels
+
+
+def _json_labels(text: str, path: str) -> List[str]:
+    """ERNIE-kit's JSON label map (label -> id) as labels in id order."""
+    try:
+        mapping = json.loads(text)
+    except ValueError as e:
+        raise DataError(f"{path}: not a JSON label map ({e})") from None
+    ids = sorted(mapping.values()) if all(isinstance(v, int) and not isinstance(v, bool)
+                                          for v in mapping.values()) else None
+    if ids != list(range(len(mapping))):
+        raise DataError(f"{path}: a label map's ids must be the integers 0..{len(mapping) - 1}, once each")
+    labels = [""] * len(mapping)
+    for label, idx in mapping.items():
+        labels[idx] = label
+    return labels
+
+
+def _check_extraction_labels(labels: List[str], path: str) -> None:
+    """ERNIE-kit's rules for an extraction label map (see ``read_label_map``), every broken one named."""
     problems = []
     if labels[:2] != ["O", "I"]:
         problems.append(f"ids 0 and 1 must be 'O' and 'I', not {labels[:2]}")
@@ -106,7 +115,6 @@ def read_label_map(path: str, key_path: str) -> List[str]:  # noqa: C901 (named 
             problems.append(f"id {idx + 1} must be {subject[:-2] + '@O'!r} (after {subject!r})")
     if problems or len(labels) < 4:
         raise DataError(f"{path}: not an extraction label map: " + "; ".join(problems or ["no predicate"]))
-    return labels
 
 
 @RegisterSet.field_readers.register("IeSpoLabelFieldReader")
