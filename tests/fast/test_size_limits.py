@@ -8,11 +8,9 @@ from conftest import REPO
 
 FILE_LINES, CLASS_LINES = 600, 300
 # class -> its lines when the limit was set: not split yet, and not to grow
-OVER_THE_CLASS_LIMIT = {"wenxin/data/dataset_reader.py:BasicDataSetReader": 393,
+OVER_THE_CLASS_LIMIT = {"wenxin/data/dataset_reader.py:BasicDataSetReader": 383,
                         "wenxin/controller/static_engine.py:StaticEngine": 350,
-                        "wenxin/studio/workspace.py:Studio": 334,
-                        "wenxin/inference/predictor.py:Predictor": 308,
-                        "wenxin/inference/generation_scheduler.py:GenerationScheduler": 305}
+                        "wenxin/studio/workspace.py:Studio": 334}
 
 
 def sources(extensions=(".py", ".js", ".c", ".css", ".html")):

@@ -258,10 +258,10 @@ class GenerationScheduler:
             outbox: Outbox = {}
             if not self._take_jobs(waiting, block=not running and not waiting):
                 self._end_all(decoder, running, waiting, outbox)
-                self._flush(outbox)
+                _flush(outbox)
                 return
             self._end_stopped(decoder, running, waiting, outbox)
-            self._flush(outbox)
+            _flush(outbox)
             outbox = {}
             self._admit(decoder, running, waiting)
             if decoder.rows:
@@ -272,12 +272,12 @@ class GenerationScheduler:
                 except Exception as e:  # noqa: BLE001 (every request in the batch gets the error)
                     logger.exception("a generation step failed for %d requests", len(running))
                     for key in list(running):
-                        self._fail(running.pop(key).job, e, outbox)
+                        _send_error(running.pop(key).job, e, outbox)
                     decoder = generator.decoder()
                     updates = []
                 for update in updates:
                     self._report_safely(decoder, running, update, outbox)
-            self._flush(outbox)
+            _flush(outbox)
 
     def _take_jobs(self, waiting: Deque[GenerationJob], block: bool) -> bool:
         """Move queued jobs to ``waiting``; False when the scheduler is told to stop."""
@@ -300,13 +300,13 @@ class GenerationScheduler:
             if reason:
                 waiting.remove(job)
                 self._left_waiting()
-                self._done(job, None, reason, outbox)
+                _send_done(job, None, reason, outbox)
         for key, state in list(running.items()):
             reason = _stopped(state.job, now)
             if reason:
                 decoder.remove(key)
                 del running[key]
-                self._done(state.job, state.answer, reason, outbox)
+                _send_done(state.job, state.answer, reason, outbox)
 
     def _fits(self, job: GenerationJob, decoder: BatchDecoder, running: Dict[int, _Running]) -> bool:
         rows = sum(s.job.rows for s in running.values()) + job.rows
@@ -366,14 +366,14 @@ class GenerationScheduler:
             self._failed_prefill(job, e)
             return
         self._report_safely(decoder, running, update, outbox)
-        self._flush(outbox)
+        _flush(outbox)
 
     def _failed_prefill(self, job: GenerationJob, error: BaseException) -> None:
         if not isinstance(error, (WenxinError, ValueError)):
             logger.exception("a generation prefill failed")
         outbox: Outbox = {}
-        self._fail(job, error, outbox)
-        self._flush(outbox)
+        _send_error(job, error, outbox)
+        _flush(outbox)
 
     def _report_safely(self, decoder: BatchDecoder, running: Dict[int, _Running], update: Update,
                        outbox: Outbox) -> None:
@@ -386,7 +386,7 @@ class GenerationScheduler:
             state = running.pop(update.key, None)  # type: ignore[call-overload]  # the decoder's keys are the jobs'
             if state is not None:
                 decoder.remove(state.job.key)
-                self._fail(state.job, e, outbox)
+                _send_error(state.job, e, outbox)
 
     def _report(self, decoder: BatchDecoder, running: Dict[int, _Running], update: Update, outbox: Outbox) -> None:
         """Send the tokens of a request's update; end it when its search ended or a stop string did."""
@@ -399,48 +399,51 @@ class GenerationScheduler:
             if piece.stopped:
                 decoder.remove(update.key)
                 del running[state.job.key]
-                self._done(state.job, state.answer, "stop", outbox)
+                _send_done(state.job, state.answer, "stop", outbox)
                 return
         if update.done:
             del running[state.job.key]
             ended = "length" if len(state.answer.ids) >= state.job.settings.max_new_tokens else "eos"
-            self._done(state.job, state.answer, ended, outbox)
-
-    def _done(self, job: GenerationJob, answer: Optional[AnswerText], reason: str, outbox: Outbox) -> None:
-        if answer is not None:
-            held = answer.finish()
-            if held is not None:
-                _send(outbox, job, Event("token", {"token": "", "text": held.text}))
-        result = answer.result if answer is not None else {"text": "", "tokens": []}
-        _send(outbox, job, Event("done", {"text": result["text"], "tokens": result["tokens"], "finish_reason": reason,
-                                          "prompt_tokens": job.prompt.tokens}))
-
-    @staticmethod
-    def _fail(job: GenerationJob, error: BaseException, outbox: Outbox) -> None:
-        known = isinstance(error, (WenxinError, ValueError))
-        message = str(error) if known else f"internal error: {type(error).__name__}: {error}"
-        _send(outbox, job, Event("error", {"error": message}))
+            _send_done(state.job, state.answer, ended, outbox)
 
     def _end_all(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob],
                  outbox: Outbox) -> None:
         for job in waiting:
-            self._done(job, None, "cancelled", outbox)
+            _send_done(job, None, "cancelled", outbox)
         for key, state in running.items():
             decoder.remove(key)
-            self._done(state.job, state.answer, "cancelled", outbox)
+            _send_done(state.job, state.answer, "cancelled", outbox)
 
     def _left_waiting(self) -> None:
         with self._count_lock:
             self.waiting_count -= 1
 
-    @staticmethod
-    def _flush(outbox: Outbox) -> None:
-        for loop, items in outbox.items():
-            try:
-                loop.call_soon_threadsafe(_deliver, items)
-            except RuntimeError:  # the loop has closed: nobody waits
-                for job, _ in items:
-                    job.cancel()
+
+def _send_done(job: GenerationJob, answer: Optional[AnswerText], reason: str, outbox: Outbox) -> None:
+    """The job's last event: what its answer held back, then ``done`` with the whole answer."""
+    if answer is not None:
+        held = answer.finish()
+        if held is not None:
+            _send(outbox, job, Event("token", {"token": "", "text": held.text}))
+    result = answer.result if answer is not None else {"text": "", "tokens": []}
+    _send(outbox, job, Event("done", {"text": result["text"], "tokens": result["tokens"], "finish_reason": reason,
+                                      "prompt_tokens": job.prompt.tokens}))
+
+
+def _send_error(job: GenerationJob, error: BaseException, outbox: Outbox) -> None:
+    known = isinstance(error, (WenxinError, ValueError))
+    message = str(error) if known else f"internal error: {type(error).__name__}: {error}"
+    _send(outbox, job, Event("error", {"error": message}))
+
+
+def _flush(outbox: Outbox) -> None:
+    """Hand each event loop its jobs' events (one call a loop)."""
+    for loop, items in outbox.items():
+        try:
+            loop.call_soon_threadsafe(_deliver, items)
+        except RuntimeError:  # the loop has closed: nobody waits
+            for job, _ in items:
+                job.cancel()
 
 
 def _stopped(job: GenerationJob, now: float) -> str:

@@ -33,6 +33,26 @@ def _check_model_files(model_dir: str) -> None:
                              f"{FIRST_STEP}.json and the other step functions); {where_exports_are(model_dir)}")
 
 
+def _check_width(fields: Sequence[BaseFieldReader], row: Sequence[str]) -> None:
+    """A row holds a column for each field (an ``InferenceError`` names them)."""
+    if len(row) < len(fields):
+        raise InferenceError(f"expected {len(fields)} columns ({', '.join(f.name for f in fields)}), got {len(row)}")
+
+
+def _in_export(cfg: Dict[str, Any], model_dir: str) -> Dict[str, Any]:
+    """An exported field's config with its files (vocab, tokenizer model, a chat field's
+    tokenizer folder) found in ``model_dir``."""
+    cfg = dict(cfg)
+    if cfg.get("vocab_path"):
+        cfg["vocab_path"] = os.path.join(model_dir, cfg["vocab_path"])
+    if cfg.get("model_dir"):  # a chat field's tokenizer files (ChatFieldReader.export_files)
+        cfg["model_dir"] = os.path.join(model_dir, cfg["model_dir"])
+    if (cfg.get("tokenizer") or {}).get("spm_model_file"):
+        cfg["tokenizer"] = {**cfg["tokenizer"],
+                            "spm_model_file": os.path.join(model_dir, cfg["tokenizer"]["spm_model_file"])}
+    return cfg
+
+
 class Predictor:
     """Runs an exported model on raw rows (one string per inference field).
 
@@ -195,15 +215,8 @@ class Predictor:
 
     def _build_fields(self, model_dir: str, meta_path: str) -> List[BaseFieldReader]:
         fields = []
-        for i, cfg in enumerate(self.meta["fields"]):
-            cfg = dict(cfg)
-            if cfg.get("vocab_path"):
-                cfg["vocab_path"] = os.path.join(model_dir, cfg["vocab_path"])
-            if cfg.get("model_dir"):  # a chat field's tokenizer files (ChatFieldReader.export_files)
-                cfg["model_dir"] = os.path.join(model_dir, cfg["model_dir"])
-            if (cfg.get("tokenizer") or {}).get("spm_model_file"):
-                cfg["tokenizer"] = {**cfg["tokenizer"],
-                                    "spm_model_file": os.path.join(model_dir, cfg["tokenizer"]["spm_model_file"])}
+        for i, exported in enumerate(self.meta["fields"]):
+            cfg = _in_export(exported, model_dir)
             where = f"{meta_path}: fields[{i}]"
             try:
                 cls = RegisterSet.field_readers.get(cfg["reader"]["type"], None, where)
@@ -237,7 +250,7 @@ class Predictor:
                 column = list(map(itemgetter(col), rows))
             except IndexError:  # a row too short: say which
                 for row in rows:
-                    self._check_width(row)
+                    _check_width(self.fields, row)
                 raise
             arrays = field.convert_column(column)
             if arrays is None:
@@ -248,16 +261,11 @@ class Predictor:
             batch.update(arrays)
         return batch
 
-    def _check_width(self, row: Sequence[str]) -> None:
-        if len(row) < len(self.fields):
-            raise InferenceError(f"expected {len(self.fields)} columns "
-                                 f"({', '.join(f.name for f in self.fields)}), got {len(row)}")
-
     def examples(self, rows: Sequence[Sequence[str]]) -> List[Any]:
         """Raw rows -> one converted example each (an ``InferenceError`` names a bad row)."""
         examples = []
         for row in rows:
-            self._check_width(row)
+            _check_width(self.fields, row)
             try:
                 examples.append(convert_row(self.fields, list(row)))
             except (ValueError, IndexError) as e:

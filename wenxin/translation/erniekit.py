@@ -158,20 +158,23 @@ def _translate_trainer(trainer: Dict[str, Any], notes: List[str], problems: Prob
                 notes.append(f"trainer.{key}: {value!r}, training runs (as always)")
 
 
-def _translate_reader(name: str, reader: Dict[str, Any], trainer: Dict[str, Any], notes: List[str],  # noqa: C901 (named in issue 57's limits: to split)
+def _move_reader_epoch(name: str, path: str, epoch: Any, trainer: Dict[str, Any], notes: List[str]) -> None:
+    """ERNIE-kit counts epochs in the train reader's config; wenxin in ``trainer.epoch``."""
+    if name != "train_reader":
+        notes.append(f"{path}.config.epoch: dropped (only the train reader's counts)")
+    elif "epoch" in trainer and trainer["epoch"] != epoch:
+        notes.append(f"{path}.config.epoch: {epoch!r} ignored: trainer.epoch {trainer['epoch']!r} is set")
+    else:
+        trainer["epoch"] = epoch
+        notes.append(f"{path}.config.epoch -> trainer.epoch ({epoch!r})")
+
+
+def _translate_reader(name: str, reader: Dict[str, Any], trainer: Dict[str, Any], notes: List[str],
                       problems: Problems, train_labels: bool) -> None:
     path = f"dataset_reader.{name}"
     config = dict_at(reader, "config")
     if "epoch" in config:
-        epoch = config.pop("epoch")
-        if name == "train_reader":
-            if "epoch" in trainer and trainer["epoch"] != epoch:
-                notes.append(f"{path}.config.epoch: {epoch!r} ignored: trainer.epoch {trainer['epoch']!r} is set")
-            else:
-                trainer["epoch"] = epoch
-                notes.append(f"{path}.config.epoch -> trainer.epoch ({epoch!r})")
-        else:
-            notes.append(f"{path}.config.epoch: dropped (only the train reader's counts)")
+        _move_reader_epoch(name, path, config.pop("epoch"), trainer, notes)
     if "key_tag" in config:
         if config.pop("key_tag") not in (False, 0, None):
             problems.add(f"{path}.config.key_tag: true is not supported (ERNIE-kit's basic reader ignores it too; "
@@ -340,15 +343,21 @@ def _pair_ernie_fields(path: str, fields: List[Dict[str, Any]], notes: List[str]
                      f"\"pair_with\": \"{joined[1]['name']}\"")
 
 
-def _translate_field(path: str, field: Dict[str, Any], notes: List[str], problems: Problems,  # noqa: C901 (named in issue 57's limits: to split)
+def _drop_legacy_reader_type(path: str, field: Dict[str, Any], notes: List[str], problems: Problems) -> None:
+    """``reader_type``, a leftover key of some ERNIE-kit files beside ``reader.type``: dropped
+    where it agrees."""
+    legacy = field.pop("reader_type")
+    if legacy not in (None, "", _type_of(field.get("reader"))):
+        problems.add(f"{path}.reader_type: {legacy!r} differs from reader.type "
+                     f"{_type_of(field.get('reader'))!r}; ERNIE-kit reads reader.type, so remove one of them")
+    else:
+        notes.append(f"{path}.reader_type: dropped (ERNIE-kit reads reader.type)")
+
+
+def _translate_field(path: str, field: Dict[str, Any], notes: List[str], problems: Problems,
                      train_labels: bool) -> None:
-    if "reader_type" in field:  # a leftover key of some ERNIE-kit files, beside reader.type
-        legacy = field.pop("reader_type")
-        if legacy not in (None, "", _type_of(field.get("reader"))):
-            problems.add(f"{path}.reader_type: {legacy!r} differs from reader.type "
-                         f"{_type_of(field.get('reader'))!r}; ERNIE-kit reads reader.type, so remove one of them")
-        else:
-            notes.append(f"{path}.reader_type: dropped (ERNIE-kit reads reader.type)")
+    if "reader_type" in field:
+        _drop_legacy_reader_type(path, field, notes, problems)
     kind = _type_of(field.get("reader"))
     if kind in NOT_YET:
         problems.add(f"{path}.reader.type: {kind!r}: {NOT_YET[kind]}")

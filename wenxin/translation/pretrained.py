@@ -172,36 +172,39 @@ def _parse_tensor(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(dims).copy()
 
 
-def _parse_tensor_desc(desc: bytes) -> Tuple[int, list]:  # noqa: C901 (named in issue 57's limits: to split)
+def _varint(desc: bytes, pos: int) -> Tuple[int, int]:
+    """The protobuf varint at ``desc[pos]``, and the position after it."""
+    shift = result = 0
+    while True:
+        if pos >= len(desc):
+            raise ValueError("truncated tensor description")
+        byte = desc[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("malformed varint in tensor description")
+
+
+def _parse_tensor_desc(desc: bytes) -> Tuple[int, list]:
     """``TensorDesc { required Type data_type = 1; repeated int64 dims = 2; }`` (packed or not)."""
     pos, dtype_code, dims = 0, -1, []
-
-    def varint() -> int:
-        nonlocal pos
-        shift = result = 0
-        while True:
-            if pos >= len(desc):
-                raise ValueError("truncated tensor description")
-            byte = desc[pos]
-            pos += 1
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-            shift += 7
-            if shift > 63:
-                raise ValueError("malformed varint in tensor description")
-
     while pos < len(desc):
-        key = varint()
+        key, pos = _varint(desc, pos)
         field, wire = key >> 3, key & 7
         if field == 1 and wire == 0:
-            dtype_code = varint()
+            dtype_code, pos = _varint(desc, pos)
         elif field == 2 and wire == 0:
-            dims.append(_signed(varint()))
+            dim, pos = _varint(desc, pos)
+            dims.append(_signed(dim))
         elif field == 2 and wire == 2:
-            end = pos + varint()
+            length, pos = _varint(desc, pos)
+            end = pos + length
             while pos < end:
-                dims.append(_signed(varint()))
+                dim, pos = _varint(desc, pos)
+                dims.append(_signed(dim))
         else:
             raise ValueError(f"unexpected field {field} in tensor description")
     return dtype_code, dims
