@@ -297,34 +297,43 @@ def _number(n: float) -> str:
     return f"{n:.4g}"
 
 
-def render(report: Dict[str, Any]) -> List[str]:  # noqa: C901 (named in issue 57's limits: to split)
+def _field_line(name: str, f: Dict[str, Any]) -> str:
+    """One field's statistics: a text field's lengths and vocabulary, another's value shares."""
+    if f["kind"] == "text":
+        t = f["token_length"]
+        oov = f", out of vocabulary {f['oov_rate']:.2%} of tokens" if "oov_rate" in f else ""
+        return (f"  {name}: vocab {f['vocab_size']}; tokens mean {t['mean']:.1f}, p50 {t['p50']:.0f}, "
+                f"p90 {t['p90']:.0f}, p95 {t['p95']:.0f}, p99 {t['p99']:.0f}, max {t['max']}; "
+                f"truncated at {f['max_seq_len']}: {f['truncated']:.2%}{oov}")
+    shares = ", ".join(f"{k} {v:.1%}" for k, v in list(f["shares"].items())[:12])
+    more = f", ... ({len(f['shares'])} in all)" if len(f["shares"]) > 12 else ""
+    return f"  {name}: {shares}{more}"
+
+
+def _sample_lines(sample: Dict[str, Any]) -> List[str]:
+    """One sample line of a reader: each text field's tokens and ids, each other field's value."""
+    lines = [f"  sample {sample['line']}"]
+    for name, value in sample.items():
+        if name == "line":
+            continue
+        if isinstance(value, dict):
+            lines.append(f"    {name}: {value['text']!r} -> {value['length']} ids")
+            lines.append(f"      tokens {' '.join(value['tokens'])}")
+            lines.append(f"      ids    {' '.join(map(str, value['ids']))}")
+        else:
+            lines.append(f"    {name}: {value}")
+    return lines
+
+
+def render(report: Dict[str, Any]) -> List[str]:
     """The report as text lines."""
     lines = [f"task {report['task']}, model {report['model_type']}"]
     for r in report["readers"]:
         lines.append(f"\n{r['reader']}: {r['examples']} examples from {r['data_path']}"
                      + (f" ({r['skipped_lines']} lines skipped)" if r["skipped_lines"] else ""))
-        for name, f in r["fields"].items():
-            if f["kind"] == "text":
-                t = f["token_length"]
-                oov = f", out of vocabulary {f['oov_rate']:.2%} of tokens" if "oov_rate" in f else ""
-                lines.append(f"  {name}: vocab {f['vocab_size']}; tokens mean {t['mean']:.1f}, p50 {t['p50']:.0f}, "
-                             f"p90 {t['p90']:.0f}, p95 {t['p95']:.0f}, p99 {t['p99']:.0f}, max {t['max']}; "
-                             f"truncated at {f['max_seq_len']}: {f['truncated']:.2%}{oov}")
-            else:
-                shares = ", ".join(f"{k} {v:.1%}" for k, v in list(f["shares"].items())[:12])
-                more = f", ... ({len(f['shares'])} in all)" if len(f["shares"]) > 12 else ""
-                lines.append(f"  {name}: {shares}{more}")
+        lines += [_field_line(name, f) for name, f in r["fields"].items()]
         for sample in r["samples"]:
-            lines.append(f"  sample {sample['line']}")
-            for name, value in sample.items():
-                if name == "line":
-                    continue
-                if isinstance(value, dict):
-                    lines.append(f"    {name}: {value['text']!r} -> {value['length']} ids")
-                    lines.append(f"      tokens {' '.join(value['tokens'])}")
-                    lines.append(f"      ids    {' '.join(map(str, value['ids']))}")
-                else:
-                    lines.append(f"    {name}: {value}")
+            lines += _sample_lines(sample)
     model = report["model"]
     lines.append(f"\nmodel: {model['total_params']:,} parameters ({model['trainable_params']:,} trainable)")
     for layer in model["layers"][1:]:

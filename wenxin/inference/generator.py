@@ -90,6 +90,10 @@ class GenerationExport(Protocol):
     def prompt(self, row: Sequence[str]) -> Dict[str, np.ndarray]: ...
 
 
+def _nothing() -> None:
+    """What runs before a step when nothing is to."""
+
+
 class Generator:
     """Decodes rows with a loaded generation export (``predictor``, used from the thread that
     made it). ``masked``: the export's ``extend`` hides padding (``visible``), so prompts share
@@ -110,7 +114,7 @@ class Generator:
         """A new batch over the export's step functions."""
         return BatchDecoder(self.predictor.run_step, self.masked)
 
-    def generate(self, rows: Sequence[Row], settings: Optional[DecodeSettings] = None, max_rows: int = 64,  # noqa: C901 (named in issue 57's limits: to split)
+    def generate(self, rows: Sequence[Row], settings: Optional[DecodeSettings] = None, max_rows: int = 64,
                  progress: Optional[Progress] = None,
                  before_step: Optional[Callable[[], None]] = None) -> List[Dict[str, Any]]:
         """One result per row, in order. At most ``max_rows`` cache rows decode together (a beam
@@ -120,6 +124,7 @@ class Generator:
         settings = settings or self.predictor.settings_for()
         width = max(settings.rows, max_rows)
         decoder = self.decoder()
+        step_begins = before_step or _nothing
         waiting: Deque[Tuple[int, Row]] = collections.deque(enumerate(rows))
         searches: Dict[int, Search] = {}
         results: List[Dict[str, Any]] = [{}] * len(rows)
@@ -137,14 +142,12 @@ class Generator:
             while waiting and decoder.rows + settings.rows <= width:
                 index, row = waiting.popleft()
                 prompt = self.predictor.prompt(row)
-                if before_step is not None:
-                    before_step()
+                step_begins()
                 searches[index] = new_search(settings)
                 if decoder.add(index, prompt, searches[index]).done:
                     finish(index)
             if decoder.rows:
-                if before_step is not None:
-                    before_step()
+                step_begins()
                 for update in decoder.step():
                     if update.done:
                         finish(int(update.key))  # type: ignore[call-overload]
