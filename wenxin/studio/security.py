@@ -96,7 +96,7 @@ class Guard:
         self.loopback_only = loopback_only
         self.max_body_bytes = max_body_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: C901 (named in issue 57's limits: to split)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -106,31 +106,13 @@ class Guard:
             await _answer(send, 421, "this studio answers only requests addressed to localhost")
             return
         cookies = _cookies(headers)
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         extra: List[Tuple[bytes, bytes]] = []
+        by_bearer = False
         if self.token:
-            given = query.get("token")
-            if given is not None and scope["method"] == "GET":
-                if not _same(given, self.token):
-                    await _answer(send, 401, "wrong token")
-                    return
-                rest = urlencode([(k, v) for k, v in parse_qsl(scope["query_string"].decode("latin-1"))
-                                  if k != "token"])
-                location = scope["path"] + (f"?{rest}" if rest else "")
-                await _answer(send, 303, "signed in", [
-                    (b"location", location.encode("latin-1")),
-                    (b"set-cookie", f"{TOKEN_COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/".encode())])
+            signed = await self._signed_in(scope, headers, cookies, send)
+            if signed is None:  # answered: signed in by the address's token, or refused
                 return
-            bearer = headers.get(b"authorization", b"").decode("latin-1")
-            presented = cookies.get(TOKEN_COOKIE) or (bearer[7:] if bearer.startswith("Bearer ") else "")
-            if not presented or not _same(presented, self.token):
-                await _answer(send, 401, "this studio needs its token: open the address it printed at start "
-                                         "(…/?token=...), or send Authorization: Bearer TOKEN")
-                return
-            # a header no browser adds by itself: such a request cannot be forged by another site
-            by_bearer = TOKEN_COOKIE not in cookies
-        else:
-            by_bearer = False
+            by_bearer = signed
         csrf = cookies.get(CSRF_COOKIE, "")
         if scope["method"] not in ("GET", "HEAD"):
             problem = self._forgery_problem(scope, headers, csrf, host, by_bearer)
@@ -145,6 +127,33 @@ class Guard:
             await _answer(send, 413, f"a request body holds at most {self.max_body_bytes} bytes")
             return
         await self.app(scope, self._limited(receive), self._with_headers(send, extra))
+
+    async def _signed_in(self, scope: Scope, headers: Dict[bytes, bytes], cookies: Dict[str, str],
+                         send: Send) -> Optional[bool]:
+        """Whether the request carries the studio's token, and came by bearer token rather than
+        the cookie; None when it has been answered: a GET with ``?token=`` (signed in and sent on
+        without it, or refused), or a request without the token (refused)."""
+        assert self.token is not None
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        given = query.get("token")
+        if given is not None and scope["method"] == "GET":
+            if not _same(given, self.token):
+                await _answer(send, 401, "wrong token")
+                return None
+            rest = urlencode([(k, v) for k, v in parse_qsl(scope["query_string"].decode("latin-1")) if k != "token"])
+            location = scope["path"] + (f"?{rest}" if rest else "")
+            await _answer(send, 303, "signed in", [
+                (b"location", location.encode("latin-1")),
+                (b"set-cookie", f"{TOKEN_COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/".encode())])
+            return None
+        bearer = headers.get(b"authorization", b"").decode("latin-1")
+        presented = cookies.get(TOKEN_COOKIE) or (bearer[7:] if bearer.startswith("Bearer ") else "")
+        if not presented or not _same(presented, self.token):
+            await _answer(send, 401, "this studio needs its token: open the address it printed at start "
+                                     "(…/?token=...), or send Authorization: Bearer TOKEN")
+            return None
+        # a header no browser adds by itself: such a request cannot be forged by another site
+        return TOKEN_COOKIE not in cookies
 
     @staticmethod
     def _forgery_problem(scope: Scope, headers: Dict[bytes, bytes], csrf: str, host: str, by_bearer: bool) -> str:
