@@ -4,7 +4,8 @@ the versions in ``CHECKED`` (and tested over the ranges in ``TESTED``):
 
 - ``paddle_internals``: small Paddle internals the trainers need (the GradScaler's scale, the
   static loss-scaling hooks, Adam's skip input, program pruning, the CPU thread count, dtype
-  names, the oneDNN flag, bfloat16 support); its docstring says why each;
+  names, the oneDNN flag, bfloat16 support, stopping a failed DataLoader's workers); its
+  docstring says why each;
 - ``pir_programs``: the static engine's PIR program surgery (inputs, clones with value maps,
   dropping ops, inference mode, persistable values, what a startup program creates);
 - ``program_runner``: the static trainer's step runner, which skips ``Executor.run``'s per-call

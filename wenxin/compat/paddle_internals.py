@@ -20,7 +20,11 @@
 - ``onednn_flag_on``: Paddle's oneDNN flag, under 3.0's name (``FLAGS_use_mkldnn``) or 3.1's
   (``FLAGS_use_onednn``): ``paddle.get_flags`` refuses a name its version does not have;
 - ``cpu_supports_bfloat16``: whether oneDNN has bfloat16 kernels on this CPU
-  (``paddle.base.core.supports_bfloat16``).
+  (``paddle.base.core.supports_bfloat16``);
+- ``stop_loader_workers``: a multi-process DataLoader iterator's ``_try_shutdown_all``. One whose
+  worker failed stays referenced by its own reader thread, so it is not collected when the loop
+  drops it; its ``__del__`` then runs at interpreter exit, when Paddle's modules are half torn
+  down, and prints a traceback after wenxin's one-line error.
 """
 from __future__ import annotations
 
@@ -101,3 +105,11 @@ def onednn_flag_on() -> bool:
 def cpu_supports_bfloat16() -> bool:
     """Whether this CPU runs oneDNN's bfloat16 kernels (AVX512-BF16 or AMX)."""
     return bool(paddle.base.core.supports_bfloat16())
+
+
+def stop_loader_workers(iterator: Any) -> None:
+    """Stop a DataLoader iterator's worker processes and reader thread now (nothing where it has
+    none: a single-process iterator)."""
+    stop = getattr(iterator, "_try_shutdown_all", None)
+    if stop is not None:
+        stop()

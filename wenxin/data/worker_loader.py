@@ -14,6 +14,7 @@ import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear lin
 import paddle
 
 from wenxin.common.process import children_leave_parent_garbage
+from wenxin.compat.paddle_internals import stop_loader_workers
 
 
 def as_tensors(batch: Dict[str, np.ndarray]) -> Dict[str, Any]:
@@ -30,7 +31,12 @@ class WorkerLoader:
 
     def __iter__(self) -> Iterator[Any]:
         with children_leave_parent_garbage():
-            return iter(self.loader)  # the DataLoader forks its workers here
+            batches = iter(self.loader)  # the DataLoader forks its workers here
+        try:
+            yield from batches
+        except BaseException:  # a worker failed, or the loop stopped: the workers go now
+            stop_loader_workers(batches)
+            raise
 
     def __len__(self) -> int:
         return self.length()
