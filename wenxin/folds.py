@@ -22,7 +22,7 @@ import glob
 import json
 import os
 import shutil
-from typing import Any, Callable, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -53,7 +53,7 @@ def _layout(folder: str, folds: int, ext: str) -> FoldData:
                     [os.path.join(folder, f"part_{k}{ext}") for k in range(folds)])
 
 
-def split_folds(data_path: str, key_path: str, has_header: bool, folds: int, seed: int, folder: str,  # noqa: C901 (named in issue 57's limits: to split)
+def split_folds(data_path: str, key_path: str, has_header: bool, folds: int, seed: int, folder: str,
                 data_format: str = "tsv",
                 records: Optional[Callable[[List[bytes]], List[bytes]]] = None) -> FoldData:
     """The K folds of the training data at ``data_path`` (a file or a folder of files, as the
@@ -74,17 +74,7 @@ def split_folds(data_path: str, key_path: str, has_header: bool, folds: int, see
         return layout
     if os.path.exists(folder):
         raise ConfigError(f"{folder}: exists but is not a folds split (no {FOLDS_FILE}); move it away")
-    header = b""
-    lines: List[bytes] = []
-    for path in files:
-        with open(path, "rb") as f:
-            content = f.read().split(b"\n")
-        if records is not None:
-            content = records(content)
-        if has_header and content:
-            header = header or content[0]
-            content = content[1:]
-        lines += [line for line in content if line.strip()]
+    header, lines = _records_of(files, has_header, records)
     if len(lines) < folds:
         raise ConfigError(f"folds: {folds} folds need at least {folds} lines of training data; {key_path} "
                           f"({data_path}) has {len(lines)}")
@@ -94,14 +84,8 @@ def split_folds(data_path: str, key_path: str, has_header: bool, folds: int, see
     tmp = f"{folder}.tmp-{os.getpid()}"
     os.makedirs(tmp)
     layout = _layout(tmp, folds, ext)
-    sizes = []
-    for k in range(folds):
-        chosen = np.sort(order[k::folds])  # part k: every K-th shuffled line, in file order
-        sizes.append(len(chosen))
-        with open(layout.dev[k], "wb") as f:
-            if has_header:
-                f.write(header + b"\n")
-            f.writelines(lines[i] + b"\n" for i in chosen)
+    sizes = [_write_part(layout.dev[k], np.sort(order[k::folds]), lines, header if has_header else None)
+             for k in range(folds)]  # part k: every K-th shuffled line, in file order
     for k in range(folds):
         os.makedirs(layout.train[k])
         for j in range(folds):
@@ -113,6 +97,32 @@ def split_folds(data_path: str, key_path: str, has_header: bool, folds: int, see
         json.dump({"source": source, "lines": sizes, "parts": parts}, f, indent=2)
     os.replace(tmp, folder)
     return _layout(folder, folds, ext)
+
+
+def _records_of(files: List[str], has_header: bool, records: Optional[Callable[[List[bytes]], List[bytes]]]
+                ) -> Tuple[bytes, List[bytes]]:
+    """The header (the first file's, or empty) and every non-blank record of ``files``."""
+    header = b""
+    lines: List[bytes] = []
+    for path in files:
+        with open(path, "rb") as f:
+            content = f.read().split(b"\n")
+        if records is not None:
+            content = records(content)
+        if has_header and content:
+            header = header or content[0]
+            content = content[1:]
+        lines += [line for line in content if line.strip()]
+    return header, lines
+
+
+def _write_part(path: str, chosen: np.ndarray, lines: List[bytes], header: Optional[bytes]) -> int:
+    """Write the ``chosen`` lines (after ``header``, where there is one); returns their count."""
+    with open(path, "wb") as f:
+        if header is not None:
+            f.write(header + b"\n")
+        f.writelines(lines[i] + b"\n" for i in chosen)
+    return len(chosen)
 
 
 def _read_split(path: str) -> Dict[str, Any]:

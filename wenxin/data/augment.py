@@ -54,7 +54,7 @@ def parse_tagged(line: str) -> List[Word]:
     return words
 
 
-def augment(sentences: Sequence[List[Word]], settings: AugmentSettings) -> Iterator[Tuple[int, List[str]]]:  # noqa: C901 (named in issue 57's limits: to split)
+def augment(sentences: Sequence[List[Word]], settings: AugmentSettings) -> Iterator[Tuple[int, List[str]]]:
     """``(index of the sentence, words)`` of each new copy (see the module docstring)."""
     settings.check()
     by_pos: Dict[str, List[str]] = {}
@@ -67,25 +67,32 @@ def augment(sentences: Sequence[List[Word]], settings: AugmentSettings) -> Itera
                           "for untagged text")
     rng = random.Random(settings.seed)
     for index, sentence in enumerate(sentences):
-        original = [word for word, _ in sentence]
-        seen = {tuple(original)}
+        seen = {tuple(word for word, _ in sentence)}
         for _ in range(settings.copies):
-            words = []
-            for word, tag in sentence:
-                draw = rng.random()
-                if draw < settings.unk:
-                    words.append(UNK)
-                elif draw < settings.unk + settings.pos and tag in by_pos:
-                    words.append(rng.choice(by_pos[tag]))
-                else:
-                    words.append(word)
-            if words and rng.random() < settings.ngram:
-                length = rng.randint(1, min(settings.max_ngram, len(words)))
-                start = rng.randint(0, len(words) - length)
-                words = words[start:start + length]
+            words = _one_copy(sentence, by_pos, settings, rng)
             if tuple(words) not in seen:
                 seen.add(tuple(words))
                 yield index, words
+
+
+def _one_copy(sentence: Sequence[Word], by_pos: Dict[str, List[str]], settings: AugmentSettings,
+              rng: random.Random) -> List[str]:
+    """One copy of ``sentence``: each word masked, replaced by a word of its part of speech, or
+    kept; then maybe cut to an n-gram of it."""
+    words = []
+    for word, tag in sentence:
+        draw = rng.random()
+        if draw < settings.unk:
+            words.append(UNK)
+        elif draw < settings.unk + settings.pos and tag in by_pos:
+            words.append(rng.choice(by_pos[tag]))
+        else:
+            words.append(word)
+    if words and rng.random() < settings.ngram:
+        length = rng.randint(1, min(settings.max_ngram, len(words)))
+        start = rng.randint(0, len(words) - length)
+        words = words[start:start + length]
+    return words
 
 
 def teacher_text(words: Sequence[str], join: str) -> str:
