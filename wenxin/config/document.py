@@ -171,23 +171,33 @@ def check_structure(path: str, data: Any) -> None:
     measure(data, 0)
 
 
-def check_values(data: Any, problems: Problems, path: str = "") -> None:  # noqa: C901 (named in issue 57's limits: to split)
+def check_values(data: Any, problems: Problems, path: str = "") -> None:
     """Record every value that is not plain JSON a config can use, by key path."""
-    where = path or "<root>"
     if isinstance(data, dict):
-        for key in getattr(data, "duplicates", []):
-            problems.add(f"{_join(path, key)}: duplicate key (the file sets it more than once)",
-                         key=_join(path, key))
-        for key, value in data.items():
-            if not isinstance(key, str):
-                problems.add(f"{_join(path, key)}: keys must be strings, got {type(key).__name__} {key!r}",
-                             key=_join(path, key))
-                continue
-            check_values(value, problems, _join(path, key))
+        _check_object(data, problems, path)
     elif isinstance(data, list):
         for i, value in enumerate(data):
             check_values(value, problems, f"{path}[{i}]")
-    elif isinstance(data, _BigInteger):
+    else:
+        _check_scalar(data, problems, path)
+
+
+def _check_object(data: Dict[Any, Any], problems: Problems, path: str) -> None:
+    """An object's keys (strings, each set once) and each of its values."""
+    for key in getattr(data, "duplicates", []):
+        problems.add(f"{_join(path, key)}: duplicate key (the file sets it more than once)", key=_join(path, key))
+    for key, value in data.items():
+        if not isinstance(key, str):
+            problems.add(f"{_join(path, key)}: keys must be strings, got {type(key).__name__} {key!r}",
+                         key=_join(path, key))
+            continue
+        check_values(value, problems, _join(path, key))
+
+
+def _check_scalar(data: Any, problems: Problems, path: str) -> None:
+    """A value that holds no others: a string, bool, null, an int64 or a finite float."""
+    where = path or "<root>"
+    if isinstance(data, _BigInteger):
         problems.add(f"{where}: integer {data[:20]}... ({len(data)} digits) is outside int64", key=path)
     elif isinstance(data, bool) or data is None or isinstance(data, str):
         return
