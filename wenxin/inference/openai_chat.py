@@ -99,7 +99,26 @@ def message_text(content: Any, where: str) -> str:
     raise ChatRequestError(f"{where}: expected a string or a list of text parts", where)
 
 
-def conversation_line(messages: Any, max_messages: int = 1024) -> str:  # noqa: C901 (named in issue 57's limits: to split)
+def _add_turn(where: str, role: Any, message: Dict[str, Any], text: str, src: List[str], tgt: List[str]) -> None:
+    """A user's question (``src``) or the assistant's answer to the one before (``tgt``); the user
+    and the assistant take turns."""
+    if role == "user":
+        if len(src) != len(tgt):
+            raise ChatRequestError(f"{where}.role: two user messages in a row (the user and the assistant "
+                                   f"take turns)", f"{where}.role")
+        src.append(text)
+    elif role == "assistant":
+        if len(src) != len(tgt) + 1:
+            raise ChatRequestError(f"{where}.role: an assistant message answers a user message", f"{where}.role")
+        if not isinstance(message.get("content"), (str, list)):
+            raise ChatRequestError(f"{where}.content: an assistant message needs its text", f"{where}.content")
+        tgt.append(text)
+    else:
+        raise ChatRequestError(f"{where}.role: {role!r} is not system, developer, user or assistant "
+                               f"(tool messages are not supported)", f"{where}.role")
+
+
+def conversation_line(messages: Any, max_messages: int = 1024) -> str:
     """``messages`` -> the prompt as ERNIEKit's SFT line (``{"system", "src", "tgt"}``, one answer
     fewer than questions), which a chat export's field reads; at most ``max_messages``."""
     if not isinstance(messages, list) or not messages:
@@ -120,20 +139,8 @@ def conversation_line(messages: Any, max_messages: int = 1024) -> str:  # noqa: 
             if i != 0:
                 raise ChatRequestError(f"{where}.role: a {role} message comes first, and once", f"{where}.role")
             system = text
-        elif role == "user":
-            if len(src) != len(tgt):
-                raise ChatRequestError(f"{where}.role: two user messages in a row (the user and the assistant "
-                                       f"take turns)", f"{where}.role")
-            src.append(text)
-        elif role == "assistant":
-            if len(src) != len(tgt) + 1:
-                raise ChatRequestError(f"{where}.role: an assistant message answers a user message", f"{where}.role")
-            if not isinstance(message.get("content"), (str, list)):
-                raise ChatRequestError(f"{where}.content: an assistant message needs its text", f"{where}.content")
-            tgt.append(text)
         else:
-            raise ChatRequestError(f"{where}.role: {role!r} is not system, developer, user or assistant "
-                                   f"(tool messages are not supported)", f"{where}.role")
+            _add_turn(where, role, message, text, src, tgt)
     if len(src) != len(tgt) + 1:
         raise ChatRequestError("messages: the last message must be the user's (the answer continues it)", "messages")
     line: Dict[str, Any] = {"src": src, "tgt": tgt}
@@ -177,12 +184,8 @@ class ChatRequest:
     stop: Tuple[str, ...] = ()
 
 
-def parse_chat_request(data: Any, default_strategy: str, max_messages: int = 1024) -> ChatRequest:  # noqa: C901 (named in issue 57's limits: to split)
-    """A request body (parsed JSON) -> ``ChatRequest``; ``ChatRequestError`` names a bad field.
-    ``default_strategy``: the export's, which applies when the request sets no sampling field;
-    ``max_messages``: the service's limit."""
-    if not isinstance(data, dict):
-        raise ChatRequestError("expected a JSON object with messages")
+def _check_fields(data: Dict[str, Any]) -> None:
+    """Every field is one this service reads, ignores harmlessly, or takes at its default only."""
     for key, value in data.items():
         if key in HARMLESS_FIELDS or key in SETTINGS_FIELDS:
             continue
@@ -192,16 +195,11 @@ def parse_chat_request(data: Any, default_strategy: str, max_messages: int = 102
                 raise ChatRequestError(f"{key}: not supported by this service (it would change the answer)", key)
             continue
         raise ChatRequestError(f"{key}: unknown field", key)
-    if not isinstance(data.get("model", ""), str):
-        raise ChatRequestError("model: expected a string (the model's name)", "model")
-    row = [conversation_line(data.get("messages"), max_messages)]
-    stream = False if data.get("stream") is None else data["stream"]
-    if not isinstance(stream, bool):
-        raise ChatRequestError("stream: expected true or false", "stream")
-    options = {} if data.get("stream_options") is None else data["stream_options"]
-    if not isinstance(options, dict) or not set(options) <= {"include_usage"} \
-            or not isinstance(options.get("include_usage", False), bool):
-        raise ChatRequestError("stream_options: expected {\"include_usage\": true or false}", "stream_options")
+
+
+def _decoding_overrides(data: Dict[str, Any], default_strategy: str) -> Dict[str, Any]:
+    """The decoding settings a request changes: its token limit, and greedy or sampling (with a
+    seed: the request's, or a new one each time, as OpenAI's API answers)."""
     overrides: Dict[str, Any] = {}
     for key in ("max_completion_tokens", "max_tokens"):
         tokens = _integer(data, key, 1)
@@ -225,6 +223,27 @@ def parse_chat_request(data: Any, default_strategy: str, max_messages: int = 102
         overrides["seed"] = seed
     elif overrides.get("strategy", default_strategy) == "sample":
         overrides["seed"] = secrets.randbelow(2 ** 31)  # another answer each time, as OpenAI's API gives
+    return overrides
+
+
+def parse_chat_request(data: Any, default_strategy: str, max_messages: int = 1024) -> ChatRequest:
+    """A request body (parsed JSON) -> ``ChatRequest``; ``ChatRequestError`` names a bad field.
+    ``default_strategy``: the export's, which applies when the request sets no sampling field;
+    ``max_messages``: the service's limit."""
+    if not isinstance(data, dict):
+        raise ChatRequestError("expected a JSON object with messages")
+    _check_fields(data)
+    if not isinstance(data.get("model", ""), str):
+        raise ChatRequestError("model: expected a string (the model's name)", "model")
+    row = [conversation_line(data.get("messages"), max_messages)]
+    stream = False if data.get("stream") is None else data["stream"]
+    if not isinstance(stream, bool):
+        raise ChatRequestError("stream: expected true or false", "stream")
+    options = {} if data.get("stream_options") is None else data["stream_options"]
+    if not isinstance(options, dict) or not set(options) <= {"include_usage"} \
+            or not isinstance(options.get("include_usage", False), bool):
+        raise ChatRequestError("stream_options: expected {\"include_usage\": true or false}", "stream_options")
+    overrides = _decoding_overrides(data, default_strategy)
     try:
         stop = parse_stop_strings(data.get("stop"))
     except ValueError as e:
