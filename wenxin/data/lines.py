@@ -48,7 +48,7 @@ def iter_lines(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: i
         yield line
 
 
-def iter_lines_ending_at(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: int = 0,  # noqa: C901 (named in issue 57's limits: to split)
+def iter_lines_ending_at(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, start: int = 0,
                          end: Optional[int] = None, first_lineno: int = 1) -> Iterator[Tuple[Line, int]]:
     """``iter_lines``, each line with the byte offset just past it (where the next line starts)."""
     try:
@@ -71,19 +71,23 @@ def iter_lines_ending_at(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
                     position += len(raw)
                 yield Line(lineno, "", f"line longer than {max_line_bytes} bytes (reader key max_line_bytes)"), position
                 continue
-            if raw.endswith(b"\n"):
-                raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-            if lineno == 1 and start == 0 and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8):]
-            elif lineno == 1 and start == 0 and raw.startswith(_UTF16_32_BOMS):
-                raise DataError(f"{path}: the file is UTF-16/UTF-32 encoded; data files must be UTF-8")
-            if b"\x00" in raw:
-                yield Line(lineno, "", "binary data (a NUL byte), not a line of UTF-8 text"), position
-                continue
-            try:
-                yield Line(lineno, raw.decode("utf-8")), position
-            except UnicodeDecodeError as e:
-                yield Line(lineno, "", f"not valid UTF-8 ({e.reason} at byte {e.start} of the line)"), position
+            yield _line(raw, lineno, lineno == 1 and start == 0, path), position
+
+
+def _line(raw: bytes, lineno: int, first_of_file: bool, path: str) -> Line:
+    """One raw line (with its line break) as text, or as the problem that keeps it from being text."""
+    if raw.endswith(b"\n"):
+        raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+    if first_of_file and raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8):]
+    elif first_of_file and raw.startswith(_UTF16_32_BOMS):
+        raise DataError(f"{path}: the file is UTF-16/UTF-32 encoded; data files must be UTF-8")
+    if b"\x00" in raw:
+        return Line(lineno, "", "binary data (a NUL byte), not a line of UTF-8 text")
+    try:
+        return Line(lineno, raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return Line(lineno, "", f"not valid UTF-8 ({e.reason} at byte {e.start} of the line)")
 
 
 def list_data_files(data_path: str, key_path: str) -> List[str]:

@@ -109,8 +109,19 @@ class Ernie45Config:
                               f"its safetensors weights)")
         return cls.from_dict(read_json_object(path), path)
 
-    def check(self, source: str) -> None:  # noqa: C901 (named in issue 57's limits: to split)
+    def check(self, source: str) -> None:
         """Every value typed and in range; each problem names ``source`` and the key."""
+        problems = self._value_problems(source)
+        if not problems and self.num_attention_heads % self.num_key_value_heads:
+            problems.append(f"{source}: num_attention_heads {self.num_attention_heads} is not a multiple of "
+                            f"num_key_value_heads {self.num_key_value_heads}")
+        if not problems and self.head_dim % 2:
+            problems.append(f"{source}: head_dim {self.head_dim} must be even (rotary embeddings turn pairs)")
+        if problems:
+            raise ConfigError(problems=problems)
+
+    def _value_problems(self, source: str) -> List[str]:
+        """Each value that is not of its type or range, one problem each."""
         problems = []
         for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                     "num_key_value_heads", "head_dim", "max_position_embeddings"):
@@ -128,13 +139,7 @@ class Ernie45Config:
         for key in ("tie_word_embeddings", "use_bias"):
             if not isinstance(getattr(self, key), bool):
                 problems.append(f"{source}: {key} must be true or false, got {getattr(self, key)!r}")
-        if not problems and self.num_attention_heads % self.num_key_value_heads:
-            problems.append(f"{source}: num_attention_heads {self.num_attention_heads} is not a multiple of "
-                            f"num_key_value_heads {self.num_key_value_heads}")
-        if not problems and self.head_dim % 2:
-            problems.append(f"{source}: head_dim {self.head_dim} must be even (rotary embeddings turn pairs)")
-        if problems:
-            raise ConfigError(problems=problems)
+        return problems
 
     def parameter_count(self) -> int:
         """How many numbers a model of this config holds (what its files must hold at least)."""
