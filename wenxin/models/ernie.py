@@ -26,6 +26,19 @@ CONFIG_FILES = ("config.json", "model_config.json", "ernie_config.json", "bert_c
                 "ernie_m_1.0_base_config.json")
 
 
+
+def _typed(value: Any, kind: str, name: str, source: str) -> Any:
+    """A config value of a field of type ``kind`` ("int", "float", "bool", "str"), checked."""
+    if kind in ("int", "float") and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                     or (kind == "int" and not float(value).is_integer())):
+        raise ConfigError(f"{source}: '{name}' must be a{'n integer' if kind == 'int' else ' number'}, got {value!r}")
+    if kind == "bool" and not isinstance(value, bool):
+        raise ConfigError(f"{source}: '{name}' must be true or false, got {value!r}")
+    if kind == "str" and not isinstance(value, str):
+        raise ConfigError(f"{source}: '{name}' must be a string, got {value!r}")
+    return int(value) if kind == "int" else value
+
+
 @dataclasses.dataclass
 class ErnieConfig:
     """The shape of an ERNIE/BERT encoder. Field names follow PaddleNLP's ``config.json``;
@@ -51,7 +64,7 @@ class ErnieConfig:
     model_type: str = "ernie"  # "ernie_m": ERNIE-M, whose text fields number positions from 2
 
     @classmethod
-    def from_dict(cls, values: Dict[str, Any], source: str) -> "ErnieConfig":  # noqa: C901 (named in issue 57's limits: to split)
+    def from_dict(cls, values: Dict[str, Any], source: str) -> "ErnieConfig":
         """From a ``config.json`` / ``model_config.json`` (PaddleNLP) or ``ernie_config.json``
         (ERNIE-kit) object; unknown keys are ignored, wrong types are errors naming ``source``."""
         # Paddle's LayerNorm default (1e-5) held where a config does not say: ERNIE-kit's
@@ -80,20 +93,8 @@ class ErnieConfig:
                               f"{values.get('hidden_size')}; factorized embeddings are not supported")
         if "vocab_size" not in values:
             raise ConfigError(f"{source}: no 'vocab_size'")
-        kwargs: Dict[str, Any] = {}
-        for field in dataclasses.fields(cls):
-            if field.name not in values or values[field.name] is None:
-                continue
-            value, kind = values[field.name], field.type
-            if kind in ("int", "float") and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                             or (kind == "int" and not float(value).is_integer())):
-                raise ConfigError(f"{source}: '{field.name}' must be a{'n integer' if kind == 'int' else ' number'}, "
-                                  f"got {value!r}")
-            if kind == "bool" and not isinstance(value, bool):
-                raise ConfigError(f"{source}: '{field.name}' must be true or false, got {value!r}")
-            if kind == "str" and not isinstance(value, str):
-                raise ConfigError(f"{source}: '{field.name}' must be a string, got {value!r}")
-            kwargs[field.name] = int(value) if kind == "int" else value
+        kwargs = {field.name: _typed(values[field.name], str(field.type), field.name, source)
+                  for field in dataclasses.fields(cls) if values.get(field.name) is not None}
         kwargs.setdefault("layer_norm_eps", default_eps)
         config = cls(**kwargs)
         config.check(source)
