@@ -442,37 +442,47 @@ def _translate_ernie_m_field(path: str, field: Dict[str, Any], notes: List[str],
                      f"lower-case text, so neither does wenxin here (lowercase false)")
 
 
-def _translate_model(job: str, model: Dict[str, Any], notes: List[str]) -> None:  # noqa: C901 (named in issue 57's limits: to split)
+def _translate_model(job: str, model: Dict[str, Any], notes: List[str]) -> None:
     if model.get("type") in ERNIE_MODELS:
-        embedding = model.pop("embedding", None)
-        if isinstance(embedding, dict) and "config_path" in embedding and "encoder_config" not in model:
-            model["encoder_config"] = embedding["config_path"]
-            notes.append(f"model.embedding.config_path -> model.encoder_config ({embedding['config_path']!r})")
-        if model.get("type") == "ErnieFcIe" and isinstance(model.get("num_labels"), int):
-            notes.append("model.num_labels: checked against the label map")
-        if model.get("type") == "ErnieFcSeqLabel":
-            for key in ("vocab_path", "num_labels"):
-                if key in model:
-                    notes.append(f"model.{key}: dropped (the tags are those of the label field's vocab_path)")
-                    model.pop(key)
-        opt = model.setdefault("optimization", {})
-        if isinstance(opt, dict):  # ERNIE-kit's ERNIE models: AdamW, epsilon 1e-6, global-norm clip 1.0
-            for key, value in (("optimizer", "adamw"), ("epsilon", 1e-6), ("max_grad_norm", 1.0)):
-                if key not in opt:
-                    opt[key] = value
-                    notes.append(f"model.optimization.{key}: {value!r} (what ERNIE-kit used for {model['type']})")
+        _translate_ernie_model(model, notes)
+        # ERNIE-kit's ERNIE models: AdamW, epsilon 1e-6, global-norm clip 1.0
+        _erniekit_optimization(model, (("optimizer", "adamw"), ("epsilon", 1e-6), ("max_grad_norm", 1.0)),
+                               model["type"], notes)
     wenxin_type = MODEL_TYPES.get((JOB_TASKS[job], str(model.get("type"))))
     if wenxin_type:
         notes.append(f"model.type: {model['type']} -> {wenxin_type} (ERNIE-kit's network; wenxin's "
                      f"{model['type']} is another one)")
         model["type"] = wenxin_type
     if wenxin_type in PLAIN_ADAM_MODELS:  # ERNIE-kit's non-ERNIE models: Adam, a constant learning rate
-        opt = model.setdefault("optimization", {})
-        if isinstance(opt, dict):
-            for key, value in (("optimizer", "adam"), ("lr_scheduler", "constant"), ("learning_rate", 2e-5)):
-                if key not in opt:
-                    opt[key] = value
-                    notes.append(f"model.optimization.{key}: {value!r} (what ERNIE-kit used for {wenxin_type})")
+        _erniekit_optimization(model, (("optimizer", "adam"), ("lr_scheduler", "constant"), ("learning_rate", 2e-5)),
+                               wenxin_type, notes)
+
+
+def _translate_ernie_model(model: Dict[str, Any], notes: List[str]) -> None:
+    """An ERNIE model's encoder config path, and the keys wenxin takes from the label field."""
+    embedding = model.pop("embedding", None)
+    if isinstance(embedding, dict) and "config_path" in embedding and "encoder_config" not in model:
+        model["encoder_config"] = embedding["config_path"]
+        notes.append(f"model.embedding.config_path -> model.encoder_config ({embedding['config_path']!r})")
+    if model.get("type") == "ErnieFcIe" and isinstance(model.get("num_labels"), int):
+        notes.append("model.num_labels: checked against the label map")
+    if model.get("type") == "ErnieFcSeqLabel":
+        for key in ("vocab_path", "num_labels"):
+            if key in model:
+                notes.append(f"model.{key}: dropped (the tags are those of the label field's vocab_path)")
+                model.pop(key)
+
+
+def _erniekit_optimization(model: Dict[str, Any], defaults: Tuple[Tuple[str, Any], ...], network: Any,
+                           notes: List[str]) -> None:
+    """The optimization settings ERNIE-kit used for ``network``, where the file sets none."""
+    opt = model.setdefault("optimization", {})
+    if not isinstance(opt, dict):
+        return
+    for key, value in defaults:
+        if key not in opt:
+            opt[key] = value
+            notes.append(f"model.optimization.{key}: {value!r} (what ERNIE-kit used for {network})")
 
 
 def _translate_optimization(opt: Dict[str, Any], trainer: Dict[str, Any], notes: List[str]) -> None:
