@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from wenxin.common.errors import ConfigError
 from wenxin.config.task_config import source_of
@@ -134,40 +134,59 @@ def overrides_from_form(fields: List[Dict[str, Any]], values: Dict[str, Any], ro
     return overrides
 
 
-def _checked(field: Dict[str, Any], raw: Any, root: str) -> Any:  # noqa: C901 (named in issue 57's limits: to split)
-    key, control = field["key"], field["control"]
-    if control == "hooks":
-        if not isinstance(raw, list) or not all(isinstance(name, str) for name in raw):
-            raise ConfigError(f"{key}: expected a list of hook names")
-        bad = [name for name in raw if name not in field["choices"] and name not in field["value"]]
-        if bad:
-            raise ConfigError(f"{key}: {bad[0]!r} is not a registered hook")
-        return raw
-    if control == "select":
-        if raw not in field["choices"]:
-            raise ConfigError(f"{key}: {raw!r} is not one of {field['choices']}")
-        return raw
-    if control == "checkbox":
-        if not isinstance(raw, bool):
-            raise ConfigError(f"{key}: expected true or false, got {json.dumps(raw)[:40]}")
-        return raw
-    if control == "number":
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
-            raise ConfigError(f"{key}: expected a number, got {json.dumps(raw)[:40]}")
-        if field["integer"]:
-            if raw != int(raw):
-                raise ConfigError(f"{key}: expected a whole number, got {raw}")
-            raw = int(raw)
-        if field["min"] is not None and raw < field["min"]:
-            raise ConfigError(f"{key}: {raw} is below its minimum {field['min']}")
-        if field["max"] is not None and raw > field["max"]:
-            raise ConfigError(f"{key}: {raw} is above its maximum {field['max']}")
-        return raw
+def _checked(field: Dict[str, Any], raw: Any, root: str) -> Any:
+    """A form value checked by its field's control (``_CHECKS``; text and paths otherwise)."""
+    check = _CHECKS.get(field["control"])
+    if check is not None:
+        return check(field, raw)
+    key = field["key"]
     if not isinstance(raw, str) or len(raw) > 4096 or "\x00" in raw:
         raise ConfigError(f"{key}: expected a text of at most 4096 characters")
-    if control == "path" and raw:
+    if field["control"] == "path" and raw:
         inside_root(root, raw, key)
     return raw
+
+
+def _checked_hooks(field: Dict[str, Any], raw: Any) -> Any:
+    key = field["key"]
+    if not isinstance(raw, list) or not all(isinstance(name, str) for name in raw):
+        raise ConfigError(f"{key}: expected a list of hook names")
+    bad = [name for name in raw if name not in field["choices"] and name not in field["value"]]
+    if bad:
+        raise ConfigError(f"{key}: {bad[0]!r} is not a registered hook")
+    return raw
+
+
+def _checked_choice(field: Dict[str, Any], raw: Any) -> Any:
+    if raw not in field["choices"]:
+        raise ConfigError(f"{field['key']}: {raw!r} is not one of {field['choices']}")
+    return raw
+
+
+def _checked_bool(field: Dict[str, Any], raw: Any) -> Any:
+    if not isinstance(raw, bool):
+        raise ConfigError(f"{field['key']}: expected true or false, got {json.dumps(raw)[:40]}")
+    return raw
+
+
+def _checked_number(field: Dict[str, Any], raw: Any) -> Any:
+    key = field["key"]
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise ConfigError(f"{key}: expected a number, got {json.dumps(raw)[:40]}")
+    if field["integer"]:
+        if raw != int(raw):
+            raise ConfigError(f"{key}: expected a whole number, got {raw}")
+        raw = int(raw)
+    if field["min"] is not None and raw < field["min"]:
+        raise ConfigError(f"{key}: {raw} is below its minimum {field['min']}")
+    if field["max"] is not None and raw > field["max"]:
+        raise ConfigError(f"{key}: {raw} is above its maximum {field['max']}")
+    return raw
+
+
+# a form control -> the check of its values (text and path fields: ``_checked`` itself)
+_CHECKS: Dict[str, Callable[[Dict[str, Any], Any], Any]] = {
+    "hooks": _checked_hooks, "select": _checked_choice, "checkbox": _checked_bool, "number": _checked_number}
 
 
 def inside_root(root: str, path: str, what: str) -> str:
