@@ -142,9 +142,12 @@ class CheckpointManager:
     def top_ranking(self) -> List[Tuple[int, Optional[float]]]:
         """(step, dev metric) of the complete top-k folders, best first (ties: the earlier step;
         a folder without the metric last)."""
+        return self.ranked([(step, metric_of(path, self.metric)) for step, path in self.top_dirs()])
+
+    def ranked(self, entries: List[Tuple[int, Optional[float]]]) -> List[Tuple[int, Optional[float]]]:
+        """(step, dev metric) pairs best first by ``metric_mode`` (ties: the earlier step; no metric last)."""
         sign = -1.0 if self.metric_mode == "max" else 1.0
-        ranked = [(step, metric_of(path, self.metric)) for step, path in self.top_dirs()]
-        return sorted(ranked, key=lambda entry: (sign * entry[1] if entry[1] is not None else math.inf, entry[0]))
+        return sorted(entries, key=lambda entry: (sign * entry[1] if entry[1] is not None else math.inf, entry[0]))
 
     def latest(self) -> Optional[str]:
         """The checkpoint ``resume: auto`` continues: the newest periodic one whose checksums match
@@ -377,9 +380,13 @@ def _publish(path: str, index: Dict[str, Any]) -> None:
 def metric_of(folder: str, metric: str) -> Optional[float]:
     """The dev ``metric`` a checkpoint was saved with (None when it has none)."""
     try:
-        value = dict_at(read_trainer_state(folder), "dev_metrics").get(metric)
+        return _metric_in(read_trainer_state(folder), metric)
     except CheckpointError:
         return None
+
+
+def _metric_in(state: Dict[str, Any], metric: str) -> Optional[float]:
+    value = dict_at(state, "dev_metrics").get(metric)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -392,7 +399,7 @@ def index_entry(root: str, name: str, kind: str, metric: str) -> Dict[str, Any]:
     except CheckpointError:
         state = {}
     saved = state.get("time")
-    return {"name": name, "kind": kind, "step": state.get("global_step"), "metric": metric_of(folder, metric),
+    return {"name": name, "kind": kind, "step": state.get("global_step"), "metric": _metric_in(state, metric),
             "time": (time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(saved))
                      if isinstance(saved, (int, float)) else None),
             "resumable": resumable(folder)}

@@ -78,10 +78,8 @@ class CheckpointHook(IntervalHook):
         folders; the save prunes the one it pushes out."""
         cfg, step = self.trainer.trainer_config, self.trainer.state.global_step
         manager = self.trainer.checkpoints
-        sign = -1.0 if cfg["metric_mode"] == "max" else 1.0
-        ranked = sorted([(s, v) for s, v in manager.top_ranking() if s != step] + [(step, value)],
-                        key=lambda entry: (sign * entry[1] if entry[1] is not None else math.inf, entry[0]))
-        kept = ranked[:cfg["save_top_k"]]
+        others = [(s, v) for s, v in manager.top_ranking() if s != step]
+        kept = manager.ranked(others + [(step, value)])[:cfg["save_top_k"]]
         if (step, value) not in kept:
             return
         path = self.trainer.save_checkpoint(manager.top_name(step))
