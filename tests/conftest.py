@@ -121,13 +121,16 @@ def task_config(data_dir: str, output: str, model_type: str = "BowClassification
     return config
 
 
+def write_sentence_splits(folder: str, train: int, dev: int, test: int) -> str:
+    """``folder/{train,dev,test}.tsv`` of that many labelled sentences (seeds 1, 2, 3); returns it."""
+    for name, seed, count in (("train", 1, train), ("dev", 2, dev), ("test", 3, test)):
+        write_tsv(os.path.join(folder, f"{name}.tsv"), make_sentences(count, seed=seed))
+    return folder
+
+
 @pytest.fixture
 def data_dir(tmp_path) -> str:
-    folder = str(tmp_path / "data")
-    write_tsv(os.path.join(folder, "train.tsv"), make_sentences(240, seed=1))
-    write_tsv(os.path.join(folder, "dev.tsv"), make_sentences(60, seed=2))
-    write_tsv(os.path.join(folder, "test.tsv"), make_sentences(60, seed=3))
-    return folder
+    return write_sentence_splits(str(tmp_path / "data"), 240, 60, 60)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from wenxin.common import state_io
 from wenxin.controller.checkpoint import has_optimizer_state, is_valid
 from wenxin.controller.checkpoint_folders import INTENT_FILE, CheckpointManager
 
-from conftest import make_sentences, task_config, write_tsv
+from conftest import task_config, write_sentence_splits
 
 KILLED_STEP = 6
 
@@ -91,10 +91,7 @@ def watch(monkeypatch: pytest.MonkeyPatch, process: Process) -> None:
 
 @pytest.fixture
 def data(tmp_path):
-    folder = str(tmp_path / "data")
-    for name, seed, n in (("train", 1, 48), ("dev", 2, 16), ("test", 3, 8)):
-        write_tsv(os.path.join(folder, f"{name}.tsv"), make_sentences(n, seed))
-    return folder
+    return write_sentence_splits(str(tmp_path / "data"), 48, 16, 8)
 
 
 def config(data: str, out: Any) -> Dict[str, Any]:

@@ -11,15 +11,12 @@ from fake_engine import numpy_trainer
 from wenxin.common.errors import CheckpointError, ConfigError, TrainingError
 from wenxin.controller.hooks import HookBase
 
-from conftest import make_sentences, task_config, write_tsv
+from conftest import task_config, write_sentence_splits
 
 
 @pytest.fixture
 def data(tmp_path):
-    folder = str(tmp_path / "data")
-    for name, seed, n in (("train", 1, 96), ("dev", 2, 40), ("test", 3, 40)):
-        write_tsv(os.path.join(folder, f"{name}.tsv"), make_sentences(n, seed))
-    return folder
+    return write_sentence_splits(str(tmp_path / "data"), 96, 40, 40)
 
 
 def config(data, out, **trainer):
