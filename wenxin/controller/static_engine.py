@@ -7,7 +7,7 @@ evaluation forwards are cloned into pruned programs before the optimizer is adde
 from the training program. Parameters and optimizer state live in the Executor's
 scope; checkpoints name them by structured parameter names, like the eager engine, so a
 checkpoint of one mode loads in the other. Each program runs through a ``ProgramRunner``,
-which skips ``Executor.run``'s per-call program lookup. With ``trainer.use_amp`` the training
+which skips ``Executor.run``'s per-call program lookup. With ``trainer.precision.use_amp`` the training
 forward is built under ``paddle.amp.auto_cast`` and float16 loss scaling is part of the program.
 """
 from __future__ import annotations
@@ -28,19 +28,16 @@ from wenxin.controller.amp import AmpSettings
 from wenxin.controller.parameters import rename_state_keys
 from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, step_meta
 from wenxin.controller.graph_mode import static_mode
-from wenxin.compat.paddle_internals import dense_tensor_dtype, dtype_name, prune_program, skip_update_when, \
-    static_scaler_values, use_static_loss_scaling
+from wenxin.compat.paddle_internals import dense_tensor_dtype, dtype_name, prune_program
 from wenxin.compat.pir_programs import (clone_program, created_by_startup, data_values, keep_only_ops,
-                                        persistable_value, program_ops, set_inference_mode)
+                                        program_ops, set_inference_mode)
 from wenxin.compat.program_runner import ProgramRunner
+from wenxin.controller.static_step import CHECK_LOSS_FEED, GRAD_BUFFER_SUFFIX, GRADIENT_SQUARE_SUM_SUFFIX, build_step
 from wenxin.data.field_reader import TensorSpec
 
 
-GRAD_BUFFER_SUFFIX = "@GRAD_BUFFER"
-GRADIENT_SQUARE_SUM_SUFFIX = "@GRAD_SQUARE_SUM"  # what a gradient-norm hook reads
 EXPORT_VARIANT = "predict"  # the evaluation program of the exported model's inputs
 STEP = "step"  # the programs of a generation model's step functions: (STEP, name)
-CHECK_LOSS_FEED = "wenxin_check_loss"  # fed 1 where the step checks its loss (the step rule), else 0
 
 
 def step_input(function: str, name: str) -> str:
@@ -62,8 +59,8 @@ class _EvalProgram:
 class StaticEngine(ExecutionEngine):
     """Static-graph training: startup/train/eval programs built from one model Layer, run by an
     Executor, with the optimizer (LR schedule with warmup, weight decay, global-norm clipping)
-    added by ``minimize``. The program's optimizer step (``_minimize``) holds mixed precision,
-    gradient accumulation and the NaN/Inf skip in one place."""
+    added by ``minimize``. The program's optimizer step (``static_step.build_step``) holds mixed
+    precision, gradient accumulation and the NaN/Inf skip in one place."""
 
     mode = "static"
     numpy_batches = True  # the Executor takes numpy arrays
@@ -88,11 +85,11 @@ class StaticEngine(ExecutionEngine):
         with static_mode():
             fast = inputs.fast_program_runner
             self._train_runner = ProgramRunner(self.executor, self.main_program, [*self.feed_names, CHECK_LOSS_FEED],
-                                               [self.loss, self.nonfinite_flag], self.paddle_scope, fast=fast,
+                                               [self.loss, self.step.nonfinite_flag], self.paddle_scope, fast=fast,
                                                has_lr_schedule=self.lr_scheduler is not None)
-            self._micro_runner = (ProgramRunner(self.executor, self.micro_program, self.feed_names,
-                                                [self.micro_loss], self.paddle_scope, fast=fast)
-                                  if inputs.rule.accumulate > 1 else None)
+            micro = self.step.micro_program
+            self._micro_runner = (ProgramRunner(self.executor, micro, self.feed_names, [self.step.micro_loss],
+                                                self.paddle_scope, fast=fast) if micro is not None else None)
 
     def running(self) -> ContextManager[Any]:
         return static_mode()
@@ -135,10 +132,11 @@ class StaticEngine(ExecutionEngine):
                                    for key, outs in forwards.items()}
             keep_only_ops(self.main_program, train_ops)  # drop the evaluation forwards again
             self.loss = outputs[InstanceName.LOSS]
-            self.optimizer, self.lr_scheduler = self.model.set_optimizer(self.inputs.max_steps)
-            objective = self._mixed_precision() if self.amp.enabled else self.loss
-            self._minimize(self.inputs.rule.micro_objective(objective))
-            self._scaler_vars = self._find_scaler_vars()
+            optimizer, self.lr_scheduler = self.model.set_optimizer(self.inputs.max_steps)
+            self.step = build_step(self.main_program, self.loss, optimizer, self.amp, self.inputs.rule,
+                                   self.inputs.gradient_norms_wanted)
+            self.optimizer = self.step.optimizer
+            self._scaler_vars = self.step.scaler_vars
         # structured name ("fc.weight") <-> program variable name ("linear_2.w_0")
         self.var_names = {k: v.name for k, v in self.model.state_dict().items()}
 
@@ -171,113 +169,10 @@ class StaticEngine(ExecutionEngine):
         set_inference_mode(clone)
         return _EvalProgram(clone, fetch, list(data_values(clone)))
 
-    def _mixed_precision(self) -> Any:
-        """Wrap the optimizer for mixed precision and return the loss to differentiate.
-
-        With float16 and loss scaling, the loss is multiplied by a persistable loss scale; the
-        optimizer unscales the gradients, skips the update when any is NaN/Inf, and (dynamic
-        scaling) updates the scale by the ``incr_every_n_steps`` / ``decr_every_n_nan_or_inf``
-        rules. bfloat16 has float32's range and is not scaled (as in eager mode)."""
-        settings = self.amp.scaler_kwargs
-        scaling = self._scales_loss()
-        self.optimizer = paddle.static.amp.decorate(
-            self.optimizer, level=self.amp.level, dtype=self.amp.dtype,
-            init_loss_scaling=settings["init_loss_scaling"] if scaling else 1.0,
-            use_dynamic_loss_scaling=scaling and settings["use_dynamic_loss_scaling"],
-            incr_every_n_steps=settings["incr_every_n_steps"],
-            decr_every_n_nan_or_inf=settings["decr_every_n_nan_or_inf"],
-            incr_ratio=settings["incr_ratio"], decr_ratio=settings["decr_ratio"])
-        loss = self.loss.astype("float32")
-        if not scaling:
-            return loss
-        loss_scaling = persistable_value(paddle.utils.unique_name.generate("loss_scaling"), "float32", [1],
-                                         settings["init_loss_scaling"])
-        use_static_loss_scaling(self.optimizer, loss_scaling)  # see wenxin.compat.paddle_internals
-        return loss * loss_scaling
-
-    def _find_scaler_vars(self) -> Dict[str, str]:
-        """The persistable loss-scaling variables by ``GradScaler.state_dict`` key (empty
-        without loss scaling)."""
-        return {role: value.name for role, value in static_scaler_values(self.optimizer).items()}
-
-    def _minimize(self, objective: Any) -> None:
-        """The step rule (``wenxin.controller.step_rule``) as program ops: backward of each
-        micro-batch's objective, then (gradient accumulation) add the gradients into persistable
-        buffers, and (data parallelism) average them over the ranks, before the optimizer applies
-        them; a step that checks its loss (``CHECK_LOSS_FEED``) and finds it NaN/Inf (on any
-        rank, in any micro-batch) skips the update, as in eager mode.
-
-        With accumulation, the program up to the buffer update is cloned as ``micro_program`` and
-        run for the first k-1 batches of a step; the main program runs the k-th batch and applies
-        the buffers' mean, then zeroes them. So each batch is forwarded once and memory stays
-        that of one batch. (Paddle 3.3's ``GradientMergeOptimizer`` and static
-        ``fleet.distributed_optimizer`` do not support PIR programs.)
-
-        Adam and AdamW skip through their ops' own ``found_inf`` input; other optimizers' ops sit
-        in a ``cond``. Either way parameters and every accumulator stay exactly as they were. With
-        float16 loss scaling the mixed-precision optimizer skips overflowing steps itself (and
-        lowers the scale)."""
-        params_grads = self.optimizer.backward(objective)
-        rule = self.inputs.rule
-        bad = 1.0 - paddle.isfinite(self.loss.astype("float32")).all().astype("float32")  # 1: NaN/Inf loss
-        if rule.accumulate > 1:
-            buffers = []
-            for param, grad in params_grads:
-                buffer = persistable_value(f"{param.name}{GRAD_BUFFER_SUFFIX}", param.dtype, param.shape)
-                paddle.assign(buffer + grad, output=buffer)
-                buffers.append((param, buffer))
-            bad_buffer = persistable_value(f"nonfinite_losses{GRAD_BUFFER_SUFFIX}", "float32", [])
-            paddle.assign(bad_buffer + bad, output=bad_buffer)
-            self.micro_program, look_up = clone_program(self.main_program)
-            self.micro_loss = look_up(self.loss)
-            params_grads = list(buffers)  # each micro-batch's objective was already divided (the rule)
-            bad = bad_buffer + 0.0
-        if rule.world_size > 1:
-            for _, grad in params_grads:
-                paddle.distributed.all_reduce(grad)
-            params_grads = [(param, grad / rule.world_size) for param, grad in params_grads]
-            paddle.distributed.all_reduce(bad)  # every rank skips the same steps
-        check = paddle.static.data(CHECK_LOSS_FEED, [1], "float32")  # not in the micro program: made after it
-        bad = bad * check.sum()  # the rule: only a checked step skips
-        self.nonfinite_flag = bad
-        if self.inputs.gradient_norms_wanted:
-            self._record_gradient_square_sums(params_grads)
-        if self._scales_loss() or skip_update_when(self.optimizer, paddle.reshape(bad > 0.0, [1])):
-            self.optimizer.apply_gradients(params_grads)
-        else:
-            def update() -> Any:
-                self.optimizer.apply_gradients(params_grads)
-                return paddle.zeros([1])
-
-            paddle.static.nn.cond(bad == 0.0, update, lambda: paddle.zeros([1]))
-        if rule.accumulate > 1:
-            for _, buffer in buffers:
-                paddle.assign(paddle.zeros_like(buffer), output=buffer)
-            paddle.assign(paddle.zeros_like(bad_buffer), output=bad_buffer)
-
-    def _record_gradient_square_sums(self, params_grads: List[Tuple[Any, Any]]) -> None:
-        """Every step writes each gradient's sum of squares to a persistable value, which
-        ``gradient_square_sums`` reads (only when a hook asked for gradient norms)."""
-        if self._scales_loss():
-            raise ConfigError("trainer.hooks: gradient norms are not available in static mode with float16 loss "
-                              "scaling (the program's gradients are of the scaled loss)")
-        self._gradient_sum_names: Dict[str, str] = {}
-        for param, grad in params_grads:
-            if grad is None:
-                continue
-            name = f"{param.name}{GRADIENT_SQUARE_SUM_SUFFIX}"
-            value = persistable_value(name, "float32", [])
-            paddle.assign(paddle.sum(paddle.square(grad.astype("float32"))), output=value)
-            self._gradient_sum_names[param.name] = name
-
     def gradient_square_sums(self) -> Dict[str, float]:
         by_var = {var: name for name, var in self.var_names.items()}
-        return {by_var[param]: float(self._read(name)) for param, name in self._gradient_sum_names.items()
+        return {by_var[param]: float(self._read(name)) for param, name in self.step.gradient_sum_names.items()
                 if param in by_var}
-
-    def _scales_loss(self) -> bool:
-        """Whether the program scales the loss (float16 AMP), whose optimizer skips overflows itself."""
-        return self.amp.enabled and self.amp.use_loss_scaling and self.amp.dtype == "float16"
 
     def run_step(self, batches: List[Batch], check_loss: bool, capture_gradients: bool = False) -> StepOutcome:
         # gradient accumulation: the micro program takes all but the last batch

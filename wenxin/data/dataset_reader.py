@@ -2,8 +2,6 @@
 batches."""
 from __future__ import annotations
 
-import collections
-import itertools
 import logging
 import os
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar, cast
@@ -12,10 +10,10 @@ import numpy as np
 
 from wenxin.common.errors import ConfigError, DataError, WenxinError
 from wenxin.common.registry import RegisterSet
-from wenxin.data.field_reader import (BaseFieldReader, TensorSpec, TextFieldReader, UnknownLabelError, convert_row,
+from wenxin.data.field_reader import (BaseFieldReader, TensorSpec, UnknownLabelError, convert_row,
                                       link_fields)
-from wenxin.data.label_fields import LabelFieldReader
 from wenxin.common.progress import progress_of
+from wenxin.data import data_report, field_vocabs
 from wenxin.data.lines import FilePart
 from wenxin.data.reading import FirstSeen, FitGroup, RawLine
 from wenxin.data.row_formats import RowFormat
@@ -27,8 +25,6 @@ from wenxin.data.token_cache import StreamCounts, TokenCache, counted, merge_pla
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-RARE_LABEL_COUNT = 3  # a label seen this often or less in a training set of 50+ lines is suspicious
-RAW_TEXT_CHECK_LINES = 2000  # training lines whose tagged tokens must come out of their raw sentence
 SKIPPED_SHOWN = 5  # skipped lines named in the log
 
 
@@ -171,7 +167,7 @@ class BasicDataSetReader:
         token cache (``config.cache``), the examples come from (or go to) a cache of
         memory-mapped arrays (``wenxin.data.token_cache``)."""
         logger.info("%s: loading data from %s", self.name, self.reader_config["data_path"])
-        to_fit = self._known_vocabs(train_reader, saved_vocab_dir)
+        to_fit = field_vocabs.known_vocabs(self.fields, train_reader.fields if train_reader else None, saved_vocab_dir)
         cache = TokenCache.for_reader(self) if not self.reader_config["streaming"] else None
         first_seen: Optional[FirstSeen] = None
         if self.reader_config["streaming"]:
@@ -191,8 +187,9 @@ class BasicDataSetReader:
         if self.bad_lines:
             logger.warning("%s: skipped %d malformed lines", self.name, self.bad_lines)
         if train_reader is None:
-            self._report_labels(first_seen)
-            self._check_raw_text()
+            data_report.report_labels(self.name, self.fields, first_seen, None if self.stream_plan else self._label_ids,
+                                      len(self.examples))
+            data_report.check_raw_text(self.fields, lambda: self.iter_rows(on_bad=lambda *_: None))
         if not len(self):
             skipped = f" ({self.bad_lines} malformed lines skipped)" if self.bad_lines else ""
             raise DataError(f"{self.key_path}.config.data_path: no usable examples in "
@@ -253,100 +250,11 @@ class BasicDataSetReader:
 
     def first_seen(self, rows: Iterable[RawLine]) -> FirstSeen:
         """For each single-label field (by position), where each label first occurs."""
-        cols = [col for col, f in enumerate(self.fields) if isinstance(f, LabelFieldReader) and f.single_label]
-        first: FirstSeen = {col: {} for col in cols}
-        for path, lineno, columns in rows:
-            for col in cols:
-                first[col].setdefault(columns[col].strip(), (path, lineno))
-        return first
-
-    def _report_labels(self, first_seen: FirstSeen) -> None:
-        """Log each label map with its counts, and warn about labels so rare that they are more
-        likely a stray header, an empty label or a typo (``01``) than a class."""
-        for col, first in first_seen.items():
-            field = self.fields[col]
-            if field.vocab is None:
-                continue
-            if self.stream_plan is not None:  # streamed: the map alone
-                logger.info("%s: label map of '%s' (%d labels): %s", self.name, field.name, len(field.vocab),
-                            ", ".join(f"{i}={name!r}" for i, name in enumerate(field.vocab.tokens)))
-                continue
-            column = self.columns().get(col)
-            counts = collections.Counter(column.tolist() if column is not None else self.field_values(col))
-            names = field.vocab.tokens
-            logger.info("%s: label map of '%s' (%d labels): %s", self.name, field.name, len(names),
-                        ", ".join(f"{i}={name!r} x{counts.get(i, 0)}" for i, name in enumerate(names)))
-            if len(self.examples) < 50:
-                continue
-            for i, name in enumerate(names):
-                if counts.get(i, 0) <= RARE_LABEL_COUNT:
-                    where = "{}:{}".format(*first[name]) if name in first else "no line"
-                    logger.warning("%s: label %r of '%s' occurs in only %d of %d lines (first at %s): a stray "
-                                   "header, an empty label or a typo adds a class silently", self.name, name,
-                                   field.name, counts.get(i, 0), len(self.examples), where)
-
-    def _check_raw_text(self) -> None:
-        """For each text field that tags align with (a tagger's input) and that is to tag raw
-        sentences (``inference_text: raw``), check on the first lines that the tokenizer forms
-        the training tokens from the raw sentence; the first line that it does not is kept in the
-        field's ``raw_text_issue`` (an error at export) and logged."""
-        for tags in self.fields:
-            text = self.field(tags.config.get("align_with") or "")
-            if not isinstance(text, TextFieldReader) or text.word_pieces or text.config["inference_text"] != "raw":
-                continue
-            col = self.fields.index(text)
-            first_rows = itertools.islice(self.iter_rows(on_bad=lambda *_: None), RAW_TEXT_CHECK_LINES)
-            for path, lineno, columns in first_rows:
-                problem = text.raw_text_problem(columns[col])
-                if problem:
-                    text.raw_text_issue = (f"{path}:{lineno}: {problem}; the tagger would tag raw sentences "
-                                           f"with other tokens than it learned. Set {text.path}.tokenizer to "
-                                           f"one that forms the training tokens from raw text (for one tag per "
-                                           f"character: CharTokenizer with split_latin_digits: true), or "
-                                           f"{text.path}.inference_text: tokenized if inference input will be "
-                                           f"written like the training column")
-                    logger.warning("%s: %s", text.name, text.raw_text_issue)
-                    break
-
-    def _known_vocabs(self, train_reader: Optional["BasicDataSetReader"],
-                      saved_vocab_dir: Optional[str] = None) -> List[FitGroup]:
-        """Give fields without a vocab file the vocab they share or resume with; returns the
-        vocabs the training data must fit. Other readers share the train reader's field of the
-        same name (or of ``vocab_from``); the train reader takes vocabs saved in
-        ``saved_vocab_dir`` (a resumed run), and fits the rest from the columns of the field and
-        of every field naming it in ``vocab_from``."""
-        groups: List[FitGroup] = []
-        for field in self.fields:
-            if not field.needs_fit:
-                continue
-            owner = field.config.get("vocab_from") or field.name
-            if train_reader is not None:
-                source = train_reader.field(owner)
-                if source is None:
-                    raise DataError(f"{field.path}: field '{field.name}' has no vocab_path and the "
-                                    f"train_reader has no field '{owner}' to share one with")
-                field.share_vocab(source)
-            elif owner == field.name:
-                saved = os.path.join(saved_vocab_dir, f"{owner}.txt") if saved_vocab_dir else ""
-                if saved and os.path.isfile(saved):
-                    field.use_saved_vocab(saved)
-                    continue
-                sharing = [i for i, f in enumerate(self.fields)
-                           if (f.config.get("vocab_from") or f.name) == owner and f.needs_fit]
-                groups.append(FitGroup(field, sharing))
-        if train_reader is None:
-            _check_vocab_sharing(self)
-        return groups
-
+        return data_report.first_seen(self.fields, rows)
 
     def share_fitted_vocabs(self) -> None:
         """Fields with ``vocab_from`` take their owner's vocab, once it is fitted."""
-        for field in self.fields:
-            owner = field.config.get("vocab_from")
-            if owner and field.needs_fit:
-                source = self.field(owner)
-                assert source is not None and source is not field, "checked in _known_vocabs"
-                field.share_vocab(source)
+        field_vocabs.share_fitted_vocabs(self.fields)
 
     def _sample(self, lines: List[RawLine]) -> List[RawLine]:
         rate = self.reader_config["sampling_rate"]
@@ -357,7 +265,12 @@ class BasicDataSetReader:
 
     # ---- batching ------------------------------------------------------------------------
     def field(self, name: str) -> Optional[BaseFieldReader]:
-        return next((f for f in self.fields if f.name == name), None)
+        return field_vocabs.field_named(self.fields, name)
+
+    def _label_ids(self, col: int) -> Sequence[int]:
+        """The ids of a label column, one an example."""
+        column = self.columns().get(col)
+        return column.tolist() if column is not None else cast(Sequence[int], self.field_values(col))
 
     def collate(self, examples: Sequence[Tuple[Any, ...]]) -> Dict[str, np.ndarray]:
         batch: Dict[str, np.ndarray] = {}
@@ -479,16 +392,3 @@ def build_readers(dataset_config: Dict[str, Any], scope: Optional[str],
             train = reader
         readers[name] = reader
     return readers
-
-
-def _check_vocab_sharing(reader: BasicDataSetReader) -> None:
-    """Each ``vocab_from`` of ``reader`` names another of its fields, of the same kind."""
-    for field in reader.fields:
-        owner = field.config.get("vocab_from")
-        if owner and field.needs_fit and (reader.field(owner) is None or reader.field(owner) is field):
-            raise ConfigError(f"{field.path}.vocab_from: no other field named '{owner}' in this reader")
-        source = reader.field(owner) if owner else None
-        if source is not None and type(source) is not type(field):
-            raise ConfigError(f"{field.path}.vocab_from: '{owner}' is a {type(source).__name__}; a "
-                              f"{type(field).__name__} shares only the vocab of another "
-                              f"{type(field).__name__} (its tokens and ids mean something else)")

@@ -2,7 +2,7 @@
 
 ``python -m wenxin.studio.keeper ROOT RUN_ID`` (the studio starts it, in a session of its own so
 that it outlives the studio). It starts the run's command (an ordinary ``wenxin train`` or
-``wenxin sweep``, with ``trainer.resume=auto``), waits for it, and decides from how it ended:
+``wenxin sweep``, with ``trainer.checkpoints.resume=auto``), waits for it, and decides from how it ended:
 
 - exit 0: finished;
 - exit 75 after the studio asked it to stop (SIGTERM: the run saved a checkpoint): stopped;
@@ -69,7 +69,7 @@ class Keeper:
             return subprocess.Popen(command, cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
 
-    def run(self) -> int:  # noqa: C901 (named in issue 57's limits: to split)
+    def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         run = self.store.run(self.run_id)
         if run is None:
@@ -95,23 +95,7 @@ class Keeper:
             run = self.store.run(self.run_id)
             if run is None:
                 return 1
-            stop_asked = bool(run["stop_requested"])
-            if code == EXIT_OK and not (self.terminated and not stop_asked):
-                self.store.update(self.run_id, FINISHED, notice("notice.finished"), status=FINISHED, ended=time.time(),
-                                  train_pid=None, cause="")
-                return 0
-            if stop_asked:
-                cause = notice("notice.stopped_by_studio") if code == EXIT_PREEMPTED else \
-                    notice("notice.stopped_by_studio_exit", exit=describe_exit(code))
-                step = saved_step(folder)
-                said = notice("notice.stopped_at", cause=cause, step=step) if step is not None else \
-                    notice("notice.stopped_before_checkpoint", cause=cause)
-                self.store.update(self.run_id, STOPPED, said, status=STOPPED, ended=time.time(),
-                                  train_pid=None, cause=cause)
-                return 0
-            if self.terminated:  # the keeper got SIGTERM from someone else: the machine going down
-                cause = notice("notice.keeper_terminated", exit=describe_exit(code))
-                self.store.update(self.run_id, INTERRUPTED, cause, status=INTERRUPTED, train_pid=None, cause=cause)
+            if self._ended(code, bool(run["stop_requested"]), folder):
                 return 0
             cause = describe_exit(code)
             if code in NO_RETRY:
@@ -134,6 +118,27 @@ class Keeper:
             self.store.update(self.run_id, "restarted", said, status=RESTARTING, restarts=restarts, train_pid=None,
                               cause=cause, restart_at=time.time() + delay)
             self._wait_until(time.time() + delay)
+
+    def _ended(self, code: int, stop_asked: bool, folder: str) -> bool:
+        """Record an attempt's end that ends the run without a restart (finished, stopped from the
+        studio, or the keeper itself terminated); False for a failure that may restart."""
+        if code == EXIT_OK and not (self.terminated and not stop_asked):
+            self.store.update(self.run_id, FINISHED, notice("notice.finished"), status=FINISHED, ended=time.time(),
+                              train_pid=None, cause="")
+        elif stop_asked:
+            cause = notice("notice.stopped_by_studio") if code == EXIT_PREEMPTED else \
+                notice("notice.stopped_by_studio_exit", exit=describe_exit(code))
+            step = saved_step(folder)
+            said = notice("notice.stopped_at", cause=cause, step=step) if step is not None else \
+                notice("notice.stopped_before_checkpoint", cause=cause)
+            self.store.update(self.run_id, STOPPED, said, status=STOPPED, ended=time.time(),
+                              train_pid=None, cause=cause)
+        elif self.terminated:  # the keeper got SIGTERM from someone else: the machine going down
+            cause = notice("notice.keeper_terminated", exit=describe_exit(code))
+            self.store.update(self.run_id, INTERRUPTED, cause, status=INTERRUPTED, train_pid=None, cause=cause)
+        else:
+            return False
+        return True
 
     def _wait_until(self, deadline: float) -> None:
         """The back-off before a restart: a crash loop must not spend its budget in seconds. Ends

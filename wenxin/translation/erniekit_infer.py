@@ -28,16 +28,27 @@ def split_infer_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Tupl
     return before, after
 
 
-def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:  # noqa: C901 (named in issue 57's limits: to split)
+def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
     """The native infer config of an ERNIE-kit infer file, and the translations made. Predictions
     are written in ERNIE-kit's format for the task (``output_format: erniekit``)."""
     problems = Problems()
     notes: List[str] = []
-    inference = raw["inference"]
     reader = ((raw.get("dataset_reader") or {}).get("predict_reader") or {})
-    reader_config = dict_at(reader, "config")
     native: Dict[str, Any] = {"output_format": "erniekit",
                               "predict_reader": {"config": {"separator": "\t"}}}
+    _translate_inference(raw["inference"], native, notes, problems)
+    _translate_predict_reader(reader, native, notes, problems)
+    notes.append("output_format: erniekit (each line as ERNIE-kit's inference wrote it: "
+                 + ("the generated tokens, tab-separated)" if reader.get("type") == GEN_READER else
+                    "one JSON list of every text's record)" if reader.get("type") == IE_READER else
+                    "the input columns, then the result)"))
+    problems.raise_if_any()
+    return native, notes
+
+
+def _translate_inference(inference: Dict[str, Any], native: Dict[str, Any], notes: List[str],
+                         problems: Problems) -> None:
+    """The ``inference`` section: the model folder, output file, threads and device."""
     for key, target in (("inference_model_path", "model_dir"), ("output_path", "output_file"),
                         ("thread_num", "num_threads"), ("PADDLE_PLACE_TYPE", "PADDLE_PLACE_TYPE"),
                         ("num_labels", "num_labels")):
@@ -59,6 +70,12 @@ def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:  #
                               "num_labels", "extra_param", "PADDLE_IS_LOCAL", "is_ernie", "label_map_config"}
     for key in sorted(extra):
         problems.add(f"inference.{key}: not an ERNIE-kit inference key wenxin knows")
+
+
+def _translate_predict_reader(reader: Dict[str, Any], native: Dict[str, Any], notes: List[str],
+                              problems: Problems) -> None:
+    """The ``predict_reader``: its data file, batch size, kind (extraction, generation) and fields."""
+    reader_config = dict_at(reader, "config")
     if "data_path" in reader_config:
         native["predict_reader"]["config"]["data_path"] = reader_config["data_path"]
     if "batch_size" in reader_config:
@@ -83,12 +100,6 @@ def translate_infer(raw: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:  #
         native["field_names"] = names
         notes.append(f"dataset_reader.predict_reader.fields {names}: checked against the exported model's "
                      f"(which carries its own preprocessing)")
-    notes.append("output_format: erniekit (each line as ERNIE-kit's inference wrote it: "
-                 + ("the generated tokens, tab-separated)" if reader.get("type") == GEN_READER else
-                    "one JSON list of every text's record)" if reader.get("type") == IE_READER else
-                    "the input columns, then the result)"))
-    problems.raise_if_any()
-    return native, notes
 
 
 def _infer_label_map(path: str, native: Dict[str, Any], notes: List[str], problems: Problems) -> None:
