@@ -239,13 +239,13 @@ def test_recompute_is_a_trainer_switch_with_the_same_losses(tmp_path, sft_data):
         losses[recompute] = losses_of(out)
     assert losses[True] == losses[False] and len(losses[True]) == 5
     config = sft_config(sft_data, str(tmp_path / "static"), "static", recompute=True)
-    with pytest.raises(ConfigError, match=r"trainer.recompute: eager mode only"):
+    with pytest.raises(ConfigError, match=r"trainer.step.recompute: eager mode only"):
         build(config, tmp_path)
 
 
 def test_recompute_on_a_model_without_it_names_the_key(tmp_path, data_dir):
     from conftest import task_config
-    with pytest.raises(ConfigError, match=r"trainer.recompute: BowClassification does not offer recompute"):
+    with pytest.raises(ConfigError, match=r"trainer.step.recompute: BowClassification does not offer recompute"):
         build(task_config(data_dir, str(tmp_path / "out"), recompute=True), tmp_path)
 
 

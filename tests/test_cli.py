@@ -132,15 +132,16 @@ def test_the_resume_hint_reproduces_the_run(tmp_path):
     from wenxin.controller.checkpoint_folders import CheckpointManager
     from wenxin.controller.summary import run_summary
     trainer = SimpleNamespace(
-        trainer_config={"output_path": str(tmp_path / "elsewhere"), "load_best_at_end": False, "metric": "acc",
-                        "visualdl": False},
+        trainer_config={"output_path": str(tmp_path / "elsewhere"), "logging": {"visualdl": False},
+                        "evaluation": {"load_best_at_end": False, "metric": "acc"}},
         state=SimpleNamespace(interrupted=True, global_step=7, max_steps=30, best_step=-1),
         checkpoints=CheckpointManager(str(tmp_path / "elsewhere" / "checkpoints"), keep_max=2))
-    overrides = ["trainer.output_path=" + str(tmp_path / "elsewhere"), "model.hidden_size=8", "trainer.resume=off"]
+    overrides = ["trainer.output_path=" + str(tmp_path / "elsewhere"), "model.hidden_size=8", "trainer.resume=off",
+                 "trainer.checkpoints.load_checkpoint=x"]  # what chose the checkpoint, flat or grouped, is left out
     line = run_summary(trainer, "task file.json", overrides)[0]
     assert line == (f"stopped at step 7 of 30 after saving a checkpoint; resume: wenxin train --param_path "
                     f"'task file.json' --set trainer.output_path={tmp_path / 'elsewhere'} --set model.hidden_size=8 "
-                    f"--set trainer.resume=auto")
+                    f"--set trainer.checkpoints.resume=auto")
 
 
 def test_evaluate_scores_a_checkpoint_as_training_did(tmp_path, data_dir, capsys):
@@ -238,7 +239,7 @@ def test_an_unknown_task_and_a_key_typo_are_named_before_paddle_loads(tmp_path, 
     proc = _train_reporting_paddle(tmp_path, config)
     assert proc.returncode == 2 and proc.stdout.strip() == "paddle loaded: False", proc
     assert "task: cannot find task package 'text_clasification' (did you mean 'text_classification'?)" in proc.stderr
-    assert ("trainer.train_log_stpe: unknown key (did you mean 'train_log_step'?); trainer has "
+    assert ("trainer.train_log_stpe: unknown key (did you mean trainer.logging.train_log_step?)"
             in proc.stderr) and "eval_step, " not in proc.stderr  # not every allowed key on one line
 
 

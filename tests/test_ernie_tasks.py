@@ -347,7 +347,7 @@ def test_one_pretrained_key_fills_the_encoder_weights_and_vocabularies(tmp_path,
     path = write_config(str(tmp_path / "task.json"), config)
     loaded = load_config(path)
     assert loaded["model"]["encoder_config"] == model_dir
-    assert [e["params_path"] for e in loaded["trainer"]["pre_train_model"]] == [model_dir]
+    assert [e["params_path"] for e in loaded["trainer"]["checkpoints"]["pre_train_model"]] == [model_dir]
     for reader in ("train_reader", "dev_reader"):
         text, label = loaded["dataset_reader"][reader]["fields"]
         assert text["vocab_path"] == os.path.join(model_dir, "vocab.txt") and not label["vocab_path"]

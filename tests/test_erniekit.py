@@ -104,7 +104,7 @@ def test_erniekit_bow_classification_trains_unchanged(tmp_path):
     assert {"inference.json", "inference.pdiparams", "preprocess.json"} <= set(
         os.listdir(out / "save_inference_model" / "inference_step_40"))
     again = run(root, ["--param_path", "examples/cls_bow_ch.json"])  # never over an earlier run
-    assert again.returncode == 2 and "trainer.resume=auto" in again.stderr and "move" in again.stderr
+    assert again.returncode == 2 and "trainer.checkpoints.resume=auto" in again.stderr and "move" in again.stderr
 
     # ERNIE-kit's infer file, as it is: predictions in ERNIE-kit's format
     texts = [" ".join(text) for text, _ in make_sentences(12, seed=9)]

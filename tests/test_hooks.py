@@ -109,11 +109,11 @@ def test_early_stopping_key_errors_name_it(tmp_path, data_dir):
     with pytest.raises(ConfigError, match="trainer.early_stopping.patience: 0 is below the minimum 1"):
         build(config, tmp_path)
     config = task_config(data_dir, str(tmp_path / "b"), max_steps=4, early_stopping={"metric": "bleu"})
-    with pytest.raises(ConfigError, match="trainer.early_stopping: EarlyStoppingHook metric 'bleu' is not a dev metric"):
+    with pytest.raises(ConfigError, match="trainer.evaluation.early_stopping: EarlyStoppingHook metric 'bleu' is not a dev metric"):
         build(config, tmp_path).do_train()  # found on one dev batch, before the first step
     config = task_config(data_dir, str(tmp_path / "c"), max_steps=4, early_stopping={},
                          hooks=[{"type": "EarlyStoppingHook"}])
-    with pytest.raises(ConfigError, match="trainer.early_stopping: set, and an EarlyStoppingHook in trainer.hooks too"):
+    with pytest.raises(ConfigError, match="trainer.evaluation.early_stopping: set, and an EarlyStoppingHook in trainer.hooks too"):
         build(config, tmp_path)
 
 
@@ -168,7 +168,7 @@ def test_load_best_at_end_restores_best_weights(tmp_path, data_dir):
     final_ckpt = checkpoint_params(os.path.join(out, "checkpoints", f"step_{trainer.state.global_step}"))
     for name, value in captured["final"].items():  # the step checkpoint keeps the final weights
         np.testing.assert_array_equal(np.asarray(final_ckpt[name]), value)
-    assert metrics["dev_reader"][trainer.trainer_config["metric"]] == trainer.state.best_metric
+    assert metrics["dev_reader"][trainer.trainer_config["evaluation"]["metric"]] == trainer.state.best_metric
     import json
     tags = [json.loads(line)["tag"] for line in open(os.path.join(out, "logs", "metrics.jsonl"))]
     assert tags[-2:] == ["best_dev", "best_test"]

@@ -70,7 +70,7 @@ def resolved(config, tmp_path):
     loaded = load_config(write_config(str(tmp_path / "task.json"), config))
     folder = loaded["model"]["pretrained"]
     assert loaded["model"]["encoder_config"] == folder
-    assert [e["params_path"] for e in loaded["trainer"]["pre_train_model"]] == [folder]
+    assert [e["params_path"] for e in loaded["trainer"]["checkpoints"]["pre_train_model"]] == [folder]
     assert loaded["dataset_reader"]["train_reader"]["fields"][0]["vocab_path"] == os.path.join(folder, "vocab.txt")
     return folder
 

@@ -77,7 +77,7 @@ def test_a_task_from_a_dict_trains_evaluates_exports_and_predicts(tmp_path, data
     monkeypatch.chdir(tmp_path)
     config = task_config(data_dir, "out", max_steps=30, save_model_step=15, is_eval_test=1)  # a relative output
     task = Task(config, overrides={"trainer.train_log_step": 3})
-    assert task.output_path == "out" and task.config["trainer"]["train_log_step"] == 3
+    assert task.output_path == "out" and task.config["trainer"]["logging"]["train_log_step"] == 3
     assert config["trainer"]["train_log_step"] == 5  # the caller's dict is not changed
     result = task.train()
     assert result.step == 30 and not result.interrupted
@@ -98,7 +98,7 @@ def test_a_task_from_a_file_finds_the_newest_checkpoint_of_an_earlier_run(tmp_pa
     path = tmp_path / "task.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     task = Task.from_file(str(path), overrides=["trainer.is_eval_dev=0"])
-    assert task.config["trainer"]["is_eval_dev"] == 0
+    assert task.config["trainer"]["evaluation"]["is_eval_dev"] == 0
     assert set(task.evaluate()) == {"dev_reader", "test_reader"}  # those configured, of step 6
     fresh = Task.from_file(str(path), overrides={"trainer.output_path": str(tmp_path / "empty")})
     with pytest.raises(ConfigError, match=r"checkpoint: nothing to predict with: no checkpoint in .*empty"):

@@ -190,7 +190,7 @@ def test_save_onnx_false_and_a_stopped_run_convert_nothing(tmp_path, data_dir):
     with wenxin_log(logging.INFO) as messages:
         trainer.do_train()
     assert not os.path.exists(os.path.join(trainer.checkpoints.latest(), "inference", ONNX_FILE))
-    assert any("above trainer.save_onnx_max_mb (0.001" in m and "wenxin export --format onnx" in m for m in messages)
+    assert any("above trainer.export.save_onnx_max_mb (0.001" in m and "wenxin export --format onnx" in m for m in messages)
 
 
 def test_a_result_that_does_not_convert_keeps_its_paddle_model_and_says_why(tmp_path, data_dir, monkeypatch):
@@ -206,7 +206,7 @@ def test_a_result_that_does_not_convert_keeps_its_paddle_model_and_says_why(tmp_
         trainer.do_train()
     final = os.path.join(trainer.checkpoints.latest(), "inference")
     assert not os.path.exists(os.path.join(final, ONNX_FILE)) and Predictor(final).backend == "paddle"
-    assert any("trainer.save_onnx:" in m and "an operator it lacks" in m for m in messages), messages
+    assert any("trainer.export.save_onnx:" in m and "an operator it lacks" in m for m in messages), messages
 
 
 def test_the_check_runs_outside_the_exporting_process(tmp_path, data_dir, monkeypatch):

@@ -57,7 +57,7 @@ def test_eager_amp_on_cpu_warns_once_and_computes_in_float32(tmp_path, data_dir,
     plain_losses, plain_params, _, _ = _losses_and_params(tmp_path, data_dir, "fp32", capsys)
     losses, params, out, run = _losses_and_params(tmp_path, data_dir, f"amp{level}", capsys, use_amp=True,
                                                   amp_level=level)
-    warnings = [line for line in out.splitlines() if "WARNING wenxin: trainer.use_amp:" in line]
+    warnings = [line for line in out.splitlines() if "WARNING wenxin: trainer.precision.use_amp:" in line]
     assert len(warnings) == 1 and warnings[0].endswith("this run computes in float32")
     assert losses == plain_losses
     for name, value in plain_params.items():
@@ -85,5 +85,5 @@ def test_grad_scaler_state_round_trips_through_a_checkpoint(tmp_path, data_dir):
 
 def test_float16_on_cpu_is_a_config_error(tmp_path, data_dir):
     from wenxin.common.errors import ConfigError
-    with pytest.raises(ConfigError, match="trainer.amp_dtype: float16 AMP needs a GPU"):
+    with pytest.raises(ConfigError, match="trainer.precision.amp_dtype: float16 AMP needs a GPU"):
         build(task_config(data_dir, str(tmp_path / "x"), use_amp=True, amp_dtype="float16"), tmp_path)

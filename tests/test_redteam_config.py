@@ -14,7 +14,8 @@ import pytest
 
 from conftest import assert_one_error_block, task_config
 from wenxin.cli import main
-from wenxin.config.task_schema import FIELD, OPTIMIZATION, READER_CONFIG, TOKENIZER, TRAINER
+from wenxin.config.task_schema import FIELD, OPTIMIZATION, READER_CONFIG, TOKENIZER
+from wenxin.config.trainer_schema import GROUPS, TRAINER
 
 
 def _set(path, value):
@@ -22,7 +23,7 @@ def _set(path, value):
         node = config
         keys = path.split(".")
         for key in keys[:-1]:
-            node = node[int(key)] if isinstance(node, list) else node[key]
+            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
         last = keys[-1]
         if isinstance(node, list):
             node[int(last)] = value
@@ -78,9 +79,9 @@ MUTATIONS = {
     "resume-and-load": (_both(_set("trainer.resume", "auto"), _set("trainer.load_checkpoint", "/x")),
                         "trainer.resume"),
     "accumulate-zero": (_set("trainer.gradient_accumulation_steps", 0), "trainer.gradient_accumulation_steps"),
-    "accumulate-huge": (_set("trainer.gradient_accumulation_steps", 10**6), "trainer.gradient_accumulation_steps"),
+    "accumulate-huge": (_set("trainer.gradient_accumulation_steps", 10**6), "trainer.step.gradient_accumulation_steps"),
     "fp16-on-cpu": (_both(_set("trainer.use_amp", True), _set("trainer.amp_dtype", "float16")),
-                    "trainer.amp_dtype"),
+                    "trainer.precision.amp_dtype"),
     "trainer-unknown-key": (_set("trainer.epochs", 2), "trainer.epochs"),
     "trainer-unknown-type": (_set("trainer.type", "NoTrainer"), "trainer.type"),
     "trainer-mode-mismatch": (_set("trainer.type", "CustomStaticTrainer"), "trainer.type"),
@@ -139,7 +140,7 @@ MUTATIONS = {
     "hooks-item-not-object": (_set("trainer.hooks", [5]), "trainer.hooks[0]"),
     "vocab-is-folder": (_set(f"{F0}.vocab_path", "/"), f"{F0_KEY}.vocab_path"),
     # found by evaluating one dev batch before the first step, not after an epoch
-    "metric-not-a-dev-metric": (_set("trainer.metric", "f2"), "trainer.metric: 'f2' is not a dev metric"),
+    "metric-not-a-dev-metric": (_set("trainer.metric", "f2"), "trainer.evaluation.metric: 'f2' is not a dev metric"),
     "early-stopping-metric": (_set("trainer.hooks", [{"type": "EarlyStoppingHook", "params": {"metric": "bleu"}}]),
                               "EarlyStoppingHook metric 'bleu' is not a dev metric"),
     "both-metrics": (_both(_set("trainer.metric", "f2"), _set("trainer.hooks", [
@@ -185,7 +186,10 @@ def _bad_values(key):
         yield "not-a-choice", "no-such-choice"
 
 
-SECTIONS = [("trainer", "trainer", TRAINER), ("model.optimization", "model.optimization", OPTIMIZATION),
+# a trainer group's keys both as older files write them (flat, and named so) and grouped
+SECTIONS = [("trainer", "trainer", TRAINER), *((f"trainer.{g}", f"trainer.{g}", s) for g, (s, _) in GROUPS.items()),
+            *(("trainer", "trainer", s) for s, _ in GROUPS.values()),
+            ("model.optimization", "model.optimization", OPTIMIZATION),
             (f"{TR}.config", f"{TR}.config", READER_CONFIG), (F0, F0_KEY, FIELD),
             (f"{F0}.tokenizer", f"{F0_KEY}.tokenizer", TOKENIZER)]
 SCHEMA_MUTATIONS = {f"{where}.{name}={label}": (_set(f"{where}.{name}", value), f"{named}.{name}")
@@ -303,7 +307,7 @@ def test_a_model_that_cannot_be_exported_fails_before_training(tmp_path, data_di
     out = str(tmp_path / "out")
     config = task_config(data_dir, out, model_type="UnexportableBow", save_inference=True)
     trainer = build(config, tmp_path)
-    with pytest.raises(ConfigError, match="trainer.save_inference: exporting this model fails .*no prediction graph"):
+    with pytest.raises(ConfigError, match="trainer.export.save_inference: exporting this model fails .*no prediction graph"):
         trainer.do_train()
     assert trainer.state.global_step == 0 and not os.path.exists(os.path.join(out, "checkpoints"))
 

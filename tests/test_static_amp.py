@@ -139,7 +139,7 @@ def test_amp_on_a_cpu_without_bfloat16_kernels_says_it_runs_float32(tmp_path, da
     config["model"]["is_dygraph"] = int(mode == "dynamic")
     config["model"]["optimization"]["learning_rate"] = 0.02
     trainer = build(config, tmp_path)
-    warning = [line for line in capsys.readouterr().out.splitlines() if "WARNING wenxin: trainer.use_amp:" in line]
+    warning = [line for line in capsys.readouterr().out.splitlines() if "WARNING wenxin: trainer.precision.use_amp:" in line]
     assert len(warning) == 1 and warning[0].endswith("this run computes in float32")
     assert trainer.amp.enabled == (mode == "dynamic")  # eager mode leaves it to Paddle, which turns it off
     assert trainer.do_train()["dev_reader"]["acc"] >= 0.9

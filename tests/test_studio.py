@@ -45,7 +45,7 @@ def test_launch_from_the_form_then_watch_clone_and_delete(root, monkeypatch):
         assert fields["model.optimization.learning_rate"]["value"] == 0.01
         assert fields["model.optimization.optimizer"]["control"] == "select"
         assert "sgd" in fields["model.optimization.optimizer"]["choices"]
-        assert fields["trainer.visualdl"]["control"] == "checkbox"
+        assert fields["trainer.logging.visualdl"]["control"] == "checkbox"
         assert "TensorBoardHook" in fields["trainer.hooks"]["choices"]
         assert "CheckpointHook" not in fields["trainer.hooks"]["choices"]  # the trainer always has it
         assert form["command"] == "wenxin train --param_path task.json"
@@ -56,7 +56,7 @@ def test_launch_from_the_form_then_watch_clone_and_delete(root, monkeypatch):
         # only the changed values become overrides; the page shows the command that runs
         assert started["command"] == ("wenxin train --param_path task.json --set model.optimization.learning_rate=0.02 "
                                       "--set model.optimization.optimizer=adam --set trainer.output_path="
-                                      f"studio_runs/{run_id:04d}-lr-0.02/output --set trainer.resume=auto")
+                                      f"studio_runs/{run_id:04d}-lr-0.02/output --set trainer.checkpoints.resume=auto")
         run = wait_for_status(client, run_id, "finished", "failed")
         assert run["status"] == "finished", run
         folder = os.path.join(root, "studio_runs", f"{run_id:04d}-lr-0.02", "output")
@@ -126,7 +126,8 @@ def test_launch_errors_name_the_key_and_queue_nothing(root, monkeypatch):
             ({"model.optimization.learning_rate": -1}, "model.optimization.learning_rate: -1 is below its minimum"),
             ({"trainer.epoch": 1.5}, "trainer.epoch: expected a whole number"),
             ({"model.optimization.optimizer": "lamb"}, "model.optimization.optimizer: 'lamb' is not one of"),
-            ({"trainer.visualdl": "yes"}, "trainer.visualdl: expected true or false"),
+            ({"trainer.logging.visualdl": "yes"}, "trainer.logging.visualdl: expected true or false"),
+            ({"trainer.visualdl": "yes"}, "trainer.logging.visualdl: expected true or false"),  # a flat key: its group
             ({"trainer.hooks": ["CheckpointHook"]}, "trainer.hooks: 'CheckpointHook' is not a registered hook"),
             ({"trainer.output_path": "/tmp"}, "trainer.output_path: not a key of this form"),
         ]

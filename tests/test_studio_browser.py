@@ -321,7 +321,7 @@ def test_the_journey_in_chinese_at_both_widths_and_a_switch_to_english_that_stic
         browser.get(base + "/launch?task=task.json")
         label = wait_until(lambda: find(browser, 'tr[data-key="model.optimization.learning_rate"] th'), "the form")[0]
         assert label.text.splitlines() == ["学习率", "model.optimization.learning_rate"]  # the key path beneath
-        help_line = text_of(browser, 'tr[data-key="trainer.train_log_step"] .help')
+        help_line = text_of(browser, 'tr[data-key="trainer.logging.train_log_step"] .help')
         assert "日志" not in help_line and "损失" in help_line, help_line
         screenshot(browser, "zh-launch")
         browser.set_window_size(390, 844)

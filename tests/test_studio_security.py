@@ -169,13 +169,15 @@ def test_path_valued_keys_are_confined_by_their_schema_type_not_their_name(root,
     config["studio"] = {"form": ["trainer.epoch", "trainer.load_parameters", "trainer.load_checkpoint"]}
     with open(os.path.join(root, "task.json"), "w", encoding="utf-8") as f:
         json.dump(config, f)
-    assert ROOT["trainer"].children["load_parameters"].path and ROOT["trainer"].children["load_checkpoint"].path
+    kept = ROOT["trainer"].children["checkpoints"].children
+    assert kept["load_parameters"].path and kept["load_checkpoint"].path
     with serving(root, monkeypatch) as server:
         client = Client(server.port)
         client.get("/")
         controls = {f["key"]: f["control"] for f in client.get("/api/form?task=task.json")["fields"]}
-        assert controls["trainer.load_parameters"] == controls["trainer.load_checkpoint"] == "path"
-        for key in ("trainer.load_parameters", "trainer.load_checkpoint"):
+        # the task file's studio.form names flat keys: the form shows them in their group
+        assert controls["trainer.checkpoints.load_parameters"] == controls["trainer.checkpoints.load_checkpoint"] == "path"
+        for key in ("trainer.checkpoints.load_parameters", "trainer.checkpoints.load_checkpoint"):
             for value in ("/etc", "../../outside"):
                 status, answer, _ = client.request("POST", "/api/runs", {"task": "task.json", "values": {key: value}})
                 assert status == 400 and answer["error"].startswith(f"{key}: ") \

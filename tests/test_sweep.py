@@ -357,7 +357,7 @@ def test_a_changed_folds_split_is_an_error_not_a_different_score(tmp_path, damag
 def test_sweep_files_with_bad_folds_are_one_error(tmp_path):
     from wenxin.common.errors import ConfigError
     from wenxin.sweep import SweepSpec
-    base = {"trainer": {"metric": "acc", "metric_mode": "max", "output_path": str(tmp_path)}}
+    base = {"trainer": {"evaluation": {"metric": "acc", "metric_mode": "max"}, "output_path": str(tmp_path)}}
     parameters = {"model.hidden_size": [4]}
     for spec, message in [({"folds": 1}, "folds: an integer of at least 2"),
                           ({"folds": "5"}, "folds: an integer of at least 2"),

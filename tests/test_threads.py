@@ -1,4 +1,4 @@
-"""trainer.cpu_threads: each training process gets its share of the cores it may use, unless the
+"""trainer.environment.cpu_threads: each training process gets its share of the cores it may use, unless the
 task file or the user's OMP_NUM_THREADS says otherwise."""
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_a_parents_share_caps_the_automatic_threads():
 
 
 def test_the_task_file_and_then_the_users_variable_win():
-    assert threads.choose_threads(3, {"PADDLE_LOCAL_SIZE": "2"}, cores=8, user=5) == (3, "trainer.cpu_threads")
+    assert threads.choose_threads(3, {"PADDLE_LOCAL_SIZE": "2"}, cores=8, user=5) == (3, "trainer.environment.cpu_threads")
     assert threads.choose_threads(0, {}, cores=8, user=5) == (5, "OMP_NUM_THREADS set by the user")
 
 
@@ -114,7 +114,7 @@ def test_a_training_run_says_how_many_threads_it_uses(tmp_path, data_dir):
     path = write_config(str(tmp_path / "task.json"), config)
     proc = run_script(tmp_path, ["--param_path", path])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "CPU kernels: 1 thread (trainer.cpu_threads)" in proc.stderr + proc.stdout
+    assert "CPU kernels: 1 thread (trainer.environment.cpu_threads)" in proc.stderr + proc.stdout
     proc = run_script(tmp_path, ["--param_path", path, "--set", "trainer.cpu_threads=0",
                                  "--set", f"trainer.output_path={tmp_path / 'out2'}"])
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,5 +1,5 @@
 """Checkpoints kept by metric (``trainer.save_top_k``), ``checkpoints/index.json`` and
-``trainer.resume: best``, through the command line."""
+``trainer.checkpoints.resume: best``, through the command line."""
 import json
 import os
 import random
@@ -91,8 +91,8 @@ def test_resume_best_continues_from_the_best_checkpoint_and_sets_later_ones_asid
     again = dict(first, trainer={**first["trainer"], "resume": "best", "max_steps": 40})
     before = sorted(os.listdir(os.path.join(out, "checkpoints")))
     proc = run_script(tmp_path, ["--param_path", write_config(str(tmp_path / "again.json"), again)])
-    assert proc.returncode != 0 and "trainer.resume: best:" in proc.stderr
-    assert "trainer.keep_optimizer_state: latest_and_best" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode != 0 and "trainer.checkpoints.resume: best:" in proc.stderr
+    assert "trainer.checkpoints.keep_optimizer_state: latest_and_best" in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == before
 
     out = str(tmp_path / "kept")

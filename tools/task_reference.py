@@ -12,8 +12,8 @@ import sys
 from typing import List, Sequence, Tuple
 
 from wenxin.config.schema import REQUIRED, Key, Schema
-from wenxin.config.task_schema import FAST_PATHS, FIELD, HOOK, MODEL_BASE, OPTIMIZATION, PRETRAINED, READER, \
-    READER_CONFIG, STUDIO, TOKENIZER, TRAINER
+from wenxin.config.task_schema import FIELD, MODEL_BASE, OPTIMIZATION, READER, READER_CONFIG, STUDIO, TOKENIZER
+from wenxin.config.trainer_schema import EARLY_STOPPING, FAST_PATHS, GROUPS, HOOK, PRETRAINED, PROFILE, TRAINER
 
 SECTIONS = [
     ("dataset_reader.<train_reader|dev_reader|test_reader|predict_reader>", READER),
@@ -22,9 +22,12 @@ SECTIONS = [
     ("<reader>.fields[i].tokenizer", TOKENIZER),
     ("model (common keys; each model class adds its own)", MODEL_BASE),
     ("model.optimization", OPTIMIZATION),
-    ("trainer", TRAINER),
+    ("trainer (the run's own keys, and one group per part of the trainer)", TRAINER),
+    *((f"trainer.{name}", schema) for name, (schema, _) in GROUPS.items()),
     ("trainer.hooks[i]", HOOK),
-    ("trainer.pre_train_model[i]", PRETRAINED),
+    ("trainer.checkpoints.pre_train_model[i]", PRETRAINED),
+    ("trainer.evaluation.early_stopping", EARLY_STOPPING),
+    ("trainer.logging.profile", PROFILE),
     ("trainer.fast_paths", FAST_PATHS),
     ("studio (wenxin studio's launch form; training ignores it)", STUDIO),
 ]

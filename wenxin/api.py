@@ -84,9 +84,9 @@ class Task:
         return copy.deepcopy(self.config)
 
     def train(self) -> TrainResult:
-        """Train as ``wenxin train`` does (resuming where ``trainer.resume`` says); the result
+        """Train as ``wenxin train`` does (resuming where ``trainer.checkpoints.resume`` says); the result
         checkpoint, its step and the final metrics. A progress bar shows in a notebook (and on
-        a terminal), with ``trainer.progress_bar`` as the switch."""
+        a terminal), with ``trainer.logging.progress_bar`` as the switch."""
         from wenxin.controller.summary import result_checkpoint
         from wenxin.runner import build_trainer
         self.trainer = build_trainer(self._fresh_config())

@@ -28,7 +28,7 @@ def _add_task_args(parser: argparse.ArgumentParser) -> None:
 
 
 EXIT_CODES_HELP = ("exit status: 0 done, 2 usage, task-file or installation error, 3 data error, 4 checkpoint error, "
-                   "75 stopped by a signal after saving a checkpoint (resume with trainer.resume=auto), "
+                   "75 stopped by a signal after saving a checkpoint (resume with trainer.checkpoints.resume=auto), "
                    "130/143 interrupted/terminated before training")
 
 
@@ -159,8 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     finder.add_argument("--diverge", type=float, default=4.0,
                         help="stop when the smoothed loss exceeds this many times its lowest")
     finder.add_argument("--output", default="", help="results folder (default: <trainer.output_path>/lr_find)")
-    migrator = sub.add_parser("migrate", help="translate an ERNIE-kit task file into a native wenxin one")
-    migrator.add_argument("param_path", help="the ERNIE-kit task file (JSON or YAML)")
+    migrator = sub.add_parser("migrate", help="translate an ERNIE-kit task file (or a native one of flat trainer "
+                                              "keys) into a native wenxin one, its trainer keys grouped")
+    migrator.add_argument("param_path", help="the ERNIE-kit or flat task file (JSON or YAML)")
     migrator.add_argument("-o", "--output", default="", help="write the native task file here (default: print it)")
     converter = sub.add_parser("convert", help="write a pickled weights file (.pdparams, ERNIE-kit params) or a "
                                                "model folder's weights as safetensors, read without running code")

@@ -109,7 +109,7 @@ def distill(teacher: str, student: str, unlabeled: str, labels_out: str, teacher
         _, exported = train_for_export(teacher, teacher_overrides)
         teacher_model = teacher_model_of(teacher_infer) if teacher_infer else (exported or "")
         if not teacher_model:
-            raise ConfigError(f"--teacher: the run of {teacher} exported no model (set trainer.save_inference)")
+            raise ConfigError(f"--teacher: the run of {teacher} exported no model (set trainer.export.save_inference)")
     if not os.path.isdir(teacher_model):
         raise ConfigError(f"the teacher's model {teacher_model} does not exist (was the teacher trained to that step?)")
     from wenxin.data.export_bundle import inference_folder

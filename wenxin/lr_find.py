@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterable, List, Optional
 import numpy as np
 
 from wenxin.common.errors import ConfigError
+from wenxin.config.trainer_schema import set_keys
 from wenxin.controller.hooks.base import HookBase, Priority
 from wenxin.controller.state import loss_value
 
@@ -132,8 +133,8 @@ def range_test_config(config: Dict[str, Any], min_lr: float, max_lr: float, step
     config["model"].setdefault("optimization", {}).update(
         learning_rate=min_lr, end_learning_rate=max_lr, lr_scheduler="exponential", warmup_steps=0,
         warmup_proportion=0.0)
-    config["trainer"].update(
-        max_steps=steps, is_eval_dev=False, is_eval_test=False, save_best=False, save_top_k=0,
+    set_keys(
+        config["trainer"], max_steps=steps, is_eval_dev=False, is_eval_test=False, save_best=False, save_top_k=0,
         load_best_at_end=False, save_inference=False, output_layout="wenxin", output_path=scratch, resume="none",
         load_checkpoint="", visualdl=False, hooks=[], profile=None, nan_check_step=0, train_log_step=10 ** 9,
         save_model_step=10 ** 9, keep_optimizer_state="latest")

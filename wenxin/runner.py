@@ -13,6 +13,7 @@ from wenxin.common.progress import progress_enabled
 from wenxin.config.loader import load_config
 from wenxin.config.task_check import TaskClasses, resolve_task
 from wenxin.config.task_config import source_of, translations_of
+from wenxin.config.trainer_schema import set_keys
 from wenxin.controller.base_trainer import BaseTrainer
 from wenxin.controller.checkpointer import prepare_output_path, resume_checkpoint
 from wenxin.controller.checkpoint import INFERENCE_DIR, VOCAB_DIR
@@ -52,12 +53,14 @@ def setup_environment(config: Dict[str, Any]) -> RunContext:
         logger.info("%s", note)
     translations = translations_of(config)
     for note in translations:
-        logger.info("ERNIE-kit task file: %s", note)
+        logger.info("%s", note)
     cpu_threads = None
-    if setup_device(cfg["PADDLE_PLACE_TYPE"]) == "cpu":  # the trainer sets them, once its model is built
-        count, reason = threads.choose_threads(cfg["cpu_threads"], user=threads.USER_THREADS)
-        cpu_threads = ThreadChoice(count, reason, automatic=cfg["cpu_threads"] == 0 and threads.USER_THREADS is None)
-    init_distributed(cfg["PADDLE_IS_FLEET"])
+    environment = cfg["environment"]
+    if setup_device(environment["PADDLE_PLACE_TYPE"]) == "cpu":  # the trainer sets them, once its model is built
+        count, reason = threads.choose_threads(environment["cpu_threads"], user=threads.USER_THREADS)
+        cpu_threads = ThreadChoice(count, reason,
+                                   automatic=environment["cpu_threads"] == 0 and threads.USER_THREADS is None)
+    init_distributed(environment["PADDLE_IS_FLEET"])
     set_seed(cfg["seed"])
     return RunContext(source=source_of(config), translations=translations, cpu_threads=cpu_threads,
                       resume_from=resume_checkpoint(cfg), rank=paddle_rank(), world_size=paddle_world_size())
@@ -72,7 +75,7 @@ def assemble_trainer(config: Dict[str, Any], context: RunContext, classes: TaskC
     vocab_source = context.resume_from or vocab_checkpoint  # its vocabularies, not rebuilt ones
     saved_vocabs = os.path.join(vocab_source, VOCAB_DIR) if vocab_source and os.path.isdir(vocab_source) else None
     readers = build_readers(config["dataset_reader"], classes.scope, saved_vocab_dir=saved_vocabs,
-                            show_progress=context.is_writer and progress_enabled(cfg["progress_bar"]))
+                            show_progress=context.is_writer and progress_enabled(cfg["logging"]["progress_bar"]))
     for name, reader in readers.items():
         logger.info("%s: %d examples from %s", name, len(reader), reader.reader_config["data_path"])
     data_info = readers["train_reader"].data_info()
@@ -80,11 +83,12 @@ def assemble_trainer(config: Dict[str, Any], context: RunContext, classes: TaskC
     def make_model() -> BaseModel:
         model = classes.model_cls(config["model"], data_info)
         model.task_scope = classes.scope  # its optimizer and schedule names are looked up in the task first
-        if cfg["recompute"]:
+        if cfg["step"]["recompute"]:
             if not config["model"]["is_dygraph"]:
-                raise ConfigError("trainer.recompute: eager mode only (model.is_dygraph: 1); Paddle's static-graph "
-                                  "recompute pass saved no memory on this trainer's programs (docs/performance.md)")
-            model.enable_recompute("trainer.recompute")
+                raise ConfigError("trainer.step.recompute: eager mode only (model.is_dygraph: 1); Paddle's "
+                                  "static-graph recompute pass saved no memory on this trainer's programs "
+                                  "(docs/performance.md)")
+            model.enable_recompute("trainer.step.recompute")
         return model
 
     trainer: BaseTrainer = classes.trainer_cls(config, make_model, readers, classes.scope, context=context)
@@ -109,7 +113,7 @@ def train_for_export(param_path: str, overrides: Iterable[str] = ()) -> Tuple[Di
     trainer, metrics = _train_and_sum_up(param_path, list(overrides), None)
     if trainer.state.interrupted:
         raise WenxinError(f"{param_path}: the run was stopped before it finished (resume it with "
-                          f"--set trainer.resume=auto)")
+                          f"--set trainer.checkpoints.resume=auto)")
     result, _, _ = result_checkpoint(trainer)
     folder = trainer.checkpoints.export_folder(os.path.basename(result), result) if result else None
     return metrics, folder if folder and os.path.isdir(folder) else None
@@ -139,8 +143,8 @@ def checkpoint_trainer(config: Dict[str, Any], checkpoint: str, **trainer_settin
     params_file = parameters.resolve_params_file(checkpoint)
     params = parameters.load_model_params(checkpoint, "checkpoint model file")
     with tempfile.TemporaryDirectory() as scratch:
-        config["trainer"].update(output_path=scratch, resume="none", load_checkpoint="", load_parameters="",
-                                 pre_train_model=[], visualdl=False, **trainer_settings)
+        set_keys(config["trainer"], output_path=scratch, resume="none", load_checkpoint="", load_parameters="",
+                 pre_train_model=[], visualdl=False, **trainer_settings)
         trainer = build_trainer(config, vocab_checkpoint=checkpoint)
         trainer.restore_model_params(params, params_file)
         yield trainer
@@ -214,9 +218,10 @@ def copy_examples(target: str) -> List[str]:
 
 
 def migrate(param_path: str, output: str = "") -> Dict[str, Any]:
-    """Translate an ERNIE-kit task or infer file into the native format: checks the result
-    against wenxin's schema (nothing is written when a key still does not fit), writes it to
-    ``output`` (or prints it) and lists each translation made, one line each, on stderr."""
+    """Translate an ERNIE-kit task or infer file, or a native task file of flat trainer keys, into
+    the native format with the trainer keys grouped: checks the result against wenxin's schema
+    (nothing is written when a key still does not fit), writes it to ``output`` (or prints it)
+    and lists each translation made, one line each, on stderr."""
     import json
     import sys
 
@@ -227,17 +232,20 @@ def migrate(param_path: str, output: str = "") -> Dict[str, Any]:
     from wenxin.config.loader import read_task_file
     from wenxin.config.schema import validate
     from wenxin.config.task_schema import ROOT
+    from wenxin.config.trainer_schema import group_keys, grouping_note
     raw = read_task_file(param_path)
+    problems = Problems()  # what the translation left that wenxin's schema refuses
     if erniekit_infer.is_erniekit_infer(raw):
         config, notes = erniekit_infer.translate_infer(raw)
         schema, what = INFER_SCHEMA, "infer file"
-    elif erniekit.is_erniekit(raw):
-        config, notes = erniekit.translate(raw, param_path)
-        schema, what = ROOT, "task file"
     else:
-        raise ConfigError(f"{param_path}: already a native wenxin task or infer file (it has no ERNIE-kit "
-                          f"markers, or it names its task or model_dir)")
-    problems = Problems()  # what the translation left that wenxin's schema refuses
+        config, notes = erniekit.translate(raw, param_path) if erniekit.is_erniekit(raw) else (raw, [])
+        schema, what = ROOT, "task file"
+        moved = group_keys(config.get("trainer"), problems)
+        notes = notes + ([grouping_note(moved)] if moved else [])
+        if not notes:
+            raise ConfigError(f"{param_path}: already a native wenxin task or infer file (it has no ERNIE-kit "
+                              f"markers or flat trainer keys, or it names its task or model_dir)")
     check_values(config, problems)
     validate(config, schema, "", problems)
     if problems.messages:

@@ -7,8 +7,8 @@ A sweep file names config keys (the key paths of ``--set``) and their values::
     prune: true             # optuna: stop weak trials early (median of the earlier trials' dev metric)
     parallel: 2             # trials run at once, each in its own process
     seed: 0                 # random: the draws
-    metric: acc             # default: trainer.metric (a dev metric)
-    mode: max               # default: trainer.metric_mode
+    metric: acc             # default: trainer.evaluation.metric (a dev metric)
+    mode: max               # default: trainer.evaluation.metric_mode
     output: ./output/sweep  # default: <trainer.output_path>/sweep
     folds: 5                # optional: K-fold cross-validation of every trial (see below)
     parameters:
@@ -19,7 +19,7 @@ A sweep file names config keys (the key paths of ``--set``) and their values::
       model.rnn_hidden_size: {min: 32, max: 256, type: int}
 
 Each trial is ``wenxin train`` with the trial's overrides, ``trainer.output_path`` set to
-``<output>/trial_<NNN>`` and ``trainer.resume: auto``, in a process of its own. The processes
+``<output>/trial_<NNN>`` and ``trainer.checkpoints.resume: auto``, in a process of its own. The processes
 share the machine's cores: each gets a share of ``cores // parallel`` (``WENXIN_CPU_SHARE``), within
 which its automatic thread count fits its model and the machine's load. ``sweep.json`` records every
 trial, rewritten atomically as trials finish. A sweep started again with the same output (after a
@@ -76,7 +76,34 @@ FINISHED = ("done", "failed", "pruned")
 RECORD_KEYS = {"trial", "values", "status", "folds", "returncode", "metric", "std", "step", "seconds", "error"}
 
 
+# every trial resumes its own folder (after a sweep's restart) and draws no progress bar
+TRIAL_SETTINGS = ('trainer.checkpoints.resume="auto"', 'trainer.logging.progress_bar="off"')
+
+
+# the trials (or folds) running: (trial, fold) -> (process, start time, trial record)
+Running = Dict[Tuple[int, Optional[int]], Tuple[subprocess.Popen, float, Dict[str, Any]]]
+
+
+def _set_status(trial: Dict[str, Any], fold: Optional[int], status: str) -> None:
+    trial["status"] = status
+    if fold is not None:
+        trial["folds"][fold]["status"] = status
+
+
+def _interrupt(running: Running) -> None:
+    """Ask every running trial to save and stop (SIGTERM), wait for each (a minute at most), and
+    mark it interrupted."""
+    for proc, _, _ in running.values():
+        with contextlib.suppress(OSError):
+            proc.send_signal(signal.SIGTERM)
+    for (_, fold), (proc, _, trial) in running.items():
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=60)
+        _set_status(trial, fold, "interrupted")
+
+
 # ---- the sweep file -----------------------------------------------------------------------------
+
 class SweepSpec:
     """A parsed and checked sweep file."""
 
@@ -105,12 +132,12 @@ class SweepSpec:
         self.seed = data.get("seed", 0)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ConfigError(f"{path}: seed: an integer (got {self.seed!r})")
-        trainer = base["trainer"]
-        self.metric = data.get("metric", trainer["metric"])
-        self.mode = data.get("mode", trainer["metric_mode"])
+        evaluation = base["trainer"]["evaluation"]
+        self.metric = data.get("metric", evaluation["metric"])
+        self.mode = data.get("mode", evaluation["metric_mode"])
         if self.mode not in ("max", "min"):
             raise ConfigError(f"{path}: mode: max or min (got {self.mode!r})")
-        self.output = data.get("output") or os.path.join(trainer["output_path"], "sweep")
+        self.output = data.get("output") or os.path.join(base["trainer"]["output_path"], "sweep")
         parameters = data.get("parameters")
         if not isinstance(parameters, dict) or not parameters:
             raise ConfigError(f"{path}: parameters: an object of config keys and their values")
@@ -213,8 +240,9 @@ class Sweep:
         from wenxin.config.loader import load_config
         self.param_path, self.overrides = os.path.abspath(param_path), list(overrides)
         base = load_config(param_path, overrides, with_task=False)
-        if not base["trainer"]["is_eval_dev"]:
-            raise ConfigError("trainer.is_eval_dev: a sweep compares trials by their dev metric; set it to true")
+        if not base["trainer"]["evaluation"]["is_eval_dev"]:
+            raise ConfigError("trainer.evaluation.is_eval_dev: a sweep compares trials by their dev metric; set "
+                              "it to true")
         data = read_document(sweep_path, "sweep file")
         self.spec = SweepSpec(sweep_path, data, base, _method_scope(data, base))
         data_format = base["dataset_reader"]["train_reader"]["config"]["format"]
@@ -321,9 +349,9 @@ class Sweep:
         os.makedirs(folder, exist_ok=True)
         args = [a for o in self.overrides + self._report_overrides(folder) + overrides_of(trial["values"]) +
                 self._fold_overrides(fold) +
-                [f"trainer.output_path={json.dumps(folder)}", "trainer.resume=\"auto\"",
-                 "trainer.progress_bar=\"off\"",
-                 f"trainer.metric={json.dumps(self.spec.metric)}", f"trainer.metric_mode={json.dumps(self.spec.mode)}"]
+                [f"trainer.output_path={json.dumps(folder)}", *TRIAL_SETTINGS,
+                 f"trainer.evaluation.metric={json.dumps(self.spec.metric)}",
+                 f"trainer.evaluation.metric_mode={json.dumps(self.spec.mode)}"]
                 for a in ("--set", o)]
         log_path = os.path.join(folder, "sweep_trial.log")
         logger.info("%s started: %s; its log: %s", self._name(trial, fold),
@@ -385,7 +413,7 @@ class Sweep:
             return [(trial, None)]
         return [(trial, f["fold"]) for f in trial["folds"] if f["status"] not in FINISHED]
 
-    def run(self) -> List[Dict[str, Any]]:  # noqa: C901 (named in issue 57's limits: to split)
+    def run(self) -> List[Dict[str, Any]]:
         os.makedirs(self.output, exist_ok=True)
         self._load_state()
         if self.spec.folds is not None:
@@ -397,22 +425,13 @@ class Sweep:
         total = self.total
         if done:
             logger.info("sweep: %d of %d trials finished before; running the other %d", done, total, total - done)
-        running: Dict[Tuple[int, Optional[int]], Tuple[subprocess.Popen, float, Dict[str, Any]]] = {}
+        running: Running = {}
         progress = TrialProgress()
         try:
             while waiting or running or len(self.trials) < total:
                 while len(running) < self.spec.parallel and (waiting or len(self.trials) < total):
-                    if not waiting:
-                        waiting = self._units(self._new_trial())
-                    trial, fold = waiting.pop(0)
-                    if self.asks and trial["trial"] not in self._asked:
-                        self.search.ask(trial)
-                        self._asked.add(trial["trial"])
-                    trial["status"] = "running"
-                    if fold is not None:
-                        trial["folds"][fold]["status"] = "running"
-                    running[(trial["trial"], fold)] = (self._start(trial, fold), time.time(), trial)
-                    self._save_state()
+                    waiting = waiting or self._units(self._new_trial())
+                    self._start_unit(*waiting.pop(0), running)
                 for (_, fold), (proc, started, trial) in list(running.items()):
                     if self.search.reports:
                         self._answer_reports(trial)
@@ -425,19 +444,20 @@ class Sweep:
                         self.write_results()
                 time.sleep(0.02 if self.search.reports else 0.2)  # a reporting trial waits for its answer
         finally:
-            for proc, _, _ in running.values():  # Ctrl-C or an error: the trials save and stop
-                with contextlib.suppress(OSError):
-                    proc.send_signal(signal.SIGTERM)
-            for (_, fold), (proc, _, trial) in running.items():
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=60)
-                trial["status"] = "interrupted"
-                if fold is not None:
-                    trial["folds"][fold]["status"] = "interrupted"
-            if running:
+            if running:  # Ctrl-C or an error: the trials save and stop
+                _interrupt(running)
                 self._save_state()
         self.write_results()
         return self.trials
+
+    def _start_unit(self, trial: Dict[str, Any], fold: Optional[int], running: Running) -> None:
+        """Start one trial (or one fold of it), asking the method for its values first."""
+        if self.asks and trial["trial"] not in self._asked:
+            self.search.ask(trial)
+            self._asked.add(trial["trial"])
+        _set_status(trial, fold, "running")
+        running[(trial["trial"], fold)] = (self._start(trial, fold), time.time(), trial)
+        self._save_state()
 
     # ---- a method's answers to reporting trials ----
     def _new_trial(self) -> Dict[str, Any]:
@@ -504,7 +524,7 @@ class Sweep:
                 return json.load(f)
         from wenxin.config.loader import load_config
         return load_config(self.param_path, self.overrides + overrides_of(trial["values"]) + overrides_of(
-            {"trainer.metric": self.spec.metric, "trainer.metric_mode": self.spec.mode}))
+            {"trainer.evaluation.metric": self.spec.metric, "trainer.evaluation.metric_mode": self.spec.mode}))
 
 
 def _method_scope(data: Any, base: Dict[str, Any]) -> Optional[str]:

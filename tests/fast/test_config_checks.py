@@ -11,8 +11,8 @@ from test_config import _error, _write  # noqa: F401 (helpers and fixtures)
 @pytest.mark.paddle
 def test_defaults_are_filled(tmp_path, data_dir):
     config = load_config(_write(tmp_path, task_config(data_dir, str(tmp_path / "out"))))
-    assert config["trainer"]["keep_checkpoint_max"] == 3
-    assert config["trainer"]["resume"] == "none"
+    assert config["trainer"]["checkpoints"]["keep_checkpoint_max"] == 3
+    assert config["trainer"]["checkpoints"]["resume"] == "none"
     field = config["dataset_reader"]["train_reader"]["fields"][0]
     assert field["truncation_type"] == 0 and field["padding_id"] == 0
     assert config["dataset_reader"]["train_reader"]["config"]["skip_bad_lines"] is False
@@ -23,7 +23,7 @@ def test_unknown_key_suggests_near_miss(tmp_path, data_dir):
     config["trainer"]["train_log_stpe"] = 5
     message = _error(tmp_path, config)
     assert message.startswith("trainer.train_log_stpe: unknown key")
-    assert "did you mean 'train_log_step'" in message
+    assert "did you mean trainer.logging.train_log_step?" in message
 
 
 def test_unknown_nested_key_names_list_position(tmp_path, data_dir):
@@ -51,7 +51,7 @@ def test_wrong_types_and_values(tmp_path, data_dir, key, value, expected):
 def test_bool_keys_accept_wenxin_style_ints(tmp_path, data_dir):
     config = task_config(data_dir, str(tmp_path / "out"), is_eval_dev=0, use_amp=1)
     loaded = load_config(_write(tmp_path, config))
-    assert loaded["trainer"]["is_eval_dev"] is False and loaded["trainer"]["use_amp"] is True
+    assert loaded["trainer"]["evaluation"]["is_eval_dev"] is False and loaded["trainer"]["precision"]["use_amp"] is True
 
 
 @pytest.mark.paddle
@@ -137,8 +137,8 @@ def test_overrides_parse_json_values_and_list_indices(tmp_path, data_dir):
     loaded = load_config(_write(tmp_path, config), [
         "trainer.epoch=7", "trainer.metric=f1", "model.optimization.learning_rate=0.5",
         "dataset_reader.train_reader.fields.0.max_seq_len=9", "trainer.use_amp=true"])
-    assert loaded["trainer"]["epoch"] == 7 and loaded["trainer"]["metric"] == "f1"
-    assert loaded["trainer"]["use_amp"] is True
+    assert loaded["trainer"]["epoch"] == 7 and loaded["trainer"]["evaluation"]["metric"] == "f1"
+    assert loaded["trainer"]["precision"]["use_amp"] is True
     assert loaded["model"]["optimization"]["learning_rate"] == 0.5
     assert loaded["dataset_reader"]["train_reader"]["fields"][0]["max_seq_len"] == 9
     with pytest.raises(ConfigError, match="not an index"):

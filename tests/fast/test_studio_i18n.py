@@ -53,7 +53,7 @@ def test_every_key_of_the_default_form_has_a_label_and_help_in_both_languages():
         said = i18n.messages()[language]
         assert [key for key in DEFAULT_KEYS if f"key.{key}" not in said or f"help.{key}" not in said] == []
     assert i18n.text("zh", "key.model.optimization.learning_rate") == "学习率"
-    assert "trainer.train_log_step" in DEFAULT_KEYS  # the logging interval is offered
+    assert "trainer.logging.train_log_step" in DEFAULT_KEYS  # the logging interval is offered
 
 
 def test_the_language_comes_from_the_cookie_else_accept_language():

@@ -1,4 +1,4 @@
-"""How many threads Paddle's CPU kernels use in a training process (``trainer.cpu_threads``).
+"""How many threads Paddle's CPU kernels use in a training process (``trainer.environment.cpu_threads``).
 
 When Paddle loads it sets ``OMP_NUM_THREADS=1`` unless the user set it, so by default its CPU
 kernels (MKL's matrix products, the GRU/LSTM cells, Adam's update, elementwise ops) run on one core
@@ -129,9 +129,9 @@ def fit_to_work(share: int, parameters: int, busy: Callable[[], float], cores: i
 
 def choose_threads(requested: int, environ: Mapping[str, str] = os.environ,
                    cores: Optional[int] = None, user: Optional[int] = None) -> Tuple[int, str]:
-    """The thread count for ``trainer.cpu_threads`` = ``requested``, and why (for the log)."""
+    """The thread count for ``trainer.environment.cpu_threads`` = ``requested``, and why (for the log)."""
     if requested > 0:
-        return requested, "trainer.cpu_threads"
+        return requested, "trainer.environment.cpu_threads"
     if user is not None:
         return user, f"{OMP_VARIABLE} set by the user"
     cores = available_cores() if cores is None else cores

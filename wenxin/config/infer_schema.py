@@ -6,7 +6,7 @@ from wenxin.common.constants import DEFAULT_MAX_LINE_BYTES, ONEDNN_SETTINGS
 from wenxin.config.schema import Key, Schema, path_key
 
 INFER_SCHEMA: Schema = {
-    "model_dir": path_key(non_empty=True, doc="an exported folder (wenxin export / trainer.save_inference)"),
+    "model_dir": path_key(non_empty=True, doc="an exported folder (wenxin export / trainer.export.save_inference)"),
     "predict_reader": Key(dict, children={"config": Key(dict, children={
         "data_path": path_key(non_empty=True, doc="a data file or folder in format (tsv: one example per line, "
                                                   "the model's fields tab-separated; hf_dataset: also a name)"),

@@ -19,6 +19,7 @@ from wenxin.config.schema import validate
 from wenxin.config.task_check import check_settings, check_task
 from wenxin.config.task_config import TaskConfig
 from wenxin.config.task_schema import ROOT
+from wenxin.config.trainer_schema import as_written, canonical_path, group_keys, grouping_note
 from wenxin.translation import erniekit
 
 
@@ -53,20 +54,26 @@ def parse_override(text: str) -> tuple[List[str], Any]:
     return keys, value
 
 
-def apply_overrides(config: Dict[str, Any], overrides: Iterable[str],
-                    problems: Optional[Problems] = None) -> Dict[str, Any]:
-    """Set ``key.path=value`` overrides in place (problems are collected when ``problems`` is given)."""
+def apply_overrides(config: Dict[str, Any], overrides: Iterable[str], problems: Optional[Problems] = None,
+                    moved: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Set ``key.path=value`` overrides in place (problems are collected when ``problems`` is given).
+    A flat trainer key's path sets the key in its group (``trainer_schema.canonical_path``); the
+    keys so moved are added to ``moved``."""
     own = problems if problems is not None else Problems()
     for text in overrides:
         with own.catch():
-            _apply_override(config, text)
+            flat = _apply_override(config, text)
+            if flat and moved is not None:
+                moved.append(flat)
     if problems is None:
         own.raise_if_any()
     return config
 
 
-def _apply_override(config: Dict[str, Any], text: str) -> None:
-    keys, value = parse_override(text)
+def _apply_override(config: Dict[str, Any], text: str) -> str:
+    """Apply one override; returns the flat trainer key it named ('' when none)."""
+    written, value = parse_override(text)
+    keys = canonical_path(written)
     node: Any = config
     for depth, key in enumerate(keys[:-1]):
         node = _child(node, key, keys[:depth + 1])
@@ -77,6 +84,7 @@ def _apply_override(config: Dict[str, Any], text: str) -> None:
         node[last] = value
     else:
         raise ConfigError(f"--set {'.'.join(keys)}: {'.'.join(keys[:-1])} is not an object")
+    return written[1] if len(keys) > len(written) else ""
 
 
 def _index(node: list, key: str, keys: List[str]) -> int:
@@ -120,8 +128,13 @@ def config_from_dict(raw: Dict[str, Any], path: str, overrides: Iterable[str] = 
     if erniekit.is_erniekit(raw):  # an ERNIE-kit task file: onto the native schema first
         check_values(raw, problems)
         problems.raise_if_any()
-        raw, translations = erniekit.translate(plain(raw), path)
-    apply_overrides(raw, overrides, problems)
+        raw, notes = erniekit.translate(plain(raw), path)
+        translations = [f"ERNIE-kit task file: {note}" for note in notes]
+    moved = group_keys(raw.get("trainer"), problems)  # a file of flat trainer keys, before its overrides
+    apply_overrides(raw, overrides, problems, moved)
+    moved += group_keys(raw.get("trainer"), problems)  # a whole trainer section set by --set
+    if moved:
+        translations.append(grouping_note(sorted(set(moved), key=moved.index)))
     check_values(raw, problems)
     config = TaskConfig(validate(plain(raw), ROOT, "", problems), os.path.abspath(path), translations)
     if with_task:
@@ -132,5 +145,6 @@ def config_from_dict(raw: Dict[str, Any], path: str, overrides: Iterable[str] = 
             from wenxin.common.task_loader import locate_task
             with problems.catch():  # an unknown task at once, before Paddle loads
                 locate_task(config["task"], path)
+    problems.messages = [as_written(message, moved) for message in problems.messages]  # the paths as written
     problems.raise_if_any()
     return config

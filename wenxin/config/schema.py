@@ -2,7 +2,7 @@
 
 ``validate(value, schema, path)`` returns a copy with defaults filled in (also inside nested
 objects that were left out), or raises ``ConfigError`` listing every problem, each with its JSON
-key path (``trainer.eval_step``). With a ``Problems`` collector it records the problems there
+key path (``trainer.evaluation.eval_step``). With a ``Problems`` collector it records the problems there
 instead and goes on, so that a caller can check several sections before reporting.
 """
 from __future__ import annotations

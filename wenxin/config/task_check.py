@@ -18,7 +18,8 @@ from wenxin.common.model_names import resolve_model
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import Schema, validate, validate_value
 from wenxin.config.task_config import source_of
-from wenxin.config.task_schema import MODEL_BASE, PRETRAINED
+from wenxin.config.task_schema import MODEL_BASE
+from wenxin.config.trainer_schema import PRETRAINED
 
 logger = logging.getLogger("wenxin")
 
@@ -41,19 +42,21 @@ def check_settings(config: Dict[str, Any], problems: Problems) -> None:
     """The checks that need neither the task package nor Paddle: required sections, flag
     combinations, and that every named file exists."""
     trainer = config.get("trainer", {})
+    checkpoints, evaluation = trainer.get("checkpoints", {}), trainer.get("evaluation", {})
     dataset = config.get("dataset_reader", {})
     if "dataset_reader" in config and dataset.get("train_reader") is None:
         problems.add("dataset_reader.train_reader: required section is missing", key="dataset_reader.train_reader")
     _fill_from_pretrained_folder(config, problems)
-    if "pre_train_model" in trainer:
-        trainer["pre_train_model"] = normalize_pretrained(trainer["pre_train_model"], problems)
-    if trainer.get("load_checkpoint") and trainer.get("resume", "none") != "none":
-        problems.add(f"trainer.resume: {trainer.get('resume')!r} cannot be combined with trainer.load_checkpoint")
+    if "pre_train_model" in checkpoints:
+        checkpoints["pre_train_model"] = normalize_pretrained(checkpoints["pre_train_model"], problems)
+    if checkpoints.get("load_checkpoint") and checkpoints.get("resume", "none") != "none":
+        problems.add(f"trainer.checkpoints.resume: {checkpoints.get('resume')!r} cannot be combined with "
+                     "trainer.checkpoints.load_checkpoint")
     for reader, flag in EVAL_FLAGS:
-        if trainer.get(flag) and "dataset_reader" in config and dataset.get(reader) is None:
-            problems.add(f"trainer.{flag}: set, but dataset_reader.{reader} is not configured")
-    _check_readers(dataset, trainer, problems)
-    _check_paths(trainer, problems)
+        if evaluation.get(flag) and "dataset_reader" in config and dataset.get(reader) is None:
+            problems.add(f"trainer.evaluation.{flag}: set, but dataset_reader.{reader} is not configured")
+    _check_readers(dataset, evaluation.get("eval_batch_size", 0), problems)
+    _check_paths(checkpoints, problems)
 
 
 # the field readers whose vocabulary is the pretrained model's vocab.txt
@@ -62,11 +65,12 @@ PRETRAINED_VOCAB_READERS = ("ErnieTextFieldReader",)
 
 def _fill_from_pretrained_folder(config: Dict[str, Any], problems: Problems) -> None:
     """``model.pretrained: DIR`` (a PaddleNLP or ERNIE-kit model folder) fills, where they are not
-    set: ``model.encoder_config``, ``trainer.pre_train_model`` and the ``vocab_path`` of every
+    set: ``model.encoder_config``, ``trainer.checkpoints.pre_train_model`` and the ``vocab_path`` of every
     ERNIE text field. Keys set explicitly are kept."""
     model, trainer = config.get("model"), config.get("trainer")
-    if not isinstance(model, dict) or not isinstance(trainer, dict):
+    if not isinstance(model, dict) or not isinstance(trainer, dict) or not isinstance(trainer.get("checkpoints"), dict):
         return
+    checkpoints = trainer["checkpoints"]
     name = model.get("pretrained")
     if not name or not isinstance(name, str):
         return
@@ -79,8 +83,8 @@ def _fill_from_pretrained_folder(config: Dict[str, Any], problems: Problems) -> 
         logger.info("model.pretrained: '%s' is %s", name, folder)
         model["pretrained"] = folder
     model.setdefault("encoder_config", folder)
-    if not trainer.get("pre_train_model") and not trainer.get("load_parameters"):
-        trainer["pre_train_model"] = folder
+    if not checkpoints.get("pre_train_model") and not checkpoints.get("load_parameters"):
+        checkpoints["pre_train_model"] = folder
     vocab = os.path.join(folder, "vocab.txt")
     for name in READER_NAMES:
         reader = (config.get("dataset_reader") or {}).get(name)
@@ -194,8 +198,9 @@ def _check_optimization(opt: Any, scope: Optional[str], problems: Problems) -> N
         problems.add("model.optimization: set warmup_steps or warmup_proportion, not both")
 
 
-def _check_readers(dataset: Dict[str, Any], trainer: Dict[str, Any], problems: Problems) -> None:
-    """Data and vocab files exist; padded batches fit in memory."""
+def _check_readers(dataset: Dict[str, Any], eval_batch_size: int, problems: Problems) -> None:
+    """Data and vocab files exist; padded batches fit in memory (``eval_batch_size``: the
+    evaluation's, 0 for the readers' own)."""
     for name in READER_NAMES:
         reader = dataset.get(name)
         if not isinstance(reader, dict):
@@ -206,7 +211,7 @@ def _check_readers(dataset: Dict[str, Any], trainer: Dict[str, Any], problems: P
         problem = row_format.source_problem(rc, path) if row_format is not None else None
         if problem:
             problems.add(problem, kind=DataError)
-        batch = max(rc.get("batch_size", 1), trainer.get("eval_batch_size", 0) if name != "train_reader" else 0)
+        batch = max(rc.get("batch_size", 1), eval_batch_size if name != "train_reader" else 0)
         for i, field in enumerate(reader.get("fields", [])):
             vocab = field.get("vocab_path")
             if vocab and not os.path.isfile(vocab):
@@ -223,15 +228,18 @@ def _builtin_format(name: Any) -> Any:
     return RegisterSet.data_formats.builtin(name) if isinstance(name, str) else None
 
 
-def _check_paths(trainer: Dict[str, Any], problems: Problems) -> None:
-    for i, entry in enumerate(trainer.get("pre_train_model", [])):
+def _check_paths(checkpoints: Dict[str, Any], problems: Problems) -> None:
+    """The files ``trainer.checkpoints`` starts from exist."""
+    for i, entry in enumerate(checkpoints.get("pre_train_model", [])):
         params = entry.get("params_path") if isinstance(entry, dict) else None
         if params and not os.path.exists(params):
-            problems.add(f"trainer.pre_train_model[{i}].params_path: pretrained params file not found: {params}")
-    if trainer.get("load_parameters") and not os.path.exists(trainer["load_parameters"]):
-        problems.add(f"trainer.load_parameters: params file not found: {trainer['load_parameters']}")
-    if trainer.get("load_checkpoint") and not os.path.isdir(trainer["load_checkpoint"]):
-        problems.add(f"trainer.load_checkpoint: checkpoint folder not found: {trainer['load_checkpoint']}")
+            problems.add(f"trainer.checkpoints.pre_train_model[{i}].params_path: pretrained params file not "
+                         f"found: {params}")
+    if checkpoints.get("load_parameters") and not os.path.exists(checkpoints["load_parameters"]):
+        problems.add(f"trainer.checkpoints.load_parameters: params file not found: {checkpoints['load_parameters']}")
+    if checkpoints.get("load_checkpoint") and not os.path.isdir(checkpoints["load_checkpoint"]):
+        problems.add(f"trainer.checkpoints.load_checkpoint: checkpoint folder not found: "
+                     f"{checkpoints['load_checkpoint']}")
 
 
 def resolve_task(config: Dict[str, Any]) -> TaskClasses:
@@ -247,7 +255,7 @@ def normalize_pretrained(value: Any, problems: Optional[Problems] = None) -> Lis
     """``pre_train_model`` may be a path or a list of {name, params_path, prefix_map}."""
     if isinstance(value, str):
         value = [{"params_path": value}] if value else []
-    return [validate(v, PRETRAINED, f"trainer.pre_train_model[{i}]", problems) for i, v in enumerate(value)]
+    return [validate(v, PRETRAINED, f"trainer.checkpoints.pre_train_model[{i}]", problems) for i, v in enumerate(value)]
 
 
 def validate_model_section(model: Dict[str, Any], model_schema: Schema,

@@ -12,8 +12,9 @@ from typing import Any, Dict, Iterable, Mapping, Tuple
 
 class TaskConfig(Dict[str, Any]):
     """A checked config: its sections by name, plus ``source`` (the task file's absolute path,
-    whose folder is searched for the task package) and ``translations`` (one note per ERNIE-kit
-    name translated). Copies (``copy.deepcopy``, pickling) keep both."""
+    whose folder is searched for the task package) and ``translations`` (one note per translation
+    made: each ERNIE-kit name, and the flat trainer keys read into their groups). Copies
+    (``copy.deepcopy``, pickling) keep both."""
 
     def __init__(self, sections: Mapping[str, Any], source: str = "", translations: Iterable[str] = ()) -> None:
         super().__init__(sections)
@@ -27,6 +28,6 @@ def source_of(config: Mapping[str, Any]) -> str:
 
 
 def translations_of(config: Mapping[str, Any]) -> Tuple[str, ...]:
-    """What translating ``config`` from an ERNIE-kit file changed, one note each (none for a dict
-    that was not loaded from a file)."""
+    """What translating ``config`` changed (an ERNIE-kit file's names, flat trainer keys), one
+    note each (none for a dict that was not loaded from a file)."""
     return tuple(config.translations) if isinstance(config, TaskConfig) else ()

@@ -1,12 +1,14 @@
 """The schema of a task file: sections ``dataset_reader``, ``model`` and ``trainer``.
 
-Model classes add their own keys through ``BaseModel.config_schema``; hooks declare theirs
-through ``HookBase.config_schema``. Both are checked once the task package is imported.
+The ``trainer`` section is ``trainer_schema``'s, grouped by the part that owns each key. Model
+classes add their own keys through ``BaseModel.config_schema``; hooks declare theirs through
+``HookBase.config_schema``. Both are checked once the task package is imported.
 """
 from __future__ import annotations
 
 from wenxin.common.constants import DEFAULT_MAX_LINE_BYTES
 from wenxin.config.schema import Key, Schema, path_key
+from wenxin.config.trainer_schema import TRAINER
 
 TOKENIZER: Schema = {
     "type": Key(str, "CharTokenizer", doc="registered tokenizer: CharTokenizer, WhitespaceTokenizer, "
@@ -156,125 +158,6 @@ MODEL_BASE: Schema = {
     "type": Key(str, non_empty=True, doc="registered model class"),
     "is_dygraph": Key(int, 1, choices=[0, 1], doc="1 eager (dynamic), 0 static graph"),
     "optimization": Key(dict, {}, children=OPTIMIZATION),
-}
-
-HOOK: Schema = {
-    "type": Key(str),
-    "priority": Key((int, type(None)), None, doc="lower runs first; default: the hook's own"),
-    "params": Key(dict, {}, open_keys=True),
-}
-
-EARLY_STOPPING: Schema = {  # EarlyStoppingHook's params, and trainer.early_stopping
-    "metric": Key((str, type(None)), None, doc="the dev metric watched (null: trainer.metric)"),
-    "mode": Key((str, type(None)), None, choices=["max", "min", None], doc="null: trainer.metric_mode"),
-    "patience": Key(int, 3, minimum=1, doc="dev evaluations without an improvement before the run stops"),
-    "min_delta": Key(float, 0.0, minimum=0.0, doc="the least change that counts as an improvement"),
-}
-
-PRETRAINED: Schema = {
-    "name": Key(str, ""),
-    "params_path": path_key(),
-    "prefix_map": Key(dict, {}, open_keys=True, items=Key(str), doc="rename: {'old.prefix': 'new.prefix'}"),
-}
-
-FAST_PATHS: Schema = {
-    "program_runner": Key(bool, True, doc="static steps skip Executor.run's per-call program lookup"),
-    "visualdl_records": Key(bool, True, doc="VisualDL records written on the training thread "
-                                            "(false: visualdl.LogWriter)"),
-}
-
-PROFILE: Schema = {
-    "start_step": Key(int, 5, minimum=1, doc="the first recorded step (later than 1 skips the warm-up)"),
-    "steps": Key(int, 5, minimum=1, doc="how many steps are recorded"),
-}
-
-TRAINER: Schema = {
-    "type": Key(str, "CustomTrainer", doc="a registered trainer; CustomTrainer (and a task's trainer on "
-                                            "BaseTrainer) runs the mode model.is_dygraph picks"),
-    "PADDLE_PLACE_TYPE": Key(str, "cpu", choices=["cpu", "gpu"]),
-    "PADDLE_IS_FLEET": Key(bool, False),
-    "cpu_threads": Key(int, 0, minimum=0, doc="threads of Paddle's CPU kernels in each process (0: its share of the "
-                                              "cores it may use, fewer for a small model, a static program or a "
-                                              "busy machine; the user's OMP_NUM_THREADS above 1)"),
-    "seed": Key(int, 42, minimum=0, maximum=2**32 - 1),
-    "epoch": Key(int, 1, minimum=1),
-    "max_steps": Key(int, -1, doc="> 0: stop after this many optimizer steps (overrides epoch)"),
-    "gradient_accumulation_steps": Key(int, 1, minimum=1),
-    "recompute": Key(bool, False, doc="gradient checkpointing: keep only each decoder layer's input and compute "
-                                      "its activations again for the backward pass (less memory, about a third "
-                                      "more compute; eager mode; models that offer it: Ernie45SFT)"),
-    "train_log_step": Key(int, 10, minimum=1),
-    "eval_step": Key(int, 0, minimum=0, doc="evaluate every N steps (0: at the end of each epoch)"),
-    "save_model_step": Key(int, 0, minimum=0, doc="checkpoint every N steps (0: at each epoch end)"),
-    "is_eval_dev": Key(bool, False),
-    "is_eval_test": Key(bool, False),
-    "eval_batch_size": Key(int, 0, minimum=0, doc="0: the reader's batch_size"),
-    "metric": Key(str, "acc", doc="dev metric that picks the best checkpoint / early stopping"),
-    "metric_mode": Key(str, "max", choices=["max", "min"]),
-    "keep_checkpoint_max": Key(int, 3, minimum=1, doc="periodic checkpoints kept (best kept apart)"),
-    "save_best": Key(bool, True),
-    "save_top_k": Key(int, 0, minimum=0, doc="also keep the k best checkpoints by the dev trainer.metric as "
-                                             "checkpoints/top_step_<N> (checkpoints/index.json ranks them)"),
-    "keep_optimizer_state": Key(str, "latest", choices=["latest", "latest_and_best", "all"],
-                                doc="latest: the newest periodic checkpoint (the one a run resumes from) and the "
-                                    "one before it (the fallback when the newest is damaged) keep the optimizer "
-                                    "state, about 2/3 of a checkpoint with Adam; older ones, top-k "
-                                    "and best keep the weights for evaluate, export and load_parameters. "
-                                    "latest_and_best: best keeps it too (for trainer.resume: best). all: every one "
-                                    "keeps it, so trainer.load_checkpoint can continue from any"),
-    "save_inference": Key(bool, False, doc="export an inference model into every checkpoint (<ckpt>/inference)"),
-    "save_onnx": Key(bool, True, doc="with save_inference: when training ends, the result's inference model "
-                                     "also gets model.onnx, where paddle2onnx and onnxruntime are installed "
-                                     "(pip install \"wenxin[onnx]\") and ONNX Runtime gives Paddle's outputs on "
-                                     "a dev batch; Predictor then runs it with ONNX Runtime"),
-    "save_onnx_max_mb": Key((int, float), 1024, minimum=0,
-                            doc="save_onnx converts only a model of at most this many MB of parameters: "
-                                "paddle2onnx's process needs about 9 times the model's size beside the "
-                                "training process (0: no limit); a larger one is skipped with a log line, "
-                                "and wenxin export --format onnx converts it later"),
-    "load_best_at_end": Key(bool, False, doc="after training, load checkpoints/best and evaluate it "
-                                             "(logged as best_dev / best_test)"),
-    "use_amp": Key(bool, False),
-    "amp_dtype": Key(str, "auto", choices=["auto", "float16", "bfloat16"],
-                     doc="auto: float16 on GPU, bfloat16 on CPU"),
-    "amp_level": Key(str, "O1", choices=["O1", "O2"]),
-    "amp_custom_white_list": Key(list, [], items=Key(str), doc="extra ops to compute in low precision"),
-    "amp_custom_black_list": Key(list, [], items=Key(str), doc="ops to keep in float32"),
-    "use_loss_scaling": Key((bool, type(None)), None, doc="GradScaler on; null: only for float16"),
-    "use_dynamic_loss_scaling": Key(bool, True),
-    "init_loss_scaling": Key(float, 32768.0, minimum=1.0),
-    "incr_every_n_steps": Key(int, 1000, minimum=1),
-    "decr_every_n_nan_or_inf": Key(int, 2, minimum=1),
-    "incr_ratio": Key(float, 2.0, minimum=1.0),
-    "decr_ratio": Key(float, 0.5, minimum=0.0, maximum=1.0),
-    "nan_check_step": Key(int, 1, minimum=0, doc="check the loss for NaN/Inf every N steps (0: off); a checked "
-                                                 "step with a NaN/Inf loss skips its update, in either mode; each "
-                                                 "check reads the loss on the host (on a GPU, a larger N lets the "
-                                                 "host run ahead)"),
-    "max_nan_steps": Key(int, 1, minimum=1, doc="stop after this many non-finite losses in a row"),
-    "output_path": path_key("./output", non_empty=True),
-    "pre_train_model": Key((list, str), [], doc="params files to warm-start from (docs/tasks.md, fine-tuning ERNIE)"),
-    "load_parameters": path_key("", doc="model parameters to start from (no optimizer state)"),
-    "load_checkpoint": path_key("", doc="checkpoint folder to resume from"),
-    "resume": Key(str, "none", choices=["none", "auto", "best"],
-                  doc="auto: resume from the latest complete checkpoint; best: continue from checkpoints/best "
-                      "(the checkpoints after it move aside)"),
-    "visualdl": Key(bool, True, doc="also log scalars to VisualDL (output_path/vdl)"),
-    "progress_bar": Key(str, "auto", choices=["auto", "on", "off"],
-                        doc="progress bars with ETA for training and evaluation; auto: when stderr is a terminal"),
-    "hooks": Key(list, [], items=Key(dict, children=HOOK), doc="extra hooks (docs/training.md, hooks)"),
-    "output_layout": Key(str, "wenxin", choices=["wenxin", "erniekit"],
-                         doc="erniekit: checkpoints in save_checkpoints/checkpoints_step_<N> and an inference model "
-                             "in save_inference_model/inference_step_<N> at every save (set for ERNIE-kit task files)"),
-    "early_stopping": Key((dict, type(None)), None, children=EARLY_STOPPING,
-                          doc="stop once the dev metric has not improved for patience evaluations (saving a "
-                              "checkpoint; the best one stays the result), e.g. {\"patience\": 3}; null: off"),
-    "profile": Key((dict, type(None)), None, children=PROFILE,
-                   doc="record training steps with paddle.profiler: a Chrome trace and summary tables in "
-                       "output_path/profile, the operator table in the log (see docs/performance.md)"),
-    "fast_paths": Key(dict, {}, children=FAST_PATHS, doc="switches for the fast paths through Paddle's and "
-                                                         "VisualDL's internals (wenxin/compat)"),
-    "extra_param": Key(dict, {}, open_keys=True),
 }
 
 STUDIO: Schema = {

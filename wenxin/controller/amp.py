@@ -34,7 +34,7 @@ def bfloat16_kernels_available(place_type: str) -> bool:
 
 @dataclasses.dataclass
 class AmpSettings:
-    """What ``trainer.use_amp`` and its companion keys resolve to."""
+    """What ``trainer.precision`` resolves to on a device."""
 
     enabled: bool
     dtype: Literal["float16", "bfloat16"]
@@ -46,13 +46,13 @@ class AmpSettings:
     place_type: str = "cpu"
 
     @classmethod
-    def from_config(cls, cfg: Dict[str, Any]) -> "AmpSettings":
-        place_type = cfg["PADDLE_PLACE_TYPE"]
+    def from_config(cls, cfg: Dict[str, Any], place_type: str) -> "AmpSettings":
+        """The settings of a ``trainer.precision`` section on the device ``place_type``."""
         dtype: Literal["float16", "bfloat16"] = cfg["amp_dtype"]  # the schema allows these two and auto
         if cfg["amp_dtype"] == "auto":
             dtype = "float16" if place_type == "gpu" else "bfloat16"
         if cfg["use_amp"] and dtype == "float16" and not float16_kernels_available(place_type):
-            raise ConfigError("trainer.amp_dtype: float16 AMP needs a GPU; use bfloat16 on CPU")
+            raise ConfigError("trainer.precision.amp_dtype: float16 AMP needs a GPU; use bfloat16 on CPU")
         scaling = cfg["use_loss_scaling"] if cfg["use_loss_scaling"] is not None else dtype == "float16"
         return cls(enabled=cfg["use_amp"], dtype=dtype, level=cfg["amp_level"],
                    use_loss_scaling=bool(cfg["use_amp"] and scaling),

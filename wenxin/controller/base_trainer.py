@@ -17,6 +17,7 @@ import numpy as np
 from wenxin.common.constants import Phase
 from wenxin.common.registry import RegisterSet
 from wenxin.config.task_check import EVAL_FLAGS
+from wenxin.config.trainer_schema import refuse_flat_keys
 from wenxin.controller import parameters
 from wenxin.controller.amp import AmpSettings
 from wenxin.controller.checkpoint_folders import CheckpointManager
@@ -69,23 +70,25 @@ class BaseTrainer:
         self.config, self.readers, self.scope = config, readers, scope
         self.trainer_config: Dict[str, Any] = config["trainer"]
         cfg = self.trainer_config
+        refuse_flat_keys(cfg)
         self.context = context if context is not None else context_of(config)
         self.output_path: str = cfg["output_path"]
         self.rank, self.world_size, self.is_writer = self.context.rank, self.context.world_size, self.context.is_writer
         self.ranks = Ranks(self.rank, self.world_size)
         engine_class = self.engine_for(config)
-        amp = AmpSettings.from_config(cfg)
+        amp = AmpSettings.from_config(cfg["precision"], cfg["environment"]["PADDLE_PLACE_TYPE"])
         if (amp_unavailable := amp.unavailable_reason(engine_class.mode)) is not None:
-            logger.warning("trainer.use_amp: %s; this run computes in float32", amp_unavailable)
+            logger.warning("trainer.precision.use_amp: %s; this run computes in float32", amp_unavailable)
         self.state = TrainState()
         self.cpu_threads = 0  # the threads of Paddle's CPU kernels (0: not set, not on a CPU)
         self.checkpoints = CheckpointManager.for_trainer(cfg)
         prepare_output_path(cfg, self.is_writer)
-        data = train_data(readers["train_reader"], cfg, self.ranks, engine_class.numpy_batches)
+        data = train_data(readers["train_reader"], cfg["seed"], cfg["step"]["gradient_accumulation_steps"], self.ranks,
+                          engine_class.numpy_batches)
         self.train_sampler, self.train_loader, self.accumulate = data.sampler, data.loader, data.accumulate
-        plan_steps(self.state, data, cfg, list(readers))
-        self.rule = StepRule(self.accumulate, self.world_size, cfg["nan_check_step"])
-        self.metric_logger = MetricLogger(make_writers(self.output_path, self.is_writer, cfg["visualdl"],
+        plan_steps(self.state, data, cfg["epoch"], cfg["max_steps"], self.eval_readers(), list(readers))
+        self.rule = StepRule(self.accumulate, self.world_size, cfg["step"]["nan_check_step"])
+        self.metric_logger = MetricLogger(make_writers(self.output_path, self.is_writer, cfg["logging"]["visualdl"],
                                                        cfg["fast_paths"]["visualdl_records"]))
         self.hooks = HookList()
         self._setup_hooks()
@@ -96,7 +99,8 @@ class BaseTrainer:
             # a hook that reads gradient norms asks for them before the step is built (static programs)
             gradient_norms_wanted=any(getattr(h, "wants_gradient_norms", False) for h in self.hooks.hooks),
             fast_program_runner=cfg["fast_paths"]["program_runner"], on_model_built=self._set_cpu_threads))
-        self.evaluator = Evaluator(self.engine, readers, self.ranks, self.state, cfg["eval_batch_size"],
+        self.evaluator = Evaluator(self.engine, readers, self.ranks, self.state,
+                                   cfg["evaluation"]["eval_batch_size"],
                                    self.show_progress)
         self.engine.setup()
         self.checkpointer = Checkpointer(self.engine, self.hooks, self.state, self.checkpoints, config,
@@ -137,8 +141,8 @@ class BaseTrainer:
         return self.engine.lr_scheduler
 
     def eval_readers(self) -> List[str]:
-        """The readers to evaluate, by ``trainer.is_eval_dev`` / ``is_eval_test``."""
-        return [name for name, flag in EVAL_FLAGS if self.trainer_config[flag]]
+        """The readers to evaluate, by ``trainer.evaluation.is_eval_dev`` / ``is_eval_test``."""
+        return [name for name, flag in EVAL_FLAGS if self.trainer_config["evaluation"][flag]]
 
     def _setup_hooks(self) -> None:
         for hook in [cls() for cls in DEFAULT_HOOKS] + hooks_from_flags(self.trainer_config, self.is_writer):
@@ -162,7 +166,7 @@ class BaseTrainer:
         return float(self.lr_scheduler.get_lr()) if self.lr_scheduler is not None else 0.0
 
     def should_check_loss(self) -> bool:
-        """Whether the step about to run checks its loss for NaN/Inf (``trainer.nan_check_step``)."""
+        """Whether the step about to run checks its loss for NaN/Inf (``trainer.step.nan_check_step``)."""
         return self.rule.checks_loss(self.state.global_step)
 
     # ---- task entry points ---------------------------------------------------------------
@@ -235,7 +239,7 @@ class BaseTrainer:
                 return self.do_evaluate(reader_name, phase, self.state.global_step)
 
         export = None
-        if self.trainer_config["save_inference"] and self.is_writer:
+        if self.trainer_config["export"]["save_inference"] and self.is_writer:
             def export(folder: str) -> str:
                 return self.export_inference(folder, quiet=True)
         preflight(self.eval_readers(), first_batch, self.hooks.hooks, export)

@@ -50,7 +50,7 @@ BEST_DIR = "best"
 INDEX_FILE = "index.json"
 TOP_PREFIX = "top_"
 FORMAT = 2
-# Where checkpoints and exports go, by trainer.output_layout: (checkpoint folder, step-folder
+# Where checkpoints and exports go, by trainer.checkpoints.output_layout: (checkpoint folder, step-folder
 # prefix, export folder or "" for <checkpoint>/inference, export prefix)
 LAYOUTS = {"wenxin": ("checkpoints", "step_", "", ""),
            "erniekit": ("save_checkpoints", "checkpoints_step_", "save_inference_model", "inference_step_")}
@@ -95,7 +95,7 @@ def _refuse_older_format(folder: str) -> None:
     legacy = os.path.isfile(os.path.join(folder, "extra.pdstate"))
     if legacy and not os.path.isfile(os.path.join(folder, MANIFEST_FILE)):
         raise CheckpointError(f"{folder}: a checkpoint of an older wenxin (pickle files); it cannot be "
-                              f"resumed, but trainer.load_parameters can take its {LEGACY_MODEL_FILE}")
+                              f"resumed, but trainer.checkpoints.load_parameters can take its {LEGACY_MODEL_FILE}")
 
 
 def read_manifest(folder: str) -> Dict[str, Dict[str, Any]]:
@@ -231,9 +231,10 @@ def read_checkpoint(folder: str) -> Dict[str, Any]:
     """All parts of a checkpoint folder, after its checksums are verified."""
     verify(folder)
     if not has_optimizer_state(folder):
-        raise CheckpointError(f"{folder}: holds no optimizer state (trainer.keep_optimizer_state: latest keeps it "
+        raise CheckpointError(f"{folder}: holds no optimizer state (trainer.checkpoints.keep_optimizer_state: "
+                              f"latest keeps it "
                               f"only in the newest checkpoint), so a run cannot continue from it; "
-                              f"trainer.load_parameters starts a new run from its weights")
+                              f"trainer.checkpoints.load_parameters starts a new run from its weights")
     return {"model": load_arrays(os.path.join(folder, MODEL_FILE), "checkpoint model file"),
             "optimizer": load_state(folder, OPTIMIZER_STATE, "checkpoint optimizer state"),
             "extra": load_state(folder, EXTRA_STATE, "checkpoint extra state"),

@@ -95,10 +95,11 @@ class CheckpointManager:
 
     @classmethod
     def for_trainer(cls, cfg: Dict[str, Any]) -> "CheckpointManager":
-        """The manager of a ``trainer`` config section."""
-        return cls(cfg["output_path"], cfg["keep_checkpoint_max"], cfg.get("output_layout", "wenxin"),
-                   cfg.get("keep_optimizer_state", "all"), cfg.get("metric", ""), cfg.get("metric_mode", "max"),
-                   cfg.get("save_top_k", 0))
+        """The manager of a ``trainer`` config section: its output folder, its ``checkpoints``
+        group and the ``evaluation`` metric that ranks the top k."""
+        kept, evaluation = cfg["checkpoints"], cfg["evaluation"]
+        return cls(cfg["output_path"], kept["keep_checkpoint_max"], kept["output_layout"], kept["keep_optimizer_state"],
+                   evaluation["metric"], evaluation["metric_mode"], kept["save_top_k"])
 
     # ---- names -------------------------------------------------------------------------------
     def step_name(self, step: int) -> str:
@@ -157,7 +158,8 @@ class CheckpointManager:
             if problem is not None:
                 logger.warning("resume: skipping a damaged checkpoint: %s", problem)
             elif not has_optimizer_state(path):
-                logger.warning("resume: skipping %s: it holds no optimizer state (trainer.keep_optimizer_state: "
+                logger.warning("resume: skipping %s: it holds no optimizer state "
+                               "(trainer.checkpoints.keep_optimizer_state: "
                                "latest keeps it only in the newest checkpoint)", path)
             else:
                 return path

@@ -45,12 +45,13 @@ def prepare_output_path(cfg: Dict[str, Any], is_writer: bool = True) -> None:
             raise ConfigError(f"trainer.output_path: cannot create {path}: {e.strerror}") from None
         if not os.access(path, os.W_OK):
             raise ConfigError(f"trainer.output_path: folder is not writable: {path}")
-    manager = CheckpointManager.for_trainer(cfg)
-    if manager.has_checkpoints() and cfg["resume"] == "none" and not cfg["load_checkpoint"]:
+    manager, kept = CheckpointManager.for_trainer(cfg), cfg["checkpoints"]
+    if manager.has_checkpoints() and kept["resume"] == "none" and not kept["load_checkpoint"]:
         raise ConfigError(f"trainer.output_path: {path} already holds checkpoints of an earlier run; "
-                          f"to continue it set trainer.resume=auto (--set trainer.resume=auto); to start "
-                          f"afresh choose another output_path or move {path} away")
-    if is_writer and (cfg["resume"] != "none" or cfg["load_checkpoint"]):
+                          f"to continue it set trainer.checkpoints.resume=auto (--set "
+                          f"trainer.checkpoints.resume=auto); "
+                          f"to start afresh choose another output_path or move {path} away")
+    if is_writer and (kept["resume"] != "none" or kept["load_checkpoint"]):
         try:
             manager.recover()
         except OSError as e:
@@ -218,7 +219,7 @@ class Checkpointer:
     def load_initial_state(self) -> None:
         """Pretrained weights, then the checkpoint the run continues (if any); rank 0 writes the
         run's resolved config and vocabularies."""
-        cfg = self.config["trainer"]
+        cfg = self.config["trainer"]["checkpoints"]
         self._load_own_pretrained_weights()
         for entry in cfg["pre_train_model"]:
             self.load_pretrained(entry["params_path"], entry["prefix_map"])
@@ -272,7 +273,7 @@ class Checkpointer:
 
 def context_of(config: Dict[str, Any]) -> RunContext:
     """The run context of a trainer made without ``wenxin.runner.setup_environment`` (a script's
-    own): its task file, this process's rank, the checkpoint its ``trainer.resume`` keys name,
+    own): its task file, this process's rank, the checkpoint its ``trainer.checkpoints.resume`` keys name,
     and Paddle's CPU threads as they are."""
     rank = paddle_rank()
     prepare_output_path(config["trainer"], is_writer=rank == 0)  # before the checkpoint is chosen
@@ -281,31 +282,36 @@ def context_of(config: Dict[str, Any]) -> RunContext:
 
 
 def resume_checkpoint(cfg: Dict[str, Any]) -> Optional[str]:
-    """The checkpoint a run continues: ``load_checkpoint``; with ``resume: auto`` the newest
-    one in ``output_path`` whose checksums match (damaged ones are skipped with a warning); with
-    ``resume: best`` the best one, which must be whole and hold its optimizer state."""
-    if cfg["load_checkpoint"]:
-        ckpt.verify(cfg["load_checkpoint"])  # before its vocabularies are used
-        return cfg["load_checkpoint"]
-    if cfg["resume"] == "best":
+    """The checkpoint the run of the trainer section ``cfg`` continues: ``checkpoints.load_checkpoint``;
+    with ``resume: auto`` the newest one in ``output_path`` whose checksums match (damaged ones are
+    skipped with a warning); with ``resume: best`` the best one, which must be whole and hold its
+    optimizer state."""
+    kept = cfg["checkpoints"]
+    if kept["load_checkpoint"]:
+        ckpt.verify(kept["load_checkpoint"])  # before its vocabularies are used
+        return kept["load_checkpoint"]
+    if kept["resume"] == "best":
         manager = CheckpointManager.for_trainer(cfg)
         best = os.path.join(manager.root, ckpt.BEST_DIR)
         if not os.path.isdir(best):
-            raise CheckpointError(f"trainer.resume: best: there is no best checkpoint in {manager.root} (it is "
-                                  f"saved when the dev trainer.metric improves, with trainer.save_best)")
+            raise CheckpointError(f"trainer.checkpoints.resume: best: there is no best checkpoint in {manager.root} "
+                                  f"(it is saved when the dev trainer.evaluation.metric improves, with "
+                                  f"trainer.checkpoints.save_best)")
         problem = ckpt.is_valid(best)
         if problem is not None:
-            raise CheckpointError(f"trainer.resume: best: {problem}")
+            raise CheckpointError(f"trainer.checkpoints.resume: best: {problem}")
         if not ckpt.has_optimizer_state(best):
-            raise CheckpointError(f"trainer.resume: best: {best} holds no optimizer state, so a run cannot "
-                                  f"continue from it; keep it with trainer.keep_optimizer_state: latest_and_best "
-                                  f"(or all), or start a new run from its weights with trainer.load_parameters")
+            raise CheckpointError(f"trainer.checkpoints.resume: best: {best} holds no optimizer state, so a run "
+                                  f"cannot continue from it; keep it with trainer.checkpoints.keep_optimizer_state: "
+                                  f"latest_and_best (or all), or start a new run from its weights with "
+                                  f"trainer.checkpoints.load_parameters")
         return best
-    if cfg["resume"] == "auto":
+    if kept["resume"] == "auto":
         manager = CheckpointManager.for_trainer(cfg)
         latest = manager.latest()
         if latest is None and manager.has_checkpoints():  # never train over damaged results
-            raise CheckpointError(f"trainer.resume: no usable checkpoint in {manager.root}: every one is damaged, "
+            raise CheckpointError(f"trainer.checkpoints.resume: no usable checkpoint in {manager.root}: every "
+                                  f"one is damaged, "
                                   f"incomplete or without optimizer state (see the warnings); move them away "
                                   f"to start afresh")
         return latest

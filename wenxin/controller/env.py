@@ -13,7 +13,7 @@ from wenxin.common.paddle_support import require_gpu
 def setup_device(place_type: str) -> str:
     import paddle
     if place_type == "gpu":
-        require_gpu("trainer.PADDLE_PLACE_TYPE")
+        require_gpu("trainer.environment.PADDLE_PLACE_TYPE")
         device = f"gpu:{int(os.environ.get('FLAGS_selected_gpus', os.environ.get('PADDLE_LOCAL_RANK', '0')))}"
     else:
         device = "cpu"
@@ -23,7 +23,7 @@ def setup_device(place_type: str) -> str:
 
 def init_distributed(use_fleet: bool) -> None:
     """Initialize ``paddle.distributed.fleet`` (collective mode) when asked to
-    (``trainer.PADDLE_IS_FLEET``) or when launched by ``paddle.distributed.launch`` with more than
+    (``trainer.environment.PADDLE_IS_FLEET``) or when launched by ``paddle.distributed.launch`` with more than
     one process."""
     if use_fleet or int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
         from paddle.distributed import fleet

@@ -79,7 +79,7 @@ class Evaluator:
         ranks: this process among the run's processes (each evaluates its shard).
         state: the run's progress (its step goes into the outputs' meta information; a stop
             signal it records ends an evaluation).
-        batch_size: ``trainer.eval_batch_size`` (0: each reader's own batch size).
+        batch_size: ``trainer.evaluation.eval_batch_size`` (0: each reader's own batch size).
         show_progress: whether a progress bar shows (else progress lines are logged).
     """
 

@@ -42,7 +42,7 @@ def resolve_params_file(path: str) -> str:
 
 
 def load_pretrained_params(path: str, model_names: Iterable[str]) -> Tuple[Dict[str, Any], str, str]:
-    """Parameters of ``trainer.pre_train_model[].params_path`` under the model's names.
+    """Parameters of ``trainer.checkpoints.pre_train_model[].params_path`` under the model's names.
 
     ``path`` is a wenxin checkpoint folder or params file, a PaddleNLP model folder, an ERNIE-kit
     ``<model>_dir`` or its ``params`` (folder or file). ERNIE/BERT names are renamed to

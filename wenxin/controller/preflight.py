@@ -59,5 +59,5 @@ def _check_export(export: Callable[[str], Any], folder: str) -> None:
     except (WenxinError, KeyboardInterrupt):
         raise
     except Exception as e:  # noqa: BLE001 (Paddle's exporters raise many types)
-        raise ConfigError(f"trainer.save_inference: exporting this model fails ({type(e).__name__}: "
+        raise ConfigError(f"trainer.export.save_inference: exporting this model fails ({type(e).__name__}: "
                           f"{first_line(e)})") from None

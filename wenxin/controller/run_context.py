@@ -18,7 +18,7 @@ class ThreadChoice:
 
     count: int
     reason: str  # for the log: where the count came from
-    automatic: bool  # ``trainer.cpu_threads: 0`` and no user OMP_NUM_THREADS: fitted to the model
+    automatic: bool  # ``trainer.environment.cpu_threads: 0`` and no user OMP_NUM_THREADS: fitted to the model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +26,7 @@ class RunContext:
     """Where one training process stands (see the module docstring)."""
 
     source: str = ""  # the task file (its folder is searched for the task package)
-    translations: Tuple[str, ...] = ()  # what translating an ERNIE-kit file changed, one note each
+    translations: Tuple[str, ...] = ()  # what translating the task file changed, one note each
     cpu_threads: Optional[ThreadChoice] = None  # None: not on a CPU, or Paddle's own setting stands
     resume_from: Optional[str] = None  # the checkpoint this run continues, None for a fresh start
     rank: int = 0

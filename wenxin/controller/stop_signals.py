@@ -26,7 +26,8 @@ def stop_signals_caught(state: TrainState) -> Iterator[None]:
         if state.interrupted:
             raise KeyboardInterrupt(f"second {name} while stopping")
         state.interrupted = state.should_stop = True
-        state.stop_reason = f"received {name}: checkpoint saved at the current step; continue with trainer.resume=auto"
+        state.stop_reason = (f"received {name}: checkpoint saved at the current step; continue with "
+                             f"trainer.checkpoints.resume=auto")
         logger.warning("received %s: stopping after this step", name)
 
     if threading.current_thread() is threading.main_thread():

@@ -10,6 +10,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from wenxin.controller import checkpoint as ckpt
 from wenxin.common.constants import METRICS_FILE
 
+# overrides that choose the checkpoint a run starts from, left out of the command that resumes it
+RESUME_OVERRIDES = tuple(f"trainer.{path}=" for path in ("resume", "load_checkpoint", "checkpoints.resume",
+                                                         "checkpoints.load_checkpoint"))
+
 
 def _records(path: str) -> List[Dict[str, Any]]:
     records = []
@@ -39,10 +43,10 @@ def result_metrics(metrics_file: str, step: int, metric: str) -> str:
 def result_checkpoint(trainer: Any) -> Tuple[Optional[str], int, str]:
     """The checkpoint a finished run's result is, its step, and why: the best one where the run
     loaded it at the end (``load_best_at_end``), else the newest (None if it saved none)."""
-    cfg, state, checkpoints = trainer.trainer_config, trainer.state, trainer.checkpoints
+    evaluation, state, checkpoints = trainer.trainer_config["evaluation"], trainer.state, trainer.checkpoints
     best = os.path.join(checkpoints.root, ckpt.BEST_DIR)
-    if state.best_step >= 0 and cfg["load_best_at_end"] and os.path.isdir(best):
-        return best, state.best_step, f"best dev {cfg['metric']}"
+    if state.best_step >= 0 and evaluation["load_best_at_end"] and os.path.isdir(best):
+        return best, state.best_step, f"best dev {evaluation['metric']}"
     return checkpoints.latest(), state.global_step, "final"
 
 
@@ -53,20 +57,20 @@ def run_summary(trainer: Any, param_path: str, overrides: Sequence[str] = ()) ->
     output = cfg["output_path"]
     result, step, why = result_checkpoint(trainer)
     task = shlex.quote(param_path) + "".join(f" --set {shlex.quote(o)}" for o in overrides)
-    kept = [o for o in overrides if not o.strip().startswith(("trainer.resume=", "trainer.load_checkpoint="))]
+    kept = [o for o in overrides if not o.strip().startswith(RESUME_OVERRIDES)]
     resume_task = shlex.quote(param_path) + "".join(f" --set {shlex.quote(o)}" for o in kept)
     lines = []
     if state.interrupted:
         lines.append(f"stopped at step {state.global_step} of {state.max_steps} after saving a checkpoint; "
-                     f"resume: wenxin train --param_path {resume_task} --set trainer.resume=auto")
+                     f"resume: wenxin train --param_path {resume_task} --set trainer.checkpoints.resume=auto")
     else:
         lines.append(f"done: step {state.global_step} of {state.max_steps}")
     if result is None:
         return lines + [f"outputs: {output}"]
-    scores = result_metrics(os.path.join(output, METRICS_FILE), step, cfg["metric"])
+    scores = result_metrics(os.path.join(output, METRICS_FILE), step, cfg["evaluation"]["metric"])
     lines.append(f"result: {result} (step {step}, {why}{'; ' + scores if scores else ''})")
     where = [f"checkpoints {checkpoints.root}", f"logs {os.path.join(output, 'logs')} (train.log, metrics.jsonl)"]
-    if cfg["visualdl"]:
+    if cfg["logging"]["visualdl"]:
         vdl = os.path.join(output, "vdl")
         where.append(f"VisualDL {vdl} (visualdl --logdir {shlex.quote(vdl)})")
     inference = checkpoints.export_folder(os.path.basename(result), result)

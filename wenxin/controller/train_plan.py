@@ -1,10 +1,10 @@
 """The training data of a run and how many steps it makes: the sampler and loader of the
 train reader, and the steps per epoch, epochs and total steps that ``trainer.epoch`` or
-``trainer.max_steps`` and ``trainer.gradient_accumulation_steps`` give."""
+``trainer.max_steps`` and ``trainer.step.gradient_accumulation_steps`` give."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Iterator, List
+from typing import Iterator, List
 
 from wenxin.common.errors import ConfigError, DataError, WenxinError
 from wenxin.common.process import describe_failure
@@ -25,35 +25,37 @@ class TrainData:
     accumulate: int
 
 
-def train_data(reader: BasicDataSetReader, cfg: Dict[str, Any], ranks: Ranks, numpy_batches: bool) -> TrainData:
-    """The sampler (this rank's shard where the reader distributes its data) and loader of the
-    train ``reader`` for the trainer section ``cfg``."""
+def train_data(reader: BasicDataSetReader, seed: int, accumulate: int, ranks: Ranks,
+               numpy_batches: bool) -> TrainData:
+    """The sampler (this rank's shard where the reader distributes its data, shuffled by ``seed``)
+    and loader of the train ``reader``, ``accumulate`` batches an optimizer step."""
     rc = reader.reader_config
     distribute = rc["need_data_distribute"] and ranks.world_size > 1
-    sampler = reader.make_sampler(rc["batch_size"], rc["shuffle"], cfg["seed"],
+    sampler = reader.make_sampler(rc["batch_size"], rc["shuffle"], seed,
                                   rank=ranks.rank if distribute else 0,
                                   num_replicas=ranks.world_size if distribute else 1,
                                   bucket_batches=rc["bucket_batches"])
-    return TrainData(sampler, reader.make_loader(sampler, numpy_batches), cfg["gradient_accumulation_steps"])
+    return TrainData(sampler, reader.make_loader(sampler, numpy_batches), accumulate)
 
 
-def plan_steps(state: TrainState, data: TrainData, cfg: Dict[str, Any], reader_names: List[str]) -> None:
-    """Set ``state``'s steps per epoch, epochs and total steps; check that the evaluated
-    readers are among ``reader_names``."""
+def plan_steps(state: TrainState, data: TrainData, epochs: int, max_steps: int, evaluated: List[str],
+               reader_names: List[str]) -> None:
+    """Set ``state``'s steps per epoch, epochs and total steps (``max_steps`` > 0 wins over
+    ``epochs``); check that the ``evaluated`` readers are among ``reader_names``."""
     steps_per_epoch = len(data.sampler) // data.accumulate
     if steps_per_epoch == 0:
-        raise ConfigError(f"trainer.gradient_accumulation_steps: {data.accumulate} is more than the "
+        raise ConfigError(f"trainer.step.gradient_accumulation_steps: {data.accumulate} is more than the "
                           f"{len(data.sampler)} batches of one epoch")
     state.steps_per_epoch = steps_per_epoch
-    if cfg["max_steps"] > 0:
-        state.max_steps = cfg["max_steps"]
+    if max_steps > 0:
+        state.max_steps = max_steps
         state.num_epochs = -(-state.max_steps // steps_per_epoch)
     else:
-        state.num_epochs = cfg["epoch"]
-        state.max_steps = cfg["epoch"] * steps_per_epoch
+        state.num_epochs = epochs
+        state.max_steps = epochs * steps_per_epoch
     for name, flag in EVAL_FLAGS:
-        if cfg[flag] and name not in reader_names:
-            raise ConfigError(f"trainer.{flag}: set, but dataset_reader.{name} is not configured")
+        if name in evaluated and name not in reader_names:
+            raise ConfigError(f"trainer.evaluation.{flag}: set, but dataset_reader.{name} is not configured")
 
 
 def next_batches(batches: Iterator[Batch], count: int) -> List[Batch]:

@@ -124,7 +124,7 @@ def where_exports_are(path: str, nearby: Optional[Tuple[str, List[str]]] = None)
     near, found = nearby or exports_near(path)
     if found:
         return f"exported models under {near}: {', '.join(found)}"
-    return f"no exported model under {near} (export one with wenxin export, or set trainer.save_inference)"
+    return f"no exported model under {near} (export one with wenxin export, or set trainer.export.save_inference)"
 
 
 def inference_folder(path: str, key: str = "--model_dir") -> str:

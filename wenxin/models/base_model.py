@@ -58,7 +58,7 @@ class BaseModel(paddle.nn.Layer):
     def own_pretrained_weights(self) -> Optional[Tuple[str, Dict[str, Any]]]:
         """Weights the model brings from its own pretrained folder (e.g. a decoder's
         ``model.model_dir``), as ``(where they come from, arrays by parameter name)``; the trainer
-        loads them once the parameters exist in either graph mode, before ``trainer.pre_train_model``
+        loads them once the parameters exist in either graph mode, before ``trainer.checkpoints.pre_train_model``
         and before a resumed checkpoint. None (the default): nothing of its own."""
         return None
 
@@ -85,7 +85,7 @@ class BaseModel(paddle.nn.Layer):
         return {}
 
     def enable_recompute(self, key: str) -> None:
-        """Turn gradient checkpointing on (``trainer.recompute``); ``key`` names the setting in
+        """Turn gradient checkpointing on (``trainer.step.recompute``); ``key`` names the setting in
         errors. Models that offer it override this."""
         raise ConfigError(f"{key}: {type(self).__name__} does not offer recompute (gradient checkpointing)")
 

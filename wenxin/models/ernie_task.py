@@ -17,7 +17,8 @@ from wenxin.models.ernie import ErnieConfig, ErnieEncoder
 ENCODER_KEYS = {
     "pretrained": path_key("", doc="a PaddleNLP or ERNIE-kit model folder, or a model's name found in the PaddleNLP, "
                                    "AI Studio or Hugging Face Hub cache: fills encoder_config, "
-                                   "trainer.pre_train_model and the ERNIE text fields' vocab_path where they are "
+                                   "trainer.checkpoints.pre_train_model and the ERNIE text fields' vocab_path "
+                                   "where they are "
                                    "not set"),
     "pretrained_download": Key(bool, False, doc="model.pretrained may name an <org>/<name> of the Hugging Face Hub "
                                                 "that is downloaded (huggingface_hub, into its cache; "

@@ -23,12 +23,13 @@ from wenxin.config.task_config import source_of
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import REQUIRED, Key, Schema
 from wenxin.config.task_schema import MODEL_BASE, ROOT
+from wenxin.config.trainer_schema import canonical_path
 
 DEFAULT_KEYS = ("model.optimization.learning_rate", "model.optimization.optimizer",
                 "model.optimization.lr_scheduler", "model.optimization.warmup_proportion",
                 "model.optimization.weight_decay", "trainer.epoch", "dataset_reader.train_reader.config.batch_size",
-                "model.is_dygraph", "trainer.eval_step", "trainer.save_model_step", "trainer.train_log_step",
-                "trainer.hooks", "trainer.visualdl")
+                "model.is_dygraph", "trainer.evaluation.eval_step", "trainer.checkpoints.save_model_step",
+                "trainer.logging.train_log_step", "trainer.hooks", "trainer.logging.visualdl")
 REGISTERED = {"model.type": RegisterSet.models, "model.optimization.optimizer": RegisterSet.optimizers,
               "model.optimization.lr_scheduler": RegisterSet.lr_schedulers}
 HOOK_KEYS = {"trainer.hooks"}
@@ -42,6 +43,12 @@ def checkable_hooks(scope: Optional[str]) -> List[str]:
     from wenxin.controller.hooks import DEFAULT_HOOKS
     always = {cls.__name__ for cls in DEFAULT_HOOKS} | SETTING_HOOKS
     return sorted(name for name in RegisterSet.hooks.names(scope) if name not in always)
+
+
+def canonical_key(path: str) -> str:
+    """A form's key path with a flat trainer key in its group (a task file's ``studio.form`` or an
+    older run's overrides may name ``trainer.save_model_step``)."""
+    return ".".join(canonical_path(path.split(".")))
 
 
 def _schema_key(path: str, model_schema: Schema) -> Optional[Key]:
@@ -80,7 +87,7 @@ def form_fields(config: Dict[str, Any], model_schema: Schema, scope: Optional[st
     """The form of a resolved task config: one dict a control (``key``, ``control``: select /
     checkbox / number / text / path / hooks, ``value``, ``help``, and ``choices``, ``min``, ``max``,
     ``step`` where they apply). ``keys`` default to the task's ``studio.form`` or ``DEFAULT_KEYS``."""
-    wanted = list(keys) or list(config.get("studio", {}).get("form") or DEFAULT_KEYS)
+    wanted = [canonical_key(path) for path in list(keys) or list(config.get("studio", {}).get("form") or DEFAULT_KEYS)]
     explicit = bool(keys) or bool(config.get("studio", {}).get("form"))
     fields = []
     for path in wanted:
@@ -116,7 +123,9 @@ def form_fields(config: Dict[str, Any], model_schema: Schema, scope: Optional[st
 def overrides_from_form(fields: List[Dict[str, Any]], values: Dict[str, Any], root: str) -> Dict[str, Any]:
     """The overrides (key path -> value) of a submitted form: only the shown keys, and only those
     whose value differs from the task file's. Values are checked against their control; raises
-    ``ConfigError`` naming the key."""
+    ``ConfigError`` naming the key. A flat trainer key (an older page's, a script's) means the
+    key in its group."""
+    values = {canonical_key(key) if isinstance(key, str) else key: value for key, value in values.items()}
     by_key = {field["key"]: field for field in fields}
     unknown = sorted(set(values) - set(by_key))
     if unknown:

@@ -36,7 +36,7 @@ def command_words(kind: str, task: str, overrides: Dict[str, Any], folder: str, 
     if folder:
         words += ["--set", f"trainer.output_path={os.path.join(folder, 'output')}"]
         if kind == "train":
-            words += ["--set", "trainer.resume=auto"]
+            words += ["--set", "trainer.checkpoints.resume=auto"]
     return words
 
 

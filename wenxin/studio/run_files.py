@@ -167,7 +167,8 @@ def trackers(run_folder: str, root: str) -> List[Dict[str, str]]:
     output = output_folder(run_folder)
     found: List[Dict[str, str]] = []
     vdl = os.path.join(output, "vdl")
-    if trainer.get("visualdl", True) and os.path.isdir(vdl):
+    # the run's config.json: grouped keys, or flat ones where an older wenxin wrote it
+    if trainer.get("logging", trainer).get("visualdl", True) and os.path.isdir(vdl):
         found.append({"name": "VisualDL", "open": f"visualdl --logdir {vdl}", "view": "visualdl", "logdir": vdl})
     for hook in trainer.get("hooks", []):
         kind, params = hook.get("type"), hook.get("params", {}) or {}

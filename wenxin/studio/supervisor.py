@@ -2,7 +2,7 @@
 runs' keepers (``wenxin.studio.keeper``).
 
 Each run is an ordinary command (``python -m wenxin.cli train --param_path TASK --set KEY=VALUE
-... --set trainer.output_path=FOLDER/output --set trainer.resume=auto``) given as an argument list:
+... --set trainer.output_path=FOLDER/output --set trainer.checkpoints.resume=auto``) given as an argument list:
 no shell ever reads a user's value. The supervisor starts a keeper for each queued run while fewer
 than ``max_runs`` are active; each run gets ``cores // max_runs`` of the machine's cores
 (``WENXIN_CPU_SHARE``, as a sweep shares them out). Keepers run in sessions of their own, so runs

@@ -6,39 +6,22 @@ import json
 import os
 import shutil
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, WenxinError
 from wenxin.studio import forms, readiness, run_files, trying
-from wenxin.studio.i18n import Notice, NoticedError, notice
+from wenxin.studio.i18n import notice
 from wenxin.studio.machine import process_use
 from wenxin.studio.run_commands import PREPARE, display_command, override_text, run_command, slug
 from wenxin.studio.store import ACTIVE, DEFAULT_BACKOFF, RUNNING, RUNS_DIR, STATE_DIR, Store
+from wenxin.studio.studio_error import StudioError
 from wenxin.studio.supervisor import Supervisor
+from wenxin.studio.task_files import TaskFiles
 from wenxin.studio.viewers import VIEWER_KINDS, ViewerPool, installed, view_prefix
 
-SKIPPED_DIRS = {RUNS_DIR, STATE_DIR, "output", "node_modules", "site-packages", "__pycache__", "venv", ".venv",
-                "data", "vocab", "checkpoints", "dict"}
-MAX_LISTED_FILES = 500
-MAX_TASK_FILE_BYTES = 1024 * 1024
 MAX_NAME = 80
 MAX_TEXTS = 32
 MAX_TEXT_CHARS = 4096
-
-
-class StudioError(Exception):
-    """A request the studio refuses: its status and one line saying why (a :class:`Notice` when
-    the page shows it, so that it is said in the reader's language)."""
-
-    def __init__(self, status: int, message: Union[str, Notice]) -> None:
-        super().__init__(message.english() if isinstance(message, Notice) else message)
-        self.status = status
-        self.notice = message if isinstance(message, Notice) else None
-
-    @classmethod
-    def refused(cls, status: int, e: Exception) -> "StudioError":
-        """``e`` (a ``ValueError`` of a part below) as a refusal, its notice kept."""
-        return cls(status, e.notice if isinstance(e, NoticedError) else str(e))
 
 
 class Studio:
@@ -54,6 +37,7 @@ class Studio:
         self.restart_backoff = list(restart_backoff)
         self.models = trying.ModelShelf()
         self.viewers = ViewerPool(os.path.join(self.root, STATE_DIR))
+        self.tasks = TaskFiles(self.root)
 
     def close(self) -> None:
         """Stop the viewers and the supervisor (the runs' keepers go on)."""
@@ -61,89 +45,17 @@ class Studio:
         self.models.close()
         self.supervisor.close()
 
-    # ---- task and sweep files ----
-    def list_files(self) -> Dict[str, List[str]]:
-        """Task files and sweep files under the root (a JSON/YAML file with a ``task`` and a
-        ``dataset_reader``, or an ERNIE-kit task file; a sweep file has ``parameters``)."""
-        from wenxin.translation.erniekit import is_erniekit
-        from wenxin.translation.erniekit_infer import is_erniekit_infer
-        tasks: List[str] = []
-        sweeps: List[str] = []
-        for folder, dirs, files in os.walk(self.root):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
-            if folder[len(self.root):].count(os.sep) >= 4:
-                dirs[:] = []
-            for name in sorted(files):
-                if not name.endswith((".json", ".yaml", ".yml")) or len(tasks) + len(sweeps) >= MAX_LISTED_FILES:
-                    continue
-                path = os.path.join(folder, name)
-                if not self.under_root(path):  # a link out of the root
-                    continue
-                data = self._parse(path)
-                rel = os.path.relpath(path, self.root)
-                if isinstance(data, dict) and (("task" in data and "dataset_reader" in data)
-                                               or (is_erniekit(data) and not is_erniekit_infer(data))):
-                    tasks.append(rel)
-                elif isinstance(data, dict) and isinstance(data.get("parameters"), dict):
-                    sweeps.append(rel)
-        return {"tasks": tasks, "sweeps": sweeps}
-
-    @staticmethod
-    def _parse(path: str) -> Any:
-        try:
-            if os.path.getsize(path) > MAX_TASK_FILE_BYTES:
-                return None
-            from wenxin.config.document import read_document
-            return read_document(path)
-        except (OSError, WenxinError, ValueError):
-            return None
-
-    def task_path(self, rel: Any) -> str:
-        return self.file_under_root(rel, "task")
-
-    def file_under_root(self, rel: Any, what: str) -> str:
-        """The real path of the file ``rel`` names (relative to the root), which must lie inside
-        it; a ``StudioError`` naming ``what`` otherwise."""
-        if not isinstance(rel, str) or not rel:
-            raise StudioError(400, f"{what}: name a file inside the root")
-        try:
-            path = forms.inside_root(self.root, rel, what)
-        except ConfigError as e:
-            raise StudioError(400, str(e)) from None
-        if not os.path.isfile(path):
-            raise StudioError(404, f"{what}: {rel!r} is not a file under the root")
-        return path
-
-    def form(self, rel: Any) -> Dict[str, Any]:
-        """The launch form of a task file: its fields and the command it runs as it is."""
-        path = self.task_path(rel)
-        config, model_schema, scope = self._load(path, [])
-        fields = forms.form_fields(config, model_schema, scope)
-        return {"task": os.path.relpath(path, self.root), "fields": fields,
-                "command": display_command("train", os.path.relpath(path, self.root), {}, "")}
-
-    @staticmethod
-    def _load(path: str, overrides: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], Optional[str]]:
-        from wenxin.config.loader import load_config
-        from wenxin.config.task_check import resolve_task
-        try:
-            config = load_config(path, overrides)
-            classes = resolve_task(config)
-        except WenxinError as e:
-            raise StudioError(400, str(e)) from None
-        return config, classes.model_cls.config_schema, classes.scope
-
     # ---- launching ----
     def launch(self, body: Dict[str, Any], source: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """Queue a run of a task file (or a sweep, with ``sweep``) with the form's ``values``;
         returns its id and command. The values are checked against the form, and the task with
         them against the schema, before anything is queued."""
         task_rel = source["task_path"] if source else body.get("task")
-        path = self.task_path(task_rel)
+        path = self.tasks.task_path(task_rel)
         values = body.get("values", {})
         if not isinstance(values, dict):
             raise StudioError(400, "values: expected an object of key path -> value")
-        config, model_schema, scope = self._load(path, [])
+        config, model_schema, scope = self.tasks.load(path, [])
         fields = forms.form_fields(config, model_schema, scope)
         try:
             overrides = forms.overrides_from_form(fields, values, self.root)
@@ -151,11 +63,12 @@ class Studio:
             raise StudioError(400, str(e)) from None
         if source:  # the clone keeps the source's values of keys the form does not show
             shown = {field["key"] for field in fields}
-            overrides = {**{k: v for k, v in source["overrides"].items() if k not in shown}, **overrides}
+            kept = {forms.canonical_key(k): v for k, v in source["overrides"].items()}  # an older run's: flat
+            overrides = {**{k: v for k, v in kept.items() if k not in shown}, **overrides}
         settings = [override_text(key, value) for key, value in overrides.items()]
-        self._load(path, settings)  # the task with these values must load, before it is queued
+        self.tasks.load(path, settings)  # the task with these values must load, before it is queued
         sweep_rel = source["sweep_path"] if source else body.get("sweep") or ""
-        sweep_path = self.file_under_root(sweep_rel, "sweep") if sweep_rel else ""
+        sweep_path = self.tasks.file_under_root(sweep_rel, "sweep") if sweep_rel else ""
         name = body.get("name") or os.path.splitext(os.path.basename(path))[0]
         if not isinstance(name, str) or len(name) > MAX_NAME or not name.strip():
             raise StudioError(400, notice("notice.name_length", most=MAX_NAME))
@@ -172,30 +85,9 @@ class Studio:
                                                           folder, os.path.relpath(sweep_path, self.root)
                                                           if sweep_path else "")}
 
-    # ---- what can run, and preparing what cannot ----
-    def task_status(self) -> Dict[str, Dict[str, Any]]:
-        """For each task file: whether it loads as it is (``ready``), its problems, the inputs
-        missing, the preparation script that makes them, and a one-line description."""
-        from wenxin.config.loader import load_config
-        from wenxin.config.task_check import resolve_task
-        scripts = list(readiness.preparation_scripts(self.root, SKIPPED_DIRS))
-        status: Dict[str, Dict[str, Any]] = {}
-        for rel in self.list_files()["tasks"]:
-            path = os.path.join(self.root, rel)
-            problems: List[str] = []
-            try:
-                resolve_task(load_config(path, []))
-            except WenxinError as e:
-                problems = list(e.problems)
-            missing = readiness.missing_inputs(problems)
-            status[rel] = {"ready": not problems, "problems": problems[:8], "missing": missing,
-                           "prepare": readiness.script_for(self.root, missing, scripts) if missing else None,
-                           "description": readiness.describe(self._parse(path))}
-        return status
-
     def prepare(self, body: Dict[str, Any]) -> Dict[str, Any]:
         """Run a preparation script (``prepare_*.py`` under the root) as a job the studio watches."""
-        script = self.file_under_root(body.get("script"), "script")
+        script = self.tasks.file_under_root(body.get("script"), "script")
         rel = os.path.relpath(script, self.root)
         if not readiness.SCRIPT_PATTERN.match(os.path.basename(script)):
             raise StudioError(400, f"script: {rel!r} is not a preparation script (prepare_*.py)")
@@ -206,45 +98,6 @@ class Studio:
         self.store.set_folder_and_command(run_id, folder, [sys.executable, script])
         self.supervisor.wake()
         return {"id": run_id, "command": display_command(PREPARE, rel, {}, folder)}
-
-    def preview(self, rel: Any) -> Dict[str, Any]:
-        """The task's data at a glance, as ``wenxin inspect`` shows it: each reader's examples,
-        first rows, label counts and token lengths."""
-        from wenxin.inspection import inspect_readers
-        path = self.task_path(rel)
-        config, _, _ = self._load(path, [])
-        try:
-            return {"task": os.path.relpath(path, self.root), "readers": inspect_readers(config, samples=5)}
-        except WenxinError as e:
-            raise StudioError(400, str(e)) from None
-
-    def check_values(self, body: Dict[str, Any]) -> Dict[str, Any]:
-        """The command a form's values would run, and each value's problem by its key (the page
-        shows it beside the field) while the values are being edited."""
-        path = self.task_path(body.get("task"))
-        values = body.get("values", {})
-        if not isinstance(values, dict):
-            raise StudioError(400, "values: expected an object of key path -> value")
-        config, model_schema, scope = self._load(path, [])
-        fields = forms.form_fields(config, model_schema, scope)
-        errors: Dict[str, str] = {}
-        overrides: Dict[str, Any] = {}
-        for key, value in values.items():
-            try:
-                overrides.update(forms.overrides_from_form(fields, {key: value}, self.root))
-            except ConfigError as e:
-                errors[key] = str(e)
-        if not errors:
-            from wenxin.config.loader import load_config
-            from wenxin.config.task_check import resolve_task
-            try:
-                resolve_task(load_config(path, [override_text(k, v) for k, v in overrides.items()]))
-            except WenxinError as e:
-                for problem in e.problems:
-                    key = problem.split(":", 1)[0].strip()
-                    errors.setdefault(key if key in values else "", problem)
-        return {"command": display_command("train", os.path.relpath(path, self.root), overrides, ""),
-                "errors": errors}
 
     # ---- watching ----
     def run_or_404(self, run_id: int) -> Dict[str, Any]:
@@ -300,13 +153,9 @@ class Studio:
         found = run_files.trackers(folder, self.root)
         for tracker in found:
             kind = tracker.get("view", "")
-            if kind and installed(kind) and self.under_root(tracker["logdir"]):
+            if kind and installed(kind) and self.tasks.under_root(tracker["logdir"]):
                 tracker["url"] = view_prefix(run_id, kind) + "/"
         return found
-
-    def under_root(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        return os.path.commonpath([self.root, real]) == self.root
 
     def viewer_logdir(self, run_id: int, kind: str) -> str:
         """The folder the run's ``kind`` viewer reads; a ``StudioError`` when the run has none."""
@@ -316,7 +165,7 @@ class Studio:
         name = VIEWER_KINDS[kind].name
         for tracker in run_files.trackers(self.folder(run), self.root):
             if tracker.get("view") == kind:
-                if not self.under_root(tracker["logdir"]):
+                if not self.tasks.under_root(tracker["logdir"]):
                     raise StudioError(403, f"{name}: the run's records ({tracker['logdir']}) lie outside the root")
                 if not installed(kind):
                     raise StudioError(404, f"{name} is not installed here (pip install {VIEWER_KINDS[kind].module})")
@@ -327,7 +176,7 @@ class Studio:
 
     def _sweep_output(self, run: Dict[str, Any]) -> str:
         """Where a sweep file with its own ``output`` writes (relative to the root), else ""."""
-        spec = self._parse(os.path.join(self.root, run["sweep_path"]))
+        spec = self.tasks.parse(os.path.join(self.root, run["sweep_path"]))
         output = spec.get("output") if isinstance(spec, dict) else None
         return os.path.join(self.root, output) if isinstance(output, str) and output else ""
 

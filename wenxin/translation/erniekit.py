@@ -114,11 +114,12 @@ def translate(raw: Dict[str, Any], source: str = "") -> Tuple[Dict[str, Any], Li
         if job in ("sequence_labeling", "entity_relation_extraction", "entity_attribute_extraction") \
                 and "metric" not in trainer:
             trainer["metric"] = "f1"
-            notes.append("trainer.metric: 'f1' (F1 picks the best model, as ERNIE-kit reports it)")
+            notes.append("trainer.evaluation.metric: 'f1' (F1 picks the best model, as ERNIE-kit reports it)")
         if job == "text_generation" and "metric" not in trainer:
             trainer["metric"] = "bleu4"
-            notes.append("trainer.metric: 'bleu4' (BLEU-4 picks the best model, as ERNIE-kit reports it)")
-        notes.append("trainer.output_layout: erniekit (checkpoints in save_checkpoints/checkpoints_step_<N>, "
+            notes.append("trainer.evaluation.metric: 'bleu4' (BLEU-4 picks the best model, as ERNIE-kit reports it)")
+        notes.append("trainer.checkpoints.output_layout: erniekit (checkpoints in "
+                     "save_checkpoints/checkpoints_step_<N>, "
                      "an inference model in save_inference_model/inference_step_<N> at every save)")
     train = (config.get("dataset_reader") or {}).get("train_reader") or {}
     if job == "text_generation" and isinstance(config.get("model"), dict):
@@ -147,7 +148,7 @@ def _translate_trainer(trainer: Dict[str, Any], notes: List[str], problems: Prob
         notes.append("trainer.ramdom_seed -> trainer.seed")
     if "save_inference_model" in trainer:
         trainer["save_inference"] = bool(trainer.pop("save_inference_model"))
-        notes.append("trainer.save_inference_model -> trainer.save_inference")
+        notes.append("trainer.save_inference_model -> trainer.export.save_inference")
     for key in IGNORED_TRAINER_KEYS:
         if key in trainer:
             value = trainer.pop(key)

@@ -13,7 +13,7 @@ around each checkpoint. Hooks with a lower priority number run first (as in mmen
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
 
 import numpy as np
 
@@ -128,13 +128,15 @@ class HookBase:
 
 
 class IntervalHook(HookBase):
-    """Calls ``trigger()`` every ``trainer.<interval_key>`` steps, or at each epoch end when that
-    key is 0 (the Wenxin convention for ``eval_step`` and ``save_model_step``)."""
+    """Calls ``trigger()`` every ``trainer.<group>.<key>`` steps (``interval_key``: the group and
+    the key), or at each epoch end when that key is 0 (the Wenxin convention for ``eval_step`` and
+    ``save_model_step``)."""
 
-    interval_key: str = ""
+    interval_key: Tuple[str, str] = ("", "")
 
     def before_train(self) -> None:
-        self.every: int = self.trainer.trainer_config[self.interval_key]
+        group, key = self.interval_key
+        self.every: int = self.trainer.trainer_config[group][key]
 
     def trigger(self) -> None:
         raise NotImplementedError

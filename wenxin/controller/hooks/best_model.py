@@ -1,4 +1,4 @@
-"""Reload the best checkpoint's weights when training ends (``trainer.load_best_at_end``)."""
+"""Reload the best checkpoint's weights when training ends (``trainer.evaluation.load_best_at_end``)."""
 from __future__ import annotations
 
 import logging
@@ -16,7 +16,7 @@ logger = logging.getLogger("wenxin")
 @RegisterSet.hooks.register("LoadBestModelHook")
 class LoadBestModelHook(HookBase):
     """After the final checkpoint is written, loads the parameters of ``checkpoints/best`` (the
-    best dev ``trainer.metric``) into the model and evaluates dev/test again, logged as
+    best dev ``trainer.evaluation.metric``) into the model and evaluates dev/test again, logged as
     ``best_dev``/``best_test``; ``do_train`` then returns these metrics and the model in memory
     is the selected one."""
 
@@ -30,7 +30,7 @@ class LoadBestModelHook(HookBase):
         params = parameters.load_model_params(folder, "best checkpoint model file")
         trainer.restore_model_params(params, folder)
         logger.info("loaded the best checkpoint (step %d, dev %s %.6g) from %s", state.best_step,
-                    trainer.trainer_config["metric"], state.best_metric, folder)
+                    trainer.trainer_config["evaluation"]["metric"], state.best_metric, folder)
         try:
             for name in trainer.eval_readers():
                 trainer.evaluate(name, tag=f"best_{name.replace('_reader', '')}", run_hooks=False,

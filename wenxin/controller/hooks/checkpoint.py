@@ -17,7 +17,7 @@ logger = logging.getLogger("wenxin")
 class CheckpointHook(IntervalHook):
     """Saves ``step_<N>`` every ``save_model_step`` steps (or at each epoch end when it is 0) and
     at the end of training, keeping the newest ``keep_checkpoint_max``; saves ``best`` whenever the
-    dev metric ``trainer.metric`` improves (direction ``trainer.metric_mode``), and with
+    dev metric ``trainer.evaluation.metric`` improves (direction ``trainer.evaluation.metric_mode``), and with
     ``save_top_k: k`` keeps the k best evaluations as ``top_step_<N>`` (ties: the earlier step).
 
     The top k are read from the folders themselves (each holds its dev metrics), so they need no
@@ -25,7 +25,7 @@ class CheckpointHook(IntervalHook):
     steps, and the run writes them again when it gets there."""
 
     priority = Priority.LOW
-    interval_key = "save_model_step"
+    interval_key = ("checkpoints", "save_model_step")
 
     def state_dict(self) -> Optional[Dict[str, Any]]:
         return None
@@ -48,24 +48,26 @@ class CheckpointHook(IntervalHook):
 
     def check_metrics(self, reader_name: str, metrics: Dict[str, float]) -> None:
         cfg = self.trainer.trainer_config
-        if reader_name == "dev_reader" and cfg["save_best"] and cfg["metric"] not in metrics:
-            raise ConfigError(f"trainer.metric: '{cfg['metric']}' is not a dev metric; "
+        metric = cfg["evaluation"]["metric"]
+        if reader_name == "dev_reader" and cfg["checkpoints"]["save_best"] and metric not in metrics:
+            raise ConfigError(f"trainer.evaluation.metric: '{metric}' is not a dev metric; "
                               f"available: {', '.join(sorted(metrics))}")
 
     def after_eval(self, reader_name: str, metrics: Dict[str, float]) -> None:
         cfg, state = self.trainer.trainer_config, self.trainer.state
-        if reader_name != "dev_reader" or not cfg["save_best"]:
+        if reader_name != "dev_reader" or not cfg["checkpoints"]["save_best"]:
             return
-        name = cfg["metric"]
+        name = cfg["evaluation"]["metric"]
         if name not in metrics:
-            raise ConfigError(f"trainer.metric: '{name}' is not a dev metric; "
+            raise ConfigError(f"trainer.evaluation.metric: '{name}' is not a dev metric; "
                               f"available: {', '.join(sorted(metrics))}")
         value = float(metrics[name])
         if math.isnan(value):
             return
+        higher = cfg["evaluation"]["metric_mode"] == "max"
         better = (state.best_metric is None
-                  or (value > state.best_metric if cfg["metric_mode"] == "max" else value < state.best_metric))
-        if cfg["save_top_k"] and self.trainer.is_writer:
+                  or (value > state.best_metric if higher else value < state.best_metric))
+        if cfg["checkpoints"]["save_top_k"] and self.trainer.is_writer:
             self._update_top(value)
         if better:
             state.best_metric, state.best_step = value, state.global_step
@@ -76,13 +78,12 @@ class CheckpointHook(IntervalHook):
     def _update_top(self, value: float) -> None:
         """Save this step's evaluation as a top-k folder when it ranks among the k best of the
         folders; the save prunes the one it pushes out."""
-        cfg, step = self.trainer.trainer_config, self.trainer.state.global_step
-        manager = self.trainer.checkpoints
+        step, manager = self.trainer.state.global_step, self.trainer.checkpoints
         others = [(s, v) for s, v in manager.top_ranking() if s != step]
-        kept = manager.ranked(others + [(step, value)])[:cfg["save_top_k"]]
+        kept = manager.ranked(others + [(step, value)])[:manager.top_k]
         if (step, value) not in kept:
             return
         path = self.trainer.save_checkpoint(manager.top_name(step))
         rank = kept.index((step, value)) + 1
-        logger.info("top-%d: dev %s %.6g at step %d is number %d -> %s", cfg["save_top_k"], cfg["metric"], value,
+        logger.info("top-%d: dev %s %.6g at step %d is number %d -> %s", manager.top_k, manager.metric, value,
                     step, rank, path)

@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
-from wenxin.config.task_schema import EARLY_STOPPING
+from wenxin.config.trainer_schema import EARLY_STOPPING
 from wenxin.controller.hooks.base import HookBase, Priority
 
 logger = logging.getLogger("wenxin")
@@ -17,13 +17,13 @@ logger = logging.getLogger("wenxin")
 class EarlyStoppingHook(HookBase):
     """Stops after ``patience`` dev evaluations without an improvement of at least ``min_delta``.
 
-    Params: ``metric`` and ``mode`` (default: ``trainer.metric`` / ``trainer.metric_mode``),
+    Params: ``metric`` and ``mode`` (default: ``trainer.evaluation.metric`` / ``trainer.evaluation.metric_mode``),
     ``patience``, ``min_delta``.
     """
 
     priority = Priority.ABOVE_NORMAL
     config_schema = EARLY_STOPPING
-    where = "trainer.hooks"  # the config key it came from, for its errors (or trainer.early_stopping)
+    where = "trainer.hooks"  # the config key it came from, for its errors (or trainer.evaluation.early_stopping)
 
     def __init__(self, metric: Optional[str] = None, mode: Optional[str] = None, patience: int = 3,
                  min_delta: float = 0.0) -> None:
@@ -32,11 +32,11 @@ class EarlyStoppingHook(HookBase):
         self.bad_evals = 0
 
     def before_train(self) -> None:
-        cfg = self.trainer.trainer_config
-        self.metric = self.metric or cfg["metric"]
-        self.mode = self.mode or cfg["metric_mode"]
-        if not cfg["is_eval_dev"]:
-            raise ConfigError(f"{self.where}: EarlyStoppingHook needs trainer.is_eval_dev = 1")
+        evaluation = self.trainer.trainer_config["evaluation"]
+        self.metric = self.metric or evaluation["metric"]
+        self.mode = self.mode or evaluation["metric_mode"]
+        if not evaluation["is_eval_dev"]:
+            raise ConfigError(f"{self.where}: EarlyStoppingHook needs trainer.evaluation.is_eval_dev = 1")
 
     def check_metrics(self, reader_name: str, metrics: Dict[str, float]) -> None:
         if reader_name == "dev_reader" and self.metric not in metrics:

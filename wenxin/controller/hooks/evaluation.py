@@ -18,7 +18,7 @@ class EvaluationHook(IntervalHook):
     saved then says so, and the resumed run evaluates that step first, as the run would have."""
 
     priority = Priority.NORMAL
-    interval_key = "eval_step"
+    interval_key = ("evaluation", "eval_step")
 
     def before_train(self) -> None:
         super().before_train()

@@ -1,4 +1,4 @@
-"""Export an inference model beside every checkpoint (``trainer.save_inference``)."""
+"""Export an inference model beside every checkpoint (``trainer.export.save_inference``)."""
 from __future__ import annotations
 
 

@@ -26,7 +26,8 @@ TrainerSection = Dict[str, Any]  # the config's ``trainer`` section
 
 @dataclasses.dataclass(frozen=True)
 class FlagHook:
-    """A hook that the trainer key ``key`` switches on (``wanted``), made by ``make``."""
+    """A hook that the trainer key ``key`` (a path in the trainer section) switches on (``wanted``),
+    made by ``make``."""
 
     key: str
     wanted: Callable[[TrainerSection, bool], bool]  # (the trainer section, whether this rank writes)
@@ -35,23 +36,26 @@ class FlagHook:
 
 def _early_stopper(cfg: TrainerSection) -> HookBase:
     if any(spec["type"] == "EarlyStoppingHook" for spec in cfg["hooks"]):
-        raise ConfigError("trainer.early_stopping: set, and an EarlyStoppingHook in trainer.hooks too; "
+        raise ConfigError("trainer.evaluation.early_stopping: set, and an EarlyStoppingHook in trainer.hooks too; "
                           "keep one of them")
-    stopper = EarlyStoppingHook(**cfg["early_stopping"])
-    stopper.where = "trainer.early_stopping"
+    stopper = EarlyStoppingHook(**cfg["evaluation"]["early_stopping"])
+    stopper.where = "trainer.evaluation.early_stopping"
     return stopper
 
 
 FLAG_HOOKS = (
-    FlagHook("load_best_at_end", lambda cfg, _: bool(cfg["load_best_at_end"]), lambda cfg: LoadBestModelHook()),
-    FlagHook("profile", lambda cfg, _: bool(cfg["profile"]), lambda cfg: ProfilerHook(**cfg["profile"])),
-    FlagHook("early_stopping", lambda cfg, _: cfg["early_stopping"] is not None, _early_stopper),
-    FlagHook("save_inference", lambda cfg, _: bool(cfg["save_inference"]) or cfg["output_layout"] == "erniekit",
-             lambda cfg: InferenceExportHook()),
-    FlagHook("save_onnx", lambda cfg, _: bool(cfg["save_inference"] and cfg["save_onnx"]),
+    FlagHook("evaluation.load_best_at_end", lambda cfg, _: bool(cfg["evaluation"]["load_best_at_end"]),
+             lambda cfg: LoadBestModelHook()),
+    FlagHook("logging.profile", lambda cfg, _: bool(cfg["logging"]["profile"]),
+             lambda cfg: ProfilerHook(**cfg["logging"]["profile"])),
+    FlagHook("evaluation.early_stopping", lambda cfg, _: cfg["evaluation"]["early_stopping"] is not None,
+             _early_stopper),
+    FlagHook("export.save_inference", lambda cfg, _: bool(cfg["export"]["save_inference"])
+             or cfg["checkpoints"]["output_layout"] == "erniekit", lambda cfg: InferenceExportHook()),
+    FlagHook("export.save_onnx", lambda cfg, _: bool(cfg["export"]["save_inference"] and cfg["export"]["save_onnx"]),
              lambda cfg: OnnxResultHook()),
-    FlagHook("progress_bar", lambda cfg, is_writer: is_writer and progress_enabled(cfg["progress_bar"]),
-             lambda cfg: ProgressBarHook()),
+    FlagHook("logging.progress_bar", lambda cfg, is_writer: is_writer
+             and progress_enabled(cfg["logging"]["progress_bar"]), lambda cfg: ProgressBarHook()),
 )
 
 

@@ -28,7 +28,8 @@ class LoggerHook(HookBase):
         state = self.trainer.state
         if state.last_loss is not None:
             self._losses.append(state.last_loss)
-        if state.global_step % self.trainer.trainer_config["train_log_step"] and state.global_step != state.max_steps:
+        every = self.trainer.trainer_config["logging"]["train_log_step"]
+        if state.global_step % every and state.global_step != state.max_steps:
             return
         if not self._losses:
             return

@@ -27,13 +27,13 @@ class NaNGuardHook(HookBase):
             self._bad_in_a_row = 0
             return
         self._bad_in_a_row += 1
-        limit = self.trainer.trainer_config["max_nan_steps"]
+        limit = self.trainer.trainer_config["step"]["max_nan_steps"]
         logger.warning("step %d: loss is not finite; update skipped (%d/%d in a row)",
                        state.global_step, self._bad_in_a_row, limit)
         if self._bad_in_a_row >= limit:
             latest = self.trainer.checkpoints.latest()
             raise TrainingError(
                 f"loss was NaN/Inf for {self._bad_in_a_row} step(s) in a row at step {state.global_step}; "
-                f"training stopped (trainer.max_nan_steps={limit}). Last good checkpoint: "
+                f"training stopped (trainer.step.max_nan_steps={limit}). Last good checkpoint: "
                 f"{latest or 'none saved yet'}. Try a lower learning rate or gradient clipping "
                 f"(model.optimization.max_grad_norm).")

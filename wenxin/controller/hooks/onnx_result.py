@@ -1,4 +1,4 @@
-"""The run's result in ONNX too (``trainer.save_onnx``, on by default with ``save_inference``):
+"""The run's result in ONNX too (``trainer.export.save_onnx``, on by default with ``save_inference``):
 the fastest engine by default, wherever the ``onnx`` extra is installed."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class OnnxResultHook(HookBase):
     processes and take seconds to a minute (13 s for a 45 MB model, 40 s for 358 MB, measured with
     ``benchmarks/onnx_export_memory.py``). A model paddle2onnx cannot convert, or whose outputs
     differ, keeps its Paddle model and logs why. paddle2onnx's process needs about 9 times the
-    model's size, so a model above ``trainer.save_onnx_max_mb`` is skipped with a log line.
+    model's size, so a model above ``trainer.export.save_onnx_max_mb`` is skipped with a log line.
     Without paddle2onnx and onnxruntime it does nothing."""
 
     priority = Priority.LOWEST + 5  # after the final checkpoint and the best model's reload
@@ -46,15 +46,17 @@ class OnnxResultHook(HookBase):
         folder = trainer.checkpoints.export_folder(os.path.basename(result), result)
         if not os.path.isdir(folder):
             return
-        limit = trainer.trainer_config["save_onnx_max_mb"]
+        limit = trainer.trainer_config["export"]["save_onnx_max_mb"]
         files = model_files(folder)  # none: export_onnx says so below
         size_mb = os.path.getsize(files[1]) / 2**20 if files else 0.0
         if limit and size_mb > limit:
-            logger.info("trainer.save_onnx: not converting %s to ONNX: its parameters are %.0f MB, above "
-                        "trainer.save_onnx_max_mb (%g; the conversion needs about 9 times that); convert it later "
+            logger.info("trainer.export.save_onnx: not converting %s to ONNX: its parameters are %.0f MB, above "
+                        "trainer.export.save_onnx_max_mb (%g; the conversion needs about 9 times that); convert "
+                        "it later "
                         "with wenxin export --format onnx", folder, size_mb, limit)
             return
         try:
             export_onnx(folder, check_batch(trainer.readers))
         except InferenceError as e:
-            logger.warning("trainer.save_onnx: %s (set trainer.save_onnx false to skip the conversion)", e)
+            logger.warning("trainer.export.save_onnx: %s (set trainer.export.save_onnx false to skip the "
+                           "conversion)", e)

@@ -1,4 +1,4 @@
-"""Profile a window of training steps with ``paddle.profiler`` (``trainer.profile``)."""
+"""Profile a window of training steps with ``paddle.profiler`` (``trainer.logging.profile``)."""
 from __future__ import annotations
 
 import contextlib
@@ -44,7 +44,7 @@ class ProfilerHook(HookBase):
             import paddle.profiler as profiler
             self.folder = os.path.join(self.trainer.output_path, PROFILE_DIR)
             targets = [profiler.ProfilerTarget.CPU]
-            if self.trainer.trainer_config["PADDLE_PLACE_TYPE"] == "gpu":
+            if self.trainer.trainer_config["environment"]["PADDLE_PLACE_TYPE"] == "gpu":
                 targets.append(profiler.ProfilerTarget.GPU)
             self.profiler = profiler.Profiler(
                 targets=targets, on_trace_ready=profiler.export_chrome_tracing(self.folder,
@@ -61,7 +61,7 @@ class ProfilerHook(HookBase):
 
     def after_train(self) -> None:
         if self.profiler is not None:  # the run ended inside the window
-            logger.warning("trainer.profile: training ended at step %d, inside the window (steps %d-%d)",
+            logger.warning("trainer.logging.profile: training ended at step %d, inside the window (steps %d-%d)",
                            self.trainer.state.global_step, self.start_step, self.last_step)
             self._finish()
 

@@ -1,4 +1,4 @@
-"""A training progress bar with ETA (on when stderr is a terminal; ``trainer.progress_bar``)."""
+"""A training progress bar with ETA (on when stderr is a terminal; ``trainer.logging.progress_bar``)."""
 from __future__ import annotations
 
 from typing import Optional

@@ -38,7 +38,7 @@ class SweepReportHook(HookBase):
 
     priority = Priority.LOW + 5  # after the checkpoint hook kept best/ and the top-k
     config_schema = {"folder": path_key(non_empty=True, doc="the folder the trial and the sweep exchange files in"),
-                     "metric": Key(str, "", doc="the dev metric reported (empty: trainer.metric)")}
+                     "metric": Key(str, "", doc="the dev metric reported (empty: trainer.evaluation.metric)")}
 
     def __init__(self, folder: str, metric: str = "") -> None:
         self.folder, self.metric = folder, metric
@@ -47,7 +47,7 @@ class SweepReportHook(HookBase):
         if self.trainer.world_size != 1:
             raise ConfigError("trainer.hooks: SweepReportHook reports single-process trials; this run has "
                               f"{self.trainer.world_size} processes")
-        self.metric = self.metric or self.trainer.trainer_config["metric"]
+        self.metric = self.metric or self.trainer.trainer_config["evaluation"]["metric"]
 
     def after_eval(self, reader_name: str, metrics: Dict[str, float]) -> None:
         if reader_name != "dev_reader" or self.metric not in metrics:

@@ -105,7 +105,7 @@ class MetricLogger:
 
 def make_writers(output_path: str, is_writer: bool, visualdl: bool, fast_visualdl: bool) -> List[MetricWriter]:
     """The console, and on the writing rank ``metrics.jsonl`` in ``output_path`` (and VisualDL's
-    records in ``output_path/vdl`` with ``trainer.visualdl``)."""
+    records in ``output_path/vdl`` with ``trainer.logging.visualdl``)."""
     writers: List[MetricWriter] = [ConsoleWriter()]
     if is_writer:
         writers.append(JsonlWriter(os.path.join(output_path, METRICS_FILE)))
