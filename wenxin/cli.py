@@ -87,9 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     exporter = sub.add_parser("export", help="export a checkpoint as a self-contained inference folder")
     _add_task_args(exporter)
     exporter.add_argument("--checkpoint", required=True, help="checkpoint folder or params file")
-    exporter.add_argument("--output", default="", help="target folder (default: <checkpoint>/inference)")
-    exporter.add_argument("--format", choices=["paddle", "onnx"], default="paddle",
-                          help="onnx: also write model.onnx (needs wenxin[onnx]), checked against Paddle's outputs")
+    exporter.add_argument("--output", default="", help="target folder (default: <checkpoint>/inference, or pretrained)")
+    exporter.add_argument("--format", choices=["paddle", "onnx", "pt"], default="paddle",
+                          help="onnx: also model.onnx (needs wenxin[onnx]), checked against Paddle; pt: the model "
+                               "folder other runtimes load (ERNIE 4.5 chat models; LoRA merged; docs/chat.md)")
+    exporter.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16", help="--format pt's weights")
+    exporter.add_argument("--max_shard_mb", type=float, default=5000.0, help="--format pt: the largest shard, in MB")
     inferer = sub.add_parser("infer", help="predict raw text files with an exported model (an infer task file)")
     _add_task_args(inferer)
     server = sub.add_parser("serve", help="serve an exported model over HTTP (JSON)")
@@ -435,9 +438,10 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from wenxin.runner import export
-    formats = ("paddle", "onnx") if args.format == "onnx" else ("paddle",)
-    print(export(args.param_path, args.checkpoint, args.output, args.overrides, formats))
+    from wenxin.runner import export, export_pretrained
+    task = (args.param_path, args.checkpoint, args.output, args.overrides)
+    print(export_pretrained(*task, args.dtype, args.max_shard_mb) if args.format == "pt" else
+          export(*task, ("paddle", "onnx") if args.format == "onnx" else ("paddle",)))
     return EXIT_OK
 
 

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from wenxin.models.base_model import BaseModel
 
 logger = logging.getLogger("wenxin")
+PRETRAINED_DIR = "pretrained"  # export --format pt writes <checkpoint>/pretrained by default
+PRETRAINED_FORMAT = 1  # the manifest's format of such a folder
 
 
 def resolve_classes(config: Dict[str, Any]) -> Tuple[str, type, type]:
@@ -170,6 +172,46 @@ def export_config(config: Dict[str, Any], checkpoint: str, output: str = "",
             from wenxin.inference.onnx_export import check_batch, export_onnx
             export_onnx(folder, check_batch(trainer.readers))
         return folder
+
+
+def export_pretrained(param_path: str, checkpoint: str, output: str = "", overrides: Iterable[str] = (),
+                      dtype: str = "bfloat16", max_shard_mb: float = 5000.0) -> str:
+    """Export the model of ``checkpoint`` as the model folder other runtimes load (an ERNIE 4.5
+    ``-PT`` folder: safetensors shards and their index, config.json, generation_config.json, the
+    tokenizer's files; LoRA adapters merged) in ``dtype``, into ``output`` (default
+    ``<checkpoint>/pretrained``), sealed by a manifest and written whole or not at all."""
+    from wenxin.models.ernie45_export import shard_bytes
+    return export_pretrained_config(load_config(param_path, overrides), checkpoint, output, dtype,
+                                    shard_bytes(max_shard_mb))
+
+
+def export_pretrained_config(config: Dict[str, Any], checkpoint: str, output: str, dtype: str,
+                             max_shard_bytes: int) -> str:
+    """``export_pretrained`` of a loaded config."""
+    import shutil
+    import tempfile
+
+    from wenxin.common import manifest
+    from wenxin.controller.checkpoint import replace_folder
+    target = os.path.abspath(output or os.path.join(checkpoint if os.path.isdir(checkpoint) else
+                                                    os.path.dirname(checkpoint), PRETRAINED_DIR))
+    if os.path.exists(target) and not os.path.isfile(os.path.join(target, manifest.MANIFEST_FILE)) and \
+            (not os.path.isdir(target) or os.listdir(target)):
+        raise ConfigError(f"--output: {target} exists and is not an earlier export; choose another folder or "
+                          f"move it away (an export replaces only an earlier export)")
+    with checkpoint_trainer(config, checkpoint) as trainer:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".pretrained-", dir=os.path.dirname(target))
+        try:
+            files = trainer.engine.model.write_pretrained_folder(tmp, trainer.engine.model_state_dict(), dtype,
+                                                                 max_shard_bytes)
+            manifest.write_manifest(tmp, PRETRAINED_FORMAT)
+            replace_folder(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    logger.info("exported the model folder %s (%s, %d files)", target, dtype, len(files))
+    return target
 
 
 def evaluate(param_path: str, checkpoint: str, reader_names: Sequence[str] = (),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 import paddle
@@ -21,6 +21,7 @@ from wenxin.models.decoding import (MAX_BEAM_SIZE, MAX_LENGTH_PENALTY, MAX_SEED,
 from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, extend_step,
                                    generation_defaults, paddle_layout_weights, prefill_step,
                                    sized_layout)
+from wenxin.models.ernie45_export import pt_layout_weights, write_pt_folder
 from wenxin.models.lora import LoRASettings, adapter_parameter_names, adapters_disabled, apply_lora, merged_weights
 
 GENERATED = "generated"  # the exported model's output: each prompt's answer ids [B, max_new_tokens], -1 after the end
@@ -126,6 +127,16 @@ class Ernie45ChatModel(BaseModel):
 
     def export_state(self, state: Any) -> Dict[str, Any]:
         return merged_weights(self, state)  # LoRA: the adapters merged (nothing without them)
+
+    def write_pretrained_folder(self, folder: str, state: Mapping[str, Any], dtype: str,
+                                max_shard_bytes: int) -> List[str]:
+        """The decoder, its adapters merged, as an ERNIE 4.5 ``-PT`` folder (``ernie45_export``)
+        beside ``model_dir``'s config and tokenizer."""
+        merged = {**state, **self.export_state(state)}
+        decoder = {name: value for name, value in merged.items()
+                   if name.startswith("model.") or (name == "lm_head.weight" and self.lm_head is not None)}
+        return write_pt_folder(folder, pt_layout_weights(decoder), self.model_params["model_dir"], dtype,
+                               max_shard_bytes)
 
     # ---- step functions: what decoding runs (wenxin.models.decoding) ----------------------------
     def step_specs(self) -> Dict[str, Tuple[List[TensorSpec], List[str]]]:

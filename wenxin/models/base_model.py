@@ -84,6 +84,14 @@ class BaseModel(paddle.nn.Layer):
         for bit (``state_held``). Empty (the default): export the parameters as they are."""
         return {}
 
+    def write_pretrained_folder(self, folder: str, state: Mapping[str, Any], dtype: str,
+                                max_shard_bytes: int) -> List[str]:
+        """Write the model as the model folder other runtimes load (``wenxin export --format pt``)
+        into the empty ``folder``, from its parameters ``state`` by structured name, in ``dtype``;
+        returns the files written. Models that have such a form override this."""
+        raise ConfigError(f"export --format pt: model.type {type(self).__name__} has no model-folder form "
+                          f"(the ERNIE 4.5 chat models have); export it as an inference folder instead")
+
     def enable_recompute(self, key: str) -> None:
         """Turn gradient checkpointing on (``trainer.step.recompute``); ``key`` names the setting in
         errors. Models that offer it override this."""
