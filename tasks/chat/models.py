@@ -22,6 +22,8 @@ from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, E
                                    generation_defaults, paddle_layout_weights, prefill_step,
                                    sized_layout)
 from wenxin.models.ernie45_export import pt_layout_weights, write_pt_folder
+
+from .preference import PREFERENCE_LOSSES
 from wenxin.models.lora import LoRASettings, adapter_parameter_names, adapters_disabled, apply_lora, merged_weights
 
 GENERATED = "generated"  # the exported model's output: each prompt's answer ids [B, max_new_tokens], -1 after the end
@@ -238,31 +240,47 @@ class Ernie45SFT(Ernie45ChatModel):
 
 @RegisterSet.models.register("Ernie45DPO")
 class Ernie45DPO(Ernie45ChatModel):
-    """Direct preference optimization of an ERNIE 4.5 decoder on the pairs of a
-    ``PreferenceFieldReader`` field (row ``2i`` chosen, ``2i + 1`` rejected).
+    """Preference optimization of an ERNIE 4.5 decoder on the pairs of a ``PreferenceFieldReader``
+    field (row ``2i`` chosen, ``2i + 1`` rejected): DPO, SimPO or ORPO (``loss_type``; the losses
+    are in ``preference``).
 
-    With ``log p(y|x)`` the sum of the answer tokens' log-probabilities, the loss of a pair is
+    With ``log p(y|x)`` the sum of the answer tokens' log-probabilities, DPO's loss of a pair is
     ``-log sigmoid(beta * ((log p(yc|x) - log q(yc|x)) - (log p(yr|x) - log q(yr|x))))`` for the
     policy ``p`` being trained and the frozen reference ``q``, averaged over the batch's pairs.
     The reference is the model as loaded from ``model_dir``: under LoRA the same decoder with its
     adapters bypassed; in full fine-tuning a frozen copy (``reference.*``, never checkpointed: it
-    loads from ``model_dir`` again on resume).
+    loads from ``model_dir`` again on resume). SimPO and ORPO need no reference.
 
-    Metrics: ``loss``, ``reward_acc`` (the share of pairs whose chosen answer gains more than the
-    rejected one, ``beta`` times the log-ratio) and ``reward_margin`` (the mean difference)."""
+    Metrics: ``loss``, ``reward_acc`` (the share of pairs whose margin, the value inside the
+    log-sigmoid, is positive) and ``reward_margin`` (its mean)."""
 
     config_schema = {**DECODER_KEYS,
                      "preference_field": Key(str, "pair", doc="the PreferenceFieldReader field of the train_reader"),
-                     "beta": Key(float, 0.1, minimum=1e-6, doc="how far the policy may move from the reference")}
+                     "loss_type": Key(str, "sigmoid", choices=sorted(PREFERENCE_LOSSES),
+                                      doc="sigmoid (DPO), simpo (SimPO) or orpo (ORPO), as ERNIEKit names them; "
+                                          "simpo and orpo need no reference model"),
+                     "beta": Key(float, 0.1, minimum=1e-6,
+                                 doc="DPO: how far the policy may move from the reference; SimPO: the scale of the "
+                                     "answers' mean log-probabilities"),
+                     "simpo_gamma": Key(float, 0.5, minimum=0.0,
+                                        doc="SimPO: the margin the chosen answer must win by"),
+                     "pref_loss_ratio": Key(float, 1.0, minimum=0.0,
+                                            doc="the preference loss's weight (ORPO's lambda)"),
+                     "sft_loss_ratio": Key((float, type(None)), None, minimum=0.0,
+                                           doc="the weight of the chosen answers' token-mean negative log-likelihood "
+                                               "added to the loss (null: 1 for orpo, as ERNIEKit, else 0)")}
     field_key = "preference_field"
     field_info_flag = "preference"
     field_reader = "PreferenceFieldReader"
 
     def structure(self) -> None:
         super().structure()
+        self.preference = PREFERENCE_LOSSES[self.model_params["loss_type"]]
+        sft = self.model_params["sft_loss_ratio"]
+        self.sft_loss_ratio = self.preference.sft_loss_ratio if sft is None else sft
         self.reference: Optional[Ernie45Model] = None
         self.reference_head: Optional[Ernie45Head] = None
-        if self.adapters is None:  # full fine-tuning: a frozen copy is the reference
+        if self.adapters is None and not self.preference.reference_free:  # full fine-tuning: a frozen copy
             self.reference = Ernie45Model(self.config)
             self.reference_head = None if self.config.tie_word_embeddings else Ernie45Head(self.config)
             for name, parameter in self.named_parameters():
@@ -307,12 +325,21 @@ class Ernie45DPO(Ernie45ChatModel):
         return flat.reshape([-1, shape[1]]).sum(axis=1)  # [R]
 
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
-        policy = self.sequence_log_probs(fields_dict, self.model, self.output_weight()).reshape([-1, 2])  # [B, 2]
-        with self._as_reference() as (decoder, weight):
-            reference = self.sequence_log_probs(fields_dict, decoder, weight).reshape([-1, 2]).detach()
-        rewards = self.model_params["beta"] * (policy - reference)  # [B, 2]: chosen, rejected
-        margin = rewards[:, 0] - rewards[:, 1]  # [B]
+        sums = self.sequence_log_probs(fields_dict, self.model, self.output_weight()).reshape([-1, 2])  # [B, 2]
+        tokens = (fields_dict[f"{self.field}_labels"] != IGNORED).astype("float32").sum(axis=1).reshape([-1, 2])
+        policy = sums / tokens if self.preference.per_token else sums  # [B, 2]: chosen, rejected
+        if self.preference.reference_free:
+            reference = paddle.zeros_like(policy)
+        else:
+            with self._as_reference() as (decoder, weight):
+                reference = self.sequence_log_probs(fields_dict, decoder, weight).reshape([-1, 2]).detach()
+        margin = self.preference.margin(policy[:, 0], policy[:, 1], reference[:, 0], reference[:, 1],
+                                        self.model_params)  # [B]
         loss = -F.log_sigmoid(margin).mean()
+        if self.model_params["pref_loss_ratio"] != 1.0:
+            loss = loss * self.model_params["pref_loss_ratio"]
+        if self.sft_loss_ratio:  # the chosen answers' negative log-likelihood, a mean over their tokens
+            loss = loss + self.sft_loss_ratio * (-sums[:, 0].sum() / tokens[:, 0].sum())
         pairs = paddle.shape(margin)[0].astype("float32")
         return {InstanceName.LOSS: loss, "pairs": pairs, "reward_wins": (margin > 0).astype("float32").sum(),
                 "margin_sum": margin.sum()}
