@@ -159,3 +159,29 @@ def test_bfloat16_files_read_with_the_safetensors_library(tmp_path):
 def test_shards_fill_in_order_and_a_large_tensor_is_a_shard_of_its_own():
     assert shard_plan({"a": 4, "b": 4, "c": 10, "d": 1, "e": 1}, 8) == [["a", "b"], ["c"], ["d", "e"]]
     assert shard_plan({"a": 4}, 100) == [["a"]]
+
+
+PT_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "ernie45_pt_export")
+
+
+def test_paddleformers_reads_the_export_and_gives_wenxins_logits(tmp_path):
+    """The fixture (tests/fixtures/make_pt_export_reference.py): wenxin's export of the tied model
+    with seeded LoRA adapters, in float32 shards and one bfloat16 file, and the logits PaddleFormers
+    1.2.0 computes from each folder it loaded with ``from_pretrained``."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("maker", os.path.join(os.path.dirname(PT_FIXTURE),
+                                                                        "make_pt_export_reference.py"))
+    maker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maker)
+    maker.write_exports(str(tmp_path))  # the export, written again, is the fixture's, file for file
+    reference = np.load(os.path.join(PT_FIXTURE, "reference.npz"))
+    for dtype in ("float32", "bfloat16"):
+        fixture, again = os.path.join(PT_FIXTURE, dtype), str(tmp_path / dtype)
+        assert sorted(os.listdir(again)) == sorted(os.listdir(fixture))
+        for name in os.listdir(fixture):
+            with open(os.path.join(fixture, name), "rb") as f, open(os.path.join(again, name), "rb") as g:
+                assert f.read() == g.read(), f"{dtype}/{name}"
+        model = load_ernie45(fixture)
+        model.eval()
+        logits = model(paddle.to_tensor(reference["input_ids"])).numpy()
+        np.testing.assert_allclose(logits, reference[f"{dtype}_logits"], rtol=0, atol=1e-5, err_msg=dtype)

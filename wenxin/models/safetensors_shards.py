@@ -68,6 +68,13 @@ def write_file(path: str, tensors: Mapping[str, np.ndarray], dtype: str) -> None
         from safetensors.numpy import save_file
         save_file({name: np.ascontiguousarray(value, dtype=np.float32) for name, value in tensors.items()}, path,
                   metadata={"format": "pt"})
+        os.chmod(path, 0o666 & ~_umask())  # the library makes its files private; an export is shared as others
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def shard_plan(sizes: Mapping[str, int], max_shard_bytes: int) -> List[List[str]]:
