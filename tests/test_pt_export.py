@@ -164,6 +164,12 @@ def test_shards_fill_in_order_and_a_large_tensor_is_a_shard_of_its_own():
 PT_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "ernie45_pt_export")
 
 
+def tensors_of(data):
+    """A safetensors file's tensors: name -> (dtype, shape, bytes)."""
+    import safetensors
+    return {name: (str(t["dtype"]), list(t["shape"]), bytes(t["data"])) for name, t in safetensors.deserialize(data)}
+
+
 def test_paddleformers_reads_the_export_and_gives_wenxins_logits(tmp_path):
     """The fixture (tests/fixtures/make_pt_export_reference.py): wenxin's export of the tied model
     with seeded LoRA adapters, in float32 shards and one bfloat16 file, and the logits PaddleFormers
@@ -180,7 +186,10 @@ def test_paddleformers_reads_the_export_and_gives_wenxins_logits(tmp_path):
         assert sorted(os.listdir(again)) == sorted(os.listdir(fixture))
         for name in os.listdir(fixture):
             with open(os.path.join(fixture, name), "rb") as f, open(os.path.join(again, name), "rb") as g:
-                assert f.read() == g.read(), f"{dtype}/{name}"
+                if name.endswith(".safetensors"):  # the same tensors (the library's header layout may vary)
+                    assert tensors_of(f.read()) == tensors_of(g.read()), f"{dtype}/{name}"
+                else:
+                    assert f.read() == g.read(), f"{dtype}/{name}"
         model = load_ernie45(fixture)
         model.eval()
         logits = model(paddle.to_tensor(reference["input_ids"])).numpy()
