@@ -107,12 +107,20 @@ def test_the_config_reads_what_baidus_config_json_holds():
     plain = Ernie45Config.from_dict({k: v for k, v in values.items() if k not in ("head_dim", "num_key_value_heads")},
                                     "config.json")
     assert (plain.head_dim, plain.num_key_value_heads) == (16, 4)
-    for change, message in (({"moe_num_experts": 64}, "moe_num_experts: a mixture-of-experts model"),
+    moe = {"moe_num_experts": 8, "moe_intermediate_size": 16, "moe_k": 2}
+    for change, message in (({"moe_num_experts": 64}, "moe_intermediate_size must be an integer from 1"),
+                            ({**moe, "moe_k": 9}, "moe_k 9 is more than moe_num_experts 8"),
+                            ({**moe, "moe_num_experts": [8, 8]}, "moe_num_experts / moe_intermediate_size: a list "
+                                                                 "per modality is a vision-language model's"),
+                            ({**moe, "moe_capacity": [8, 4, 8]}, r"moe_capacity \[8, 4, 8\] can drop tokens"),
+                            ({**moe, "scoring_func": "sigmoid"}, "scoring_func 'sigmoid' is not supported"),
                             ({"compression_ratio": 4.0}, "compression_ratio 4.0: positions scaled"),
                             ({"rope_scaling": {"type": "yarn"}}, "rope_scaling: scaled rotary embeddings")):
         with pytest.raises(ConfigError, match=f"config.json: {message}"):
             Ernie45Config.from_dict({**values, **change}, "config.json")
     assert Ernie45Config.from_dict({**values, "compression_ratio": 1.0, "moe_num_experts": None}, "c").hidden_size == 64
+    routed = Ernie45Config.from_dict({**values, **moe, "moe_capacity": [64, 64, 64], "moe_layer_start_index": 1}, "c")
+    assert [routed.is_moe_layer(i) for i in range(2)] == [False, True]  # layer 0 dense, as 21B-A3B's
 
 
 def erniekit_checkpoint(folder, weights, config):

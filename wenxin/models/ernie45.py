@@ -30,6 +30,7 @@ from paddle import nn
 from paddle.distributed.fleet.utils import recompute
 
 from wenxin.common.errors import CheckpointError
+from wenxin.models.ernie45_moe import Ernie45SparseMoE
 from wenxin.models.ernie45_folder import (CONFIG_FILE, GENERATION_CONFIG_FILE, INDEX_FILE, SINGLE_FILE,  # noqa: F401
                                           Ernie45Config, TensorSpec, checkpoint_files, generation_defaults,
                                           read_weights, sized_layout, weight_layout)
@@ -133,14 +134,15 @@ class Ernie45MLP(nn.Layer):
 
 
 class Ernie45DecoderLayer(nn.Layer):
-    """Pre-norm attention and feed-forward, each added back to its input."""
+    """Pre-norm attention and feed-forward, each added back to its input; the feed-forward part
+    of a MoE decoder's MoE layers (``Ernie45Config.is_moe_layer``) is ``Ernie45SparseMoE``."""
 
-    def __init__(self, config: Ernie45Config) -> None:
+    def __init__(self, config: Ernie45Config, index: int = 0) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = Ernie45Attention(config)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = Ernie45MLP(config)
+        self.mlp = Ernie45SparseMoE(config) if config.is_moe_layer(index) else Ernie45MLP(config)
 
     def forward(self, x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor, bias: paddle.Tensor) -> paddle.Tensor:
         return self.step(x, sin, cos, bias)[0]
@@ -161,7 +163,7 @@ class Ernie45Model(nn.Layer):
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.LayerList([Ernie45DecoderLayer(config) for _ in range(config.num_hidden_layers)])
+        self.layers = nn.LayerList([Ernie45DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.recompute = False  # gradient checkpointing per layer while training (eager)
 
@@ -312,11 +314,13 @@ def paddle_layout_weights(folder: str, config: Ernie45Config,
     folders), or ERNIEKit's own (``ernie.`` names, the ``-Paddle`` folders: ``erniekit_layout``).
     ``layout``: the folder's checked ``weight_layout``, when read already."""
     weights = read_weights(folder, layout)
+    for name in [n for n in weights if n.split(".")[1:2] and n.split(".")[1].startswith(MTP_PREFIX)]:
+        del weights[name]  # multi-token prediction: a training aid the decoder does not use (as transformers)
     if any(name.startswith(ERNIEKIT_PREFIX) for name in weights):
         weights = erniekit_layout(weights, config, folder)
     else:
         for name, value in weights.items():
-            if name.split(".")[-2] in LINEAR_WEIGHTS and value.ndim == 2:
+            if is_linear_weight(name) and value.ndim == 2:
                 weights[name] = np.ascontiguousarray(value.T)
     if config.tie_word_embeddings:
         weights.pop("lm_head.weight", None)  # some writers store the shared matrix twice
@@ -324,6 +328,15 @@ def paddle_layout_weights(folder: str, config: Ernie45Config,
 
 
 ERNIEKIT_PREFIX = "ernie."  # the names of ERNIEKit's (and FastDeploy's) checkpoints
+MTP_PREFIX = "mtp"  # model.mtp_block.*, mtp_emb_norm, mtp_hidden_norm, mtp_linear_proj
+
+
+def is_linear_weight(name: str) -> bool:
+    """A weight the checkpoint holds ``[out, in]`` and Paddle ``[in, out]``: the projections, and a
+    MoE layer's router (``mlp.gate.weight``)."""
+    parts = name.split(".")
+    return len(parts) >= 3 and parts[-1] == "weight" and (parts[-2] in LINEAR_WEIGHTS
+                                                          or parts[-3:-1] == ["mlp", "gate"])
 
 
 def erniekit_layout(weights: Dict[str, np.ndarray], config: Ernie45Config, folder: str) -> Dict[str, np.ndarray]:

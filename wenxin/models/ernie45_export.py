@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping
 import numpy as np
 
 from wenxin.common.errors import ConfigError
-from wenxin.models.ernie45 import LINEAR_WEIGHTS
+from wenxin.models.ernie45 import is_linear_weight
 from wenxin.models.ernie45_folder import CONFIG_FILE, GENERATION_CONFIG_FILE
 from wenxin.models.lora import ADAPTER_NAMES
 from wenxin.models.safetensors_shards import DTYPES, write_shards
@@ -36,8 +36,7 @@ def pt_layout_weights(state: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         array = np.asarray(value, dtype=np.float32)
         if not np.isfinite(array).all():
             raise ConfigError(f"export: the weight {name} holds NaN or infinite values; such a model is not written")
-        parts = name.split(".")
-        if len(parts) >= 2 and parts[-2] in LINEAR_WEIGHTS and parts[-1] == "weight" and array.ndim == 2:
+        if is_linear_weight(name) and array.ndim == 2:
             array = array.T
         weights[name] = np.ascontiguousarray(array)
     return weights

@@ -40,6 +40,34 @@ FLOAT_DTYPES: Dict[str, Tuple[Optional[str], int]] = {"F32": ("<f4", 4), "F16": 
                                                       "F64": ("<f8", 8)}
 
 
+# settings of Baidu's MoE configs whose other values would change what the model computes, with
+# the value wenxin computes (a config that sets another is refused by name)
+MOE_FIXED = {"scoring_func": "softmax", "moe_norm_gate_logits": True, "moe_group_experts": False,
+             "moe_use_hard_gate": False, "moe_use_token_type_bias": False, "multimodel_experts": False}
+
+
+def unsupported_moe_settings(values: Dict[str, Any], source: str) -> List[str]:
+    """The problems of a MoE config's settings that wenxin does not compute: a vision-language
+    model's per-modality experts, routing other than softmax top-k with normalized weights, and a
+    capacity that can drop tokens (wenxin's experts take every token routed to them)."""
+    problems = []
+    experts = values.get("moe_num_experts")
+    if isinstance(experts, list) or isinstance(values.get("moe_intermediate_size"), list):
+        problems.append(f"{source}: moe_num_experts / moe_intermediate_size: a list per modality is a "
+                        f"vision-language model's (text and image experts); not supported")
+    for key, wanted in MOE_FIXED.items():
+        if key in values and values[key] is not None and values[key] != wanted:
+            problems.append(f"{source}: {key} {values[key]!r} is not supported ({wanted!r} is)")
+    capacity = values.get("moe_capacity")
+    if experts and _is_int(experts) and capacity is not None:
+        factors = capacity if isinstance(capacity, list) else [capacity]
+        if not all(_is_number(f) for f in factors) or any(f < experts for f in factors):
+            problems.append(f"{source}: moe_capacity {capacity!r} can drop tokens (a factor below moe_num_experts "
+                            f"{experts}); wenxin's experts take every token routed to them, so results would "
+                            f"differ: not supported")
+    return problems
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -50,7 +78,8 @@ def _is_number(value: Any) -> bool:
 
 @dataclasses.dataclass
 class Ernie45Config:
-    """The shape of an ERNIE 4.5 dense decoder, read from its ``config.json``."""
+    """The shape of an ERNIE 4.5 decoder, dense or a mixture of experts (``moe_num_experts`` > 0:
+    ``ernie45_moe``), read from its ``config.json``."""
 
     vocab_size: int
     hidden_size: int
@@ -67,16 +96,31 @@ class Ernie45Config:
     pad_token_id: int = 0
     bos_token_id: int = 1
     eos_token_id: int = 2
+    moe_num_experts: int = 0  # 0: a dense decoder
+    moe_k: int = 2
+    moe_intermediate_size: int = 0
+    moe_num_shared_experts: int = 0
+    moe_layer_start_index: int = 0
+    moe_layer_end_index: int = -1  # -1: the last layer
+    moe_layer_interval: int = 1
+    moe_norm_min: float = 1e-12
+    moe_use_aux_free: bool = True  # the router's correction bias is in the weights
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether decoder layer ``index`` holds routed experts."""
+        end = self.num_hidden_layers - 1 if self.moe_layer_end_index == -1 else self.moe_layer_end_index
+        return bool(self.moe_num_experts) and (index + 1) % self.moe_layer_interval == 0 and \
+            self.moe_layer_start_index <= index <= end
 
     @classmethod
     def from_dict(cls, values: Dict[str, Any], source: str) -> "Ernie45Config":
         """The config from ``config.json``'s values; ``source`` names the file in errors."""
         problems: List[str] = []
         model_type = values.get("model_type")
-        if model_type not in (None, "ernie4_5"):
-            problems.append(f"{source}: model_type is {model_type!r}, not an ERNIE 4.5 dense decoder (ernie4_5)")
-        if values.get("moe_num_experts"):
-            problems.append(f"{source}: moe_num_experts: a mixture-of-experts model; only dense decoders are supported")
+        if model_type not in (None, "ernie4_5", "ernie4_5_moe"):
+            problems.append(f"{source}: model_type is {model_type!r}, not an ERNIE 4.5 decoder (ernie4_5 or "
+                            f"ernie4_5_moe)")
+        problems += unsupported_moe_settings(values, source)
         if values.get("compression_ratio") not in (None, 1, 1.0):
             problems.append(f"{source}: compression_ratio {values['compression_ratio']!r}: positions scaled for "
                             f"longer contexts are not supported (1.0 only)")
@@ -136,21 +180,54 @@ class Ernie45Config:
             problems.append(f"{source}: rms_norm_eps must be a number between 0 and 1, got {self.rms_norm_eps!r}")
         if not _is_number(self.rope_theta) or self.rope_theta <= 0:
             problems.append(f"{source}: rope_theta must be a positive number, got {self.rope_theta!r}")
-        for key in ("tie_word_embeddings", "use_bias"):
+        problems += self._moe_problems(source)
+        for key in ("tie_word_embeddings", "use_bias", "moe_use_aux_free"):
             if not isinstance(getattr(self, key), bool):
                 problems.append(f"{source}: {key} must be true or false, got {getattr(self, key)!r}")
         return problems
 
+    def _moe_problems(self, source: str) -> List[str]:
+        """The MoE sizes' problems (none for a dense config)."""
+        if self.moe_num_experts == 0:
+            return []
+        problems = []
+        for key in ("moe_num_experts", "moe_k", "moe_intermediate_size", "moe_layer_interval"):
+            value = getattr(self, key)
+            if not _is_int(value) or not 1 <= value <= MAX_INT:
+                problems.append(f"{source}: {key} must be an integer from 1 to {MAX_INT}, got {value!r}")
+        for key in ("moe_num_shared_experts", "moe_layer_start_index"):
+            if not _is_int(getattr(self, key)) or getattr(self, key) < 0:
+                problems.append(f"{source}: {key} must be a whole number, got {getattr(self, key)!r}")
+        if not _is_int(self.moe_layer_end_index) or self.moe_layer_end_index < -1:
+            problems.append(f"{source}: moe_layer_end_index must be a layer index or -1, got "
+                            f"{self.moe_layer_end_index!r}")
+        if not problems and self.moe_k > self.moe_num_experts:
+            problems.append(f"{source}: moe_k {self.moe_k} is more than moe_num_experts {self.moe_num_experts}")
+        if not _is_number(self.moe_norm_min) or not 0 < self.moe_norm_min < 1:
+            problems.append(f"{source}: moe_norm_min must be a number between 0 and 1, got {self.moe_norm_min!r}")
+        return problems
+
     def parameter_count(self) -> int:
         """How many numbers a model of this config holds (what its files must hold at least)."""
-        hidden, inner = self.hidden_size, self.intermediate_size
+        hidden = self.hidden_size
         queries, keys = self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
         attention = hidden * (queries + 2 * keys) + queries * hidden
-        mlp = 3 * hidden * inner
-        biases = (queries + 2 * keys + hidden + 2 * inner + hidden) if self.use_bias else 0
-        layer = attention + mlp + biases + 2 * hidden
-        head = 0 if self.tie_word_embeddings else self.vocab_size * hidden
-        return self.vocab_size * hidden + self.num_hidden_layers * layer + hidden + head
+        biases = (queries + 2 * keys + hidden) if self.use_bias else 0
+        total = self.vocab_size * hidden + hidden + (0 if self.tie_word_embeddings else self.vocab_size * hidden)
+        for index in range(self.num_hidden_layers):
+            total += attention + biases + 2 * hidden + self._feed_forward_count(index)
+        return total
+
+    def _feed_forward_count(self, index: int) -> int:
+        """The parameters of layer ``index``'s feed-forward part: a SwiGLU, or the experts, the
+        shared experts, the router and its correction bias."""
+        def swiglu(inner: int) -> int:
+            return 3 * self.hidden_size * inner + ((2 * inner + self.hidden_size) if self.use_bias else 0)
+        if not self.is_moe_layer(index):
+            return swiglu(self.intermediate_size)
+        shared = self.moe_intermediate_size * self.moe_num_shared_experts
+        return (self.moe_num_experts * swiglu(self.moe_intermediate_size) + (swiglu(shared) if shared else 0)
+                + self.hidden_size * self.moe_num_experts + (self.moe_num_experts if self.moe_use_aux_free else 0))
 
 
 def generation_defaults(folder: str) -> Dict[str, Any]:

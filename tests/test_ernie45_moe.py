@@ -1,0 +1,113 @@
+"""ERNIE 4.5 mixture-of-experts decoders (issue 58, point 1): a folder PaddleFormers wrote in the
+``-PT`` layout (tests/fixtures/make_ernie45_moe_reference.py) loads by path, and its logits and
+greedy tokens equal those transformers' own implementation computes from it, in eager and static
+graph mode; the routing is softmax top-k with the correction bias choosing and not weighing; MoE
+settings wenxin does not compute are refused by name."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import paddle
+import pytest
+
+from conftest import REPO
+from wenxin.common.errors import CheckpointError
+from wenxin.models.ernie45 import Ernie45Config, load_ernie45
+from wenxin.models.ernie45_moe import Ernie45SparseMoE
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "ernie45_moe")
+REFERENCE = np.load(os.path.join(FIXTURES, "reference.npz"))
+
+
+@pytest.mark.parametrize("variant", ["shared", "untied"])
+def test_logits_equal_transformers_on_paddleformers_weights_in_both_graph_modes(variant):
+    model = load_ernie45(os.path.join(FIXTURES, variant))
+    model.eval()
+    ids = paddle.to_tensor(REFERENCE["input_ids"])
+    expected = REFERENCE[f"{variant}_logits"]  # [2, 11, 512]
+    np.testing.assert_allclose(model(ids).numpy(), expected, rtol=0, atol=2e-5)
+    static = paddle.jit.to_static(model, full_graph=True)
+    np.testing.assert_allclose(static(ids).numpy(), expected, rtol=0, atol=2e-5)
+    config = Ernie45Config.from_folder(os.path.join(FIXTURES, variant))
+    kinds = [type(layer.mlp).__name__ for layer in model.model.layers]
+    assert kinds == ["Ernie45SparseMoE" if config.is_moe_layer(i) else "Ernie45MLP" for i in range(len(kinds))]
+    assert "Ernie45MLP" in kinds and "Ernie45SparseMoE" in kinds  # dense and MoE layers mixed
+
+
+@pytest.mark.parametrize("variant", ["shared", "untied"])
+def test_greedy_decoding_over_the_cache_chooses_transformers_tokens(variant):
+    from wenxin.models.decoding import DecodeSettings, SteppedModel, decode
+    model = load_ernie45(os.path.join(FIXTURES, variant))
+    model.eval()
+    expected = REFERENCE[f"{variant}_greedy"].tolist()
+
+    def run(name, inputs):
+        with paddle.no_grad():
+            outputs = getattr(model, name)(*[paddle.to_tensor(value) for value in inputs.values()])
+        return dict(zip(["logits", "cache", "position"], [o.numpy() for o in outputs]))
+    prompt = {"ids": REFERENCE["input_ids"][:1, :6]}
+    assert decode(SteppedModel(run), prompt, DecodeSettings(strategy="greedy", max_new_tokens=len(expected))) == expected
+
+
+def test_routing_by_hand():
+    """Each token's output is the sum over its k chosen experts (largest probability plus bias)
+    of probability / sum of the chosen probabilities times the expert's output, plus the shared
+    expert's: computed here token by token with numpy."""
+    config = Ernie45Config.from_folder(os.path.join(FIXTURES, "shared"))
+    paddle.seed(3)
+    layer = Ernie45SparseMoE(config)
+    rng = np.random.default_rng(3)
+    bias = rng.normal(0, 0.05, (1, config.moe_num_experts)).astype("float32")
+    layer.moe_statics.e_score_correction_bias.set_value(bias)
+    x = rng.normal(0, 1, (2, 5, config.hidden_size)).astype("float32")
+    with paddle.no_grad():
+        out = layer(paddle.to_tensor(x)).numpy()
+
+    def swiglu(module, v):
+        gate, up, down = (np.asarray(module.gate_proj.weight), np.asarray(module.up_proj.weight),
+                          np.asarray(module.down_proj.weight))
+        g = v @ gate
+        return ((g / (1 + np.exp(-g))) * (v @ up)) @ down
+    gate = np.asarray(layer.gate.weight, dtype=np.float64)
+    for token in x.reshape(-1, config.hidden_size):
+        scores = token @ gate
+        probabilities = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+        chosen = np.argsort(-(probabilities + bias[0]))[:config.moe_k]
+        weights = probabilities[chosen] / max(probabilities[chosen].sum(), config.moe_norm_min)
+        expected = sum(w * swiglu(layer.experts[e], token) for w, e in zip(weights, chosen))
+        expected = expected + swiglu(layer.shared_experts, token)
+        index = np.flatnonzero((x.reshape(-1, config.hidden_size) == token).all(axis=1))[0]
+        np.testing.assert_allclose(out.reshape(-1, config.hidden_size)[index], expected, rtol=1e-4, atol=1e-5)
+    # the bias chose: without it, some token takes other experts
+    with paddle.no_grad():
+        chosen_with, _ = layer.route(paddle.to_tensor(x.reshape(-1, config.hidden_size)))
+        layer.moe_statics.e_score_correction_bias.set_value(np.zeros_like(bias))
+        chosen_without, _ = layer.route(paddle.to_tensor(x.reshape(-1, config.hidden_size)))
+    assert (np.sort(chosen_with.numpy(), axis=1) != np.sort(chosen_without.numpy(), axis=1)).any()
+
+
+def test_moe_layer_interval_and_end_choose_the_layers():
+    values = json.load(open(os.path.join(FIXTURES, "shared", "config.json")))
+    config = Ernie45Config.from_dict({**values, "num_hidden_layers": 8, "moe_layer_start_index": 1,
+                                      "moe_layer_end_index": 6, "moe_layer_interval": 2}, "c")
+    assert [i for i in range(8) if config.is_moe_layer(i)] == [1, 3, 5]  # (i + 1) % 2 == 0, from 1 to 6
+    last = Ernie45Config.from_dict({**values, "num_hidden_layers": 3, "moe_layer_end_index": -1}, "c")
+    assert [i for i in range(3) if last.is_moe_layer(i)] == [1, 2]
+
+
+def test_a_folder_without_an_expert_is_one_error_naming_it(tmp_path):
+    folder = tmp_path / "shared"
+    shutil.copytree(os.path.join(FIXTURES, "shared"), folder)
+    from safetensors.numpy import load_file, save_file
+    shard = folder / "model-00001-of-00001.safetensors"
+    weights = load_file(str(shard))
+    del weights["model.layers.2.mlp.experts.5.up_proj.weight"]
+    save_file(weights, str(shard))
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    del index["weight_map"]["model.layers.2.mlp.experts.5.up_proj.weight"]
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=r"missing \['model.layers.2.mlp.experts.5.up_proj.weight'\]"):
+        load_ernie45(str(folder))

@@ -1,0 +1,96 @@
+"""The mixture-of-experts feed-forward layer of ERNIE 4.5's MoE decoders (ERNIE-4.5-21B-A3B and its
+kind), as PaddleFormers' ``ernie4_5_moe`` and transformers' ``Ernie4_5_MoeSparseMoeBlock`` compute it:
+
+- a router ``gate`` (``[hidden, experts]``, float32, no bias) scores each token; the scores'
+  softmax over the experts are the token's routing probabilities;
+- the token goes to the ``moe_k`` experts whose probabilities plus the correction bias
+  (``moe_statics.e_score_correction_bias``, ``[1, experts]``, float32, fixed here: the bias only
+  chooses, it does not weigh) are largest;
+- each chosen expert (a SwiGLU of ``moe_intermediate_size``) adds its output weighted by its
+  probability over the sum of the chosen probabilities (at least ``moe_norm_min``);
+- shared experts (one SwiGLU of ``moe_intermediate_size * moe_num_shared_experts``), when the
+  config has them, add theirs for every token.
+
+Every token routed to an expert is computed by it ("dropless"): the reference's capacity drops no
+token when every capacity factor is at least the number of experts, which ``Ernie45Config``
+requires. The layers ``moe_layer_start_index`` to ``moe_layer_end_index``, every
+``moe_layer_interval``-th, are MoE layers; the others are dense.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List
+
+import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
+import paddle
+import paddle.nn.functional as F
+from paddle import nn
+
+if TYPE_CHECKING:
+    from wenxin.models.ernie45_folder import Ernie45Config
+
+
+class SwiGLU(nn.Layer):
+    """``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, hidden: int, inner: int, bias: bool) -> None:
+        super().__init__()
+        attr = None if bias else False
+        self.gate_proj = nn.Linear(hidden, inner, bias_attr=attr)
+        self.up_proj = nn.Linear(hidden, inner, bias_attr=attr)
+        self.down_proj = nn.Linear(inner, hidden, bias_attr=attr)
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class MoEStatics(nn.Layer):
+    """Holds the router's correction bias under the checkpoint's name."""
+
+    def __init__(self, experts: int) -> None:
+        super().__init__()
+        self.e_score_correction_bias = self.create_parameter([1, experts], dtype="float32",
+                                                             default_initializer=nn.initializer.Constant(0.0))
+        self.e_score_correction_bias.stop_gradient = True
+        self.e_score_correction_bias.trainable = False
+
+
+class Ernie45SparseMoE(nn.Layer):
+    """Routed experts with top-k gating and optional shared experts (see the module docstring)."""
+
+    def __init__(self, config: "Ernie45Config") -> None:
+        super().__init__()
+        self.top_k, self.norm_min = config.moe_k, config.moe_norm_min
+        self.gate = nn.Linear(config.hidden_size, config.moe_num_experts, bias_attr=False)
+        self.moe_statics = MoEStatics(config.moe_num_experts)
+        self.experts = nn.LayerList([SwiGLU(config.hidden_size, config.moe_intermediate_size, config.use_bias)
+                                     for _ in range(config.moe_num_experts)])
+        shared = config.moe_intermediate_size * config.moe_num_shared_experts
+        self.shared_experts = SwiGLU(config.hidden_size, shared, config.use_bias) if shared else None
+
+    def route(self, tokens: paddle.Tensor) -> List[paddle.Tensor]:
+        """``tokens`` ``[N, hidden]`` -> the chosen experts ``[N, k]`` and their weights ``[N, k]``."""
+        logits = paddle.matmul(tokens.astype("float32"), self.gate.weight.astype("float32"))  # [N, E]
+        probabilities = F.softmax(logits, axis=-1)
+        _, chosen = paddle.topk(probabilities + self.moe_statics.e_score_correction_bias, self.top_k, axis=-1)
+        weights = paddle.take_along_axis(probabilities, chosen, axis=-1)  # [N, k]: without the bias
+        weights = weights / paddle.clip(weights.sum(axis=-1, keepdim=True), min=self.norm_min)
+        return [chosen, weights]
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        hidden = x.shape[-1]
+        tokens = x.reshape([-1, hidden])  # [N, hidden]
+        chosen, weights = self.route(tokens)
+        rows_of, outputs = [], []
+        for index, expert in enumerate(self.experts):
+            picked = chosen == index  # [N, k]: at most one slot a token
+            rows = paddle.nonzero(picked.any(axis=-1)).reshape([-1])  # the tokens routed to this expert [M]
+            weight = (weights * picked.astype(weights.dtype)).sum(axis=-1)  # [N]: 0 where not routed
+            scale = paddle.gather(weight, rows).unsqueeze(-1).astype(x.dtype)  # [M, 1]
+            outputs.append(expert(paddle.gather(tokens, rows)) * scale)
+            rows_of.append(rows)
+        # one scatter of every expert's rows ([N * k] in all): an expert may have none
+        out = paddle.scatter_nd_add(paddle.zeros_like(tokens), paddle.concat(rows_of).unsqueeze(-1),
+                                    paddle.concat(outputs))
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(tokens)
+        return out.reshape(paddle.shape(x))
