@@ -111,3 +111,76 @@ def test_a_folder_without_an_expert_is_one_error_naming_it(tmp_path):
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(CheckpointError, match=r"missing \['model.layers.2.mlp.experts.5.up_proj.weight'\]"):
         load_ernie45(str(folder))
+
+
+# ---- training a MoE decoder from a task file --------------------------------------------------
+MOE = os.path.join(FIXTURES, "shared")
+
+
+def moe_sft_config(data_dir, output, mode="dynamic", lora=None, **trainer):
+    from test_chat_sft import sft_config
+    config = sft_config(data_dir, output, mode, **trainer)
+    for reader in config["dataset_reader"].values():
+        reader["fields"][0]["model_dir"] = MOE
+    config["model"]["model_dir"] = MOE
+    if lora is not None:
+        config["model"]["lora"] = lora
+    return config
+
+
+@pytest.fixture
+def moe_data(tmp_path):
+    from conftest import write_jsonl
+    from test_chat_sft import conversations
+    folder = str(tmp_path / "data")
+    write_jsonl(os.path.join(folder, "train.jsonl"), conversations(24, seed=1))
+    write_jsonl(os.path.join(folder, "dev.jsonl"), conversations(6, seed=2))
+    return folder
+
+
+EXPERT_LORA = {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"]}
+
+
+@pytest.mark.parametrize("experts,adapted", [("all", {"attention", "dense", "routed", "shared"}),
+                                             ("shared", {"attention", "dense", "shared"}),
+                                             ("none", {"attention", "dense"})])
+def test_lora_on_the_experts_is_a_task_file_choice(tmp_path, moe_data, experts, adapted):
+    from conftest import build
+    trainer = build(moe_sft_config(moe_data, str(tmp_path / "out"), lora={**EXPERT_LORA, "experts": experts},
+                                   max_steps=1, is_eval_dev=0), tmp_path)
+
+    def kind(name):
+        return ("routed" if ".experts." in name else "shared" if "shared_experts" in name else
+                "attention" if "self_attn" in name else "dense")
+    assert {kind(name) for name in trainer.model.adapters} == adapted
+
+
+def test_lora_sft_trains_a_moe_decoder_with_the_same_losses_in_both_graph_modes(tmp_path, moe_data):
+    from conftest import build, losses_of
+    losses = {}
+    for mode in ("dynamic", "static"):
+        out = str(tmp_path / mode)
+        config = moe_sft_config(moe_data, out, mode, lora=dict(EXPERT_LORA), max_steps=6, is_eval_dev=0)
+        config["model"]["optimization"]["learning_rate"] = 2e-2
+        build(config, tmp_path).do_train()
+        losses[mode] = losses_of(out)
+    assert sorted(losses["dynamic"]) == sorted(losses["static"]) and len(losses["dynamic"]) == 6
+    for step, loss in losses["dynamic"].items():
+        assert abs(loss - losses["static"][step]) <= 1e-4 * max(1.0, abs(loss)), (step, loss, losses["static"][step])
+    assert np.mean([losses["dynamic"][s] for s in (5, 6)]) < np.mean([losses["dynamic"][s] for s in (1, 2)])
+
+
+def test_lora_sft_of_a_moe_decoder_resumes_exactly_after_sigkill(tmp_path, moe_data):
+    import random
+
+    from conftest import resumed_run_matches_reference
+    steps = 12
+
+    def config(out):
+        c = moe_sft_config(moe_data, out, lora=dict(EXPERT_LORA), max_steps=steps, epoch=10, save_model_step=3,
+                           keep_checkpoint_max=2, is_eval_dev=0, resume="auto")
+        c["model"]["optimization"]["learning_rate"] = 2e-2
+        return c
+    params = resumed_run_matches_reference(tmp_path, config, steps, random.Random(58), runs=2)
+    assert any(".experts." in name for name in params) and all(name.endswith(("lora_A", "lora_B"))
+                                                               for name in params)

@@ -48,6 +48,10 @@ LORA: Dict[str, Key] = {
     "target_modules": Key(list, list(LINEAR_WEIGHTS), items=Key(str, non_empty=True),
                           doc="the linear layers that get adapters, by name: q_proj, k_proj, v_proj, o_proj, "
                               "gate_proj, up_proj, down_proj"),
+    "experts": Key(str, "all", choices=["all", "shared", "none"],
+                   doc="a mixture-of-experts model: whose gate_proj, up_proj and down_proj of target_modules get "
+                       "adapters: every routed and shared expert's (all), the shared experts' (shared), or neither "
+                       "(none: the dense layers' only)"),
 }
 DECODER_KEYS = {
     "model_dir": path_key(REQUIRED, non_empty=True,
@@ -102,7 +106,8 @@ class Ernie45ChatModel(BaseModel):
         lora = p["lora"]
         self.adapters: Optional[Set[str]] = None
         if lora is not None:
-            apply_lora(self.model, LoRASettings(lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"]))
+            apply_lora(self.model, LoRASettings(lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"],
+                                                lora["experts"]))
             if self.lm_head is not None:
                 self.lm_head.weight.stop_gradient = True
                 self.lm_head.weight.trainable = False

@@ -69,7 +69,7 @@ class Ernie45SparseMoE(nn.Layer):
 
     def route(self, tokens: paddle.Tensor) -> List[paddle.Tensor]:
         """``tokens`` ``[N, hidden]`` -> the chosen experts ``[N, k]`` and their weights ``[N, k]``."""
-        logits = paddle.matmul(tokens.astype("float32"), self.gate.weight.astype("float32"))  # [N, E]
+        logits = self.gate(tokens.astype("float32"))  # [N, E], in float32 (the router's weight is)
         probabilities = F.softmax(logits, axis=-1)
         _, chosen = paddle.topk(probabilities + self.moe_statics.e_score_correction_bias, self.top_k, axis=-1)
         weights = paddle.take_along_axis(probabilities, chosen, axis=-1)  # [N, k]: without the bias

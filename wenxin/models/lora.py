@@ -37,12 +37,25 @@ ADAPTER_NAMES = ("lora_A", "lora_B")
 @dataclasses.dataclass
 class LoRASettings:
     """``rank`` and ``alpha`` (the update is scaled by ``alpha / rank``), ``dropout`` on the
-    adapter's input, and the attribute names of the linear layers that get adapters."""
+    adapter's input, the attribute names of the linear layers that get adapters, and in a
+    mixture-of-experts model which experts' layers of those names do (``experts``: ``all``, the
+    routed and the shared ones; ``shared``; ``none``: the attention's and dense layers' only)."""
 
     rank: int
     alpha: float
     dropout: float
     target_modules: Sequence[str]
+    experts: str = "all"
+
+    def adapts(self, layer_path: str) -> bool:
+        """Whether the experts choice lets the layer at ``layer_path`` (its parent's full name)
+        have adapters."""
+        parts = layer_path.split(".")
+        if "experts" in parts:  # a routed expert: ...mlp.experts.<i>
+            return self.experts == "all"
+        if "shared_experts" in parts:
+            return self.experts in ("all", "shared")
+        return True
 
     @property
     def scaling(self) -> float:
@@ -104,7 +117,7 @@ def apply_lora(model: nn.Layer, settings: LoRASettings, key: str = "model.lora")
             if not isinstance(child, nn.Linear) or isinstance(child, LoRALinear):
                 continue
             linear_names.add(child_name)
-            if child_name in settings.target_modules:
+            if child_name in settings.target_modules and settings.adapts(full_name):
                 name = f"{full_name}.{child_name}" if full_name else child_name
                 rng = np.random.default_rng([seed, zlib.crc32(name.encode())])  # each layer its own stream
                 setattr(layer, child_name, LoRALinear(child, settings, rng))
