@@ -184,3 +184,76 @@ def test_lora_sft_of_a_moe_decoder_resumes_exactly_after_sigkill(tmp_path, moe_d
     params = resumed_run_matches_reference(tmp_path, config, steps, random.Random(58), runs=2)
     assert any(".experts." in name for name in params) and all(name.endswith(("lora_A", "lora_B"))
                                                                for name in params)
+
+
+def test_a_moe_chat_model_exports_answers_as_it_decodes_and_leaves_as_a_pt_folder(tmp_path):
+    """Generation and serving as for the dense decoder: the exported step functions (static
+    programs, routing inside) answer what the trained model answers by full forward passes; the
+    ``-PT`` export, LoRA merged into the experts, loads with the merged model's logits."""
+    from conftest import build
+    from test_chat_generate import QA, greedy_answer, memorizing_config
+    from wenxin.inference.predictor import Predictor
+    config = memorizing_config(tmp_path, "dynamic", lora=True, steps=12)
+    for reader in config["dataset_reader"].values():
+        reader["fields"][0]["model_dir"] = MOE
+    config["model"].update(model_dir=MOE, lora=dict(EXPERT_LORA))
+    trainer = build(config, tmp_path)
+    trainer.do_train()
+    predictor = Predictor(trainer.export_inference(str(tmp_path / "export")))
+    answers = [result["text"] for result in predictor.predict([[q] for q, _ in QA])]
+    assert answers == [greedy_answer(trainer, q) for q, _ in QA]
+    folder = str(tmp_path / "pt")
+    os.makedirs(folder)
+    trainer.model.write_pretrained_folder(folder, trainer.engine.model_state_dict(), "float32", 10**9)
+    exported = load_ernie45(folder)
+    exported.eval()
+    ids = paddle.to_tensor(REFERENCE["input_ids"])
+    with paddle.no_grad():
+        from wenxin.models.lora import merged_adapters
+        with merged_adapters(trainer.model):
+            expected = paddle.matmul(trainer.model.model(ids), trainer.model.output_weight(), transpose_y=True)
+        np.testing.assert_allclose(exported(ids).numpy(), expected.numpy(), rtol=0, atol=2e-5)
+
+
+def test_erniekits_paddle_layout_of_a_moe_decoder_gives_the_same_logits(tmp_path):
+    """The same MoE model as ERNIEKit lays out its -Paddle checkpoints: ``ernie.`` names, query,
+    key and value fused, each expert's and the shared experts' gate and up fused, the router
+    ``[hidden, experts]``."""
+    from test_ernie45 import erniekit_checkpoint
+    from wenxin.models.ernie45 import paddle_layout_weights
+    with open(os.path.join(MOE, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    folder = str(tmp_path / "paddle")
+    written = erniekit_checkpoint(folder, paddle_layout_weights(MOE, Ernie45Config.from_folder(MOE)), config)
+    assert {"ernie.layers.1.mlp.experts.3.up_gate_proj.weight", "ernie.layers.1.mlp.shared_experts.up_gate_proj.weight",
+            "ernie.layers.1.mlp.gate.weight", "ernie.layers.0.mlp.up_gate_proj.weight"} <= set(written)
+    model = load_ernie45(folder)
+    model.eval()
+    np.testing.assert_allclose(model(paddle.to_tensor(REFERENCE["input_ids"])).numpy(), REFERENCE["shared_logits"],
+                               rtol=0, atol=2e-5)
+    fused = written["ernie.layers.1.mlp.experts.3.up_gate_proj.weight"]
+    broken = {**written, "ernie.layers.1.mlp.experts.3.up_gate_proj.weight": np.concatenate([fused, fused[:, :2]], 1)}
+    from safetensors.numpy import save_file
+    save_file({n: np.ascontiguousarray(v) for n, v in broken.items()}, os.path.join(folder, "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"experts.3.up_gate_proj.weight has shape \[64, 66\]; config.json's "
+                                              r"moe_intermediate_size makes it 64 wide"):
+        load_ernie45(folder)
+
+
+def test_dpo_of_a_moe_decoder_starts_at_log_2(tmp_path):
+    from conftest import build
+    from test_dpo import dpo_config, pairs
+    from conftest import write_jsonl
+    data = str(tmp_path / "data")
+    write_jsonl(os.path.join(data, "train.jsonl"), pairs(8, seed=1))
+    write_jsonl(os.path.join(data, "dev.jsonl"), pairs(4, seed=2))
+    config = dpo_config(data, str(tmp_path / "out"), lora=True)
+    for reader in config["dataset_reader"].values():
+        reader["fields"][0]["model_dir"] = MOE
+    config["model"].update(model_dir=MOE, lora=dict(EXPERT_LORA))
+    trainer = build(config, tmp_path)
+    reader = trainer.readers["train_reader"]
+    batch = {k: paddle.to_tensor(v) for k, v in reader.fields[0].collate([reader.examples[i][0]
+                                                                          for i in range(4)]).items()}
+    with paddle.no_grad():
+        assert float(trainer.model(batch, "training")["loss"]) == pytest.approx(np.log(2), abs=1e-6)

@@ -339,6 +339,17 @@ def is_linear_weight(name: str) -> bool:
                                                           or parts[-3:-1] == ["mlp", "gate"])
 
 
+def fused_inner_size(module: str, config: Ernie45Config) -> Tuple[str, int]:
+    """The config key and size of the SwiGLU whose fused ``up_gate_proj`` is ``module``."""
+    parts = module.split(".")
+    if "shared_experts" in parts:
+        return ("moe_intermediate_size * moe_num_shared_experts",
+                config.moe_intermediate_size * config.moe_num_shared_experts)
+    if "experts" in parts:
+        return "moe_intermediate_size", config.moe_intermediate_size
+    return "intermediate_size", config.intermediate_size
+
+
 def erniekit_layout(weights: Dict[str, np.ndarray], config: Ernie45Config, folder: str) -> Dict[str, np.ndarray]:
     """ERNIEKit's checkpoint layout -> this model's names, as Paddle holds them.
 
@@ -350,7 +361,8 @@ def erniekit_layout(weights: Dict[str, np.ndarray], config: Ernie45Config, folde
       heads as query heads, each head's query, key and value in turn (how ERNIEKit's attention
       reshapes and splits its output);
     - ``mlp.up_gate_proj`` (``[hidden, 2 * intermediate]``): first the half that goes through SiLU
-      (``gate_proj``), then ``up_proj``.
+      (``gate_proj``), then ``up_proj``; in a MoE decoder each expert's and the shared experts'
+      too (their router, ``mlp.gate``, is ``[hidden, experts]`` already).
 
     Its own output layer (untied) is ``[hidden, vocab]``, this model's ``[vocab, hidden]``."""
     heads, kv_heads, width = config.num_attention_heads, config.num_key_value_heads, config.head_dim
@@ -371,11 +383,11 @@ def erniekit_layout(weights: Dict[str, np.ndarray], config: Ernie45Config, folde
             attention = module[:-len("qkv_proj")]
             for projection, part in zip(("q_proj", "k_proj", "v_proj"), parts):
                 converted[f"{attention}{projection}.{kind}"] = np.ascontiguousarray(part)
-        elif module.endswith("mlp.up_gate_proj"):
-            if value.shape[-1] != 2 * config.intermediate_size:
+        elif module.endswith("up_gate_proj"):  # a dense layer's, an expert's or the shared experts'
+            key, inner = fused_inner_size(module, config)
+            if value.shape[-1] != 2 * inner:
                 raise CheckpointError(f"{folder}: {name} has shape {list(value.shape)}; config.json's "
-                                      f"intermediate_size {config.intermediate_size} makes it "
-                                      f"{2 * config.intermediate_size} wide")
+                                      f"{key} makes it {2 * inner} wide")
             gate, up = np.split(value, 2, axis=-1)
             mlp = module[:-len("up_gate_proj")]
             converted[f"{mlp}gate_proj.{kind}"] = np.ascontiguousarray(gate)
