@@ -80,17 +80,20 @@ class Ernie45SparseMoE(nn.Layer):
         hidden = x.shape[-1]
         tokens = x.reshape([-1, hidden])  # [N, hidden]
         chosen, weights = self.route(tokens)
-        rows_of, outputs = [], []
+        # a zero row N joins every expert's rows with weight 0, so that no expert's rows are empty
+        # (Paddle's scatter and static executor fail on empty tensors)
+        padded = paddle.concat([tokens, paddle.zeros([1, hidden], dtype=tokens.dtype)])  # [N + 1, hidden]
+        dummy = paddle.shape(tokens)[0:1].astype("int64")  # [1]: the index N
+        no_weight = paddle.zeros([1], dtype=weights.dtype)
+        out = paddle.zeros_like(padded)
         for index, expert in enumerate(self.experts):
             picked = chosen == index  # [N, k]: at most one slot a token
-            rows = paddle.nonzero(picked.any(axis=-1)).reshape([-1])  # the tokens routed to this expert [M]
-            weight = (weights * picked.astype(weights.dtype)).sum(axis=-1)  # [N]: 0 where not routed
-            scale = paddle.gather(weight, rows).unsqueeze(-1).astype(x.dtype)  # [M, 1]
-            outputs.append(expert(paddle.gather(tokens, rows)) * scale)
-            rows_of.append(rows)
-        # one scatter of every expert's rows ([N * k] in all): an expert may have none
-        out = paddle.scatter_nd_add(paddle.zeros_like(tokens), paddle.concat(rows_of).unsqueeze(-1),
-                                    paddle.concat(outputs))
+            rows = paddle.concat([paddle.nonzero(picked.any(axis=-1)).reshape([-1]), dummy])  # [M + 1]
+            weight = paddle.concat([(weights * picked.astype(weights.dtype)).sum(axis=-1), no_weight])  # [N + 1]
+            scale = paddle.gather(weight, rows).unsqueeze(-1).astype(x.dtype)  # [M + 1, 1]
+            # each row once a scatter, the experts in turn: the same sum in the same order every run
+            out = paddle.scatter_nd_add(out, rows.unsqueeze(-1), expert(paddle.gather(padded, rows)) * scale)
+        out = out[:-1]  # [N, hidden]
         if self.shared_experts is not None:
             out = out + self.shared_experts(tokens)
         return out.reshape(paddle.shape(x))
