@@ -365,6 +365,20 @@ def losses_of(out: str) -> Dict[int, float]:
     return {r["step"]: r["loss"] for r in records if r["tag"] == "train"}
 
 
+def losses_in_both_modes(tmp_path: Any, config_of: Callable[[str, str], Dict[str, Any]]) -> Dict[int, float]:
+    """Train ``config_of(mode, out)`` in eager and static mode (into ``tmp_path/<mode>``); each
+    step's loss must agree to 1e-4 (relative above 1). Returns the eager run's losses by step."""
+    losses = {}
+    for mode in ("dynamic", "static"):
+        out = str(tmp_path / mode)
+        build(config_of(mode, out), tmp_path).do_train()
+        losses[mode] = losses_of(out)
+    assert sorted(losses["dynamic"]) == sorted(losses["static"])
+    for step, loss in losses["dynamic"].items():
+        assert abs(loss - losses["static"][step]) <= 1e-4 * max(1.0, abs(loss)), (step, loss, losses["static"][step])
+    return losses["dynamic"]
+
+
 def resume_config(data_dir, out, **extra):
     config = task_config(data_dir, out, epoch=3, train_log_step=1, save_model_step=7, is_eval_test=0,
                          eval_step=10, **extra)
