@@ -106,6 +106,13 @@ def test_pair_rows_hold_the_chosen_then_the_rejected_conversation_and_learn_only
         PreferenceFieldReader({**field(), "packing": True}, "f")
 
 
+def first_pairs(trainer, n):
+    """The train reader's first ``n`` pairs: their converted values and their collated batch."""
+    reader = trainer.readers["train_reader"]
+    values = [reader.examples[i][0] for i in range(n)]
+    return values, {k: paddle.to_tensor(v) for k, v in reader.fields[0].collate(values).items()}
+
+
 def numpy_log_prob(model, ids, learn):
     """The closed form's pieces: a conversation's answer tokens' log-probabilities, summed, from a
     forward pass of that conversation alone and a numpy log-softmax."""
@@ -126,9 +133,7 @@ def test_the_loss_equals_the_closed_form_on_a_small_case(tmp_path, dpo_data, lor
         for name, parameter in model.named_parameters():
             if (name.endswith("lora_B") if lora else name.startswith("model.layers.0.mlp")):
                 parameter.set_value(parameter.numpy() + rng.normal(0, 0.05, parameter.shape).astype("float32"))
-    reader = trainer.readers["train_reader"]
-    values = [reader.examples[i][0] for i in range(3)]
-    batch = {k: paddle.to_tensor(v) for k, v in reader.fields[0].collate(values).items()}
+    values, batch = first_pairs(trainer, 3)
     model.eval()
     with paddle.no_grad():
         outputs = model(batch, "training")
@@ -159,9 +164,7 @@ def test_the_loss_equals_the_closed_form_on_a_small_case(tmp_path, dpo_data, lor
 
 def test_at_the_start_the_policy_is_the_reference_so_the_loss_is_log_2(tmp_path, dpo_data):
     trainer = build(dpo_config(dpo_data, str(tmp_path / "out"), lora=False), tmp_path)
-    reader = trainer.readers["train_reader"]
-    batch = {k: paddle.to_tensor(v) for k, v in reader.fields[0].collate([reader.examples[i][0]
-                                                                          for i in range(4)]).items()}
+    _, batch = first_pairs(trainer, 4)
     with paddle.no_grad():
         assert float(trainer.model(batch, "training")["loss"]) == pytest.approx(np.log(2), abs=1e-6)
 

@@ -238,7 +238,7 @@ def test_erniekits_paddle_layout_of_a_moe_decoder_gives_the_same_logits(tmp_path
 
 def test_dpo_of_a_moe_decoder_starts_at_log_2(tmp_path):
     from conftest import build
-    from test_dpo import dpo_config, pairs
+    from test_dpo import dpo_config, first_pairs, pairs
     from conftest import write_jsonl
     data = str(tmp_path / "data")
     write_jsonl(os.path.join(data, "train.jsonl"), pairs(8, seed=1))
@@ -248,8 +248,6 @@ def test_dpo_of_a_moe_decoder_starts_at_log_2(tmp_path):
         reader["fields"][0]["model_dir"] = MOE
     config["model"].update(model_dir=MOE, lora=dict(EXPERT_LORA))
     trainer = build(config, tmp_path)
-    reader = trainer.readers["train_reader"]
-    batch = {k: paddle.to_tensor(v) for k, v in reader.fields[0].collate([reader.examples[i][0]
-                                                                          for i in range(4)]).items()}
+    _, batch = first_pairs(trainer, 4)
     with paddle.no_grad():
         assert float(trainer.model(batch, "training")["loss"]) == pytest.approx(np.log(2), abs=1e-6)

@@ -11,7 +11,7 @@ pytest.importorskip("sentencepiece")
 import paddle  # noqa: E402
 
 from conftest import build, losses_in_both_modes  # noqa: E402
-from test_dpo import FOLDER, dpo_config, dpo_data, numpy_log_prob  # noqa: E402,F401 (the fixture)
+from test_dpo import FOLDER, dpo_config, dpo_data, first_pairs, numpy_log_prob  # noqa: E402,F401 (the fixture)
 from wenxin.common.errors import ConfigError  # noqa: E402
 from wenxin.models.ernie45 import load_ernie45  # noqa: E402
 
@@ -73,9 +73,7 @@ def test_the_loss_equals_a_hand_computation_from_logits(tmp_path, dpo_data, loss
             for name, parameter in model.named_parameters():
                 if name.startswith("model.layers.0.mlp"):
                     parameter.set_value(parameter.numpy() + rng.normal(0, 0.05, parameter.shape).astype("float32"))
-    reader = trainer.readers["train_reader"]
-    values = [reader.examples[i][0] for i in range(3)]
-    batch = {k: paddle.to_tensor(v) for k, v in reader.fields[0].collate(values).items()}
+    values, batch = first_pairs(trainer, 3)
     model.eval()
     with paddle.no_grad():
         outputs = model(batch, "training")
