@@ -188,28 +188,18 @@ def export_pretrained(param_path: str, checkpoint: str, output: str = "", overri
 def export_pretrained_config(config: Dict[str, Any], checkpoint: str, output: str, dtype: str,
                              max_shard_bytes: int) -> str:
     """``export_pretrained`` of a loaded config."""
-    import shutil
-    import tempfile
-
     from wenxin.common import manifest
-    from wenxin.controller.checkpoint import replace_folder
+    from wenxin.controller.checkpoint import written_aside
     target = os.path.abspath(output or os.path.join(checkpoint if os.path.isdir(checkpoint) else
                                                     os.path.dirname(checkpoint), PRETRAINED_DIR))
     if os.path.exists(target) and not os.path.isfile(os.path.join(target, manifest.MANIFEST_FILE)) and \
             (not os.path.isdir(target) or os.listdir(target)):
         raise ConfigError(f"--output: {target} exists and is not an earlier export; choose another folder or "
                           f"move it away (an export replaces only an earlier export)")
-    with checkpoint_trainer(config, checkpoint) as trainer:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".pretrained-", dir=os.path.dirname(target))
-        try:
-            files = trainer.engine.model.write_pretrained_folder(tmp, trainer.engine.model_state_dict(), dtype,
-                                                                 max_shard_bytes)
-            manifest.write_manifest(tmp, PRETRAINED_FORMAT)
-            replace_folder(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+    with checkpoint_trainer(config, checkpoint) as trainer, written_aside(target, ".pretrained-") as tmp:
+        files = trainer.engine.model.write_pretrained_folder(tmp, trainer.engine.model_state_dict(), dtype,
+                                                             max_shard_bytes)
+        manifest.write_manifest(tmp, PRETRAINED_FORMAT)
     logger.info("exported the model folder %s (%s, %d files)", target, dtype, len(files))
     return target
 

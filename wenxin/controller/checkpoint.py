@@ -21,12 +21,13 @@ checksum and names a damaged file.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 
 from wenxin.common.errors import CheckpointError
@@ -83,6 +84,22 @@ def replace_folder(tmp: str, final: str) -> None:
     os.rename(tmp, final)
     if trash:
         shutil.rmtree(trash, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def written_aside(final: str, prefix: str) -> Iterator[str]:
+    """Yields a new hidden folder beside ``final`` to write a whole folder into; when the block
+    ends, the folder replaces ``final`` (``replace_folder``). If the block raises, the folder is
+    deleted and ``final`` is left as it was."""
+    parent = os.path.dirname(os.path.abspath(final))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    try:
+        yield tmp
+        replace_folder(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def write_manifest(folder: str) -> None:

@@ -8,9 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
-import tempfile
-from typing import Any, Callable, Dict, Iterator
+from typing import Any, Callable, Dict, Iterator, List
 
 from wenxin.common.errors import CheckpointError, ConfigError
 from wenxin.controller import checkpoint as ckpt
@@ -40,40 +38,36 @@ class InferenceExporter:
         """Write a self-contained inference folder (graph, weights, preprocessing) to ``folder``:
         whole or not at all (an earlier export there stays until the new one is complete)."""
         self._check_raw_text_input()
-        tmp = ""
         try:
-            os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
-            tmp = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(os.path.abspath(folder)))
-            fields = export.inference_fields(self.readers)
-            extra: Dict[str, Any] = {}
-            with self._export_weights():
-                if getattr(self.engine.model, "step_specs", None) is not None:  # generation: its step functions
-                    prompt = self.engine.model.prompt_source()
-                    extra = {"steps": self.engine.save_step_functions(tmp),
-                             "generation": {"settings": self.engine.model.decode_settings().as_dict(),
-                                            "prompt": {"inputs": dict(prompt.inputs), "lengths": prompt.lengths},
-                                            "max_new_tokens_limit": self.engine.model.max_new_tokens_limit}}
-                    outputs = list(self.engine.model.prediction_outputs)
-                else:
-                    outputs = self.engine.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields,
-                                                               self.sample)
-            export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config,
-                                      self.engine.model.prediction_format,
-                                      {"onednn_min_rows": self.engine.model.onednn_min_rows,
-                                       "sorted_batch_rows": self.engine.model.sorted_batch_rows}, extra)
-            export.seal_export(tmp)
-            ckpt.replace_folder(tmp, folder)
+            with ckpt.written_aside(folder, ".export-") as tmp:
+                outputs = self._write(tmp)
         except OSError as e:  # a full disk: no partial export, an earlier one stays
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
             raise CheckpointError(f"{folder}: cannot write the inference model ({e.strerror or e})") from None
-        except BaseException:
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise
         if not quiet:
             logger.info("exported inference model to %s (outputs: %s)", folder, ", ".join(outputs))
         return folder
+
+    def _write(self, tmp: str) -> List[str]:
+        """The export's files into the empty folder ``tmp``, sealed; returns the model's outputs."""
+        fields = export.inference_fields(self.readers)
+        extra: Dict[str, Any] = {}
+        with self._export_weights():
+            if getattr(self.engine.model, "step_specs", None) is not None:  # generation: its step functions
+                prompt = self.engine.model.prompt_source()
+                extra = {"steps": self.engine.save_step_functions(tmp),
+                         "generation": {"settings": self.engine.model.decode_settings().as_dict(),
+                                        "prompt": {"inputs": dict(prompt.inputs), "lengths": prompt.lengths},
+                                        "max_new_tokens_limit": self.engine.model.max_new_tokens_limit}}
+                outputs = list(self.engine.model.prediction_outputs)
+            else:
+                outputs = self.engine.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields,
+                                                           self.sample)
+        export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config,
+                                  self.engine.model.prediction_format,
+                                  {"onednn_min_rows": self.engine.model.onednn_min_rows,
+                                   "sorted_batch_rows": self.engine.model.sorted_batch_rows}, extra)
+        export.seal_export(tmp)
+        return outputs
 
     @contextlib.contextmanager
     def _export_weights(self) -> Iterator[None]:
