@@ -22,6 +22,7 @@ from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, E
                                    generation_defaults, paddle_layout_weights, prefill_step,
                                    sized_layout)
 from wenxin.models.ernie45_export import pt_layout_weights, write_pt_folder
+from wenxin.models.ernie45_router_loss import RouterLossWeights, with_router_loss
 
 from .preference import PREFERENCE_LOSSES
 from wenxin.models.lora import LoRASettings, adapter_parameter_names, adapters_disabled, apply_lora, merged_weights
@@ -53,6 +54,13 @@ LORA: Dict[str, Key] = {
                        "adapters: every routed and shared expert's (all), the shared experts' (shared), or neither "
                        "(none: the dense layers' only)"),
 }
+# ERNIEKit's names for the router's training losses of a mixture-of-experts model, its defaults
+ROUTER_LOSSES: Dict[str, Tuple[str, float, str]] = {
+    "moe_aux_loss_lambda": ("aux", RouterLossWeights.aux, "load balancing"),
+    "moe_z_loss_lambda": ("z", RouterLossWeights.z, "z-loss: the router's logits kept small"),
+    "moe_orthogonal_loss_lambda": ("orthogonal", RouterLossWeights.orthogonal,
+                                   "orthogonality of the router's expert rows"),
+}
 DECODER_KEYS = {
     "model_dir": path_key(REQUIRED, non_empty=True,
                      doc="the ERNIE 4.5 folder: config.json, safetensors weights, the tokenizer's files"),
@@ -61,6 +69,10 @@ DECODER_KEYS = {
     "lora": Key((dict, type(None)), None, children=LORA,
                 doc="train LoRA adapters on the chosen linear layers, the decoder frozen; checkpoints hold only "
                     "the adapters, and exports merge them (null: full fine-tuning)"),
+    **{key: Key((float, type(None)), None, minimum=0.0,
+                doc=f"a mixture-of-experts model: the weight of the router's {what} loss, added to the gradient "
+                    f"(the loss reported is the language model's; null: {default}, ERNIEKit's default)")
+       for key, (_, default, what) in ROUTER_LOSSES.items()},
     "generation": Key(dict, {}, children=GENERATION,
                       doc="how the exported model answers (wenxin predict, wenxin serve's /generate); a request "
                           "may change these within limits"),
@@ -102,6 +114,7 @@ class Ernie45ChatModel(BaseModel):
                               f"than the model's max_position_embeddings {self.config.max_position_embeddings}")
         self.layout = sized_layout(p["model_dir"], self.config) if p["load_weights"] else None  # before building
         self.model = Ernie45Model(self.config)
+        self.model.set_router_loss_weights(self._router_loss_weights())
         self.lm_head = None if self.config.tie_word_embeddings else Ernie45Head(self.config)
         lora = p["lora"]
         self.adapters: Optional[Set[str]] = None
@@ -115,6 +128,17 @@ class Ernie45ChatModel(BaseModel):
         self.special_ids: Dict[str, int] = dict(info["special_ids"])
         self.stop_ids = sorted(set(info["stop_ids"]))
         self.max_new_tokens_limit = self.config.max_position_embeddings - info["max_seq_len"]
+
+    def _router_loss_weights(self) -> Optional[RouterLossWeights]:
+        """The task file's router-loss weights over ERNIEKit's defaults; set on a dense model, an error."""
+        given = {key: self.model_params[key] for key in ROUTER_LOSSES if self.model_params[key] is not None}
+        if not self.config.moe_num_experts:
+            if given:
+                raise ConfigError(f"model.{next(iter(given))}: the model in model_dir is dense (its config.json has "
+                                  f"no moe_num_experts); router losses are a mixture-of-experts model's")
+            return None
+        return RouterLossWeights(**{field: given.get(key, default)
+                                    for key, (field, default, _) in ROUTER_LOSSES.items()})
 
     def enable_recompute(self, key: str) -> None:
         self.model.recompute = True
@@ -196,22 +220,23 @@ class Ernie45ChatModel(BaseModel):
 
     def answer_logits(self, fields_dict: Dict[str, paddle.Tensor], decoder: Optional[Ernie45Model] = None,
                       output_weight: Optional[paddle.Tensor] = None
-                      ) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
-        """``(logits [K, V], targets [K], positions [K])`` at the K answer positions of the field's
-        rows (``positions`` index the flattened ``[R*T]`` rows), by ``decoder`` (the model's own by
-        default). Only those positions go through the output layer: ``[K, H] x [H, V]`` instead of
+                      ) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor, Optional[paddle.Tensor]]:
+        """``(logits [K, V], targets [K], positions [K], router loss)`` at the K answer positions of
+        the field's rows (``positions`` index the flattened ``[R*T]`` rows), by ``decoder`` (the
+        model's own by default); the router loss is the MoE layers' while training with one, else
+        None. Only the answer positions go through the output layer: ``[K, H] x [H, V]`` instead of
         ``[R*T, H] x [H, V]``."""
         name = self.field
         decoder = decoder or self.model
-        states = decoder(fields_dict[name], positions=fields_dict[f"{name}_positions"],
-                         segments=fields_dict[f"{name}_segments"])  # [R, T, H]
+        states, router = decoder.decode(fields_dict[name], positions=fields_dict[f"{name}_positions"],
+                                        segments=fields_dict[f"{name}_segments"])  # [R, T, H]
         labels = fields_dict[f"{name}_labels"].reshape([-1])  # [R*T]: the next answer token, or IGNORED
         chosen = paddle.nonzero(labels != IGNORED).reshape([-1])  # [K]
         picked = paddle.gather(states.reshape([-1, self.config.hidden_size]), chosen)  # [K, H]
         targets = paddle.gather(labels, chosen)  # [K]
         weight = self.output_weight() if output_weight is None else output_weight
         logits = paddle.matmul(picked, weight, transpose_y=True).astype("float32")  # [K, V]
-        return logits, targets, chosen
+        return logits, targets, chosen, router
 
 
 @RegisterSet.models.register("Ernie45SFT")
@@ -228,19 +253,20 @@ class Ernie45SFT(Ernie45ChatModel):
                      "chat_field": Key(str, "conversation", doc="the ChatFieldReader field of the train_reader")}
 
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
-        logits, targets, _ = self.answer_logits(fields_dict)
+        logits, targets, _, router = self.answer_logits(fields_dict)
         count = paddle.shape(targets)[0].astype("float32")
         token_loss = F.cross_entropy(logits, targets.unsqueeze(-1), reduction="none")  # [K, 1]
         loss = token_loss.sum() / paddle.clip(count, min=1.0)
         correct = (paddle.argmax(logits, axis=-1) == targets).astype("float32").sum()
-        return {InstanceName.LOSS: loss, "answer_correct": correct, "answer_tokens": count}
+        return {InstanceName.LOSS: with_router_loss(loss, router), "answer_correct": correct, "answer_tokens": count,
+                **router_loss_output(router)}
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         counts = np.asarray(outputs["answer_tokens"], dtype=np.float64)
         total = max(float(np.sum(counts)), 1.0)
         loss = float(np.sum(np.asarray(outputs[InstanceName.LOSS]) * counts) / total)
         return {"loss": loss, "ppl": float(np.exp(min(loss, 50.0))),
-                "token_acc": float(np.sum(outputs["answer_correct"]) / total)}
+                "token_acc": float(np.sum(outputs["answer_correct"]) / total), **router_loss_metric(outputs)}
 
 
 @RegisterSet.models.register("Ernie45DPO")
@@ -320,24 +346,26 @@ class Ernie45DPO(Ernie45ChatModel):
             yield self.reference, head
 
     def sequence_log_probs(self, fields_dict: Dict[str, paddle.Tensor], decoder: Ernie45Model,
-                           output_weight: paddle.Tensor) -> paddle.Tensor:
-        """``[R]``: each row's sum of its answer tokens' log-probabilities."""
-        logits, targets, positions = self.answer_logits(fields_dict, decoder, output_weight)
+                           output_weight: paddle.Tensor) -> Tuple[paddle.Tensor, Optional[paddle.Tensor]]:
+        """``[R]``: each row's sum of its answer tokens' log-probabilities; and the router loss
+        (``answer_logits``)."""
+        logits, targets, positions, router = self.answer_logits(fields_dict, decoder, output_weight)
         token_log_probs = -F.cross_entropy(logits, targets.unsqueeze(-1), reduction="none").reshape([-1])  # [K]
         shape = paddle.shape(fields_dict[f"{self.field}_labels"])  # [R, T]
         flat = paddle.zeros([shape[0] * shape[1]], dtype="float32")
         flat = paddle.scatter(flat, positions, token_log_probs, overwrite=True)  # [R*T], 0 off the answers
-        return flat.reshape([-1, shape[1]]).sum(axis=1)  # [R]
+        return flat.reshape([-1, shape[1]]).sum(axis=1), router  # [R]
 
     def forward(self, fields_dict: Dict[str, paddle.Tensor], phase: str) -> Dict[str, paddle.Tensor]:
-        sums = self.sequence_log_probs(fields_dict, self.model, self.output_weight()).reshape([-1, 2])  # [B, 2]
+        sums, router = self.sequence_log_probs(fields_dict, self.model, self.output_weight())
+        sums = sums.reshape([-1, 2])  # [B, 2]
         tokens = (fields_dict[f"{self.field}_labels"] != IGNORED).astype("float32").sum(axis=1).reshape([-1, 2])
         policy = sums / tokens if self.preference.per_token else sums  # [B, 2]: chosen, rejected
         if self.preference.reference_free:
             reference = paddle.zeros_like(policy)
         else:
             with self._as_reference() as (decoder, weight):
-                reference = self.sequence_log_probs(fields_dict, decoder, weight).reshape([-1, 2]).detach()
+                reference = self.sequence_log_probs(fields_dict, decoder, weight)[0].reshape([-1, 2]).detach()
         margin = self.preference.margin(policy[:, 0], policy[:, 1], reference[:, 0], reference[:, 1],
                                         self.model_params)  # [B]
         loss = -F.log_sigmoid(margin).mean()
@@ -346,12 +374,26 @@ class Ernie45DPO(Ernie45ChatModel):
         if self.sft_loss_ratio:  # the chosen answers' negative log-likelihood, a mean over their tokens
             loss = loss + self.sft_loss_ratio * (-sums[:, 0].sum() / tokens[:, 0].sum())
         pairs = paddle.shape(margin)[0].astype("float32")
-        return {InstanceName.LOSS: loss, "pairs": pairs, "reward_wins": (margin > 0).astype("float32").sum(),
-                "margin_sum": margin.sum()}
+        return {InstanceName.LOSS: with_router_loss(loss, router), "pairs": pairs,
+                "reward_wins": (margin > 0).astype("float32").sum(), "margin_sum": margin.sum(),
+                **router_loss_output(router)}
 
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         pairs = np.asarray(outputs["pairs"], dtype=np.float64)
         total = max(float(np.sum(pairs)), 1.0)
         return {"loss": float(np.sum(np.asarray(outputs[InstanceName.LOSS]) * pairs) / total),
                 "reward_acc": float(np.sum(outputs["reward_wins"]) / total),
-                "reward_margin": float(np.sum(outputs["margin_sum"]) / total)}
+                "reward_margin": float(np.sum(outputs["margin_sum"]) / total), **router_loss_metric(outputs)}
+
+
+ROUTER_LOSS = "router_loss"  # the MoE layers' router loss of a training batch (a metric)
+
+
+def router_loss_output(router: Optional[paddle.Tensor]) -> Dict[str, paddle.Tensor]:
+    """The forward's output of the router loss, where there is one."""
+    return {} if router is None else {ROUTER_LOSS: router.detach()}
+
+
+def router_loss_metric(outputs: Dict[str, Any]) -> Dict[str, float]:
+    """The batches' mean router loss, where the forward gave one."""
+    return {} if ROUTER_LOSS not in outputs else {ROUTER_LOSS: float(np.mean(outputs[ROUTER_LOSS]))}

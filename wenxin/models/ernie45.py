@@ -20,7 +20,7 @@ Baidu publishes: the names and layout PaddleFormers and Hugging Face write (line
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
@@ -31,6 +31,7 @@ from paddle.distributed.fleet.utils import recompute
 
 from wenxin.common.errors import CheckpointError
 from wenxin.models.ernie45_moe import Ernie45SparseMoE
+from wenxin.models.ernie45_router_loss import RouterLossWeights
 from wenxin.models.ernie45_folder import (CONFIG_FILE, GENERATION_CONFIG_FILE, INDEX_FILE, SINGLE_FILE,  # noqa: F401
                                           Ernie45Config, TensorSpec, checkpoint_files, generation_defaults,
                                           read_weights, sized_layout, weight_layout)
@@ -147,6 +148,19 @@ class Ernie45DecoderLayer(nn.Layer):
     def forward(self, x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor, bias: paddle.Tensor) -> paddle.Tensor:
         return self.step(x, sin, cos, bias)[0]
 
+    def computes_router_loss(self) -> bool:
+        """Whether this is a MoE layer training with router losses (``Ernie45SparseMoE.routed``)."""
+        return isinstance(self.mlp, Ernie45SparseMoE) and self.mlp.computes_router_loss()
+
+    def with_router_loss(self, x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor, bias: paddle.Tensor,
+                         token_mask: Optional[paddle.Tensor]) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """``forward`` of a MoE layer, and its router loss (a scalar)."""
+        assert isinstance(self.mlp, Ernie45SparseMoE)
+        x = x + self.self_attn(self.input_layernorm(x), sin, cos, bias)
+        out, loss = self.mlp.routed(self.post_attention_layernorm(x), token_mask)
+        assert loss is not None, "with_router_loss runs only where computes_router_loss"
+        return x + out, loss
+
     def step(self, x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor, bias: Optional[paddle.Tensor],
              past: Optional[Tuple[paddle.Tensor, paddle.Tensor]] = None
              ) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
@@ -167,25 +181,46 @@ class Ernie45Model(nn.Layer):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.recompute = False  # gradient checkpointing per layer while training (eager)
 
+    def set_router_loss_weights(self, weights: Optional[RouterLossWeights]) -> None:
+        """Train the MoE layers' routers with these losses (None: without)."""
+        for layer in self.layers:
+            if isinstance(layer.mlp, Ernie45SparseMoE):
+                layer.mlp.router_loss_weights = weights
+
     def forward(self, ids: paddle.Tensor, attention_mask: Optional[paddle.Tensor] = None,
                 positions: Optional[paddle.Tensor] = None, segments: Optional[paddle.Tensor] = None) -> paddle.Tensor:
         """``ids`` ``[B, T]``; ``attention_mask`` ``[B, T]`` (1: a token, 0: padding) or None;
         packed rows give ``positions`` ``[B, T]`` (restarting in each sequence) and ``segments``
         ``[B, T]`` (1, 2, ... per sequence, 0: padding), and attend only within a segment."""
+        return self.decode(ids, attention_mask, positions, segments)[0]
+
+    def decode(self, ids: paddle.Tensor, attention_mask: Optional[paddle.Tensor] = None,
+               positions: Optional[paddle.Tensor] = None, segments: Optional[paddle.Tensor] = None
+               ) -> Tuple[paddle.Tensor, Optional[paddle.Tensor]]:
+        """``forward``'s hidden states ``[B, T, hidden]``, and the sum of the MoE layers' router
+        losses where training with them (else None), padding left out."""
         length = paddle.shape(ids)[1]
         if positions is None:
             positions = paddle.arange(length)
         sin, cos = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)
         bias = causal_bias(length, attention_mask) if segments is None else segment_bias(segments)
+        token_mask = attention_mask if segments is None else segments != 0  # [B, T] or None
         x = self.embed_tokens(ids)
+        losses = []
         for layer in self.layers:
-            if self.recompute and self.training:
-                # not reentrant: the layer's parameters get their gradients even where x needs none
-                # (frozen embeddings under LoRA), and dropout replays the same random numbers
-                x = recompute(layer, x, sin, cos, bias, use_reentrant=False)
+            if layer.computes_router_loss():
+                x, loss = self._run(layer.with_router_loss, x, sin, cos, bias, token_mask)
+                losses.append(loss)
             else:
-                x = layer(x, sin, cos, bias)
-        return self.norm(x)
+                x = self._run(layer, x, sin, cos, bias)
+        return self.norm(x), (paddle.add_n(losses) if losses else None)
+
+    def _run(self, function: Callable[..., Any], *inputs: Any) -> Any:
+        if self.recompute and self.training:
+            # not reentrant: the layer's parameters get their gradients even where x needs none
+            # (frozen embeddings under LoRA), and dropout replays the same random numbers
+            return recompute(function, *inputs, use_reentrant=False)
+        return function(*inputs)
 
 
     def prefill(self, ids: paddle.Tensor, past: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:

@@ -15,15 +15,20 @@ Every token routed to an expert is computed by it ("dropless"): the reference's 
 token when every capacity factor is at least the number of experts, which ``Ernie45Config``
 requires. The layers ``moe_layer_start_index`` to ``moe_layer_end_index``, every
 ``moe_layer_interval``-th, are MoE layers; the others are dense.
+
+While training with router losses (``router_loss_weights``; ``ernie45_router_loss``), ``routed``
+also returns the layer's router loss.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
 import paddle
 import paddle.nn.functional as F
 from paddle import nn
+
+from wenxin.models.ernie45_router_loss import RouterLossWeights, router_loss
 
 if TYPE_CHECKING:
     from wenxin.models.ernie45_folder import Ernie45Config
@@ -66,10 +71,18 @@ class Ernie45SparseMoE(nn.Layer):
                                      for _ in range(config.moe_num_experts)])
         shared = config.moe_intermediate_size * config.moe_num_shared_experts
         self.shared_experts = SwiGLU(config.hidden_size, shared, config.use_bias) if shared else None
+        self.router_loss_weights: Optional[RouterLossWeights] = None  # None: no router loss
+
+    def computes_router_loss(self) -> bool:
+        """Whether ``routed`` returns a router loss: training, with a loss of non-zero weight."""
+        return self.training and self.router_loss_weights is not None and self.router_loss_weights.any
 
     def route(self, tokens: paddle.Tensor) -> List[paddle.Tensor]:
         """``tokens`` ``[N, hidden]`` -> the chosen experts ``[N, k]`` and their weights ``[N, k]``."""
-        logits = self.gate(tokens.astype("float32"))  # [N, E], in float32 (the router's weight is)
+        return self._route(self.gate(tokens.astype("float32")))
+
+    def _route(self, logits: paddle.Tensor) -> List[paddle.Tensor]:
+        """The router's ``logits`` ``[N, E]`` (float32) -> chosen experts and weights ``[N, k]``."""
         probabilities = F.softmax(logits, axis=-1)
         _, chosen = paddle.topk(probabilities + self.moe_statics.e_score_correction_bias, self.top_k, axis=-1)
         weights = paddle.take_along_axis(probabilities, chosen, axis=-1)  # [N, k]: without the bias
@@ -77,9 +90,17 @@ class Ernie45SparseMoE(nn.Layer):
         return [chosen, weights]
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        return self.routed(x)[0]
+
+    def routed(self, x: paddle.Tensor, token_mask: Optional[paddle.Tensor] = None
+               ) -> Tuple[paddle.Tensor, Optional[paddle.Tensor]]:
+        """``x`` ``[..., hidden]`` -> the layer's output, shaped as ``x``, and its router loss (a
+        scalar) where ``computes_router_loss``, else None; ``token_mask`` (``x``'s shape without
+        the last axis; 1: a token, 0: padding) leaves padding out of the router loss."""
         hidden = x.shape[-1]
         tokens = x.reshape([-1, hidden])  # [N, hidden]
-        chosen, weights = self.route(tokens)
+        logits = self.gate(tokens.astype("float32"))  # [N, E], in float32 (the router's weight is)
+        chosen, weights = self._route(logits)
         # a zero row N joins every expert's rows with weight 0, so that no expert's rows are empty
         # (Paddle's scatter and static executor fail on empty tensors)
         padded = paddle.concat([tokens, paddle.zeros([1, hidden], dtype=tokens.dtype)])  # [N + 1, hidden]
@@ -96,4 +117,8 @@ class Ernie45SparseMoE(nn.Layer):
         out = out[:-1]  # [N, hidden]
         if self.shared_experts is not None:
             out = out + self.shared_experts(tokens)
-        return out.reshape(paddle.shape(x))
+        loss = None
+        if self.computes_router_loss() and self.router_loss_weights is not None:
+            mask = None if token_mask is None else token_mask.reshape([-1])  # [N]
+            loss = router_loss(logits, self.gate.weight, self.top_k, self.router_loss_weights, mask)
+        return out.reshape(paddle.shape(x)), loss
