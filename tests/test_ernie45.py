@@ -114,6 +114,8 @@ def test_the_config_reads_what_baidus_config_json_holds():
                                                                  "per modality is a vision-language model's"),
                             ({**moe, "moe_capacity": [8, 4, 8]}, r"moe_capacity \[8, 4, 8\] can drop tokens"),
                             ({**moe, "scoring_func": "sigmoid"}, "scoring_func 'sigmoid' is not supported"),
+                            ({**moe, "moe_gate_act": "sigmoid"}, "moe_gate_act 'sigmoid' is not supported"),
+                            ({**moe, "moe_gate": "top2"}, "moe_gate 'top2' is not supported"),
                             ({"compression_ratio": 4.0}, "compression_ratio 4.0: positions scaled"),
                             ({"rope_scaling": {"type": "yarn"}}, "rope_scaling: scaled rotary embeddings")):
         with pytest.raises(ConfigError, match=f"config.json: {message}"):

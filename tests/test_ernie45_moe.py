@@ -89,6 +89,38 @@ def test_routing_by_hand():
     assert (np.sort(chosen_with.numpy(), axis=1) != np.sort(chosen_without.numpy(), axis=1)).any()
 
 
+def test_a_model_trained_without_the_correction_bias_loads_without_it(tmp_path):
+    """``moe_use_aux_free: false`` (ERNIE's default for its own configs): the folder holds no
+    ``moe_statics``, and the model routes as one whose bias is zero."""
+    from safetensors.numpy import load_file, save_file
+    folder = str(tmp_path / "no-bias")
+    shutil.copytree(MOE, folder)
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+        json.dump({**config, "moe_use_aux_free": False}, f)
+    with open(os.path.join(folder, "model.safetensors.index.json"), encoding="utf-8") as f:
+        index = json.load(f)
+    for file in set(index["weight_map"].values()):
+        path = os.path.join(folder, file)
+        save_file({n: v for n, v in load_file(path).items() if "moe_statics" not in n}, path)
+    index["weight_map"] = {n: v for n, v in index["weight_map"].items() if "moe_statics" not in n}
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
+        json.dump(index, f)
+    without = load_ernie45(folder)
+    assert not any("moe_statics" in name for name, _ in without.named_parameters())
+    zeroed = load_ernie45(MOE)
+    for layer in zeroed.model.layers:
+        if isinstance(layer.mlp, Ernie45SparseMoE):
+            assert float(layer.mlp.moe_statics.e_score_correction_bias.abs().max()) > 0  # the fixture's is not zero
+            layer.mlp.moe_statics.e_score_correction_bias.set_value(
+                paddle.zeros_like(layer.mlp.moe_statics.e_score_correction_bias))
+    without.eval()
+    zeroed.eval()
+    ids = paddle.to_tensor(REFERENCE["input_ids"])
+    np.testing.assert_allclose(without(ids).numpy(), zeroed(ids).numpy(), rtol=0, atol=1e-6)
+
+
 def test_moe_layer_interval_and_end_choose_the_layers():
     values = json.load(open(os.path.join(FIXTURES, "shared", "config.json")))
     config = Ernie45Config.from_dict({**values, "num_hidden_layers": 8, "moe_layer_start_index": 1,

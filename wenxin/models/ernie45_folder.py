@@ -41,9 +41,11 @@ FLOAT_DTYPES: Dict[str, Tuple[Optional[str], int]] = {"F32": ("<f4", 4), "F16": 
 
 
 # settings of Baidu's MoE configs whose other values would change what the model computes, with
-# the value wenxin computes (a config that sets another is refused by name)
-MOE_FIXED = {"scoring_func": "softmax", "moe_norm_gate_logits": True, "moe_group_experts": False,
-             "moe_use_hard_gate": False, "moe_use_token_type_bias": False, "multimodel_experts": False}
+# the value wenxin computes (a config that sets another is refused by name); scoring_func is
+# PaddleFormers' and transformers' name, moe_gate_act and moe_gate ERNIEKit's (ERNIE's configuration.py)
+MOE_FIXED = {"scoring_func": "softmax", "moe_gate_act": "softmax", "moe_gate": "topk", "moe_norm_gate_logits": True,
+             "moe_group_experts": False, "moe_use_hard_gate": False, "moe_use_token_type_bias": False,
+             "multimodel_experts": False}
 
 
 def unsupported_moe_settings(values: Dict[str, Any], source: str) -> List[str]:

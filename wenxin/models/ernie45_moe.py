@@ -5,7 +5,7 @@ kind), as PaddleFormers' ``ernie4_5_moe`` and transformers' ``Ernie4_5_MoeSparse
   softmax over the experts are the token's routing probabilities;
 - the token goes to the ``moe_k`` experts whose probabilities plus the correction bias
   (``moe_statics.e_score_correction_bias``, ``[1, experts]``, float32, fixed here: the bias only
-  chooses, it does not weigh) are largest;
+  chooses, it does not weigh; a model with ``moe_use_aux_free`` false has none) are largest;
 - each chosen expert (a SwiGLU of ``moe_intermediate_size``) adds its output weighted by its
   probability over the sum of the chosen probabilities (at least ``moe_norm_min``);
 - shared experts (one SwiGLU of ``moe_intermediate_size * moe_num_shared_experts``), when the
@@ -66,7 +66,8 @@ class Ernie45SparseMoE(nn.Layer):
         super().__init__()
         self.top_k, self.norm_min = config.moe_k, config.moe_norm_min
         self.gate = nn.Linear(config.hidden_size, config.moe_num_experts, bias_attr=False)
-        self.moe_statics = MoEStatics(config.moe_num_experts)
+        # the correction bias: a model trained without it (moe_use_aux_free false) has none
+        self.moe_statics = MoEStatics(config.moe_num_experts) if config.moe_use_aux_free else None
         self.experts = nn.LayerList([SwiGLU(config.hidden_size, config.moe_intermediate_size, config.use_bias)
                                      for _ in range(config.moe_num_experts)])
         shared = config.moe_intermediate_size * config.moe_num_shared_experts
@@ -84,7 +85,9 @@ class Ernie45SparseMoE(nn.Layer):
     def _route(self, logits: paddle.Tensor) -> List[paddle.Tensor]:
         """The router's ``logits`` ``[N, E]`` (float32) -> chosen experts and weights ``[N, k]``."""
         probabilities = F.softmax(logits, axis=-1)
-        _, chosen = paddle.topk(probabilities + self.moe_statics.e_score_correction_bias, self.top_k, axis=-1)
+        bias = None if self.moe_statics is None else self.moe_statics.e_score_correction_bias  # [1, E]
+        scores = probabilities if bias is None else probabilities + bias
+        _, chosen = paddle.topk(scores, self.top_k, axis=-1)
         weights = paddle.take_along_axis(probabilities, chosen, axis=-1)  # [N, k]: without the bias
         weights = weights / paddle.clip(weights.sum(axis=-1, keepdim=True), min=self.norm_min)
         return [chosen, weights]
