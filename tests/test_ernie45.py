@@ -116,6 +116,9 @@ def test_the_config_reads_what_baidus_config_json_holds():
                             ({**moe, "scoring_func": "sigmoid"}, "scoring_func 'sigmoid' is not supported"),
                             ({**moe, "moe_gate_act": "sigmoid"}, "moe_gate_act 'sigmoid' is not supported"),
                             ({**moe, "moe_gate": "top2"}, "moe_gate 'top2' is not supported"),
+                            ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
+                            ({"use_rmsnorm": False}, "use_rmsnorm False is not supported"),
+                            ({**moe, "moe_dropout_prob": 0.1}, "moe_dropout_prob 0.1 is not supported"),
                             ({"compression_ratio": 4.0}, "compression_ratio 4.0: positions scaled"),
                             ({"rope_scaling": {"type": "yarn"}}, "rope_scaling: scaled rotary embeddings")):
         with pytest.raises(ConfigError, match=f"config.json: {message}"):

@@ -40,24 +40,28 @@ FLOAT_DTYPES: Dict[str, Tuple[Optional[str], int]] = {"F32": ("<f4", 4), "F16": 
                                                       "F64": ("<f8", 8)}
 
 
-# settings of Baidu's MoE configs whose other values would change what the model computes, with
-# the value wenxin computes (a config that sets another is refused by name); scoring_func is
-# PaddleFormers' and transformers' name, moe_gate_act and moe_gate ERNIEKit's (ERNIE's configuration.py)
-MOE_FIXED = {"scoring_func": "softmax", "moe_gate_act": "softmax", "moe_gate": "topk", "moe_norm_gate_logits": True,
-             "moe_group_experts": False, "moe_use_hard_gate": False, "moe_use_token_type_bias": False,
-             "multimodel_experts": False}
+# settings of Baidu's configs whose other values would change what the model computes, with the
+# value wenxin computes (a config that sets another is refused by name); scoring_func is
+# PaddleFormers' and transformers' name, moe_gate_act and moe_gate ERNIEKit's (ERNIE's
+# configuration.py, whose use_rmsnorm false would mean LayerNorm and moe_dropout_prob dropout
+# inside the experts while training)
+FIXED_SETTINGS = {"hidden_act": "silu", "use_rmsnorm": True, "scoring_func": "softmax", "moe_gate_act": "softmax",
+                  "moe_gate": "topk", "moe_norm_gate_logits": True, "moe_group_experts": False,
+                  "moe_use_hard_gate": False, "moe_use_token_type_bias": False, "multimodel_experts": False,
+                  "moe_dropout_prob": 0.0}
 
 
-def unsupported_moe_settings(values: Dict[str, Any], source: str) -> List[str]:
-    """The problems of a MoE config's settings that wenxin does not compute: a vision-language
-    model's per-modality experts, routing other than softmax top-k with normalized weights, and a
-    capacity that can drop tokens (wenxin's experts take every token routed to them)."""
+def unsupported_settings(values: Dict[str, Any], source: str) -> List[str]:
+    """The problems of a config's settings that wenxin does not compute: another activation or
+    norm; a vision-language model's per-modality experts, routing other than softmax top-k with
+    normalized weights, dropout inside the experts, and a capacity that can drop tokens (wenxin's
+    experts take every token routed to them)."""
     problems = []
     experts = values.get("moe_num_experts")
     if isinstance(experts, list) or isinstance(values.get("moe_intermediate_size"), list):
         problems.append(f"{source}: moe_num_experts / moe_intermediate_size: a list per modality is a "
                         f"vision-language model's (text and image experts); not supported")
-    for key, wanted in MOE_FIXED.items():
+    for key, wanted in FIXED_SETTINGS.items():
         if key in values and values[key] is not None and values[key] != wanted:
             problems.append(f"{source}: {key} {values[key]!r} is not supported ({wanted!r} is)")
     capacity = values.get("moe_capacity")
@@ -122,7 +126,7 @@ class Ernie45Config:
         if model_type not in (None, "ernie4_5", "ernie4_5_moe"):
             problems.append(f"{source}: model_type is {model_type!r}, not an ERNIE 4.5 decoder (ernie4_5 or "
                             f"ernie4_5_moe)")
-        problems += unsupported_moe_settings(values, source)
+        problems += unsupported_settings(values, source)
         if values.get("compression_ratio") not in (None, 1, 1.0):
             problems.append(f"{source}: compression_ratio {values['compression_ratio']!r}: positions scaled for "
                             f"longer contexts are not supported (1.0 only)")
