@@ -64,6 +64,16 @@ def lora_parameters(c: Dict[str, Any], rank: int, experts: bool) -> int:
                                                  if experts else 0)
 
 
+def largest_layer_weights(c: Dict[str, Any]) -> int:
+    """The most weights one decoder layer holds (a MoE layer's: attention, every expert, the shared
+    experts): what wenxin's bfloat16-held weights (``model.weight_dtype``) cast to float32 while
+    that layer computes."""
+    h, heads, kv, d = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    attention = h * heads * d * 2 + h * kv * d * 2
+    routed = 3 * h * c["moe_intermediate_size"] * (c["moe_num_experts"] + c.get("moe_num_shared_experts", 0))
+    return attention + max(3 * h * c["intermediate_size"], routed if moe_layers(c) else 0)
+
+
 def report(c: Dict[str, Any], tokens: int, rank: int) -> None:
     n = counts(c)
     h, k = c["hidden_size"], c["moe_k"]
@@ -76,13 +86,17 @@ def report(c: Dict[str, Any], tokens: int, rank: int) -> None:
     working = tokens * (10 * h + 3 * k * c["moe_intermediate_size"]) * 2 / GIB  # one layer, recomputed
     print(f"a step of {tokens} tokens: logits {logits:.2f} GiB; with recompute {kept:.2f} GiB kept and about "
           f"{working:.2f} GiB for the layer being recomputed")
+    layer_copy = largest_layer_weights(c) * 4 / GIB
+    print(f"bfloat16 weights held by wenxin (model.weight_dtype): the layer computing casts its weights to "
+          f"float32, {layer_copy:.2f} GiB at most")
     for label, experts in (("attention (q, k, v, o)", False), ("attention and every expert", True)):
         adapters = lora_parameters(c, rank, experts)
         optimizer = adapters * (4 + 4 + 4 + 4) / GIB  # float32 value, gradient, AdamW's two moments
         need = weights["bfloat16"] + optimizer + logits + kept + working
         print(f"LoRA rank {rank} on {label}: {adapters / 1e6:.1f} M parameters, {optimizer:.2f} GiB with their "
-              f"gradients and AdamW; the step needs at least {need:.1f} GiB with bfloat16 weights, "
-              f"{need - weights['bfloat16'] + weights['float32']:.1f} GiB with float32 weights")
+              f"gradients and AdamW; the step needs at least {need:.1f} GiB with bfloat16 weights "
+              f"(wenxin's: {need + layer_copy:.1f}), {need - weights['bfloat16'] + weights['float32']:.1f} GiB "
+              f"with float32 weights")
 
 
 def main() -> None:

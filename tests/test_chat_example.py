@@ -69,18 +69,24 @@ def test_the_chat_example_learns_its_conversations_and_answers_them(chat_data, t
     assert sum(g == a for g, a in zip(got, answers)) >= 0.6 * len(answers), list(zip(got, answers))
 
 
-def test_the_ernie45_lora_recipe_runs_on_the_fixture_decoder(tmp_path):
+MOE_FIXTURE = os.path.join(REPO, "tests", "fixtures", "ernie45_moe", "shared")
+
+
+@pytest.mark.parametrize("recipe,fixture", [("chat_sft_ernie45_0.3b_lora.yaml", FIXTURE),
+                                            ("chat_sft_ernie45_21b_a3b_lora.yaml", MOE_FIXTURE)])
+def test_the_ernie45_lora_recipe_runs_on_the_fixture_decoder(tmp_path, recipe, fixture):
     from test_chat_sft import conversations, write_jsonl
     data = tmp_path / "data"
     write_jsonl(str(data / "train.jsonl"), conversations(12, 1))
     write_jsonl(str(data / "dev.jsonl"), conversations(4, 2))
     out = str(tmp_path / "out")
     overrides = [f"dataset_reader.{r}_reader.config.data_path={data}/{r}.jsonl" for r in ("train", "dev")]
-    overrides += [f"dataset_reader.{r}_reader.fields.0.model_dir={FIXTURE}" for r in ("train", "dev")]
+    overrides += [f"dataset_reader.{r}_reader.fields.0.model_dir={fixture}" for r in ("train", "dev")]
     overrides += [f"dataset_reader.{r}_reader.fields.0.max_seq_len=256" for r in ("train", "dev")]
-    overrides += [f"model.model_dir={FIXTURE}", f"trainer.output_path={out}", "trainer.PADDLE_PLACE_TYPE=cpu",
-                  "trainer.use_amp=false", "trainer.max_steps=3", "trainer.epoch=1"]
-    proc = run_script(tmp_path, ["train", "--param_path", os.path.join(REPO, "examples", "chat_sft_ernie45_0.3b_lora.yaml"),
+    overrides += [f"model.model_dir={fixture}", f"trainer.output_path={out}", "trainer.PADDLE_PLACE_TYPE=cpu",
+                  "trainer.use_amp=false", "trainer.max_steps=3", "trainer.epoch=1",
+                  "trainer.step.gradient_accumulation_steps=1"]
+    proc = run_script(tmp_path, ["train", "--param_path", os.path.join(REPO, "examples", recipe),
                                  *[a for o in overrides for a in ("--set", o)]], script="wenxin/cli.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert os.path.isfile(os.path.join(out, "checkpoints", "best", "inference", "prefill.pdiparams"))

@@ -104,6 +104,10 @@ def moe_trainer(tmp_path, data, mode="dynamic", lora=True, **model):
 
 @pytest.fixture
 def moe_data(tmp_path):
+    return write_moe_data(tmp_path)
+
+
+def write_moe_data(tmp_path):
     from conftest import write_jsonl
     from test_chat_sft import conversations
     folder = str(tmp_path / "data")

@@ -23,6 +23,7 @@ from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, E
                                    sized_layout)
 from wenxin.models.ernie45_export import pt_layout_weights, write_pt_folder
 from wenxin.models.ernie45_router_loss import RouterLossWeights, with_router_loss
+from wenxin.models.held_dtype import BFLOAT16, FLOAT32, WEIGHT_DTYPES, WeightDtype, computed
 
 from .preference import PREFERENCE_LOSSES
 from wenxin.models.lora import LoRASettings, adapter_parameter_names, adapters_disabled, apply_lora, merged_weights
@@ -73,6 +74,10 @@ DECODER_KEYS = {
                 doc=f"a mixture-of-experts model: the weight of the router's {what} loss, added to the gradient "
                     f"(the loss reported is the language model's; null: {default}, ERNIEKit's default)")
        for key, (_, default, what) in ROUTER_LOSSES.items()},
+    "weight_dtype": Key(str, FLOAT32, choices=list(WEIGHT_DTYPES),
+                        doc="what the decoder's frozen weights are held in: bfloat16 halves their memory (with lora "
+                            "and in eager mode; the adapters, norms and router stay float32, and each layer computes "
+                            "in float32 on its weights rounded to bfloat16)"),
     "generation": Key(dict, {}, children=GENERATION,
                       doc="how the exported model answers (wenxin predict, wenxin serve's /generate); a request "
                           "may change these within limits"),
@@ -113,9 +118,10 @@ class Ernie45ChatModel(BaseModel):
             raise ConfigError(f"dataset_reader: max_seq_len {info['max_seq_len']} of '{self.field}' is more "
                               f"than the model's max_position_embeddings {self.config.max_position_embeddings}")
         self.layout = sized_layout(p["model_dir"], self.config) if p["load_weights"] else None  # before building
-        self.model = Ernie45Model(self.config)
+        weight_dtype = self._weight_dtype()
+        self.model = Ernie45Model(self.config, weight_dtype)
         self.model.set_router_loss_weights(self._router_loss_weights())
-        self.lm_head = None if self.config.tie_word_embeddings else Ernie45Head(self.config)
+        self.lm_head = None if self.config.tie_word_embeddings else Ernie45Head(self.config, weight_dtype)
         lora = p["lora"]
         self.adapters: Optional[Set[str]] = None
         if lora is not None:
@@ -128,6 +134,17 @@ class Ernie45ChatModel(BaseModel):
         self.special_ids: Dict[str, int] = dict(info["special_ids"])
         self.stop_ids = sorted(set(info["stop_ids"]))
         self.max_new_tokens_limit = self.config.max_position_embeddings - info["max_seq_len"]
+
+    def _weight_dtype(self) -> WeightDtype:
+        """``weight_dtype``, where it can hold: bfloat16 holds frozen weights, so it needs LoRA,
+        and eager mode."""
+        dtype: WeightDtype = self.model_params["weight_dtype"]  # the schema's choices
+        if dtype == BFLOAT16 and self.model_params["lora"] is None:
+            raise ConfigError("model.weight_dtype: bfloat16 holds the frozen weights of a LoRA fine-tuning; set "
+                              "model.lora (for mixed precision in full fine-tuning: trainer.precision)")
+        if dtype == BFLOAT16 and not self.model_params.get("is_dygraph", 1):
+            raise ConfigError("model.weight_dtype: bfloat16 weights train in eager mode (model.is_dygraph 1)")
+        return dtype
 
     def _router_loss_weights(self) -> Optional[RouterLossWeights]:
         """The task file's router-loss weights over ERNIEKit's defaults; set on a dense model, an error."""
@@ -148,7 +165,7 @@ class Ernie45ChatModel(BaseModel):
 
     def output_weight(self) -> paddle.Tensor:
         """``[vocab, hidden]``: the token embedding where the two are tied."""
-        return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return computed(self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight)
 
     def own_pretrained_weights(self) -> Optional[Tuple[str, Dict[str, Any]]]:
         if not self.model_params["load_weights"]:
@@ -342,7 +359,8 @@ class Ernie45DPO(Ernie45ChatModel):
             with adapters_disabled(self.model):
                 yield self.model, self.output_weight()
         else:
-            head = self.reference.embed_tokens.weight if self.reference_head is None else self.reference_head.weight
+            head = computed(self.reference.embed_tokens.weight if self.reference_head is None
+                            else self.reference_head.weight)
             yield self.reference, head
 
     def sequence_log_probs(self, fields_dict: Dict[str, paddle.Tensor], decoder: Ernie45Model,

@@ -5,7 +5,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "benchmarks"))
-from ernie45_moe_memory import ERNIE_45_21B_A3B, counts, lora_parameters, moe_layers  # noqa: E402
+from ernie45_moe_memory import ERNIE_45_21B_A3B, counts, largest_layer_weights, lora_parameters, moe_layers  # noqa: E402,E501
 
 
 def test_21b_a3b_counts_are_baidus_sizes():
@@ -20,3 +20,10 @@ def test_lora_counts_are_rank_times_in_plus_out_of_each_adapted_layer():
     attention = 8 * ((2560 + 2560) * 2 + (2560 + 512) * 2)
     assert lora_parameters(small, 8, experts=False) == 2 * attention
     assert lora_parameters(small, 8, experts=True) == 2 * attention + 64 * 8 * (2560 + 1536) * 3
+
+
+def test_the_largest_layer_is_a_moe_layer_with_every_expert():
+    attention = 2560 * 2560 * 2 + 2560 * 512 * 2
+    assert largest_layer_weights(ERNIE_45_21B_A3B) == attention + 3 * 2560 * 1536 * (64 + 2)
+    dense = {**ERNIE_45_21B_A3B, "moe_num_experts": 0}
+    assert largest_layer_weights({**dense, "moe_layer_start_index": 99}) == attention + 3 * 2560 * 12288

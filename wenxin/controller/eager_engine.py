@@ -18,6 +18,7 @@ from wenxin.controller.parameters import rename_state_keys
 from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, step_meta
 from wenxin.controller.state import loss_value
 from wenxin.controller.step_rule import StepRule
+from wenxin.models.held_dtype import to_held
 
 
 class _PredictGraph(paddle.nn.Layer):
@@ -206,7 +207,9 @@ class EagerEngine(ExecutionEngine):
     def set_model_state_dict(self, state: Mapping[str, Any]) -> None:
         with warnings.catch_warnings():  # a partial warm start is reported by LoadReport instead
             warnings.filterwarnings("ignore", message="Skip loading for")
-            self.model.set_state_dict(dict(state))
+            parameters = dict(self.model.named_parameters())
+            self.model.set_state_dict({name: to_held(value, parameters[name]) if name in parameters else value
+                                       for name, value in state.items()})  # bfloat16 parameters: rounded
 
     def optimizer_state_dict(self) -> Dict[str, Any]:
         return rename_state_keys(self.optimizer.state_dict(), self._param_names())

@@ -32,6 +32,7 @@ from paddle.distributed.fleet.utils import recompute
 from wenxin.common.errors import CheckpointError
 from wenxin.models.ernie45_moe import Ernie45SparseMoE
 from wenxin.models.ernie45_router_loss import RouterLossWeights
+from wenxin.models.held_dtype import FLOAT32, HeldLinear, WeightDtype, computed, default_dtype
 from wenxin.models.ernie45_folder import (CONFIG_FILE, GENERATION_CONFIG_FILE, INDEX_FILE, SINGLE_FILE,  # noqa: F401
                                           Ernie45Config, TensorSpec, checkpoint_files, generation_defaults,
                                           read_weights, sized_layout, weight_layout)
@@ -46,7 +47,8 @@ class RMSNorm(nn.Layer):
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
-        self.weight = self.create_parameter([size], default_initializer=nn.initializer.Constant(1.0))
+        self.weight = self.create_parameter([size], dtype="float32",  # float32 however the model is held
+                                            default_initializer=nn.initializer.Constant(1.0))
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         x32 = x.astype("float32")
@@ -80,10 +82,10 @@ class Ernie45Attention(nn.Layer):
                                                     config.head_dim)
         self.theta = config.rope_theta
         bias = None if config.use_bias else False
-        self.q_proj = nn.Linear(config.hidden_size, self.heads * self.head_dim, bias_attr=bias)
-        self.k_proj = nn.Linear(config.hidden_size, self.kv_heads * self.head_dim, bias_attr=bias)
-        self.v_proj = nn.Linear(config.hidden_size, self.kv_heads * self.head_dim, bias_attr=bias)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, config.hidden_size, bias_attr=bias)
+        self.q_proj = HeldLinear(config.hidden_size, self.heads * self.head_dim, bias_attr=bias)
+        self.k_proj = HeldLinear(config.hidden_size, self.kv_heads * self.head_dim, bias_attr=bias)
+        self.v_proj = HeldLinear(config.hidden_size, self.kv_heads * self.head_dim, bias_attr=bias)
+        self.o_proj = HeldLinear(self.heads * self.head_dim, config.hidden_size, bias_attr=bias)
 
     def forward(self, x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor,
                 bias: paddle.Tensor) -> paddle.Tensor:
@@ -126,9 +128,9 @@ class Ernie45MLP(nn.Layer):
     def __init__(self, config: Ernie45Config) -> None:
         super().__init__()
         bias = None if config.use_bias else False
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias_attr=bias)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias_attr=bias)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias_attr=bias)
+        self.gate_proj = HeldLinear(config.hidden_size, config.intermediate_size, bias_attr=bias)
+        self.up_proj = HeldLinear(config.hidden_size, config.intermediate_size, bias_attr=bias)
+        self.down_proj = HeldLinear(config.intermediate_size, config.hidden_size, bias_attr=bias)
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -171,15 +173,22 @@ class Ernie45DecoderLayer(nn.Layer):
 
 
 class Ernie45Model(nn.Layer):
-    """Token embeddings, the decoder layers and the final norm: hidden states ``[B, T, hidden]``."""
+    """Token embeddings, the decoder layers and the final norm: hidden states ``[B, T, hidden]``.
+    ``weight_dtype`` bfloat16 holds the embeddings' and linear layers' weights in bfloat16
+    (``held_dtype``; the norms and the router stay float32), and computes in float32."""
 
-    def __init__(self, config: Ernie45Config) -> None:
+    def __init__(self, config: Ernie45Config, weight_dtype: WeightDtype = FLOAT32) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.LayerList([Ernie45DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        with default_dtype(weight_dtype):
+            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+            self.layers = nn.LayerList([Ernie45DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.recompute = False  # gradient checkpointing per layer while training (eager)
+
+    def embed(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """The token embeddings of ``ids``, in float32."""
+        return computed(self.embed_tokens(ids))
 
     def set_router_loss_weights(self, weights: Optional[RouterLossWeights]) -> None:
         """Train the MoE layers' routers with these losses (None: without)."""
@@ -205,7 +214,7 @@ class Ernie45Model(nn.Layer):
         sin, cos = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)
         bias = causal_bias(length, attention_mask) if segments is None else segment_bias(segments)
         token_mask = attention_mask if segments is None else segments != 0  # [B, T] or None
-        x = self.embed_tokens(ids)
+        x = self.embed(ids)
         losses = []
         for layer in self.layers:
             if layer.computes_router_loss():
@@ -237,7 +246,7 @@ class Ernie45Model(nn.Layer):
             ahead = paddle.arange(start + length).unsqueeze(0) > positions.unsqueeze(1)  # [S, N + S]: key after query
             bias = ahead.astype("float32").unsqueeze(0).unsqueeze(0) * -1e9  # [1, 1, S, N + S]
         sin, cos = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)
-        x = self.embed_tokens(ids)
+        x = self.embed(ids)
         cache = []
         for index, layer in enumerate(self.layers):
             x, k, v = layer.step(x, sin, cos, bias, None if past is None else (past[index, 0], past[index, 1]))
@@ -251,7 +260,7 @@ class Ernie45Model(nn.Layer):
         ``visible`` ``[R, N + 1]`` (1: a column the row attends to, 0: padding; the last column is
         the token itself), or None: every row sees every column (``wenxin.models.batch_decoding``)."""
         sin, cos = rotary_angles(positions.unsqueeze(1), self.config.head_dim, self.config.rope_theta)  # [R, 1, D/2]
-        x = self.embed_tokens(tokens.unsqueeze(1))  # [R, 1, hidden]
+        x = self.embed(tokens.unsqueeze(1))  # [R, 1, hidden]
         bias = None if visible is None else ((visible - 1.0) * 1e9).unsqueeze(1).unsqueeze(1)  # [R, 1, 1, N + 1]
         grown = []
         for index, layer in enumerate(self.layers):
@@ -285,9 +294,9 @@ def segment_bias(segments: paddle.Tensor) -> paddle.Tensor:
 class Ernie45Head(nn.Layer):
     """An output layer of its own (untied): ``weight`` ``[vocab, hidden]``, as checkpoints hold it."""
 
-    def __init__(self, config: Ernie45Config) -> None:
+    def __init__(self, config: Ernie45Config, weight_dtype: WeightDtype = FLOAT32) -> None:
         super().__init__()
-        self.weight = self.create_parameter([config.vocab_size, config.hidden_size])
+        self.weight = self.create_parameter([config.vocab_size, config.hidden_size], dtype=weight_dtype)
 
 
 class Ernie45ForCausalLM(nn.Layer):
@@ -301,8 +310,8 @@ class Ernie45ForCausalLM(nn.Layer):
         self.lm_head = None if config.tie_word_embeddings else Ernie45Head(config)
 
     def output_weight(self) -> paddle.Tensor:
-        """``[vocab, hidden]``: the token embedding where the two are tied."""
-        return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        """``[vocab, hidden]`` (float32): the token embedding where the two are tied."""
+        return computed(self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight)
 
     def forward(self, ids: paddle.Tensor, attention_mask: Optional[paddle.Tensor] = None,
                 positions: Optional[paddle.Tensor] = None, segments: Optional[paddle.Tensor] = None) -> paddle.Tensor:

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping
 import numpy as np
 
 from wenxin.common.errors import ConfigError
+from wenxin.common.held_state import exact_array
 from wenxin.models.ernie45 import is_linear_weight
 from wenxin.models.ernie45_folder import CONFIG_FILE, GENERATION_CONFIG_FILE
 from wenxin.models.lora import ADAPTER_NAMES
@@ -33,7 +34,7 @@ def pt_layout_weights(state: Mapping[str, Any]) -> Dict[str, np.ndarray]:
     for name, value in state.items():
         if name.rsplit(".", 1)[-1] in ADAPTER_NAMES:
             continue
-        array = np.asarray(value, dtype=np.float32)
+        array = np.asarray(exact_array(value), dtype=np.float32)  # a weight held in bfloat16 as its values
         if not np.isfinite(array).all():
             raise ConfigError(f"export: the weight {name} holds NaN or infinite values; such a model is not written")
         if is_linear_weight(name) and array.ndim == 2:

@@ -29,6 +29,7 @@ import paddle.nn.functional as F
 from paddle import nn
 
 from wenxin.models.ernie45_router_loss import RouterLossWeights, router_loss
+from wenxin.models.held_dtype import FLOAT32, HeldLinear, default_dtype
 
 if TYPE_CHECKING:
     from wenxin.models.ernie45_folder import Ernie45Config
@@ -40,9 +41,9 @@ class SwiGLU(nn.Layer):
     def __init__(self, hidden: int, inner: int, bias: bool) -> None:
         super().__init__()
         attr = None if bias else False
-        self.gate_proj = nn.Linear(hidden, inner, bias_attr=attr)
-        self.up_proj = nn.Linear(hidden, inner, bias_attr=attr)
-        self.down_proj = nn.Linear(inner, hidden, bias_attr=attr)
+        self.gate_proj = HeldLinear(hidden, inner, bias_attr=attr)
+        self.up_proj = HeldLinear(hidden, inner, bias_attr=attr)
+        self.down_proj = HeldLinear(inner, hidden, bias_attr=attr)
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -65,7 +66,8 @@ class Ernie45SparseMoE(nn.Layer):
     def __init__(self, config: "Ernie45Config") -> None:
         super().__init__()
         self.top_k, self.norm_min = config.moe_k, config.moe_norm_min
-        self.gate = nn.Linear(config.hidden_size, config.moe_num_experts, bias_attr=False)
+        with default_dtype(FLOAT32):  # the router computes in float32 however the model is held
+            self.gate = nn.Linear(config.hidden_size, config.moe_num_experts, bias_attr=False)
         # the correction bias: a model trained without it (moe_use_aux_free false) has none
         self.moe_statics = MoEStatics(config.moe_num_experts) if config.moe_use_aux_free else None
         self.experts = nn.LayerList([SwiGLU(config.hidden_size, config.moe_intermediate_size, config.use_bias)

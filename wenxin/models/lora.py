@@ -29,7 +29,8 @@ import paddle.nn.functional as F
 from paddle import nn
 
 from wenxin.common.errors import ConfigError
-from wenxin.common.held_state import state_held
+from wenxin.common.held_state import exact_array, state_held
+from wenxin.models.held_dtype import computed, to_held
 
 ADAPTER_NAMES = ("lora_A", "lora_B")
 
@@ -86,7 +87,8 @@ class LoRALinear(nn.Linear):
         self.lora_dropout = nn.Dropout(settings.dropout) if settings.dropout > 0 else None
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
-        out = F.linear(x, self.weight, self.bias)
+        bias = None if self.bias is None else computed(self.bias, x.dtype)
+        out = F.linear(x, computed(self.weight, x.dtype), bias)  # the weight may be held in bfloat16
         if self.disabled:
             return out
         adapter_input = self.lora_dropout(x) if self.lora_dropout is not None else x
@@ -150,7 +152,7 @@ def merged_weights(model: nn.Layer, state: Mapping[str, Any]) -> Dict[str, np.nd
     merged = {}
     for name, layer in model.named_sublayers():
         if isinstance(layer, LoRALinear):
-            weight = np.asarray(state[f"{name}.weight"])
+            weight = exact_array(state[f"{name}.weight"])  # float32 for a weight held in bfloat16
             delta = np.asarray(state[f"{name}.lora_A"], np.float64) @ np.asarray(state[f"{name}.lora_B"], np.float64)
             merged[f"{name}.weight"] = (weight.astype(np.float64) + delta * layer.scaling).astype(weight.dtype)
     return merged
@@ -164,7 +166,7 @@ def merged_adapters(model: nn.Layer) -> Iterator[int]:
 
     def set_state(values: Dict[str, Any]) -> None:
         for name, value in values.items():
-            parameters[name].set_value(value)
+            parameters[name].set_value(to_held(value, parameters[name]))  # held in bfloat16: rounded
     merged = merged_weights(model, parameters)
     with state_held(parameters, merged, set_state), adapters_disabled(model):
         yield len(merged)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 import numpy as np
 
+from wenxin.common.held_state import exact_array
 from wenxin.config.schema import Schema
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ class HookedTrainer(Protocol):
 def floating_weights(trainer: HookedTrainer) -> Dict[str, np.ndarray]:
     """The model's floating-point parameters and buffers as arrays (in either graph mode), by name."""
     state = trainer.engine.model_state_dict()
-    arrays = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in state.items()}
+    arrays = {k: exact_array(v) for k, v in state.items()}  # bfloat16 as float32
     return {k: a for k, a in arrays.items() if np.issubdtype(a.dtype, np.floating)}
 
 
