@@ -138,3 +138,24 @@ def test_bfloat16_weights_need_lora_and_eager_mode(tmp_path, data, rounded_moe):
                          is_eval_dev=0)
     with pytest.raises(ConfigError, match=r"model.weight_dtype: bfloat16 weights train in eager mode"):
         build(config, tmp_path)
+
+
+def test_dpo_with_bfloat16_weights_starts_at_log_2_and_trains_as_float32(tmp_path, rounded_moe):
+    """DPO's reference is the held model with its adapters bypassed: the first loss is ln 2, and
+    the losses equal the float32 model's bit for bit."""
+    from conftest import write_jsonl
+    from test_dpo import dpo_config, pairs
+    data = str(tmp_path / "pairs")
+    write_jsonl(os.path.join(data, "train.jsonl"), pairs(8, seed=1))
+    write_jsonl(os.path.join(data, "dev.jsonl"), pairs(4, seed=2))
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        out = str(tmp_path / f"dpo-{dtype}")
+        config = dpo_config(data, out, max_steps=3, is_eval_dev=0)
+        for reader in config["dataset_reader"].values():
+            reader["fields"][0]["model_dir"] = rounded_moe
+        config["model"].update(model_dir=rounded_moe, weight_dtype=dtype)
+        build(config, tmp_path).do_train()
+        losses[dtype] = losses_of(out)
+    assert losses["bfloat16"][1] == pytest.approx(np.log(2), abs=1e-6)
+    assert losses["bfloat16"] == losses["float32"]
