@@ -82,11 +82,10 @@ class Ernie45SparseMoE(nn.Layer):
 
     def route(self, tokens: paddle.Tensor) -> List[paddle.Tensor]:
         """``tokens`` ``[N, hidden]`` -> the chosen experts ``[N, k]`` and their weights ``[N, k]``."""
-        return self._route(self.gate(tokens.astype("float32")))
+        return self._route(F.softmax(self.gate(tokens.astype("float32")), axis=-1))
 
-    def _route(self, logits: paddle.Tensor) -> List[paddle.Tensor]:
-        """The router's ``logits`` ``[N, E]`` (float32) -> chosen experts and weights ``[N, k]``."""
-        probabilities = F.softmax(logits, axis=-1)
+    def _route(self, probabilities: paddle.Tensor) -> List[paddle.Tensor]:
+        """The router's probabilities ``[N, E]`` (float32) -> chosen experts and weights ``[N, k]``."""
         bias = None if self.moe_statics is None else self.moe_statics.e_score_correction_bias  # [1, E]
         scores = probabilities if bias is None else probabilities + bias
         _, chosen = paddle.topk(scores, self.top_k, axis=-1)
@@ -105,7 +104,8 @@ class Ernie45SparseMoE(nn.Layer):
         hidden = x.shape[-1]
         tokens = x.reshape([-1, hidden])  # [N, hidden]
         logits = self.gate(tokens.astype("float32"))  # [N, E], in float32 (the router's weight is)
-        chosen, weights = self._route(logits)
+        probabilities = F.softmax(logits, axis=-1)  # [N, E]
+        chosen, weights = self._route(probabilities)
         # a zero row N joins every expert's rows with weight 0, so that no expert's rows are empty
         # (Paddle's scatter and static executor fail on empty tensors)
         padded = paddle.concat([tokens, paddle.zeros([1, hidden], dtype=tokens.dtype)])  # [N + 1, hidden]
@@ -125,5 +125,5 @@ class Ernie45SparseMoE(nn.Layer):
         loss = None
         if self.computes_router_loss() and self.router_loss_weights is not None:
             mask = None if token_mask is None else token_mask.reshape([-1])  # [N]
-            loss = router_loss(logits, self.gate.weight, self.top_k, self.router_loss_weights, mask)
+            loss = router_loss(logits, self.gate.weight, self.top_k, self.router_loss_weights, mask, probabilities)
         return out.reshape(paddle.shape(x)), loss

@@ -81,12 +81,16 @@ def orthogonal_loss(gate_weight: paddle.Tensor) -> paddle.Tensor:
 
 
 def router_loss(logits: paddle.Tensor, gate_weight: paddle.Tensor, top_k: int, weights: RouterLossWeights,
-                token_mask: Optional[paddle.Tensor] = None) -> paddle.Tensor:
+                token_mask: Optional[paddle.Tensor] = None, probabilities: Optional[paddle.Tensor] = None
+                ) -> paddle.Tensor:
     """One MoE layer's router loss: ``logits`` ``[N, E]`` (float32), the router's weight, each
-    loss weighted (a loss of weight 0 is not computed)."""
+    loss weighted (a loss of weight 0 is not computed); ``probabilities``: the logits' softmax,
+    where the caller has it already."""
     total = paddle.zeros([], dtype="float32")
     if weights.aux:
-        total = total + weights.aux * load_balancing_loss(F.softmax(logits, axis=-1), top_k, token_mask)
+        if probabilities is None:
+            probabilities = F.softmax(logits, axis=-1)
+        total = total + weights.aux * load_balancing_loss(probabilities, top_k, token_mask)
     if weights.z:
         total = total + weights.z * z_loss(logits, token_mask)
     if weights.orthogonal:
