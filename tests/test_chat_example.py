@@ -74,6 +74,7 @@ MOE_FIXTURE = os.path.join(REPO, "tests", "fixtures", "ernie45_moe", "shared")
 
 @pytest.mark.parametrize("recipe,fixture", [("chat_sft_ernie45_0.3b_lora.yaml", FIXTURE),
                                             ("chat_sft_ernie45_21b_a3b_lora.yaml", MOE_FIXTURE)])
+@pytest.mark.slow
 def test_the_ernie45_lora_recipe_runs_on_the_fixture_decoder(tmp_path, recipe, fixture):
     from test_chat_sft import conversations, write_jsonl
     data = tmp_path / "data"

@@ -173,7 +173,7 @@ def test_eager_and_static_sft_give_the_same_losses(tmp_path, sft_data, lora):
     assert len(losses_in_both_modes(tmp_path, config)) >= 5
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("mode", ["dynamic", pytest.param("static", marks=pytest.mark.slow)])
 def test_sft_resumes_exactly_after_sigkill(tmp_path, sft_data, mode):
     steps = 24
 
@@ -187,7 +187,7 @@ def test_sft_resumes_exactly_after_sigkill(tmp_path, sft_data, mode):
 LORA = {"rank": 4, "alpha": 8.0, "dropout": 0.1, "target_modules": ["q_proj", "v_proj", "gate_proj"]}
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("mode", ["dynamic", pytest.param("static", marks=pytest.mark.slow)])
 def test_lora_sft_trains_only_adapters_checkpoints_only_them_and_resumes_exactly(tmp_path, sft_data, mode):
     from wenxin.models.ernie45 import Ernie45Config
     steps = 18

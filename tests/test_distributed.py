@@ -65,8 +65,9 @@ def dev_records(out):
         return [r for r in map(json.loads, f) if r["tag"] == "dev"]
 
 
-@pytest.mark.parametrize("mode,accumulate,amp", [("dynamic", 1, False), ("static", 1, False),
-                                                  ("dynamic", 2, False), ("static", 2, True)])
+@pytest.mark.parametrize("mode,accumulate,amp", [("dynamic", 1, False), pytest.param("static", 1, False, marks=pytest.mark.slow),
+                                                  pytest.param("dynamic", 2, False, marks=pytest.mark.slow),
+                                                  ("static", 2, True)])
 def test_two_ranks_equal_one_rank_with_double_batch(tmp_path, data_dir, mode, accumulate, amp):
     """2 ranks x batch B/accumulate x accumulate == 1 rank x batch 2B. The static AMP case runs
     float16 loss scaling with float32 compute: every rank must skip or apply the same steps."""
@@ -303,7 +304,8 @@ def test_micro_batches_do_not_all_reduce(tmp_path, data_dir):
     assert entered == [0, 0]  # micro-batches 1 and 2 of step 1; the 3rd all-reduces
 
 
-@pytest.mark.parametrize("mode,lora", [("dynamic", True), ("dynamic", False), ("static", True)])
+@pytest.mark.parametrize("mode,lora", [pytest.param("dynamic", True, marks=pytest.mark.slow), ("dynamic", False),
+                                       ("static", True)])
 def test_sft_on_two_ranks_equals_one_rank_with_double_batch(tmp_path, mode, lora):
     """ERNIE 4.5 SFT (issue 40) under paddle.distributed.launch on CPU: 2 ranks x batch B ==
     1 rank x batch 2B. Each rank averages over its own answer tokens, so the

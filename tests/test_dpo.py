@@ -169,7 +169,8 @@ def test_at_the_start_the_policy_is_the_reference_so_the_loss_is_log_2(tmp_path,
         assert float(trainer.model(batch, "training")["loss"]) == pytest.approx(np.log(2), abs=1e-6)
 
 
-@pytest.mark.parametrize("mode,lora", [("dynamic", True), ("static", True), ("dynamic", False)])
+@pytest.mark.parametrize("mode,lora", [("dynamic", True), pytest.param("static", True, marks=pytest.mark.slow),
+                                       ("dynamic", False)])
 def test_dpo_trains_from_a_task_file_and_resumes_exactly(tmp_path, dpo_data, mode, lora):
     steps = 12
 

@@ -312,6 +312,7 @@ def test_multi_label_classification_fine_tunes_and_exports(tmp_path, ernie_dir, 
     assert [[int(x) for x in r["labels"]] for r in results] == [list(np.flatnonzero(p)) for p in outputs["predictions"]]
 
 
+@pytest.mark.slow
 def test_the_ernie3_example_runs_as_the_readme_says(tmp_path):
     """examples/text_classification_ernie3.json with a model where the README says to put a
     downloaded one (./models/ernie-3.0-mini-zh, PaddleNLP's layout), on review-shaped data."""

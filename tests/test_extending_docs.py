@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, write_tsv
 
 PAGE = os.path.join(REPO, "docs", "extending.md")
@@ -36,6 +38,7 @@ def run(args, cwd, code=None):
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_the_worked_examples_of_extending_run_as_written(tmp_path):
     page = open(PAGE, encoding="utf-8").read()
     files = FILE_BLOCK.findall(page)

@@ -75,6 +75,7 @@ def test_erniekit_relation_example_runs_unchanged(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.slow
 def test_extraction_learns_and_predicts_the_triples(tmp_path, mode):
     """The attribute example, trained long enough to learn the generated data, in either graph
     mode: triple-level F1 on the test set, and the infer file's triples equal the gold ones."""

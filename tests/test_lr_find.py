@@ -39,7 +39,7 @@ def lr_find(tmp_path, task, *args):
     return proc
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("mode", ["dynamic", pytest.param("static", marks=pytest.mark.slow)])
 def test_lr_find_finds_the_region_of_the_known_good_learning_rate(tmp_path, mode):
     suggestions = {}
     for scale in (1, 10):

@@ -136,6 +136,7 @@ def test_tagger_trains_exports_and_predicts(tmp_path, seg_dir, mode, decoder):
         assert all(row[0][c["start"]:c["end"]] == c["text"] for c in result["chunks"])
 
 
+@pytest.mark.slow
 def test_transformer_tagger_and_run_infer(tmp_path, seg_dir):
     encoder = {"type": "transformer", "transformer": {"hidden_size": 32, "num_heads": 2, "num_layers": 1,
                                                       "max_position": 64}}

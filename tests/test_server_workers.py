@@ -12,6 +12,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from conftest import REPO, answer_across_sigterm, make_sentences, wait_for
 from wenxin.data.export_bundle import seal_export
 from wenxin.common.errors import InferenceError
@@ -131,6 +133,7 @@ def test_workers_that_keep_dying_stop_the_service(exported_classifier, monkeypat
     assert isinstance(service.error, InferenceError) and "2 workers died within 60 s" in str(service.error)
 
 
+@pytest.mark.slow
 def test_workers_die_with_a_sigkilled_supervisor_and_the_port_can_be_served_again(exported_classifier, tmp_path):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": REPO, "GLOG_minloglevel": "2"}

@@ -249,6 +249,7 @@ def test_the_state_lives_in_sqlite_under_the_root(root, monkeypatch):
     assert command[1:4] == ["-m", "wenxin.cli", "train"] and "trainer.epoch=1" in command
 
 
+@pytest.mark.slow
 def test_a_sweep_from_a_sweep_file_fills_its_table(root, monkeypatch):
     make_root(root, epoch=2)
     with open(os.path.join(root, "grid.yaml"), "w", encoding="utf-8") as f:
@@ -267,6 +268,7 @@ def test_a_sweep_from_a_sweep_file_fills_its_table(root, monkeypatch):
         assert [t["status"] for t in trials] == ["done", "done"] and all(t["metric"] is not None for t in trials)
 
 
+@pytest.mark.slow
 def test_the_queue_keeps_to_its_limit_and_a_task_file_chooses_its_form(root, monkeypatch):
     make_root(root, epoch=60)
     with open(os.path.join(root, "task.json"), encoding="utf-8") as f:
@@ -296,6 +298,7 @@ def test_the_queue_keeps_to_its_limit_and_a_task_file_chooses_its_form(root, mon
         assert share == len(os.sched_getaffinity(0))  # one run at a time gets every core
 
 
+@pytest.mark.slow
 def test_the_task_list_says_what_can_run_and_a_preparation_job_makes_the_rest(root, monkeypatch):
     """Copied examples: which task files can run, which inputs the others miss and the script that
     makes them; that script run as a job; then the data preview, and the live command with each

@@ -154,6 +154,7 @@ def test_bad_sweep_files_are_one_error_naming_the_key(tmp_path, data_dir):
     assert not os.path.exists(tmp_path / "out" / "sweep")
 
 
+@pytest.mark.slow
 def test_an_optuna_sweep_prunes_weak_trials_from_their_dev_metric(tmp_path, data_dir):
     pytest.importorskip("optuna")
     import optuna
@@ -223,6 +224,7 @@ def fold_best_losses(trial_folder, folds):
     return [min(dev_losses(os.path.join(trial_folder, f"fold_{k}")).values()) for k in range(folds)]
 
 
+@pytest.mark.slow
 def test_a_cross_validated_grid_runs_every_fold_and_ranks_trials_by_the_mean(tmp_path, data_dir):
     task = loss_task(tmp_path, data_dir, max_steps=20, eval_step=10, save_model_step=10)
     folder = str(tmp_path / "cv")

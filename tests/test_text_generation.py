@@ -206,6 +206,7 @@ def events_of(text):
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.slow
 def test_generation_learns_exports_and_serves_what_it_decoded(tmp_path, gen_data, mode):
     """The copy task learned to dev BLEU-4 >= 0.9 in either graph mode; the export's Predictor,
     run_infer.py and the service (one answer, and a stream whose tokens add up to it) generate

@@ -5,6 +5,7 @@ import os
 import random
 
 import numpy as np
+import pytest
 
 from conftest import (checkpoint_params, run_script, saved_checkpoint, sigkill_at_random_moments, start_training,
                       task_config, write_config)
@@ -80,6 +81,7 @@ def test_top_k_keeps_exactly_the_k_best_across_sigkills_and_resume(tmp_path, dat
             np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(expected[name]), err_msg=name)
 
 
+@pytest.mark.slow
 def test_resume_best_continues_from_the_best_checkpoint_and_sets_later_ones_aside(tmp_path, data_dir):
     out = str(tmp_path / "out")
     # "best" is the highest dev loss here, so that it comes early (the loss falls as it trains)

@@ -44,6 +44,7 @@ def test_tensorboard_events_hold_every_record_the_config_and_the_final_metrics(t
     assert '"type": "BowClassification"' in text
 
 
+@pytest.mark.slow
 def test_mlflow_run_holds_params_metrics_and_continues_after_a_resume(tmp_path, data_dir):
     mlflow = pytest.importorskip("mlflow")
     out = str(tmp_path / "out")
@@ -106,6 +107,7 @@ def wandb_items(items):
     return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items}
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_the_config_every_record_and_the_final_metrics_across_a_resume(tmp_path, data_dir):
     pytest.importorskip("wandb")
     out = str(tmp_path / "out")

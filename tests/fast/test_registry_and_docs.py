@@ -91,3 +91,15 @@ def test_ci_runs_the_readmes_test_command_and_the_chinese_quick_start_says_the_s
     quickstart = text("docs", "quickstart.zh.md")
     for command in commands:
         assert command in quickstart, f"docs/quickstart.zh.md lacks the README's command: {command}"
+
+
+def test_the_compatibility_tier_names_test_files_that_exist():
+    """.ci/suite-on-python runs the files .ci/compat-tests lists on the oldest and newest Pythons; a
+    renamed or deleted file must fail here, not leave CI's tier shorter than it reads."""
+    with open(os.path.join(REPO, ".ci", "compat-tests"), encoding="utf-8") as f:
+        paths = [line.split("#")[0].strip() for line in f]
+    paths = [p for p in paths if p]
+    assert len(paths) >= 10, paths
+    missing = [p for p in paths if not os.path.isfile(os.path.join(REPO, p)) or not os.path.basename(p).startswith("test_")]
+    assert not missing, f".ci/compat-tests names no test file: {missing}"
+    assert len(set(paths)) == len(paths), "a file is listed twice"
