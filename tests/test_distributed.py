@@ -182,7 +182,7 @@ def run_launchers(tmp_path, paths):
     return [proc.returncode for proc in procs], logs, outputs
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("mode", ["dynamic", pytest.param("static", marks=pytest.mark.slow)])
 def test_two_nodes_equal_one_process_with_double_batch(tmp_path, data_dir, mode):
     """Two launchers with --nnodes 2 and a master on 127.0.0.1, one process each, train the same
     parameters as one process with the double batch."""
@@ -215,6 +215,7 @@ def test_two_nodes_equal_one_process_with_double_batch(tmp_path, data_dir, mode)
     assert "new best dev" not in worker_log  # only the rank that writes checkpoints says where
 
 
+@pytest.mark.slow
 def test_nodes_that_would_resume_from_different_steps_stop_with_one_error(tmp_path, data_dir):
     """Each "machine" has its own output_path, as on disks that are not shared: node 0 finds a
     checkpoint to resume, node 1 none. Training from both would silently diverge."""
@@ -304,7 +305,8 @@ def test_micro_batches_do_not_all_reduce(tmp_path, data_dir):
     assert entered == [0, 0]  # micro-batches 1 and 2 of step 1; the 3rd all-reduces
 
 
-@pytest.mark.parametrize("mode,lora", [pytest.param("dynamic", True, marks=pytest.mark.slow), ("dynamic", False),
+@pytest.mark.parametrize("mode,lora", [pytest.param("dynamic", True, marks=pytest.mark.slow),
+                                       pytest.param("dynamic", False, marks=pytest.mark.slow),
                                        ("static", True)])
 def test_sft_on_two_ranks_equals_one_rank_with_double_batch(tmp_path, mode, lora):
     """ERNIE 4.5 SFT (issue 40) under paddle.distributed.launch on CPU: 2 ranks x batch B ==

@@ -170,7 +170,7 @@ def test_at_the_start_the_policy_is_the_reference_so_the_loss_is_log_2(tmp_path,
 
 
 @pytest.mark.parametrize("mode,lora", [("dynamic", True), pytest.param("static", True, marks=pytest.mark.slow),
-                                       ("dynamic", False)])
+                                       pytest.param("dynamic", False, marks=pytest.mark.slow)])
 def test_dpo_trains_from_a_task_file_and_resumes_exactly(tmp_path, dpo_data, mode, lora):
     steps = 12
 

@@ -27,7 +27,7 @@ def average_of(folder):
     return checkpoint_state(folder)["hooks"]["EMAHook"]["average"]
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("mode", ["dynamic", pytest.param("static", marks=pytest.mark.slow)])
 def test_the_average_is_the_closed_form_evaluation_uses_it_and_a_resume_continues_it(tmp_path, data_dir, mode):
     out = str(tmp_path / "out")
     task = write_config(str(tmp_path / "task.json"), ema_config(data_dir, out, mode))

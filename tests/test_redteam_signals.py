@@ -54,6 +54,7 @@ def test_a_signal_before_training_ends_the_run_cleanly(tmp_path, data_dir, big_t
     assert not os.path.exists(tmp_path / "out" / "checkpoints")
 
 
+@pytest.mark.slow
 def test_a_run_started_ignoring_sigint_keeps_ignoring_it(tmp_path, data_dir, big_train_file):
     """A background job of a non-interactive shell starts with SIGINT ignored: wenxin keeps it so
     while Paddle loads, while data is read and while it trains (it used to catch it in some
