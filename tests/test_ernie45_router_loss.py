@@ -150,15 +150,21 @@ def test_the_models_router_loss_is_each_moe_layers_by_hand(tmp_path, moe_data):
     assert float(outputs["loss"]) == pytest.approx(float(plain["loss"]), abs=1e-6)
 
 
+def training_config(data, mode, out, **model):
+    """Four LoRA steps of the MoE fixture at a learning rate where the router's gradient shows; the
+    router-loss weights are LARGE unless given."""
+    from test_ernie45_moe import EXPERT_LORA, moe_sft_config
+    c = moe_sft_config(data, out, mode, lora=dict(EXPERT_LORA), max_steps=4, is_eval_dev=0)
+    c["model"]["optimization"]["learning_rate"] = 2e-2
+    c["model"].update(model or LARGE)
+    return c
+
+
 def test_router_losses_train_the_same_in_both_graph_modes_and_change_the_training(tmp_path, moe_data):
     from conftest import losses_in_both_modes, losses_of
-    from test_ernie45_moe import EXPERT_LORA, moe_sft_config
 
     def config(mode, out, **model):
-        c = moe_sft_config(moe_data, out, mode, lora=dict(EXPERT_LORA), max_steps=4, is_eval_dev=0)
-        c["model"]["optimization"]["learning_rate"] = 2e-2
-        c["model"].update(LARGE if not model else model)
-        return c
+        return training_config(moe_data, mode, out, **model)
     with_losses = losses_in_both_modes(tmp_path, config)
     from conftest import build
     out = str(tmp_path / "without")
@@ -175,12 +181,9 @@ def test_router_losses_train_the_same_under_recompute(tmp_path, moe_data):
     """Recompute runs each layer's forward again in the backward pass; the router's loss (handed back
     by decode, not kept on the model) must reach the gradient the same way."""
     from conftest import build, losses_of
-    from test_ernie45_moe import EXPERT_LORA, moe_sft_config
 
     def train(out, recompute):
-        c = moe_sft_config(moe_data, out, "dynamic", lora=dict(EXPERT_LORA), max_steps=4, is_eval_dev=0)
-        c["model"]["optimization"]["learning_rate"] = 2e-2
-        c["model"].update(LARGE)
+        c = training_config(moe_data, "dynamic", out)
         c["trainer"] = {**c["trainer"], "step": {"recompute": recompute}}
         build(c, tmp_path).do_train()
         return [losses_of(out)[s] for s in range(1, 5)]
