@@ -212,8 +212,17 @@ def read_until(stream: Any, marker: str, timeout: float = 300.0) -> str:
 
 
 def without_log(text: str) -> List[str]:
-    """The lines of ``text`` (a command's stderr) that are not log records."""
-    return [line for line in text.strip().splitlines() if not LOG_LINE.match(line)]
+    """The lines of ``text`` (a command's stderr) that are not log records (a record's indented
+    continuation lines included)."""
+    kept: List[str] = []
+    in_record = False
+    for line in text.strip().splitlines():
+        if LOG_LINE.match(line):
+            in_record = True
+        elif not (in_record and line.startswith("  ")):
+            in_record = False
+            kept.append(line)
+    return kept
 
 
 def assert_one_error_block(code: int, out: str, err: str, expected: Any = (), started: bool = False) -> List[str]:

@@ -334,7 +334,7 @@ def test_full_disk_during_an_export(tmp_path, data_dir, monkeypatch):
     with pytest.raises(CheckpointError, match=f"{target}: cannot write the inference model"):
         trainer.export_inference(target)
     assert sorted(os.listdir(target)) == before  # the earlier export is intact
-    assert not [n for n in os.listdir(out) if n.startswith(".export-")]
+    assert not [n for n in os.listdir(out) if n.startswith(".exported.")]  # nothing left beside it
 
 
 def test_full_disk_during_run_infer(tmp_path, monkeypatch):

@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                                               "keys) into a native wenxin one, its trainer keys grouped")
     migrator.add_argument("param_path", help="the ERNIE-kit or flat task file (JSON or YAML)")
     migrator.add_argument("-o", "--output", default="", help="write the native task file here (default: print it)")
+    migrator.add_argument("--force", action="store_true", help="replace a file (or link) already at --output")
     converter = sub.add_parser("convert", help="write a pickled weights file (.pdparams, ERNIE-kit params) or a "
                                                "model folder's weights as safetensors, read without running code")
     converter.add_argument("source", help="a .pdparams or params file, or a PaddleNLP / ERNIE-kit model folder")
@@ -433,7 +434,7 @@ def _lr_find(args: argparse.Namespace) -> int:
 
 def _migrate(args: argparse.Namespace) -> int:
     from wenxin.runner import migrate
-    migrate(args.param_path, args.output)
+    migrate(args.param_path, args.output, args.force)
     return EXIT_OK
 
 

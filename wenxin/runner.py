@@ -16,7 +16,7 @@ from wenxin.config.task_config import source_of, translations_of
 from wenxin.config.trainer_schema import set_keys
 from wenxin.controller.base_trainer import BaseTrainer
 from wenxin.controller.checkpointer import prepare_output_path, resume_checkpoint
-from wenxin.controller.checkpoint import INFERENCE_DIR, VOCAB_DIR
+from wenxin.controller.checkpoint import INFERENCE_DIR, PRETRAINED_DIR, VOCAB_DIR
 from wenxin.controller.env import init_distributed, paddle_rank, paddle_world_size, set_seed, setup_device
 from wenxin.controller.run_context import RunContext, ThreadChoice
 from wenxin.controller.summary import result_checkpoint, run_summary
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from wenxin.models.base_model import BaseModel
 
 logger = logging.getLogger("wenxin")
-PRETRAINED_DIR = "pretrained"  # export --format pt writes <checkpoint>/pretrained by default
-PRETRAINED_FORMAT = 1  # the manifest's format of such a folder
+PRETRAINED_FORMAT = 1  # the manifest's format of a model folder export (export --format pt)
+PRETRAINED_KIND = "pretrained"  # and its record of the writer
 
 
 def resolve_classes(config: Dict[str, Any]) -> Tuple[str, type, type]:
@@ -163,10 +163,14 @@ def export(param_path: str, checkpoint: str, output: str = "", overrides: Iterab
 
 def export_config(config: Dict[str, Any], checkpoint: str, output: str = "",
                   formats: Sequence[str] = ("paddle",)) -> str:
-    """``export`` of a loaded config (``load_config`` / ``config_from_dict``)."""
+    """``export`` of a loaded config (``load_config`` / ``config_from_dict``). Only an earlier
+    inference export is replaced; anything else at ``output`` is refused before the model loads."""
+    from wenxin.common.owned_folders import refuse_foreign
+    from wenxin.data.export_bundle import KIND
+    target = output or os.path.join(checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint),
+                                    INFERENCE_DIR)
+    refuse_foreign(target, KIND)
     with checkpoint_trainer(config, checkpoint) as trainer:
-        target = output or os.path.join(checkpoint if os.path.isdir(checkpoint) else
-                                        os.path.dirname(checkpoint), INFERENCE_DIR)
         folder = trainer.export_inference(target)
         if "onnx" in formats:
             from wenxin.inference.onnx_export import check_batch, export_onnx
@@ -187,19 +191,16 @@ def export_pretrained(param_path: str, checkpoint: str, output: str = "", overri
 
 def export_pretrained_config(config: Dict[str, Any], checkpoint: str, output: str, dtype: str,
                              max_shard_bytes: int) -> str:
-    """``export_pretrained`` of a loaded config."""
-    from wenxin.common import manifest
-    from wenxin.controller.checkpoint import written_aside
+    """``export_pretrained`` of a loaded config. Only an earlier model-folder export is replaced
+    (``wenxin.common.owned_folders``); anything else at ``output`` is refused before the model loads."""
+    from wenxin.common import manifest, owned_folders
     target = os.path.abspath(output or os.path.join(checkpoint if os.path.isdir(checkpoint) else
                                                     os.path.dirname(checkpoint), PRETRAINED_DIR))
-    if os.path.exists(target) and not os.path.isfile(os.path.join(target, manifest.MANIFEST_FILE)) and \
-            (not os.path.isdir(target) or os.listdir(target)):
-        raise ConfigError(f"--output: {target} exists and is not an earlier export; choose another folder or "
-                          f"move it away (an export replaces only an earlier export)")
-    with checkpoint_trainer(config, checkpoint) as trainer, written_aside(target, ".pretrained-") as tmp:
+    with owned_folders.writing(target, PRETRAINED_KIND) as tmp, \
+            checkpoint_trainer(config, checkpoint) as trainer:
         files = trainer.engine.model.write_pretrained_folder(tmp, trainer.engine.model_state_dict(), dtype,
                                                              max_shard_bytes)
-        manifest.write_manifest(tmp, PRETRAINED_FORMAT)
+        manifest.write_manifest(tmp, PRETRAINED_FORMAT, kind=PRETRAINED_KIND)
     logger.info("exported the model folder %s (%s, %d files)", target, dtype, len(files))
     return target
 
@@ -249,11 +250,12 @@ def copy_examples(target: str) -> List[str]:
     return written
 
 
-def migrate(param_path: str, output: str = "") -> Dict[str, Any]:
+def migrate(param_path: str, output: str = "", force: bool = False) -> Dict[str, Any]:
     """Translate an ERNIE-kit task or infer file, or a native task file of flat trainer keys, into
     the native format with the trainer keys grouped: checks the result against wenxin's schema
-    (nothing is written when a key still does not fit), writes it to ``output`` (or prints it)
-    and lists each translation made, one line each, on stderr."""
+    (nothing is written when a key still does not fit), writes it to ``output`` (or prints it;
+    an existing file or link there is replaced only with ``force``) and lists each translation
+    made, one line each, on stderr."""
     import json
     import sys
 
@@ -265,6 +267,8 @@ def migrate(param_path: str, output: str = "") -> Dict[str, Any]:
     from wenxin.config.schema import validate
     from wenxin.config.task_schema import ROOT
     from wenxin.config.trainer_schema import group_keys, grouping_note
+    if output:
+        _refuse_overwrite(output, force)
     raw = read_task_file(param_path)
     problems = Problems()  # what the translation left that wenxin's schema refuses
     if erniekit_infer.is_erniekit_infer(raw):
@@ -287,12 +291,28 @@ def migrate(param_path: str, output: str = "") -> Dict[str, Any]:
     for note in notes:
         print(f"translated: {note}", file=sys.stderr)
     if output:
-        try:
-            with open(output, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as e:
-            raise ConfigError(f"{output}: cannot write the native {what} ({e.strerror or e})") from None
+        _write_new_file(output, text, f"the native {what}", force)
         print(output)
     else:
         print(text, end="")
     return config
+
+
+def _refuse_overwrite(path: str, force: bool) -> None:
+    """``-o path`` must name a file to write: something already there is refused unless ``force``."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise ConfigError(f"-o {path}: a folder; give the file to write")
+    if os.path.lexists(path) and not force:
+        held = f"a symbolic link to {os.readlink(path)}" if os.path.islink(path) else "an existing file"
+        raise ConfigError(f"-o {path}: {held}; nothing was written (add --force to replace it)")
+
+
+def _write_new_file(path: str, text: str, what: str, force: bool) -> None:
+    """Write ``text`` to ``path`` whole (``_refuse_overwrite`` first); a symbolic link there is
+    replaced by the file, never written through into what it points to."""
+    from wenxin.common.files import write_text_atomically
+    _refuse_overwrite(path, force)
+    try:
+        write_text_atomically(path, text)
+    except OSError as e:
+        raise ConfigError(f"-o {path}: cannot write {what} ({e.strerror or e})") from None

@@ -17,6 +17,7 @@ from wenxin.common.errors import WenxinError
 from wenxin.common.files import file_sha256, write_text_atomically
 
 MANIFEST_FILE = "manifest.json"
+KIND_KEY = "kind"  # which writer sealed the folder (``wenxin.common.owned_folders``)
 
 ErrorType = Callable[[str], WenxinError]
 
@@ -42,10 +43,14 @@ def manifest_entries(folder: str, rels: Collection[str]) -> Dict[str, Dict[str, 
             for rel in sorted(rels)}
 
 
-def write_manifest(folder: str, format_version: int, indent: int = 2) -> None:
-    """Record every file of a finished folder (call it last)."""
-    text = json.dumps({"format": format_version, "files": manifest_entries(folder, files_of(folder))}, indent=indent,
-                      ensure_ascii=False)
+def write_manifest(folder: str, format_version: int, indent: int = 2, kind: Optional[str] = None) -> None:
+    """Record every file of a finished folder (call it last); ``kind``: which writer made it, the
+    proof ``wenxin.common.owned_folders`` asks before the folder is replaced."""
+    sealed: Dict[str, Any] = {"format": format_version}
+    if kind is not None:
+        sealed[KIND_KEY] = kind
+    sealed["files"] = manifest_entries(folder, files_of(folder))
+    text = json.dumps(sealed, indent=indent, ensure_ascii=False)
     write_text_atomically(os.path.join(folder, MANIFEST_FILE), text)
 
 

@@ -12,7 +12,7 @@ import base64
 import json
 import math
 import os
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 from safetensors import SafetensorError
@@ -28,13 +28,14 @@ def as_numpy(value: Any) -> np.ndarray:
     return np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else np.asarray(value))
 
 
-def save_arrays(path: str, arrays: Mapping[str, Any]) -> None:
-    _save_file({name: as_numpy(value) for name, value in arrays.items()}, path)
+def save_arrays(path: str, arrays: Mapping[str, Any], metadata: Optional[Dict[str, str]] = None) -> None:
+    """A safetensors file of ``arrays``; a write that fails (a full disk) is an ``OSError``."""
+    _save_file({name: as_numpy(value) for name, value in arrays.items()}, path, metadata)
 
 
-def _save_file(arrays: Dict[str, np.ndarray], path: str) -> None:
+def _save_file(arrays: Dict[str, np.ndarray], path: str, metadata: Optional[Dict[str, str]] = None) -> None:
     try:
-        save_file(arrays, path)
+        save_file(arrays, path, metadata=metadata)
     except SafetensorError as e:  # safetensors reports a full disk as its own error type
         raise OSError(str(e).replace("Error while serializing: ", "")) from None
 

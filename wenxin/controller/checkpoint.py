@@ -9,6 +9,7 @@ Layout under ``<output_path>/checkpoints``::
                          extra.json/.safetensors          LR schedule, loss scaler, RNG, hooks
                          trainer_state.json, config.json, vocab/<field>.txt
                          manifest.json                    SHA-256 of every file above (last)
+                         inference/, pretrained/          exports of it, each sealed by its own manifest
     best/                a copy of the best checkpoint by the configured metric
     top_step_<N>/        the ``save_top_k`` best checkpoints by that metric
     index.json           a summary of the folders for people and the studio (never read back)
@@ -21,13 +22,10 @@ checksum and names a damaged file.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import shutil
-import tempfile
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 
 from wenxin.common.errors import CheckpointError
@@ -36,6 +34,8 @@ from wenxin.common.files import write_text_atomically
 from wenxin.common.manifest import MANIFEST_FILE
 from wenxin.common.state_io import load_arrays, load_state, save_arrays, save_state, state_files
 from wenxin.data.export_bundle import INFERENCE_DIR  # noqa: F401 (where checkpoints keep their export)
+
+PRETRAINED_DIR = "pretrained"  # <checkpoint>/pretrained: its model folder export (export --format pt)
 
 logger = logging.getLogger("wenxin")
 
@@ -67,39 +67,6 @@ def fsync_tree(folder: str) -> None:
 def _write_json(path: str, data: Any) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2, ensure_ascii=False, default=str)
-
-
-def _set_aside(path: str) -> str:
-    """Rename ``path`` into a new hidden sibling folder (atomic) and return that folder."""
-    parent, name = os.path.split(os.path.abspath(path))
-    trash = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
-    os.rename(path, os.path.join(trash, name))
-    return trash
-
-
-def replace_folder(tmp: str, final: str) -> None:
-    """Move the finished folder ``tmp`` to ``final``. An existing ``final`` is renamed aside first
-    and deleted only after the new one is in place, so a crash never leaves neither."""
-    trash = _set_aside(final) if os.path.exists(final) else None
-    os.rename(tmp, final)
-    if trash:
-        shutil.rmtree(trash, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def written_aside(final: str, prefix: str) -> Iterator[str]:
-    """Yields a new hidden folder beside ``final`` to write a whole folder into; when the block
-    ends, the folder replaces ``final`` (``replace_folder``). If the block raises, the folder is
-    deleted and ``final`` is left as it was."""
-    parent = os.path.dirname(os.path.abspath(final))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=prefix, dir=parent)
-    try:
-        yield tmp
-        replace_folder(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def write_manifest(folder: str) -> None:
@@ -134,11 +101,12 @@ def _dropped_optimizer_state(rel: str, files: Mapping[str, Any]) -> bool:
 def verify(folder: str) -> None:
     """Check every file against the manifest, which must list every file a load reads; the first
     damaged, missing or unlisted one is named. A folder verified before in this process, whose
-    files (names, sizes, mtimes) are unchanged, is not hashed again. ``inference/`` is sealed by
-    its own manifest."""
+    files (names, sizes, mtimes) are unchanged, is not hashed again. ``inference/`` and
+    ``pretrained/``, the checkpoint's exports, are sealed by manifests of their own."""
     def check() -> None:
         _refuse_older_format(folder)  # verify_folder reads the manifest itself, once
-        manifest.verify_folder(folder, "checkpoint", CheckpointError, REQUIRED_FILES, sealed=(INFERENCE_DIR,),
+        manifest.verify_folder(folder, "checkpoint", CheckpointError, REQUIRED_FILES,
+                               sealed=(INFERENCE_DIR, PRETRAINED_DIR),
                                unlisted_ok=_dropped_optimizer_state)
     _verified.verify(folder, check)
 

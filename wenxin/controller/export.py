@@ -16,11 +16,12 @@ import shutil
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from wenxin.data.dataset_reader import BasicDataSetReader
-from wenxin.data.export_bundle import FORMAT_VERSION, MODEL_PREFIX, PREPROCESS_FILE, seal_export
+from wenxin.data.export_bundle import FORMAT_VERSION, KIND, MODEL_PREFIX, PREPROCESS_FILE, seal_export
 from wenxin.data.field_reader import BaseFieldReader, TextFieldReader
 from wenxin.data.label_fields import LabelFieldReader
 
-__all__ = ["MODEL_PREFIX", "PREPROCESS_FILE", "inference_fields", "label_names", "seal_export", "write_preprocessing"]
+__all__ = ["KIND", "MODEL_PREFIX", "PREPROCESS_FILE", "inference_fields", "label_names", "seal_export",
+           "write_preprocessing"]
 
 
 def inference_fields(readers: Mapping[str, BasicDataSetReader]) -> List[BaseFieldReader]:

@@ -10,8 +10,8 @@ import logging
 import os
 from typing import Any, Callable, Dict, Iterator, List
 
-from wenxin.common.errors import CheckpointError, ConfigError
-from wenxin.controller import checkpoint as ckpt
+from wenxin.common import owned_folders
+from wenxin.common.errors import ConfigError
 from wenxin.controller import export
 from wenxin.controller.engine import Batch, ExecutionEngine
 from wenxin.data.dataset_reader import BasicDataSetReader
@@ -36,13 +36,11 @@ class InferenceExporter:
 
     def export(self, folder: str, quiet: bool = False) -> str:
         """Write a self-contained inference folder (graph, weights, preprocessing) to ``folder``:
-        whole or not at all (an earlier export there stays until the new one is complete)."""
+        whole or not at all (an earlier export there stays until the new one is complete; nothing
+        but an earlier inference export is ever replaced: ``wenxin.common.owned_folders``)."""
         self._check_raw_text_input()
-        try:
-            with ckpt.written_aside(folder, ".export-") as tmp:
-                outputs = self._write(tmp)
-        except OSError as e:  # a full disk: no partial export, an earlier one stays
-            raise CheckpointError(f"{folder}: cannot write the inference model ({e.strerror or e})") from None
+        with owned_folders.writing(folder, export.KIND) as tmp:
+            outputs = self._write(tmp)
         if not quiet:
             logger.info("exported inference model to %s (outputs: %s)", folder, ", ".join(outputs))
         return folder

@@ -28,6 +28,7 @@ FIRST_STEP = "prefill"  # the step function every generation export has (its ste
 PREPROCESS_FILE = "preprocess.json"
 FORMAT_VERSION = 1
 WHAT = "export"
+KIND = "inference"  # the manifest's record of the writer (``wenxin.common.owned_folders``)
 
 PREPROCESS: Schema = {
     "format": Key(int, minimum=1, maximum=FORMAT_VERSION),
@@ -53,7 +54,7 @@ _verified = manifest.VerifiedCache()
 
 def seal_export(folder: str) -> None:
     """Write the manifest of a finished export folder (again after a file is added)."""
-    manifest.write_manifest(folder, FORMAT_VERSION)
+    manifest.write_manifest(folder, FORMAT_VERSION, kind=KIND)
 
 
 def verify_export(folder: str) -> None:

@@ -20,6 +20,7 @@ from typing import Dict, List, Mapping, Tuple
 import numpy as np
 
 from wenxin.common.errors import ConfigError
+from wenxin.common.state_io import save_arrays
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -65,9 +66,8 @@ def write_file(path: str, tensors: Mapping[str, np.ndarray], dtype: str) -> None
     if dtype == "bfloat16":
         write_bfloat16_file(path, tensors)
     else:
-        from safetensors.numpy import save_file
-        save_file({name: np.ascontiguousarray(value, dtype=np.float32) for name, value in tensors.items()}, path,
-                  metadata={"format": "pt"})
+        save_arrays(path, {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in tensors.items()},
+                    metadata={"format": "pt"})
         os.chmod(path, 0o666 & ~_umask())  # the library makes its files private; an export is shared as others
 
 
