@@ -261,3 +261,25 @@ def test_the_token_cache_converts_again_when_the_tokenizer_files_change(tmp_path
     again = build(config, tmp_path).readers["train_reader"]
     assert [np.asarray(again.examples[i][0][0]).tolist()[1:] for i in range(len(again))] == [i[1:] for i in ids]
     assert all(np.asarray(again.examples[i][0][0])[0] != ids[i][0] for i in range(len(again)))
+
+
+def test_a_line_holding_a_lone_surrogate_is_a_bad_line_not_a_tokenizer_crash(tmp_path, capsys):
+    """JSON's ``\\ud800`` alone decodes to no character; SentencePiece raised on it (issue 67). It is
+    a bad line naming ``file:line`` in ``inspect`` and ``train``, which ``skip_bad_lines`` skips."""
+    from conftest import assert_one_error_block
+    from wenxin.cli import main
+    data = str(tmp_path / "data")
+    rows = conversations(12, seed=1)
+    rows.insert(4, '{"src": ["fine", "bad \\ud800 text"], "tgt": ["ok", "no"]}')
+    write_jsonl(os.path.join(data, "train.jsonl"), rows)
+    write_jsonl(os.path.join(data, "dev.jsonl"), conversations(4, seed=2))
+    config = sft_config(data, str(tmp_path / "out"), max_steps=1, is_eval_dev=0)
+    task = write_config(str(tmp_path / "task.json"), config)
+    for command in ("inspect", "train"):
+        code = main([command, "--param_path", task])
+        captured = capsys.readouterr()
+        assert_one_error_block(code, captured.out, captured.err, "train.jsonl:5: key 'src'[1] holds an unpaired "
+                                                                 "surrogate")
+    config["dataset_reader"]["train_reader"]["config"]["skip_bad_lines"] = True
+    assert main(["train", "--param_path", write_config(str(tmp_path / "task.json"), config)]) == 0
+    assert "1 malformed line" in capsys.readouterr().err

@@ -199,6 +199,8 @@ CASES = {
     "eos_token_id 'x'": (edit_config(eos_token_id="x"), r"eos_token_id must be a token id .* got 'x'"),
     "eos_token_id past the vocabulary": (edit_config(eos_token_id=512), r"eos_token_id must be a token id"),
     "pad_token_id -1": (edit_config(pad_token_id=-1), r"pad_token_id must be a token id"),
+    "a key twice in config.json": (edit_file("config.json", b'{"hidden_size": 64, "vocab_size": 512, "hidden_size": 65}'),
+                                   r"config\.json: the key 'hidden_size' appears twice in one object"),
     "no max_position_embeddings": (edit_config(max_position_embeddings=None), r"config\.json: max_position_embeddings is missing"),
 }
 
@@ -236,3 +238,30 @@ def test_a_hostile_generation_config_is_one_clear_error(tmp_path, case):
 
 def test_the_fixtures_generation_config_still_reads():
     assert generation_defaults(FIXTURE)["strategy"] in ("greedy", "sample")
+
+
+TOKENIZER_CASES = {  # each file, and what the tokenizer of the folder must say
+    "added_tokens.json: an id past the embedding": (
+        "added_tokens.json", b'{"<huge>": 1000000000000}',
+        r"added_tokens\.json: '<huge>': id 1000000000000 is past the model's vocabulary \(vocab_size 512"),
+    "added_tokens.json: a key twice": ("added_tokens.json", b'{"<a>": 500, "<a>": 501}',
+                                       r"added_tokens\.json: the key '<a>' appears twice"),
+    "special_tokens_map.json: a number": ("special_tokens_map.json", b"5",
+                                          r"special_tokens_map\.json: expected a JSON object, got int"),
+    "tokenizer_config.json: a key twice": ("tokenizer_config.json", b'{"cls_token": "<a>", "cls_token": "<b>"}',
+                                           r"tokenizer_config\.json: the key 'cls_token' appears twice"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TOKENIZER_CASES))
+def test_a_hostile_tokenizer_file_is_one_clear_error_before_training(tmp_path, case):
+    """The tokenizer of a model folder is read with the data, before a model is built: a token id
+    past the embedding (which would index outside it) and ambiguous files are refused there."""
+    from wenxin.data.ernie45_tokenizer import Ernie45Tokenizer
+    name, content, said = TOKENIZER_CASES[case]
+    folder = str(tmp_path / "folder")
+    shutil.copytree(os.path.join(REPO, "tests", "fixtures", "ernie45", "tied"), folder)
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(content)
+    with pytest.raises(ConfigError, match=said):
+        Ernie45Tokenizer(folder)

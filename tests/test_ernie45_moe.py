@@ -283,3 +283,50 @@ def test_dpo_of_a_moe_decoder_starts_at_log_2(tmp_path):
     _, batch = first_pairs(trainer, 4)
     with paddle.no_grad():
         assert float(trainer.model(batch, "training")["loss"]) == pytest.approx(np.log(2), abs=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["paddle", "pt"])
+def test_a_stray_tensor_in_a_moe_folder_is_one_error_naming_it(tmp_path, layout):
+    """A tensor the decoder has no place for is refused, not dropped unseen (issue 67): in
+    ERNIEKit's layout a ``model.`` name beside the ``ernie.`` ones (it would be taken as is, even
+    over a converted weight), in the -PT layout an unknown name; by the loader and by training."""
+    from safetensors.numpy import load_file, save_file
+    from conftest import build, write_jsonl
+    from test_chat_sft import conversations, sft_config
+    from test_ernie45 import erniekit_checkpoint
+    from wenxin.models.ernie45 import paddle_layout_weights
+    folder = str(tmp_path / layout)
+    if layout == "paddle":
+        with open(os.path.join(MOE, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+        erniekit_checkpoint(folder, paddle_layout_weights(MOE, Ernie45Config.from_folder(MOE)), config)
+        for name in os.listdir(MOE):
+            if name.startswith("tokenizer") or name in ("special_tokens_map.json", "generation_config.json"):
+                shutil.copy(os.path.join(MOE, name), folder)
+        stray, expected = "model.layers.0.self_attn.q_proj.weight", "is named as the -PT layout names weights"
+    else:
+        shutil.copytree(MOE, folder)
+        stray, expected = "model.layers.1.mlp.experts.9.gate_proj.weight", "not used"
+    shards = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+    path = os.path.join(folder, shards[0])
+    tensors = load_file(path)
+    tensors[stray] = np.zeros((64, 64), dtype=np.float32)
+    save_file(tensors, path, metadata={"format": "pt"})
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as f:
+            written = json.load(f)
+        written["weight_map"][stray] = shards[0]
+        with open(index, "w", encoding="utf-8") as f:
+            json.dump(written, f)
+    with pytest.raises(CheckpointError, match=expected):
+        load_ernie45(folder)
+    data = str(tmp_path / "data")
+    write_jsonl(os.path.join(data, "train.jsonl"), conversations(6, seed=1))
+    write_jsonl(os.path.join(data, "dev.jsonl"), conversations(2, seed=2))
+    config = sft_config(data, str(tmp_path / "out"), max_steps=1)
+    for reader in config["dataset_reader"].values():
+        reader["fields"][0]["model_dir"] = folder
+    config["model"]["model_dir"] = folder
+    with pytest.raises(CheckpointError, match=stray.replace(".", r"\.")):
+        build(config, tmp_path).do_train()

@@ -62,7 +62,8 @@ def test_missing_or_corrupt_model_folder(tmp_path, data_dir):
 
 def test_an_export_whose_labels_are_fewer_than_its_classes_is_one_error(tmp_path, data_dir):
     """A hand-edited preprocess.json (sealed again, so the checksums pass) with one label for two
-    classes: the prediction that names the missing class is an error saying so, not an IndexError."""
+    classes: the first prediction is an error saying so (whatever class it answers), not an
+    IndexError or a label named wrongly."""
     import json
     folder = trained(tmp_path, data_dir, "dynamic").export_inference(str(tmp_path / "model"))
     path = os.path.join(folder, "preprocess.json")
@@ -73,9 +74,10 @@ def test_an_export_whose_labels_are_fewer_than_its_classes_is_one_error(tmp_path
         json.dump(meta, f)
     seal_export(folder)
     predictor = Predictor(folder)
-    with pytest.raises(InferenceError, match=r"preprocess.json: labels names 1 classes, but the model answered "
-                                             r"class 1: the export's labels do not match its model"):
-        predictor.predict([["好书好书"], ["坏书坏书"], ["好"], ["坏"]] * 4)
+    for rows in ([["好书好书"], ["坏书坏书"], ["好"], ["坏"]] * 4, [["好"]]):
+        with pytest.raises(InferenceError, match=r"preprocess.json: labels names 1 classes, but the model gives 2 "
+                                                 r"probabilities: the export's labels do not match its model"):
+            predictor.predict(rows)
 
 
 def test_a_wrong_model_folder_names_the_exports_near_it(tmp_path):

@@ -85,3 +85,28 @@ def test_recompute_gives_the_same_gradients(with_lora):
         assert all(n.endswith(("lora_A", "lora_B")) for n in plain)
     for name in plain:
         np.testing.assert_array_equal(recomputed[name], plain[name], err_msg=name)
+
+
+def test_a_rank_above_the_narrowest_adapted_layer_is_one_error_before_any_adapter_is_made():
+    """The fixture's layers are 64 wide (k_proj and v_proj 64 -> 32): a rank of 10^6 would have
+    trained on in 8 GB and growing (issue 67); it is refused, naming the key and the layer."""
+    model = load_ernie45(FOLDER)
+    for rank, targets, narrowest in ((33, ["q_proj", "k_proj"], "32, the smaller side of the adapted layer "
+                                                                 "model.layers.0.self_attn.k_proj"),
+                                     (10**6, ["q_proj"], "64, the smaller side")):
+        with pytest.raises(ConfigError, match=f"model.lora.rank: {rank} is above {narrowest}"):
+            apply_lora(model, LoRASettings(rank, 8.0, 0.0, targets))
+        assert not [layer for layer in model.sublayers() if isinstance(layer, LoRALinear)]
+    assert len(apply_lora(model, LoRASettings(32, 8.0, 0.0, ["q_proj", "k_proj"]))) > 0  # the bound itself
+
+
+def test_lora_keys_out_of_bounds_are_one_error_naming_the_key(tmp_path):
+    from conftest import write_config
+    from test_chat_sft import LORA, sft_config
+    from wenxin.config.loader import load_config
+    for lora, expected in (({"rank": 10**9}, "model.lora.rank: 1000000000 is above the maximum 65536"),
+                           ({"target_modules": []}, "model.lora.target_modules: must not be empty")):
+        config = sft_config(str(tmp_path), str(tmp_path / "out"))
+        config["model"]["lora"] = {**LORA, **lora}
+        with pytest.raises(ConfigError, match=expected):
+            load_config(write_config(str(tmp_path / "task.json"), config))

@@ -180,6 +180,8 @@ TAMPERING = {
     "step-negative": ("trainer_state.json", lambda d: d.update(global_step=-3), "trainer state is malformed"),
     "state-missing-key": ("trainer_state.json", lambda d: d.pop("epoch"), "trainer state is malformed"),
     "state-not-object": ("trainer_state.json", lambda d: d.clear() or d.update(x=[1]), "trainer state is malformed"),
+    "step-10^18": ("trainer_state.json", lambda d: d.update(global_step=10**18),  # not "the run already finished"
+                   "says global_step 1000000000000000000, but the folder is step 10's"),
     "extra-missing-rng": ("extra.json", lambda d: d["value"].pop("rng"), "extra state is malformed"),
     "extra-rng-garbage": ("extra.json", lambda d: d["value"].update(rng={"paddle": [1], "numpy": 2, "python": 3}),
                           "extra state is malformed"),

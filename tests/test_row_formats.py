@@ -233,7 +233,11 @@ def test_a_tsv_header_names_the_columns_and_a_file_without_one_is_an_error(tmp_p
     with pytest.raises(DataError, match=r"renamed\.tsv:1: the header has no column 'text_a'"):
         bad_rows(reader_of(renamed, has_header=True))
     short = write(str(tmp_path / "short.tsv"), "text_a\tlabel\n好书\n")
-    assert bad_rows(reader_of(short, has_header=True))[1] == [("short.tsv", 2, "1 columns, fewer than the header's")]
+    assert bad_rows(reader_of(short, has_header=True))[1] == [("short.tsv", 2, "1 columns, fewer than the header's 2")]
+    extra = write(str(tmp_path / "extra.tsv"), "text_a\tlabel\tsource\n好书\t1\tweb\n好\t书\t1\tweb\tx\n")
+    rows, problems = bad_rows(reader_of(extra, has_header=True))  # a stray tab would shift the columns
+    assert [columns for _, _, columns in rows] == [["好书", "1"]]
+    assert problems == [("extra.tsv", 3, "5 columns, more than the header's 3")]
 
 
 @pytest.mark.parametrize("cached", [False, True])

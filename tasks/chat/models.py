@@ -26,7 +26,8 @@ from wenxin.models.ernie45_router_loss import RouterLossWeights, with_router_los
 from wenxin.models.held_dtype import BFLOAT16, FLOAT32, WEIGHT_DTYPES, WeightDtype, computed
 
 from .preference import PREFERENCE_LOSSES
-from wenxin.models.lora import LoRASettings, adapter_parameter_names, adapters_disabled, apply_lora, merged_weights
+from wenxin.models.lora import (MAX_LORA_RANK, LoRASettings, adapter_parameter_names, adapters_disabled, apply_lora,
+                                merged_weights)
 
 GENERATED = "generated"  # the exported model's output: each prompt's answer ids [B, max_new_tokens], -1 after the end
 GENERATION: Dict[str, Key] = {
@@ -44,10 +45,11 @@ GENERATION: Dict[str, Key] = {
 }
 
 LORA: Dict[str, Key] = {
-    "rank": Key(int, 8, minimum=1, doc="the adapters' rank r"),
+    "rank": Key(int, 8, minimum=1, maximum=MAX_LORA_RANK,
+                doc="the adapters' rank r (at most the smallest adapted layer's in or out size)"),
     "alpha": Key(float, 16.0, minimum=0.0, doc="the update is scaled by alpha / rank"),
     "dropout": Key(float, 0.0, minimum=0.0, maximum=0.9, doc="dropout on the adapters' input while training"),
-    "target_modules": Key(list, list(LINEAR_WEIGHTS), items=Key(str, non_empty=True),
+    "target_modules": Key(list, list(LINEAR_WEIGHTS), items=Key(str, non_empty=True), non_empty=True,
                           doc="the linear layers that get adapters, by name: q_proj, k_proj, v_proj, o_proj, "
                               "gate_proj, up_proj, down_proj"),
     "experts": Key(str, "all", choices=["all", "shared", "none"],

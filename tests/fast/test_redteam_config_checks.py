@@ -78,6 +78,16 @@ def test_task_file_that_is_a_folder_or_huge(tmp_path, capsys):
     assert_one_error_block(*run_cli(str(huge), capsys), "a task file may have at most")
 
 
+def test_a_device_or_a_sweep_file_given_as_the_task_file_says_what_it_is(tmp_path, capsys):
+    import os
+    from conftest import REPO
+    assert_one_error_block(*run_cli("/dev/zero", capsys), "/dev/zero: a device, not a task file")
+    assert_one_error_block(*run_cli(str(tmp_path / "missing.json"), capsys), "task file not found")
+    sweep = os.path.join(REPO, "examples", "sweep_text_classification_bow.yaml")
+    assert_one_error_block(*run_cli(sweep, capsys), f"{sweep}: a sweep file (its parameters say which keys to "
+                                                    f"vary), not a task file: run it with wenxin sweep")
+
+
 def test_overrides_too_deep_are_one_error(tmp_path, data_dir, capsys):
     path = _write_config(tmp_path, task_config(data_dir, str(tmp_path / "out")))
     assert_one_error_block(*run_cli(path, capsys, ["a." * 5000 + "b=1"]), "a key path of 5001 levels")

@@ -66,13 +66,17 @@ def test_malformed_csv_records_are_named_by_their_first_line(tmp_path):
                  '好书,0\n')
     rows, problems = bad_rows(reader_of(path, CSV_FIELDS, format="csv", has_header=True))
     assert [r[1:] for r in rows] == [(2, ["好书, 真的", "1"]), (3, ['a "b"\nc', "0"]), (7, ["好书", "1"])]
-    assert problems == [("d.csv", 5, "1 columns, fewer than the header's"),
+    assert problems == [("d.csv", 5, "1 columns, fewer than the header's 2"),
                         ("d.csv", 6, "not a well-formed CSV record (',' expected after '\"')"),
                         ("d.csv", 8, "the quoted field opened on line 8 is never closed")]
     headerless = write(str(tmp_path / "h.csv"), '"a, b",1\nc,1,extra\n')
     rows, problems = bad_rows(reader_of(headerless, CSV_FIELDS, format="csv"))
     assert [r[1:] for r in rows] == [(1, ["a, b", "1"])]
     assert problems == [("h.csv", 2, "expected 2 columns (text_a, label), got 3")]
+    wide = write(str(tmp_path / "w.csv"), 'text,label\n"a, b",1\nc,1,extra\n')
+    rows, problems = bad_rows(reader_of(wide, CSV_FIELDS, format="csv", has_header=True))
+    assert [r[1:] for r in rows] == [(2, ["a, b", "1"])]
+    assert problems == [("w.csv", 3, "3 columns, more than the header's 2")]
     semicolons = write(str(tmp_path / "s.csv"), 'label;text\n1;"a;b"\n')
     rows, _ = bad_rows(reader_of(semicolons, CSV_FIELDS, format="csv", has_header=True, separator=";"))
     assert [r[1:] for r in rows] == [(2, ["a;b", "1"])]

@@ -82,6 +82,16 @@ def test_a_key_set_flat_and_in_its_group_is_one_error_naming_both(tmp_path, data
                                "twice; keep trainer.checkpoints.save_model_step")
 
 
+def test_a_key_set_flat_and_grouped_by_two_sets_is_one_error_naming_both(tmp_path, data_dir):
+    config = task_config(data_dir, str(tmp_path / "out"))
+    with pytest.raises(ConfigError) as info:
+        _load(config, ["trainer.save_model_step=5", "trainer.checkpoints.save_model_step=7"])
+    assert str(info.value) == ("--set trainer.save_model_step and --set trainer.checkpoints.save_model_step: the "
+                               "same key set twice; keep --set trainer.checkpoints.save_model_step")
+    loaded = _load(config, ["trainer.save_model_step=5", "trainer.save_model_step=7"])  # one spelling: the last
+    assert loaded["trainer"]["checkpoints"]["save_model_step"] == 7
+
+
 def test_errors_name_the_key_path_as_it_was_written(tmp_path, data_dir):
     config = task_config(data_dir, str(tmp_path / "out"), save_model_step=-1)
     config["trainer"]["evaluation"] = {"metric_mode": "maximum"}

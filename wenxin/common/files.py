@@ -5,7 +5,7 @@ import contextlib
 import hashlib
 import json
 import os
-from typing import Any, Dict, Iterator, TextIO
+from typing import Any, Dict, Iterator, List, TextIO, Tuple
 
 from wenxin.common.errors import ConfigError
 
@@ -47,13 +47,28 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+class _DuplicateKey(Exception):
+    """A JSON object names a key twice (``json`` keeps the last silently)."""
+
+
+def _object_without_duplicates(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    value: Dict[str, Any] = {}
+    for key, item in pairs:
+        if key in value:
+            raise _DuplicateKey(key)
+        value[key] = item
+    return value
+
+
 def read_json_object(path: str) -> Dict[str, Any]:
     """The JSON object in the file at ``path`` (a model folder's ``config.json``, a tokenizer's
-    settings); a file that cannot be read, is not JSON or holds another value is a ``ConfigError``
-    naming it."""
+    settings); a file that cannot be read, is not JSON, names a key twice in an object or holds
+    another value is a ``ConfigError`` naming it."""
     try:
         with open(path, encoding="utf-8") as f:
-            value = json.load(f)
+            value = json.load(f, object_pairs_hook=_object_without_duplicates)
+    except _DuplicateKey as e:
+        raise ConfigError(f"{path}: the key {e.args[0]!r} appears twice in one object (which one is meant?)") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ConfigError(f"{path}: not a readable JSON object ({e})") from None
     if not isinstance(value, dict):

@@ -12,6 +12,7 @@ import codecs
 import json
 import math
 import os
+import stat
 from typing import Any, Dict, List, Tuple
 
 import yaml
@@ -88,8 +89,13 @@ def read_text(path: str, what: str = "task file") -> str:
     """The UTF-8 text of ``path`` (a leading BOM removed), or a ``ConfigError`` saying why not."""
     if os.path.isdir(path):
         raise ConfigError(f"{path}: is a folder, not a {what}")
-    if not os.path.isfile(path):
-        raise ConfigError(f"{what} not found: {path}")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        raise ConfigError(f"{what} not found: {path}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a pipe: bash's <(...) (read up to the limit)
+        kind = "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+        raise ConfigError(f"{path}: {kind}, not a {what}")
     size = os.path.getsize(path)
     if size > MAX_FILE_BYTES:
         raise ConfigError(f"{path}: {size} bytes; a {what} may have at most {MAX_FILE_BYTES}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from wenxin.common.errors import ConfigError, Problems
 from wenxin.common.parsed import plain
@@ -60,8 +60,15 @@ def apply_overrides(config: Dict[str, Any], overrides: Iterable[str], problems: 
     A flat trainer key's path sets the key in its group (``trainer_schema.canonical_path``); the
     keys so moved are added to ``moved``."""
     own = problems if problems is not None else Problems()
+    written_as: Dict[Tuple[str, ...], str] = {}  # each key set, by where it lives: the path as written
     for text in overrides:
         with own.catch():
+            written = ".".join(parse_override(text)[0])
+            path = tuple(canonical_path(written.split(".")))
+            earlier = written_as.setdefault(path, written)
+            if earlier != written:  # one key set flat and in its group: which was meant is unclear
+                raise ConfigError(f"--set {earlier} and --set {written}: the same key set twice; keep "
+                                  f"--set {'.'.join(path)}")
             flat = _apply_override(config, text)
             if flat and moved is not None:
                 moved.append(flat)
@@ -114,6 +121,9 @@ def load_config(path: str, overrides: Iterable[str] = (), with_task: bool = True
     raw = read_document(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be an object")
+    if "parameters" in raw and not {"task", "dataset_reader", "model"} & set(raw):
+        raise ConfigError(f"{path}: a sweep file (its parameters say which keys to vary), not a task file: run it "
+                          f"with wenxin sweep --param_path TASK_FILE --sweep {path}")
     return config_from_dict(raw, path, overrides, with_task)
 
 

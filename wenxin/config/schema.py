@@ -37,7 +37,7 @@ class Key:
         items: schema (a ``Key``) of each element of a list, or of each value of an ``open_keys``
             object.
         open_keys: a nested object whose keys are not checked.
-        non_empty: a string that must not be empty.
+        non_empty: a string or list that must not be empty.
         doc: one line shown in the README reference.
         path: the value names a file or folder (the studio confines such a value to its root,
             whatever the key's name).
@@ -194,7 +194,7 @@ def _check_range(value: Any, key: Key) -> None:
     if key.choices is not None and value not in key.choices:
         raise _Invalid(f"{_short(value)} is not one of {list(key.choices)}"
                        f"{suggest(str(value), [str(c) for c in key.choices])}")
-    if key.non_empty and isinstance(value, str) and not value:
+    if key.non_empty and isinstance(value, (str, list)) and not value:
         raise _Invalid("must not be empty")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if key.minimum is not None and value < key.minimum:

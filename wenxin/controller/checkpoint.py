@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 
@@ -178,6 +179,8 @@ def write_checkpoint(folder: str, model_state: Mapping[str, Any], optimizer_stat
 
 
 # The progress counters a checkpoint must hold, and their types.
+# a periodic or top-k folder's name holds its step, in either layout (LAYOUTS)
+_STEP_FOLDER = re.compile(rf"(?:{TOP_PREFIX})?(?:checkpoints_)?step_(\d+)")
 _TRAINER_STATE_TYPES: Dict[str, Union[type, Tuple[type, ...]]] = {
     "global_step": int, "epoch": int, "step_in_epoch": int, "best_step": int, "best_metric": (float, int, type(None))}
 
@@ -202,6 +205,10 @@ def read_trainer_state(folder: str) -> Dict[str, Any]:
         if key not in state or isinstance(value, bool) or not isinstance(value, types) or \
                 (isinstance(value, int) and key != "best_step" and value < 0):
             raise CheckpointError(f"checkpoint trainer state is malformed: {path} ({key}: {value!r})")
+    named = _STEP_FOLDER.fullmatch(os.path.basename(os.path.normpath(folder)))
+    if named and int(named.group(1)) != state["global_step"]:  # edited, or another step's state copied in
+        raise CheckpointError(f"checkpoint trainer state does not fit its folder: {path} says global_step "
+                              f"{state['global_step']}, but the folder is step {named.group(1)}'s")
     return state
 
 

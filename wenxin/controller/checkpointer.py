@@ -239,11 +239,13 @@ class Checkpointer:
             return
         source, weights = own
         report = self.load_params(weights, source)
-        if not report.loaded or report.mismatched:
-            raise CheckpointError(f"{source}: the model's pretrained weights do not fit it:\n{report.summary()}")
         # parameters the folder cannot have (LoRA adapters) start from their initialization
         added = set(report.missing) & (self.engine.model.checkpointed_names() or set())
         report.missing = [name for name in report.missing if name not in added]
+        if not report.loaded or report.mismatched or report.missing or report.unexpected:
+            # a folder is the model: a weight missing would train from noise, one left over (a stray
+            # tensor, another model's) would be dropped unseen
+            raise CheckpointError(f"{source}: the model's pretrained weights do not fit it:\n{report.summary()}")
         logger.info("%s%s", report.summary(), f"\n  the model's own parameters ({len(added)}, e.g. adapters) start "
                     f"from their initialization" if added else "")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from typing import Any, Dict, Iterable, List, Optional, Pattern, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Pattern, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.files import file_sha256, read_json_object
@@ -47,6 +47,16 @@ def _token_text(value: Any, where: str) -> Optional[str]:
     if isinstance(value, dict) and isinstance(value.get("content"), str):
         return value["content"]
     raise ConfigError(f"{where}: expected a token string or an object with a 'content' string, got {value!r}")
+
+
+def _id_limit(folder: str) -> Tuple[int, str]:
+    """The first id no token may have, and what sets it: the embedding's rows (``vocab_size`` of
+    the folder's ``config.json``, where the folder is a model's), else int32's range."""
+    config_path = os.path.join(folder, "config.json")
+    vocab_size = _read_json(config_path).get("vocab_size") if os.path.isfile(config_path) else None
+    if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) and 0 < vocab_size < 2**31:
+        return vocab_size, f"the model's vocabulary (vocab_size {vocab_size} in {config_path})"
+    return 2**31 - 1, "the largest token id (2**31 - 2)"
 
 
 class Ernie45Tokenizer:
@@ -88,9 +98,12 @@ class Ernie45Tokenizer:
         self.chat_template: Optional[str] = template if isinstance(template, str) else None
         self.added: Dict[str, int] = {}
         added_path = os.path.join(folder, ADDED_TOKENS_FILE)
+        limit, bound = _id_limit(folder)
         for token, token_id in _read_json(added_path).items():
             if not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0:
                 raise ConfigError(f"{added_path}: {token!r}: expected a non-negative integer id, got {token_id!r}")
+            if token_id >= limit:
+                raise ConfigError(f"{added_path}: {token!r}: id {token_id} is past {bound}")
             self.added[token] = token_id
         self._token_of_added = {token_id: token for token, token_id in self.added.items()}
         self.special_ids: Dict[str, int] = {role: self.token_id(token) for role, token in self.specials.items()}

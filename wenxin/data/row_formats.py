@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, DataError
@@ -33,6 +34,7 @@ from wenxin.data.lines import FilePart, iter_lines, iter_lines_ending_at, list_d
 
 FormattedRow = Tuple[int, Optional[List[str]], Optional[str]]  # (line number, columns, problem)
 KEYS_SHOWN = 8  # keys of a JSON object named in a "no key" problem
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a JSON escape of a UTF-16 surrogate
 
 
 class RowFormat:
@@ -111,17 +113,18 @@ class TsvFormat(RowFormat):
     def __init__(self, config: Dict[str, Any], fields: Sequence[Any], key_path: str) -> None:
         super().__init__(config, fields, key_path)
         self.separator = config["separator"] or "\t"
-        self._headers: Dict[str, List[int]] = {}
+        self._headers: Dict[str, Tuple[List[int], int]] = {}
 
-    def _header(self, path: str) -> List[int]:
+    def _header(self, path: str) -> Tuple[List[int], int]:
         """With ``has_header``: the column of each field, by the names of the file's first line
-        (ERNIE-kit's generation reader reads its columns by name too)."""
+        (ERNIE-kit's generation reader reads its columns by name too), and how many columns it names."""
         if path not in self._headers:
             first = next(iter_lines(path, self.config["max_line_bytes"]), None)
             if first is None or first.problem is not None:
                 raise DataError(f"{path}:1: {first.problem if first else 'the file is empty'}; has_header: true "
                                 f"needs a header line naming the columns")
-            self._headers[path] = self.header_positions(path, [c.strip() for c in first.text.split(self.separator)])
+            header = [c.strip() for c in first.text.split(self.separator)]
+            self._headers[path] = (self.header_positions(path, header), len(header))
         return self._headers[path]
 
     def rows(self, part: FilePart) -> Iterator[FormattedRow]:
@@ -136,7 +139,7 @@ class TsvFormat(RowFormat):
         """The lines' columns: training takes exactly one per field and skips empty lines;
         predicting keeps every line and takes the first columns."""
         n_fields, has_header = len(self.fields), self.config["has_header"]
-        positions = self._header(part.path) if has_header else None
+        positions, n_header = self._header(part.path) if has_header else (None, 0)
         for lineno, line, problem in self._lines(part):
             if problem is not None:
                 yield lineno, None, problem
@@ -146,7 +149,9 @@ class TsvFormat(RowFormat):
             columns = line.split(self.separator)
             if positions is not None:
                 if len(columns) <= max(positions) and (line.strip() or not predicting):
-                    yield lineno, None, f"{len(columns)} columns, fewer than the header's"
+                    yield lineno, None, f"{len(columns)} columns, fewer than the header's {n_header}"
+                elif len(columns) > n_header and not predicting:  # a stray separator: the columns would shift
+                    yield lineno, None, f"{len(columns)} columns, more than the header's {n_header}"
                 else:
                     yield lineno, [columns[p] if p < len(columns) else "" for p in positions], None
             elif predicting and len(columns) >= n_fields:
@@ -188,6 +193,10 @@ class JsonLinesFormat(RowFormat):
             return None, f"not a JSON object ({e if isinstance(e, ValueError) else 'nested too deeply'})"
         if not isinstance(record, dict):
             return None, f"a JSON {type(record).__name__}, not an object ({{\"key\": value, ...}})"
+        if _SURROGATE_ESCAPE.search(line):  # only an escape can put a lone surrogate in decoded text
+            where = lone_surrogate(record)
+            if where is not None:
+                return None, f"{where} holds an unpaired surrogate (JSON's \\ud800 alone is not a character)"
         columns = []
         for field, key, joiner in zip(self.fields, self.keys, self.joiners):
             if getattr(field, "reads_record", False):  # the whole object (a conversation)
@@ -205,6 +214,23 @@ class JsonLinesFormat(RowFormat):
                 return None, f"key {key!r}: {problem}"
             columns.append(text)
         return columns, None
+
+
+def lone_surrogate(value: Any, where: str = "the object") -> Optional[str]:
+    """Where a decoded JSON value holds a lone UTF-16 surrogate (a key path), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = lone_surrogate(key, where) if isinstance(key, str) else None
+        found = found or lone_surrogate(item, f"key {key!r}" if where == "the object" else f"{where}[{key!r}]")
+        if found:
+            return found
+    return None
 
 
 def as_text(value: Any, joiner: str) -> Tuple[str, Optional[str]]:
@@ -240,7 +266,7 @@ class CsvFormat(RowFormat):
         if len(self.delimiter) != 1 or self.delimiter in "\"\r\n":
             raise ConfigError(f"{key_path}.config.separator: {self.delimiter!r}: a CSV delimiter is one character, "
                               f"not a quote or a line break")
-        self._headers: Dict[str, List[int]] = {}
+        self._headers: Dict[str, Tuple[List[int], int]] = {}
 
     @staticmethod
     def delimiter_of(config: Dict[str, Any]) -> str:
@@ -306,7 +332,7 @@ class CsvFormat(RowFormat):
 
     # ---- columns ----
     def rows(self, part: FilePart) -> Iterator[FormattedRow]:
-        positions = self._header(part.path) if self.config["has_header"] else None
+        positions, n_header = self._header(part.path) if self.config["has_header"] else (None, 0)
         n_fields = len(self.fields)
         for lineno, _, text, problem, _ in self.records(part):
             if problem is not None:
@@ -326,19 +352,21 @@ class CsvFormat(RowFormat):
                     continue
                 yield lineno, values, None
             elif len(values) <= max(positions):
-                yield lineno, None, f"{len(values)} columns, fewer than the header's"
+                yield lineno, None, f"{len(values)} columns, fewer than the header's {n_header}"
+            elif len(values) > n_header:
+                yield lineno, None, f"{len(values)} columns, more than the header's {n_header}"
             else:
                 yield lineno, [values[p] for p in positions], None
 
-    def _header(self, path: str) -> List[int]:
-        """The column of each field in the file's header (its first record)."""
+    def _header(self, path: str) -> Tuple[List[int], int]:
+        """The column of each field in the file's header (its first record), and how many it names."""
         if path not in self._headers:
             first = next(self.records(FilePart(path, 0, None, 1)), None)
             if first is None or first[2] is None:
                 raise DataError(f"{path}:1: {first[3] if first else 'the file is empty'}; has_header: true "
                                 f"needs a header naming the columns")
             header = [name.strip() for name in next(csv.reader([first[2]], delimiter=self.delimiter))]
-            self._headers[path] = self.header_positions(path, header)
+            self._headers[path] = (self.header_positions(path, header), len(header))
         return self._headers[path]
 
 

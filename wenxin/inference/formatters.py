@@ -98,6 +98,14 @@ class ResultFormat:
                                  f"class {idx}: the export's labels do not match its model (export it again)")
         return self.labels[idx]
 
+    def check_classes(self, probs: np.ndarray) -> None:
+        """The model's class probabilities ``[B, C]`` must be one a label (a re-sealed export whose
+        labels name fewer or more classes would answer with the wrong names, or none)."""
+        if self.labels and probs.shape[-1] != len(self.labels):
+            raise InferenceError(f"preprocess.json: labels names {len(self.labels)} classes, but the model gives "
+                                 f"{probs.shape[-1]} probabilities: the export's labels do not match its model "
+                                 f"(export it again)")
+
 
 @RegisterSet.result_formats.register("classification")
 class ClassificationFormat(ResultFormat):
@@ -105,6 +113,7 @@ class ClassificationFormat(ResultFormat):
 
     def results(self, outputs, batch, rows):  # noqa: ANN001, ANN201
         probs = outputs[InstanceName.PROBS]  # [B, C]
+        self.check_classes(probs)
         best = probs.argmax(axis=-1).tolist()  # whole arrays to Python at once: per row costs 3x as much
         return [{"label": self.label(b), "probability": p[b], "probs": p} for p, b in zip(probs.tolist(), best)]
 
@@ -170,6 +179,7 @@ class MultiLabelFormat(ResultFormat):
     probability; line ``label label ...<TAB>probabilities``."""
 
     def results(self, outputs, batch, rows):  # noqa: ANN001, ANN201
+        self.check_classes(outputs[InstanceName.PROBS])
         return [{"labels": [self.label(i) for i in np.flatnonzero(chosen)], "probs": p.tolist()}
                 for p, chosen in zip(outputs[InstanceName.PROBS], outputs[InstanceName.PREDICTIONS])]
 

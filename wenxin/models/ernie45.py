@@ -412,6 +412,10 @@ def erniekit_layout(weights: Dict[str, np.ndarray], config: Ernie45Config, folde
     heads, kv_heads, width = config.num_attention_heads, config.num_key_value_heads, config.head_dim
     converted: Dict[str, np.ndarray] = {}
     for name, value in weights.items():
+        if name.startswith("model."):  # it would be taken as is, beside (or over) the converted ones
+            raise CheckpointError(f"{folder}: {name} is named as the -PT layout names weights, in a folder of "
+                                  f"ERNIEKit's {ERNIEKIT_PREFIX} names: a folder holds one layout (a stray tensor, "
+                                  f"or the files of two models?)")
         target = "model." + name[len(ERNIEKIT_PREFIX):] if name.startswith(ERNIEKIT_PREFIX) else name
         module, _, kind = target.rpartition(".")  # kind: weight or bias
         if module.endswith("self_attn.qkv_proj"):

@@ -33,6 +33,9 @@ from wenxin.common.held_state import exact_array, state_held
 from wenxin.models.held_dtype import computed, to_held
 
 ADAPTER_NAMES = ("lora_A", "lora_B")
+# the schema's bound on model.lora.rank (the widest linear layer of ERNIE 4.5 300B-A47B is 28,672);
+# apply_lora bounds it by the adapted layers' own sizes
+MAX_LORA_RANK = 1 << 16
 
 
 @dataclasses.dataclass
@@ -110,30 +113,40 @@ def apply_lora(model: nn.Layer, settings: LoRASettings, key: str = "model.lora")
     """Swap every ``nn.Linear`` of ``model`` named in ``settings.target_modules`` for a
     ``LoRALinear`` and freeze every other parameter; returns the swapped layers' full names.
     A target name no linear layer has is a ``ConfigError`` naming ``key``."""
-    found: Set[str] = set()
-    swapped: List[str] = []
+    targets = []  # (parent layer, attribute name, full name, layer)
     linear_names: Set[str] = set()
-    seed = adapter_seed()
     for full_name, layer in list(model.named_sublayers()):
         for child_name, child in list(layer.named_children()):
             if not isinstance(child, nn.Linear) or isinstance(child, LoRALinear):
                 continue
             linear_names.add(child_name)
             if child_name in settings.target_modules and settings.adapts(full_name):
-                name = f"{full_name}.{child_name}" if full_name else child_name
-                rng = np.random.default_rng([seed, zlib.crc32(name.encode())])  # each layer its own stream
-                setattr(layer, child_name, LoRALinear(child, settings, rng))
-                found.add(child_name)
-                swapped.append(name)
+                targets.append((layer, child_name, f"{full_name}.{child_name}" if full_name else child_name, child))
+    found = {child_name for _, child_name, _, _ in targets}
     unknown = [name for name in settings.target_modules if name not in found]
     if unknown:
         raise ConfigError(f"{key}.target_modules: no linear layer is named {', '.join(map(repr, unknown))} "
                           f"(the model's: {', '.join(sorted(linear_names)) or 'none'})")
+    _check_rank(settings.rank, [(name, child) for _, _, name, child in targets], key)
+    seed = adapter_seed()
+    for layer, child_name, name, child in targets:
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])  # each layer its own stream
+        setattr(layer, child_name, LoRALinear(child, settings, rng))
     for name, parameter in model.named_parameters():
         if name.rsplit(".", 1)[-1] not in ADAPTER_NAMES:
             parameter.stop_gradient = True
             parameter.trainable = False
-    return swapped
+    return [name for _, _, name, _ in targets]
+
+
+def _check_rank(rank: int, targets: Sequence[Any], key: str) -> None:
+    """A rank above an adapted layer's smaller side (``min(in, out)``) adds parameters and memory
+    but no capacity (``A B`` cannot exceed that rank): refused, naming the narrowest layer."""
+    name, narrowest = min(((name, min(layer.weight.shape)) for name, layer in targets), key=lambda t: t[1])
+    if rank > narrowest:
+        raise ConfigError(f"{key}.rank: {rank} is above {narrowest}, the smaller side of the adapted layer {name} "
+                          f"(an update A B of a larger rank has no more capacity, only more memory): use at most "
+                          f"{narrowest}")
 
 
 def adapter_parameter_names(model: nn.Layer) -> Set[str]:
