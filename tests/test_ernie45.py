@@ -115,8 +115,12 @@ def test_the_config_reads_what_baidus_config_json_holds():
                             ({**moe, "moe_capacity": [8, 4, 8]}, r"moe_capacity \[8, 4, 8\] can drop tokens"),
                             ({**moe, "scoring_func": "sigmoid"}, "scoring_func 'sigmoid' is not supported"),
                             ({**moe, "moe_gate_act": "sigmoid"}, "moe_gate_act 'sigmoid' is not supported"),
-                            ({**moe, "moe_gate": "top2"}, "moe_gate 'top2' is not supported"),
+                            ({**moe, "moe_gate": "top2"}, "moe_gate 'top2' is not supported \\('topk', "
+                                                          "'top2_fused' are\\)"),
                             ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
+                            ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
+                             r"quantization_config: quantized weights \(fp8\) are not supported"),
+                            ({"is_quantized": True}, "is_quantized: quantized weights are not supported"),
                             ({"use_rmsnorm": False}, "use_rmsnorm False is not supported"),
                             ({**moe, "moe_dropout_prob": 0.1}, "moe_dropout_prob 0.1 is not supported"),
                             ({"compression_ratio": 4.0}, "compression_ratio 4.0: positions scaled"),
@@ -124,6 +128,8 @@ def test_the_config_reads_what_baidus_config_json_holds():
         with pytest.raises(ConfigError, match=f"config.json: {message}"):
             Ernie45Config.from_dict({**values, **change}, "config.json")
     assert Ernie45Config.from_dict({**values, "compression_ratio": 1.0, "moe_num_experts": None}, "c").hidden_size == 64
+    for gate in ("top2_fused", "TOP2_FUSED", "topk"):  # the same softmax top-k routing: ERNIE's TopKGateFused
+        assert Ernie45Config.from_dict({**values, **moe, "moe_gate": gate}, "c").moe_k == 2
     routed = Ernie45Config.from_dict({**values, **moe, "moe_capacity": [64, 64, 64], "moe_layer_start_index": 1}, "c")
     assert [routed.is_moe_layer(i) for i in range(2)] == [False, True]  # layer 0 dense, as 21B-A3B's
 

@@ -330,3 +330,42 @@ def test_a_stray_tensor_in_a_moe_folder_is_one_error_naming_it(tmp_path, layout)
     config["model"]["model_dir"] = folder
     with pytest.raises(CheckpointError, match=stray.replace(".", r"\.")):
         build(config, tmp_path).do_train()
+
+
+def test_a_bfloat16_pt_export_keeps_the_router_in_float32_and_routes_as_the_float32_model(tmp_path):
+    """Baidu's bfloat16 MoE folders keep each router (``mlp.gate.weight``) and correction bias in
+    float32, and transformers loads them so (issue 67): a rounded bias or router can send a token
+    to other experts. The export keeps them bit for bit, and on the same hidden states routes
+    every token as the float32 model does, where their rounded copies would not."""
+    import struct
+
+    from wenxin.models.ernie45 import paddle_layout_weights
+    from wenxin.models.ernie45_export import pt_layout_weights, write_pt_folder
+    from wenxin.models.safetensors_shards import as_bfloat16_bits
+    config = Ernie45Config.from_folder(MOE)
+    weights = paddle_layout_weights(MOE, config)
+    folder = str(tmp_path / "bf16")
+    os.makedirs(folder)
+    write_pt_folder(folder, pt_layout_weights(weights), MOE, "bfloat16")
+    with open(os.path.join(folder, "model.safetensors"), "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    kept = sorted(name for name, entry in header.items() if name != "__metadata__" and entry["dtype"] == "F32")
+    routers = sorted(name for name in weights if ".mlp.gate.weight" in name or "moe_statics" in name)
+    assert kept == routers and len(routers) == 4  # two MoE layers, each a router and a bias
+    exported = paddle_layout_weights(folder, Ernie45Config.from_folder(folder))
+    for name in routers:
+        np.testing.assert_array_equal(exported[name], weights[name], err_msg=name)
+    hidden = paddle.to_tensor(np.random.default_rng(67).standard_normal((4096, config.hidden_size)).astype("float32"))
+    float32_model, bfloat16_model = load_ernie45(MOE), load_ernie45(folder)
+    rounded_differ = 0
+    for index, layer in enumerate(float32_model.model.layers):
+        if not isinstance(layer.mlp, Ernie45SparseMoE):
+            continue
+        expected = layer.mlp.route(hidden)[0].numpy()
+        np.testing.assert_array_equal(bfloat16_model.model.layers[index].mlp.route(hidden)[0].numpy(), expected)
+        mlp = layer.mlp
+        for parameter in (mlp.gate.weight, mlp.moe_statics.e_score_correction_bias):  # what rounding would do
+            bits = as_bfloat16_bits(parameter.numpy()).astype(np.uint32) << 16
+            parameter.set_value(bits.view(np.float32))
+        rounded_differ += int((mlp.route(hidden)[0].numpy() != expected).any(axis=-1).sum())
+    assert rounded_differ > 0

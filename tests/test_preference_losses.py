@@ -37,7 +37,8 @@ def test_each_margin_equals_its_closed_form_on_a_small_case():
     dpo = losses["sigmoid"].margin(*as_tensor[:2], paddle.to_tensor([-0.1, -0.2, -0.3]),
                                    paddle.to_tensor([-1.0, -1.0, -1.0]), {"beta": 0.5}).numpy()
     np.testing.assert_allclose(dpo, 0.5 * ((chosen + [0.1, 0.2, 0.3]) - (rejected + 1.0)), rtol=1e-6, atol=1e-6)
-    assert [name for name, loss in sorted(losses.items()) if loss.reference_free] == ["orpo", "simpo"]
+    assert [name for name, loss in sorted(losses.items()) if loss.reference_free] == ["or", "orpo", "simpo"]
+    assert losses["or"] is losses["orpo"]  # PaddleFormers' name
 
 
 def hand_loss(policy, values, loss_type, beta=0.5, gamma=0.5, sft_ratio=None):
@@ -60,8 +61,9 @@ def hand_loss(policy, values, loss_type, beta=0.5, gamma=0.5, sft_ratio=None):
     return loss + ratio * (-chosen_sum / chosen_tokens), margins
 
 
-@pytest.mark.parametrize("loss_type,lora", [("simpo", False), ("orpo", False), ("orpo", True)])
+@pytest.mark.parametrize("loss_type,lora", [("simpo", False), ("orpo", False), ("orpo", True), ("or", True)])
 def test_the_loss_equals_a_hand_computation_from_logits(tmp_path, dpo_data, loss_type, lora):  # noqa: F811
+    """``or`` is PaddleFormers' name for ORPO: the same loss."""
     config = dpo_config(dpo_data, str(tmp_path / "out"), lora=lora)
     config["model"].update(loss_type=loss_type, simpo_gamma=0.5)
     trainer = build(config, tmp_path)
@@ -81,7 +83,7 @@ def test_the_loss_equals_a_hand_computation_from_logits(tmp_path, dpo_data, loss
     state = dict(model.named_parameters())
     for name, parameter in policy.named_parameters():
         parameter.set_value(state[name].numpy())  # LoRA: its adapters start at zero, the folder's model
-    expected, margins = hand_loss(policy, values, loss_type)
+    expected, margins = hand_loss(policy, values, "orpo" if loss_type == "or" else loss_type)
     assert abs(float(outputs["loss"]) - expected) < 1e-4 * max(1.0, expected), (float(outputs["loss"]), expected)
     assert float(outputs["reward_wins"]) == sum(m > 0 for m in margins)
     assert float(outputs["margin_sum"]) == pytest.approx(sum(margins), rel=1e-4, abs=1e-4)
@@ -100,5 +102,5 @@ def test_eager_and_static_give_the_same_losses_and_training_lowers_them(tmp_path
 def test_an_unknown_loss_type_is_named(tmp_path, dpo_data):  # noqa: F811
     config = dpo_config(dpo_data, str(tmp_path / "out"))
     config["model"]["loss_type"] = "kto"
-    with pytest.raises(ConfigError, match=r"model.loss_type: 'kto' is not one of \['orpo', 'sigmoid', 'simpo'\]"):
+    with pytest.raises(ConfigError, match=r"model.loss_type: 'kto' is not one of \['or', 'orpo', 'sigmoid', 'simpo'\]"):
         build(config, tmp_path)

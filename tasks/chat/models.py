@@ -307,8 +307,8 @@ class Ernie45DPO(Ernie45ChatModel):
     config_schema = {**DECODER_KEYS,
                      "preference_field": Key(str, "pair", doc="the PreferenceFieldReader field of the train_reader"),
                      "loss_type": Key(str, "sigmoid", choices=sorted(PREFERENCE_LOSSES),
-                                      doc="sigmoid (DPO), simpo (SimPO) or orpo (ORPO), as ERNIEKit names them; "
-                                          "simpo and orpo need no reference model"),
+                                      doc="sigmoid (DPO), simpo (SimPO) or orpo (ORPO; or, as PaddleFormers names "
+                                          "it), as ERNIEKit names them; simpo and orpo need no reference model"),
                      "beta": Key(float, 0.1, minimum=1e-6,
                                  doc="DPO: how far the policy may move from the reference; SimPO: the scale of the "
                                      "answers' mean log-probabilities"),

@@ -66,3 +66,4 @@ PREFERENCE_LOSSES: Dict[str, PreferenceLoss] = {
     "simpo": PreferenceLoss(reference_free=True, per_token=True, margin=simpo_margin),
     "orpo": PreferenceLoss(reference_free=True, per_token=True, margin=orpo_margin, sft_loss_ratio=1.0),
 }
+PREFERENCE_LOSSES["or"] = PREFERENCE_LOSSES["orpo"]  # PaddleFormers' name for ORPO

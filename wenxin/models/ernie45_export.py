@@ -43,16 +43,26 @@ def pt_layout_weights(state: Mapping[str, Any]) -> Dict[str, np.ndarray]:
     return weights
 
 
+def kept_in_float32(name: str) -> bool:
+    """A weight a bfloat16 folder keeps in float32, as Baidu's ERNIE 4.5 MoE folders do and
+    transformers loads them (``_keep_in_fp32_modules_strict``): a MoE layer's router
+    (``mlp.gate.weight``) and its correction bias (``mlp.moe_statics.*``). Rounded, they could
+    change which experts a token goes to."""
+    parts = name.split(".")
+    return parts[-3:-1] == ["mlp", "gate"] or "moe_statics" in parts
+
+
 def write_pt_folder(folder: str, weights: Mapping[str, np.ndarray], source: str, dtype: str,
                     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> List[str]:
     """Write the ``-PT`` folder of ``weights`` (``pt_layout_weights``) into the empty ``folder``:
-    the shards in ``dtype`` (``float32`` or ``bfloat16``), and ``source``'s (the model folder it
+    the shards in ``dtype`` (``float32`` or ``bfloat16``; the router's weights float32 either way:
+    ``kept_in_float32``), and ``source``'s (the model folder it
     was trained from) config, generation config and tokenizer files. Returns the files written."""
     if dtype not in DTYPES:
         raise ConfigError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
     if max_shard_bytes < 1:
         raise ConfigError(f"--max_shard_mb: the largest shard must hold at least one byte, got {max_shard_bytes}")
-    written, _ = write_shards(folder, weights, dtype, max_shard_bytes)
+    written, _ = write_shards(folder, weights, dtype, max_shard_bytes, [n for n in weights if kept_in_float32(n)])
     with open(os.path.join(source, CONFIG_FILE), encoding="utf-8") as f:
         config = json.load(f)
     config.update(torch_dtype=dtype, dtype=dtype)  # transformers reads either name, PaddleFormers dtype

@@ -49,21 +49,39 @@ FIXED_SETTINGS = {"hidden_act": "silu", "use_rmsnorm": True, "scoring_func": "so
                   "moe_gate": "topk", "moe_norm_gate_logits": True, "moe_group_experts": False,
                   "moe_use_hard_gate": False, "moe_use_token_type_bias": False, "multimodel_experts": False,
                   "moe_dropout_prob": 0.0}
+# other names of a fixed setting's value that compute the same. ERNIE picks its gate class by
+# moe_gate (case-insensitive): top2_fused (TopKGateFused, the default of ERNIEKit's and
+# PaddleFormers' training arguments) hands its logits to a softmax top-moe_k with the correction
+# bias, as topk routes; top2 (Top2Gate) always takes two experts, picks the second from a softmax
+# renormalized without the first, and adds Gumbel noise in training: another routing, refused.
+# What a gate's capacity may drop is moe_capacity's to say (checked below).
+SAME_AS = {"moe_gate": ("top2_fused",)}
+# what marks a folder of quantized weights (FP8, W4A8C8, 2-bit): transformers' and PaddleFormers' keys
+QUANTIZATION_KEYS = ("quantization_config", "is_quantized", "weight_quantize_algo")
 
 
 def unsupported_settings(values: Dict[str, Any], source: str) -> List[str]:
     """The problems of a config's settings that wenxin does not compute: another activation or
     norm; a vision-language model's per-modality experts, routing other than softmax top-k with
-    normalized weights, dropout inside the experts, and a capacity that can drop tokens (wenxin's
-    experts take every token routed to them)."""
+    normalized weights, dropout inside the experts, a capacity that can drop tokens (wenxin's
+    experts take every token routed to them), and quantized weights."""
     problems = []
     experts = values.get("moe_num_experts")
     if isinstance(experts, list) or isinstance(values.get("moe_intermediate_size"), list):
         problems.append(f"{source}: moe_num_experts / moe_intermediate_size: a list per modality is a "
                         f"vision-language model's (text and image experts); not supported")
     for key, wanted in FIXED_SETTINGS.items():
-        if key in values and values[key] is not None and values[key] != wanted:
-            problems.append(f"{source}: {key} {values[key]!r} is not supported ({wanted!r} is)")
+        value = values.get(key)
+        accepted = (wanted, *SAME_AS.get(key, ()))
+        if value is not None and value not in accepted and not (isinstance(value, str) and value.lower() in accepted):
+            problems.append(f"{source}: {key} {value!r} is not supported ({', '.join(map(repr, accepted))} "
+                            f"{'are' if len(accepted) > 1 else 'is'})")
+    for key in QUANTIZATION_KEYS:
+        if values.get(key) not in (None, False, {}, ""):
+            described = values[key].get("quant_method") or values[key].get("quantization") \
+                if isinstance(values[key], dict) else None
+            problems.append(f"{source}: {key}: quantized weights{f' ({described})' if described else ''} are not "
+                            f"supported; take the model's bfloat16 folder")
     capacity = values.get("moe_capacity")
     if experts and _is_int(experts) and capacity is not None:
         factors = capacity if isinstance(capacity, list) else [capacity]

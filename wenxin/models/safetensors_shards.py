@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Dict, List, Mapping, Tuple
+from typing import Collection, Dict, List, Mapping, Tuple
 
 import numpy as np
 
@@ -37,19 +37,22 @@ def as_bfloat16_bits(value: np.ndarray) -> np.ndarray:
     return bits.view(np.uint16)
 
 
-def write_bfloat16_file(path: str, tensors: Mapping[str, np.ndarray]) -> None:
-    """One safetensors file of ``tensors`` (finite float32 arrays) stored as bfloat16; a value
-    beyond bfloat16's range is an error naming its tensor."""
+def write_bfloat16_file(path: str, tensors: Mapping[str, np.ndarray], float32_names: Collection[str] = ()) -> None:
+    """One safetensors file of ``tensors`` (finite float32 arrays) stored as bfloat16, but those of
+    ``float32_names`` as float32; a value beyond bfloat16's range is an error naming its tensor."""
     header: Dict[str, object] = {}
     chunks: List[bytes] = []
     offset = 0
     for name, value in tensors.items():
-        bits = as_bfloat16_bits(value)
-        if ((bits & BFLOAT16_EXPONENT) == BFLOAT16_EXPONENT).any():
-            raise ConfigError(f"export: {name} holds a value beyond bfloat16's range (about 3.39e38); "
-                              f"export it in float32")
-        data = bits.astype("<u2", copy=False).tobytes()
-        header[name] = {"dtype": "BF16", "shape": list(value.shape), "data_offsets": [offset, offset + len(data)]}
+        if name in float32_names:
+            data, dtype = np.ascontiguousarray(value, dtype="<f4").tobytes(), "F32"
+        else:
+            bits = as_bfloat16_bits(value)
+            if ((bits & BFLOAT16_EXPONENT) == BFLOAT16_EXPONENT).any():
+                raise ConfigError(f"export: {name} holds a value beyond bfloat16's range (about 3.39e38); "
+                                  f"export it in float32")
+            data, dtype = bits.astype("<u2", copy=False).tobytes(), "BF16"
+        header[name] = {"dtype": dtype, "shape": list(value.shape), "data_offsets": [offset, offset + len(data)]}
         chunks.append(data)
         offset += len(data)
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -61,10 +64,11 @@ def write_bfloat16_file(path: str, tensors: Mapping[str, np.ndarray]) -> None:
             f.write(chunk)
 
 
-def write_file(path: str, tensors: Mapping[str, np.ndarray], dtype: str) -> None:
-    """One safetensors file of ``tensors`` in ``dtype`` (``DTYPES``)."""
+def write_file(path: str, tensors: Mapping[str, np.ndarray], dtype: str, float32_names: Collection[str] = ()
+               ) -> None:
+    """One safetensors file of ``tensors`` in ``dtype`` (``DTYPES``), ``float32_names`` in float32."""
     if dtype == "bfloat16":
-        write_bfloat16_file(path, tensors)
+        write_bfloat16_file(path, tensors, float32_names)
     else:
         save_arrays(path, {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in tensors.items()},
                     metadata={"format": "pt"})
@@ -92,21 +96,22 @@ def shard_plan(sizes: Mapping[str, int], max_shard_bytes: int) -> List[List[str]
     return shards
 
 
-def write_shards(folder: str, tensors: Mapping[str, np.ndarray], dtype: str,
-                 max_shard_bytes: int) -> Tuple[List[str], int]:
+def write_shards(folder: str, tensors: Mapping[str, np.ndarray], dtype: str, max_shard_bytes: int,
+                 float32_names: Collection[str] = ()) -> Tuple[List[str], int]:
     """Write ``tensors`` into ``folder`` as one ``model.safetensors`` or as numbered shards with
-    their index; returns the files written and the bytes of the tensors."""
-    width = 2 if dtype == "bfloat16" else 4
-    sizes = {name: int(np.prod(value.shape)) * width for name, value in tensors.items()}
+    their index, in ``dtype`` but ``float32_names`` in float32; returns the files written and the
+    bytes of the tensors."""
+    sizes = {name: int(np.prod(value.shape)) * (2 if dtype == "bfloat16" and name not in float32_names else 4)
+             for name, value in tensors.items()}
     shards = shard_plan(sizes, max_shard_bytes)
     total = sum(sizes.values())
     if len(shards) == 1:
-        write_file(os.path.join(folder, SINGLE_FILE), tensors, dtype)
+        write_file(os.path.join(folder, SINGLE_FILE), tensors, dtype, float32_names)
         return [SINGLE_FILE], total
     names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     weight_map: Dict[str, str] = {}
     for file_name, members in zip(names, shards):
-        write_file(os.path.join(folder, file_name), {name: tensors[name] for name in members}, dtype)
+        write_file(os.path.join(folder, file_name), {name: tensors[name] for name in members}, dtype, float32_names)
         weight_map.update({name: file_name for name in members})
     with open(os.path.join(folder, INDEX_FILE), "w", encoding="utf-8") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
