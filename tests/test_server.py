@@ -102,3 +102,63 @@ def test_line_separators_inside_texts_keep_one_prediction_per_text(served):
     assert status == 200 and len(result["predictions"]) == len(texts)
     expected = Predictor(folder).predict([[t] for t in texts])
     assert [p["label"] for p in result["predictions"]] == [e["label"] for e in expected]
+
+
+KEY = "k3y-of-the-service-0123456789"
+
+
+@pytest.fixture(scope="module")
+def served_with_key(exported_classifier):
+    service = Service(exported_classifier, port=0, options=ServeOptions(api_key=KEY))
+    thread = service.start_in_thread()
+    yield service.port
+    service.stop()
+    thread.join(timeout=60)
+
+
+def test_a_service_with_an_api_key_answers_only_requests_that_carry_it(served_with_key):
+    """Issue 67: ``Authorization: Bearer KEY`` as OpenAI's clients send it; ``/health`` stays open
+    for probes; a missing or wrong key is a 401 with ``WWW-Authenticate`` (OpenAI's error object
+    on its paths), and OpenAI's own client gets in with the key."""
+    port = served_with_key
+    body = {"texts": ["好书"]}
+    for headers in ({}, {"Authorization": "Bearer wrong-key-of-the-same-len"}, {"Authorization": KEY},
+                    {"Authorization": f"Basic {KEY}"}, {"Authorization": f"Bearer {KEY}x"}):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/predict", body=json.dumps(body), headers={"Content-Type": "application/json", **headers})
+        response = conn.getresponse()
+        answer = json.loads(response.read())
+        assert response.status == 401 and response.getheader("WWW-Authenticate") == 'Bearer realm="wenxin"', headers
+        assert "an API key is needed" in answer["error"]
+        conn.close()
+    status, answer = request(port, "POST", "/predict", body, headers={"Authorization": f"Bearer {KEY}"})
+    assert status == 200 and len(answer["predictions"]) == 1
+    assert request(port, "GET", "/health")[0] == 200
+    status, answer = request(port, "GET", "/v1/models")
+    assert status == 401 and answer["error"]["code"] == "invalid_api_key" and "message" in answer["error"]
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
+    assert len(client.models.list().data) == 1
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x" * 20, max_retries=0).models.list()
+
+
+def test_serving_beyond_loopback_needs_a_key_or_says_none(monkeypatch, capsys, exported_classifier):
+    from conftest import assert_one_error_block
+    from wenxin.cli import main
+    from wenxin.common.errors import ConfigError
+    from wenxin.inference.api_key import API_KEY_VARIABLE, resolve_api_key
+    monkeypatch.delenv(API_KEY_VARIABLE, raising=False)
+    assert resolve_api_key(None, "127.0.0.1") is None and resolve_api_key(None, "::1") is None
+    assert resolve_api_key("none", "0.0.0.0") is None  # on purpose
+    assert resolve_api_key(KEY, "0.0.0.0") == KEY
+    monkeypatch.setenv(API_KEY_VARIABLE, KEY)
+    assert resolve_api_key(None, "0.0.0.0") == KEY
+    for key, said in (("short", "at least 16 visible ASCII characters"), ("with a space in it!!", "without spaces")):
+        with pytest.raises(ConfigError, match=said):
+            resolve_api_key(key, "127.0.0.1")
+    monkeypatch.delenv(API_KEY_VARIABLE)
+    code = main(["serve", "--model_dir", exported_classifier, "--host", "0.0.0.0", "--port", "0"])
+    captured = capsys.readouterr()
+    assert_one_error_block(code, captured.out, captured.err, ["--host 0.0.0.0 serves beyond this machine",
+                                                              "--api_key none"])

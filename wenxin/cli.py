@@ -9,7 +9,7 @@ import signal
 import stat
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from wenxin.common.constants import ONEDNN_SETTINGS
 from wenxin.common.errors import (EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_TERMINATED,
@@ -98,7 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     server = sub.add_parser("serve", help="serve an exported model over HTTP (JSON)")
     server.add_argument("--model_dir", required=True,
                         help="an exported folder, or a checkpoint folder that holds one (inference/)")
-    server.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    server.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only; any other "
+                                                              "needs --api_key)")
+    server.add_argument("--api_key", default=None, help="what clients send as Authorization: Bearer KEY (default: "
+                                                        "$WENXIN_API_KEY; none: no key, even off loopback)")
     server.add_argument("--port", type=_port, default=8866, help="TCP port, 0 to 65535 (0: any free one; default: "
                                                               "%(default)s)")
     server.add_argument("--workers", type=int, default=1,
@@ -354,44 +357,8 @@ def _infer(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from wenxin.common import startup_notes
-    from wenxin.inference.generation_scheduler import SchedulerLimits
-    from wenxin.inference.server import Limits, ServeOptions, Service
-    from wenxin.inference.workers import ServiceWorkers
-    from wenxin.data.export_bundle import inference_folder
-    folder = inference_folder(args.model_dir)
-    limits = Limits(max_batch=args.max_batch, max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout,
-                    header_timeout=args.read_timeout, max_connections=args.max_connections,
-                    max_connections_per_client=args.max_connections_per_client,
-                    max_new_tokens=args.max_new_tokens, generation_timeout=args.generation_timeout,
-                    max_messages=args.max_messages, max_prompt_bytes=args.max_prompt_bytes)
-    room = SchedulerLimits(max_rows=args.max_rows, max_cached_tokens=args.max_cached_tokens,
-                           max_waiting=args.max_waiting, prefill_tokens=args.prefill_tokens)
-    options = ServeOptions(limits=limits, model_batch=args.model_batch, max_wait_ms=args.max_wait_ms,
-                           model_threads=args.model_threads, num_threads=args.num_threads, backend=args.backend,
-                           onednn=args.onednn, task=args.task, generation=room)
-    from wenxin.common.logs import lean_records, setup_logging
-    setup_logging()
-    lean_records()  # a line a request
-    log = logging.getLogger("wenxin")
-    service: Union[Service, ServiceWorkers]
-    if args.workers == 1:
-        service = one = Service(folder, args.host, args.port, options)
-        backend, port, stop = one.backend, one.port, lambda signum, frame: None
-        # uvicorn drains on SIGINT/SIGTERM itself, then raises them again: then exit 0
-    else:
-        service = several = ServiceWorkers(folder, args.host, args.port, args.workers, options)
-        backend, port, stop = several.backend, several.port, lambda signum, frame: several.stop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, stop)
-    for note in startup_notes.take():  # once the model loaded: an error stays the only output
-        log.info("%s", note)  # the BLAS path and the allocator serve as they train
-    log.info("%s %s with %s on http://%s:%d (GET /openapi.json lists the endpoints)",
-             "serving" if args.workers == 1 else f"starting {args.workers} workers serving", folder, backend,
-             args.host, port)
-    service.run()
-    log.info("stopped: every request in flight was answered")
-    return EXIT_OK
+    from wenxin.inference.serve_command import serve
+    return serve(args)
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """``wenxin serve``: an HTTP JSON prediction service over an exported model.
 
 Endpoints (the route table, ``PredictionApp.routes``; ``GET /openapi.json`` describes them all):
-    GET  /health   -> {"status": "ok", "model_type", "labels", "workers", ...}; a generation model
+    GET  /health   -> {"status": "ok", "model_type", "labels", "label_names", "workers", ...}; a generation model
                       answers 503 {"status": "warming"} until its warm-up is done
     GET  /metrics  -> Prometheus text: requests, errors, latency, rows per request and per model
                       batch, rows per decoding step
@@ -54,6 +54,7 @@ from typing import Any, Dict, List, Optional
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from wenxin.common.errors import ConfigError, InferenceError, Problems
+from wenxin.inference.api_key import OPEN_PATHS, authorized
 from wenxin.inference.batching import BatchingPool
 from wenxin.inference.generation_api import (GENERATE_ANSWERS, GENERATE_SCHEMA, GenerationEndpoints,
                                              Limits as GenerationLimits)
@@ -104,6 +105,7 @@ class ServeOptions:
     onednn: str = "auto"        # the Paddle backend's oneDNN
     task: str = ""              # a task package to import first (its own tokenizers, field readers)
     generation: SchedulerLimits = field(default_factory=SchedulerLimits)  # the decoding batch's room
+    api_key: Optional[str] = None  # what clients must send as Authorization: Bearer (wenxin.inference.api_key)
 
 
 PREDICT_SCHEMA = object_schema({
@@ -150,8 +152,10 @@ class PredictionApp:
     model's); ``model`` describes the export (its fields, labels, settings)."""
 
     def __init__(self, model: Predictor, limits: Limits, workers: int = 1, pool: Optional[BatchingPool] = None,
-                 scheduler: Optional[GenerationScheduler] = None, model_name: str = "model") -> None:
+                 scheduler: Optional[GenerationScheduler] = None, model_name: str = "model",
+                 api_key: Optional[str] = None) -> None:
         self.model, self.pool, self.scheduler, self.limits, self.workers = model, pool, scheduler, limits, workers
+        self.api_key = api_key  # None: every request is answered (loopback, or --api_key none)
         self.model_name = model_name  # what /v1/models lists and chat completions name
         self.log_prefix = ""  # "worker 2: " when several processes serve
         self.metrics = ServiceMetrics()
@@ -210,6 +214,11 @@ class PredictionApp:
         try:
             try:
                 route = self.routes.find(call.method, call.path)
+                if self.api_key is not None and route.path not in OPEN_PATHS and \
+                        not authorized(scope["headers"], self.api_key):
+                    raise RequestError(HTTPStatus.UNAUTHORIZED, "an API key is needed: send Authorization: Bearer "
+                                                                "KEY (the key wenxin serve was given)",
+                                       close=True, headers=[(b"www-authenticate", b'Bearer realm="wenxin"')])
                 answer = await route.handler(call)
                 if answer is None:  # it answered itself (and logged)
                     return
@@ -217,6 +226,10 @@ class PredictionApp:
                     answer.content_type
             except RequestError as e:
                 status, payload, close, extra = e.status, {"error": str(e)}, e.close, e.headers
+                if status == HTTPStatus.UNAUTHORIZED and call.path.startswith("/v1/"):  # OpenAI's error object
+                    from wenxin.inference.openai_chat import error_payload
+                    payload = error_payload(str(e), status)
+                    payload["error"]["code"] = "invalid_api_key"
             except InferenceError as e:
                 status, payload = HTTPStatus.UNPROCESSABLE_ENTITY, {"error": str(e)}
             except Exception as e:  # noqa: BLE001 (every failure is an answer, never a dropped connection)
@@ -265,6 +278,7 @@ class PredictionApp:
         onednn = self.pool.onednn if self.pool is not None else (self.scheduler.onednn if self.scheduler else "")
         health: Dict[str, Any] = {
             "status": "ok", "model_type": self.model.meta.get("model_type"), "labels": self.model.meta.get("labels"),
+            "label_names": self.model.meta.get("label_names") or None,
             "workers": self.workers, "model_threads": self.pool.model_threads if self.pool is not None else 1,
             "backend": backend, "onednn": onednn or None, "event_loop": event_loop_name()}
         if self.scheduler is not None:
@@ -351,7 +365,7 @@ class Service:
                                      options.num_threads, options.backend, options.onednn, options.task)
         self.backend = model.backend
         self.app = PredictionApp(model, self.limits, workers, self.pool, self.scheduler,
-                                 os.path.basename(os.path.normpath(model_dir)))
+                                 os.path.basename(os.path.normpath(model_dir)), options.api_key)
         try:
             self.socket = sock or listen(host, port)
         except ConfigError:

@@ -20,11 +20,12 @@
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import secrets
 from http.cookies import SimpleCookie
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qsl, urlencode
+
+from wenxin.common.addresses import is_loopback
 
 TOKEN_VARIABLE = "WENXIN_STUDIO_TOKEN"  # the token from the environment (kept out of the runs' environment)
 MIN_TOKEN_CHARS = 16  # a shorter token can be guessed
@@ -37,15 +38,6 @@ VIEWER_PATH = "/view/"  # tracker viewers, forwarded by the studio (``viewers``)
 Scope = Dict[str, Any]
 Receive = Callable[[], Awaitable[Dict[str, Any]]]
 Send = Callable[[Dict[str, Any]], Awaitable[None]]
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def new_token() -> str:
