@@ -296,14 +296,15 @@ def test_multi_label_classification_fine_tunes_and_exports(tmp_path, ernie_dir, 
     model_dir = str(ernie_dir / "paddlenlp")
     labels = {"name": "label", "data_type": "int", "reader": {"type": "MultiLabelFieldReader"}}
     config = ernie_config(str(tmp_path / "ml"), model_dir, str(tmp_path / "out"), {"type": "MultiLabelClassification"},
-                          "text_classification", [ernie_text("text_a", model_dir), labels], mode=mode, epoch=12,
+                          "text_classification", [ernie_text("text_a", model_dir), labels], mode=mode, epoch=20,
                           metric="f1")
     config["model"]["optimization"]["learning_rate"] = 0.005
     trainer = build(config, tmp_path)
     assert trainer.readers["train_reader"].fields[1].vocab.tokens == ["0", "1", "2"]
     metrics = trainer.do_train()["dev_reader"]
     # a random-init encoder learns the three labels one after another; predicting every label
-    # would score precision ~0.43
+    # would score precision ~0.43 (in 20 epochs both modes pass from seeds 0, 5 and 42; in 12 or
+    # 16 some seed of each fell short)
     assert metrics["f1"] > 0.7 and metrics["precision"] > 0.8, metrics
     outputs, _ = trainer.collect_outputs("dev_reader", Phase.EVALUATE)
     rows = make_multi_label(60, seed=2)

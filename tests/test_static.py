@@ -163,3 +163,26 @@ def test_static_gradient_accumulation_equals_larger_batch(tmp_path, data_dir):
     dynamic_cfg = task_config(data_dir, str(tmp_path / "dyn"), max_steps=6, is_eval_dev=0, is_eval_test=0,
                               load_checkpoint=ckpt)
     assert build(plain_sgd(dynamic_cfg), tmp_path).state.global_step == 4
+
+
+@pytest.mark.parametrize("model_type", ["BowClassification", "CnnClassification"])
+def test_one_task_file_starts_both_modes_from_the_same_weights(tmp_path, data_dir, model_type):
+    """Issue 67: a newcomer flipping model.is_dygraph expects the same numbers. Without anything
+    shared by hand, the static run starts from the eager run's initial weights (the data order is
+    the same), so with dropout off the losses agree within the kernels' float rounding."""
+    runs = {}
+    for name, config in (("dynamic", task_config(data_dir, str(tmp_path / "dynamic"), model_type=model_type)),
+                         ("static", static_config(task_config(data_dir, str(tmp_path / "static"),
+                                                              model_type=model_type)))):
+        config["model"]["dropout"] = 0.0
+        config["trainer"].update(max_steps=6, train_log_step=1, is_eval_dev=0, is_eval_test=0)
+        trainer = build(config, tmp_path)
+        initial = {k: np.asarray(v).copy() for k, v in trainer.engine.model_state_dict().items()}
+        trainer.do_train()
+        runs[name] = initial, losses_of(str(tmp_path / name))
+    (eager_start, eager_losses), (static_start, static_losses) = runs["dynamic"], runs["static"]
+    assert sorted(eager_start) == sorted(static_start)
+    for name, value in eager_start.items():
+        np.testing.assert_array_equal(static_start[name], value, err_msg=name)
+    assert len(eager_losses) == 6
+    np.testing.assert_allclose(static_losses, eager_losses, rtol=0, atol=1e-5)  # the kernels' float rounding

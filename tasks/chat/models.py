@@ -169,6 +169,9 @@ class Ernie45ChatModel(BaseModel):
         """``[vocab, hidden]``: the token embedding where the two are tied."""
         return computed(self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight)
 
+    def draws_initial_weights(self) -> bool:
+        return not self.model_params["load_weights"]  # the folder's weights; LoRA's adapters are NumPy's
+
     def own_pretrained_weights(self) -> Optional[Tuple[str, Dict[str, Any]]]:
         if not self.model_params["load_weights"]:
             return None

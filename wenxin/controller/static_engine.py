@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import warnings
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
 
@@ -55,6 +56,21 @@ class _EvalProgram:
     runner: Optional[ProgramRunner] = None  # made on first use
 
 
+def eager_initial_state(model_builder: Callable[[], Any]) -> Dict[str, np.ndarray]:
+    """The parameters a model starts from in eager mode, with the seed set as the eager engine
+    sets it. Static initializers draw from the startup program's own random streams, so the same
+    task file would otherwise start each mode from other weights; taking the eager ones makes a
+    run's graph mode a switch that keeps its numbers (dropout masks still come from each mode's
+    own streams). NumPy's and Python's random states are restored: the data order stays."""
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    try:
+        twin = model_builder()
+        return {name: value.numpy() for name, value in twin.state_dict().items()}
+    finally:
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+
+
 @RegisterSet.engines.register("static")
 class StaticEngine(ExecutionEngine):
     """Static-graph training: startup/train/eval programs built from one model Layer, run by an
@@ -82,6 +98,8 @@ class StaticEngine(ExecutionEngine):
             self.executor = paddle.static.Executor(self.place)
             self.executor.run(self.startup_program)
         self.paddle_scope = paddle.static.global_scope()  # the variables
+        if self.model.draws_initial_weights():
+            self.set_model_state_dict(eager_initial_state(self.inputs.model_builder))
         with static_mode():
             fast = inputs.fast_program_runner
             self._train_runner = ProgramRunner(self.executor, self.main_program, [*self.feed_names, CHECK_LOSS_FEED],

@@ -62,6 +62,13 @@ class BaseModel(paddle.nn.Layer):
         and before a resumed checkpoint. None (the default): nothing of its own."""
         return None
 
+    def draws_initial_weights(self) -> bool:
+        """Whether some parameter starts from Paddle's random initializers (the default). Static
+        mode then takes the values an eager model of the same seed starts from, so both modes
+        start alike (``static_engine.eager_initial_state``: one more model built while setting up).
+        A model whose parameters all come from its own folder, or are drawn by NumPy, says False."""
+        return True
+
     def get_metrics(self, outputs: Dict[str, Any], meta_info: Dict[str, Any], phase: str) -> Dict[str, float]:
         """Metrics from outputs accumulated over a whole evaluation (numpy arrays, concatenated)."""
         raise NotImplementedError
