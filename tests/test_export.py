@@ -242,3 +242,24 @@ def test_sorted_batches_follow_the_models_rule_and_keep_each_rows_result(exporte
                        backend="paddle")  # oneDNN runs whole batches faster: from 32 rows, no sorting
     assert onednn.sorted_batches(rows[:31], 64) is not None and onednn.sorted_batches(rows, 64) is None
     assert onednn.sorted_batches(rows, 31) is not None  # batches of 31 rows run without oneDNN
+
+
+def test_label_names_show_predictions_by_name_and_keep_the_labels(tmp_path, data_dir):
+    """Issue 67: the example printed 0 and 1 with nothing saying which is positive. A label
+    field's ``label_names`` travel with the export: results carry ``name`` beside the data's
+    ``label`` (which distillation and metrics keep using), and lines show the name."""
+    from wenxin.common.errors import ConfigError
+    config = task_config(data_dir, str(tmp_path / "out"), max_steps=4, is_eval_dev=0, is_eval_test=0)
+    config["dataset_reader"]["train_reader"]["fields"][1]["label_names"] = {"0": "negative", "1": "positive"}
+    folder = build(config, tmp_path).export_inference(str(tmp_path / "model"))
+    predictor = Predictor(folder)
+    assert predictor.meta["labels"] == ["0", "1"] and predictor.meta["label_names"] == ["negative", "positive"]
+    results = predictor.predict([["好书好书"], ["坏书坏书"]])
+    for result in results:
+        assert result["name"] == {"0": "negative", "1": "positive"}[result["label"]]
+        assert predictor.result_format.line(result).split("\t")[0] == result["name"]
+    for names, said in (({"2": "x"}, r"fields\[1\].label_names: '2' is not a label of the label map \['0', '1'\]"),
+                        ({"0": "same", "1": "same"}, "two labels would be shown as the same name")):
+        config["dataset_reader"]["train_reader"]["fields"][1]["label_names"] = names
+        with pytest.raises(ConfigError, match=said):
+            build(config, tmp_path)

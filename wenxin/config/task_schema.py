@@ -51,6 +51,9 @@ FIELD: Schema = {
                                    "columns), e.g. text_b from text_a for a shared encoder"),
     "max_seq_len": Key(int, 128, minimum=1),
     "dim": Key(int, 0, minimum=0, doc="FloatVectorFieldReader: the vector length"),
+    "label_names": Key(dict, {}, open_keys=True, items=Key(str, non_empty=True),
+                       doc="LabelFieldReader: the name each label's predictions are shown with, e.g. "
+                           "{\"0\": \"negative\", \"1\": \"positive\"} (the data keep their labels)"),
     "num_labels": Key(int, 0, minimum=0, doc="MultiLabelFieldReader: labels are the ids 0..num_labels-1 "
                                              "(0: the label map's or the training data's labels)"),
     "pad_to_max_seq_len": Key(bool, False, doc="pad every batch to max_seq_len (a fixed length in static graphs)"),

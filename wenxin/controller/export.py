@@ -39,6 +39,12 @@ def label_names(readers: Dict[str, BasicDataSetReader]) -> List[str]:
     return list(labels[0].vocab.tokens) if labels and labels[0].vocab else []
 
 
+def shown_label_names(readers: Dict[str, BasicDataSetReader]) -> List[str]:
+    """The names predictions are shown with, by label id (the field's ``label_names``), or []."""
+    labels = [f for f in readers["train_reader"].fields if isinstance(f, LabelFieldReader)]
+    return labels[0].display_names() if labels and labels[0].vocab else []
+
+
 def max_lengths(fields: Sequence[BaseFieldReader], result_format: str) -> Dict[str, Any]:
     """Each text field's token limit (for ERNIE fields, word pieces with ``[CLS]`` and ``[SEP]``)
     and what happens to longer inputs: a tagger's are split into pieces at sentence ends and tagged

@@ -60,6 +60,8 @@ class InferenceExporter:
             else:
                 outputs = self.engine.save_inference_graph(os.path.join(tmp, export.MODEL_PREFIX), fields,
                                                            self.sample)
+        names = export.shown_label_names(self.readers)
+        extra = {**extra, **({"label_names": names} if names else {})}
         export.write_preprocessing(tmp, fields, outputs, export.label_names(self.readers), self.config,
                                   self.engine.model.prediction_format,
                                   {"onednn_min_rows": self.engine.model.onednn_min_rows,

@@ -37,6 +37,7 @@ PREPROCESS: Schema = {
     "fields": Key(list, items=Key(dict, children=FIELD)),
     "outputs": Key(list, items=Key(str, non_empty=True)),
     "labels": Key(list, items=Key(str)),
+    "label_names": Key(list, [], items=Key(str), doc="what each label is shown as (the field's label_names)"),
     "result_format": Key(str, "classification", non_empty=True),
     "max_seq_len": Key(dict, {}, open_keys=True),
     "tensors": Key(list, [], items=Key(dict, open_keys=True)),
@@ -81,6 +82,9 @@ def read_preprocessing(folder: str) -> Dict[str, Any]:
         checked = validate(meta, PREPROCESS)
     except ConfigError as e:
         raise ExportError(problems=[f"{path}: {problem}" for problem in e.problems]) from None
+    if checked["label_names"] and len(checked["label_names"]) != len(checked["labels"]):
+        raise ExportError(f"{path}: label_names names {len(checked['label_names'])} labels, labels has "
+                          f"{len(checked['labels'])}")
     for i, field in enumerate(checked["fields"]):
         vocab = field.get("vocab_path") or ""
         if vocab and manifest.outside(vocab):

@@ -6,6 +6,7 @@ from typing import Any, Dict, Hashable, Iterable, List, Optional
 
 import numpy as np
 
+from wenxin.common.errors import ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.field_reader import (BaseFieldReader, TensorSpec, UnknownLabelError, is_int, build_tokenizer,
                                       fixed_length, pad_sequences)
@@ -26,6 +27,7 @@ class LabelFieldReader(BaseFieldReader):
         super().__init__(config, path, scope)
         if config["vocab_path"]:
             self.vocab = Vocab.load(config["vocab_path"])
+            self.display_names()
 
     @property
     def needs_fit(self) -> bool:
@@ -38,6 +40,23 @@ class LabelFieldReader(BaseFieldReader):
         labels = {c.strip() for c in columns}
         numeric = all(is_int(label) for label in labels)
         self.vocab = Vocab(sorted(labels, key=int if numeric else str))
+        self.display_names()  # its label_names checked against the labels at once
+
+    def display_names(self) -> List[str]:
+        """The name each label id is shown with (``label_names``; empty without them). A name for
+        a label the map lacks, or one name for two labels, is a ``ConfigError`` naming the key."""
+        names: Dict[str, str] = self.config.get("label_names") or {}
+        if not names:
+            return []
+        assert self.vocab is not None, "label map is built before its names are read"
+        key = f"{self.path}.label_names"
+        unknown = [label for label in names if self.vocab.lookup(label) is None]
+        if unknown:
+            raise ConfigError(f"{key}: {unknown[0]!r} is not a label of the label map {self.vocab.tokens[:10]}")
+        shown = [names.get(label, label) for label in self.vocab.tokens]
+        if len(set(shown)) != len(shown):
+            raise ConfigError(f"{key}: two labels would be shown as the same name ({shown})")
+        return shown
 
     def convert(self, text: str) -> int:
         label = text.strip()

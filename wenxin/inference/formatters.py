@@ -56,11 +56,14 @@ class ResultFormat:
     Args:
         labels: label (or tag) names by id, from the export.
         fields: the inference field readers.
+        names: what each label is shown as in lines (the label field's ``label_names``; empty:
+            the labels themselves); results carry it as ``name`` beside ``label``.
     """
 
-    def __init__(self, labels: Sequence[str], fields: Sequence[BaseFieldReader]) -> None:
+    def __init__(self, labels: Sequence[str], fields: Sequence[BaseFieldReader], names: Sequence[str] = ()) -> None:
         self.labels = list(labels)
         self.fields = list(fields)
+        self.names = list(names)
 
     def results(self, outputs: Dict[str, np.ndarray], batch: Dict[str, np.ndarray],
                 rows: Sequence[Sequence[str]]) -> List[Dict[str, Any]]:
@@ -115,10 +118,14 @@ class ClassificationFormat(ResultFormat):
         probs = outputs[InstanceName.PROBS]  # [B, C]
         self.check_classes(probs)
         best = probs.argmax(axis=-1).tolist()  # whole arrays to Python at once: per row costs 3x as much
-        return [{"label": self.label(b), "probability": p[b], "probs": p} for p, b in zip(probs.tolist(), best)]
+        results = [{"label": self.label(b), "probability": p[b], "probs": p} for p, b in zip(probs.tolist(), best)]
+        if self.names:
+            for result, b in zip(results, best):
+                result["name"] = self.names[b]
+        return results
 
     def line(self, result: Dict[str, Any]) -> str:
-        return f"{result['label']}\t{result['probability']:.6f}"
+        return f"{result.get('name', result['label'])}\t{result['probability']:.6f}"
 
     def erniekit_line(self, result: Dict[str, Any], row: Sequence[str]) -> str:
         """ERNIE-kit's classification line: the input columns, then the class probabilities as a

@@ -100,7 +100,7 @@ class Predictor:
             format_cls = RegisterSet.result_formats.get(format_name, None, f"{meta_path}: result_format")
         except WenxinError as e:
             raise InferenceError(str(e)) from None
-        self.result_format: ResultFormat = format_cls(self.labels, self.fields)
+        self.result_format: ResultFormat = format_cls(self.labels, self.fields, self.meta["label_names"])
         # the model's batching rule (BaseModel.sorted_batch_rows): more rows than this run sorted
         # by length, in batches of at most this many; None: in their order
         self.sorted_batch_rows: Optional[int] = self.meta.get("sorted_batch_rows")
