@@ -60,8 +60,9 @@ def test_main_example_reaches_target_accuracy(tmp_path):
                            str(tmp_path / "infer.json")], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "GLOG_minloglevel": "2"})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    names = {"0": "negative", "1": "positive"}  # the example's label_names: what predictions show
     with open(f"{data}/test.tsv", encoding="utf-8") as f:
-        gold = [line.rstrip("\n").split("\t")[1] for line in f]
+        gold = [names[line.rstrip("\n").split("\t")[1]] for line in f]
     with open(tmp_path / "predictions.tsv", encoding="utf-8") as f:
         predicted = [line.split("\t")[0] for line in f]
     assert len(predicted) == len(gold)
@@ -75,7 +76,8 @@ def test_main_example_reaches_target_accuracy(tmp_path):
                            "--text", "质量很好，非常喜欢", "--text", "太差了，不推荐"], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": REPO})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [line.split("\t")[:2] for line in proc.stdout.splitlines()] == [["质量很好，非常喜欢", "1"], ["太差了，不推荐", "0"]]
+    assert [line.split("\t")[:2] for line in proc.stdout.splitlines()] == [["质量很好，非常喜欢", "positive"],
+                                                                          ["太差了，不推荐", "negative"]]
     # disk: the newest periodic checkpoint keeps the optimizer state a resume needs, and the one
     # before it as the fallback of a damaged newest one
     with_optimizer = sorted(name for name in os.listdir(os.path.join(out, "checkpoints"))

@@ -109,3 +109,24 @@ def test_a_yaml_merge_key_overridden_is_not_a_duplicate(tmp_path, data_dir, caps
 
 def test_cases_count():
     assert len(MUTATIONS) + len(SCHEMA_MUTATIONS) + len(RAW_FILES) + len(BINARY_FILES) >= 150
+
+
+def test_a_recipe_run_before_its_model_and_gpu_names_every_problem_at_once(tmp_path, capsys, monkeypatch):
+    """Issue 67: the ERNIE 4.5 recipe's problems came one at a time, each after Paddle loaded, and
+    a folder not downloaded yet read "no tokenizer.model". Before Paddle loads, one error lists
+    the missing data, the missing model folder (once, with every key naming it) and a GPU asked
+    of a CPU build (where the installed builds say so)."""
+    import os
+    import shutil
+    from conftest import REPO
+    from wenxin.common.paddle_support import installed_builds
+    shutil.copy(os.path.join(REPO, "examples", "chat_sft_ernie45_0.3b_lora.yaml"), tmp_path / "recipe.yaml")
+    monkeypatch.chdir(tmp_path)
+    lines = assert_one_error_block(*run_cli("recipe.yaml", capsys), [
+        "dataset_reader.train_reader.config.data_path: data file not found",
+        "model.model_dir: folder not found: ./models/ERNIE-4.5-0.3B-PT (also named by "
+        "dataset_reader.train_reader.fields[0].model_dir, dataset_reader.dev_reader.fields[0].model_dir); "
+        "download the model there first"])
+    assert not any("tokenizer.model" in line for line in lines)
+    cpu_only = [name for name, _ in installed_builds()] == ["paddlepaddle"]
+    assert any("PADDLE_PLACE_TYPE: 'gpu', but the installed Paddle" in line for line in lines) == cpu_only

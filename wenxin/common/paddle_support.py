@@ -78,15 +78,28 @@ def require_paddle() -> None:
         raise InstallError(problem)
 
 
+def cpu_build_problem(key: str) -> Optional[str]:
+    """Why ``key`` (a config key asking for a GPU) cannot have one, where the installed builds tell
+    without importing Paddle: a CPU build alone. None where it may (a GPU build, which ``require_gpu``
+    checks once Paddle loads)."""
+    builds = installed_builds()
+    if len(builds) != 1 or builds[0][0] != "paddlepaddle":
+        return None
+    return _cpu_build(key, f"paddlepaddle {builds[0][1]}")
+
+
+def _cpu_build(key: str, build: str) -> str:
+    return (f"{key}: 'gpu', but the installed Paddle ({build}) is a CPU build: install paddlepaddle-gpu 3.x from "
+            f"Paddle's package index in its place (docs/install.md), or run on the CPU: --set {key}=cpu")
+
+
 def require_gpu(key: str) -> None:
     """One ``InstallError`` naming ``key`` (the config key that asked for a GPU) when the
     installed Paddle is a CPU build or sees no GPU."""
     import paddle
     build = ", ".join(f"{name} {version}" for name, version in installed_builds()) or f"paddle {paddle.__version__}"
     if not paddle.is_compiled_with_cuda():
-        raise InstallError(f"{key}: 'gpu', but the installed Paddle ({build}) is a CPU build: install "
-                           f"paddlepaddle-gpu 3.x from Paddle's package index in its place (docs/install.md), "
-                           f"or run on the CPU: --set {key}=cpu")
+        raise InstallError(_cpu_build(key, build))
     if paddle.device.cuda.device_count() == 0:
         raise InstallError(f"{key}: 'gpu', but the installed Paddle ({build}) sees no GPU (check the driver, "
                            f"CUDA_VISIBLE_DEVICES, and that the build's CUDA version matches the driver), or run on "

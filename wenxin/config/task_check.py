@@ -13,8 +13,9 @@ import sys
 import traceback
 from typing import Any, Dict, List, Optional
 
-from wenxin.common.errors import ConfigError, DataError, Problems
+from wenxin.common.errors import ConfigError, DataError, InstallError, Problems
 from wenxin.common.model_names import resolve_model
+from wenxin.common.paddle_support import cpu_build_problem
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import Schema, validate, validate_value
 from wenxin.config.task_config import source_of
@@ -57,6 +58,11 @@ def check_settings(config: Dict[str, Any], problems: Problems) -> None:
             problems.add(f"trainer.evaluation.{flag}: set, but dataset_reader.{reader} is not configured")
     _check_readers(dataset, evaluation.get("eval_batch_size", 0), problems)
     _check_paths(checkpoints, problems)
+    _check_model_folders(config, problems)
+    if (trainer.get("environment") or {}).get("PADDLE_PLACE_TYPE") == "gpu":
+        problem = cpu_build_problem("trainer.environment.PADDLE_PLACE_TYPE")
+        if problem:
+            problems.add(problem, kind=InstallError)
 
 
 # the field readers whose vocabulary is the pretrained model's vocab.txt
@@ -240,6 +246,26 @@ def _check_paths(checkpoints: Dict[str, Any], problems: Problems) -> None:
     if checkpoints.get("load_checkpoint") and not os.path.isdir(checkpoints["load_checkpoint"]):
         problems.add(f"trainer.checkpoints.load_checkpoint: checkpoint folder not found: "
                      f"{checkpoints['load_checkpoint']}")
+
+
+def _check_model_folders(config: Dict[str, Any], problems: Problems) -> None:
+    """Each model folder a task file names (a field's or the model's ``model_dir``) exists, so a
+    recipe run before its model was downloaded says so at once, with its other problems."""
+    named = [("model.model_dir", (config.get("model") or {}).get("model_dir"))]
+    dataset = config.get("dataset_reader") or {}
+    for name in READER_NAMES:
+        reader = dataset.get(name)
+        for i, field in enumerate(reader.get("fields", []) if isinstance(reader, dict) else []):
+            if isinstance(field, dict):
+                named.append((f"dataset_reader.{name}.fields[{i}].model_dir", field.get("model_dir")))
+    keys_of: Dict[str, List[str]] = {}  # each missing folder once, with every key that names it
+    for key, folder in named:
+        if isinstance(folder, str) and folder and not os.path.isdir(folder):
+            keys_of.setdefault(folder, []).append(key)
+    for folder, keys in keys_of.items():
+        what = "is a file, not a model folder" if os.path.exists(folder) else "folder not found"
+        also = f" (also named by {', '.join(keys[1:])})" if len(keys) > 1 else ""
+        problems.add(f"{keys[0]}: {what}: {folder}{also}; download the model there first (docs/chat.md)", key=keys[0])
 
 
 def resolve_task(config: Dict[str, Any]) -> TaskClasses:
