@@ -90,7 +90,7 @@ def serving_protocol(header_timeout: float, max_header_bytes: int = 16 * 1024, m
     stock = STOCK_PROTOCOL if HttpToolsProtocol is not None else "h11"
     logger.warning("uvicorn %s: its HTTP protocol lacks what wenxin's hardening uses (%s); serving with uvicorn's "
                    "stock %s protocol: no deadline for a request's headers, no header size limit, no connection "
-                   "shedding (put a proxy in front, or install uvicorn 0.30 to 0.54)", uvicorn.__version__,
+                   "shedding (put a proxy in front, or install uvicorn 0.30 to 0.55)", uvicorn.__version__,
                    ", ".join(missing), stock)
     return stock
 
