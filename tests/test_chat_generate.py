@@ -314,7 +314,10 @@ def test_the_studio_chats_with_a_chat_run_streaming_its_answer_on_the_servers_de
         client = Client(server.port)
         client.get("/")
         run = client.get(f"/api/runs/{run_id}")
-        assert run["export_kind"] == {"generates": True, "chat": True} and run["exports"][0]["name"] == "best"
+        with open(os.path.join(chat_export, "preprocess.json"), encoding="utf-8") as f:
+            limit = min(2048, json.load(f)["generation"]["max_new_tokens_limit"])  # the model's, not the studio's
+        assert run["export_kind"] == {"generates": True, "chat": True, "max_new_tokens": limit}
+        assert run["exports"][0]["name"] == "best"
         for question, answer in QA[:2]:
             status, text, headers = client.request("POST", f"/api/runs/{run_id}/chat", {
                 "messages": [{"role": "system", "content": "你好"}, {"role": "user", "content": "hi"},
@@ -331,6 +334,9 @@ def test_the_studio_chats_with_a_chat_run_streaming_its_answer_on_the_servers_de
             "messages": [{"role": "user", "content": "x"}], "temperature": 5})
         events = [json.loads(line[6:]) for line in text.split("\n\n") if line.startswith("data: ")]
         assert events == [{"error": events[0]["error"]}] and "temperature" in events[0]["error"]
+        status, text, _ = client.request("POST", f"/api/runs/{run_id}/chat", {
+            "messages": [{"role": "user", "content": "x"}], "max_tokens": limit + 1})
+        assert f'"error": "max_tokens: at most {limit} for this model' in text
     # the page's stop: the decoding ends at its next step
     shelf = ModelShelf()
     said = []

@@ -94,7 +94,7 @@ def test_launch_from_the_form_then_watch_clone_and_delete(root, monkeypatch):
         exports = run["exports"]
         assert exports[0]["kind"] == "best" and predicted["checkpoint"] == exports[0]  # the best answers first
         assert predicted["label_names"] == ["0", "1"] and len(predicted["predictions"][0]["probs"]) == 2
-        assert run["export_kind"] == {"generates": False, "chat": False}
+        assert run["export_kind"] == {"generates": False, "chat": False, "max_new_tokens": 2048}  # a classifier: the default
         other = exports[-1]["name"]  # a choice of checkpoint
         again = client.post(f"/api/runs/{run_id}/predict", {"texts": ["好棒赞的书"], "checkpoint": other})
         assert again["checkpoint"]["name"] == other and other in again["model_dir"]

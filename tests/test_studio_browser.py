@@ -393,9 +393,187 @@ def test_chat_with_a_chat_run_in_a_browser_streamed_with_sampling_settings(tmp_p
         assert said[0] == QA[2][1], said  # the memorized answer, streamed into its bubble
         assert len(find(browser, ".turn.user")) == 2 and len(said) == 2
         assert not find(browser, ".chart")  # a run without records draws no empty chart
+        # issue 67: the answer's length is bounded by the model's own limit, said in Chinese
+        with open(os.path.join(export, "preprocess.json"), encoding="utf-8") as f:
+            limit = min(2048, json.load(f)["generation"]["max_new_tokens_limit"])
+        tokens = find(browser, "#chat-max-tokens")[0]
+        assert tokens.get_attribute("max") == str(limit) and limit < 2048
+        tokens.clear()
+        tokens.send_keys(str(limit + 1))
+        box.send_keys(QA[1][0])
+        find(browser, "#chat-send")[0].click()
+        wait_until(lambda: f"回答长度：1 到 {limit} 之间的整数" in text_of(browser, "#message"), "the bound, in Chinese")
+        assert len(find(browser, ".turn.user")) == 2  # nothing was sent
+        tokens.clear()
+        tokens.send_keys("20")
+        # stopped at once (the same moment it is sent): marked as stopped, not as a whole answer
+        browser.execute_script("document.getElementById('chat-send').click(); "
+                               "document.getElementById('chat-stop-answer').click();")
+        wait_until(lambda: find(browser, '.turn.assistant[data-done="stopped"] .stopped-mark'), "the stopped mark")
+        assert text_of(browser, '.turn.assistant[data-done="stopped"] .stopped-mark') == "（已停止）"
         browser.execute_script("document.getElementById('try').scrollIntoView()")
         screenshot(browser, "zh-chat")
         browser.set_window_size(390, 844)
         browser.execute_script("document.getElementById('chat-log').scrollIntoView()")
         screenshot(browser, "zh-phone-chat")
         no_sideways_scrolling(browser, "the chat page")
+
+
+def tap(browser, element):
+    """A real tap of a finger on ``element`` (touch events at its centre), as a phone sends it."""
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+    x, y = browser.execute_script("const r = arguments[0].getBoundingClientRect(); "
+                                  "return [r.x + r.width / 2, r.y + r.height / 2]", element)
+    browser.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 1})
+    browser.execute_cdp_cmd("Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": [{"x": x, "y": y}]})
+    browser.execute_cdp_cmd("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+
+
+def small_tap_targets(browser):
+    """Links, buttons, check boxes (with their labels), menus and fields under 44 px high, as text."""
+    return browser.execute_script("""
+        const small = [];
+        for (const e of document.querySelectorAll('a, button, select, input, label')) {
+          if (!e.offsetParent || e.closest('.uplot') || e.type === 'range' || e.tagName === 'TEXTAREA') continue;
+          const target = e.type === 'checkbox' && e.closest('label') ? e.closest('label') : e;
+          if (e.tagName === 'LABEL') continue;  // a box is measured by its label, other fields by themselves
+          if (e.tagName === 'A' && e.closest('pre, .help, #events, .tracker')) continue;  // links inside text
+          const r = target.getBoundingClientRect();
+          const said = (e.textContent || e.value || '').slice(0, 20);
+          if (r.height < 43.5) small.push(`${e.tagName.toLowerCase()}#${e.id || ''}.${e.className || ''} `
+                                          + `${Math.round(r.width)}x${Math.round(r.height)} ${said}`);
+        }
+        return small;""")
+
+
+def test_the_studio_on_a_phone_in_chinese_and_a_desktop_in_english_issue_67(tmp_path, monkeypatch, browser,
+                                                                             chinese_browser, screenshot):
+    """Issue 67's studio defects, in real Chromium at 390 px in Chinese and 1366 px in English: the
+    task list does not call a recipe without its model folder ready, lists each missing input once,
+    offers two preparation scripts in order and another task's run where that makes the input; the
+    launch form fits the phone, names the graph mode in words, and starts on a real tap; a run keeps
+    its Chinese name in its folder; the learning-rate axis reads whole; charts follow a turn of the
+    phone; a finished run's page stops asking every two seconds; a preparation job's page is a
+    job's; compare speaks Chinese and leaves data jobs out; every tap target is at least 44 px; the
+    sign-in page speaks the browser's language."""
+    root = str(tmp_path / "root")
+    os.makedirs(root)
+    make_root(root, epoch=2, save_inference=True)
+    long_name = "a_task_file_whose_name_is_longer_than_a_phone_is_wide.json"
+    shutil.copy(os.path.join(root, "task.json"), os.path.join(root, long_name))
+    from wenxin.runner import copy_examples
+    copy_examples(root)
+    with serving(root, monkeypatch) as server:
+        base = f"http://localhost:{server.port}"
+        phone = chinese_browser
+        phone.set_window_size(390, 844)
+        phone.get(base + "/launch")
+        wait_until(lambda: find(phone, '#tasks li[data-ready] .task-state .cause') and
+                   len(find(phone, "#tasks li[data-ready]")) >= 10, "the task list's states", phone)
+        state = {li.get_attribute("data-task"): li for li in find(phone, "#tasks li")}
+        recipe = state["examples/chat_sft_ernie45_0.3b_lora.yaml"]
+        assert recipe.get_attribute("data-ready") == "no"
+        missing = [line for line in recipe.text.splitlines() if line.startswith("缺少")]
+        assert missing.count("缺少：./models/ERNIE-4.5-0.3B-PT") == 1, recipe.text  # once, not once a key
+        assert "prepare_chat_data.py" in recipe.text and "没有能生成 ./models/ERNIE-4.5-0.3B-PT" in recipe.text
+        distillation = state["examples/distillation_student_bow.json"].text
+        assert "准备数据：python examples/prepare_sentiment_data.py" in distillation
+        assert "之后再运行：examples/prepare_distillation_data.py" in distillation, distillation
+        ernie = state["examples/text_classification_ernie.json"]
+        assert "examples/pretraining_ernie_mlm.json" in ernie.text and find(ernie, ".after a"), ernie.text
+        screenshot(phone, "67-zh-phone-tasks")
+        no_sideways_scrolling(phone, "the task list")
+        assert small_tap_targets(phone) == []
+
+        # the launch form: it fits, the graph mode in words, a real tap starts the run
+        phone.get(base + f"/launch?task={long_name}")
+        wait_until(lambda: find(phone, 'select[name="model.is_dygraph"]'), "the form", phone)
+        no_sideways_scrolling(phone, "the launch form of a long file name")
+        options = [o.text for o in find(phone, 'select[name="model.is_dygraph"] option')]
+        assert sorted(options) == sorted(["动态图（边算边执行）", "静态图（先建图再执行）"]), options
+        assert small_tap_targets(phone) == []
+        screenshot(phone, "67-zh-phone-launch")
+        phone.get(base + "/launch?task=task.json")
+        name = wait_until(lambda: find(phone, "#run-name"), "the form", phone)[0]
+        name.clear()
+        name.send_keys("词袋_手机_lr005")
+        tap(phone, find(phone, "#start")[0])
+        wait_until(lambda: "/runs/" in phone.current_url, "the run's page after a tap", phone)
+        run_id = int(phone.current_url.rsplit("/", 1)[1])
+        wait_until(lambda: find(phone, '#run-head .status[data-status="finished"]'), "the run finishing", phone)
+        assert os.path.isdir(os.path.join(root, "studio_runs", f"{run_id:04d}-词袋_手机_lr005"))
+        wait_until(lambda: phone.execute_script("return document.body.dataset.pollMs") == "30000",
+                   "the finished run's page asking every 30 s, not every 2 s", phone)
+        # the learning rate's axis: its labels short enough for the room the axis takes
+        labels = phone.execute_script("return [1.5e-3, 1e-3, 5e-4, 2.5e-5, 0].map(tickText)")
+        assert labels == ["0.0015", "0.001", "5e-4", "2.5e-5", "0"], labels
+        widths = phone.execute_script("""const c = document.createElement('canvas').getContext('2d');
+            c.font = '12px system-ui, -apple-system, sans-serif';
+            const labels = arguments[0]; return [axisSize(null, labels), Math.max(...labels.map(l => c.measureText(l).width))];""",
+                                      labels)
+        assert widths[0] >= widths[1] + 8, widths
+        charts = lambda: phone.execute_script(  # noqa: E731
+            "return [...document.querySelectorAll('#charts .uplot')].map(u => u.getBoundingClientRect().width)")
+        portrait = charts()
+        assert portrait and max(portrait) <= 390
+        phone.set_window_size(844, 390)  # a turn to landscape
+        wait_until(lambda: min(charts()) > max(portrait), "the charts growing with the turn", phone)
+        phone.set_window_size(390, 844)
+        wait_until(lambda: max(charts()) <= 390 - 16, "the charts shrinking back", phone)
+        no_sideways_scrolling(phone, "the run page")
+        assert small_tap_targets(phone) == []
+        screenshot(phone, "67-zh-phone-run")
+
+        # a preparation job's page: its log and events, no run controls, a way back to the tasks
+        phone.get(base + "/launch")
+        wait_until(lambda: find(phone, '#tasks li[data-task="examples/text_matching_pairwise.json"] button.prepare'),
+                   "the matching example's preparation button", phone)
+        tap(phone, find(phone, '#tasks li[data-task="examples/text_matching_pairwise.json"] button.prepare')[0])
+        wait_until(lambda: "/runs/" in phone.current_url, "the job's page", phone)
+        job = int(phone.current_url.rsplit("/", 1)[1])
+        wait_until(lambda: find(phone, '#run-head .status[data-status="finished"]'), "the job finishing", phone)
+        back = wait_until(lambda: find(phone, "#back-to-tasks"), "its way back to the tasks", phone)[0]
+        assert back.text == "返回任务列表（这次准备好数据的任务现在可以启动）"
+        assert not [e for e in find(phone, "#resume, #clone, #checkpoints, #smoothing") if e.is_displayed()]
+        screenshot(phone, "67-zh-phone-job")
+
+        # compare: Chinese curve names and titles; the data job is not a run to compare
+        phone.get(base + f"/compare?ids={run_id}")
+        wait_until(lambda: find(phone, "#compare-summary .progress"), "the compare page", phone)
+        assert [o.text for o in find(phone, "#compare-metric option")][0] == "训练损失"
+        assert not find(phone, f'.run-picker input[value="{job}"]') and find(phone, f'.run-picker input[value="{run_id}"]')
+        assert "训练损失" in text_of(phone, "#compare-chart")
+        no_sideways_scrolling(phone, "the compare page")
+        assert small_tap_targets(phone) == []
+        screenshot(phone, "67-zh-phone-compare")
+
+        # the runs list: its buttons one height, every target a finger's
+        phone.get(base + "/")
+        wait_until(lambda: find(phone, "#runs tr[data-run] .progress"), "the runs list", phone)
+        heights = {round(e.rect["height"]) for e in find(phone, "main p a.button, main p button")}
+        assert len(heights) == 1, heights
+        assert small_tap_targets(phone) == []
+        no_sideways_scrolling(phone, "the runs list")
+        screenshot(phone, "67-zh-phone-runs")
+
+        # the desktop, in English
+        browser.set_window_size(1366, 900)
+        browser.get(base + "/launch")
+        wait_until(lambda: find(browser, '#tasks li[data-ready="no"] .cause'), "the task list", browser)
+        assert "made by training examples/pretraining_ernie_mlm.json first" in text_of(
+            browser, '#tasks li[data-task="examples/text_classification_ernie.json"]')
+        screenshot(browser, "67-en-tasks")
+        browser.get(base + f"/runs/{run_id}")
+        wait_until(lambda: find(browser, '#run-head .status[data-status="finished"]'), "the run", browser)
+        assert "steps/s on average" in text_of(browser, "#run-outcome")
+        no_sideways_scrolling(browser, "the run page")
+        screenshot(browser, "67-en-run")
+
+    # signing in: a page in the browser's language, with a field for the token
+    with serving(root, monkeypatch, token="t" * 24) as server:
+        chinese_browser.get(f"http://localhost:{server.port}/")
+        wait_until(lambda: "登录 wenxin studio" in text_of(chinese_browser, "h1"), "the sign-in page in Chinese")
+        field = find(chinese_browser, 'input[name="token"]')[0]
+        field.send_keys("t" * 24)
+        find(chinese_browser, "button")[0].click()
+        wait_until(lambda: "运行记录" in text_of(chinese_browser, "h1"), "signed in, the runs page", chinese_browser)

@@ -273,15 +273,56 @@ def test_a_second_studio_over_the_same_root_is_refused_naming_the_first(root, mo
     StudioServer(root, port=0).lock.release()  # once the first has stopped, the root is free again
 
 
-def decode_terminal_qr(text):
-    """The module matrix of a QR code drawn by ``qrcode``'s ``print_ascii(invert=True)``: each
-    character is two modules, the upper and the lower."""
-    pairs = {"\u2588": (0, 0), "\u2584": (1, 0), "\u2580": (0, 1), "\xa0": (1, 1)}
+def decode_terminal_qr(text, width=None):
+    """The module matrix (1: dark) of a QR code drawn without colours (into a pipe or a log file):
+    each character is two modules, the upper and the lower; a line's light end is left out."""
+    pairs = {"\u2588": (1, 1), "\u2580": (1, 0), "\u2584": (0, 1), " ": (0, 0)}
+    lines = text.splitlines()
+    width = width or max(len(line) for line in lines)
     rows = []
-    for line in text.splitlines():
+    for line in lines:
+        line = line.ljust(width)
         rows.append([pairs[c][0] for c in line])
         rows.append([pairs[c][1] for c in line])
     return rows
+
+
+def decode_coloured_qr(text):
+    """The module matrix of a QR code drawn in colours: every cell must set its foreground (the
+    upper module) and background (the lower) itself, never leaving one to the terminal."""
+    import re
+    colour = {"30": 1, "97": 0, "40": 1, "107": 0}
+    rows = []
+    for line in text.splitlines():
+        cells = re.findall(r"\x1b\[(\d+);(\d+)m\u2580", line)
+        assert line == "".join(f"\x1b[{a};{b}m\u2580" for a, b in cells) + "\x1b[0m", line
+        rows.append([colour[a] for a, _ in cells])
+        rows.append([colour[b] for _, b in cells])
+    return rows
+
+
+def test_the_qr_code_reads_alike_on_light_and_dark_terminals():
+    """Issue 67: drawn as inverted half blocks, the code decoded only on a dark terminal. In
+    colours every module is black or white whatever the terminal's own ground; without colours
+    (a pipe, a log) dark modules are blocks on the page's ground."""
+    from wenxin.studio.sign_in import qr_modules, qr_text
+    url = "http://192.168.1.7:8870/?token=abcdefghijklmnopqrstuvwx"
+    expected = [[int(m) for m in row] for row in qr_modules(url)]
+    coloured = decode_coloured_qr(qr_text(url))
+    assert coloured[:len(expected)] == expected and not any(coloured[len(expected):][0])  # a light last half row
+    assert not any(expected[0]) and not any(row[0] for row in expected)  # the quiet zone: light all round
+    assert decode_terminal_qr(qr_text(url, colours=False), len(expected[0]))[:len(expected)] == expected
+
+
+def test_a_chosen_token_signs_the_phone_in_through_the_code_but_is_not_printed():
+    """With $WENXIN_STUDIO_TOKEN set, the code carried no token, so a phone could not sign in."""
+    from wenxin.studio.sign_in import qr_modules, sign_in_text
+    urls = ["http://localhost:8870/", "http://192.168.1.7:8870/"]
+    said = sign_in_text("/root", urls, "", "?token=chosen-token-of-the-user", colours=True)
+    assert "chosen-token" not in said.split("from this code:")[0]  # the addresses are printed without it
+    drawn = said.split("from this code:\n", 1)[1]
+    expected = [[int(m) for m in row] for row in qr_modules("http://192.168.1.7:8870/?token=chosen-token-of-the-user")]
+    assert decode_coloured_qr(drawn)[:len(expected)] == expected
 
 
 def test_the_command_on_every_address_prints_each_machine_address_and_a_qr_code_of_one(root):
@@ -290,10 +331,8 @@ def test_the_command_on_every_address_prints_each_machine_address_and_a_qr_code_
     import subprocess
     import sys
 
-    import qrcode
-
     from conftest import read_until
-    from wenxin.studio.sign_in import machine_addresses
+    from wenxin.studio.sign_in import machine_addresses, qr_modules
     own = machine_addresses()
     if not own:
         pytest.skip("this machine has no network address but loopback")
@@ -308,11 +347,10 @@ def test_the_command_on_every_address_prints_each_machine_address_and_a_qr_code_
             assert f"  or http://{address}:{port}/?token={token}\n" in said
         url = f"http://{own[0]}:{port}/?token={token}"
         drawn = said.split("from this code:\n", 1)[1].split("\n(the token", 1)[0]
-        code = qrcode.QRCode(border=2, error_correction=qrcode.constants.ERROR_CORRECT_L)
-        code.add_data(url)
-        code.make(fit=True)
-        expected = [[int(m) for m in row] for row in code.get_matrix()]
-        assert decode_terminal_qr(drawn)[:len(expected)] == expected
+        expected = [[int(m) for m in row] for row in qr_modules(url)]
+        rows = decode_terminal_qr(drawn, len(expected[0]))
+        rows += [[0] * len(expected[0])] * (len(expected) - len(rows))  # its last light line: no characters
+        assert rows[:len(expected)] == expected
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     finally:

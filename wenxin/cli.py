@@ -476,7 +476,8 @@ def _studio(args: argparse.Namespace) -> int:
                           restart_backoff=args.restart_backoff)
     from wenxin.studio.sign_in import sign_in_text
     query = f"?token={server.token}" if server.generated_token else ""
-    print(sign_in_text(server.root, server.urls, query), file=sys.stderr, flush=True)
+    code_query = f"?token={server.token}" if server.token else ""  # the phone's code signs in with a chosen token too
+    print(sign_in_text(server.root, server.urls, query, code_query, sys.stderr.isatty()), file=sys.stderr, flush=True)
     if server.generated_token:
         print("(the token is printed this once; set $WENXIN_STUDIO_TOKEN or --token to choose one)",
               file=sys.stderr, flush=True)

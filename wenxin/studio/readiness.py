@@ -9,22 +9,30 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-# a problem of the loader that names a missing input: "KEY: data file not found: PATH"
-_MISSING = re.compile(r"^(?P<key>\S+): (?:data file|vocab file|model folder|file|folder) not found: (?P<path>.+)$")
+# a problem of the loader that names a missing input: "KEY: data file not found: PATH", maybe with
+# more after the path (" (also named by ...); download ...")
+_MISSING = re.compile(r"^(?P<key>\S+): (?:data file|vocab file|model folder|file|folder) not found: "
+                      r"(?P<path>.+?)(?: \(.*|; .*)?$")
 MAX_SCRIPT_BYTES = 1 << 20
 SCRIPT_PATTERN = re.compile(r"^prepare_[\w-]*\.py$")
 
 
 def missing_inputs(problems: List[str]) -> List[Dict[str, str]]:
-    """The inputs the loader's problems say are missing: ``{"key", "path"}`` each."""
-    found = []
+    """The inputs the loader's problems say are missing: ``{"key", "path"}`` each, each path once
+    (the first key naming it: train and dev readers often name one model folder)."""
+    found: Dict[str, Dict[str, str]] = {}
     for problem in problems:
         match = _MISSING.match(problem.strip())
         if match:
-            found.append({"key": match["key"], "path": match["path"].strip()})
-    return found
+            found.setdefault(match["path"].strip(), {"key": match["key"], "path": match["path"].strip()})
+    return list(found.values())
+
+
+def other_problems(problems: List[str]) -> List[str]:
+    """The loader's problems that are not a missing input (a GPU asked of a CPU build, a bad value)."""
+    return [problem for problem in problems if not _MISSING.match(problem.strip())]
 
 
 def preparation_scripts(root: str, skipped: Any = ()) -> Iterator[str]:
@@ -46,21 +54,76 @@ def _folder_of(path: str) -> str:
     return folder.replace(os.sep, "/")
 
 
-def script_for(root: str, missing: List[Dict[str, str]], scripts: List[str]) -> Optional[str]:
-    """The preparation script that names the folder of every missing input (the first found), or
-    None."""
-    folders = {_folder_of(item["path"]) for item in missing}
-    if not folders or any(folder in ("", ".") for folder in folders):
-        return None
+def scripts_for(root: str, missing: List[Dict[str, str]], scripts: List[str]) -> Tuple[List[str], List[str]]:
+    """The preparation scripts that make the missing inputs, in the order to run them, and the
+    inputs no script makes (a model folder to download). A script makes an input when it names
+    the input's folder (or, where none does, the folder that holds it), one named after the
+    folder first; one that names another script (``prepare_sentiment_data.py first``) runs after
+    it, and brings it along while the data that one writes are missing."""
+    folders = {_folder_of(item["path"]): item["path"] for item in missing}
+    texts = {}
     for script in scripts:
         try:
             with open(os.path.join(root, script), encoding="utf-8", errors="replace") as f:
-                text = f.read(MAX_SCRIPT_BYTES)
+                texts[script] = f.read(MAX_SCRIPT_BYTES)
         except OSError:
             continue
-        if all(folder in text for folder in folders):
-            return script
+    chosen: List[str] = []
+    unmade: List[str] = []
+    for folder in sorted(folders):
+        maker = None if folder in ("", ".") else next(
+            (s for f in (folder, os.path.dirname(folder)) if f for s in _namers(texts, f)), None)
+        if maker is None:
+            unmade.append(folders[folder])
+        elif maker not in chosen:
+            chosen.append(maker)
+    for script in list(chosen):  # a script that says another runs first: that one too, unless its data are there
+        for other in texts:
+            if other not in chosen and os.path.basename(other) in texts[script] and not _made(root, texts[other]):
+                chosen.append(other)
+    ordered = sorted(chosen, key=lambda s: sum(os.path.basename(other) in texts[s] for other in chosen if other != s))
+    return ordered, unmade
+
+
+def _namers(texts: Dict[str, str], folder: str) -> List[str]:
+    """The scripts that name ``folder``, the one named after it first (``prepare_sentiment_data.py``
+    writes ``examples/data/sentiment``; another that names it may only read it)."""
+    namers = [script for script in texts if _names(texts[script], folder)]
+    return sorted(namers, key=lambda script: os.path.basename(folder) not in os.path.basename(script))
+
+
+_DATA_FOLDER = re.compile(r"examples/data/[\w-]+")
+
+
+def _made(root: str, text: str) -> bool:
+    """Whether the example data folders a script names all exist under ``root`` (False where it names none)."""
+    folders = set(_DATA_FOLDER.findall(text))
+    return bool(folders) and all(os.path.isdir(os.path.join(root, folder)) for folder in folders)
+
+
+def trained_by(missing: List[Dict[str, str]], outputs: Dict[str, str]) -> Optional[str]:
+    """The task file whose run writes a missing input (under its ``trainer.output_path``: the
+    pretraining example's model and vocabulary, which the ERNIE classifier continues from), given
+    each task file's output folder, or None."""
+    for item in missing:
+        path = os.path.normpath(item["path"].strip())
+        for task, output in outputs.items():
+            if output and (path == output or path.startswith(output + os.sep)):
+                return task
     return None
+
+
+def output_folder(document: Any) -> str:
+    """A task document's ``trainer.output_path``, normalized ('' when it names none)."""
+    trainer = document.get("trainer") if isinstance(document, dict) else None
+    output = trainer.get("output_path") if isinstance(trainer, dict) else None
+    return os.path.normpath(output) if isinstance(output, str) and output.strip() else ""
+
+
+def _names(text: str, folder: str) -> bool:
+    """Whether a script's text names ``folder`` itself (``examples/data/x`` or ``examples/data/x/``),
+    not as the start of a longer path."""
+    return re.search(re.escape(folder) + r"/?(?![\w.-])", text) is not None
 
 
 def describe(document: Any) -> str:

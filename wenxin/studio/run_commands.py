@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 import shlex
 import sys
 from typing import Any, Dict, List
@@ -24,7 +25,9 @@ def override_text(key: str, value: Any) -> str:
 
 
 def slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:40] or "run"
+    """A run's name as part of its folder's: letters and digits of any script (a Chinese name stays
+    Chinese), ``_``, ``.`` and ``-``; anything else becomes ``-``."""
+    return re.sub(r"[^\w.-]+", "-", unicodedata.normalize("NFC", name)).strip("-.")[:40] or "run"
 
 
 def command_words(kind: str, task: str, overrides: Dict[str, Any], folder: str, sweep: str = "") -> List[str]:

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from html import escape
 from http.cookies import SimpleCookie
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qsl, urlencode
 
 from wenxin.common.addresses import is_loopback
+from wenxin.studio.i18n import HTML_LANG, LANGUAGE_COOKIE, choose_language, text
 
 TOKEN_VARIABLE = "WENXIN_STUDIO_TOKEN"  # the token from the environment (kept out of the runs' environment)
 MIN_TOKEN_CHARS = 16  # a shorter token can be guessed
@@ -71,11 +73,50 @@ def _same(a: str, b: str) -> bool:
 
 async def _answer(send: Send, status: int, text: str, headers: Optional[List[Tuple[bytes, bytes]]] = None) -> None:
     body = text.encode()
+    headers = headers or []
+    plain = [(b"content-type", b"text/plain; charset=utf-8")]
+    kind = [] if any(name == b"content-type" for name, _ in headers) else plain
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode()), (b"cache-control", b"no-store"),
-                            *(headers or [])]})
+                "headers": [*kind, (b"content-length", str(len(body)).encode()), (b"cache-control", b"no-store"),
+                            *headers]})
     await send({"type": "http.response.body", "body": body})
+
+
+def _wants_page(headers: Dict[bytes, bytes]) -> bool:
+    """A browser opening a page (not a script or the page's own fetch): it is shown a page to sign in on."""
+    return b"text/html" in headers.get(b"accept", b"")
+
+
+# the sign-in page's look (the studio's stylesheet is behind the token too)
+SIGN_IN_STYLE = ("body{font:16px/1.5 system-ui,sans-serif;margin:0;padding:1em;color:#1d2330;background:#f6f7f9}"
+                 "main{max-width:32em}.cause{color:#8f1d14}input,button{font:inherit;min-height:44px;"
+                 "box-sizing:border-box;max-width:100%}input{width:100%}button{padding:0 1.2em;border:1px solid "
+                 "#3d6bd6;background:#3d6bd6;color:#fff;border-radius:4px}")
+
+
+def sign_in_page(language: str, wrong: bool) -> str:
+    """The page a browser without the studio's token gets, in its language: what it needs, and a
+    field to paste the token into (sent as ``?token=``, which signs in and becomes a cookie)."""
+    said = [escape(text(language, "signin.wrong"))] if wrong else []
+    title = escape(text(language, "signin.title"))
+    return (f'<!doctype html><html lang="{HTML_LANG[language]}"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<title>{title}</title><style>{SIGN_IN_STYLE}</style></head><body><main><h1>{title}</h1>'
+            + "".join(f'<p class="cause">{line}</p>' for line in said)
+            + f'<p>{escape(text(language, "signin.need"))}</p><form method="get" action="/"><p><label>'
+            f'{escape(text(language, "signin.token"))} <input type="password" name="token" autocomplete="off" '
+            f'required minlength="{MIN_TOKEN_CHARS}"></label></p><p><button type="submit">'
+            f'{escape(text(language, "signin.go"))}</button></p></form></main></body></html>')
+
+
+async def _refuse_unsigned(send: Send, headers: Dict[bytes, bytes], cookies: Dict[str, str], wrong: bool,
+                           text_answer: str) -> None:
+    """401: a sign-in page in the browser's language for a browser, ``text_answer`` for anything else."""
+    if not _wants_page(headers):
+        await _answer(send, 401, text_answer)
+        return
+    language = choose_language(cookies.get(LANGUAGE_COOKIE, ""), headers.get(b"accept-language", b"").decode("latin-1"))
+    await _answer(send, 401, sign_in_page(language, wrong), [(b"content-type", b"text/html; charset=utf-8")])
 
 
 class Guard:
@@ -130,7 +171,7 @@ class Guard:
         given = query.get("token")
         if given is not None and scope["method"] == "GET":
             if not _same(given, self.token):
-                await _answer(send, 401, "wrong token")
+                await _refuse_unsigned(send, headers, cookies, True, "wrong token")
                 return None
             rest = urlencode([(k, v) for k, v in parse_qsl(scope["query_string"].decode("latin-1")) if k != "token"])
             location = scope["path"] + (f"?{rest}" if rest else "")
@@ -141,8 +182,8 @@ class Guard:
         bearer = headers.get(b"authorization", b"").decode("latin-1")
         presented = cookies.get(TOKEN_COOKIE) or (bearer[7:] if bearer.startswith("Bearer ") else "")
         if not presented or not _same(presented, self.token):
-            await _answer(send, 401, "this studio needs its token: open the address it printed at start "
-                                     "(…/?token=...), or send Authorization: Bearer TOKEN")
+            await _refuse_unsigned(send, headers, cookies, False, "this studio needs its token: open the address it "
+                                   "printed at start (…/?token=...), or send Authorization: Bearer TOKEN")
             return None
         # a header no browser adds by itself: such a request cannot be forged by another site
         return TOKEN_COOKIE not in cookies

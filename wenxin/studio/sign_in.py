@@ -47,25 +47,49 @@ def studio_urls(host: str, port: int) -> List[str]:
     return [f"http://{f'[{name}]' if ':' in name else name}:{port}/" for name in hosts]
 
 
-def qr_text(text: str) -> str:
-    """``text`` as a QR code in half-block characters, dark on a light terminal or light on a dark
-    one alike (the quiet zone is drawn), for a phone's camera to read off the screen."""
+# a half-block cell's colours (ANSI): the upper module is the foreground, the lower the background
+_FOREGROUND = {True: "30", False: "97"}  # dark: black; light: bright white
+_BACKGROUND = {True: "40", False: "107"}
+_QUIET_ZONE = 4  # modules of light margin around the code, as the standard asks
+
+
+def qr_modules(text: str) -> List[List[bool]]:
+    """The QR code of ``text`` as rows of modules (True: dark), with its quiet zone."""
     import qrcode
-    code = qrcode.QRCode(border=2, error_correction=qrcode.constants.ERROR_CORRECT_L)
+    code = qrcode.QRCode(border=_QUIET_ZONE, error_correction=qrcode.constants.ERROR_CORRECT_L)
     code.add_data(text)
     code.make(fit=True)
+    return [list(row) for row in code.get_matrix()]
+
+
+def qr_text(text: str, colours: bool = True) -> str:
+    """``text`` as a QR code for a phone's camera to read off the screen. With ``colours`` (a
+    terminal), every module is drawn in an explicit colour, black or white, two modules a
+    character (the upper half block), so the code reads the same on a light terminal and a dark
+    one; without (a log file), dark modules are full blocks on the page's own light ground."""
+    modules = qr_modules(text)
+    if len(modules) % 2:
+        modules.append([False] * len(modules[0]))
     out = io.StringIO()
-    code.print_ascii(out=out, invert=True)
+    for upper, lower in zip(modules[::2], modules[1::2]):
+        if colours:
+            out.write("".join(f"\x1b[{_FOREGROUND[a]};{_BACKGROUND[b]}m\u2580" for a, b in zip(upper, lower)))
+            out.write("\x1b[0m\n")
+        else:
+            out.write("".join({(True, True): "\u2588", (True, False): "\u2580", (False, True): "\u2584",
+                               (False, False): " "}[a, b] for a, b in zip(upper, lower)).rstrip() + "\n")
     return out.getvalue()
 
 
-def sign_in_text(root: str, urls: List[str], token_query: str) -> str:
+def sign_in_text(root: str, urls: List[str], token_query: str, code_query: str = "", colours: bool = True) -> str:
     """What ``wenxin studio`` prints on start: the first address to open, each other one on a line of
-    its own, and a QR code of the first of the machine's own addresses (a phone's way in)."""
+    its own (with ``token_query``: a token generated now, printed this once), and a QR code of the
+    first of the machine's own addresses with ``code_query`` (the token, whether chosen or made:
+    the phone's way in)."""
     lines = [f"wenxin studio over {root}: open {urls[0]}{token_query}"]
     lines += [f"  or {url}{token_query}" for url in urls[1:]]
     phone = [url for url in urls if not is_loopback(urlsplit(url).hostname or "")]
     if phone:
         lines.append(f"a phone's camera opens {phone[0]} from this code:")
-        lines.append(qr_text(phone[0] + token_query).rstrip("\n"))
+        lines.append(qr_text(phone[0] + (code_query or token_query), colours)[:-1])  # its light rows kept
     return "\n".join(lines)

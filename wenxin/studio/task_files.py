@@ -97,12 +97,16 @@ class TaskFiles:
 
     def task_status(self) -> Dict[str, Dict[str, Any]]:
         """For each task file: whether it loads as it is (``ready``), its problems, the inputs
-        missing, the preparation script that makes them, and a one-line description."""
+        missing, the preparation scripts that make them (``prepare`` now, ``then`` after it) or
+        the task file whose run writes them (``after``), and a one-line description."""
         from wenxin.config.loader import load_config
         from wenxin.config.task_check import resolve_task
         scripts = list(readiness.preparation_scripts(self.root, SKIPPED_DIRS))
+        tasks = self.list_files()["tasks"]
+        documents = {rel: self.parse(os.path.join(self.root, rel)) for rel in tasks}
+        outputs = {rel: readiness.output_folder(document) for rel, document in documents.items()}
         status: Dict[str, Dict[str, Any]] = {}
-        for rel in self.list_files()["tasks"]:
+        for rel in tasks:
             path = os.path.join(self.root, rel)
             problems: List[str] = []
             try:
@@ -110,9 +114,15 @@ class TaskFiles:
             except WenxinError as e:
                 problems = list(e.problems)
             missing = readiness.missing_inputs(problems)
+            makers, unmade = readiness.scripts_for(self.root, missing, scripts) if missing else ([], [])
+            # the first script to run now; the others after it (each run shows the next); the
+            # task file whose run writes what is missing; and what nothing here makes
             status[rel] = {"ready": not problems, "problems": problems[:8], "missing": missing,
-                           "prepare": readiness.script_for(self.root, missing, scripts) if missing else None,
-                           "description": readiness.describe(self.parse(path))}
+                           "others": readiness.other_problems(problems)[:8],
+                           "prepare": makers[0] if makers else None, "then": makers[1:], "unmade": unmade,
+                           "after": readiness.trained_by([m for m in missing if m["path"] in unmade],
+                                                         {t: o for t, o in outputs.items() if t != rel}),
+                           "description": readiness.describe(documents[rel])}
         return status
 
     def preview(self, rel: Any) -> Dict[str, Any]:

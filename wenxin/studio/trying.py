@@ -42,16 +42,27 @@ def exports(run_folder: str, index: Optional[Dict[str, Any]] = None) -> List[Dic
 
 def export_kind(model_dir: str) -> Dict[str, bool]:
     """What an export does, from its ``preprocess.json`` alone (nothing loaded): ``generates``
-    (step functions) and ``chat`` (its one field reads conversations)."""
+    (step functions), ``chat`` (its one field reads conversations) and ``max_new_tokens`` (the
+    longest answer the chat asks of it: the model's own limit, at most ``MAX_CHAT_TOKENS``)."""
     try:
         with open(os.path.join(model_dir, "preprocess.json"), encoding="utf-8") as f:
             meta = json.load(f)
     except (OSError, ValueError):
-        return {"generates": False, "chat": False}
+        return {"generates": False, "chat": False, "max_new_tokens": MAX_CHAT_TOKENS}
     fields = meta.get("fields") or []
     chat = len(fields) == 1 and isinstance(fields[0], dict) and \
         "ChatFieldReader" in json.dumps(fields[0].get("reader", fields[0]))
-    return {"generates": bool(meta.get("steps")), "chat": chat and bool(meta.get("steps"))}
+    generation = meta.get("generation") if isinstance(meta.get("generation"), dict) else {}
+    return {"generates": bool(meta.get("steps")), "chat": chat and bool(meta.get("steps")),
+            "max_new_tokens": answer_limit(generation.get("max_new_tokens_limit"))}
+
+
+def answer_limit(model_limit: Any) -> int:
+    """The most new tokens a chat answer may ask for: the model's limit (its positions and cache),
+    at most ``MAX_CHAT_TOKENS``."""
+    if isinstance(model_limit, int) and not isinstance(model_limit, bool) and model_limit > 0:
+        return min(model_limit, MAX_CHAT_TOKENS)
+    return MAX_CHAT_TOKENS
 
 
 class ModelShelf:
@@ -103,9 +114,9 @@ class ModelShelf:
             predictor = self._predictor(model_dir)
             default = predictor.decode_settings.strategy if predictor.decode_settings else "greedy"
             parsed = parse_chat_request({"stream": True, **request}, default, MAX_CHAT_MESSAGES)
-            wanted = parsed.overrides.get("max_new_tokens", 0)
-            if wanted > MAX_CHAT_TOKENS:
-                raise ChatRequestError(f"max_tokens: at most {MAX_CHAT_TOKENS} here", "max_tokens")
+            wanted, limit = parsed.overrides.get("max_new_tokens", 0), answer_limit(predictor.max_new_tokens_limit)
+            if wanted > limit:
+                raise ChatRequestError(f"max_tokens: at most {limit} for this model", "max_tokens")
             settings = predictor.settings_for(parsed.overrides)
 
             def before_step() -> None:

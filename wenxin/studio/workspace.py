@@ -131,7 +131,7 @@ class Studio:
             "eta_sec": latest.get("eta_sec") if fresh else None,
             # the outcome: the final dev and test metrics, CPU and wall time, speed
             "final": {tag: metric_values(records[tag]) for tag in ("dev", "test") if tag in records},
-            "cpu_seconds": run["cpu_seconds"], "steps_per_sec": latest.get("steps_per_sec"),
+            "cpu_seconds": run["cpu_seconds"], "steps_per_sec": latest.get("mean_steps_per_sec"),
             "command": display_command(run["kind"], run["task_path"], run["overrides"], run["folder"],
                                        run["sweep_path"])}
 

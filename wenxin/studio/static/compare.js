@@ -2,8 +2,9 @@
 
 async function comparePage(main, ids) {
   const data = await call("GET", "/api/runs");
+  data.runs = data.runs.filter(r => r.kind !== "prepare");  // a data-preparation job has no curves to compare
   const chosen = new Set(ids.split(",").filter(Boolean).map(Number));
-  const picker = el("p", {}, data.runs.map(r => el("label", {}, el("input", {type: "checkbox", value: r.id,
+  const picker = el("p", {class: "run-picker"}, data.runs.map(r => el("label", {}, el("input", {type: "checkbox", value: r.id,
     checked: chosen.has(r.id), onchange: e => {
       e.target.checked ? chosen.add(r.id) : chosen.delete(r.id);
       history.replaceState(null, "", `/compare?ids=${[...chosen].join(",")}`);
@@ -28,8 +29,11 @@ async function comparePage(main, ids) {
     const names = new Set(["train loss"]);
     for (const records of all) for (const r of records) if (r.tag === "dev")
       for (const [k, v] of Object.entries(r)) if (typeof v === "number" && !["step", "time", "epoch"].includes(k)) names.add(`dev ${k}`);
+    // a curve's name in the page's language (the metric's own name, acc or f1, stays as the run logs it)
+    const curveName = name => name === "train loss" ? t("compare.metric_train_loss")
+      : t("compare.metric_dev", {metric: name.slice(4)});
     const current = metricChoice.value || "train loss";
-    fill(metricChoice, ...[...names].map(n => el("option", {value: n, selected: n === current}, n)));
+    fill(metricChoice, ...[...names].map(n => el("option", {value: n, selected: n === current}, curveName(n))));
     const [tag, key] = (metricChoice.value || "train loss").split(" ");
     const steps = [...new Set(all.flatMap(records => records.filter(r => r.tag === tag && typeof r[key] === "number")
       .map(r => r.step)))].sort((a, b) => a - b);
@@ -38,7 +42,8 @@ async function comparePage(main, ids) {
       return steps.map(s => byStep.has(s) ? byStep.get(s) : null);
     });
     fill(chartBox);
-    if (runs.length) lineChart(chartBox, `${tag} ${key}`, runs.map(r => `#${r.id} ${r.name}`), 900).setData([steps, ...series]);
+    if (runs.length) lineChart(chartBox, curveName(`${tag} ${key}`), runs.map(r => `#${r.id} ${r.name}`), 900)
+      .setData([steps, ...series]);
     const details = await Promise.all(runs.map(r => call("GET", `/api/runs/${r.id}`)));
     fill(summary, runSummaryTable(details, all));
     const flat = details.map(d => flatten(d.config));
@@ -73,7 +78,6 @@ function runSummaryTable(details, records) {
   const head = ["run", "status", "progress", "best", "final_dev", "test", "wall", "speed"];
   return el("table", {id: "compare-summary", class: "cards"}, el("tr", {}, head.map(h => el("th", {}, t(`col.${h}`)))),
     details.map((run, i) => {
-      const train = lastRecord(records[i], "train");
       const wall = run.started ? (run.ended || Date.now() / 1000) - run.started : null;
       const cell = (key, ...content) => el("td", {"data-label": key ? t(`col.${key}`) : null}, ...content);
       return el("tr", {"data-run": run.id}, cell(null, `#${run.id} ${run.name}`), cell(null, badge(run.status)),
@@ -81,7 +85,7 @@ function runSummaryTable(details, records) {
         cell("best", run.best ? `${run.best.metric} ${formatNumber(run.best.value)} (${t("progress.step", {step: run.best.step})})` : ""),
         cell("final_dev", metricsText(lastRecord(records[i], "dev"))),
         cell("test", metricsText(lastRecord(records[i], "test"))), cell("wall", formatTime(wall)),
-        cell("speed", train && train.steps_per_sec ? formatNumber(train.steps_per_sec) : ""));
+        cell("speed", run.steps_per_sec ? formatNumber(run.steps_per_sec) : ""));
     }));
 }
 

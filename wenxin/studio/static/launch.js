@@ -16,12 +16,14 @@ async function launchPage(main, task) {
   }
   const inputs = {};
   const rows = form.fields.map(field => {
-    let input;
+    let input, shown;  // the control, and what holds it on the page
     if (field.control === "select") {
-      input = el("select", {name: field.key}, field.choices.map(c =>
-        el("option", {value: JSON.stringify(c), selected: c === field.value}, String(c))));
+      // a choice's words where the catalogue has them (graph mode: eager or static, not 1 or 0)
+      input = el("select", {name: field.key}, field.choices.map(c => el("option", {value: JSON.stringify(c),
+        selected: c === field.value}, MESSAGES[`choice.${field.key}.${c}`] || String(c))));
     } else if (field.control === "checkbox") {
       input = el("input", {type: "checkbox", name: field.key, checked: field.value});
+      shown = el("label", {class: "check"}, input);  // the label: a finger-sized place to tap
     } else if (field.control === "number") {
       input = el("input", {type: "number", name: field.key, value: field.value, min: field.min, max: field.max,
         step: field.step});
@@ -38,7 +40,7 @@ async function launchPage(main, task) {
     input.addEventListener("input", () => recheck());
     input.addEventListener("change", () => recheck());
     return el("tr", {"data-key": field.key}, el("th", {}, el("label", {}, label || field.key),
-      label ? el("div", {class: "key-path"}, field.key) : null), el("td", {}, input,
+      label ? el("div", {class: "key-path"}, field.key) : null), el("td", {}, shown || input,
         el("div", {class: "field-error", "data-error-for": field.key})),
       el("td", {class: "help"}, help || ""));
   });
@@ -130,11 +132,19 @@ async function chooseTask(main) {
         location.href = `/runs/${job.id}`;
       } catch (e) { showError(e); }
     }}, t("launch.prepare", {script: state.prepare})) : null;
+    // each missing input once; what makes it: a script to run now (and the ones after it), or the
+    // run of another task file (the pretraining example's model, which the ERNIE classifier continues)
+    const after = state.after ? el("div", {class: "help after"}, t("launch.after_before"),
+      el("a", {href: `/launch?task=${encodeURIComponent(state.after)}`}, state.after), t("launch.after_after")) : null;
+    const then = (state.then || []).length ? el("div", {class: "help then"},
+      t("launch.then", {scripts: state.then.join(", ")})) : null;
+    const unmade = (state.unmade || []).length && !after ? el("div", {class: "help"}, t("launch.no_script_for",
+      {paths: state.unmade.join(", ")})) : null;
     fill(box, state.description ? el("div", {class: "help"}, state.description) : null,
       state.ready ? el("span", {class: "status finished"}, t("launch.ready")) :
-        el("div", {class: "cause"}, state.missing.length ? state.missing.map(m => el("div", {}, t("launch.missing", {path: m.path})))
-          : state.problems.map(p => el("div", {}, p))),
-      state.ready ? null : (prepare || (state.missing.length ? el("div", {class: "help"}, t("launch.no_script")) : null)));
+        el("div", {class: "cause"}, state.missing.map(m => el("div", {}, t("launch.missing", {path: m.path}))),
+          (state.others || state.problems).map(p => el("div", {}, p))),
+      state.ready ? null : [prepare, then, after, unmade]);
   }
 }
 

@@ -2,25 +2,47 @@
 
 const CHART_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
+function tickText(value) {
+  // an axis label as short as the value allows: 5e-4 and 1.5e-4, not 5.000e-4 cut to ".000e-4"
+  if (typeof value !== "number" || value === 0) return String(value ?? "");
+  const size = Math.abs(value);
+  if (size >= 1e4 || size < 1e-3) return Number(value.toPrecision(3)).toExponential().replace("e+", "e");
+  return String(Number(value.toPrecision(4)));
+}
+
 function axisValues(u, ticks) {
-  return ticks.map(formatNumber);  // 1e-3, not "0.001, 0.001, 0, 0"
+  return ticks.map(tickText);
+}
+
+function axisSize(u, values) {
+  // wide enough for its longest label (uPlot cuts what does not fit)
+  return values ? 16 + 7 * Math.max(1, ...values.map(v => String(v).length)) : 40;
 }
 
 function lineChart(target, title, seriesNames, width) {
   // as wide as its container (a phone's screen, a desktop's column), and resized with it
-  const widthOf = () => Math.max(240, Math.min(width || 520, (target.clientWidth || width || 520) - 2));
+  const room = () => {  // the width inside the container's padding
+    const box = target.parentNode;
+    if (!box || !box.clientWidth) return target.clientWidth || width || 520;
+    const style = getComputedStyle(box);
+    return box.clientWidth - parseFloat(style.paddingLeft || 0) - parseFloat(style.paddingRight || 0);
+  };
+  const widthOf = () => Math.max(240, Math.min(width || 520, room() - 2));
   const opts = {title, width: widthOf(), height: 240, scales: {x: {time: false}},
-    axes: [{}, {values: axisValues, size: 60}],
-    series: [{label: "step"}].concat(seriesNames.map((n, i) => ({label: n, stroke: CHART_COLORS[i % 8], width: 1.5,
+    axes: [{}, {values: axisValues, size: axisSize}],
+    series: [{label: t("chart.step")}].concat(seriesNames.map((n, i) => ({label: n, stroke: CHART_COLORS[i % 8], width: 1.5,
       // points where there are few: one record draws no line, and must still show
       points: {show: u => u.data[0].length <= 40, size: 6}, spanGaps: true})))};
   const chart = new uPlot(opts, [[]].concat(seriesNames.map(() => [])), target);
-  if (window.ResizeObserver) {
-    new ResizeObserver(() => {
-      const w = widthOf();
-      if (Math.abs(w - chart.width) > 4) chart.setSize({width: w, height: 240});
-    }).observe(target);
-  }
+  // a turn of the phone, or a resized window: the chart follows its container's width (the box
+  // itself is as wide as the chart drawn in it, so the container is what is watched)
+  const resize = () => {
+    const w = widthOf();
+    if (Math.abs(w - chart.width) > 4) chart.setSize({width: w, height: 240});
+  };
+  if (window.ResizeObserver) new ResizeObserver(resize).observe(target.parentNode || target);
+  window.addEventListener("resize", resize);
+  window.addEventListener("orientationchange", resize);
   return chart;
 }
 
@@ -107,11 +129,16 @@ async function runPage(main, runId) {
   const smoothing = el("input", {type: "range", id: "smoothing", min: 0, max: 0.99, step: 0.01, value: 0,
     oninput: () => { curves.smoothing = Number(smoothing.value); smoothingValue.textContent = smoothing.value; curves.draw(); }});
   const smoothingValue = el("span", {}, "0");
-  main.append(head, use, actions, el("p", {class: "help"}, el("label", {}, t("chart.smoothing"), smoothing), " ",
-    smoothingValue), charts, side, el("h2", {}, t("run.log")), log, tryBox);
+  const smoothingRow = el("p", {class: "help", id: "smoothing-row"}, el("label", {}, t("chart.smoothing"), smoothing), " ",
+    smoothingValue);
+  main.append(head, use, actions, smoothingRow, charts, side, el("h2", {}, t("run.log")), log, tryBox);
   let offset = 0, logOffset = 0, lastStatus = null, lastHead = "", lastSide = "", lastUse = null;
+  let settled = false;  // its records, log and outcome read after it ended: only its status is asked again
   async function refresh() {
     const run = await call("GET", `/api/runs/${runId}`);
+    if (settled && run.status === lastStatus) return SETTLED_POLL_MS;
+    const preparing = run.kind === "prepare";  // a data-preparation job: no charts' smoothing, checkpoints, resume
+    document.body.dataset.kind = run.kind;
     const metrics = await call("GET", `/api/runs/${runId}/metrics?since=${offset}`);
     offset = metrics.next;
     curves.add(metrics.records);
@@ -127,6 +154,7 @@ async function runPage(main, runId) {
     if (run.status !== lastStatus) { renderActions(actions, run); lastStatus = run.status; }
     const sideKey = JSON.stringify([run.checkpoints, run.events, run.trackers, run.sweep]);
     if (sideKey !== lastSide) { renderSide(side, run); lastSide = sideKey; }
+    smoothingRow.hidden = preparing;
     const p = run.process;
     if (p && lastUse && p.time > lastUse.time) {  // CPU: the seconds it used between two readings
       const cpu = Math.max(0, Math.round(100 * (p.cpu_seconds - lastUse.cpu_seconds) / (p.time - lastUse.time)));
@@ -142,6 +170,8 @@ async function runPage(main, runId) {
     log.dataset.seen = "1";
     if (run.exported && !tryBox.dataset.ready) renderTry(tryBox, run);
     else if (tryBox.offerExports) tryBox.offerExports(run.exports);
+    settled = SETTLED.includes(run.status) && !run.process;
+    return settled ? SETTLED_POLL_MS : POLL_MS;
   }
   await poll(refresh);
 }
@@ -193,6 +223,13 @@ function renderActions(actions, run) {
     try { await handler(); } catch (e) { showError(e); }
   }}, label);
   const active = ["running", "restarting", "queued"].includes(run.status);
+  if (run.kind === "prepare") {  // a data-preparation job: stop it while it runs; once done, back to the tasks
+    fill(actions, active ? act(t("action.stop"), "stop", async () => {
+      await call("POST", `/api/runs/${run.id}/stop`); message(t("action.stop_asked"), "ok"); })
+      : el("a", {class: "button", id: "back-to-tasks", href: "/launch"},
+        t(run.status === "finished" ? "prepare.back_ready" : "prepare.back")));
+    return;
+  }
   fill(actions,
     active ? act(t("action.stop"), "stop", async () => { await call("POST", `/api/runs/${run.id}/stop`); message(t("action.stop_asked"), "ok"); })
       : act(t("action.resume"), "resume", async () => { await call("POST", `/api/runs/${run.id}/resume`); message(t("action.queued"), "ok"); }),
@@ -207,6 +244,12 @@ function renderActions(actions, run) {
 }
 
 function renderSide(side, run) {
+  if (run.kind === "prepare") {  // no checkpoints: what it did is its log and events
+    const events = run.events.map(e => el("li", {class: `event ${e.kind}`, "data-kind": e.kind},
+      `${formatDate(e.time)} · ${e.notice ? say(e.notice) : (MESSAGES[`event.${e.kind}`] || e.kind)}`));
+    fill(side, el("h2", {}, t("side.events")), el("ul", {id: "events"}, events));
+    return;
+  }
   const checkpoints = (run.checkpoints.checkpoints || []).map(c => el("tr", {}, el("td", {}, c.name),
     el("td", {}, c.kind), el("td", {}, String(c.step ?? "")), el("td", {}, formatNumber(c.metric))));
   // the event's kind and message in the page's language; a message that only repeats the kind is not said twice

@@ -25,7 +25,7 @@ async function runsPage(main) {
       }});
       const best = run.best ? `${run.best.metric} ${formatNumber(run.best.value)}` : "";
       table.append(el("tr", {"data-run": run.id, "data-status": run.status},
-        el("td", {}, box), el("td", {}, el("a", {href: `/runs/${run.id}`}, `#${run.id}`)),
+        el("td", {}, el("label", {class: "check"}, box)), el("td", {}, el("a", {href: `/runs/${run.id}`}, `#${run.id}`)),
         el("td", {}, run.name), el("td", {}, badge(run.status), run.cause ? el("div", {class: "cause"}, causeOf(run)) : null),
         el("td", {}, progressOf(run)),
         el("td", {"data-label": t("col.restarts")}, String(run.restarts)),

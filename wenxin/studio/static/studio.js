@@ -3,6 +3,8 @@
 "use strict";
 
 const POLL_MS = 2000;
+const SETTLED_POLL_MS = 30000;  // a finished, failed or stopped run: only its status, this often
+const SETTLED = ["finished", "failed", "stopped"];
 // the page's messages in its language (static/messages.json's, put in the page by the server)
 const MESSAGES = JSON.parse((document.getElementById("messages") || {}).textContent || "{}");
 
@@ -99,12 +101,16 @@ function settingsText(overrides) {
 }
 
 async function poll(refresh) {
+  // refresh() may answer how long to wait before it is called again (ms): a page of something that
+  // cannot change any more asks rarely
   let failures = 0;
   async function tick() {
     // a hidden tab asks nothing until it is shown again
     if (document.hidden) { document.addEventListener("visibilitychange", tick, {once: true}); return; }
-    try { await refresh(); failures = 0; } catch (e) { failures += 1; showError(e); }
-    setTimeout(tick, POLL_MS * Math.min(1 + failures, 5));
+    let wait = POLL_MS;
+    try { wait = (await refresh()) || POLL_MS; failures = 0; } catch (e) { failures += 1; showError(e); }
+    document.body.dataset.pollMs = String(wait);  // what the page chose (its tests read it)
+    setTimeout(tick, wait * Math.min(1 + failures, 5));
   }
   await tick();
 }

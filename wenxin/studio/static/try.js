@@ -57,7 +57,9 @@ function renderChat(box, run, choice, picker) {
   const number = (id, value, attrs) => el("input", {type: "number", id, value, ...attrs});
   const temperature = number("chat-temperature", "0", {min: 0, max: 2, step: 0.1});
   const topP = number("chat-top-p", "1", {min: 0.01, max: 1, step: 0.05});
-  const maxTokens = number("chat-max-tokens", "128", {min: 1, max: 2048, step: 1});
+  // the longest answer this model can give (its own limit), and no more
+  const tokenLimit = (run.export_kind && run.export_kind.max_new_tokens) || 2048;
+  const maxTokens = number("chat-max-tokens", String(Math.min(128, tokenLimit)), {min: 1, max: tokenLimit, step: 1});
   const stop = el("input", {type: "text", id: "chat-stop", placeholder: t("chat.stop_strings")});
   let controller = null;
   const send = el("button", {id: "chat-send", onclick: () => ask()}, t("chat.send"));
@@ -73,6 +75,12 @@ function renderChat(box, run, choice, picker) {
   async function ask() {
     const text = input.value.trim();
     if (!text || controller) return;
+    const wanted = Number(maxTokens.value);
+    if (!Number.isInteger(wanted) || wanted < 1 || wanted > tokenLimit) {  // said in the page's language
+      message(t("chat.max_tokens_range", {max: tokenLimit}), "error");
+      maxTokens.focus();
+      return;
+    }
     input.value = "";
     turns.push({role: "user", content: text});
     bubble("user", text);
@@ -114,9 +122,15 @@ function renderChat(box, run, choice, picker) {
       }
       turns.push({role: "assistant", content: said});
     } catch (e) {
-      if (e.name === "AbortError") { answer.textContent = said; answer.parentNode.dataset.done = "stopped";
-        turns.push({role: "assistant", content: said}); }
-      else { answer.textContent = said; answer.append(el("div", {class: "cause"}, String(e.message || e))); turns.pop(); }
+      if (e.name === "AbortError") {  // stopped by the reader: what it said so far, marked as cut short
+        answer.textContent = said; answer.parentNode.dataset.done = "stopped";
+        answer.append(el("div", {class: "stopped-mark"}, t("chat.stopped")));
+        turns.push({role: "assistant", content: said});
+      } else {
+        answer.textContent = said;
+        answer.append(el("div", {class: "cause"}, t("chat.failed", {error: String(e.message || e)})));
+        turns.pop();
+      }
     } finally {
       controller = null; send.disabled = false; halt.disabled = true;
     }
