@@ -11,7 +11,8 @@ corpus) in its own process:
 
     run   ``run_trainer.py`` until it logs training step 1 (then it is stopped): seconds from
           the process start, and the peak RSS of the process and its children (the cache's
-          workers) until then, sampled every 0.1 s. The model's memory is included: the example's
+          workers) until then, sampled every 0.1 s; with ``--train-steps N``, followed to step
+          N too, with its peak RSS while training. The model's memory is included: the example's
           character-trigram vocabulary grows with the corpus, and so do its embedding and Adam's
           moments. ``streamed`` runs (``streaming: true``, the vocabulary capped at 100,000 so
           that the model stays the same size) are followed to step ``--stream-steps``: their peak
@@ -156,6 +157,8 @@ def main() -> None:
     parser.add_argument("--what", nargs="+", default=["run", "read"], choices=["run", "read"])
     parser.add_argument("--work", default="/tmp/wenxin-data-scale")
     parser.add_argument("--stream-steps", type=int, default=300, help="streamed runs: peak RSS until this step")
+    parser.add_argument("--train-steps", type=int, default=1,
+                        help="the other runs: also the peak RSS from step 1 until this step (1: not followed)")
     parser.add_argument("--read-only", nargs=3, metavar=("CORPUS", "MODE", "CACHE_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.read_only:
@@ -174,8 +177,8 @@ def main() -> None:
                 if what == "run":
                     seconds, cpu, rss, training = run_to_first_step(
                         corpus, mode, cache_dir, os.path.join(args.work, f"run_{lines}_{mode}"),
-                        until=args.stream_steps if mode == "streamed" else 1)
-                    extra = f"{training:.0f}" if mode == "streamed" else ""
+                        until=args.stream_steps if mode == "streamed" else args.train_steps)
+                    extra = f"{training:.0f}" if mode == "streamed" or args.train_steps > 1 else ""
                 else:
                     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--read-only", corpus, mode, cache_dir],
                                          check=True, cwd=REPO,
@@ -191,8 +194,9 @@ def main() -> None:
                       f"{f', {other} {extra} MB' if extra else ''}"
                       f"{f', cached ids {ids:.0f} MB' if ids else ''}", flush=True)
     print(f"\n(streamed: peak RSS until step {args.stream_steps}, vocabulary capped at {STREAM_VOCAB:,}; "
+          f"{f'the others: while training, until step {args.train_steps}; ' if args.train_steps > 1 else ''}"
           f"{load_note()} at the end; CPU seconds: the run's processes, or the reader's and its converters)")
-    print("| lines | corpus | measured | reader | seconds | CPU seconds | peak RSS (MB) | streamed: while training / "
+    print("| lines | corpus | measured | reader | seconds | CPU seconds | peak RSS (MB) | while training / "
           "read: largest child (MB) | cached ids (MB) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for lines, size, what, mode, seconds, cpu, rss, extra, ids in rows:

@@ -305,3 +305,37 @@ def test_sampling_rate_and_ernie_fields_cache_as_they_convert(tmp_path):
         memory, cached = load(path, field_list, False, **options), load(path, field_list, True, **options)
         assert 120 < len(memory["train_reader"]) < 240
         assert_same_examples(memory["train_reader"], cached["train_reader"])
+
+
+def mapped_kb(folder):
+    """Resident KB of this process's mappings of the ``.data.npy`` files under ``folder``."""
+    total, current = 0, ""
+    with open("/proc/self/smaps", encoding="utf-8") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 5 and "-" in parts[0] and ":" not in parts[0]:
+                current = parts[5] if len(parts) > 5 else ""
+            elif line.startswith("Rss:") and current.startswith(folder) and current.endswith(".data.npy"):
+                total += int(parts[1])
+    return total
+
+
+@pytest.mark.skipif(not (os.path.exists("/proc/self/smaps") and hasattr(os, "pread")), reason="Linux's pread and smaps")
+def test_values_read_at_random_leave_the_entry_unmapped(tmp_path):
+    """Issue 67: read at random through the memory map, a shuffled epoch mapped its whole entry
+    into the trainer (the kernel maps a fault's neighbours too: 734 MB at 1M lines). Values are
+    read with pread instead, equal to the map's, and nothing of the entry stays mapped."""
+    train = write_tsv(str(tmp_path / "train.tsv"), make_sentences(20000, seed=1))
+    examples = load(train, fields(), True)["train_reader"].examples
+    folder = examples.folder
+    size_kb = sum(os.path.getsize(p) for p in glob.glob(os.path.join(folder, "*.data.npy"))) // 1024
+    assert size_kb > 500
+    order = np.random.default_rng(0).permutation(len(examples))
+    read = [examples[int(i)] for i in order]
+    assert mapped_kb(folder) < size_kb // 10, (mapped_kb(folder), size_kb)
+    mapped = CachedExamples.open(folder)
+    mapped._files.clear()  # slices of the map, as before
+    for i, example in zip(order, read):
+        got = mapped[int(i)]
+        assert len(got) == len(example) and all(np.array_equal(a, b) for a, b in zip(got, example))
+    assert mapped_kb(folder) > size_kb // 2  # what the map's reads left behind

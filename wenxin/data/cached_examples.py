@@ -24,6 +24,9 @@ class CacheUnavailable(WenxinError):
     with ``cache: auto`` the reader then converts in memory."""
 
 
+_PREAD = hasattr(os, "pread")  # where the system has it (not Windows): values read without mapping them
+
+
 def _open_array(path: str) -> np.ndarray:
     """A read-only memory map of a saved array (a plain array when it is empty: there is nothing
     to map)."""
@@ -113,12 +116,16 @@ class CachedExamples(collections.abc.Sequence):
         self.size: int = meta["examples"]
         self.lengths = _open_array(os.path.join(folder, "lengths.npy"))
         self._arrays: List[Tuple[np.ndarray, Optional[np.ndarray]]] = []
+        self._files: Dict[int, Tuple[Any, int]] = {}  # ragged slot -> its data file and where its values start
         for k, slot in enumerate(self.slots):
             if slot["kind"] == "scalar":
                 self._arrays.append((_open_array(os.path.join(folder, f"s{k}.npy")), None))
             else:
-                self._arrays.append((_open_array(os.path.join(folder, f"s{k}.data.npy")),
-                                     _open_array(os.path.join(folder, f"s{k}.offsets.npy"))))
+                data_path = os.path.join(folder, f"s{k}.data.npy")
+                self._arrays.append((_open_array(data_path), _open_array(os.path.join(folder, f"s{k}.offsets.npy"))))
+                if _PREAD and self._arrays[-1][0].size:
+                    start = np.load(data_path, mmap_mode="r").offset  # the .npy header's length
+                    self._files[k] = (open(data_path, "rb", buffering=0), start)  # noqa: SIM115 (closed with the object)
         first = 0
         self._field_slots: List[range] = []  # each field's slots
         for spec in self.specs:
@@ -140,7 +147,17 @@ class CachedExamples(collections.abc.Sequence):
         data, offsets = self._arrays[k]
         if offsets is None:
             return data[i]
-        return data[offsets[i]:offsets[i + 1]]
+        start, end = int(offsets[i]), int(offsets[i + 1])
+        read = self._files.get(k)
+        if read is None:
+            return data[start:end]
+        # read, not mapped: a value read at random through the map brought its neighbours' pages
+        # into the process too (the kernel maps what is around a fault), and a shuffled epoch
+        # over a 1M-line entry made the trainer's memory grow by all 734 MB of its ids
+        # (benchmarks/data_scale.py); read with pread, nothing stays in the process
+        file, first = read
+        size = data.itemsize
+        return np.frombuffer(os.pread(file.fileno(), (end - start) * size, first + start * size), dtype=data.dtype)
 
     def value(self, col: int, i: int) -> Any:
         """The value of the field at position ``col`` of example ``i``."""

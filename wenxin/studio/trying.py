@@ -40,7 +40,7 @@ def exports(run_folder: str, index: Optional[Dict[str, Any]] = None) -> List[Dic
     return found
 
 
-def export_kind(model_dir: str) -> Dict[str, bool]:
+def export_kind(model_dir: str) -> Dict[str, Any]:
     """What an export does, from its ``preprocess.json`` alone (nothing loaded): ``generates``
     (step functions), ``chat`` (its one field reads conversations) and ``max_new_tokens`` (the
     longest answer the chat asks of it: the model's own limit, at most ``MAX_CHAT_TOKENS``)."""
