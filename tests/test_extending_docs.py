@@ -19,15 +19,22 @@ GOOD, BAD = ["good", "great", "lovely", "excellent"], ["bad", "awful", "poor", "
 NEUTRAL = ["the", "book", "plot", "was", "really", "and", "a", "story", "movie", "it"]
 
 
-def reviews(n, seed):
+def reviews_of(n, seed, good, bad, neutral, lengths, finish):
+    """``n`` (text, label) rows: neutral words and one good (label 1) or bad (0) word, shuffled,
+    made a text by ``finish(words, rng)``."""
     rng = random.Random(seed)
     rows = []
     for _ in range(n):
         label = rng.randint(0, 1)
-        words = [rng.choice(NEUTRAL) for _ in range(rng.randint(3, 8))] + [rng.choice(GOOD if label else BAD)]
+        words = [rng.choice(neutral) for _ in range(rng.randint(*lengths))] + [rng.choice(good if label else bad)]
         rng.shuffle(words)
-        rows.append((" ".join(words).capitalize() + rng.choice(["!", ".", "..."]), label))
+        rows.append((finish(words, rng), label))
     return rows
+
+
+def reviews(n, seed):
+    return reviews_of(n, seed, GOOD, BAD, NEUTRAL, (3, 8),
+                      lambda words, rng: " ".join(words).capitalize() + rng.choice(["!", ".", "..."]))
 
 
 def run(args, cwd, code=None):

@@ -1,28 +1,20 @@
 """docs/quickstart.zh.md's walk-through of a task of one's own (section 6), as the page writes it:
 its three files are written out, and its two commands train the task and predict with it."""
 import os
-import random
 import re
 import subprocess
 import sys
 
 from conftest import REPO, write_tsv
+from test_extending_docs import FILE_BLOCK, reviews_of
 
 PAGE = os.path.join(REPO, "docs", "quickstart.zh.md")
-FILE_BLOCK = re.compile(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", re.S)
 GOOD, BAD = ["很好", "满意", "喜欢", "推荐", "不错", "好看"], ["太差", "失望", "难用", "退货", "糟糕", "不推荐"]
 NEUTRAL = ["质量", "这本书", "包装", "快递", "价格", "东西", "买了", "觉得", "真的", "，"]
 
 
 def reviews(n, seed):
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        label = rng.randint(0, 1)
-        words = [rng.choice(NEUTRAL) for _ in range(rng.randint(2, 5))] + [rng.choice(GOOD if label else BAD)]
-        rng.shuffle(words)
-        rows.append(("".join(words), label))
-    return rows
+    return reviews_of(n, seed, GOOD, BAD, NEUTRAL, (2, 5), lambda words, rng: "".join(words))
 
 
 def test_the_chinese_walk_through_of_a_new_task_runs_as_written(tmp_path):

@@ -72,6 +72,19 @@ def test_an_earlier_export_of_the_same_kind_is_replaced(tmp_path):
     assert version_of(str(empty)) == "new"
 
 
+def test_temporaries_a_killed_writer_of_the_kind_left_do_not_make_it_foreign(tmp_path):
+    """A writer killed while it sealed (``manifest.json.tmp``) or added a file afterwards
+    (``.model.onnx.tmp`` of an ONNX conversion) left its own temporary: the folder is still its
+    own. A ``.tmp`` file of any other name is not."""
+    final = tmp_path / "out"
+    write_export(str(final), "old", kind="inference")
+    (final / "manifest.json.tmp").write_text("half a manifest")
+    (final / ".model.onnx.tmp").write_text("half a model")
+    assert owned_folders.foreign_content(str(final), "inference") is None
+    (final / "notes.tmp").write_text("the user's")
+    assert "holds notes.tmp" in owned_folders.foreign_content(str(final), "inference")
+
+
 def test_an_older_wenxins_export_without_a_kind_is_known_by_its_files(tmp_path):
     final = str(tmp_path / "out")
     write_export(final, "old")

@@ -57,6 +57,9 @@ def legacy_kind(files: Dict[str, Any]) -> Optional[str]:
 KIND_NAMES = {"checkpoint": "a checkpoint", "inference": "an inference export (wenxin export)",
               "pretrained": "a model folder export (wenxin export --format pt)"}
 WRITTEN = {"inference": "inference model", "pretrained": "model folder"}  # what a writer of each kind writes
+# files a writer of the kind adds to its sealed folder afterwards, through a temporary of its own
+# (``wenxin export --format onnx`` writes ``.model.onnx.tmp``, then seals again)
+ADDED_LATER = {"inference": ("model.onnx",)}
 
 
 def _sealed_files(folder: str) -> Optional[Dict[str, Any]]:
@@ -71,13 +74,24 @@ def _sealed_files(folder: str) -> Optional[Dict[str, Any]]:
     return sealed
 
 
+def _kind_in(sealed: Dict[str, Any]) -> Optional[str]:
+    recorded = sealed.get(KIND_KEY)
+    return recorded if isinstance(recorded, str) else legacy_kind(sealed["files"])
+
+
 def kind_of(folder: str) -> Optional[str]:
     """The kind of writer that sealed ``folder`` (recorded, or told from an older manifest's files)."""
     sealed = _sealed_files(folder)
-    if sealed is None:
-        return None
-    recorded = sealed.get(KIND_KEY)
-    return recorded if isinstance(recorded, str) else legacy_kind(sealed["files"])
+    return None if sealed is None else _kind_in(sealed)
+
+
+def _own_temporary(rel: str, listed: Dict[str, Any], kind: str) -> bool:
+    """A temporary a writer of ``kind`` left when it was killed: ``X.tmp`` or ``.X.tmp`` beside X,
+    where X is the manifest, a file it lists, or one the kind adds later (``ADDED_LATER``)."""
+    if not rel.endswith(".tmp") or "/" in rel:
+        return False
+    stem = rel[:-len(".tmp")].lstrip(".")
+    return stem == MANIFEST_FILE or stem in listed or stem in ADDED_LATER.get(kind, ())
 
 
 def _all_files(folder: str) -> Dict[str, int]:
@@ -109,14 +123,14 @@ def foreign_content(final: str, kind: str) -> Optional[str]:
     if not present and not os.listdir(final):
         return None
     sealed = _sealed_files(final)
-    found = kind_of(final)
+    found = None if sealed is None else _kind_in(sealed)
     if sealed is None or found is None:
         return "exists and is not an earlier export (it holds no export manifest)"
     if found != kind:
         return f"holds {KIND_NAMES.get(found, f'a folder of another kind ({found})')}, not {KIND_NAMES[kind]}"
     present.pop(MANIFEST_FILE, None)
     listed = sealed["files"]
-    extra = sorted(set(present) - set(listed))
+    extra = sorted(rel for rel in set(present) - set(listed) if not _own_temporary(rel, listed, kind))
     if extra:
         return f"holds {extra[0]}, which the earlier export did not write"
     changed = sorted(rel for rel, entry in listed.items()
