@@ -143,7 +143,7 @@ def test_long_conversations_keep_their_first_turns_and_bad_lines_name_file_and_l
 def test_a_missing_model_dir_is_one_error_naming_the_key(tmp_path, sft_data):
     config = sft_config(sft_data, str(tmp_path / "out"))
     config["dataset_reader"]["train_reader"]["fields"][0]["model_dir"] = str(tmp_path / "nowhere")
-    with pytest.raises(ConfigError, match=r"train_reader.fields\[0\].model_dir: .*no tokenizer.model"):
+    with pytest.raises(ConfigError, match=r"train_reader.fields\[0\].model_dir: folder not found: .*nowhere; download the model"):
         build(config, tmp_path)
 
 

@@ -133,8 +133,8 @@ def test_gpu_place_on_a_cpu_build_is_one_line(tmp_path, data_dir):
                            write_config(str(tmp_path / "task.json"), config)], capture_output=True, text=True,
                           cwd=str(tmp_path), timeout=300, env={**os.environ, "PYTHONPATH": REPO})
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert without_log(proc.stderr)[0].startswith(
-        "error: trainer.environment.PADDLE_PLACE_TYPE: 'gpu', but the installed Paddle (paddlepaddle")
+    assert without_log(proc.stderr)[0].startswith(  # found before Paddle loads, named as the file writes it
+        "error: trainer.PADDLE_PLACE_TYPE: 'gpu', but the installed Paddle (paddlepaddle")
     assert "is a CPU build: install paddlepaddle-gpu 3.x from Paddle's package index" in proc.stderr
     assert main is not None
 
