@@ -476,6 +476,9 @@ def test_the_studio_on_a_phone_in_chinese_and_a_desktop_in_english_issue_67(tmp_
         missing = [line for line in recipe.text.splitlines() if line.startswith("缺少")]
         assert missing.count("缺少：./models/ERNIE-4.5-0.3B-PT") == 1, recipe.text  # once, not once a key
         assert "prepare_chat_data.py" in recipe.text and "没有能生成 ./models/ERNIE-4.5-0.3B-PT" in recipe.text
+        from wenxin.common.paddle_support import installed_builds
+        if [name for name, _ in installed_builds()] == ["paddlepaddle"]:  # a GPU asked of a CPU build: said too
+            assert "PADDLE_PLACE_TYPE: 'gpu', but the installed Paddle" in recipe.text, recipe.text
         distillation = state["examples/distillation_student_bow.json"].text
         assert "准备数据：python examples/prepare_sentiment_data.py" in distillation
         assert "之后再运行：examples/prepare_distillation_data.py" in distillation, distillation

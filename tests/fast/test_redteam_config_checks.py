@@ -86,6 +86,10 @@ def test_a_device_or_a_sweep_file_given_as_the_task_file_says_what_it_is(tmp_pat
     sweep = os.path.join(REPO, "examples", "sweep_text_classification_bow.yaml")
     assert_one_error_block(*run_cli(sweep, capsys), f"{sweep}: a sweep file (its parameters say which keys to "
                                                     f"vary), not a task file: run it with wenxin sweep")
+    from wenxin.cli import main
+    code = main(["inspect", "--param_path", sweep])
+    captured = capsys.readouterr()
+    assert_one_error_block(code, captured.out, captured.err, "a sweep file (its parameters say which keys to vary)")
 
 
 def test_overrides_too_deep_are_one_error(tmp_path, data_dir, capsys):
