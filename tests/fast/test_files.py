@@ -39,14 +39,14 @@ def test_a_file_opened_atomically_appears_whole_or_not_at_all(tmp_path):
 
 def test_predict_input_is_a_file_or_a_pipe_not_a_device_or_a_folder(tmp_path):
     """``wenxin predict --input /dev/zero`` said "file not found" (and reading it would never end)."""
-    from wenxin.cli import _read_input
+    from wenxin.cli_handlers import read_input
     from wenxin.common.errors import DataError
     with pytest.raises(DataError, match=r"--input: /dev/zero is a device; give a file of one input a line"):
-        _read_input("/dev/zero")
+        read_input("/dev/zero")
     with pytest.raises(DataError, match=rf"--input: {tmp_path} is a folder"):
-        _read_input(str(tmp_path))
+        read_input(str(tmp_path))
     with pytest.raises(DataError, match=r"--input: file not found: .*missing"):
-        _read_input(str(tmp_path / "missing"))
+        read_input(str(tmp_path / "missing"))
     pipe = str(tmp_path / "pipe")
     os.mkfifo(pipe)
     def write() -> None:
@@ -54,5 +54,5 @@ def test_predict_input_is_a_file_or_a_pipe_not_a_device_or_a_folder(tmp_path):
             f.write("甲\n乙\n")
     writer = threading.Thread(target=write)
     writer.start()
-    assert _read_input(pipe) == ["甲", "乙"]  # --input <(command)
+    assert read_input(pipe) == ["甲", "乙"]  # --input <(command)
     writer.join()

