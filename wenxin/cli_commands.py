@@ -4,11 +4,12 @@ docs/commands.md are built from these rows."""
 from __future__ import annotations
 
 import argparse
-from typing import Tuple
+from typing import List, Optional, Tuple
 
 from wenxin import cli_handlers as run
-from wenxin.cli_table import Arg, Command, CommandTable, arg
+from wenxin.cli_table import Arg, Command, CommandTable, arg, replace_docs_table
 from wenxin.common.constants import ONEDNN_SETTINGS
+from wenxin.common.files import write_text_atomically
 
 EXIT_CODES_HELP = ("exit status: 0 done, 2 usage, task-file or installation error, 3 data error, 4 checkpoint error, "
                    "75 stopped by a signal after saving a checkpoint (resume with trainer.checkpoints.resume=auto), "
@@ -19,7 +20,10 @@ TASK_HELP = ("a task package to import first (a task file's \"task\"), for a mod
              "tokenizers or field readers; nothing is imported unless named")
 ONEDNN_HELP = ("the Paddle backend's oneDNN; auto: the exported model's rule (e.g. CNN, transformer and ERNIE "
                "models from 8 rows a batch, BoW never), logged and shown by /health")
-MODEL_DIR_HELP = "an exported folder, or a checkpoint folder that holds one (inference/)"
+MODEL_DIR_HELP = ("an exported folder, a checkpoint folder that holds one (inference/), or a model folder (ERNIE "
+                  "4.5: Baidu's -PT or ERNIEKit's -Paddle layout, or wenxin export --format pt's)")
+GRAPH_MODE_ARG = arg("--graph_mode", choices=["dynamic", "static"], default="dynamic",
+                     help="a model folder: the graph its decode step programs are built in (once, then cached)")
 
 
 def port(text: str) -> int:
@@ -57,6 +61,7 @@ BACKEND_ARGS: Tuple[Arg, ...] = (
 )
 SERVE_ARGS: Tuple[Arg, ...] = (
     arg("--model_dir", required=True, help=MODEL_DIR_HELP, synopsis="--model_dir M"),
+    GRAPH_MODE_ARG,
     arg("--host", default="127.0.0.1", help="bind address (default: loopback only; any other needs --api_key)",
         synopsis="[--host H --api_key K]"),
     arg("--api_key", default=None, help="what clients send as Authorization: Bearer KEY (default: $WENXIN_API_KEY; "
@@ -105,13 +110,26 @@ SERVE_ARGS: Tuple[Arg, ...] = (
 COMMANDS = (
     Command("train", "train (and evaluate) a task", run.train_command, TASK_ARGS, paddle=True, task_file=True,
             doc="train and evaluate (`python run_trainer.py ...` is the same)"),
-    Command("evaluate", "score a checkpoint on the task file's dev and test data", run.evaluate_command, (
-        *TASK_ARGS,
-        arg("--checkpoint", required=True, help="checkpoint folder or params file", synopsis="--checkpoint C"),
+    Command("evaluate", "score a checkpoint on the task file's dev and test data, or a model folder on a file of "
+                        "conversations", run.evaluate_command, (
+        arg("--param_path", default="", help="task file (JSON or YAML)", synopsis="--param_path T"),
+        TASK_ARGS[1],
+        arg("--checkpoint", default="", help="checkpoint folder or params file", synopsis="--checkpoint C"),
         arg("--reader", action="append", default=[], choices=["dev", "test"], synopsis="[--reader dev|test]",
             help="evaluate only this reader (repeatable; default: every one configured)"),
-    ), paddle=True, task_file=True, checks=(run.check_checkpoint,),
-        doc="score a checkpoint on the task file's dev and test data; prints the metrics as JSON"),
+        arg("--model_dir", default="", help="instead of a task's checkpoint: a model folder (ERNIE 4.5), evaluated "
+                                            "as it is (no training)"),
+        arg("--data", default="", help="with --model_dir: conversations, one JSON object a line (ERNIEKit's SFT "
+                                       "format, or alpaca's)"),
+        arg("--batch_size", type=int, default=8, help="with --model_dir: conversations in one batch"),
+        arg("--max_seq_len", type=int, default=2048,
+            help="with --model_dir: a conversation's tokens (its first turns that fit are scored)"),
+        GRAPH_MODE_ARG,
+    ), paddle=True, task_file=True, checks=(run.check_evaluated, run.check_checkpoint),
+        doc="score a checkpoint on the task file's dev and test data; prints the metrics as JSON",
+        doc_rows=(("wenxin evaluate --model_dir F --data FILE [--batch_size N --max_seq_len N]",
+                   "score a model folder as it is (no training) on a file of conversations: loss, perplexity "
+                   "(`ppl`) and token accuracy, as JSON ([chat](chat.md#a-model-folder-is-a-model))"),)),
     Command("predict", "predict raw text with an exported model (or a checkpoint's)", run.predict_command, (
         arg("--model_dir", required=True, help=MODEL_DIR_HELP, synopsis="--model_dir M"),
         arg("--text", action="append", default=[], synopsis="[--text S ...]",
@@ -121,6 +139,7 @@ COMMANDS = (
         *BACKEND_ARGS,
         arg("--stream", action="store_true", synopsis="[--stream]",
             help="generation models: print each answer as its tokens are chosen (one input at a time)"),
+        GRAPH_MODE_ARG,
     ), paddle=True, checks=(run.check_model_dir,),
         doc="predict raw text (or stdin) with an exported model, or the one in a checkpoint folder; prints each "
             "input, a tab, and the result (`--stream`: a generation model's answer as its tokens are chosen)"),
@@ -141,6 +160,24 @@ COMMANDS = (
                    "[--max_shard_mb N] [--output D]",
                    "an ERNIE 4.5 chat model as the `-PT` model folder other runtimes load (safetensors shards, "
                    "config, tokenizer; LoRA merged) ([chat](chat.md#the-model-folder-other-runtimes-load))"),)),
+    Command("chat", "a conversation with a chat model in the terminal: streamed answers, history, /reset, /exit",
+            run.chat_command, (
+                arg("model", help="a model folder (ERNIE 4.5), an exported chat model, or a checkpoint folder holding "
+                                  "one", synopsis="F"),
+                arg("--system", default="", help="the system prompt", synopsis="[--system S]"),
+                arg("--temperature", type=float, default=None, synopsis="[--temperature T --top_p P --top_k K]",
+                    help="sampling's temperature (0: greedy; default: the model's generation_config.json)"),
+                arg("--top_p", type=float, default=None, help="sampling: the smallest set of tokens this likely"),
+                arg("--top_k", type=int, default=None, help="sampling: the k likeliest tokens (0: all)"),
+                arg("--seed", type=int, default=None, help="sampling's seed (the same seed, the same answers)"),
+                arg("--max_new_tokens", type=int, default=None, synopsis="[--max_new_tokens N]",
+                    help="an answer's tokens at most (default: the model's)"),
+                arg("--num_threads", type=int, default=1, help="CPU math threads"),
+                GRAPH_MODE_ARG,
+            ), paddle=True, checks=(run.check_chat_model,),
+            doc="talk with a chat model in the terminal: answers stream, the conversation is kept (fitted to the "
+                "model's prompt length as the service fits it), `/reset`, `/system TEXT`, `/exit`; Ctrl-C ends an "
+                "answer, not the session ([chat](chat.md#chat-in-the-terminal))"),
     Command("infer", "predict raw text files with an exported model (an infer task file)", run.infer_command,
             TASK_ARGS, paddle=True,
             doc="predict files with an infer task file (`python run_infer.py ...` is the same)"),
@@ -251,9 +288,34 @@ COMMANDS = (
                  "10,30,60; 0: at once)"),
     ), doc="a web page to launch, watch, compare, stop, resume and restart runs of the task files under a root "
            "folder; needs `wenxin[studio]` ([the studio](studio.md))"),
+    Command("cache", "list what wenxin's cache holds (model folders' decode step programs), or clear it",
+            run.cache_command, (arg("--clear", action="store_true", help="delete everything it holds",
+                                    synopsis="[--clear]"),),
+            doc="list the decode step programs built for model folders (in `$WENXIN_CACHE`, else "
+                "`~/.cache/wenxin`), or delete them ([chat](chat.md#a-model-folder-is-a-model))"),
     Command("examples", "copy the example task files and data scripts into DIR/examples", run.examples_command, (
         arg("folder", nargs="?", default=".", help="target folder (default: the working folder)", synopsis="[DIR]"),
     ), doc="copy the example task files and data scripts into `DIR/examples`"),
 )
 TABLE = CommandTable(COMMANDS)
 DOCS_EXTRA_ROWS = (("wenxin --version", "wenxin's version and the installed Paddle build"),)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m wenxin.cli_commands [docs/commands.md]``: write the command table into the docs
+    (default: print it)."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("docs", nargs="?", default="")
+    docs = parser.parse_args(argv).docs
+    table = TABLE.markdown(DOCS_EXTRA_ROWS)
+    if not docs:
+        print(table)
+        return 0
+    with open(docs, encoding="utf-8") as f:
+        text = replace_docs_table(f.read(), table)  # before the file is opened for writing
+    write_text_atomically(docs, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,7 +9,7 @@ import os
 import signal
 import stat
 import sys
-from typing import Any, List
+from typing import Any, Dict, List
 
 from wenxin.common.errors import EXIT_CONFIG, EXIT_OK, EXIT_PREEMPTED, CheckpointError, ConfigError, DataError, \
     InstallError
@@ -21,6 +21,8 @@ def check_task_file(args: argparse.Namespace) -> None:
     package, so most config errors come at once, and say what is starting."""
     from wenxin.config.loader import load_config
     from wenxin.common.logs import setup_logging
+    if not args.param_path:  # evaluate of a model folder: no task file
+        return
     config = load_config(args.param_path, args.overrides, with_task=False)
     setup_logging()
     output = f", output {config['trainer']['output_path']}" if args.command == "train" else ""
@@ -29,11 +31,43 @@ def check_task_file(args: argparse.Namespace) -> None:
 
 
 def check_model_dir(args: argparse.Namespace) -> None:
-    """A model folder that is not there is an error in a moment, not after Paddle's import (28 s
-    on a busy machine)."""
-    from wenxin.data.export_bundle import inference_folder
+    """A model that is not there, or not a model, is an error in a moment, not after Paddle's
+    import (28 s on a busy machine): an export (or a checkpoint holding one), or a model folder."""
+    from wenxin.model_folders import model_source
     if args.model_dir:
-        inference_folder(args.model_dir)
+        model_source(args.model_dir)
+
+
+def check_chat_model(args: argparse.Namespace) -> None:
+    from wenxin.model_folders import model_source
+    model_source(args.model, "wenxin chat")
+
+
+def model_export(args: argparse.Namespace) -> str:
+    """``--model_dir``'s inference export: the folder itself or its checkpoint's, or a model
+    folder's, built on first use and cached (``wenxin.model_folders``)."""
+    from wenxin.data.export_bundle import inference_folder
+    from wenxin.model_folders import FolderSettings, export_of_folder, model_source
+    if model_source(args.model_dir) == "folder":
+        return export_of_folder(args.model_dir, FolderSettings(graph_mode=args.graph_mode))
+    return inference_folder(args.model_dir)
+
+
+def check_evaluated(args: argparse.Namespace) -> None:
+    """``evaluate`` scores a checkpoint (``--param_path`` and ``--checkpoint``) or a model folder
+    (``--model_dir`` and ``--data``): one of the two, whole."""
+    task, folder = (args.param_path, args.checkpoint), (args.model_dir, args.data)
+    if any(task) and any(folder) or not (all(task) or all(folder)):
+        raise ConfigError("evaluate: give --param_path and --checkpoint (a checkpoint of a task), or --model_dir and "
+                          "--data (a model folder, on a file of conversations)")
+    if all(folder):
+        from wenxin.model_folders import check_model_folder, is_model_folder
+        if not is_model_folder(args.model_dir):
+            raise ConfigError(f"--model_dir: {args.model_dir} is not a model folder (an ERNIE 4.5 config.json); a "
+                              f"checkpoint is evaluated with --param_path TASK_FILE --checkpoint CHECKPOINT")
+        check_model_folder(args.model_dir)
+        if not os.path.isfile(args.data):
+            raise DataError(f"--data: file not found: {args.data}")
 
 
 def check_checkpoint(args: argparse.Namespace) -> None:
@@ -57,19 +91,23 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
+    if args.model_dir:
+        from wenxin.model_folders import FolderSettings, evaluate_folder
+        print(json.dumps(evaluate_folder(args.model_dir, args.data, FolderSettings(graph_mode=args.graph_mode),
+                                         args.batch_size, args.max_seq_len)))
+        return EXIT_OK
     from wenxin.runner import evaluate
     print(json.dumps(evaluate(args.param_path, args.checkpoint, args.reader, args.overrides)))
     return EXIT_OK
 
 
 def predict_command(args: argparse.Namespace) -> int:
-    from wenxin.data.export_bundle import inference_folder
     if args.text and args.input:
         raise ConfigError("--text and --input: give one of them")
-    folder = inference_folder(args.model_dir)  # a wrong folder or input is found before Paddle loads
     lines = list(args.text)
     if not lines:
         lines = read_input(args.input)
+    folder = model_export(args)
     from wenxin.inference.predictor import Predictor
     predictor = Predictor(folder, backend=args.backend, onednn=args.onednn, task=args.task)
     rows = [line.split("\t") for line in lines]
@@ -119,6 +157,46 @@ def read_input(path: str) -> List[str]:
     return lines
 
 
+def chat_command(args: argparse.Namespace) -> int:
+    """A conversation in the terminal with ``args.model`` (``wenxin.inference.terminal_chat``)."""
+    from wenxin.inference.generator import Generator
+    from wenxin.inference.predictor import Predictor
+    from wenxin.inference.terminal_chat import TerminalChat
+    args.model_dir = args.model
+    predictor = Predictor(model_export(args), num_threads=max(args.num_threads, 1))
+    if predictor.decode_settings is None or predictor.meta.get("result_format") != "chat":
+        raise ConfigError(f"{args.model}: not a chat model (wenxin chat talks with ERNIE 4.5 chat models; predict "
+                          f"with this one: wenxin predict --model_dir {args.model})")
+    changes: Dict[str, Any] = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
+    sampling = {k: v for k, v in (("temperature", args.temperature), ("top_p", args.top_p), ("top_k", args.top_k))
+                if v is not None}
+    if args.temperature == 0:
+        changes["strategy"] = "greedy"
+    elif sampling:
+        changes.update(strategy="sample", **sampling)
+    if args.seed is not None:
+        changes["seed"] = args.seed
+    if sys.stdin.isatty():
+        import readline  # noqa: F401 (input() edits lines, CJK ones included, and keeps a history)
+    TerminalChat(Generator(predictor), changes, args.system).run()
+    return EXIT_OK
+
+
+def cache_command(args: argparse.Namespace) -> int:
+    """What wenxin's cache holds (the model folders' built exports), or ``--clear`` it."""
+    from wenxin.model_folders import cache_root, cached_exports, clear_cache
+    if args.clear:
+        print(f"{clear_cache()} cached exports deleted from {cache_root()}")
+        return EXIT_OK
+    found = cached_exports()
+    for entry in found:
+        print(f"{entry['export']}\t{entry['bytes'] / 1e6:.1f} MB\tbuilt from {entry['folder']}")
+    total = sum(entry["bytes"] for entry in found)
+    print(f"{len(found)} cached exports, {total / 1e6:.1f} MB, in {cache_root()} (set $WENXIN_CACHE to move it; "
+          f"wenxin cache --clear empties it)", file=sys.stderr)
+    return EXIT_OK
+
+
 def infer_command(args: argparse.Namespace) -> int:
     from wenxin.inference.batch import run_inference
     print(run_inference(args.param_path, args.overrides))
@@ -127,6 +205,7 @@ def infer_command(args: argparse.Namespace) -> int:
 
 def serve_command(args: argparse.Namespace) -> int:
     from wenxin.inference.serve_command import serve
+    args.model_dir = model_export(args)
     return serve(args)
 
 

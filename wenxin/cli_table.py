@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 Handler = Callable[[argparse.Namespace], int]
 Check = Callable[[argparse.Namespace], None]
-DOCS_BEGIN = "<!-- the command table: generated from wenxin/cli_commands.py (python -m wenxin.cli_table) -->"
+DOCS_BEGIN = "<!-- the command table: python -m wenxin.cli_commands docs/commands.md writes it from the rows -->"
 DOCS_END = "<!-- end of the command table -->"
 
 
@@ -89,24 +89,3 @@ def replace_docs_table(text: str, table: str) -> str:
     """``text`` (docs/commands.md) with the part between the markers replaced by ``table``."""
     start, end = text.index(DOCS_BEGIN) + len(DOCS_BEGIN), text.index(DOCS_END)
     return text[:start] + "\n" + table + "\n" + text[end:]
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m wenxin.cli_table [docs/commands.md]``: write the table into the docs (default: print it)."""
-    from wenxin.cli_commands import DOCS_EXTRA_ROWS, TABLE
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("docs", nargs="?", default="")
-    docs = parser.parse_args(argv).docs
-    table = TABLE.markdown(DOCS_EXTRA_ROWS)
-    if not docs:
-        print(table)
-        return 0
-    with open(docs, encoding="utf-8") as f:
-        text = f.read()
-    with open(docs, "w", encoding="utf-8") as f:
-        f.write(replace_docs_table(text, table))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -16,7 +16,7 @@ def test_the_docs_command_table_is_the_one_the_rows_give():
     with open(os.path.join(ROOT, "docs", "commands.md"), encoding="utf-8") as f:
         text = f.read()
     table = TABLE.markdown(DOCS_EXTRA_ROWS)
-    assert replace_docs_table(text, table) == text, "docs/commands.md: run python -m wenxin.cli_table docs/commands.md"
+    assert replace_docs_table(text, table) == text, "docs/commands.md: run python -m wenxin.cli_commands docs/commands.md"
     shown = text[text.index(DOCS_BEGIN):text.index(DOCS_END)]
     for command in COMMANDS:
         assert f"`wenxin {command.name}" in shown

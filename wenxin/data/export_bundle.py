@@ -147,6 +147,7 @@ def inference_folder(path: str, key: str = "--model_dir") -> str:
         if found:
             raise ConfigError(f"{key}: {path} is not an exported model (no {PREPROCESS_FILE}); the exported models "
                               f"in it: {', '.join(found)}")
-        raise ConfigError(f"{key}: {path} is not an exported model and holds none (no {PREPROCESS_FILE}); export "
-                          f"a checkpoint first: wenxin export --param_path TASK_FILE --checkpoint CHECKPOINT_FOLDER")
+        raise ConfigError(f"{key}: {path} is not an exported model and holds none (no {PREPROCESS_FILE}), nor a "
+                          f"model folder (an ERNIE 4.5 config.json); export a checkpoint first: wenxin export "
+                          f"--param_path TASK_FILE --checkpoint CHECKPOINT_FOLDER")
     raise ConfigError(f"{key}: folder not found: {path}; {where_exports_are(path, nearby)}")
