@@ -180,3 +180,21 @@ def test_wenxin_serve_answers_openai_clients_from_the_tied_folder_without_a_task
         server.wait(timeout=60)
         log.close()
     assert "building its decode step programs" in (tmp_path / "serve.log").read_text()
+
+
+def test_a_moe_folder_answers_alike_in_baidus_pt_and_erniekits_paddle_layouts(tmp_path):
+    """The same mixture-of-experts model, as Baidu's -PT folder and as ERNIEKit's -Paddle one
+    (``ernie.`` names, fused projections), served from the folder: the same answers."""
+    from test_ernie45 import erniekit_checkpoint
+    from test_ernie45_moe import MOE
+    from wenxin.models.ernie45 import Ernie45Config, paddle_layout_weights
+    with open(os.path.join(MOE, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    paddle_folder = str(tmp_path / "ERNIE-moe-Paddle")
+    erniekit_checkpoint(paddle_folder, paddle_layout_weights(MOE, Ernie45Config.from_folder(MOE)), config)
+    for name in os.listdir(MOE):  # the tokenizer's and generation's files, as the -Paddle folder has them
+        if not name.startswith("model") and name != "config.json":
+            shutil.copy(os.path.join(MOE, name), paddle_folder)
+    assert is_model_folder(paddle_folder) and is_model_folder(MOE)
+    expected = answers(export_of_folder(MOE))
+    assert answers(export_of_folder(paddle_folder)) == expected and any(t for texts in expected for t in texts)

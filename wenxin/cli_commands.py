@@ -20,8 +20,16 @@ TASK_HELP = ("a task package to import first (a task file's \"task\"), for a mod
              "tokenizers or field readers; nothing is imported unless named")
 ONEDNN_HELP = ("the Paddle backend's oneDNN; auto: the exported model's rule (e.g. CNN, transformer and ERNIE "
                "models from 8 rows a batch, BoW never), logged and shown by /health")
-MODEL_DIR_HELP = ("an exported folder, a checkpoint folder that holds one (inference/), or a model folder (ERNIE "
-                  "4.5: Baidu's -PT or ERNIEKit's -Paddle layout, or wenxin export --format pt's)")
+MODEL_DIR_HELP = ("an exported folder, a checkpoint folder that holds one (inference/), a model folder (ERNIE "
+                  "4.5: Baidu's -PT or ERNIEKit's -Paddle layout, or wenxin export --format pt's), or a model's name "
+                  "on a hub (owner/model, downloaded once into the cache)")
+HUB_ARGS: Tuple[Arg, ...] = (
+    arg("--hub", default=None, help="where a model's name (owner/model) is downloaded from: a registered hub "
+                                    "(huggingface; default: $WENXIN_HUB, else huggingface)"),
+    arg("--revision", default=None, help="a model name's revision (a branch, tag or commit; default: the hub's)"),
+    arg("--offline", action="store_true", help="a model's name from the cache only (also $WENXIN_OFFLINE=1, or "
+                                               "the hub's own offline setting, such as HF_HUB_OFFLINE=1)"),
+)
 GRAPH_MODE_ARG = arg("--graph_mode", choices=["dynamic", "static"], default="dynamic",
                      help="a model folder: the graph its decode step programs are built in (once, then cached)")
 
@@ -62,6 +70,7 @@ BACKEND_ARGS: Tuple[Arg, ...] = (
 SERVE_ARGS: Tuple[Arg, ...] = (
     arg("--model_dir", required=True, help=MODEL_DIR_HELP, synopsis="--model_dir M"),
     GRAPH_MODE_ARG,
+    *HUB_ARGS,
     arg("--host", default="127.0.0.1", help="bind address (default: loopback only; any other needs --api_key)",
         synopsis="[--host H --api_key K]"),
     arg("--api_key", default=None, help="what clients send as Authorization: Bearer KEY (default: $WENXIN_API_KEY; "
@@ -125,6 +134,7 @@ COMMANDS = (
         arg("--max_seq_len", type=int, default=2048,
             help="with --model_dir: a conversation's tokens (its first turns that fit are scored)"),
         GRAPH_MODE_ARG,
+        *HUB_ARGS,
     ), paddle=True, task_file=True, checks=(run.check_evaluated, run.check_checkpoint),
         doc="score a checkpoint on the task file's dev and test data; prints the metrics as JSON",
         doc_rows=(("wenxin evaluate --model_dir F --data FILE [--batch_size N --max_seq_len N]",
@@ -140,6 +150,7 @@ COMMANDS = (
         arg("--stream", action="store_true", synopsis="[--stream]",
             help="generation models: print each answer as its tokens are chosen (one input at a time)"),
         GRAPH_MODE_ARG,
+        *HUB_ARGS,
     ), paddle=True, checks=(run.check_model_dir,),
         doc="predict raw text (or stdin) with an exported model, or the one in a checkpoint folder; prints each "
             "input, a tab, and the result (`--stream`: a generation model's answer as its tokens are chosen)"),
@@ -162,8 +173,8 @@ COMMANDS = (
                    "config, tokenizer; LoRA merged) ([chat](chat.md#the-model-folder-other-runtimes-load))"),)),
     Command("chat", "a conversation with a chat model in the terminal: streamed answers, history, /reset, /exit",
             run.chat_command, (
-                arg("model", help="a model folder (ERNIE 4.5), an exported chat model, or a checkpoint folder holding "
-                                  "one", synopsis="F"),
+                arg("model", help="a model folder (ERNIE 4.5), its name on a hub (owner/model), an exported chat "
+                                  "model, or a checkpoint folder holding one", synopsis="F"),
                 arg("--system", default="", help="the system prompt", synopsis="[--system S]"),
                 arg("--temperature", type=float, default=None, synopsis="[--temperature T --top_p P --top_k K]",
                     help="sampling's temperature (0: greedy; default: the model's generation_config.json)"),
@@ -174,6 +185,7 @@ COMMANDS = (
                     help="an answer's tokens at most (default: the model's)"),
                 arg("--num_threads", type=int, default=1, help="CPU math threads"),
                 GRAPH_MODE_ARG,
+                *HUB_ARGS,
             ), paddle=True, checks=(run.check_chat_model,),
             doc="talk with a chat model in the terminal: answers stream, the conversation is kept (fitted to the "
                 "model's prompt length as the service fits it), `/reset`, `/system TEXT`, `/exit`; Ctrl-C ends an "
@@ -288,6 +300,16 @@ COMMANDS = (
                  "10,30,60; 0: at once)"),
     ), doc="a web page to launch, watch, compare, stop, resume and restart runs of the task files under a root "
            "folder; needs `wenxin[studio]` ([the studio](studio.md))"),
+    Command("download", "download a model by its name on a hub into wenxin's cache (or find it there); prints its "
+                        "folder", run.download_command, (
+        arg("name", help="owner/model, such as baidu/ERNIE-4.5-0.3B-PT", synopsis="NAME"),
+        *(a if a.flags[0] != "--hub" else arg("--hub", default=None, help=a.settings["help"],
+                                              synopsis="[--hub huggingface] [--revision R] [--offline]")
+          for a in HUB_ARGS),
+    ), doc="download a model by name (Hugging Face; `HF_ENDPOINT` for a mirror) into wenxin's cache, going on from "
+           "the files an interrupted download finished and checking the hub's checksums; prints the folder. "
+           "Wherever a model folder is asked for (`--model_dir`, `wenxin chat`), its name does the same "
+           "([chat](chat.md#models-by-name))"),
     Command("cache", "list what wenxin's cache holds (model folders' decode step programs), or clear it",
             run.cache_command, (arg("--clear", action="store_true", help="delete everything it holds",
                                     synopsis="[--clear]"),),

@@ -35,11 +35,20 @@ def check_model_dir(args: argparse.Namespace) -> None:
     import (28 s on a busy machine): an export (or a checkpoint holding one), or a model folder."""
     from wenxin.model_folders import model_source
     if args.model_dir:
+        args.model_dir = named_model(args, args.model_dir)
         model_source(args.model_dir)
+
+
+def named_model(args: argparse.Namespace, path_or_name: str) -> str:
+    """A model's name (``owner/model``, no such path here) downloaded through ``--hub`` into the
+    cache, or found there; a path as it is (``wenxin.hubs``)."""
+    from wenxin.hubs import resolve
+    return resolve(path_or_name, args.hub, args.revision, args.offline)
 
 
 def check_chat_model(args: argparse.Namespace) -> None:
     from wenxin.model_folders import model_source
+    args.model = named_model(args, args.model)
     model_source(args.model, "wenxin chat")
 
 
@@ -62,6 +71,7 @@ def check_evaluated(args: argparse.Namespace) -> None:
                           "--data (a model folder, on a file of conversations)")
     if all(folder):
         from wenxin.model_folders import check_model_folder, is_model_folder
+        args.model_dir = named_model(args, args.model_dir)
         if not is_model_folder(args.model_dir):
             raise ConfigError(f"--model_dir: {args.model_dir} is not a model folder (an ERNIE 4.5 config.json); a "
                               f"checkpoint is evaluated with --param_path TASK_FILE --checkpoint CHECKPOINT")
@@ -179,6 +189,13 @@ def chat_command(args: argparse.Namespace) -> int:
     if sys.stdin.isatty():
         import readline  # noqa: F401 (input() edits lines, CJK ones included, and keeps a history)
     TerminalChat(Generator(predictor), changes, args.system).run()
+    return EXIT_OK
+
+
+def download_command(args: argparse.Namespace) -> int:
+    """Download a model by name (or find it in the cache); prints its folder."""
+    from wenxin.hubs import download
+    print(download(args.name, args.hub, args.revision, args.offline))
     return EXIT_OK
 
 

@@ -30,27 +30,18 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional
 
+from wenxin.common.cache_folder import CACHE_ENV, cache_root
 from wenxin.common.errors import ConfigError
 from wenxin.common.files import write_text_atomically
 from wenxin.data.export_bundle import INFERENCE_DIR, PREPROCESS_FILE, inference_folder
 
 logger = logging.getLogger("wenxin")
-CACHE_ENV = "WENXIN_CACHE"
 EXPORTS_DIR = "exports"
 GRAPH_MODES = ("dynamic", "static")
 MAX_PROMPT_TOKENS = 4096  # a served prompt's tokens at most (the chat field's max_seq_len), or half the context
 MAX_NEW_TOKENS = 1024  # an answer's tokens at most (by default; requests and --max_new_tokens may ask fewer)
 SMALL_FILE_BYTES = 1 << 20  # files up to this size are keyed by their content, larger ones by size and time
 CHAT_FIELD = "conversation"
-
-
-def cache_root() -> str:
-    """Where wenxin caches what it builds: ``$WENXIN_CACHE``, ``$XDG_CACHE_HOME/wenxin`` or ``~/.cache/wenxin``."""
-    chosen = os.environ.get(CACHE_ENV)
-    if chosen:
-        return os.path.abspath(os.path.expanduser(chosen))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(os.path.abspath(base), "wenxin")
 
 
 def is_model_folder(path: str) -> bool:

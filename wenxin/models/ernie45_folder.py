@@ -365,12 +365,13 @@ def checkpoint_files(folder: str) -> Dict[str, str]:
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{index}: weight_map must be an object of weight name -> shard file, got "
                               f"{type(weight_map).__name__}")
-    home = os.path.realpath(folder)
+    home = os.path.abspath(folder)
     files = {}
     for name, file in weight_map.items():
         if not isinstance(file, str) or not file:
             raise CheckpointError(f"{index}: weight_map[{name!r}] must be a shard's file name, got {file!r}")
-        path = os.path.realpath(os.path.join(home, file))
+        # by the name, not the link's target: a hub's cache links each file of a folder to its blob
+        path = os.path.normpath(os.path.join(home, file))
         if os.path.dirname(path) != home and not path.startswith(home + os.sep):
             raise CheckpointError(f"{index}: weight_map[{name!r}] names {file!r}, outside the model folder")
         files[name] = path

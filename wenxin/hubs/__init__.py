@@ -1,0 +1,66 @@
+"""A model's name is a model: ``baidu/ERNIE-4.5-0.3B-PT`` where a model folder is asked for is
+downloaded through a model hub's own client library into wenxin's cache (or found there), and the
+folder it lands in is used. Hubs are a registry (``RegisterSet.model_hubs``): each is one module
+of ``wenxin.hubs`` with one ``ModelHub`` class; which one is ``--hub``, else ``$WENXIN_HUB``, else
+``DEFAULT_HUB``. A path that exists is always a path, never a name."""
+from __future__ import annotations
+
+import os
+import re
+from abc import ABC, abstractmethod
+from typing import Optional
+
+from wenxin.common.cache_folder import cache_root
+from wenxin.common.errors import ConfigError
+from wenxin.common.registry import RegisterSet
+
+HUB_ENV = "WENXIN_HUB"
+OFFLINE_ENV = "WENXIN_OFFLINE"
+DEFAULT_HUB = "huggingface"
+HUBS_DIR = "hubs"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class ModelHub(ABC):
+    """One hub: ``download`` fetches a model by name into ``folder`` (the hub's part of wenxin's
+    cache) with progress, resuming what an earlier try left, checking what the hub's checksums
+    allow; ``offline``: the cache alone. Errors are ``WenxinError``s naming the model and the hub."""
+
+    title = ""  # how users know it (Hugging Face, ModelScope, AI Studio)
+    extra = ""  # the pip extra that installs its client library
+
+    @abstractmethod
+    def download(self, name: str, revision: Optional[str], folder: str, offline: bool) -> str:
+        """The local folder holding model ``name`` at ``revision`` (None: the hub's default)."""
+
+
+def looks_like_name(text: str) -> bool:
+    """``owner/model`` and no such path here."""
+    return bool(NAME.match(text)) and not os.path.exists(text)
+
+
+def chosen_hub(hub: Optional[str] = None) -> str:
+    return hub or os.environ.get(HUB_ENV) or DEFAULT_HUB
+
+
+def offline_wanted(offline: bool = False) -> bool:
+    return offline or os.environ.get(OFFLINE_ENV, "").lower() in ("1", "true", "yes")
+
+
+def download(name: str, hub: Optional[str] = None, revision: Optional[str] = None, offline: bool = False,
+             key: str = "--hub") -> str:
+    """Model ``name`` from ``hub`` (``chosen_hub``), into or from wenxin's cache; its local folder."""
+    if not NAME.match(name):
+        raise ConfigError(f"{name!r} is not a model name (owner/model, such as baidu/ERNIE-4.5-0.3B-PT)")
+    which = chosen_hub(hub)
+    hub_class = RegisterSet.model_hubs.get(which, None, key)
+    model_hub: ModelHub = hub_class()
+    return model_hub.download(name, revision, os.path.join(cache_root(), HUBS_DIR, which), offline_wanted(offline))
+
+
+def resolve(path_or_name: str, hub: Optional[str] = None, revision: Optional[str] = None,
+            offline: bool = False) -> str:
+    """``path_or_name`` itself where it is a path (or not a name), else the folder its download is in."""
+    if not looks_like_name(path_or_name):
+        return path_or_name
+    return download(path_or_name, hub, revision, offline)

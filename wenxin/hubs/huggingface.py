@@ -1,0 +1,78 @@
+"""Hugging Face (``huggingface_hub``'s ``snapshot_download``; ``HF_ENDPOINT`` chooses the server,
+such as a mirror, and ``HF_HUB_OFFLINE=1`` or ``--offline`` the cache alone). A dropped connection
+is tried again by the library; a download that stops keeps the files it finished, and the next
+try fetches only the rest (a file cut off is fetched whole again: measured with huggingface_hub
+2.4, whose retries asked for no byte range). The hub's checksums are its LFS files'
+SHA-256, which the library names each such file's blob by: every one is checked after the
+download, and a file that does not match is deleted and named."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from typing import Optional
+
+from wenxin.common.errors import CheckpointError, ConfigError, InstallError
+from wenxin.common.registry import RegisterSet
+from wenxin.hubs import ModelHub
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@RegisterSet.model_hubs.register("huggingface")
+class HuggingFaceHub(ModelHub):
+    """Hugging Face, or a server that answers as it does (``HF_ENDPOINT``)."""
+
+    title = "Hugging Face"
+    extra = "hub"
+
+    def download(self, name: str, revision: Optional[str], folder: str, offline: bool) -> str:
+        try:
+            import huggingface_hub
+            from huggingface_hub import errors
+        except ImportError:
+            raise InstallError(f"{name}: downloading from Hugging Face needs huggingface_hub: pip install "
+                               f"\"wenxin[hub]\" (or download the folder yourself and give its path)") from None
+        where = f"{name} on {self.title}" + (f" (revision {revision})" if revision else "")
+        try:
+            local = huggingface_hub.snapshot_download(name, revision=revision, cache_dir=folder,
+                                                      local_files_only=offline,
+                                                      endpoint=os.environ.get("HF_ENDPOINT") or None)
+        except errors.RepositoryNotFoundError:
+            raise ConfigError(f"{where}: no such model (check the name, or choose another hub with --hub or "
+                              f"$WENXIN_HUB)") from None
+        except errors.RevisionNotFoundError:
+            raise ConfigError(f"{where}: no such revision") from None
+        except errors.LocalEntryNotFoundError:
+            raise ConfigError(f"{where}: not in the cache ({folder}) and offline; run it once online (or: wenxin "
+                              f"download {name})") from None
+        except (errors.HfHubHTTPError, OSError, ValueError) as e:
+            raise CheckpointError(f"{where}: the download stopped ({type(e).__name__}: {str(e)[:200]}); run it "
+                                  f"again: it goes on from what it has") from None
+        except Exception as e:  # noqa: BLE001 (the HTTP library's own errors: a dropped connection)
+            raise CheckpointError(f"{where}: the download stopped ({type(e).__name__}: {str(e)[:200]}); run it "
+                                  f"again: it goes on from what it has") from None
+        check_lfs_files(local, where)
+        return local
+
+
+def check_lfs_files(snapshot: str, where: str) -> None:
+    """Each file whose blob is named by a SHA-256 (an LFS file: the hub's checksum) has that
+    SHA-256; one that does not is deleted (blob and link), so the next try downloads it again."""
+    for top, _, names in os.walk(snapshot):
+        for file_name in names:
+            path = os.path.join(top, file_name)
+            blob = os.path.realpath(path)
+            expected = os.path.basename(blob)
+            if not SHA256.match(expected):
+                continue
+            digest = hashlib.sha256()
+            with open(blob, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+            if digest.hexdigest() != expected:
+                os.remove(blob)
+                os.remove(path)
+                raise CheckpointError(f"{where}: {os.path.relpath(path, snapshot)} does not match the hub's "
+                                      f"checksum (SHA-256 {digest.hexdigest()[:16]}..., the hub says "
+                                      f"{expected[:16]}...); it is deleted: download again")
