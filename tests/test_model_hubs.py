@@ -106,3 +106,28 @@ def test_unknown_names_missing_files_and_an_empty_cache_offline_are_one_error_ea
         assert "baidu/Tied-PT is not an exported model" in capsys.readouterr().err
     finally:
         os.chdir(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_a_task_file_names_its_model_and_wenxin_train_downloads_it(hub, tmp_path, capsys):
+    from conftest import write_config, write_jsonl
+    from test_chat_sft import conversations, sft_config
+    from wenxin.common.errors import ConfigError
+    from wenxin.config.loader import load_config
+    data = str(tmp_path / "data")
+    write_jsonl(os.path.join(data, "train.jsonl"), conversations(12, seed=1))
+    write_jsonl(os.path.join(data, "dev.jsonl"), conversations(4, seed=2))
+    config = sft_config(data, str(tmp_path / "out"), max_steps=2, is_eval_dev=0)
+    config["model"]["model_dir"] = NAME
+    for reader in config["dataset_reader"].values():
+        reader["fields"][0]["model_dir"] = NAME
+    task = write_config(str(tmp_path / "task.json"), config)
+    with pytest.raises(ConfigError, match=f"model.model_dir: the model {NAME} is not downloaded yet: wenxin "
+                                          f"download {NAME}"):
+        load_config(task)  # a page listing task files never downloads: it says how
+    assert hub.requests == []
+    assert main(["train", "--param_path", task]) == 0, capsys.readouterr().err
+    shards = [p for m, p, _ in hub.requests if m == "GET" and "model-0000" in p]
+    assert len(shards) == 4  # downloaded once, for the model and every field that names it
+    loaded = load_config(task)  # from the cache now
+    assert loaded["model"]["model_dir"].startswith(str(tmp_path / "cache" / "hubs" / "huggingface"))
+    assert same_files(loaded["model"]["model_dir"])

@@ -16,6 +16,7 @@ from wenxin.cli_table import add_arguments
 from wenxin.common.errors import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_TERMINATED, WenxinError, exit_status, format_error
 from wenxin.common.logs import LOG_LEVEL_ENV, LOG_LEVELS, configured_level, set_console_stream
 from wenxin.common.process_settings import apply_process_settings
+from wenxin.hubs import allow_downloads
 from wenxin.common.process import Terminated, end_on_sigterm, load_paddle, quiet_paddle, watch_thread_failures
 
 
@@ -56,6 +57,7 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     finally:  # called in-process (tests, notebooks): leave the process as it was
+        allow_downloads(False)
         set_console_stream(stream)
         threading.excepthook, logging.raiseExceptions = saved[0], saved[2]
         if threading.current_thread() is threading.main_thread() and saved[1] is not None:

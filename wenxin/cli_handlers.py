@@ -21,8 +21,10 @@ def check_task_file(args: argparse.Namespace) -> None:
     package, so most config errors come at once, and say what is starting."""
     from wenxin.config.loader import load_config
     from wenxin.common.logs import setup_logging
+    from wenxin.hubs import allow_downloads
     if not args.param_path:  # evaluate of a model folder: no task file
         return
+    allow_downloads()  # a model the task file names on a hub is downloaded now
     config = load_config(args.param_path, args.overrides, with_task=False)
     setup_logging()
     output = f", output {config['trainer']['output_path']}" if args.command == "train" else ""

@@ -11,9 +11,9 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from wenxin.common.errors import ConfigError, DataError, InstallError, Problems
+from wenxin.common.errors import ConfigError, DataError, InstallError, Problems, WenxinError
 from wenxin.common.model_names import resolve_model
 from wenxin.common.paddle_support import cpu_build_problem
 from wenxin.common.registry import RegisterSet
@@ -251,13 +251,14 @@ def _check_paths(checkpoints: Dict[str, Any], problems: Problems) -> None:
 def _check_model_folders(config: Dict[str, Any], problems: Problems) -> None:
     """Each model folder a task file names (a field's or the model's ``model_dir``) exists, so a
     recipe run before its model was downloaded says so at once, with its other problems."""
-    named = [("model.model_dir", (config.get("model") or {}).get("model_dir"))]
+    holders = [("model.model_dir", config.get("model") or {})]
     dataset = config.get("dataset_reader") or {}
     for name in READER_NAMES:
         reader = dataset.get(name)
         for i, field in enumerate(reader.get("fields", []) if isinstance(reader, dict) else []):
             if isinstance(field, dict):
-                named.append((f"dataset_reader.{name}.fields[{i}].model_dir", field.get("model_dir")))
+                holders.append((f"dataset_reader.{name}.fields[{i}].model_dir", field))
+    named = _resolve_model_names(holders, problems)
     keys_of: Dict[str, List[str]] = {}  # each missing folder once, with every key that names it
     for key, folder in named:
         if isinstance(folder, str) and folder and not os.path.isdir(folder):
@@ -266,6 +267,26 @@ def _check_model_folders(config: Dict[str, Any], problems: Problems) -> None:
         what = "is a file, not a model folder" if os.path.exists(folder) else "folder not found"
         also = f" (also named by {', '.join(keys[1:])})" if len(keys) > 1 else ""
         problems.add(f"{keys[0]}: {what}: {folder}{also}; download the model there first (docs/chat.md)", key=keys[0])
+
+
+def _resolve_model_names(holders: List[Tuple[str, Dict[str, Any]]], problems: Problems) -> List[Tuple[str, Any]]:
+    """Each ``model_dir`` that is a model's name on a hub (``owner/model``, no such path) replaced
+    by its downloaded folder (``wenxin.hubs``); returns (key, value) of every ``model_dir``."""
+    from wenxin.hubs import looks_like_name, task_model_folder
+    folders: Dict[str, str] = {}
+    named = []
+    for key, holder in holders:
+        value = holder.get("model_dir")
+        if isinstance(value, str) and looks_like_name(value):
+            try:
+                if value not in folders:
+                    folders[value] = task_model_folder(value)
+                holder["model_dir"] = folders[value]
+            except WenxinError as e:
+                problems.add(f"{key}: {e}", key=key)
+                continue
+        named.append((key, holder.get("model_dir")))
+    return named
 
 
 def resolve_task(config: Dict[str, Any]) -> TaskClasses:

@@ -58,6 +58,27 @@ def download(name: str, hub: Optional[str] = None, revision: Optional[str] = Non
     return model_hub.download(name, revision, os.path.join(cache_root(), HUBS_DIR, which), offline_wanted(offline))
 
 
+_downloads = {"allowed": False}
+
+
+def allow_downloads(allowed: bool = True) -> None:
+    """Whether checking a task file may download the models it names (the command line's commands
+    that run a task: yes; a page listing task files: no, it finds them in the cache or says how)."""
+    _downloads["allowed"] = allowed
+
+
+def task_model_folder(name: str) -> str:
+    """A task file's ``model_dir`` name: its folder, downloaded now where downloads are allowed,
+    else from the cache; not there is a ``ConfigError`` saying how to get it."""
+    if _downloads["allowed"]:
+        return download(name)
+    try:
+        return download(name, offline=True)
+    except ConfigError:
+        raise ConfigError(f"the model {name} is not downloaded yet: wenxin download {name} (wenxin train "
+                          f"downloads it too)") from None
+
+
 def resolve(path_or_name: str, hub: Optional[str] = None, revision: Optional[str] = None,
             offline: bool = False) -> str:
     """``path_or_name`` itself where it is a path (or not a name), else the folder its download is in."""
