@@ -175,6 +175,7 @@ def test_wenxin_serve_answers_openai_clients_from_the_tied_folder_without_a_task
         reply = client.chat.completions.create(model="tied", messages=[{"role": "user", "content": "你好"}],
                                                max_tokens=8, temperature=0)
         assert reply.choices[0].message.content and reply.usage.completion_tokens <= 8
+        assert [model.id for model in client.models.list()] == ["tied"]  # the folder's name, not its cache entry
     finally:
         server.terminate()
         server.wait(timeout=60)

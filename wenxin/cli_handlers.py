@@ -37,8 +37,10 @@ def check_model_dir(args: argparse.Namespace) -> None:
     import (28 s on a busy machine): an export (or a checkpoint holding one), or a model folder."""
     from wenxin.model_folders import model_source
     if args.model_dir:
-        args.model_dir = named_model(args, args.model_dir)
-        model_source(args.model_dir)
+        given = args.model_dir
+        args.model_dir = named_model(args, given)
+        if model_source(args.model_dir) == "folder":  # the service names it as the user did, not its cache entry
+            args.model_name = given if given != args.model_dir else os.path.basename(os.path.normpath(given))
 
 
 def named_model(args: argparse.Namespace, path_or_name: str) -> str:

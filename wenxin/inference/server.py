@@ -106,6 +106,7 @@ class ServeOptions:
     task: str = ""              # a task package to import first (its own tokenizers, field readers)
     generation: SchedulerLimits = field(default_factory=SchedulerLimits)  # the decoding batch's room
     api_key: Optional[str] = None  # what clients must send as Authorization: Bearer (wenxin.inference.api_key)
+    model_name: str = ""  # what /v1/models lists and chat completions name (default: the export folder's name)
 
 
 PREDICT_SCHEMA = object_schema({
@@ -365,7 +366,7 @@ class Service:
                                      options.num_threads, options.backend, options.onednn, options.task)
         self.backend = model.backend
         self.app = PredictionApp(model, self.limits, workers, self.pool, self.scheduler,
-                                 os.path.basename(os.path.normpath(model_dir)), options.api_key)
+                                 options.model_name or os.path.basename(os.path.normpath(model_dir)), options.api_key)
         try:
             self.socket = sock or listen(host, port)
         except ConfigError:
