@@ -23,13 +23,19 @@ ONEDNN_HELP = ("the Paddle backend's oneDNN; auto: the exported model's rule (e.
 MODEL_DIR_HELP = ("an exported folder, a checkpoint folder that holds one (inference/), a model folder (ERNIE "
                   "4.5: Baidu's -PT or ERNIEKit's -Paddle layout, or wenxin export --format pt's), or a model's name "
                   "on a hub (owner/model, downloaded once into the cache)")
-HUB_ARGS: Tuple[Arg, ...] = (
-    arg("--hub", default=None, help="where a model's name (owner/model) is downloaded from: a registered hub "
-                                    "(huggingface; default: $WENXIN_HUB, else huggingface)"),
-    arg("--revision", default=None, help="a model name's revision (a branch, tag or commit; default: the hub's)"),
-    arg("--offline", action="store_true", help="a model's name from the cache only (also $WENXIN_OFFLINE=1, or "
-                                               "the hub's own offline setting, such as HF_HUB_OFFLINE=1)"),
-)
+def hub_args(synopsis: str = "") -> Tuple[Arg, ...]:
+    """How a model's name is downloaded (``synopsis``: how the docs' table shows the three)."""
+    return (
+        arg("--hub", default=None, synopsis=synopsis,
+            help="where a model's name (owner/model) is downloaded from: a registered hub (huggingface; default: "
+                 "$WENXIN_HUB, else huggingface)"),
+        arg("--revision", default=None, help="a model name's revision (a branch, tag or commit; default: the hub's)"),
+        arg("--offline", action="store_true", help="a model's name from the cache only (also $WENXIN_OFFLINE=1, "
+                                                   "or the hub's own offline setting, such as HF_HUB_OFFLINE=1)"),
+    )
+
+
+HUB_ARGS = hub_args()
 GRAPH_MODE_ARG = arg("--graph_mode", choices=["dynamic", "static"], default="dynamic",
                      help="a model folder: the graph its decode step programs are built in (once, then cached)")
 
@@ -303,9 +309,7 @@ COMMANDS = (
     Command("download", "download a model by its name on a hub into wenxin's cache (or find it there); prints its "
                         "folder", run.download_command, (
         arg("name", help="owner/model, such as baidu/ERNIE-4.5-0.3B-PT", synopsis="NAME"),
-        *(a if a.flags[0] != "--hub" else arg("--hub", default=None, help=a.settings["help"],
-                                              synopsis="[--hub huggingface] [--revision R] [--offline]")
-          for a in HUB_ARGS),
+        *hub_args("[--hub huggingface] [--revision R] [--offline]"),
     ), doc="download a model by name (Hugging Face; `HF_ENDPOINT` for a mirror) into wenxin's cache, going on from "
            "the files an interrupted download finished and checking the hub's checksums; prints the folder. "
            "Wherever a model folder is asked for (`--model_dir`, `wenxin chat`), its name does the same "

@@ -35,12 +35,25 @@ def check_task_file(args: argparse.Namespace) -> None:
 def check_model_dir(args: argparse.Namespace) -> None:
     """A model that is not there, or not a model, is an error in a moment, not after Paddle's
     import (28 s on a busy machine): an export (or a checkpoint holding one), or a model folder."""
-    from wenxin.model_folders import model_source
     if args.model_dir:
-        given = args.model_dir
-        args.model_dir = named_model(args, given)
-        if model_source(args.model_dir) == "folder":  # the service names it as the user did, not its cache entry
-            args.model_name = given if given != args.model_dir else os.path.basename(os.path.normpath(given))
+        _check_model(args, "--model_dir")
+
+
+def check_chat_model(args: argparse.Namespace) -> None:
+    args.model_dir = args.model
+    _check_model(args, "wenxin chat")
+
+
+def _check_model(args: argparse.Namespace, key: str) -> None:
+    """``args.model_dir`` a local folder (a name downloaded, ``named_model``), what it is recorded
+    as ``args.model_source`` (``model_folders.model_source``, checked once), and a model folder's
+    service named as the user named it, not by its cache entry."""
+    from wenxin.model_folders import model_source
+    given = args.model_dir
+    args.model_dir = named_model(args, given)
+    args.model_source = model_source(args.model_dir, key)
+    if args.model_source == "folder":
+        args.model_name = given if given != args.model_dir else os.path.basename(os.path.normpath(given))
 
 
 def named_model(args: argparse.Namespace, path_or_name: str) -> str:
@@ -50,18 +63,13 @@ def named_model(args: argparse.Namespace, path_or_name: str) -> str:
     return resolve(path_or_name, args.hub, args.revision, args.offline)
 
 
-def check_chat_model(args: argparse.Namespace) -> None:
-    from wenxin.model_folders import model_source
-    args.model = named_model(args, args.model)
-    model_source(args.model, "wenxin chat")
-
-
 def model_export(args: argparse.Namespace) -> str:
-    """``--model_dir``'s inference export: the folder itself or its checkpoint's, or a model
-    folder's, built on first use and cached (``wenxin.model_folders``)."""
+    """The inference export of the model the checks found (``args.model_source``): the folder
+    itself or its checkpoint's, or a model folder's, built on first use and cached
+    (``wenxin.model_folders``)."""
     from wenxin.data.export_bundle import inference_folder
-    from wenxin.model_folders import FolderSettings, export_of_folder, model_source
-    if model_source(args.model_dir) == "folder":
+    from wenxin.model_folders import FolderSettings, export_of_folder
+    if args.model_source == "folder":
         return export_of_folder(args.model_dir, FolderSettings(graph_mode=args.graph_mode))
     return inference_folder(args.model_dir)
 
@@ -176,7 +184,6 @@ def chat_command(args: argparse.Namespace) -> int:
     from wenxin.inference.generator import Generator
     from wenxin.inference.predictor import Predictor
     from wenxin.inference.terminal_chat import TerminalChat
-    args.model_dir = args.model
     predictor = Predictor(model_export(args), num_threads=max(args.num_threads, 1))
     if predictor.decode_settings is None or predictor.meta.get("result_format") != "chat":
         raise ConfigError(f"{args.model}: not a chat model (wenxin chat talks with ERNIE 4.5 chat models; predict "

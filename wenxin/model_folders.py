@@ -256,7 +256,8 @@ def cached_exports() -> List[Dict[str, Any]]:
 def clear_cache() -> int:
     """Delete the cached exports; returns how many."""
     exports = os.path.join(cache_root(), EXPORTS_DIR)
-    count = len(cached_exports())
-    if os.path.isdir(exports):
-        shutil.rmtree(exports)
+    if not os.path.isdir(exports):
+        return 0
+    count = sum(1 for name in os.listdir(exports) if os.path.isdir(os.path.join(exports, name)))
+    shutil.rmtree(exports)
     return count

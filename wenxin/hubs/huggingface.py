@@ -46,10 +46,7 @@ class HuggingFaceHub(ModelHub):
         except errors.LocalEntryNotFoundError:
             raise ConfigError(f"{where}: not in the cache ({folder}) and offline; run it once online (or: wenxin "
                               f"download {name})") from None
-        except (errors.HfHubHTTPError, OSError, ValueError) as e:
-            raise CheckpointError(f"{where}: the download stopped ({type(e).__name__}: {str(e)[:200]}); run it "
-                                  f"again: it goes on from what it has") from None
-        except Exception as e:  # noqa: BLE001 (the HTTP library's own errors: a dropped connection)
+        except Exception as e:  # noqa: BLE001 (HTTP errors, OSError, and the HTTP library's own: a dropped connection)
             raise CheckpointError(f"{where}: the download stopped ({type(e).__name__}: {str(e)[:200]}); run it "
                                   f"again: it goes on from what it has") from None
         check_lfs_files(local, where)
