@@ -1,6 +1,7 @@
 """Models by name (model.pretrained): a folder, or a name found in PaddleNLP's, AI Studio's or the
-Hugging Face Hub's cache, laid out on disk as each writes it; a download only where the task
-allows it, tested through huggingface_hub's offline switch against its cache, never the network."""
+Hugging Face Hub's cache, laid out on disk as each writes it, or in wenxin's hub cache; a download
+(through wenxin's hubs) only where the task allows it, tested offline against the caches and
+against a loopback server answering as ModelScope does, never the network."""
 import os
 import shutil
 import sys
@@ -35,6 +36,8 @@ def empty_caches(tmp_path, monkeypatch):
     """Every cache in the test's folder, empty; the Hub offline (never the network)."""
     monkeypatch.setenv("PPNLP_HOME", str(tmp_path / "ppnlp"))
     monkeypatch.setenv("AISTUDIO_CACHE_HOME", str(tmp_path / "aistudio_home"))
+    monkeypatch.setenv("WENXIN_CACHE", str(tmp_path / "wenxin_cache"))
+    monkeypatch.delenv("WENXIN_HUB", raising=False)
     hub_setting(monkeypatch, "HF_HUB_CACHE", str(tmp_path / "hf_hub"))
     hub_setting(monkeypatch, "HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
@@ -107,7 +110,9 @@ def test_a_download_that_finds_nothing_offline_says_so(tmp_path, ernie_dir):  # 
         load_config(write_config(str(tmp_path / "task.json"), config))
     first = str(info.value).splitlines()[0]  # (then: model.encoder_config, which the model would have filled)
     assert first.startswith("model.pretrained: model 'PaddlePaddle/ernie-absent' not found: ")
-    assert first.endswith("Hugging Face Hub: not in its cache (HF_HUB_OFFLINE is set)")
+    assert first.endswith(f"not in the Hugging Face Hub's cache; PaddlePaddle/ernie-absent on Hugging Face: not in "
+                          f"the cache ({tmp_path / 'wenxin_cache' / 'hubs' / 'huggingface'}) and offline; run it once "
+                          f"online (or: wenxin download PaddlePaddle/ernie-absent)")
 
 
 def test_a_name_found_nowhere_lists_where_it_was_looked_for(tmp_path, ernie_dir):  # noqa: F811
@@ -118,7 +123,33 @@ def test_a_name_found_nowhere_lists_where_it_was_looked_for(tmp_path, ernie_dir)
     assert message.startswith("model.pretrained: model 'ernie-absent' not found: no folder ernie-absent; "
                               f"not in PaddleNLP's cache ({tmp_path / 'ppnlp' / 'models' / 'ernie-absent'}); "
                               f"not in AI Studio's cache ({tmp_path / 'aistudio_home' / '.cache' / 'aistudio' / 'models'})")
-    assert message.endswith("set model.pretrained_download: true to download it from the Hugging Face Hub")
+    assert message.endswith("; not in the Hugging Face Hub's cache; not an <org>/<name> a hub holds; set "
+                            "model.pretrained_download: true to download it (from the hub $WENXIN_HUB names: "
+                            "huggingface, the default, modelscope or aistudio)")
+
+
+def test_a_classic_ernie_by_name_downloads_from_the_hub_wenxin_hub_names(tmp_path, ernie_dir, monkeypatch):  # noqa: F811
+    pytest.importorskip("modelscope_hub")
+    from fake_hubs import FakeModelScope
+    source = tmp_path / "hub_side"
+    shutil.copytree(ernie_dir / "paddlenlp", source)
+    (source / "README.md").write_text("a model card")  # not a file a model folder needs: not fetched
+    fake = FakeModelScope({"PaddlePaddle/ernie-tiny-zh": str(source)})
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", fake.url)
+    monkeypatch.setenv("WENXIN_HUB", "modelscope")
+    try:
+        with pytest.raises(ConfigError, match="PaddlePaddle/ernie-tiny-zh on ModelScope: not in the cache"):
+            resolved(named_config(ernie_dir, tmp_path, "PaddlePaddle/ernie-tiny-zh"), tmp_path)
+        assert fake.requests == []  # not allowed to download: not a request
+        folder = resolved(named_config(ernie_dir, tmp_path, "PaddlePaddle/ernie-tiny-zh", pretrained_download=True),
+                          tmp_path)
+        assert folder.startswith(str(tmp_path / "wenxin_cache" / "hubs" / "modelscope"))
+        assert sorted(os.listdir(folder)) == sorted(os.listdir(ernie_dir / "paddlenlp"))
+        fake.requests.clear()
+        assert resolved(named_config(ernie_dir, tmp_path, "PaddlePaddle/ernie-tiny-zh"), tmp_path) == folder
+        assert fake.requests == []  # from wenxin's cache now, without pretrained_download
+    finally:
+        fake.close()
 
 
 def test_paths_are_folders_only_and_files_are_refused(tmp_path):

@@ -27,8 +27,8 @@ def hub_args(synopsis: str = "") -> Tuple[Arg, ...]:
     """How a model's name is downloaded (``synopsis``: how the docs' table shows the three)."""
     return (
         arg("--hub", default=None, synopsis=synopsis,
-            help="where a model's name (owner/model) is downloaded from: a registered hub (huggingface; default: "
-                 "$WENXIN_HUB, else huggingface)"),
+            help="where a model's name (owner/model) is downloaded from: huggingface, modelscope or aistudio "
+                 "(default: $WENXIN_HUB, else huggingface)"),
         arg("--revision", default=None, help="a model name's revision (a branch, tag or commit; default: the hub's)"),
         arg("--offline", action="store_true", help="a model's name from the cache only (also $WENXIN_OFFLINE=1, "
                                                    "or the hub's own offline setting, such as HF_HUB_OFFLINE=1)"),

@@ -117,8 +117,10 @@ def folder_key(folder: str, settings: FolderSettings) -> str:
             paddle_versions.append(f"{name} {metadata.version(name)}")
     add(__version__, paddle_versions, settings.graph_mode, settings.max_prompt_tokens, settings.max_new_tokens)
     for top, subfolders, names in os.walk(folder):
-        subfolders.sort()
-        for name in sorted(names):
+        # hidden entries are downloaders' bookkeeping (aistudio-sdk's .msc and ._tmp, .git, .cache),
+        # which a download rewrites each time: in the key they would rebuild the export every start
+        subfolders[:] = sorted(name for name in subfolders if not name.startswith("."))
+        for name in sorted(name for name in names if not name.startswith(".")):
             path = os.path.join(top, name)
             stat = os.stat(path)
             add(os.path.relpath(path, folder), stat.st_size, stat.st_mtime_ns)

@@ -1,18 +1,21 @@
 """Models by name (``model.pretrained``): a folder path, or a name found in the caches where
 PaddleNLP, AI Studio and the Hugging Face Hub keep downloaded models, and, only where the task
-allows it (``model.pretrained_download``), a download from the Hugging Face Hub.
+allows it (``model.pretrained_download``), a download through wenxin's model hubs (``wenxin.hubs``:
+Hugging Face, ModelScope or AI Studio, as ``$WENXIN_HUB`` chooses), as ``wenxin download`` does.
 
 Looked up in order, the first found wins:
 
 1. a folder at that path;
 2. PaddleNLP's model cache: ``$PPNLP_HOME/models/<name>`` (``~/.paddlenlp/models``), where
    ``from_pretrained("ernie-3.0-mini-zh")`` puts a model;
-3. AI Studio's cache: ``$AISTUDIO_CACHE_HOME/.cache/aistudio/models/<repo>/snapshots/<revision>/<commit>``
-   (``$HOME`` by default), the newest commit, for ``<user>/<repo>``;
-4. the Hugging Face Hub cache (``$HF_HUB_CACHE``, ``$HF_HOME/hub``, ``~/.cache/huggingface/hub``),
+3. AI Studio's cache as aistudio-sdk 0.1 (PaddleNLP 2.8's) writes it:
+   ``$AISTUDIO_CACHE_HOME/.cache/aistudio/models/<repo>/snapshots/<revision>/<commit>`` (``$HOME``
+   by default), the newest commit, for ``<user>/<repo>``;
+4. the Hugging Face Hub's own cache (``$HF_HUB_CACHE``, ``$HF_HOME/hub``, ``~/.cache/huggingface/hub``),
    read through ``huggingface_hub`` with ``local_files_only``, for ``<org>/<name>``;
-5. with ``download``: ``huggingface_hub.snapshot_download`` of ``<org>/<name>`` into that cache
-   (its ``HF_HUB_OFFLINE=1`` keeps to the cache, and ``HF_ENDPOINT`` names a mirror).
+5. wenxin's hub cache (``wenxin download``'s), and with ``download`` the hub itself, for
+   ``<org>/<name>`` (``--offline``'s ``$WENXIN_OFFLINE`` and the hubs' own offline settings keep to
+   the cache).
 
 Nothing is downloaded otherwise: a name found nowhere is one error listing where it was looked for.
 """
@@ -22,10 +25,8 @@ import os
 import re
 from typing import List, Optional, Tuple
 
-from wenxin.common.errors import ConfigError
+from wenxin.common.errors import ConfigError, WenxinError
 
-# the files a model folder needs; a download fetches only these (not other frameworks' weights)
-MODEL_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "*.pdparams", "params/*"]
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -57,21 +58,29 @@ def _listdir(folder: str) -> List[str]:
         return []
 
 
-def _hub_snapshot(name: str, download: bool) -> Tuple[Optional[str], str]:
-    """The Hugging Face Hub snapshot of ``name`` (from the cache, or downloaded), or None and why."""
+def _hugging_face_cache(name: str) -> Optional[str]:
+    """The snapshot of ``name`` in the Hugging Face Hub's own cache, if huggingface_hub has one."""
     if not REPO_ID.match(name):
-        return None, "not an <org>/<name> of the Hugging Face Hub"
+        return None
     try:
         from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError:
-        return None, "huggingface_hub is not installed"
+        return None
     try:
-        return snapshot_download(name, allow_patterns=MODEL_FILES, local_files_only=not download), ""
-    except LocalEntryNotFoundError:
-        return None, "not in its cache" + (" (HF_HUB_OFFLINE is set)" if download else "")
-    except Exception as e:  # noqa: BLE001 (network, authentication, an unknown repo: said in the error)
-        return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        return snapshot_download(name, local_files_only=True)
+    except Exception:  # noqa: BLE001 (not cached, or the cache unreadable: step 5 says more)
+        return None
+
+
+def _wenxin_hub(name: str, download: bool) -> Tuple[Optional[str], str]:
+    """``name`` from wenxin's hub cache, or downloaded; or None and why."""
+    import wenxin.hubs as hubs
+    if not hubs.NAME.match(name):
+        return None, "not an <org>/<name> a hub holds"
+    try:
+        return hubs.download(name, offline=not download), ""
+    except WenxinError as e:
+        return None, str(e)
 
 
 def is_model_name(text: str) -> bool:
@@ -98,9 +107,14 @@ def resolve_model(name: str, download: bool = False, key: str = "model.pretraine
     if aistudio is not None:
         return aistudio
     looked.append(f"not in AI Studio's cache ({aistudio_models()})")
-    hub, why = _hub_snapshot(name, download)
+    hugging_face = _hugging_face_cache(name)
+    if hugging_face is not None:
+        return hugging_face
+    looked.append("not in the Hugging Face Hub's cache")
+    hub, why = _wenxin_hub(name, download)
     if hub is not None:
         return hub
-    looked.append(f"Hugging Face Hub: {why}")
-    allow = "" if download else "; set model.pretrained_download: true to download it from the Hugging Face Hub"
+    looked.append(why)
+    allow = "" if download else ("; set model.pretrained_download: true to download it (from the hub $WENXIN_HUB "
+                                 "names: huggingface, the default, modelscope or aistudio)")
     raise ConfigError(f"{key}: model '{name}' not found: {'; '.join(looked)}{allow}")

@@ -146,4 +146,5 @@ class RegisterSet:
     decoding_strategies = Registry("decoding strategy", ("wenxin.models.decoding",))
     # by mode: "dynamic" (eager) and "static"; a trainer names its mode, or model.is_dygraph does
     engines = Registry("execution engine", ("wenxin.controller.eager_engine", "wenxin.controller.static_engine"))
-    model_hubs = Registry("model hub", ("wenxin.hubs.huggingface",))  # where a model's name is downloaded from
+    model_hubs = Registry("model hub", ("wenxin.hubs.huggingface", "wenxin.hubs.modelscope",
+                                                   "wenxin.hubs.aistudio"))  # where a model's name is downloaded from

@@ -2,13 +2,14 @@
 downloaded through a model hub's own client library into wenxin's cache (or found there), and the
 folder it lands in is used. Hubs are a registry (``RegisterSet.model_hubs``): each is one module
 of ``wenxin.hubs`` with one ``ModelHub`` class; which one is ``--hub``, else ``$WENXIN_HUB``, else
-``DEFAULT_HUB``. A path that exists is always a path, never a name."""
+``DEFAULT_HUB``. A path that exists is always a path, never a name. A download fetches only the
+files a model folder needs (``MODEL_FILES``: not other frameworks' weights, pictures or READMEs)."""
 from __future__ import annotations
 
 import os
 import re
 from abc import ABC, abstractmethod
-from typing import Optional
+from typing import Optional, Sequence
 
 from wenxin.common.cache_folder import cache_root
 from wenxin.common.errors import ConfigError
@@ -19,18 +20,23 @@ OFFLINE_ENV = "WENXIN_OFFLINE"
 DEFAULT_HUB = "huggingface"
 HUBS_DIR = "hubs"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# the files a model folder needs: ERNIE 4.5's (json, tokenizer.model, safetensors) and the
+# classic families' (vocab.txt, model_state.pdparams, sentencepiece models, a static model's params/)
+MODEL_FILES = ("*.json", "*.txt", "*.model", "*.safetensors", "*.pdparams", "params/*")
 
 
 class ModelHub(ABC):
     """One hub: ``download`` fetches a model by name into ``folder`` (the hub's part of wenxin's
     cache) with progress, resuming what an earlier try left, checking what the hub's checksums
-    allow; ``offline``: the cache alone. Errors are ``WenxinError``s naming the model and the hub."""
+    allow; only the files matching ``files`` (glob patterns); ``offline``: the cache alone.
+    Errors are ``WenxinError``s naming the model and the hub."""
 
     title = ""  # how users know it (Hugging Face, ModelScope, AI Studio)
     extra = ""  # the pip extra that installs its client library
 
     @abstractmethod
-    def download(self, name: str, revision: Optional[str], folder: str, offline: bool) -> str:
+    def download(self, name: str, revision: Optional[str], folder: str, offline: bool,
+                 files: Sequence[str] = MODEL_FILES) -> str:
         """The local folder holding model ``name`` at ``revision`` (None: the hub's default)."""
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from typing import Optional
+from typing import Optional, Sequence
 
 from wenxin.common.errors import CheckpointError, ConfigError, InstallError
 from wenxin.common.registry import RegisterSet
-from wenxin.hubs import ModelHub
+from wenxin.hubs import MODEL_FILES, ModelHub
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -26,7 +26,8 @@ class HuggingFaceHub(ModelHub):
     title = "Hugging Face"
     extra = "hub"
 
-    def download(self, name: str, revision: Optional[str], folder: str, offline: bool) -> str:
+    def download(self, name: str, revision: Optional[str], folder: str, offline: bool,
+                 files: Sequence[str] = MODEL_FILES) -> str:
         try:
             import huggingface_hub
             from huggingface_hub import errors
@@ -36,7 +37,7 @@ class HuggingFaceHub(ModelHub):
         where = f"{name} on {self.title}" + (f" (revision {revision})" if revision else "")
         try:
             local = huggingface_hub.snapshot_download(name, revision=revision, cache_dir=folder,
-                                                      local_files_only=offline,
+                                                      local_files_only=offline, allow_patterns=list(files),
                                                       endpoint=os.environ.get("HF_ENDPOINT") or None)
         except errors.RepositoryNotFoundError:
             raise ConfigError(f"{where}: no such model (check the name, or choose another hub with --hub or "
