@@ -104,7 +104,8 @@ from wenxin.models.decoding import DecodeSettings, SteppedModel, decode
 folder, prompt, new = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 predictor = Predictor(folder)
 prompt_inputs = {"ids": np.asarray([prompt], dtype="int64")}
-run = lambda count: decode(SteppedModel(predictor.run_step), prompt_inputs,
+masked = "visible" in {i["name"] for i in predictor.steps["extend"]["inputs"]}  # exports since batched serving
+run = lambda count: decode(SteppedModel(predictor.run_step, masked=masked), prompt_inputs,
                            DecodeSettings(strategy="greedy", max_new_tokens=count))
 """
 

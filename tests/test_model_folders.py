@@ -107,6 +107,10 @@ def test_the_second_start_takes_the_cache_and_a_changed_folder_builds_again(tmp_
     assert export_of_folder(folder) == first
     assert "from the cache" in said.text
     assert os.path.getmtime(os.path.join(first, "manifest.json")) == built_at  # not built again
+    with open(os.path.join(folder, ".mv"), "w") as f:  # a downloader's bookkeeping (aistudio-sdk rewrites it
+        f.write("Revision:master")                     # at every download): not the model, not a new entry
+    os.makedirs(os.path.join(folder, "._tmp"))
+    assert export_of_folder(folder) == first
     assert export_of_folder(folder, FolderSettings(graph_mode="static")) != first  # another graph, another entry
     with open(os.path.join(folder, "generation_config.json"), "a", encoding="utf-8") as f:
         f.write("\n")  # the folder changed: its settings may have

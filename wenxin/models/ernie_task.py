@@ -16,13 +16,14 @@ from wenxin.models.ernie import ErnieConfig, ErnieEncoder
 
 ENCODER_KEYS = {
     "pretrained": path_key("", doc="a PaddleNLP or ERNIE-kit model folder, or a model's name found in the PaddleNLP, "
-                                   "AI Studio or Hugging Face Hub cache: fills encoder_config, "
+                                   "AI Studio or Hugging Face Hub cache or wenxin's: fills encoder_config, "
                                    "trainer.checkpoints.pre_train_model and the ERNIE text fields' vocab_path "
                                    "where they are "
                                    "not set"),
-    "pretrained_download": Key(bool, False, doc="model.pretrained may name an <org>/<name> of the Hugging Face Hub "
-                                                "that is downloaded (huggingface_hub, into its cache; "
-                                                "HF_HUB_OFFLINE=1 keeps to the cache)"),
+    "pretrained_download": Key(bool, False, doc="model.pretrained may name an <org>/<name> that is downloaded from "
+                                                "the hub $WENXIN_HUB names (huggingface, the default, modelscope or "
+                                                "aistudio) into wenxin's cache, as wenxin download does; "
+                                                "WENXIN_OFFLINE=1 keeps to the cache"),
     "encoder_config": Key(str, REQUIRED, non_empty=True,
                           doc="the pretrained model's config: its folder, or config.json / model_config.json "
                               "(PaddleNLP) / ernie_config.json (ERNIE-kit)"),
