@@ -335,7 +335,7 @@ def test_service_limits_generation_and_survives_a_client_that_left(untrained_exp
         status, _, text = post(timed.port, "/generate", {"row": ["a b", "c d"]})
         assert status == 200 and json.loads(text)["finish_reason"] == "time_limit"
         status, _, text = post(timed.port, "/generate", {"row": ["a b", "c d"], "max_new_tokens": 200})
-        assert status == 400 and "more than the model's position table allows" in json.loads(text)["error"]
+        assert status == 400 and "export can add after a prompt of its longest length" in json.loads(text)["error"]
     finally:
         timed.stop()
 

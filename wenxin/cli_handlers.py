@@ -46,14 +46,14 @@ def check_chat_model(args: argparse.Namespace) -> None:
 
 def _check_model(args: argparse.Namespace, key: str) -> None:
     """``args.model_dir`` a local folder (a name downloaded, ``named_model``), what it is recorded
-    as ``args.model_source`` (``model_folders.model_source``, checked once), and a model folder's
-    service named as the user named it, not by its cache entry."""
+    as ``args.model_source`` (``model_folders.model_source``, checked once), and the service named
+    as the user named the model (its hub name, or the folder given: ``best`` for a checkpoint's
+    ``checkpoints/best``), not by the export folder inside it or a cache entry."""
     from wenxin.model_folders import model_source
     given = args.model_dir
     args.model_dir = named_model(args, given)
     args.model_source = model_source(args.model_dir, key)
-    if args.model_source == "folder":
-        args.model_name = given if given != args.model_dir else os.path.basename(os.path.normpath(given))
+    args.model_name = given if given != args.model_dir else os.path.basename(os.path.normpath(given))
 
 
 def named_model(args: argparse.Namespace, path_or_name: str) -> str:

@@ -179,8 +179,10 @@ class Predictor:
         except WenxinError as e:
             raise InferenceError(str(e)) from None
         if settings.max_new_tokens > self.max_new_tokens_limit:
-            raise InferenceError(f"max_new_tokens {settings.max_new_tokens} is more than the model's position table "
-                                 f"allows after the longest source ({self.max_new_tokens_limit})")
+            limit = self.max_new_tokens_limit
+            raise InferenceError(f"max_new_tokens {settings.max_new_tokens} is more than the {limit} tokens this "
+                                 f"export can add after a prompt of its longest length (the positions its model "
+                                 f"has, less the max_seq_len it was exported with)")
         return settings
 
     def run_step(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
