@@ -136,6 +136,17 @@ def test_a_model_without_a_folder_form_and_bad_settings_are_one_error(tmp_path, 
         pt_layout_weights({"model.norm.weight": np.array([1.0, np.nan], dtype=np.float32)})
 
 
+def test_an_inference_export_that_could_add_no_token_is_refused(tmp_path, sft_data, capsys):  # noqa: F811
+    task, checkpoint = lora_checkpoint(tmp_path, sft_data)
+    out = str(tmp_path / "inference")
+    # prompts of 512 tokens on the fixture's 512 positions: an export that could never answer
+    assert main(["export", "--param_path", task, "--checkpoint", checkpoint, "--output", out, "--set",
+                 "dataset_reader.train_reader.fields.0.max_seq_len=512"]) == 2
+    err = capsys.readouterr().err
+    assert "its export could add no token; export with a smaller max_seq_len" in err and not os.path.exists(out)
+    assert main(["export", "--param_path", task, "--checkpoint", checkpoint, "--output", out]) == 0
+
+
 def test_bfloat16_files_read_with_the_safetensors_library(tmp_path):
     import safetensors
     rng = np.random.default_rng(0)

@@ -51,6 +51,11 @@ class InferenceExporter:
         extra: Dict[str, Any] = {}
         with self._export_weights():
             if getattr(self.engine.model, "step_specs", None) is not None:  # generation: its step functions
+                if self.engine.model.max_new_tokens_limit < 1:
+                    raise ConfigError("export: this generation model's longest prompt (the max_seq_len of its "
+                                      "field) takes every position the model has, so its export could add no "
+                                      "token; export with a smaller max_seq_len (wenxin export ... --set "
+                                      "dataset_reader.train_reader.fields.0.max_seq_len=N)")
                 prompt = self.engine.model.prompt_source()
                 extra = {"steps": self.engine.save_step_functions(tmp),
                          "generation": {"settings": self.engine.model.decode_settings().as_dict(),
