@@ -6,6 +6,7 @@ the folder describes, and the task config; the trainer's ``export_inference`` ma
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import logging
 import os
 from typing import Any, Callable, Dict, Iterator, List
@@ -14,6 +15,7 @@ from wenxin.common import owned_folders
 from wenxin.common.errors import ConfigError
 from wenxin.controller import export
 from wenxin.controller.engine import Batch, ExecutionEngine
+from wenxin.data.export_bundle import SHARED_PARAMS
 from wenxin.data.dataset_reader import BasicDataSetReader
 from wenxin.common.held_state import state_held
 
@@ -57,7 +59,7 @@ class InferenceExporter:
                                       "token; export with a smaller max_seq_len (wenxin export ... --set "
                                       "dataset_reader.train_reader.fields.0.max_seq_len=N)")
                 prompt = self.engine.model.prompt_source()
-                extra = {"steps": self.engine.save_step_functions(tmp),
+                extra = {"steps": share_step_parameters(tmp, self.engine.save_step_functions(tmp)),
                          "generation": {"settings": self.engine.model.decode_settings().as_dict(),
                                         "prompt": {"inputs": dict(prompt.inputs), "lengths": prompt.lengths},
                                         "max_new_tokens_limit": self.engine.model.max_new_tokens_limit}}
@@ -93,3 +95,18 @@ class InferenceExporter:
             issue = getattr(trained, "raw_text_issue", None)
             if issue:
                 raise ConfigError(f"export: {issue}")
+
+
+def share_step_parameters(folder: str, steps: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """One parameters file for the step functions in ``folder`` when theirs are byte for byte the
+    same (each program traced from one model reads all its weights in one order: both engines'
+    exports, measured): ``SHARED_PARAMS`` instead of a copy each (at ERNIE-4.5-0.3B's size 1.44 GB
+    instead of 4.33), named by each step's ``params``. Otherwise the files stay as written."""
+    files = [os.path.join(folder, f"{name}.pdiparams") for name in steps]
+    if len(files) < 2 or not all(os.path.isfile(f) for f in files) or \
+            not all(filecmp.cmp(files[0], f, shallow=False) for f in files[1:]):
+        return steps
+    os.replace(files[0], os.path.join(folder, SHARED_PARAMS))
+    for path in files[1:]:
+        os.remove(path)
+    return {name: {**entry, "params": SHARED_PARAMS} for name, entry in steps.items()}

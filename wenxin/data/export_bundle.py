@@ -1,8 +1,10 @@
 """The inference export folder's format, shared by the exporter (training) and the predictor
 (serving) so neither imports the other::
 
-    inference.json / inference.pdiparams   the graph and weights (a generation model: one pair per
-                                           step function instead, prefill.* and extend.*)
+    inference.json / inference.pdiparams   the graph and weights (a generation model: each step
+                                           function's graph, prefill.json, extend.json..., and one
+                                           steps.pdiparams they share, or, in older exports and where
+                                           their weights differ, a .pdiparams each)
     preprocess.json                        field reader configs, output names, label names
     vocab/<field>.txt                      the vocabularies the field readers use
     model.onnx                             optional (wenxin export --format onnx)
@@ -25,6 +27,7 @@ from wenxin.config.task_schema import FIELD
 
 MODEL_PREFIX = "inference"
 FIRST_STEP = "prefill"  # the step function every generation export has (its steps are in preprocess.json)
+SHARED_PARAMS = "steps.pdiparams"  # the one parameters file of step functions whose parameters are the same
 PREPROCESS_FILE = "preprocess.json"
 FORMAT_VERSION = 1
 WHAT = "export"
@@ -44,8 +47,10 @@ PREPROCESS: Schema = {
     "onednn_min_rows": Key((int, type(None)), None, minimum=1),  # the model's oneDNN rule (PaddleBackend)
     "sorted_batch_rows": Key((int, type(None)), None, minimum=1),  # the model's batching rule (Predictor)
     # a generation model: each step function's program (its file prefix) with its inputs and outputs
+    # (``params``: the parameters file its program reads, when the steps share one: ``SHARED_PARAMS``)
     "steps": Key(dict, {}, items=Key(dict, children={
-        "inputs": Key(list, items=Key(dict, open_keys=True)), "outputs": Key(list, items=Key(str, non_empty=True))})),
+        "inputs": Key(list, items=Key(dict, open_keys=True)), "outputs": Key(list, items=Key(str, non_empty=True)),
+        "params": Key((str, type(None)), None)})),
     # and how it decodes (wenxin.models.decoding.DecodeSettings' fields)
     "generation": Key((dict, type(None)), None, open_keys=True),
 }

@@ -8,14 +8,17 @@ import numpy as np
 
 from wenxin.common.constants import ONEDNN_SETTINGS
 from wenxin.common.registry import RegisterSet
-from wenxin.data.export_bundle import FIRST_STEP, MODEL_PREFIX
+from wenxin.data.export_bundle import FIRST_STEP, MODEL_PREFIX, SHARED_PARAMS
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend
 
 
 def model_files(model_dir: str, prefix: str = MODEL_PREFIX) -> Optional[tuple]:
     """The exported graph (``.json`` under PIR, ``.pdmodel`` before it) and parameters, or None.
-    ``prefix``: ``inference``, or a generation export's step function (``prefill``, ``extend``)."""
+    ``prefix``: ``inference``, or a generation export's step function (``prefill``, ``extend``),
+    whose parameters are its own file or, in exports since the steps share one, ``SHARED_PARAMS``."""
     params = os.path.join(model_dir, f"{prefix}.pdiparams")
+    if prefix != MODEL_PREFIX and not os.path.isfile(params):
+        params = os.path.join(model_dir, SHARED_PARAMS)
     for ext in (".json", ".pdmodel"):
         graph = os.path.join(model_dir, prefix + ext)
         if os.path.isfile(graph) and os.path.isfile(params):
