@@ -34,19 +34,29 @@ def _check_model_files(model_dir: str) -> None:
                              f"{FIRST_STEP}.json and the other step functions); {where_exports_are(model_dir)}")
 
 
+def step_engines(backend_cls: Any, model_dir: str, meta: Dict[str, Any], prefill_as_chunk: bool,
+                 options: EngineOptions) -> Dict[str, InferenceBackend]:
+    """An engine for each step function of the export; with ``prefill_as_chunk`` none for
+    ``prefill``, which runs as ``prefill_chunk`` after an empty cache (``prefill_cache``): the same
+    numbers, tested, and the same time, measured, with one copy of the weights fewer in memory."""
+    return {name: backend_cls(model_dir, meta, EngineOptions(options.use_gpu, options.num_threads,
+                                                             {**options.settings, "program": name}))
+            for name in meta.get("steps") or {} if not (name == FIRST_STEP and prefill_as_chunk)}
+
+
 def prefill_cache(steps: Dict[str, Dict[str, Any]]) -> Optional[np.ndarray]:
     """The empty key/value cache ``prefill`` runs ``prefill_chunk`` after, where the export has
     that step and its inputs are ``prefill``'s and a ``cache`` ``[layers, 2, rows, heads, length,
     width]`` (rows 1, length 0); None otherwise (an export of another kind or an older one)."""
     if FIRST_STEP not in steps or CHUNK_STEP not in steps:
         return None
-    first = [i["name"] for i in steps[FIRST_STEP]["inputs"]]
-    chunk = {i["name"]: i for i in steps[CHUNK_STEP]["inputs"]}
+    first = [i.get("name") for i in steps[FIRST_STEP]["inputs"]]
+    chunk = {i.get("name"): i for i in steps[CHUNK_STEP]["inputs"]}
     cache = chunk.get("cache")
     if cache is None or sorted(chunk) != sorted([*first, "cache"]) or len(cache.get("shape") or []) != 6:
         return None
-    shape = [int(size) for size in cache["shape"]]
-    if min(shape[:2] + shape[3:4] + shape[5:]) < 1:
+    shape = list(cache["shape"])
+    if not all(isinstance(size, int) for size in shape) or min(shape[:2] + shape[3:4] + shape[5:]) < 1:
         return None
     shape[2], shape[4] = 1, 0
     return np.zeros(shape, dtype=cache.get("dtype", "float32"))
@@ -125,14 +135,13 @@ class Predictor:
         self.sorted_batch_rows: Optional[int] = self.meta.get("sorted_batch_rows")
         self.engine: Optional[InferenceBackend] = None  # None: the model is not loaded
         self.steps: Dict[str, Dict[str, Any]] = self.meta.get("steps") or {}  # a generation model's step functions
-        self.empty_cache: Optional[np.ndarray] = None  # prefill runs as prefill_chunk after it (prefill_cache)
+        self.empty_cache = prefill_cache(self.steps)  # prefill runs as prefill_chunk after it, or None
         self.step_engines: Dict[str, InferenceBackend] = {}
-        generation = self.meta.get("generation") or {}
         self.decode_settings: Optional[DecodeSettings] = None
         self.prompt_source: Optional[PromptSource] = None
         self.max_new_tokens_limit = 0
         if self.steps:
-            self._read_generation(generation, meta_path)
+            self._read_generation(self.meta.get("generation") or {}, meta_path)
         self.onednn = ""  # the Paddle backend's oneDNN choice, in words
         self.input_names: List[str] = []
         try:
@@ -140,7 +149,8 @@ class Predictor:
             self.backend = backend_cls.name
             if not load_model:
                 return
-            self._load_steps(backend_cls, model_dir, EngineOptions(use_gpu, num_threads, {"onednn": onednn}))
+            self.step_engines = step_engines(backend_cls, model_dir, self.meta, self.empty_cache is not None,
+                                             EngineOptions(use_gpu, num_threads, {"onednn": onednn}))
             self.engine = self.step_engines.get(FIRST_STEP) or self.step_engines.get(CHUNK_STEP) or backend_cls(
                 model_dir, self.meta, EngineOptions(use_gpu, num_threads, {"onednn": onednn}))
         except BackendError as e:
@@ -153,16 +163,6 @@ class Predictor:
                 _logged_choices.add((self.backend, setting, choice))
                 logger.info("%s backend: %s %s", backend_cls.title, backend_cls.setting_titles.get(setting, setting),
                             choice)
-
-    def _load_steps(self, backend_cls: Any, model_dir: str, options: EngineOptions) -> None:
-        """An engine for each step function; ``prefill`` none where it runs as ``prefill_chunk``
-        after an empty cache (``prefill_cache``): one copy of the weights fewer in memory."""
-        self.empty_cache = prefill_cache(self.steps)
-        for name in self.steps:
-            if name == FIRST_STEP and self.empty_cache is not None:
-                continue
-            self.step_engines[name] = backend_cls(model_dir, self.meta, EngineOptions(
-                options.use_gpu, options.num_threads, {**options.settings, "program": name}))
 
     def _read_generation(self, generation: Dict[str, Any], meta_path: str) -> None:
         """A generation export's decoding settings and where its prompts are (``generation``)."""
@@ -215,9 +215,7 @@ class Predictor:
 
     def run_step(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Run the exported step function ``name`` on inputs named as ``preprocess.json`` says
-        (``prefill``, where the export has ``prefill_chunk``, as that step after an empty cache:
-        the same numbers, tested, and the same time, measured, with one program's weights fewer in
-        memory)."""
+        (``prefill`` perhaps as ``prefill_chunk`` after an empty cache: ``step_engines``)."""
         if name == FIRST_STEP and name not in self.step_engines and self.empty_cache is not None:
             name, inputs = CHUNK_STEP, {**inputs, "cache": self.empty_cache}
         engine = self.step_engines[name]
