@@ -449,6 +449,23 @@ def wait_for(predicate: Callable[[], bool], seconds: float = 120.0, what: str = 
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_until_serving(server: Any, port: int, log_path: str, seconds: float = 300.0) -> None:
+    """Ask a ``wenxin serve`` process's /health until it answers 200 (its state, not a fixed wait);
+    fail with its log if it exits first or never does."""
+    import urllib.request
+
+    def serving() -> bool:
+        if server.poll() is not None:
+            with open(log_path, encoding="utf-8") as f:
+                raise AssertionError(f"the service exited:\n{f.read()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                return response.status == 200
+        except OSError:
+            return False
+    wait_for(serving, seconds, f"the service on port {port} to serve", poll=0.2)
+
+
 def metric_value(port: int, name: str) -> Optional[float]:
     """The sample ``name`` of a service's /metrics (None when it has none)."""
     import urllib.request

@@ -8,14 +8,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
 pytest.importorskip("sentencepiece")
 
-from conftest import REPO  # noqa: E402
+from conftest import REPO, wait_until_serving  # noqa: E402
 from test_chat_sft import FOLDER, sft_data  # noqa: E402,F401 (the fixture)
 from test_pt_export import lora_checkpoint  # noqa: E402
 from test_server_workers import free_port  # noqa: E402
@@ -164,17 +162,7 @@ def test_wenxin_serve_answers_openai_clients_from_the_tied_folder_without_a_task
     server = subprocess.Popen([sys.executable, "-m", "wenxin", "serve", "--model_dir", FOLDER, "--port", str(port)],
                               stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(tmp_path))
     try:
-        deadline = time.monotonic() + 300
-        while True:  # the service's state, not a fixed wait
-            assert server.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
-            time.sleep(0.2)
+        wait_until_serving(server, port, str(tmp_path / "serve.log"))
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
         reply = client.chat.completions.create(model="tied", messages=[{"role": "user", "content": "你好"}],
                                                max_tokens=8, temperature=0)

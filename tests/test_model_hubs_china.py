@@ -7,6 +7,7 @@ retry counts and waits are lowered here (module constants, in this process) so t
 that keeps failing fails in a second rather than after their 30 s of backing off."""
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -138,3 +139,14 @@ def test_unknown_names_missing_files_and_an_empty_cache_offline_are_one_error_ea
     err = capsys.readouterr().err
     assert "model.safetensors.index.json: lists shards that are not in the folder" in err
     assert "model-00003-of-00004.safetensors" in err
+
+
+@pytest.mark.parametrize("hub_name,module,library", [("huggingface", "huggingface_hub", "huggingface_hub"),
+                                                     ("modelscope", "modelscope_hub", "modelscope-hub"),
+                                                     ("aistudio", "aistudio_sdk", "aistudio-sdk")])
+def test_a_hub_without_its_client_library_says_how_to_install_it(hub_name, module, library, tmp_path, monkeypatch,
+                                                                 capsys):
+    monkeypatch.setenv("WENXIN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed: importing it fails
+    code, _, err = downloaded(capsys, NAME, "--hub", hub_name)
+    assert code != 0 and f"needs {library}" in err and 'pip install "wenxin[hub]"' in err and "Traceback" not in err

@@ -6,8 +6,6 @@ tied test fixture, served by loopback hubs answering as Hugging Face and ModelSc
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
@@ -17,7 +15,7 @@ pytest.importorskip("modelscope_hub")
 pexpect = pytest.importorskip("pexpect")
 openai = pytest.importorskip("openai")
 
-from conftest import REPO, write_jsonl  # noqa: E402
+from conftest import REPO, wait_until_serving, write_jsonl  # noqa: E402
 from fake_hubs import FakeHuggingFace, FakeModelScope  # noqa: E402
 from test_chat_sft import FOLDER, conversations  # noqa: E402
 from test_server_workers import free_port  # noqa: E402
@@ -39,17 +37,7 @@ def served(env, cwd, log_path, model_dir, model_id):
         server = subprocess.Popen([sys.executable, "-m", "wenxin", "serve", "--model_dir", model_dir, "--port",
                                    str(port)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         try:
-            deadline = time.monotonic() + 300
-            while True:  # the service's state, not a fixed wait
-                assert server.poll() is None, open(log_path).read()
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                        if response.status == 200:
-                            break
-                except OSError:
-                    pass
-                assert time.monotonic() < deadline, open(log_path).read()
-                time.sleep(0.2)
+            wait_until_serving(server, port, log_path)
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
             reply = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "你好"}],
                                                    max_tokens=8, temperature=0)

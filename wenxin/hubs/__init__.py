@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from typing import Optional, Sequence
 
 from wenxin.common.cache_folder import cache_root
-from wenxin.common.errors import ConfigError
+from wenxin.common.errors import CheckpointError, ConfigError, InstallError
 from wenxin.common.registry import RegisterSet
 
 HUB_ENV = "WENXIN_HUB"
@@ -38,6 +38,24 @@ class ModelHub(ABC):
     def download(self, name: str, revision: Optional[str], folder: str, offline: bool,
                  files: Sequence[str] = MODEL_FILES) -> str:
         """The local folder holding model ``name`` at ``revision`` (None: the hub's default)."""
+
+    # ---- the errors every hub gives, worded alike ----------------------------------------------
+    def where(self, name: str, revision: Optional[str]) -> str:
+        return f"{name} on {self.title}" + (f" (revision {revision})" if revision else "")
+
+    def needs_library(self, name: str, library: str,
+                      otherwise: str = "download the folder yourself and give its path") -> InstallError:
+        return InstallError(f"{name}: downloading from {self.title} needs {library}: pip install "
+                            f"\"wenxin[{self.extra}]\" (or {otherwise})")
+
+    def no_such_model(self, where: str) -> ConfigError:
+        return ConfigError(f"{where}: no such model (check the name, or choose another hub with --hub or $WENXIN_HUB)")
+
+    def not_cached(self, where: str, folder: str, command: str) -> ConfigError:
+        return ConfigError(f"{where}: not in the cache ({folder}) and offline; run it once online (or: {command})")
+
+    def stopped(self, where: str, why: str) -> CheckpointError:
+        return CheckpointError(f"{where}: the download stopped ({why}); run it again: it goes on from what it has")
 
 
 def looks_like_name(text: str) -> bool:

@@ -24,7 +24,7 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
-from wenxin.common.errors import CheckpointError, ConfigError, InstallError
+from wenxin.common.errors import CheckpointError
 from wenxin.common.registry import RegisterSet
 from wenxin.hubs import MODEL_FILES, ModelHub
 
@@ -44,25 +44,21 @@ class AIStudioHub(ModelHub):
             from aistudio_sdk import errors
             from aistudio_sdk.snapshot_download import get_model_files, snapshot_download
         except ImportError:
-            raise InstallError(f"{name}: downloading from AI Studio needs aistudio-sdk: pip install \"wenxin[hub]\" "
-                               f"(or download the folder yourself and give its path)") from None
-        where = f"{name} on {self.title}" + (f" (revision {revision})" if revision else "")
+            raise self.needs_library(name, "aistudio-sdk") from None
+        where = self.where(name, revision)
         local = os.path.join(folder, *name.split("/"), revision or "master")
         if offline:
             if not os.path.exists(os.path.join(local, CACHED_FILES)):
-                raise ConfigError(f"{where}: not in the cache ({folder}) and offline; run it once online (or: wenxin "
-                                  f"download {name} --hub aistudio)")
+                raise self.not_cached(where, folder, f"wenxin download {name} --hub aistudio")
             return local
         try:
             with contextlib.redirect_stdout(sys.stderr):
                 snapshot_download(repo_id=name, revision=revision, local_dir=local, allow_patterns=list(files))
                 listed, _ = get_model_files(name, revision or "master")
         except errors.NotExistError:
-            raise ConfigError(f"{where}: no such model (check the name, or choose another hub with --hub or "
-                              f"$WENXIN_HUB)") from None
+            raise self.no_such_model(where) from None
         except Exception as e:  # noqa: BLE001 (the network, the server: the library's own errors and requests')
-            raise CheckpointError(f"{where}: the download stopped ({type(e).__name__}: {str(e)[:300]}); run it "
-                                  f"again: it goes on from what it has") from None
+            raise self.stopped(where, f"{type(e).__name__}: {str(e)[:300]}") from None
         missing = [path for path in wanted_files(listed, files) if not os.path.isfile(os.path.join(local, path))]
         if missing:
             finish_parts(name, revision or "master", local, missing)

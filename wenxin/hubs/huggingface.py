@@ -12,7 +12,7 @@ import os
 import re
 from typing import Optional, Sequence
 
-from wenxin.common.errors import CheckpointError, ConfigError, InstallError
+from wenxin.common.errors import CheckpointError, ConfigError
 from wenxin.common.registry import RegisterSet
 from wenxin.hubs import MODEL_FILES, ModelHub
 
@@ -32,24 +32,20 @@ class HuggingFaceHub(ModelHub):
             import huggingface_hub
             from huggingface_hub import errors
         except ImportError:
-            raise InstallError(f"{name}: downloading from Hugging Face needs huggingface_hub: pip install "
-                               f"\"wenxin[hub]\" (or download the folder yourself and give its path)") from None
-        where = f"{name} on {self.title}" + (f" (revision {revision})" if revision else "")
+            raise self.needs_library(name, "huggingface_hub") from None
+        where = self.where(name, revision)
         try:
             local = huggingface_hub.snapshot_download(name, revision=revision, cache_dir=folder,
                                                       local_files_only=offline, allow_patterns=list(files),
                                                       endpoint=os.environ.get("HF_ENDPOINT") or None)
         except errors.RepositoryNotFoundError:
-            raise ConfigError(f"{where}: no such model (check the name, or choose another hub with --hub or "
-                              f"$WENXIN_HUB)") from None
+            raise self.no_such_model(where) from None
         except errors.RevisionNotFoundError:
             raise ConfigError(f"{where}: no such revision") from None
         except errors.LocalEntryNotFoundError:
-            raise ConfigError(f"{where}: not in the cache ({folder}) and offline; run it once online (or: wenxin "
-                              f"download {name})") from None
+            raise self.not_cached(where, folder, f"wenxin download {name}") from None
         except Exception as e:  # noqa: BLE001 (HTTP errors, OSError, and the HTTP library's own: a dropped connection)
-            raise CheckpointError(f"{where}: the download stopped ({type(e).__name__}: {str(e)[:200]}); run it "
-                                  f"again: it goes on from what it has") from None
+            raise self.stopped(where, f"{type(e).__name__}: {str(e)[:200]}") from None
         check_lfs_files(local, where)
         return local
 

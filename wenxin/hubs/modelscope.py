@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
-from wenxin.common.errors import CheckpointError, ConfigError, InstallError
 from wenxin.common.registry import RegisterSet
 from wenxin.hubs import MODEL_FILES, ModelHub
 
@@ -26,27 +25,23 @@ class ModelScopeHub(ModelHub):
         try:
             from modelscope_hub import HubApi, errors
         except ImportError:
-            raise InstallError(f"{name}: downloading from ModelScope needs modelscope-hub (Python 3.10 or newer): "
-                               f"pip install \"wenxin[hub]\" (or: modelscope download --model {name} --local_dir "
-                               f"FOLDER, and give the folder's path)") from None
-        where = f"{name} on {self.title}" + (f" (revision {revision})" if revision else "")
+            raise self.needs_library(name, "modelscope-hub (Python 3.10 or newer)",
+                                     f"modelscope download {name} --local-dir FOLDER, and give the folder's "
+                                     f"path") from None
+        where = self.where(name, revision)
         try:
             # the library reads its settings once a process; the endpoint is read each time here
             api = HubApi(endpoint=os.environ.get("MODELSCOPE_ENDPOINT") or None)
             local = api.download_repo(name, "model", revision=revision, cache_dir=folder,
-                                           allow_patterns=list(files), local_files_only=offline)
+                                      allow_patterns=list(files), local_files_only=offline)
         except errors.CacheNotFound:
-            raise ConfigError(f"{where}: not in the cache ({folder}) and offline; run it once online (or: wenxin "
-                              f"download {name} --hub modelscope)") from None
+            raise self.not_cached(where, folder, f"wenxin download {name} --hub modelscope") from None
         except errors.NotExistError:
-            raise ConfigError(f"{where}: no such model (check the name, or choose another hub with --hub or "
-                              f"$WENXIN_HUB)") from None
+            raise self.no_such_model(where) from None
         except errors.FileDownloadError as e:
             failed = getattr(e, "failed_files", None) or {}
             said = "; ".join(f"{path}: {why}" for path, why in sorted(failed.items())) or str(e)
-            raise CheckpointError(f"{where}: the download stopped ({said[:400]}); run it again: it goes on from "
-                                  f"what it has") from None
+            raise self.stopped(where, said[:400]) from None
         except errors.HubError as e:  # the network, the server, authentication: said by the library
-            raise CheckpointError(f"{where}: the download stopped ({type(e).__name__}: {str(e)[:300]}); run it "
-                                  f"again: it goes on from what it has") from None
+            raise self.stopped(where, f"{type(e).__name__}: {str(e)[:300]}") from None
         return str(local)
