@@ -225,6 +225,15 @@ def points(browser):
     return int(charts[0].get_attribute("data-points") or 0) if charts else 0
 
 
+def train_records(root, run_id):
+    """How many training records a run has written to its metrics file so far."""
+    path = os.path.join(root, store_run(root, run_id)["folder"], "output", "logs", "metrics.jsonl")
+    if not os.path.exists(path):
+        return 0
+    with open(path, encoding="utf-8") as f:
+        return sum('"tag": "train"' in line for line in f)
+
+
 def final_metrics(root, run_id):
     """The dev and test records a run wrote, by tag and step (the time of each left out)."""
     folder = store_run(root, run_id)["folder"]
@@ -267,12 +276,17 @@ def test_stop_resume_and_a_sigkill_end_as_an_uninterrupted_run_in_a_browser(tmp_
         wait_until(lambda: "stopped" in text_of(browser, "#run-head .status"), "the run stopping", browser)
         assert "stopped from the studio" in text_of(browser, "#events")
         wait_until(lambda: find(browser, "#resume"), "the resume button")[0].click()
-        wait_until(lambda: text_of(browser, "#events").count("started") >= 2, "the run starting again", browser)
-        stopped_at = points(browser)
-
-        # SIGKILL the training process, as the kernel's out-of-memory killer would
+        # the resumed process is held still (from the store, at once) while the page catches up:
+        # on an idle machine it otherwise ran to its end before the page showed it had started
         pid = wait_until(lambda: store_run(root, 1)["train_pid"], "the resumed run's process")
-        wait_until(lambda: points(browser) > stopped_at, "the resumed run training")
+        os.kill(pid, signal.SIGSTOP)
+        wait_until(lambda: text_of(browser, "#events").count("started") >= 2, "the run starting again", browser)
+
+        # SIGKILL the training process, as the kernel's out-of-memory killer would, once it has
+        # trained past its checkpoint (seen in its metrics file)
+        logged = train_records(root, 1)
+        os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: train_records(root, 1) > logged, "the resumed run training")
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: "killed by SIGKILL" in text_of(browser, "#events"), "the restart and its cause", browser)
         wait_until(lambda: "finished" in text_of(browser, "#run-head .status"), "the run finishing", browser)
