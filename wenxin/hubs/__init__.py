@@ -32,7 +32,7 @@ class ModelHub(ABC):
     Errors are ``WenxinError``s naming the model and the hub."""
 
     title = ""  # how users know it (Hugging Face, ModelScope, AI Studio)
-    extra = ""  # the pip extra that installs its client library
+    extra = "hub"  # the pip extra that installs its client library (one for every hub's)
 
     @abstractmethod
     def download(self, name: str, revision: Optional[str], folder: str, offline: bool,

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import hashlib
 import os
 import sys
 from typing import List, Optional, Sequence
 
 from wenxin.common.errors import CheckpointError
+from wenxin.common.files import file_sha256
 from wenxin.common.registry import RegisterSet
 from wenxin.hubs import MODEL_FILES, ModelHub
 
@@ -36,7 +36,6 @@ class AIStudioHub(ModelHub):
     """AI Studio, or a server that answers as its Gitea does (``STUDIO_GIT_HOST``)."""
 
     title = "AI Studio"
-    extra = "hub"
 
     def download(self, name: str, revision: Optional[str], folder: str, offline: bool,
                  files: Sequence[str] = MODEL_FILES) -> str:
@@ -95,11 +94,3 @@ def finish_parts(name: str, revision: str, local: str, paths: List[str]) -> None
             cache.put_file(listed, part)
         else:
             os.remove(part)
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -7,12 +7,12 @@ SHA-256, which the library names each such file's blob by: every one is checked 
 download, and a file that does not match is deleted and named."""
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from typing import Optional, Sequence
 
 from wenxin.common.errors import CheckpointError, ConfigError
+from wenxin.common.files import file_sha256
 from wenxin.common.registry import RegisterSet
 from wenxin.hubs import MODEL_FILES, ModelHub
 
@@ -24,7 +24,6 @@ class HuggingFaceHub(ModelHub):
     """Hugging Face, or a server that answers as it does (``HF_ENDPOINT``)."""
 
     title = "Hugging Face"
-    extra = "hub"
 
     def download(self, name: str, revision: Optional[str], folder: str, offline: bool,
                  files: Sequence[str] = MODEL_FILES) -> str:
@@ -60,13 +59,10 @@ def check_lfs_files(snapshot: str, where: str) -> None:
             expected = os.path.basename(blob)
             if not SHA256.match(expected):
                 continue
-            digest = hashlib.sha256()
-            with open(blob, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(chunk)
-            if digest.hexdigest() != expected:
+            found = file_sha256(blob)
+            if found != expected:
                 os.remove(blob)
                 os.remove(path)
                 raise CheckpointError(f"{where}: {os.path.relpath(path, snapshot)} does not match the hub's "
-                                      f"checksum (SHA-256 {digest.hexdigest()[:16]}..., the hub says "
+                                      f"checksum (SHA-256 {found[:16]}..., the hub says "
                                       f"{expected[:16]}...); it is deleted: download again")

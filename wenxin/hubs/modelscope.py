@@ -18,7 +18,6 @@ class ModelScopeHub(ModelHub):
     """ModelScope, or a server that answers as it does (``MODELSCOPE_ENDPOINT``)."""
 
     title = "ModelScope"
-    extra = "hub"
 
     def download(self, name: str, revision: Optional[str], folder: str, offline: bool,
                  files: Sequence[str] = MODEL_FILES) -> str:
