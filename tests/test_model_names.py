@@ -11,7 +11,7 @@ import pytest
 from conftest import write_config
 from ernie_helpers import make_ernie_model
 from test_ernie_tasks import classification, ernie_dir  # noqa: F401 (a fixture)
-from wenxin.common import model_names
+from wenxin.hubs import model_names
 from wenxin.common.errors import ConfigError
 from wenxin.config.loader import load_config
 

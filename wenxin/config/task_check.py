@@ -14,7 +14,7 @@ import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
 from wenxin.common.errors import ConfigError, DataError, InstallError, Problems, WenxinError
-from wenxin.common.model_names import resolve_model
+from wenxin.hubs.model_names import resolve_model
 from wenxin.common.paddle_support import cpu_build_problem
 from wenxin.common.registry import RegisterSet
 from wenxin.config.schema import Schema, validate, validate_value

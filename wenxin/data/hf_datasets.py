@@ -23,7 +23,7 @@ import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from wenxin.common.errors import ConfigError, DataError
-from wenxin.common.model_names import is_model_name
+from wenxin.hubs.model_names import is_model_name
 from wenxin.common.registry import RegisterSet
 from wenxin.data.lines import FilePart
 from wenxin.data.row_formats import FormattedRow, RowFormat, as_text

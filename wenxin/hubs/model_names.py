@@ -26,6 +26,8 @@ import re
 from typing import List, Optional, Tuple
 
 from wenxin.common.errors import ConfigError, WenxinError
+from wenxin.hubs import NAME
+from wenxin.hubs import download as download_model
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -74,11 +76,10 @@ def _hugging_face_cache(name: str) -> Optional[str]:
 
 def _wenxin_hub(name: str, download: bool) -> Tuple[Optional[str], str]:
     """``name`` from wenxin's hub cache, or downloaded; or None and why."""
-    import wenxin.hubs as hubs
-    if not hubs.NAME.match(name):
+    if not NAME.match(name):
         return None, "not an <org>/<name> a hub holds"
     try:
-        return hubs.download(name, offline=not download), ""
+        return download_model(name, offline=not download), ""
     except WenxinError as e:
         return None, str(e)
 
