@@ -81,11 +81,7 @@ def test_the_export_answers_as_the_trained_model_does(tmp_path, mode, lora, enco
         assert answers == [greedy_answer(trainer, q) for q, _ in QA]
     # the program reads the plain decoder's weights only; Paddle 3.3's jit.save keeps just those, Paddle
     # 3.0's also writes the layer's unused parameters (the adapters: never read by the program)
-    alone = str(tmp_path / "prefill_alone")  # one step as paddle.jit.load reads it: its graph, the steps' weights
-    os.makedirs(alone)
-    shutil.copyfile(os.path.join(folder, "prefill.json"), os.path.join(alone, "prefill.json"))
-    shutil.copyfile(os.path.join(folder, "steps.pdiparams"), os.path.join(alone, "prefill.pdiparams"))
-    exported = paddle.jit.load(os.path.join(alone, "prefill")).state_dict()
+    exported = paddle.jit.load(os.path.join(folder, "advance")).state_dict()  # the one step program
     names = list(trainer.engine.model_state_dict())
     base = [name for name in names if not name.endswith(("lora_A", "lora_B"))]
     unused = [v for v in exported.values() if LORA["rank"] in v.shape] if lora else []
@@ -289,8 +285,6 @@ def test_wenxin_predict_stream_on_a_classifier_is_one_error(tmp_path, exported_c
 
 def studio_run_with_export(root, export):
     """A finished studio run whose best checkpoint holds ``export`` (as a training run leaves it)."""
-    import shutil
-
     from wenxin.studio.store import Store, database_path
     store = Store(database_path(root))
     run_id = store.add_run(name="chat", kind="train", task_path="task.json", sweep_path="", overrides={},

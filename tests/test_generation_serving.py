@@ -446,29 +446,33 @@ def test_generation_on_predict_decodes_every_row_with_the_exports_settings(chat_
     assert np.all(np.asarray([len(r["tokens"]) for r in expected]) <= 24)
 
 
-def test_a_long_prompt_prefilled_in_chunks_gives_the_whole_prefill(export):
+def test_a_long_prompt_prefilled_in_parts_alone_or_beside_others_gives_the_whole_prefill(export):
     from wenxin.inference.generator import Generator
     from wenxin.inference.predictor import Predictor
-    from wenxin.models.batch_decoding import ChunkedPrefill
+    from wenxin.models.batch_prefill import PromptPrefill, fair_shares, prefill_together
     family, folder = export
     predictor = Predictor(folder)
     assert Generator(predictor).chunks == (family == "chat")  # ERNIE-Gen's source is read both ways: whole
     if family != "chat":
         return
-    prompt = predictor.prompt(["请详细地介绍一下文心大模型的特点、用途、训练方法以及它和别的模型有什么不同"])
-    assert prompt["ids"].shape[1] > 40
-    whole = predictor.run_step("prefill", prompt)
-    for size in (7, 16):
-        chunked = ChunkedPrefill(predictor.run_step, prompt, size)
-        steps = 0
-        while not chunked.done:
-            assert chunked.advance() <= size
-            steps += 1
-        assert steps == -(-prompt["ids"].shape[1] // size)
-        np.testing.assert_allclose(chunked.outputs["logits"], whole["logits"], rtol=0,
-                                   atol=4e-6 * float(np.abs(whole["logits"]).max()))
-        np.testing.assert_allclose(chunked.outputs["cache"], whole["cache"], rtol=0, atol=1e-5)
-        assert int(chunked.outputs["position"][0]) == int(whole["position"][0])
+    prompts = [predictor.prompt([text]) for text in ("请详细地介绍一下文心大模型的特点、用途、训练方法以及它和别的模型有什么不同",
+                                                     "你好", "what is machine learning")]
+    assert prompts[0]["ids"].shape[1] > 40
+    wholes = [predictor.run_step("prefill", prompt) for prompt in prompts]
+    for size, empty in ((7, None), (16, None), (7, predictor.advance_cache), (16, predictor.advance_cache)):
+        parts = [PromptPrefill(prompt["ids"]) for prompt in prompts]
+        turns = 0
+        while not all(part.done for part in parts):
+            shares = fair_shares([part.remaining for part in parts], size)
+            assert sum(shares) <= size
+            prefill_together(predictor.run_step, list(zip(parts, shares)), empty)
+            turns += 1
+        assert turns >= -(-sum(prompt["ids"].shape[1] for prompt in prompts) // size)
+        for part, whole in zip(parts, wholes):
+            np.testing.assert_allclose(part.outputs["logits"], whole["logits"], rtol=0,
+                                       atol=4e-6 * float(np.abs(whole["logits"]).max()))
+            np.testing.assert_allclose(part.outputs["cache"], whole["cache"], rtol=0, atol=1e-5)
+            assert int(part.outputs["position"][0]) == int(whole["position"][0])
 
 
 def test_the_running_answers_go_on_while_a_long_prompt_is_prefilled_a_chunk_a_turn(chat_folder, monkeypatch, gate):
@@ -508,6 +512,65 @@ def test_the_running_answers_go_on_while_a_long_prompt_is_prefilled_a_chunk_a_tu
         assert len(chunks) == -(-expected["prompt_tokens"] // 8) > 3  # the prompt went a chunk a turn
         between = [name for name, _ in calls[chunks[0]:chunks[-1]]]
         assert between.count("extend") >= len(chunks) - 1  # the running answer stepped between the chunks
+        running.close()
+    finally:
+        gate.open()
+        service.stop()
+
+
+def test_a_small_newcomer_is_not_held_up_by_a_long_prompts_prefill(chat_folder, monkeypatch, gate):
+    """Issue 69's hostile case: a short request sent while a long prompt is being prefilled gets
+    its first token before the long one (an even share of each turn's prompt tokens), and each
+    gets its lone answer."""
+    from wenxin.inference import generation_scheduler
+    from wenxin.inference.predictor import Predictor
+    from wenxin.models.decoding import DecodeSettings
+    monkeypatch.setattr(DecodeSettings, "stops", lambda self, token: False)  # answers run to max_new_tokens
+    long_question, short_question = "请详细地介绍一下文心大模型的特点、用途、训练方法以及它和别的模型有什么不同", "你好"
+    alone = service_of(chat_folder)
+    try:
+        expected = {q: json.loads(post(alone.port, "/generate", {"text": q, "max_new_tokens": 4})[2])
+                    for q in (long_question, short_question)}
+    finally:
+        alone.stop()
+    assert expected[long_question]["prompt_tokens"] > 4 * expected[short_question]["prompt_tokens"]
+    sent, send = [], generation_scheduler._send
+    monkeypatch.setattr(generation_scheduler, "_send",
+                        lambda outbox, job, event: (sent.append((job.row[0], event.kind)), send(outbox, job, event)))
+    prefills = []
+    run_step = Predictor.run_step
+
+    def noted(self, name, inputs):
+        if name != "extend":
+            prefills.append(name)
+        return run_step(self, name, inputs)
+
+    monkeypatch.setattr(Predictor, "run_step", noted)
+    service = service_of(chat_folder, prefill_tokens=8)
+    try:
+        wait_ready(service.port)
+        gate.close()  # the running answer's steps held: the turns go on only when the test says
+        running = stream_request(service.port, {"text": "hi", "max_new_tokens": 200})
+        read_until(running, b"event: token")
+        prefills.clear()
+        asking = stream_request(service.port, {"text": long_question, "max_new_tokens": 4})
+        read_until(asking, b"200 OK")  # queued
+        gate.release()  # one step: the next turn lets the long prompt in and prefills its first part
+        deadline = time.monotonic() + 120  # a guard against a hang: the state is the long prompt's first part
+        while not prefills:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        newcomer = stream_request(service.port, {"text": short_question, "max_new_tokens": 4})
+        read_until(newcomer, b"200 OK")  # queued while the long prompt is prefilled
+        gate.open()
+        answers = {}
+        for sock, question in ((asking, long_question), (newcomer, short_question)):
+            text = read_until(sock, b"event: done").decode()
+            answers[question] = json.loads(text.split("event: done\ndata: ")[1].split("\n")[0])["tokens"]
+            sock.close()
+        assert answers == {q: expected[q]["tokens"] for q in expected}
+        firsts = [row for row, kind in sent if kind == "token" and row in (long_question, short_question)]
+        assert firsts[0] == short_question, firsts  # it did not wait for the long prompt's whole prefill
         running.close()
     finally:
         gate.open()

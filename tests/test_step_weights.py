@@ -1,60 +1,177 @@
-"""A generation export holds its weights once on disk (issue 69, point 1, in part): its step
-functions' parameters files were byte for byte the same, so one ``steps.pdiparams`` serves them
-all; and the predictor runs ``prefill`` as ``prefill_chunk`` after an empty cache, one program's
-weights fewer in memory, with the very numbers the ``prefill`` program gives. Older exports, a
-parameters file a step, still load and answer the same."""
+"""A generation export holds its weights once, on disk and in a serving process (issue 69, point 1):
+an ERNIE 4.5 chat model exports one step program, ``advance`` (prefill, a prompt's next chunk and
+a decoding step), so the predictor loads one program and one copy of the weights, and its answers
+and logits are those of the three programs exports held before (``prefill``, ``prefill_chunk``,
+``extend``). Older exports, with a parameters file a step or one shared ``steps.pdiparams``,
+still load and answer the same."""
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
+import paddle
 import pytest
 
 pytest.importorskip("sentencepiece")
 
 from test_chat_sft import FOLDER  # noqa: E402
+from wenxin.common.task_loader import import_task  # noqa: E402
 from wenxin.data.export_bundle import PREPROCESS_FILE, SHARED_PARAMS, seal_export  # noqa: E402
+from wenxin.data.field_reader import TensorSpec  # noqa: E402
 from wenxin.inference.backends import EngineOptions  # noqa: E402
 from wenxin.inference.paddle_backend import PaddleBackend  # noqa: E402
 from wenxin.inference.predictor import Predictor  # noqa: E402
 from wenxin.model_folders import FolderSettings, export_of_folder  # noqa: E402
+from wenxin.models.ernie45 import extend_step, prefill_step  # noqa: E402
+from wenxin.models.lora import adapters_disabled  # noqa: E402
+
+ROWS = [["你好"], ["今天天气很好吗？"], ["请用一句话介绍一下北京。"]]
+
+
+def three_step_functions(monkeypatch):
+    """The chat model's step functions as exports held them before ``advance``: three programs."""
+    def step_specs(self):
+        c = self.config
+        cache = TensorSpec("cache", [c.num_hidden_layers, 2, -1, c.num_key_value_heads, -1, c.head_dim], "float32")
+        return {"prefill": ([TensorSpec("ids", [1, -1], "int64")], ["logits", "cache", "position"]),
+                "prefill_chunk": ([TensorSpec("ids", [1, -1], "int64"), cache], ["logits", "cache", "position"]),
+                "extend": ([TensorSpec("tokens", [-1], "int64"), TensorSpec("positions", [-1], "int64"), cache,
+                            TensorSpec("visible", [-1, -1], "float32")], ["logits", "cache"])}
+
+    def prefill(self, ids):
+        with adapters_disabled(self.model):
+            return prefill_step(self.model, self.output_weight(), ids)
+
+    def prefill_chunk(self, ids, cache):
+        with adapters_disabled(self.model):
+            return prefill_step(self.model, self.output_weight(), ids, cache)
+
+    def extend(self, tokens, positions, cache, visible):
+        with adapters_disabled(self.model):
+            return extend_step(self.model, self.output_weight(), tokens, positions, cache, visible)
+
+    chat_model = sys.modules[f"{import_task('chat')}.models"].Ernie45ChatModel  # as the folder's trainer builds it
+    monkeypatch.setattr(chat_model, "step_specs", step_specs)
+    for function in (prefill, prefill_chunk, extend):
+        monkeypatch.setattr(chat_model, function.__name__, function, raising=False)
 
 
 @pytest.fixture(params=["dynamic", "static"])
-def export(request, tmp_path, monkeypatch):
+def exports(request, tmp_path, monkeypatch):
+    """``(advance export, three-step export)`` of the fixture folder in one graph mode."""
     monkeypatch.setenv("WENXIN_CACHE", str(tmp_path / "cache"))
-    return export_of_folder(FOLDER, FolderSettings(graph_mode=request.param))
-
-
-def test_the_steps_share_one_parameters_file_and_prefill_runs_as_the_chunk_step(export):
-    assert sorted(name for name in os.listdir(export) if name.endswith(".pdiparams")) == [SHARED_PARAMS]
-    with open(os.path.join(export, PREPROCESS_FILE), encoding="utf-8") as f:
-        steps = json.load(f)["steps"]
-    assert {name: entry["params"] for name, entry in steps.items()} == {name: SHARED_PARAMS for name in steps}
-    predictor = Predictor(export)
-    assert sorted(predictor.step_engines) == ["extend", "prefill_chunk"]  # no engine (no weights) for prefill
-    ids = np.asarray([[5, 9, 17, 3, 42, 8, 11]], dtype="int64")
-    through_chunk = predictor.run_step("prefill", {"ids": ids})
-    with open(os.path.join(export, PREPROCESS_FILE), encoding="utf-8") as f:
-        meta = json.load(f)
-    program = PaddleBackend(export, meta, EngineOptions(False, 1, {"program": "prefill"}))  # its own program
-    own = dict(zip(steps["prefill"]["outputs"], program.run({name: ids for name in program.input_names})))
-    assert sorted(own) == sorted(through_chunk) == ["cache", "logits", "position"]
-    for name, value in own.items():
-        assert through_chunk[name].shape == value.shape and np.array_equal(through_chunk[name], value), name
-
-
-def test_an_older_export_with_a_parameters_file_a_step_loads_and_answers_the_same(export, tmp_path):
+    current = export_of_folder(FOLDER, FolderSettings(graph_mode=request.param))
     older = str(tmp_path / "older")
-    shutil.copytree(export, older)
-    with open(os.path.join(older, PREPROCESS_FILE), encoding="utf-8") as f:
+    with monkeypatch.context() as patch:
+        three_step_functions(patch)
+        patch.setenv("WENXIN_CACHE", str(tmp_path / "older-cache"))
+        shutil.copytree(export_of_folder(FOLDER, FolderSettings(graph_mode=request.param)), older)
+    return current, older
+
+
+def test_an_export_holds_one_step_program_and_the_predictor_loads_it_once(exports):
+    current, _ = exports
+    programs = sorted(name for name in os.listdir(current) if name.endswith((".pdiparams", ".json", ".pdmodel"))
+                      and name != PREPROCESS_FILE and not name.startswith("manifest"))
+    assert [name for name in programs if name.endswith(".pdiparams")] == ["advance.pdiparams"]
+    with open(os.path.join(current, PREPROCESS_FILE), encoding="utf-8") as f:
+        assert sorted(json.load(f)["steps"]) == ["advance"]
+    predictor = Predictor(current)
+    assert sorted(predictor.step_engines) == ["advance"]
+    assert {"prefill", "prefill_chunk", "extend"} <= set(predictor.steps)  # run as advance
+
+
+def test_advance_gives_the_three_programs_numbers(exports):
+    current, older = exports
+    new, old = Predictor(current), Predictor(older)
+    assert sorted(old.step_engines) == ["extend", "prefill_chunk"]
+    ids = np.asarray([[5, 9, 17, 3, 42, 8, 11]], dtype="int64")
+
+    def same(a, b):
+        assert sorted(a) == sorted(b)
+        for name in a:
+            assert a[name].shape == b[name].shape, name
+            np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+    first = new.run_step("prefill", {"ids": ids[:, :4]})
+    same(first, old.run_step("prefill", {"ids": ids[:, :4]}))
+    chunk = {"ids": ids[:, 4:], "cache": first["cache"]}
+    same(new.run_step("prefill_chunk", chunk), old.run_step("prefill_chunk", chunk))
+    whole = new.run_step("prefill", {"ids": ids})
+    # two rows, the first with a column of padding: extend hides it
+    cache = np.concatenate([whole["cache"], np.pad(first["cache"], [(0, 0)] * 4 + [(3, 0), (0, 0)])], axis=2)
+    visible = np.ones((2, 8), dtype=np.float32)
+    visible[1, :3] = 0
+    step = {"tokens": np.asarray([4, 6]), "positions": np.asarray([7, 4]), "cache": cache, "visible": visible}
+    same(new.run_step("extend", step), old.run_step("extend", step))
+    assert new.predict(ROWS) == old.predict(ROWS)
+
+
+def test_a_three_program_export_in_either_older_layout_loads_and_answers_the_same(exports, tmp_path):
+    current, shared = exports
+    with open(os.path.join(shared, PREPROCESS_FILE), encoding="utf-8") as f:
         meta = json.load(f)
-    for name, entry in meta["steps"].items():  # as exports were written before the steps shared one file
-        shutil.copyfile(os.path.join(older, SHARED_PARAMS), os.path.join(older, f"{name}.pdiparams"))
+    assert os.listdir(shared).count(SHARED_PARAMS) == 1  # the layout of exports before advance
+    own = str(tmp_path / "own")  # and of those before the steps shared one parameters file
+    shutil.copytree(shared, own)
+    for name, entry in meta["steps"].items():
+        shutil.copyfile(os.path.join(own, SHARED_PARAMS), os.path.join(own, f"{name}.pdiparams"))
         entry.pop("params")
-    os.remove(os.path.join(older, SHARED_PARAMS))
-    with open(os.path.join(older, PREPROCESS_FILE), "w", encoding="utf-8") as f:
+    os.remove(os.path.join(own, SHARED_PARAMS))
+    with open(os.path.join(own, PREPROCESS_FILE), "w", encoding="utf-8") as f:
         json.dump(meta, f)
-    seal_export(older)
-    rows = [["你好"], ["今天天气很好吗？"]]
-    assert Predictor(older).predict(rows) == Predictor(export).predict(rows)
+    seal_export(own)
+    answers = Predictor(current).predict(ROWS)
+    assert Predictor(shared).predict(ROWS) == answers
+    assert Predictor(own).predict(ROWS) == answers
+    # the older export's prefill program itself gives what its predictor gives through the chunk step
+    program = PaddleBackend(own, meta, EngineOptions(False, 1, {"program": "prefill"}))
+    ids = np.asarray([[5, 9, 17, 3]], dtype="int64")
+    direct = dict(zip(meta["steps"]["prefill"]["outputs"], program.run({name: ids for name in program.input_names})))
+    through_chunk = Predictor(own).run_step("prefill", {"ids": ids})
+    for name, value in direct.items():
+        assert np.array_equal(through_chunk[name], value), name
+
+
+def test_advance_runs_several_rows_of_several_tokens_as_each_alone(exports):
+    """Prompts of different lengths prefilled in one call (each row's tokens at its end, the
+    columns before them padding hidden by ``visible``) give each prompt's lone logits and cache."""
+    current, _ = exports
+    predictor = Predictor(current)
+    prompts = [np.asarray([[5, 9, 17, 3, 42]]), np.asarray([[8, 11]]), np.asarray([[7, 7, 2, 30]])]
+    alone = [predictor.run_step("prefill", {"ids": ids}) for ids in prompts]
+    width = max(ids.shape[1] for ids in prompts)
+    tokens = np.zeros((3, width), dtype=np.int64)
+    positions = np.zeros((3, width), dtype=np.int64)
+    visible = np.zeros((3, width, width), dtype=np.float32)
+    for row, ids in enumerate(prompts):
+        length = ids.shape[1]
+        tokens[row, width - length:] = ids[0]
+        positions[row, width - length:] = np.arange(length)
+        own = np.arange(width) >= width - length
+        visible[row] = np.tril(np.ones((width, width))) * own[None, :]
+        visible[row, :width - length, :] = np.eye(width)[:width - length]  # padding sees itself (no empty row)
+    empty = np.zeros_like(alone[0]["cache"][:, :, :, :, :0]).repeat(3, axis=2)
+    out = predictor.run_step("advance", {"tokens": tokens, "positions": positions, "cache": empty,
+                                         "visible": visible})
+    for row, (ids, lone) in enumerate(zip(prompts, alone)):
+        np.testing.assert_allclose(out["logits"][row], lone["logits"][0], rtol=1e-5, atol=1e-5)
+        own_columns = out["cache"][:, :, row, :, width - ids.shape[1]:]
+        np.testing.assert_allclose(own_columns, lone["cache"][:, :, 0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_eager_model_advances_as_it_prefills_and_extends():
+    """The model's own ``advance`` against its ``prefill`` (no export)."""
+    from wenxin.models.ernie45 import Ernie45ForCausalLM, load_ernie45
+    paddle.seed(0)
+    model: Ernie45ForCausalLM = load_ernie45(FOLDER)
+    model.eval()
+    ids = paddle.to_tensor([[5, 9, 17, 3]], dtype="int64")
+    with paddle.no_grad():
+        logits, cache, _ = model.prefill(ids)
+        state, grown = model.model.advance(ids, paddle.arange(4).unsqueeze(0), cache[:, :, :, :, :0],
+                                           paddle.to_tensor(np.tril(np.ones((4, 4), dtype=np.float32))[None]))
+        again = paddle.matmul(state, model.output_weight(), transpose_y=True)
+    np.testing.assert_allclose(again.numpy(), logits.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grown.numpy(), cache.numpy(), rtol=1e-5, atol=1e-5)

@@ -393,7 +393,7 @@ def test_a_generation_export_is_refused_by_onnx_with_its_reason(untrained_export
     pytest.importorskip("paddle2onnx")
     from wenxin.common.errors import InferenceError
     from wenxin.inference.onnx_export import export_onnx
-    with pytest.raises(InferenceError, match="step functions prefill and extend.*converting it to ONNX is not supported"):
+    with pytest.raises(InferenceError, match="generation model.s export .step programs such as prefill.json.*not supported"):
         export_onnx(untrained_export, {})
 
 

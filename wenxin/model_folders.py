@@ -40,6 +40,9 @@ EXPORTS_DIR = "exports"
 GRAPH_MODES = ("dynamic", "static")
 MAX_PROMPT_TOKENS = 4096  # a served prompt's tokens at most (the chat field's max_seq_len), or half the context
 MAX_NEW_TOKENS = 1024  # an answer's tokens at most (by default; requests and --max_new_tokens may ask fewer)
+# what the export's step programs are, in the cache key: a cache built before a change of them is
+# built again (2: one program, advance, holding the weights once; 1: prefill, prefill_chunk, extend)
+STEP_PROGRAMS_REVISION = 2
 SMALL_FILE_BYTES = 1 << 20  # files up to this size are keyed by their content, larger ones by size and time
 CHAT_FIELD = "conversation"
 
@@ -115,7 +118,8 @@ def folder_key(folder: str, settings: FolderSettings) -> str:
     for name in ("paddlepaddle", "paddlepaddle-gpu"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             paddle_versions.append(f"{name} {metadata.version(name)}")
-    add(__version__, paddle_versions, settings.graph_mode, settings.max_prompt_tokens, settings.max_new_tokens)
+    add(__version__, STEP_PROGRAMS_REVISION, paddle_versions, settings.graph_mode, settings.max_prompt_tokens,
+        settings.max_new_tokens)
     for top, subfolders, names in os.walk(folder):
         # hidden entries are downloaders' bookkeeping (aistudio-sdk's .msc and ._tmp, .git, .cache),
         # which a download rewrites each time: in the key they would rebuild the export every start

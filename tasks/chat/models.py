@@ -18,9 +18,9 @@ from wenxin.data.chat_fields import IGNORED
 from wenxin.models.base_model import BaseModel
 from wenxin.models.decoding import (MAX_BEAM_SIZE, MAX_LENGTH_PENALTY, MAX_SEED, MAX_TEMPERATURE, MAX_TOP_K,
                                     MIN_TEMPERATURE, DecodeSettings, PromptSource)
-from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, extend_step,
-                                   generation_defaults, paddle_layout_weights, prefill_step,
-                                   sized_layout)
+from wenxin.models.advance_step import ADVANCE
+from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, advance_step,
+                                   generation_defaults, paddle_layout_weights, sized_layout)
 from wenxin.models.ernie45_export import pt_layout_weights, write_pt_folder
 from wenxin.models.ernie45_router_loss import RouterLossWeights, with_router_loss
 from wenxin.models.held_dtype import BFLOAT16, FLOAT32, WEIGHT_DTYPES, WeightDtype, computed
@@ -193,35 +193,22 @@ class Ernie45ChatModel(BaseModel):
 
     # ---- step functions: what decoding runs (wenxin.models.decoding) ----------------------------
     def step_specs(self) -> Dict[str, Tuple[List[TensorSpec], List[str]]]:
-        """Each step function's inputs and output names."""
+        """One step function, ``advance`` (``wenxin.models.advance_step``: prefill, a prompt's
+        next chunk and a decoding step in one program, so an export and a service hold the
+        weights once): its inputs and output names."""
         c = self.config
         cache = TensorSpec("cache", [c.num_hidden_layers, 2, -1, c.num_key_value_heads, -1, c.head_dim], "float32")
-        return {"prefill": ([TensorSpec("ids", [1, -1], "int64")], ["logits", "cache", "position"]),
-                "prefill_chunk": ([TensorSpec("ids", [1, -1], "int64"), cache], ["logits", "cache", "position"]),
-                "extend": ([TensorSpec("tokens", [-1], "int64"), TensorSpec("positions", [-1], "int64"), cache,
-                            TensorSpec("visible", [-1, -1], "float32")], ["logits", "cache"])}
+        return {ADVANCE: ([TensorSpec("tokens", [-1, -1], "int64"), TensorSpec("positions", [-1, -1], "int64"), cache,
+                           TensorSpec("visible", [-1, -1, -1], "float32")], ["logits", "cache"])}
 
-    def prefill(self, ids: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
-        """A prompt ``[1, S]`` -> the next token's logits ``[1, V]``, the cache ``[layers, 2, 1, KV,
-        S, D]`` and the next token's position ``[1]``. Adapters are bypassed: the step functions
-        run on merged weights (``export_state``)."""
+    def advance(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
+                visible: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """New tokens ``[R, T]`` at ``positions`` ``[R, T]`` after the cache ``[layers, 2, R, KV, N,
+        D]``, seeing the columns ``visible`` ``[R, T, N + T]`` marks -> each row's next logits ``[R,
+        V]`` and the grown cache. Adapters are bypassed: the step functions run on merged weights
+        (``export_state``)."""
         with adapters_disabled(self.model):
-            return prefill_step(self.model, self.output_weight(), ids)
-
-    def prefill_chunk(self, ids: paddle.Tensor, cache: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor,
-                                                                              paddle.Tensor]:
-        """A long prompt's next chunk ``[1, S]`` after the cache of its tokens so far ``[layers, 2,
-        1, KV, N, D]`` -> what ``prefill`` gives for the prompt up to here (a service prefills a
-        long prompt a chunk a turn, so the running answers do not wait for all of it)."""
-        with adapters_disabled(self.model):
-            return prefill_step(self.model, self.output_weight(), ids, cache)
-
-    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
-               visible: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
-        """The chosen tokens ``[R]`` at ``positions`` ``[R]`` -> the next logits ``[R, V]`` and the
-        grown cache; ``visible`` ``[R, N + 1]`` hides each row's padding (``wenxin.models.batch_decoding``)."""
-        with adapters_disabled(self.model):
-            return extend_step(self.model, self.output_weight(), tokens, positions, cache, visible)
+            return advance_step(self.model, self.output_weight(), tokens, positions, cache, visible)
 
     def decode_settings(self) -> DecodeSettings:
         """The task file's ``generation`` settings over the folder's ``generation_config.json``;

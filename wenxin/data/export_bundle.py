@@ -26,7 +26,9 @@ from wenxin.config.schema import Key, Schema, validate
 from wenxin.config.task_schema import FIELD
 
 MODEL_PREFIX = "inference"
-FIRST_STEP = "prefill"  # the step function every generation export has (its steps are in preprocess.json)
+FIRST_STEP = "prefill"  # the first step function of a generation export of several (its steps are in preprocess.json)
+ADVANCE_STEP = "advance"  # the one step function of a generation export that has one (wenxin.models.advance_step)
+GENERATION_PROGRAMS = (ADVANCE_STEP, FIRST_STEP)  # one of them is in every generation export
 SHARED_PARAMS = "steps.pdiparams"  # the one parameters file of step functions whose parameters are the same
 PREPROCESS_FILE = "preprocess.json"
 FORMAT_VERSION = 1

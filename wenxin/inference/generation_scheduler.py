@@ -1,10 +1,12 @@
 """Generation for the HTTP service: concurrent requests decode together (``GenerationScheduler``).
 
 One thread owns the export's predictor and runs a loop; each turn it ends the requests whose
-client left (``cancel``) or whose time is up, lets waiting requests join the batch while there is
-room (each joins with its ``prefill`` step: at most ``prefill_tokens`` prompt tokens a turn, and
-always one request, so the running streams never wait for more than one turn's prompts), then runs
-one ``extend`` step for every row of every request (``wenxin.models.batch_decoding``). A request
+client left (``cancel``) or whose time is up, lets waiting requests in while there is room,
+prefills their prompts, at most ``prefill_tokens`` prompt tokens a turn shared evenly among them
+(``wenxin.models.batch_prefill``: a short prompt is not held up by a long one, and the running
+streams never wait for more than one turn's prompt tokens; the prompts of a turn are rows of one
+call where the export has ``advance``), then runs one ``extend`` step for every row of every
+request whose prompt is done (``wenxin.models.batch_decoding``). A request
 leaves when its search ends, at ``max_new_tokens``, at a stop string or at its time limit;
 nobody waits for anyone else's end. Each token is handed to the request's event loop as it is
 chosen (one wake-up per loop a turn).
@@ -42,7 +44,8 @@ import numpy as np
 from wenxin.common.errors import InferenceError, WenxinError
 from wenxin.inference.generator import AnswerText, Generator
 from wenxin.inference.predictor import Predictor
-from wenxin.models.batch_decoding import BatchDecoder, ChunkedPrefill, Update
+from wenxin.models.batch_decoding import BatchDecoder, Update
+from wenxin.models.batch_prefill import PromptPrefill, fair_shares, prefill_together
 from wenxin.models.decoding import DecodeSettings, new_search
 
 logger = logging.getLogger("wenxin.serve")
@@ -125,15 +128,15 @@ def _deliver(items: List[Tuple[GenerationJob, Event]]) -> None:
 
 
 class _Running:
-    """A request let in: its job, its answer's text so far, its search, and, while a long prompt
-    is prefilled a chunk a turn, that prefill (it joins the batch once it is done)."""
+    """A request let in: its job, its answer's text so far, its search, and, while its prompt is
+    prefilled a part a turn, that prefill (it joins the decoding batch once it is done)."""
 
     __slots__ = ("job", "answer", "search", "prefill")
 
     def __init__(self, job: GenerationJob, answer: AnswerText) -> None:
         self.job, self.answer = job, answer
         self.search = new_search(job.settings)
-        self.prefill: Optional[ChunkedPrefill] = None
+        self.prefill: Optional[PromptPrefill] = None
 
 
 class GenerationScheduler:
@@ -155,6 +158,7 @@ class GenerationScheduler:
         self.batched = True  # requests share one batch (False: an export whose extend cannot hide padding)
         self.onednn = ""  # the Paddle backend's oneDNN choice, in words
         self.on_step: Optional[Callable[[int], None]] = None  # told each step's rows (metrics)
+        self.on_prefill: Optional[Callable[[List[int]], None]] = None  # told each turn's prompt tokens a prompt
         self.waiting_count = 0
         self._count_lock = threading.Lock()
         self._jobs: "queue.Queue[Any]" = queue.Queue()
@@ -314,44 +318,67 @@ class GenerationScheduler:
         return rows <= self.limits.max_rows and rows * horizon <= self.limits.max_cached_tokens
 
     def _admit(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob]) -> None:
-        """Prefill work of at most ``prefill_tokens`` prompt tokens a turn (and always some): the
-        next chunks of long prompts already let in, then waiting requests, in order, while they
-        fit. A prompt longer than ``prefill_tokens`` is prefilled a chunk a turn where the export
-        can (``prefill_chunk``), whole otherwise. Each request's first token goes out as soon as
-        its prefill is done."""
+        """Let waiting requests in, in order, while they fit, and spend at most ``prefill_tokens``
+        prompt tokens a turn on their prompts (and always some): where the export prefills a prompt
+        in parts (``Generator.chunks``), every prompt being prefilled gets an even share of them
+        (``fair_shares``: a short newcomer is prefilled in its first turn beside a long prompt, which
+        goes on with the rest next turns), the parts of a turn run together (``prefill_together``:
+        rows of one ``advance`` call where the export has it). Otherwise each prompt is prefilled
+        whole, in order, while the budget lasts. A request's first token goes out as soon as its
+        prompt is prefilled, and it joins the decoding batch."""
+        if not self._generator.chunks:
+            self._admit_whole(decoder, running, waiting)
+            return
+        while waiting and self._fits(waiting[0], decoder, running):
+            job = waiting.popleft()
+            self._left_waiting()
+            state = _Running(job, AnswerText(self._generator.predictor.result_format, job.row, job.stop))
+            state.prefill = PromptPrefill(job.prompt.inputs["ids"])
+            running[job.key] = state
+        self._prefill_turn(decoder, running)
+
+    def _prefill_turn(self, decoder: BatchDecoder, running: Dict[int, _Running]) -> None:
+        """One turn's prefill parts (see ``_admit``); a request whose prompt is done joins."""
+        prefilling = [s for s in running.values() if s.prefill is not None]
+        shares = fair_shares([s.prefill.remaining for s in prefilling if s.prefill is not None],
+                             self.limits.prefill_tokens)
+        parts = [(state, share) for state, share in zip(prefilling, shares) if share > 0]
+        if not parts:
+            return
+        if self.on_prefill is not None:
+            self.on_prefill([share for _, share in parts])
+        run, empty = self._generator.predictor.run_step, self._generator.predictor.advance_cache
+        before = [state.prefill.tokens_done if state.prefill else 0 for state, _ in parts]
+        try:
+            prefill_together(run, [(state.prefill, share) for state, share in parts if state.prefill], empty)
+        except Exception:  # noqa: BLE001 (one request's prompt must not fail the others': each alone)
+            for (state, share), done in zip(parts, before):
+                if state.prefill is None or state.prefill.tokens_done != done:  # its part went through
+                    continue
+                try:
+                    prefill_together(run, [(state.prefill, share)], None)
+                except Exception as e:  # noqa: BLE001 (this request's error only)
+                    del running[state.job.key]
+                    self._failed_prefill(state.job, e)
+        for state, _ in parts:
+            if state.prefill is not None and state.prefill.done and state.job.key in running:
+                outputs, state.prefill = state.prefill.outputs, None
+                self._join(decoder, running, state, outputs)
+
+    def _admit_whole(self, decoder: BatchDecoder, running: Dict[int, _Running],
+                     waiting: Deque[GenerationJob]) -> None:
+        """Waiting requests let in, in order, while they fit, each prompt prefilled whole, up to
+        ``prefill_tokens`` prompt tokens a turn (and always one request)."""
         budget = self.limits.prefill_tokens
-        for state in [s for s in running.values() if s.prefill is not None]:
-            if budget <= 0:
-                return
-            budget -= self._prefill_chunk(decoder, running, state)
-        first = budget == self.limits.prefill_tokens
+        first = True
         while waiting and (first or budget > 0) and self._fits(waiting[0], decoder, running):
             job = waiting.popleft()
             self._left_waiting()
             first = False
             state = _Running(job, AnswerText(self._generator.predictor.result_format, job.row, job.stop))
             running[job.key] = state
-            if job.prompt.tokens > self.limits.prefill_tokens and self._generator.chunks:
-                state.prefill = ChunkedPrefill(self._generator.predictor.run_step, job.prompt.inputs,
-                                               self.limits.prefill_tokens)
-                budget -= self._prefill_chunk(decoder, running, state)
-                continue
             budget -= job.prompt.tokens
             self._join(decoder, running, state, None)
-
-    def _prefill_chunk(self, decoder: BatchDecoder, running: Dict[int, _Running], state: _Running) -> int:
-        """Prefill a long prompt's next chunk; it joins the batch after its last. Returns its tokens."""
-        assert state.prefill is not None
-        try:
-            tokens = state.prefill.advance()
-        except Exception as e:  # noqa: BLE001 (this request's error only)
-            del running[state.job.key]
-            self._failed_prefill(state.job, e)
-            return state.prefill.size
-        if state.prefill.done:
-            outputs, state.prefill = state.prefill.outputs, None
-            self._join(decoder, running, state, outputs)
-        return tokens
 
     def _join(self, decoder: BatchDecoder, running: Dict[int, _Running], state: _Running,
               prefilled: Optional[Dict[str, np.ndarray]]) -> None:

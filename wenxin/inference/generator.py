@@ -79,6 +79,7 @@ class GenerationExport(Protocol):
 
     engine: Any  # the loaded backend; None where the export is not loaded
     steps: Dict[str, Dict[str, Any]]  # the step functions' inputs and outputs
+    advance_cache: Optional[np.ndarray]  # an export with advance: its cache of one row holding nothing
     decode_settings: Optional[DecodeSettings]  # None: the export does not generate
     prompt_source: Optional[PromptSource]
     result_format: ResultFormat
@@ -106,7 +107,7 @@ class Generator:
             raise InferenceError("this Predictor cannot generate (not loaded)")
         self.predictor = predictor
         self.masked = VISIBLE in {i["name"] for i in predictor.steps["extend"]["inputs"]}
-        # a long prompt can be prefilled a chunk at a time (ChunkedPrefill): a prompt of ids alone
+        # a prompt can be prefilled a part at a time (wenxin.models.batch_prefill): a prompt of ids alone
         prompt_inputs = set(predictor.prompt_source.inputs) if predictor.prompt_source is not None else set()
         self.chunks = CHUNK_STEP in predictor.steps and prompt_inputs == {"ids"}
 

@@ -13,9 +13,9 @@ from typing import Any, Dict
 import numpy as np
 
 from wenxin.common.errors import InferenceError
-from wenxin.data.export_bundle import FIRST_STEP, seal_export
+from wenxin.data.export_bundle import seal_export
 from wenxin.inference.onnx_backend import ONNX_FILE
-from wenxin.inference.paddle_backend import model_files
+from wenxin.inference.paddle_backend import generation_files, model_files
 
 logger = logging.getLogger("wenxin")
 
@@ -96,8 +96,10 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
     if importlib.util.find_spec("paddle2onnx") is None:
         raise InferenceError('--format onnx needs paddle2onnx and onnxruntime: pip install "wenxin[onnx]"')
     files = model_files(folder)
-    if files is None and model_files(folder, FIRST_STEP) is not None:
-        raise InferenceError(f"{folder}: a generation model's export (its step functions {FIRST_STEP} and extend) "
+    steps = generation_files(folder)
+    if files is None and steps is not None:
+        raise InferenceError(f"{folder}: a generation model's export (step programs such as "
+                             f"{os.path.basename(steps[0])}) "
                              f"is written and runs with the paddle backend; converting it to ONNX is not supported")
     if files is None:
         raise InferenceError(f"{folder}: no exported Paddle model to convert")

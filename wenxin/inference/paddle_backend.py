@@ -8,7 +8,7 @@ import numpy as np
 
 from wenxin.common.constants import ONEDNN_SETTINGS
 from wenxin.common.registry import RegisterSet
-from wenxin.data.export_bundle import FIRST_STEP, MODEL_PREFIX, SHARED_PARAMS
+from wenxin.data.export_bundle import GENERATION_PROGRAMS, MODEL_PREFIX, SHARED_PARAMS
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend
 
 
@@ -23,6 +23,16 @@ def model_files(model_dir: str, prefix: str = MODEL_PREFIX) -> Optional[tuple]:
         graph = os.path.join(model_dir, prefix + ext)
         if os.path.isfile(graph) and os.path.isfile(params):
             return graph, params
+    return None
+
+
+def generation_files(model_dir: str) -> Optional[tuple]:
+    """A generation export's first step program's graph and parameters (``advance``'s, or
+    ``prefill``'s in an export of several step functions), or None."""
+    for prefix in GENERATION_PROGRAMS:
+        found = model_files(model_dir, prefix)
+        if found is not None:
+            return found
     return None
 
 
@@ -71,7 +81,7 @@ class PaddleBackend(InferenceBackend):
 
     @classmethod
     def unusable(cls, model_dir: str, use_gpu: bool) -> Optional[str]:
-        found = model_files(model_dir) or model_files(model_dir, FIRST_STEP)
+        found = model_files(model_dir) or generation_files(model_dir)
         return None if found else f"{model_dir}: no exported Paddle model"
 
     def _predictor(self, onednn: bool) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 from operator import itemgetter
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -12,13 +12,14 @@ from wenxin.common.errors import ConfigError, ExportError, InferenceError, Wenxi
 from wenxin.common.registry import RegisterSet
 from wenxin.common.task_loader import builtin_task_names, import_task
 from wenxin.data import text_speedups
-from wenxin.data.export_bundle import (FIRST_STEP, MODEL_PREFIX, PREPROCESS_FILE, read_preprocessing, verify_export,
-                                       where_exports_are)
+from wenxin.data.export_bundle import (ADVANCE_STEP, FIRST_STEP, MODEL_PREFIX, PREPROCESS_FILE, read_preprocessing,
+                                       verify_export, where_exports_are)
 from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend, backend_class
-from wenxin.inference.paddle_backend import model_files
+from wenxin.inference.paddle_backend import generation_files, model_files
 from wenxin.inference.formatters import ResultFormat
 from wenxin.inference.generator import Generator
+from wenxin.models.advance_step import AdvanceRunner, advance_steps, empty_cache
 from wenxin.models.batch_decoding import CHUNK_STEP
 from wenxin.models.decoding import DecodeSettings, PromptSource
 
@@ -28,17 +29,19 @@ _logged_choices: set = set()  # each backend's choice of a setting is logged onc
 
 
 def _check_model_files(model_dir: str) -> None:
-    if model_files(model_dir) is None and model_files(model_dir, FIRST_STEP) is None:
+    if model_files(model_dir) is None and generation_files(model_dir) is None:
         raise InferenceError(f"{model_dir}: not an exported model folder (need {MODEL_PREFIX}.json or "
                              f".pdmodel, {MODEL_PREFIX}.pdiparams and {PREPROCESS_FILE}; a generation model "
-                             f"{FIRST_STEP}.json and the other step functions); {where_exports_are(model_dir)}")
+                             f"{ADVANCE_STEP}.json, or {FIRST_STEP}.json and the other step functions); "
+                             f"{where_exports_are(model_dir)}")
 
 
 def step_engines(backend_cls: Any, model_dir: str, meta: Dict[str, Any], prefill_as_chunk: bool,
                  options: EngineOptions) -> Dict[str, InferenceBackend]:
-    """An engine for each step function of the export; with ``prefill_as_chunk`` none for
-    ``prefill``, which runs as ``prefill_chunk`` after an empty cache (``prefill_cache``): the same
-    numbers, tested, and the same time, measured, with one copy of the weights fewer in memory."""
+    """An engine for each step function of the export (one, ``advance``, in exports since it
+    was added); with ``prefill_as_chunk`` none for ``prefill``, which runs as ``prefill_chunk``
+    after an empty cache (``prefill_cache``): the same numbers, tested, and the same time,
+    measured, with one copy of the weights fewer in memory."""
     return {name: backend_cls(model_dir, meta, EngineOptions(options.use_gpu, options.num_threads,
                                                              {**options.settings, "program": name}))
             for name in meta.get("steps") or {} if not (name == FIRST_STEP and prefill_as_chunk)}
@@ -134,8 +137,14 @@ class Predictor:
         # by length, in batches of at most this many; None: in their order
         self.sorted_batch_rows: Optional[int] = self.meta.get("sorted_batch_rows")
         self.engine: Optional[InferenceBackend] = None  # None: the model is not loaded
-        self.steps: Dict[str, Dict[str, Any]] = self.meta.get("steps") or {}  # a generation model's step functions
-        self.empty_cache = prefill_cache(self.steps)  # prefill runs as prefill_chunk after it, or None
+        # a generation model's step functions as exported, and those its callers can run (an
+        # export of advance alone runs prefill, prefill_chunk and extend as advance: AdvanceRunner)
+        self.exported_steps: Dict[str, Dict[str, Any]] = self.meta.get("steps") or {}
+        self.steps: Dict[str, Dict[str, Any]] = advance_steps(self.exported_steps)
+        self.empty_cache = prefill_cache(self.exported_steps)  # prefill runs as prefill_chunk after it, or None
+        # advance's cache of one row holding nothing, where the export has advance (else None)
+        self.advance_cache = empty_cache(self.exported_steps) if ADVANCE_STEP in self.exported_steps else None
+        self._advance = None if self.advance_cache is None else AdvanceRunner(self._run_program, self.advance_cache)
         self.step_engines: Dict[str, InferenceBackend] = {}
         self.decode_settings: Optional[DecodeSettings] = None
         self.prompt_source: Optional[PromptSource] = None
@@ -151,7 +160,7 @@ class Predictor:
                 return
             self.step_engines = step_engines(backend_cls, model_dir, self.meta, self.empty_cache is not None,
                                              EngineOptions(use_gpu, num_threads, {"onednn": onednn}))
-            self.engine = self.step_engines.get(FIRST_STEP) or self.step_engines.get(CHUNK_STEP) or backend_cls(
+            self.engine = next(iter(self.step_engines.values()), None) or backend_cls(
                 model_dir, self.meta, EngineOptions(use_gpu, num_threads, {"onednn": onednn}))
         except BackendError as e:
             raise InferenceError(str(e)) from None
@@ -175,9 +184,9 @@ class Predictor:
         except (KeyError, TypeError, WenxinError) as e:
             raise ExportError(f"{meta_path}: generation: not a decoding description "
                               f"({type(e).__name__}: {e})") from None
-        if FIRST_STEP not in self.steps or "extend" not in self.steps:
-            raise ExportError(f"{meta_path}: steps: a generation export has {FIRST_STEP} and extend, "
-                              f"not {sorted(self.steps)}")
+        if ADVANCE_STEP not in self.steps and (FIRST_STEP not in self.steps or "extend" not in self.steps):
+            raise ExportError(f"{meta_path}: steps: a generation export has {ADVANCE_STEP}, or {FIRST_STEP} and "
+                              f"extend, not {sorted(self.exported_steps)}")
 
     def settings_for(self, overrides: Optional[Dict[str, Any]] = None) -> DecodeSettings:
         """The export's decoding settings with ``overrides`` (e.g. ``{"max_new_tokens": 8}``)
@@ -214,12 +223,19 @@ class Predictor:
         return settings
 
     def run_step(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """Run the exported step function ``name`` on inputs named as ``preprocess.json`` says
-        (``prefill`` perhaps as ``prefill_chunk`` after an empty cache: ``step_engines``)."""
+        """Run the step function ``name`` on inputs named as ``preprocess.json`` says (``steps``):
+        an exported one, or one run as ``advance`` (``AdvanceRunner``), or ``prefill`` as
+        ``prefill_chunk`` after an empty cache (``step_engines``)."""
+        if name not in self.exported_steps and self._advance is not None:
+            return self._advance(name, inputs)
         if name == FIRST_STEP and name not in self.step_engines and self.empty_cache is not None:
             name, inputs = CHUNK_STEP, {**inputs, "cache": self.empty_cache}
+        return self._run_program(name, inputs)
+
+    def _run_program(self, name: str, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Run the exported step program ``name``."""
         engine = self.step_engines[name]
-        declared = {i["name"] for i in self.steps[name]["inputs"]}
+        declared = {i["name"] for i in self.exported_steps[name]["inputs"]}
         feed = {}
         for program_name in engine.input_names:  # the declared name, or "<step>__<name>" (a static program's)
             input_name = program_name[len(name) + 2:] if program_name.startswith(f"{name}__") else program_name
@@ -227,7 +243,7 @@ class Predictor:
                 raise ExportError(f"{name}: the program's input {program_name!r} is none of the declared "
                                   f"{sorted(declared)}")
             feed[program_name] = inputs[input_name]
-        return dict(zip(self.steps[name]["outputs"], engine.run(feed)))
+        return dict(zip(self.exported_steps[name]["outputs"], engine.run(feed)))
 
     @property
     def reads_conversations(self) -> bool:

@@ -26,11 +26,12 @@ from typing import Callable, Dict, Hashable, List, Mapping, Optional
 
 import numpy as np
 
+from wenxin.models.advance_step import CHUNK
 from wenxin.models.decoding import DecodeSettings, PromptSource, Search, StepRunner, new_search
 
 ROW_AXIS, COLUMN_AXIS = 2, 4  # of a step function's cache [layers, 2, rows, heads, columns, head_dim]
 VISIBLE = "visible"  # extend's input that hides each row's padding
-CHUNK_STEP = "prefill_chunk"  # a model's prefill of a prompt's next tokens over the cache of those before
+CHUNK_STEP = CHUNK  # a model's prefill of a prompt's next tokens over the cache of those before
 
 
 @dataclasses.dataclass
@@ -156,9 +157,9 @@ class BatchDecoder:
 
     def add(self, key: Hashable, prompt: Mapping[str, np.ndarray], search: Search,
             prefilled: Optional[Mapping[str, np.ndarray]] = None) -> Update:
-        """Run ``prompt``'s ``prefill`` (or take its outputs, ``prefilled``: a ``ChunkedPrefill``'s)
-        and its search's first choice; unless that ends it, its rows join the batch at the next
-        ``step``."""
+        """Run ``prompt``'s ``prefill`` (or take its outputs, ``prefilled``: a
+        ``batch_prefill.PromptPrefill``'s) and its search's first choice; unless that ends it, its
+        rows join the batch at the next ``step``."""
         out = prefilled if prefilled is not None else self.run("prefill", dict(prompt))
         member = _Member(key, search, 0)
         advance = search.advance(np.asarray(out["logits"]))
@@ -220,33 +221,6 @@ class BatchDecoder:
             self.cohorts.remove(cohort)
         else:
             cohort.keep(rows, members, tokens)
-
-
-class ChunkedPrefill:
-    """One long prompt's ``prefill`` a chunk at a time: ``prefill`` of its first ``size`` tokens,
-    then the model's ``prefill_chunk`` of each next ``size`` over the cache so far, so a caller can
-    run other work between chunks (a service's decoding steps). For a model whose prompt is its
-    ``ids`` alone. ``advance`` runs one chunk and returns its tokens; once ``done``, ``outputs``
-    are what ``prefill`` of the whole prompt gives (within float32 rounding)."""
-
-    def __init__(self, run: StepRunner, prompt: Mapping[str, np.ndarray], size: int) -> None:
-        self.run, self.ids, self.size = run, np.asarray(prompt["ids"]), max(int(size), 1)
-        self.done_tokens = 0
-        self.outputs: Optional[Dict[str, np.ndarray]] = None
-
-    @property
-    def done(self) -> bool:
-        return self.done_tokens >= self.ids.shape[1]
-
-    def advance(self) -> int:
-        start = self.done_tokens
-        chunk = np.ascontiguousarray(self.ids[:, start:start + self.size])
-        if self.outputs is None:
-            self.outputs = dict(self.run("prefill", {"ids": chunk}))
-        else:
-            self.outputs = dict(self.run(CHUNK_STEP, {"ids": chunk, "cache": np.asarray(self.outputs["cache"])}))
-        self.done_tokens += chunk.shape[1]
-        return int(chunk.shape[1])
 
 
 def generate_batch(run: StepRunner, batch: Mapping[str, np.ndarray], source: PromptSource, settings: DecodeSettings,

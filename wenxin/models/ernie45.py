@@ -259,14 +259,25 @@ class Ernie45Model(nn.Layer):
         N, D]`` -> its hidden state ``[R, hidden]`` and the cache grown by it ``[..., N + 1, D]``.
         ``visible`` ``[R, N + 1]`` (1: a column the row attends to, 0: padding; the last column is
         the token itself), or None: every row sees every column (``wenxin.models.batch_decoding``)."""
-        sin, cos = rotary_angles(positions.unsqueeze(1), self.config.head_dim, self.config.rope_theta)  # [R, 1, D/2]
-        x = self.embed(tokens.unsqueeze(1))  # [R, 1, hidden]
-        bias = None if visible is None else ((visible - 1.0) * 1e9).unsqueeze(1).unsqueeze(1)  # [R, 1, 1, N + 1]
+        return self.advance(tokens.unsqueeze(1), positions.unsqueeze(1), cache,
+                            None if visible is None else visible.unsqueeze(1))
+
+    def advance(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
+                visible: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """``T`` tokens per row ``[R, T]`` at ``positions`` ``[R, T]`` after the cache ``[layers, 2,
+        R, KV, N, D]`` -> the last token's hidden state ``[R, hidden]`` and the cache grown by them
+        ``[..., N + T, D]``. ``visible`` ``[R, T, N + T]``: 1 where a token attends to a column (a
+        cached one or a new one), 0 where not (padding, a later token); None: every token sees
+        every column. A prompt's prefill is one row after an empty cache (``N`` = 0) seeing the
+        columns up to its own; a decoding step is ``T`` = 1 (``wenxin.models.advance_step``)."""
+        sin, cos = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)  # [R, T, D/2]
+        x = self.embed(tokens)  # [R, T, hidden]
+        bias = None if visible is None else ((visible - 1.0) * 1e9).unsqueeze(1)  # [R, 1, T, N + T]
         grown = []
         for index, layer in enumerate(self.layers):
             x, k, v = layer.step(x, sin, cos, bias, (cache[index, 0], cache[index, 1]))
-            grown.append(paddle.stack([k, v]))
-        return self.norm(x)[:, 0], paddle.stack(grown)
+            grown.append(paddle.stack([k, v]))  # [2, R, KV, N + T, D]
+        return self.norm(x[:, -1:])[:, 0], paddle.stack(grown)
 
 
 def causal_bias(length: Any, attention_mask: Optional[paddle.Tensor]) -> paddle.Tensor:
@@ -343,6 +354,15 @@ def extend_step(decoder: Ernie45Model, output_weight: paddle.Tensor, tokens: pad
     """Chosen tokens ``[R]`` at ``positions`` ``[R]`` -> the next logits ``[R, vocab]`` (float32)
     and the grown cache (``visible``: see ``Ernie45Model.extend``)."""
     state, grown = decoder.extend(tokens, positions, cache, visible)
+    return paddle.matmul(state, output_weight, transpose_y=True).astype("float32"), grown
+
+
+def advance_step(decoder: Ernie45Model, output_weight: paddle.Tensor, tokens: paddle.Tensor, positions: paddle.Tensor,
+                 cache: paddle.Tensor, visible: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+    """New tokens ``[R, T]`` at ``positions`` ``[R, T]`` -> each row's next logits ``[R, vocab]``
+    (float32, after its last token) and the grown cache (see ``Ernie45Model.advance``): prefill,
+    a prompt's next chunk and a decoding step in one program."""
+    state, grown = decoder.advance(tokens, positions, cache, visible)
     return paddle.matmul(state, output_weight, transpose_y=True).astype("float32"), grown
 
 
