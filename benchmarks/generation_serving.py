@@ -26,6 +26,10 @@ same two cores, as ``serving_throughput.py``'s do), time to first token and time
 
     python benchmarks/generation_serving.py --models ernie45 erniegen --streams 1 4 16 32 --rounds 2
 
+``--shape 0.3b`` makes ``ernie45`` of ERNIE-4.5-0.3B's shape (random weights, float32);
+``--turn_prefill all rows`` measures the batch under both of the service's rules for a turn's
+prompt tokens while answers decode (``batch all``, the default, and ``batch rows``).
+
 ``--baseline_repo DIR`` (a checkout of the commit before the batch, e.g. ``git worktree add
 /tmp/before 800ab6a``) adds a third mode for ``ernie45``: ``before``, that checkout's own service on
 an export it made of the same weights, one request at a time on its single decoding thread.
@@ -65,18 +69,20 @@ QUESTIONS = ["你好", "今天天气怎么样？", "请介绍一下文心大模�
 
 
 # ---- the exports -------------------------------------------------------------------------------
-def ernie45_export(work: str) -> str:
-    """A random ``small`` ERNIE 4.5 folder in the layout PaddleFormers writes, and its export."""
+def ernie45_export(work: str, shape: str = "small") -> str:
+    """A random ERNIE 4.5 folder of ``shape`` (``ernie45_decoding.SHAPES``: ``small``, or ``0.3b``,
+    ERNIE-4.5-0.3B's) in the layout PaddleFormers writes, and its export."""
     import numpy as np
     import paddle
     from safetensors.numpy import save_file
 
-    from ernie45_decoding import export_of
+    from ernie45_decoding import SHAPES, export_of
     from wenxin.models.ernie45 import LINEAR_WEIGHTS, Ernie45Config, Ernie45ForCausalLM
-    folder = os.path.join(work, "ernie45-small")
+    folder = os.path.join(work, f"ernie45-{shape}")
     os.makedirs(folder, exist_ok=True)
     paddle.seed(7)
-    model = Ernie45ForCausalLM(Ernie45Config.from_dict(SMALL, "small"))
+    config = {**SMALL, **SHAPES[shape]}
+    model = Ernie45ForCausalLM(Ernie45Config.from_dict(config, shape))
     weights = {}
     for name, value in model.state_dict().items():
         array = value.numpy()
@@ -85,7 +91,7 @@ def ernie45_export(work: str) -> str:
         weights[name] = np.ascontiguousarray(array)
     save_file(weights, os.path.join(folder, "model.safetensors"))
     with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(SMALL, f)
+        json.dump(config, f)
     with open(os.path.join(folder, "generation_config.json"), "w") as f:
         json.dump({"do_sample": False, "eos_token_id": 2}, f)
     return export_of(folder, work)
@@ -211,7 +217,8 @@ def percentile(values: List[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if q < 100 else max(values)
 
 
-def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = REPO) -> Tuple[subprocess.Popen, int]:
+def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = REPO,
+          turn_prefill: str = "all") -> Tuple[subprocess.Popen, int]:
     """``wenxin serve`` of ``repo`` (another checkout: ``--baseline_repo``, with the flags it knows)."""
     import socket
     with socket.socket() as s:
@@ -220,7 +227,8 @@ def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = RE
     env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": repo}
     flags = ["--generation_timeout", "3600", "--max_new_tokens", str(new * 3 // 2)]
     if repo == REPO:
-        flags += ["--max_rows", str(max_rows), "--num_threads", str(threads), "--max_waiting", "1000"]
+        flags += ["--max_rows", str(max_rows), "--num_threads", str(threads), "--max_waiting", "1000",
+                  "--turn_prefill", turn_prefill]
     process = subprocess.Popen([sys.executable, "-m", "wenxin", "serve", "--model_dir", folder, "--port", str(port),
                                 *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=repo)
     import http.client
@@ -243,8 +251,8 @@ def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = RE
 
 
 def run(folder: str, bodies: List[Dict[str, Any]], streams: int, max_rows: int, new: int,
-        seconds: float, threads: int, repo: str = REPO) -> Dict[str, Any]:
-    process, port = serve(folder, max_rows, new, threads, repo)
+        seconds: float, threads: int, repo: str = REPO, turn_prefill: str = "all") -> Dict[str, Any]:
+    process, port = serve(folder, max_rows, new, threads, repo, turn_prefill)
     try:
         return asyncio.run(closed_loop(port, bodies, streams, seconds, process.pid))
     finally:
@@ -261,6 +269,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="the measured window of each run")
     parser.add_argument("--work", default="", help="a folder for the exports (kept; made once)")
     parser.add_argument("--threads", type=int, default=1, help="the service's --num_threads, in both modes")
+    parser.add_argument("--turn_prefill", nargs="+", default=["all"], choices=["rows", "all"],
+                        help="the batch's --turn_prefill rules to measure (each a mode: batch all, batch rows)")
+    parser.add_argument("--shape", default="small", choices=["small", "0.3b"],
+                        help="ernie45's shape: small, or ERNIE-4.5-0.3B's (random weights either way)")
     parser.add_argument("--baseline_repo", default="",
                         help="also serve ernie45 one request at a time by the wenxin of this checkout (the commit "
                              "before the batch: its own export, its own decoding thread), as a third mode")
@@ -270,19 +282,20 @@ def main() -> None:
     print(f"# {load_note()} before; exports in {work}", flush=True)
     folders = {}
     for model in args.models:
-        marker = os.path.join(work, f"{model}.export")
+        marker = os.path.join(work, f"{model}-{args.shape}.export" if model == "ernie45" else f"{model}.export")
         if not os.path.isfile(marker):
-            folder = ernie45_export(os.path.join(work, model)) if model == "ernie45" else \
+            folder = ernie45_export(os.path.join(work, f"{model}-{args.shape}"), args.shape) if model == "ernie45" else \
                 erniegen_export(os.path.join(work, model))
             with open(marker, "w") as f:
                 f.write(folder)
         folders[model] = open(marker).read().strip()
     if args.baseline_repo and "ernie45" in args.models:
-        marker = os.path.join(work, "ernie45-before.export")
+        marker = os.path.join(work, f"ernie45-{args.shape}-before.export")
         if not os.path.isfile(marker):
             from ernie45_decoding import export_of
-            os.makedirs(os.path.join(work, "ernie45-before"), exist_ok=True)
-            folder = export_of(os.path.join(work, "ernie45", "ernie45-small"), os.path.join(work, "ernie45-before"),
+            before = os.path.join(work, f"ernie45-{args.shape}-before")
+            os.makedirs(before, exist_ok=True)
+            folder = export_of(os.path.join(work, f"ernie45-{args.shape}", f"ernie45-{args.shape}"), before,
                                args.baseline_repo)
             with open(marker, "w") as f:
                 f.write(folder)
@@ -292,7 +305,8 @@ def main() -> None:
         for model in args.models:
             bodies = request_bodies(model, args.new)
             for streams in args.streams:
-                modes = [("batch", 32), ("one at a time", 1)]
+                modes = [(f"batch {rule}", 32) for rule in args.turn_prefill]
+                modes.append(("one at a time", 1))
                 if args.baseline_repo and model == "ernie45":
                     modes.append(("before", 1))
                 if round_index % 2:
@@ -300,7 +314,8 @@ def main() -> None:
                 for mode, rows in modes:
                     folder, repo = (folders["ernie45-before"], args.baseline_repo) if mode == "before" else \
                         (folders[model], REPO)
-                    result = run(folder, bodies, streams, rows, args.new, args.seconds, args.threads, repo)
+                    rule = mode.split()[-1] if mode.startswith("batch ") else "all"
+                    result = run(folder, bodies, streams, rows, args.new, args.seconds, args.threads, repo, rule)
                     results.setdefault((model, streams, mode), []).append(result)
                     print(json.dumps({"round": round_index, "model": model, "streams": streams, "mode": mode,
                                       **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}}),
@@ -310,11 +325,12 @@ def main() -> None:
           "| x tokens/s | TTFT p99 / lone p50, p99 |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for model in args.models:
-        lone = [(r["ttft_p50"], r["ttft_p99"]) for r in results[(model, min(args.streams), "batch")]]
+        first = f"batch {args.turn_prefill[0]}"
+        lone = [(r["ttft_p50"], r["ttft_p99"]) for r in results[(model, min(args.streams), first)]]
         lone_p50, lone_p99 = statistics.median(p for p, _ in lone), statistics.median(p for _, p in lone)
         for streams in args.streams:
             base = statistics.median(r["tokens_per_s"] for r in results[(model, streams, "one at a time")])
-            for mode in ("batch", "one at a time", "before"):
+            for mode in ("batch all", "batch rows", "one at a time", "before"):
                 if (model, streams, mode) not in results:
                     continue
                 runs = results[(model, streams, mode)]

@@ -404,10 +404,14 @@ def test_sigterm_answers_the_request_in_flight_then_exits_0(exported, tmp_path):
 
 def test_bad_settings_and_a_taken_port_are_one_line_each(exported):
     from wenxin.common.errors import ConfigError
+    from wenxin.inference.generation_scheduler import SchedulerLimits
     with pytest.raises(ConfigError) as e:
         Service(exported, port=0, workers=0,
-                options=ServeOptions(limits=Limits(max_batch=0, read_timeout=float("nan")), model_threads=0))
-    assert [p.split(":")[0] for p in e.value.problems] == ["--workers", "--model_threads", "--max_batch", "--read_timeout"]
+                options=ServeOptions(limits=Limits(max_batch=0, read_timeout=float("nan")), model_threads=0,
+                                     generation=SchedulerLimits(turn_prefill="sometimes")))
+    assert [p.split(":")[0] for p in e.value.problems] == ["--workers", "--model_threads", "--max_batch", "--read_timeout",
+                                                           "--turn_prefill"]
+    assert "'sometimes' is not one of all, rows" in e.value.problems[-1]
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -114,8 +114,12 @@ SERVE_ARGS: Tuple[Arg, ...] = (
     arg("--max_waiting", type=int, default=64,
         help="generation models: requests waiting for room; one more is answered 503 with Retry-After"),
     arg("--prefill_tokens", type=int, default=512,
-        help="generation models: prompt tokens prefilled between two decoding steps (always some; a longer chat "
-             "prompt is prefilled in chunks of this many, one a step)"),
+        help="generation models: prompt tokens prefilled in a turn, shared evenly among the prompts being prefilled "
+             "(a longer chat prompt goes in parts, one a turn); while answers decode, see --turn_prefill"),
+    arg("--turn_prefill", default="all", choices=["all", "rows"],
+        help="generation models: prompt tokens a turn prefills while answers decode: all, --prefill_tokens (sooner "
+             "first tokens, more tokens a second), or rows, about as many as the rows that decode (at least 16: even "
+             "time between tokens, later first tokens)"),
     arg("--max_messages", type=int, default=1024, help="chat models: messages in one request"),
     arg("--max_prompt_bytes", type=int, default=256 * 1024,
         help="generation models: a request's prompt text, in UTF-8 bytes"),

@@ -2,7 +2,8 @@
 
 One thread owns the export's predictor and runs a loop; each turn it ends the requests whose
 client left (``cancel``) or whose time is up, lets waiting requests in while there is room,
-prefills their prompts, at most ``prefill_tokens`` prompt tokens a turn shared evenly among them
+prefills their prompts, at most ``turn_prefill_tokens`` prompt tokens a turn (``prefill_tokens``,
+or by the rule ``rows`` about as many as the rows that decode) shared evenly among them
 (``wenxin.models.batch_prefill``: a short prompt is not held up by a long one, and the running
 streams never wait for more than one turn's prompt tokens; the prompts of a turn are rows of one
 call where the export has ``advance``), then runs one ``extend`` step for every row of every
@@ -52,6 +53,25 @@ logger = logging.getLogger("wenxin.serve")
 _STOP = object()
 WARM_UP_ROWS = (1, 4)  # cache rows of the warm-up's steps
 WARM_UP_STEPS = 2      # extend steps at each
+MIN_TURN_PREFILL = 16  # prompt tokens a turn at least, while streams decode (turn_prefill_tokens)
+# how many prompt tokens a turn prefills while answers decode (--turn_prefill): "all",
+# --prefill_tokens (the default: sooner first tokens and more tokens a second); "rows", about as
+# many as the rows that decode (even time between tokens, later first tokens: measured at
+# ERNIE-4.5-0.3B's shape and 16 streams, time between tokens p99 1.97 -> 0.97 s, first token p50
+# 0.97 -> 2.38 s, tokens a second 29.4 -> 24.9; docs/serving.md)
+TURN_PREFILL_RULES = ("all", "rows")
+
+
+def turn_prefill_tokens(decoding_rows: int, most: int, rule: str = "all") -> int:
+    """The prompt tokens a turn prefills: ``most`` (``--prefill_tokens``) while no stream decodes
+    or by the rule ``all``; by the rule ``rows``, while streams decode, as many as the rows that
+    decode (at least ``MIN_TURN_PREFILL``, at most ``most``): on a CPU a prompt token costs about
+    what a decoding row adds to a step (at ERNIE-4.5-0.3B's shape 13-16 and 19 CPU-ms), so a turn
+    that prefills costs at most about twice one that does not (measured in
+    ``benchmarks/generation_serving.py``). A rule of counts, never a timing."""
+    if decoding_rows <= 0 or rule == "all":
+        return most
+    return min(most, max(MIN_TURN_PREFILL, decoding_rows))
 
 
 @dataclasses.dataclass
@@ -62,6 +82,7 @@ class SchedulerLimits:
     max_cached_tokens: int = 65536
     max_waiting: int = 64
     prefill_tokens: int = 512
+    turn_prefill: str = "all"  # TURN_PREFILL_RULES: a turn's prompt tokens while answers decode
 
 
 class ServiceFull(Exception):
@@ -235,24 +256,12 @@ class GenerationScheduler:
         self._serve(generator)
 
     def _warm_up(self, generator: Generator) -> None:
-        """A prefill and ``WARM_UP_STEPS`` extend steps at each of ``WARM_UP_ROWS`` rows, on a
-        made-up prompt (a model whose input is no text is warmed by its first request)."""
-        started = time.process_time()
+        """``warm_up`` on a made-up prompt (a model whose input is no text is warmed by its first request)."""
         try:
             prompt = self._prepare([" ".join("样例文本" * 4)] * len(self.reference.fields))
         except (WenxinError, ValueError):
             return
-        steps = 0
-        settings = DecodeSettings("greedy", max_new_tokens=WARM_UP_STEPS + 1, eos_id=None)
-        for rows in WARM_UP_ROWS:
-            decoder = generator.decoder()
-            for key in range(rows):
-                decoder.add(key, prompt.inputs, new_search(settings))
-            while decoder.rows:
-                decoder.step()
-                steps += 1
-        logger.info("generation warmed up: %d prefills and %d steps in %.1f CPU-seconds",
-                    sum(WARM_UP_ROWS), steps, time.process_time() - started)
+        warm_up(generator, prompt.inputs)
 
     def _serve(self, generator: Generator) -> None:
         decoder = generator.decoder()
@@ -318,8 +327,8 @@ class GenerationScheduler:
         return rows <= self.limits.max_rows and rows * horizon <= self.limits.max_cached_tokens
 
     def _admit(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob]) -> None:
-        """Let waiting requests in, in order, while they fit, and spend at most ``prefill_tokens``
-        prompt tokens a turn on their prompts (and always some): where the export prefills a prompt
+        """Let waiting requests in, in order, while they fit, and spend at most
+        ``turn_prefill_tokens`` prompt tokens a turn on their prompts: where the export prefills a prompt
         in parts (``Generator.chunks``), every prompt being prefilled gets an even share of them
         (``fair_shares``: a short newcomer is prefilled in its first turn beside a long prompt, which
         goes on with the rest next turns), the parts of a turn run together (``prefill_together``:
@@ -341,7 +350,8 @@ class GenerationScheduler:
         """One turn's prefill parts (see ``_admit``); a request whose prompt is done joins."""
         prefilling = [s for s in running.values() if s.prefill is not None]
         shares = fair_shares([s.prefill.remaining for s in prefilling if s.prefill is not None],
-                             self.limits.prefill_tokens)
+                             turn_prefill_tokens(decoder.rows, self.limits.prefill_tokens,
+                                                 self.limits.turn_prefill))
         parts = [(state, share) for state, share in zip(prefilling, shares) if share > 0]
         if not parts:
             return
@@ -444,6 +454,22 @@ class GenerationScheduler:
     def _left_waiting(self) -> None:
         with self._count_lock:
             self.waiting_count -= 1
+
+
+def warm_up(generator: Generator, prompt: Dict[str, np.ndarray]) -> None:
+    """A prefill of ``prompt`` and ``WARM_UP_STEPS`` extend steps at each of ``WARM_UP_ROWS`` rows."""
+    started = time.process_time()
+    steps = 0
+    settings = DecodeSettings("greedy", max_new_tokens=WARM_UP_STEPS + 1, eos_id=None)
+    for rows in WARM_UP_ROWS:
+        decoder = generator.decoder()
+        for key in range(rows):
+            decoder.add(key, prompt, new_search(settings))
+        while decoder.rows:
+            decoder.step()
+            steps += 1
+    logger.info("generation warmed up: %d prefills and %d steps in %.1f CPU-seconds",
+                sum(WARM_UP_ROWS), steps, time.process_time() - started)
 
 
 def _send_done(job: GenerationJob, answer: Optional[AnswerText], reason: str, outbox: Outbox) -> None:

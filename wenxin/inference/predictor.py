@@ -18,6 +18,7 @@ from wenxin.data.field_reader import BaseFieldReader, convert_row, link_fields
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend, backend_class
 from wenxin.inference.paddle_backend import generation_files, model_files
 from wenxin.inference.formatters import ResultFormat
+from wenxin.inference.decode_overrides import settings_with
 from wenxin.inference.generator import Generator
 from wenxin.models.advance_step import AdvanceRunner, advance_steps, empty_cache
 from wenxin.models.batch_decoding import CHUNK_STEP
@@ -193,34 +194,7 @@ class Predictor:
         applied; an unknown or bad setting is an ``InferenceError`` naming it."""
         if self.decode_settings is None:
             raise InferenceError("this model does not generate (no step functions in its export)")
-        base = self.decode_settings.as_dict()
-        changes = dict(overrides or {})
-        fixed = {"eos_id", "stop_ids"}  # the end tokens are the model's
-        unknown = sorted(set(changes) - set(base) | (fixed & set(changes)))
-        if unknown:
-            known = sorted(set(base) - fixed)
-            raise InferenceError(f"unknown decoding settings {unknown} (known: {', '.join(known)})")
-        for key, value in changes.items():
-            kind = type(base[key])
-            if kind is str:
-                fits, what = isinstance(value, str), "a string"
-            elif kind is int:
-                fits, what = isinstance(value, int) and not isinstance(value, bool), "an integer"
-            else:
-                fits, what = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
-            if not fits:
-                raise InferenceError(f"decoding setting {key}: {value!r} is not {what}")
-        settings = DecodeSettings(**{**base, **changes})
-        try:
-            settings.check()
-        except WenxinError as e:
-            raise InferenceError(str(e)) from None
-        if settings.max_new_tokens > self.max_new_tokens_limit:
-            limit = self.max_new_tokens_limit
-            raise InferenceError(f"max_new_tokens {settings.max_new_tokens} is more than the {limit} tokens this "
-                                 f"export can add after a prompt of its longest length (the positions its model "
-                                 f"has, less the max_seq_len it was exported with)")
-        return settings
+        return settings_with(self.decode_settings, overrides or {}, self.max_new_tokens_limit)
 
     def run_step(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Run the step function ``name`` on inputs named as ``preprocess.json`` says (``steps``):

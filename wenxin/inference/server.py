@@ -58,7 +58,7 @@ from wenxin.inference.api_key import OPEN_PATHS, authorized
 from wenxin.inference.batching import BatchingPool
 from wenxin.inference.generation_api import (GENERATE_ANSWERS, GENERATE_SCHEMA, GenerationEndpoints,
                                              Limits as GenerationLimits)
-from wenxin.inference.generation_scheduler import GenerationScheduler, SchedulerLimits
+from wenxin.inference.generation_scheduler import TURN_PREFILL_RULES, GenerationScheduler, SchedulerLimits
 from wenxin.inference.http_io import (BodyDeadline, Call, Receive, RequestError, Scope, Send, check_texts,
                                       encode_answer, json_depth_exceeds, load_json_body, read_body, send_answer)
 from wenxin.inference.openai_chat import CHAT_SCHEMA, models_list
@@ -330,6 +330,8 @@ def check_settings(options: ServeOptions, workers: int = 1) -> None:
                              ("--max_waiting", room.max_waiting, 0), ("--prefill_tokens", room.prefill_tokens, 1)):
         if not value >= low:  # also NaN
             problems.add(f"{flag}: {value} is below the minimum {low}")
+    if room.turn_prefill not in TURN_PREFILL_RULES:
+        problems.add(f"--turn_prefill: {room.turn_prefill!r} is not one of {', '.join(TURN_PREFILL_RULES)}")
     problems.raise_if_any()
 
 
