@@ -170,6 +170,21 @@ async def stream_once(port: int, body: Dict[str, Any], seen: Observed) -> None:
         writer.close()
 
 
+async def probe_health(port: int, latencies: List[float]) -> None:
+    """``GET /health`` every 0.2 s until cancelled, each answer's wait noted (the service answers
+    while it decodes: issue 69, point 5)."""
+    while True:
+        start = time.perf_counter()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(b"GET /health HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+            await reader.read()
+        finally:
+            writer.close()
+        latencies.append(time.perf_counter() - start)
+        await asyncio.sleep(0.2)
+
+
 async def closed_loop(port: int, bodies: List[Dict[str, Any]], streams: int, seconds: float,
                       pid: int) -> Dict[str, Any]:
     """``streams`` clients asking one after another; what happened in the measured window."""
@@ -196,8 +211,12 @@ async def closed_loop(port: int, bodies: List[Dict[str, Any]], streams: int, sec
                 raise task.exception()  # type: ignore[misc]
         await asyncio.sleep(0.05)
     begin, cpu = time.perf_counter(), tree_cpu_seconds(pid)
+    health: List[float] = []
+    prober = asyncio.ensure_future(probe_health(port, health))
     await asyncio.sleep(seconds)
     end, cpu = time.perf_counter(), tree_cpu_seconds(pid) - cpu
+    prober.cancel()
+    await asyncio.gather(prober, return_exceptions=True)
     for task in clients:  # requests still running leave (their clients disconnect): no drain to wait for
         task.cancel()
     await asyncio.gather(*clients, return_exceptions=True)
@@ -206,7 +225,8 @@ async def closed_loop(port: int, bodies: List[Dict[str, Any]], streams: int, sec
     gaps = [gap for at, gap in seen.gaps if begin <= at and at + gap <= end]
     return {"tokens": tokens, "tokens_per_s": tokens / (end - begin), "tokens_per_cpu_s": tokens / cpu,
             "cpu_share": cpu / (end - begin), "ttft_p50": percentile(first, 50), "ttft_p99": percentile(first, 99),
-            "tbt_p50": percentile(gaps, 50), "tbt_p99": percentile(gaps, 99), "requests": len(first)}
+            "tbt_p50": percentile(gaps, 50), "tbt_p99": percentile(gaps, 99), "requests": len(first),
+            "health_p50": percentile(health, 50), "health_p99": percentile(health, 99)}
 
 
 def percentile(values: List[float], q: float) -> float:
@@ -218,7 +238,7 @@ def percentile(values: List[float], q: float) -> float:
 
 
 def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = REPO,
-          turn_prefill: str = "all") -> Tuple[subprocess.Popen, int]:
+          turn_prefill: str = "all", backend: str = "auto") -> Tuple[subprocess.Popen, int]:
     """``wenxin serve`` of ``repo`` (another checkout: ``--baseline_repo``, with the flags it knows)."""
     import socket
     with socket.socket() as s:
@@ -228,7 +248,7 @@ def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = RE
     flags = ["--generation_timeout", "3600", "--max_new_tokens", str(new * 3 // 2)]
     if repo == REPO:
         flags += ["--max_rows", str(max_rows), "--num_threads", str(threads), "--max_waiting", "1000",
-                  "--turn_prefill", turn_prefill]
+                  "--turn_prefill", turn_prefill, "--backend", backend]
     process = subprocess.Popen([sys.executable, "-m", "wenxin", "serve", "--model_dir", folder, "--port", str(port),
                                 *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=repo)
     import http.client
@@ -251,8 +271,9 @@ def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = RE
 
 
 def run(folder: str, bodies: List[Dict[str, Any]], streams: int, max_rows: int, new: int,
-        seconds: float, threads: int, repo: str = REPO, turn_prefill: str = "all") -> Dict[str, Any]:
-    process, port = serve(folder, max_rows, new, threads, repo, turn_prefill)
+        seconds: float, threads: int, repo: str = REPO, turn_prefill: str = "all",
+        backend: str = "auto") -> Dict[str, Any]:
+    process, port = serve(folder, max_rows, new, threads, repo, turn_prefill, backend)
     try:
         return asyncio.run(closed_loop(port, bodies, streams, seconds, process.pid))
     finally:
@@ -269,6 +290,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="the measured window of each run")
     parser.add_argument("--work", default="", help="a folder for the exports (kept; made once)")
     parser.add_argument("--threads", type=int, default=1, help="the service's --num_threads, in both modes")
+    parser.add_argument("--backend", default="auto",
+                        help="the service's --backend in the batch and one-at-a-time modes (paddle, onnxruntime, "
+                             "onnxruntime-int8: the export converted first with --onnx)")
+    parser.add_argument("--onnx", action="store_true",
+                        help="convert ernie45's export to ONNX first (advance.onnx, advance.int8.onnx; once)")
     parser.add_argument("--turn_prefill", nargs="+", default=["all"], choices=["rows", "all"],
                         help="the batch's --turn_prefill rules to measure (each a mode: batch all, batch rows)")
     parser.add_argument("--shape", default="small", choices=["small", "0.3b"],
@@ -279,7 +305,7 @@ def main() -> None:
     args = parser.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="wenxin-genserve-")
     os.makedirs(work, exist_ok=True)
-    print(f"# {load_note()} before; exports in {work}", flush=True)
+    print(f"# {load_note()} before; exports in {work}; backend {args.backend}", flush=True)
     folders = {}
     for model in args.models:
         marker = os.path.join(work, f"{model}-{args.shape}.export" if model == "ernie45" else f"{model}.export")
@@ -289,6 +315,9 @@ def main() -> None:
             with open(marker, "w") as f:
                 f.write(folder)
         folders[model] = open(marker).read().strip()
+    if args.onnx and "ernie45" in args.models and not os.path.isfile(os.path.join(folders["ernie45"], "advance.onnx")):
+        from wenxin.inference.onnx_export import export_onnx
+        export_onnx(folders["ernie45"], {})
     if args.baseline_repo and "ernie45" in args.models:
         marker = os.path.join(work, f"ernie45-{args.shape}-before.export")
         if not os.path.isfile(marker):
@@ -315,15 +344,16 @@ def main() -> None:
                     folder, repo = (folders["ernie45-before"], args.baseline_repo) if mode == "before" else \
                         (folders[model], REPO)
                     rule = mode.split()[-1] if mode.startswith("batch ") else "all"
-                    result = run(folder, bodies, streams, rows, args.new, args.seconds, args.threads, repo, rule)
+                    result = run(folder, bodies, streams, rows, args.new, args.seconds, args.threads, repo, rule,
+                                 "auto" if mode == "before" else args.backend)
                     results.setdefault((model, streams, mode), []).append(result)
                     print(json.dumps({"round": round_index, "model": model, "streams": streams, "mode": mode,
                                       **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}}),
                           flush=True)
     print(f"# {load_note()} after")
     print("| model | streams | mode | tokens/s | tokens/CPU-s | CPU share | TTFT p50 / p99 (s) | TBT p50 / p99 (ms) "
-          "| x tokens/s | TTFT p99 / lone p50, p99 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| x tokens/s | TTFT p99 / lone p50, p99 | /health p50 / p99 (ms) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for model in args.models:
         first = f"batch {args.turn_prefill[0]}"
         lone = [(r["ttft_p50"], r["ttft_p99"]) for r in results[(model, min(args.streams), first)]]
@@ -341,7 +371,8 @@ def main() -> None:
                       f"{med('cpu_share'):.2f} | {med('ttft_p50'):.3f} / {med('ttft_p99'):.3f} | "
                       f"{med('tbt_p50') * 1000:.1f} / {med('tbt_p99') * 1000:.1f} | "
                       f"{med('tokens_per_s') / base:.2f} | {med('ttft_p99') / lone_p50:.2f}, "
-                      f"{med('ttft_p99') / lone_p99:.2f} |")
+                      f"{med('ttft_p99') / lone_p99:.2f} | {med('health_p50') * 1000:.0f} / "
+                      f"{med('health_p99') * 1000:.0f} |")
 
 
 if __name__ == "__main__":

@@ -82,5 +82,5 @@ def test_auto_takes_the_first_usable_backend_in_its_order(exported_classifier, b
 
 def test_an_unknown_backend_is_one_error_with_a_suggestion(exported_classifier):
     with pytest.raises(InferenceError, match=r"^backend: unknown inference backend type 'paddel' \(did you mean "
-                                             r"'paddle'\?\); known: onnxruntime, paddle \(or auto\)$"):
+                                             r"'paddle'\?\); known: onnxruntime, onnxruntime-int8, paddle \(or auto\)$"):
         Predictor(exported_classifier, backend="paddel")

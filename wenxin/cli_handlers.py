@@ -68,9 +68,11 @@ def model_export(args: argparse.Namespace) -> str:
     itself or its checkpoint's, or a model folder's, built on first use and cached
     (``wenxin.model_folders``)."""
     from wenxin.data.export_bundle import inference_folder
-    from wenxin.model_folders import FolderSettings, export_of_folder
+    from wenxin.model_folders import FolderSettings, export_of_folder, with_onnx
     if args.model_source == "folder":
-        return export_of_folder(args.model_dir, FolderSettings(graph_mode=args.graph_mode))
+        export = export_of_folder(args.model_dir, FolderSettings(graph_mode=args.graph_mode))
+        # ONNX Runtime asked for: the cached export gets its ONNX programs (once)
+        return with_onnx(export) if getattr(args, "backend", "").startswith("onnxruntime") else export
     return inference_folder(args.model_dir)
 
 

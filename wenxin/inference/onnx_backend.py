@@ -1,5 +1,7 @@
-"""ONNX Runtime: the ``onnxruntime`` backend, for a folder that holds a ``model.onnx``
-(``wenxin export --format onnx``)."""
+"""ONNX Runtime: the ``onnxruntime`` backend, for a folder that holds a ``model.onnx`` or, for a
+generation model, an ``advance.onnx`` (``wenxin export --format onnx``); ``onnxruntime-int8``
+runs the int8 copy beside it (``advance.int8.onnx``: weights quantized per output channel,
+activations per call, ``wenxin.inference.onnx_export``)."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,21 +11,33 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from wenxin.common.registry import RegisterSet
+from wenxin.data.export_bundle import ADVANCE_STEP, MODEL_PREFIX
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend
+from wenxin.inference.paddle_backend import generation_files
 
 ONNX_FILE = "model.onnx"
+INT8 = ".int8"  # the int8 copy of a program: advance.int8.onnx beside advance.onnx
+
+
+def onnx_file(program: str, variant: str = "") -> str:
+    """The ONNX file of a folder's ``program`` (``inference``: ``model.onnx``; a step function:
+    ``<name>.onnx``), or of its ``variant`` (``INT8``)."""
+    return f"{'model' if program == MODEL_PREFIX else program}{variant}.onnx"
 
 
 @RegisterSet.inference_backends.register("onnxruntime")
 class OnnxBackend(InferenceBackend):
-    """ONNX Runtime's CPU execution provider on ``model.onnx``."""
+    """ONNX Runtime's CPU execution provider on ``model.onnx`` (setting ``program``: the step
+    function of a generation export, ``advance``)."""
 
     name = "onnxruntime"
     title = "ONNX Runtime"
     auto_order = 10  # before Paddle where the folder has its model (faster, see wenxin.inference.backends)
+    variant = ""  # which copy of the program it runs ("": float32)
 
     def __init__(self, model_dir: str, meta: Dict[str, Any], options: EngineOptions) -> None:
-        self.session = open_session(os.path.join(model_dir, ONNX_FILE), options.num_threads)
+        program = options.settings.get("program", MODEL_PREFIX)
+        self.session = open_session(os.path.join(model_dir, onnx_file(program, self.variant)), options.num_threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names: List[str] = [o.name for o in self.session.get_outputs()]
 
@@ -31,14 +45,26 @@ class OnnxBackend(InferenceBackend):
     def unusable(cls, model_dir: str, use_gpu: bool) -> Optional[str]:
         if use_gpu:
             return "wenxin runs ONNX Runtime on the CPU only"
-        if not os.path.isfile(os.path.join(model_dir, ONNX_FILE)):
-            return f"{model_dir}: no {ONNX_FILE}; export it with wenxin export --format onnx"
+        name = onnx_file(ADVANCE_STEP if generation_files(model_dir) else MODEL_PREFIX, cls.variant)
+        if not os.path.isfile(os.path.join(model_dir, name)):
+            return f"{model_dir}: no {name}; export it with wenxin export --format onnx"
         if importlib.util.find_spec("onnxruntime") is None:
             return "the onnxruntime package is not installed (pip install \"wenxin[onnx]\")"
         return None
 
     def run(self, batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
         return self.session.run(self.output_names, {name: batch[name] for name in self.input_names})
+
+
+@RegisterSet.inference_backends.register("onnxruntime-int8")
+class OnnxInt8Backend(OnnxBackend):
+    """ONNX Runtime on a generation export's int8 copy (``advance.int8.onnx``). Never chosen by
+    ``auto``: its numbers are not the float32 model's (docs/serving.md states how far)."""
+
+    name = "onnxruntime-int8"
+    title = "ONNX Runtime int8"
+    auto_order = 0
+    variant = INT8
 
 
 def open_session(model_file: str, num_threads: int = 1) -> Any:

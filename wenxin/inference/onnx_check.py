@@ -4,7 +4,9 @@ loading the Paddle model again and an ONNX Runtime session of it takes about twi
 memory, which the training process that exports its result must not hold on top of its own.
 
 It prints one JSON line: ``{"difference", "flips", "rows"}`` (the largest difference of the
-outputs, how many integer outputs differ, and the batch's rows), or ``{"error"}``.
+outputs, how many integer outputs differ, and the batch's rows; for a generation export's step
+function, ``python -m ... FOLDER ONNX_FILE BATCH_FILE advance``, the logits' ``scale`` too, and as
+``flips`` the rows whose best next token differs), or ``{"error"}``.
 """
 from __future__ import annotations
 
@@ -15,30 +17,38 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 
-def compare(folder: str, onnx_file: str, batch: Dict[str, np.ndarray]) -> Dict[str, Any]:
+def compare(folder: str, onnx_file: str, batch: Dict[str, np.ndarray], program: str = "") -> Dict[str, Any]:
+    """Both engines on ``batch`` (``program``: a generation export's step function, else the
+    folder's one graph)."""
     from wenxin.common.errors import WenxinError
     from wenxin.inference.backends import BackendError, largest_difference
     from wenxin.inference.onnx_backend import open_session
     from wenxin.inference.predictor import Predictor
     try:
         paddle = Predictor(folder, backend="paddle")
-        inputs = {name: batch[name] for name in paddle.input_names}
+        engine = paddle.step_engines[program] if program else paddle.engine
+        assert engine is not None  # loaded: Predictor's default
+        inputs = {name: batch[name.split("__")[-1]] for name in engine.input_names}  # a static program's step__name
         session = open_session(onnx_file)
         got = session.run([o.name for o in session.get_outputs()], inputs)
-        assert paddle.engine is not None  # loaded: Predictor's default
-        expected = paddle.engine.run(inputs)
+        expected = engine.run(inputs)
     except (BackendError, WenxinError) as e:
         return {"error": str(e)}
     flips = sum(int(np.sum(a != b)) for a, b in zip(expected, got) if a.dtype.kind in "iu" and a.shape == b.shape)
-    return {"difference": float(largest_difference(expected, got)), "flips": flips,
-            "rows": len(next(iter(inputs.values())))}
+    result = {"difference": float(largest_difference(expected, got)), "flips": flips,
+              "rows": len(next(iter(inputs.values())))}
+    if program:  # a step's first output is its logits [R, V]: their scale, and the rows whose best token moved
+        result["scale"] = float(np.abs(expected[0]).max())
+        result["flips"] = int(np.sum(expected[0].argmax(-1) != got[0].argmax(-1)))
+    return result
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    folder, onnx_file, batch_file = (sys.argv[1:] if argv is None else argv)[:3]
+    args = sys.argv[1:] if argv is None else argv
+    folder, onnx_file, batch_file = args[:3]
     with np.load(batch_file) as loaded:
         batch = {name: loaded[name] for name in loaded.files}
-    print(json.dumps(compare(folder, onnx_file, batch)))
+    print(json.dumps(compare(folder, onnx_file, batch, args[3] if len(args) > 3 else "")))
     return 0
 
 

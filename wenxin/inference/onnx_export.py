@@ -13,8 +13,8 @@ from typing import Any, Dict
 import numpy as np
 
 from wenxin.common.errors import InferenceError
-from wenxin.data.export_bundle import seal_export
-from wenxin.inference.onnx_backend import ONNX_FILE
+from wenxin.data.export_bundle import ADVANCE_STEP, PREPROCESS_FILE, seal_export
+from wenxin.inference.onnx_backend import INT8, ONNX_FILE, onnx_file
 from wenxin.inference.paddle_backend import generation_files, model_files
 
 logger = logging.getLogger("wenxin")
@@ -57,7 +57,7 @@ def convert_in_subprocess(graph: str, params: str, target: str, folder: str) -> 
                          f"exported and runs with the paddle backend")
 
 
-def check_in_subprocess(folder: str, onnx_file: str, batch: Dict[str, np.ndarray]) -> Dict[str, Any]:
+def check_in_subprocess(folder: str, onnx_file: str, batch: Dict[str, np.ndarray], program: str = "") -> Dict[str, Any]:
     """ONNX Runtime's outputs against Paddle Inference's on ``batch``, compared in a child process
     (``wenxin.inference.onnx_check``): the two engines' copies of the model stay out of the
     exporting process (a training run's), whose peak memory they would otherwise raise by about
@@ -68,7 +68,8 @@ def check_in_subprocess(folder: str, onnx_file: str, batch: Dict[str, np.ndarray
         np.savez(batch_file, **batch)  # type: ignore[arg-type]  # (numpy stubs read **kwds as allow_pickle)
         env = {**os.environ, "GLOG_minloglevel": "2"}
         try:
-            proc = subprocess.run([sys.executable, "-m", "wenxin.inference.onnx_check", folder, onnx_file, batch_file],
+            proc = subprocess.run([sys.executable, "-m", "wenxin.inference.onnx_check", folder, onnx_file, batch_file,
+                                   *([program] if program else [])],
                                   env=env, capture_output=True, text=True, timeout=1800)
         except subprocess.TimeoutExpired:
             raise InferenceError(f"{folder}: checking {ONNX_FILE} against Paddle did not finish within 30 minutes") \
@@ -98,9 +99,11 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
     files = model_files(folder)
     steps = generation_files(folder)
     if files is None and steps is not None:
-        raise InferenceError(f"{folder}: a generation model's export (step programs such as "
-                             f"{os.path.basename(steps[0])}) "
-                             f"is written and runs with the paddle backend; converting it to ONNX is not supported")
+        if os.path.basename(steps[0]).split(".")[0] != ADVANCE_STEP:
+            raise InferenceError(f"{folder}: a generation model's export (step programs such as "
+                                 f"{os.path.basename(steps[0])}) is written and runs with the paddle backend; "
+                                 f"converting it to ONNX is not supported (only an export with {ADVANCE_STEP})")
+        return export_advance_onnx(folder, *steps)
     if files is None:
         raise InferenceError(f"{folder}: no exported Paddle model to convert")
     graph, params = files
@@ -123,3 +126,68 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
     logger.info("exported %s (ONNX opset %d; outputs within %.2g of Paddle's on %d examples)", target, OPSET,
                 difference, rows)
     return target
+
+
+STEP_CHECK_ROWS, STEP_CHECK_TOKENS = 2, 8
+
+
+def advance_check_batch(folder: str) -> Dict[str, np.ndarray]:
+    """``advance``'s inputs both engines must agree on: two prompts of 8 and 5 tokens (ids 1-8)
+    after an empty cache, the shorter one's first columns padding (``batch_prefill``'s layout)."""
+    from wenxin.models.advance_step import empty_cache
+    with open(os.path.join(folder, PREPROCESS_FILE), encoding="utf-8") as f:
+        steps = json.load(f)["steps"]
+    rows, width = STEP_CHECK_ROWS, STEP_CHECK_TOKENS
+    lengths = [width, width - 3]
+    tokens = np.zeros((rows, width), dtype=np.int64)
+    positions = np.zeros((rows, width), dtype=np.int64)
+    visible = np.zeros((rows, width, width), dtype=np.float32)
+    for row, length in enumerate(lengths):
+        pad = width - length
+        tokens[row, pad:] = np.arange(1, length + 1)
+        positions[row, pad:] = np.arange(length)
+        visible[row] = np.eye(width)
+        visible[row, pad:, pad:] = np.tril(np.ones((length, length)))
+    return {"tokens": tokens, "positions": positions, "cache": np.repeat(empty_cache(steps), rows, axis=2),
+            "visible": visible}
+
+
+def export_advance_onnx(folder: str, graph: str, params: str, tolerance: float = TOLERANCE) -> str:
+    """``advance.onnx`` beside a generation export's ``advance`` program, its logits within
+    ``tolerance`` of Paddle's (relative to their largest), and its int8 copy ``advance.int8.onnx``
+    (ONNX Runtime's dynamic quantization: weights int8 per output channel, activations per call),
+    whose difference is measured and logged. Returns the float32 file's path."""
+    batch = advance_check_batch(folder)
+    target = os.path.join(folder, onnx_file(ADVANCE_STEP))
+    target8 = os.path.join(folder, onnx_file(ADVANCE_STEP, INT8))
+    tmp, tmp8 = (os.path.join(folder, f".{os.path.basename(t)}.tmp") for t in (target, target8))
+    try:
+        convert_in_subprocess(graph, params, tmp, folder)
+        checked = check_in_subprocess(folder, tmp, batch, ADVANCE_STEP)
+        if not checked["difference"] <= tolerance * max(checked["scale"], 1.0):
+            raise InferenceError(f"{folder}: the ONNX program's logits differ from Paddle's by "
+                                 f"{checked['difference']:.3g} (their largest is {checked['scale']:.3g}); "
+                                 f"{os.path.basename(target)} was not written")
+        quantize_in_subprocess(tmp, tmp8, folder)
+        checked8 = check_in_subprocess(folder, tmp8, batch, ADVANCE_STEP)
+        os.replace(tmp, target)
+        os.replace(tmp8, target8)
+        seal_export(folder)
+    finally:
+        for path in (tmp, tmp8):
+            if os.path.exists(path):
+                os.remove(path)
+    logger.info("exported %s (float32: logits within %.2g of Paddle's) and %s (int8: within %.2g of %.2g, "
+                "%d of %d rows' best token moved)", target, checked["difference"], os.path.basename(target8),
+                checked8["difference"], checked8["scale"], checked8["flips"], checked8["rows"])
+    return target
+
+
+def quantize_in_subprocess(source: str, target: str, folder: str) -> None:
+    """``source`` quantized to int8 into ``target`` in a child process (``onnx_quantize``; at
+    ERNIE-4.5-0.3B's size it holds about 6 GB while it works)."""
+    proc = subprocess.run([sys.executable, "-m", "wenxin.inference.onnx_quantize", source, target], capture_output=True,
+                          text=True, timeout=1800, env={**os.environ, "PIP_NO_INDEX": "1"})
+    if proc.returncode != 0 or not os.path.isfile(target):
+        last = [line.strip() for line in proc.stderr.splitlines() if line.strip()][-1:] or [f"exit {proc.returncode}"]
+        raise InferenceError(f"{folder}: quantizing the ONNX program to int8 failed ({last[0][:300]})")
