@@ -124,13 +124,20 @@ def test_bad_sampling_flags_are_one_error_before_the_session(tmp_path):
         os.environ.pop("WENXIN_CACHE", None)
 
 
-def test_wenxin_chat_in_a_pseudo_terminal_speaks_chinese(tmp_path, generator):
+@pytest.mark.parametrize("backend", ["auto", "onnxruntime"])
+def test_wenxin_chat_in_a_pseudo_terminal_speaks_chinese(tmp_path, generator, backend):
+    """Also on ONNX Runtime (``--backend onnxruntime``: the folder's cached export converted once),
+    whose float32 answers are Paddle's."""
     pexpect = pytest.importorskip("pexpect")
+    if backend != "auto":
+        pytest.importorskip("paddle2onnx")
+        pytest.importorskip("onnxruntime")
     first = expected_answer(generator, [{"role": "user", "content": "今天天气很好吗？"}])
     env = {**os.environ, "GLOG_minloglevel": "2", "WENXIN_CACHE": str(tmp_path / "cache"), "LANG": "C.UTF-8",
            "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
     child = pexpect.spawn(sys.executable, ["-m", "wenxin", "chat", FOLDER, "--temperature", "0", "--max_new_tokens",
-                                           "12"], env=env, encoding="utf-8", timeout=300, cwd=str(tmp_path))
+                                           "12", "--backend", backend], env=env, encoding="utf-8", timeout=300,
+                          cwd=str(tmp_path))
     try:
         child.expect_exact("/help for the commands")
         child.expect_exact(">>> ")

@@ -196,6 +196,7 @@ COMMANDS = (
                 arg("--max_new_tokens", type=int, default=None, synopsis="[--max_new_tokens N]",
                     help="an answer's tokens at most (default: the model's)"),
                 arg("--num_threads", type=int, default=1, help="CPU math threads"),
+                arg("--backend", default="auto", help=BACKEND_HELP, synopsis="[--backend B]"),
                 GRAPH_MODE_ARG,
                 *HUB_ARGS,
             ), paddle=True, checks=(run.check_chat_model,),

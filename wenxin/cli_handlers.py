@@ -186,7 +186,7 @@ def chat_command(args: argparse.Namespace) -> int:
     from wenxin.inference.generator import Generator
     from wenxin.inference.predictor import Predictor
     from wenxin.inference.terminal_chat import TerminalChat
-    predictor = Predictor(model_export(args), num_threads=max(args.num_threads, 1))
+    predictor = Predictor(model_export(args), num_threads=max(args.num_threads, 1), backend=args.backend)
     if predictor.decode_settings is None or predictor.meta.get("result_format") != "chat":
         raise ConfigError(f"{args.model}: not a chat model (wenxin chat talks with ERNIE 4.5 chat models; predict "
                           f"with this one: wenxin predict --model_dir {args.model})")
