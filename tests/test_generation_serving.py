@@ -575,3 +575,58 @@ def test_a_small_newcomer_is_not_held_up_by_a_long_prompts_prefill(chat_folder, 
     finally:
         gate.open()
         service.stop()
+
+
+def test_the_service_answers_while_its_model_loads_and_a_model_that_cannot_load_stops_it(chat_folder, monkeypatch):
+    """Issue 69, point 5: with ``listen_while_loading`` (``wenxin serve``'s one process) the port
+    answers at once: /health 503 ``loading`` with the seconds so far, a request waits for the model;
+    a model that cannot load ends the requests that waited with its error and stops the service,
+    which raises it."""
+    from wenxin.common.errors import InferenceError
+    from wenxin.inference import generation_scheduler
+    from wenxin.inference.server import ServeOptions, Service
+    release, fail = threading.Event(), []
+    real = generation_scheduler.Predictor
+
+    def slow_predictor(*args, **kwargs):
+        if kwargs.get("load_model", True):  # the decoding thread's predictor: held until the test says
+            release.wait(120)
+            if fail:
+                raise InferenceError("the model files cannot be read (a test's failure)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generation_scheduler, "Predictor", slow_predictor)
+    for failing in (False, True):
+        release.clear()
+        fail[:] = [True] if failing else []
+        service = Service(chat_folder, port=0, options=ServeOptions(listen_while_loading=True))
+        thread = service.start_in_thread()
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
+            conn.request("GET", "/health")
+            response = conn.getresponse()
+            health = json.loads(response.read())
+            assert response.status == 503 and health["status"] == "loading" and health["seconds"] >= 0, health
+            answers: list = []
+            asking = threading.Thread(target=lambda port=service.port, into=answers: into.append(
+                post(port, "/generate", {"text": "hi", "max_new_tokens": 2})))
+            asking.start()  # a request while the model loads waits for it
+            deadline = time.monotonic() + 60  # a guard against a hang: the state is the request queued
+            while service.scheduler.waiting_count == 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            release.set()
+            asking.join(60)
+            if not failing:
+                assert answers[0][0] == 200
+                wait_ready(service.port)
+            else:
+                status, _, text = answers[0]
+                assert status == 503 and "the model files cannot be read" in text, answers
+                thread.join(60)
+                assert not thread.is_alive()  # the service stopped
+                assert isinstance(service.load_error, InferenceError)
+        finally:
+            release.set()
+            service.stop()
+            thread.join(60)

@@ -211,7 +211,8 @@ class ChatCompletionsApi(GenerationApi):
     def answer(self, last: Event) -> Any:
         if last.kind == "done":
             return self.chat.completion(last.data)
-        return error_payload(last.data.get("error", "generation failed"), HTTPStatus.UNPROCESSABLE_ENTITY)
+        return error_payload(last.data.get("error", "generation failed"),
+                             HTTPStatus(last.data.get("status", HTTPStatus.UNPROCESSABLE_ENTITY)))
 
     def stream_start(self) -> bytes:
         return self.chat.first_chunk()
@@ -392,7 +393,8 @@ class GenerationEndpoints:
             event = await job.events.get()
             if event.kind == "token":
                 continue
-            status = HTTPStatus.OK if event.kind == "done" else HTTPStatus.UNPROCESSABLE_ENTITY
+            status = HTTPStatus.OK if event.kind == "done" else \
+                HTTPStatus(event.data.get("status", HTTPStatus.UNPROCESSABLE_ENTITY))
             headers, body = encode_answer(api.answer(event))
             await call.send({"type": "http.response.start", "status": int(status), "headers": headers})
             await call.send({"type": "http.response.body", "body": body})

@@ -38,6 +38,7 @@ import logging
 import queue
 import threading
 import time
+from http import HTTPStatus
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -170,12 +171,15 @@ class GenerationScheduler:
     """
 
     def __init__(self, model_dir: str, limits: Optional[SchedulerLimits] = None, num_threads: int = 1,
-                 backend: str = "auto", onednn: str = "auto", task: str = "") -> None:
+                 backend: str = "auto", onednn: str = "auto", task: str = "", wait: bool = True) -> None:
         self.limits = limits or SchedulerLimits()
         self.reference = Predictor(model_dir, load_model=False, backend=backend, task=task)  # settings, fields
         if self.reference.decode_settings is None:
             raise InferenceError(f"{model_dir}: this model does not generate (no step functions in its export)")
-        self.ready = False  # warmed up
+        self.state = "loading"  # then "warming" and "ready", or "failed" (``error`` says why)
+        self.error: Optional[BaseException] = None
+        self.on_failure: Optional[Callable[[BaseException], None]] = None  # told when the model cannot load
+        self.started = time.monotonic()
         self.batched = True  # requests share one batch (False: an export whose extend cannot hide padding)
         self.onednn = ""  # the Paddle backend's oneDNN choice, in words
         self.on_step: Optional[Callable[[int], None]] = None  # told each step's rows (metrics)
@@ -185,13 +189,22 @@ class GenerationScheduler:
         self._jobs: "queue.Queue[Any]" = queue.Queue()
         self._preparer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wenxin-prompts")
         self._loaded = threading.Event()
-        self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._main, args=(model_dir, num_threads, backend, onednn, task),
                                         name="wenxin-generate", daemon=True)
         self._thread.start()
+        if wait:
+            self.wait_loaded()
+
+    @property
+    def ready(self) -> bool:
+        """Loaded and warmed up."""
+        return self.state == "ready"
+
+    def wait_loaded(self) -> None:
+        """Until the model is loaded (its error raised here, where it could not be)."""
         self._loaded.wait()
-        if self._error is not None:
-            raise self._error
+        if self.error is not None:
+            raise self.error
 
     # ---- the caller's side (the event loop) ----------------------------------------------------
     def settings_for(self, overrides: Dict[str, Any]) -> DecodeSettings:
@@ -209,17 +222,13 @@ class GenerationScheduler:
 
     def check_room(self, prompt: Prompt, settings: DecodeSettings) -> None:
         """An ``InferenceError`` for a request that could never fit the batch, even alone."""
-        rows, horizon = settings.rows, prompt.tokens + 1 + settings.max_new_tokens
-        limits = self.limits
-        if rows > limits.max_rows:
-            raise InferenceError(f"beam_size {rows} is more than the service's --max_rows {limits.max_rows}")
-        if rows * horizon > limits.max_cached_tokens:
-            raise InferenceError(f"{rows} rows x ({prompt.tokens} prompt tokens + {settings.max_new_tokens} "
-                                 f"new) = {rows * horizon} cached tokens, more than the service's "
-                                 f"--max_cached_tokens {limits.max_cached_tokens}")
+        check_room(self.limits, prompt, settings)
 
     def submit(self, job: GenerationJob) -> None:
-        """Queue ``job`` (``ServiceFull`` when ``max_waiting`` requests already wait)."""
+        """Queue ``job`` (``ServiceFull`` when ``max_waiting`` requests already wait, or when the
+        model could not be loaded)."""
+        if self.error is not None:
+            raise ServiceFull(f"the model could not be loaded ({self.error})")
         with self._count_lock:
             if self.waiting_count >= self.limits.max_waiting:
                 raise ServiceFull(f"the service is full: {self.waiting_count} requests wait for room in the "
@@ -238,22 +247,33 @@ class GenerationScheduler:
         try:
             predictor = Predictor(model_dir, num_threads=num_threads, backend=backend, onednn=onednn, task=task)
             generator = Generator(predictor)
-        except BaseException as e:  # noqa: BLE001 (reported to the constructor)
-            self._error = e
-            self._loaded.set()
+        except BaseException as e:  # noqa: BLE001 (reported to wait_loaded and on_failure)
+            self._failed(e)
             return
+        logger.info("generation model loaded in %.1f s", time.monotonic() - self.started)
         self.batched, self.onednn = generator.masked, predictor.onednn
         if not generator.masked:
             logger.warning("%s: its extend step has no 'visible' input (an export made before batched decoding): each "
                            "request decodes with calls of its own; export the model again to batch them", model_dir)
-        self._loaded.set()
         self._generator = generator
+        self.state = "warming"
+        self._loaded.set()
         try:
             self._warm_up(generator)
         except Exception:  # noqa: BLE001 (the first requests then find the kernels cold: not an error)
             logger.exception("the generation warm-up failed; serving without it")
-        self.ready = True
+        self.state = "ready"
         self._serve(generator)
+
+    def _failed(self, error: BaseException) -> None:
+        """The model could not be loaded: the requests already queued get the error, and so does
+        whoever waits (``wait_loaded``) or listens (``on_failure``)."""
+        self.error, self.state = error, "failed"
+        self._loaded.set()
+        for _ in range(fail_queued(self._jobs, error)):
+            self._left_waiting()
+        if self.on_failure is not None:
+            self.on_failure(error)
 
     def _warm_up(self, generator: Generator) -> None:
         """``warm_up`` on a made-up prompt (a model whose input is no text is warmed by its first request)."""
@@ -269,8 +289,8 @@ class GenerationScheduler:
         waiting: Deque[GenerationJob] = collections.deque()
         while True:
             outbox: Outbox = {}
-            if not self._take_jobs(waiting, block=not running and not waiting):
-                self._end_all(decoder, running, waiting, outbox)
+            if not take_jobs(self._jobs, waiting, block=not running and not waiting):
+                end_all(decoder, running, waiting, outbox)
                 _flush(outbox)
                 return
             self._end_stopped(decoder, running, waiting, outbox)
@@ -291,18 +311,6 @@ class GenerationScheduler:
                 for update in updates:
                     self._report_safely(decoder, running, update, outbox)
             _flush(outbox)
-
-    def _take_jobs(self, waiting: Deque[GenerationJob], block: bool) -> bool:
-        """Move queued jobs to ``waiting``; False when the scheduler is told to stop."""
-        while True:
-            try:
-                job = self._jobs.get() if block else self._jobs.get_nowait()
-            except queue.Empty:
-                return True
-            if job is _STOP:
-                return False
-            waiting.append(job)
-            block = False
 
     def _end_stopped(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob],
                      outbox: Outbox) -> None:
@@ -443,17 +451,59 @@ class GenerationScheduler:
             ended = "length" if len(state.answer.ids) >= state.job.settings.max_new_tokens else "eos"
             _send_done(state.job, state.answer, ended, outbox)
 
-    def _end_all(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob],
-                 outbox: Outbox) -> None:
-        for job in waiting:
-            _send_done(job, None, "cancelled", outbox)
-        for key, state in running.items():
-            decoder.remove(key)
-            _send_done(state.job, state.answer, "cancelled", outbox)
-
     def _left_waiting(self) -> None:
         with self._count_lock:
             self.waiting_count -= 1
+
+
+def check_room(limits: SchedulerLimits, prompt: Prompt, settings: DecodeSettings) -> None:
+    """An ``InferenceError`` for a request that could never fit a batch of ``limits``, even alone."""
+    rows, horizon = settings.rows, prompt.tokens + 1 + settings.max_new_tokens
+    if rows > limits.max_rows:
+        raise InferenceError(f"beam_size {rows} is more than the service's --max_rows {limits.max_rows}")
+    if rows * horizon > limits.max_cached_tokens:
+        raise InferenceError(f"{rows} rows x ({prompt.tokens} prompt tokens + {settings.max_new_tokens} "
+                             f"new) = {rows * horizon} cached tokens, more than the service's "
+                             f"--max_cached_tokens {limits.max_cached_tokens}")
+
+
+def take_jobs(jobs: "queue.Queue[Any]", waiting: Deque[GenerationJob], block: bool) -> bool:
+    """Move queued jobs to ``waiting``; False when the scheduler is told to stop."""
+    while True:
+        try:
+            job = jobs.get() if block else jobs.get_nowait()
+        except queue.Empty:
+            return True
+        if job is _STOP:
+            return False
+        waiting.append(job)
+        block = False
+
+
+def fail_queued(jobs: "queue.Queue[Any]", error: BaseException) -> int:
+    """Every queued job gets ``error``; returns how many there were."""
+    outbox: Outbox = {}
+    failed = 0
+    while True:
+        try:
+            job = jobs.get_nowait()
+        except queue.Empty:
+            break
+        if isinstance(job, GenerationJob):
+            failed += 1
+            _send_error(job, error, outbox, HTTPStatus.SERVICE_UNAVAILABLE)  # the service's failure, not the request's
+    _flush(outbox)
+    return failed
+
+
+def end_all(decoder: BatchDecoder, running: Dict[int, "_Running"], waiting: Deque[GenerationJob],
+            outbox: Outbox) -> None:
+    """Every request, waiting or running, ends (``cancelled``)."""
+    for job in waiting:
+        _send_done(job, None, "cancelled", outbox)
+    for key, state in running.items():
+        decoder.remove(key)
+        _send_done(state.job, state.answer, "cancelled", outbox)
 
 
 def warm_up(generator: Generator, prompt: Dict[str, np.ndarray]) -> None:
@@ -483,10 +533,11 @@ def _send_done(job: GenerationJob, answer: Optional[AnswerText], reason: str, ou
                                       "prompt_tokens": job.prompt.tokens}))
 
 
-def _send_error(job: GenerationJob, error: BaseException, outbox: Outbox) -> None:
+def _send_error(job: GenerationJob, error: BaseException, outbox: Outbox, status: int = 0) -> None:
+    """The job's error event (``status``: the HTTP status it is answered with, where not 422)."""
     known = isinstance(error, (WenxinError, ValueError))
     message = str(error) if known else f"internal error: {type(error).__name__}: {error}"
-    _send(outbox, job, Event("error", {"error": message}))
+    _send(outbox, job, Event("error", {"error": message, **({"status": status} if status else {})}))
 
 
 def _flush(outbox: Outbox) -> None:

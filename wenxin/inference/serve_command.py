@@ -29,7 +29,8 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
     return ServeOptions(limits=limits, model_batch=args.model_batch, max_wait_ms=args.max_wait_ms,
                         model_threads=args.model_threads, num_threads=args.num_threads, backend=args.backend,
                         onednn=args.onednn, task=args.task, generation=room,
-                        api_key=resolve_api_key(args.api_key, args.host), model_name=getattr(args, "model_name", ""))
+                        api_key=resolve_api_key(args.api_key, args.host), model_name=getattr(args, "model_name", ""),
+                        listen_while_loading=args.workers == 1)  # several workers: each reports once loaded
 
 
 def serve(args: argparse.Namespace) -> int:

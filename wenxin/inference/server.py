@@ -107,6 +107,7 @@ class ServeOptions:
     generation: SchedulerLimits = field(default_factory=SchedulerLimits)  # the decoding batch's room
     api_key: Optional[str] = None  # what clients must send as Authorization: Bearer (wenxin.inference.api_key)
     model_name: str = ""  # what /v1/models lists and chat completions name (default: the export folder's name)
+    listen_while_loading: bool = False  # a generation model: answer (/health 503 "loading") while it loads
 
 
 PREDICT_SCHEMA = object_schema({
@@ -286,9 +287,14 @@ class PredictionApp:
             limits = self.scheduler.limits
             health["generation"] = {"max_rows": limits.max_rows, "max_cached_tokens": limits.max_cached_tokens,
                                     "max_waiting": limits.max_waiting, "batched": self.scheduler.batched}
-            if not self.scheduler.ready:
-                health.update(status="warming", reason="the generation model is warming up (a prefill and a few "
-                                                       "decoding steps); requests wait for it")
+            state = self.scheduler.state
+            if state != "ready":
+                reason = {"loading": "the generation model is loading; requests wait for it",
+                          "warming": "the generation model is warming up (a prefill and a few decoding steps); "
+                                     "requests wait for it"}.get(state, f"the model could not be loaded "
+                                                                        f"({self.scheduler.error})")
+                health.update(status=state, reason=reason,
+                              seconds=round(time.monotonic() - self.scheduler.started, 1))
                 return Answer(HTTPStatus.SERVICE_UNAVAILABLE, health)
         return Answer(HTTPStatus.OK, health)
 
@@ -360,9 +366,11 @@ class Service:
         model = Predictor(model_dir, load_model=False, backend=options.backend, task=options.task)
         self.pool: Optional[BatchingPool] = None
         self.scheduler: Optional[GenerationScheduler] = None
+        self.load_error: Optional[BaseException] = None
         if model.steps:
             self.scheduler = GenerationScheduler(model_dir, options.generation, options.num_threads, options.backend,
-                                                 options.onednn, options.task)
+                                                 options.onednn, options.task, wait=not options.listen_while_loading)
+            self.scheduler.on_failure = self._model_failed
         else:
             self.pool = BatchingPool(model_dir, options.model_threads, options.model_batch, options.max_wait_ms,
                                      options.num_threads, options.backend, options.onednn, options.task)
@@ -388,11 +396,28 @@ class Service:
         logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
 
     def run(self) -> None:
-        """Serve until SIGTERM or Ctrl-C (main thread) or ``stop()``; in-flight requests are answered."""
+        """Serve until SIGTERM or Ctrl-C (main thread) or ``stop()``; in-flight requests are answered.
+        A generation model that could not be loaded while the service listened stops it, with its
+        error raised here."""
         try:
-            self.server.run(sockets=[self.socket])
+            if self.load_error is None:
+                self.server.run(sockets=[self.socket])
         finally:
             self.close_models()
+        if self.load_error is not None:
+            raise self.load_error
+
+    def _run_in_thread(self) -> None:
+        try:
+            self.run()
+        except BaseException as e:  # noqa: BLE001 (the model's load error stays in load_error for the caller)
+            if e is not self.load_error:
+                raise
+
+    def _model_failed(self, error: BaseException) -> None:
+        self.load_error = error
+        if hasattr(self, "server"):
+            self.server.should_exit = True
 
     def close_models(self) -> None:
         if self.pool is not None:
@@ -402,7 +427,7 @@ class Service:
 
     def start_in_thread(self) -> threading.Thread:
         """Serve from a background thread (tests, notebooks); returns once it accepts requests."""
-        thread = threading.Thread(target=self.run, name="wenxin-serve", daemon=True)
+        thread = threading.Thread(target=self._run_in_thread, name="wenxin-serve", daemon=True)
         thread.start()
         while not self.server.started:
             if not thread.is_alive():
