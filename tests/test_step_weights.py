@@ -175,3 +175,56 @@ def test_the_eager_model_advances_as_it_prefills_and_extends():
         again = paddle.matmul(state, model.output_weight(), transpose_y=True)
     np.testing.assert_allclose(again.numpy(), logits.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(grown.numpy(), cache.numpy(), rtol=1e-5, atol=1e-5)
+
+
+MEMORY_PROBE = """
+import json, sys, numpy as np
+def peak():
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return int(status["VmHWM"].split()[0]) * 1024
+from wenxin.inference.predictor import Predictor
+from wenxin.models.decoding import DecodeSettings, SteppedModel, decode
+import paddle  # noqa: F401 (its own memory is not the model's)
+before = peak()
+predictor = Predictor(sys.argv[1], backend=sys.argv[2])
+decode(SteppedModel(predictor.run_step, masked=True), {"ids": np.asarray([list(range(3, 19))])},
+       DecodeSettings(strategy="greedy", max_new_tokens=8))
+print(json.dumps({"before": before, "peak": peak()}))
+"""
+
+
+@pytest.mark.slow
+def test_a_served_export_holds_its_weights_once_in_memory(tmp_path):
+    """Issue 69's bound, on a random folder of 114 MB of float32 weights: loading the export and
+    decoding raise the process's peak by at most 1.3 times the weights and 64 MiB (three programs
+    held three copies)."""
+    import json as json_module
+    import subprocess
+    from wenxin.models.ernie45 import Ernie45ForCausalLM
+    from wenxin.models.ernie45_export import pt_layout_weights, write_pt_folder
+    from wenxin.models.ernie45_folder import Ernie45Config
+    with open(os.path.join(FOLDER, "config.json"), encoding="utf-8") as f:
+        config = {**json_module.load(f), "vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1536,
+                  "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64}
+    folder = str(tmp_path / "folder")
+    os.makedirs(folder)
+    paddle.seed(3)
+    weights = pt_layout_weights(Ernie45ForCausalLM(Ernie45Config.from_dict(config, "test")).state_dict())
+    write_pt_folder(folder, weights, FOLDER, "float32")
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        written = json_module.load(f)  # the fixture's config, with the dtype written
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+        json_module.dump({**written, **config}, f)
+    size = sum(w.nbytes for w in weights.values())
+    os.environ["WENXIN_CACHE"] = str(tmp_path / "cache")
+    try:
+        export = export_of_folder(folder)
+    finally:
+        del os.environ["WENXIN_CACHE"]
+    done = subprocess.run([sys.executable, "-c", MEMORY_PROBE, export, "paddle"], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "GLOG_minloglevel": "2"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = json_module.loads(done.stdout.strip().splitlines()[-1])
+    grown = measured["peak"] - measured["before"]
+    print(f"weights {size / 2**20:.0f} MiB; the process grew by {grown / 2**20:.0f} MiB")
+    assert grown <= 1.3 * size + 64 * 2**20
