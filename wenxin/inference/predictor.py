@@ -62,8 +62,7 @@ def prefill_cache(steps: Dict[str, Dict[str, Any]]) -> Optional[np.ndarray]:
     shape = list(cache["shape"])
     if not all(isinstance(size, int) for size in shape) or min(shape[:2] + shape[3:4] + shape[5:]) < 1:
         return None
-    shape[2], shape[4] = 1, 0
-    return np.zeros(shape, dtype=cache.get("dtype", "float32"))
+    return empty_cache(steps, CHUNK_STEP)
 
 
 def _check_width(fields: Sequence[BaseFieldReader], row: Sequence[str]) -> None:

@@ -28,10 +28,10 @@ ADVANCE = "advance"
 PREFILL, CHUNK, EXTEND = "prefill", "prefill_chunk", "extend"
 
 
-def empty_cache(steps: Mapping[str, Mapping[str, Any]]) -> np.ndarray:
+def empty_cache(steps: Mapping[str, Mapping[str, Any]], step: str = ADVANCE) -> np.ndarray:
     """The key/value cache of one row holding nothing, ``[layers, 2, 1, heads, 0, D]``, as
-    ``advance``'s ``cache`` input (``preprocess.json``'s ``steps``) describes it."""
-    cache = next(i for i in steps[ADVANCE]["inputs"] if i["name"] == "cache")
+    ``step``'s ``cache`` input (``preprocess.json``'s ``steps``) describes it."""
+    cache = next(i for i in steps[step]["inputs"] if i["name"] == "cache")
     shape = list(cache["shape"])
     shape[2], shape[4] = 1, 0
     return np.zeros(shape, dtype=cache.get("dtype", "float32"))
