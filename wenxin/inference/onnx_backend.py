@@ -1,7 +1,7 @@
 """ONNX Runtime: the ``onnxruntime`` backend, for a folder that holds a ``model.onnx`` or, for a
 generation model, an ``advance.onnx`` (``wenxin export --format onnx``); ``onnxruntime-int8``
 runs the int8 copy beside it (``advance.int8.onnx``: weights quantized per output channel,
-activations per call, ``wenxin.inference.onnx_export``)."""
+activations per token, ``wenxin.inference.onnx_quantize``)."""
 from __future__ import annotations
 
 import importlib.util

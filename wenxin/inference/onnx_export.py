@@ -155,7 +155,8 @@ def advance_check_batch(folder: str) -> Dict[str, np.ndarray]:
 def export_advance_onnx(folder: str, graph: str, params: str, tolerance: float = TOLERANCE) -> str:
     """``advance.onnx`` beside a generation export's ``advance`` program, its logits within
     ``tolerance`` of Paddle's (relative to their largest), and its int8 copy ``advance.int8.onnx``
-    (ONNX Runtime's dynamic quantization: weights int8 per output channel, activations per call),
+    (ONNX Runtime's dynamic quantization, weights int8 per output channel, with activations
+    quantized per token: ``onnx_quantize``),
     whose difference is measured and logged. Returns the float32 file's path."""
     batch = advance_check_batch(folder)
     target = os.path.join(folder, onnx_file(ADVANCE_STEP))

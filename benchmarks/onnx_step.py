@@ -1,0 +1,96 @@
+"""The ``advance`` step of a converted export on ONNX Runtime, program against program, in one run:
+CPU-ms a token for a decode step of 1 and of 16 rows and for a prompt of 64 tokens (issue 69).
+
+Each ``--program`` (a file of the export folder: ``advance.onnx``, ``advance.int8.onnx``, or
+another variant made beside them) gets its own session with ``--threads`` threads; the programs
+are timed in rounds that alternate which goes first, each shape ``--repeat`` times, after one
+warm-up call. It prints CPU and wall milliseconds a token (medians over rounds) and each program's
+largest logits difference from the first one at every shape, and whether a row batched gets its
+logits alone.
+
+    python benchmarks/onnx_step.py FOLDER --program advance.onnx advance.int8.onnx --rounds 3
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Dict, List
+
+import numpy as np
+
+# the first output of ``advance`` is its logits [rows, vocab]
+
+
+def shapes(cache_input: Dict, context: int) -> Dict[str, Dict[str, np.ndarray]]:
+    """Inputs of ``advance`` for each measured case: after a cache of ``context`` columns of
+    random values, 1 and 16 rows of one token, and one row of a 64-token prompt."""
+    rng = np.random.default_rng(0)
+    layers, two, _, heads, _, dim = cache_input["shape"]
+
+    def case(rows: int, new: int, before: int) -> Dict[str, np.ndarray]:
+        cache = rng.standard_normal((layers, two, rows, heads, before, dim)).astype(np.float32)
+        columns = np.arange(before + new)[None, :]
+        visible = (columns <= before + np.arange(new)[:, None]).astype(np.float32)
+        return {"tokens": rng.integers(3, 1000, (rows, new)).astype(np.int64),
+                "positions": np.broadcast_to(before + np.arange(new), (rows, new)).astype(np.int64).copy(),
+                "cache": cache, "visible": np.broadcast_to(visible, (rows, new, before + new)).copy()}
+
+    return {"decode 1 row": case(1, 1, context), "decode 16 rows": case(16, 1, context),
+            "prompt of 64": case(1, 64, 0)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder")
+    parser.add_argument("--program", nargs="+", default=["advance.onnx", "advance.int8.onnx"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--context", type=int, default=64, help="cached columns before a decode step")
+    args = parser.parse_args()
+    import onnxruntime as ort
+    with open(os.path.join(args.folder, "preprocess.json"), encoding="utf-8") as f:
+        steps = json.load(f)["steps"]
+    cache_input = next(i for i in steps["advance"]["inputs"] if i["name"] == "cache")
+    cases = shapes(cache_input, args.context)
+    sessions = {}
+    for name in args.program:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = args.threads
+        options.log_severity_level = 3  # not paddle2onnx's unused constants
+        sessions[name] = ort.InferenceSession(os.path.join(args.folder, name), options, providers=["CPUExecutionProvider"])
+    logits: Dict[str, Dict[str, np.ndarray]] = {name: {} for name in sessions}
+    for name, session in sessions.items():  # warm-up, and each program's logits
+        for case, feed in cases.items():
+            logits[name][case] = session.run(None, feed)[0]
+    cpu: Dict[str, Dict[str, List[float]]] = {n: {c: [] for c in cases} for n in sessions}
+    wall: Dict[str, Dict[str, List[float]]] = {n: {c: [] for c in cases} for n in sessions}
+    for round_ in range(args.rounds):
+        order = list(sessions) if round_ % 2 == 0 else list(reversed(list(sessions)))
+        for name in order:
+            for case, feed in cases.items():
+                tokens = feed["tokens"].size
+                c0, w0 = time.process_time(), time.perf_counter()
+                for _ in range(args.repeat):
+                    sessions[name].run(None, feed)
+                cpu[name][case].append((time.process_time() - c0) * 1e3 / args.repeat / tokens)
+                wall[name][case].append((time.perf_counter() - w0) * 1e3 / args.repeat / tokens)
+    first = args.program[0]
+    print(f"{args.threads} thread(s), {args.rounds} rounds x {args.repeat}, decode after {args.context} columns")
+    print("| program | " + " | ".join(f"{c}: CPU-ms/token (wall)" for c in cases) + " | largest logits difference from "
+          f"{first} | 16 rows batched vs alone |")
+    print("|---" * (len(cases) + 3) + "|")
+    lone_feed = {k: (v[:, :, :1] if k == "cache" else v[:1]) for k, v in cases["decode 16 rows"].items()}  # row 0
+    for name, session in sessions.items():
+        cells = [f"{statistics.median(cpu[name][c]):.2f} ({statistics.median(wall[name][c]):.2f})" for c in cases]
+        difference = max(float(np.abs(logits[name][c] - logits[first][c]).max()) for c in cases)
+        lone = session.run(None, lone_feed)[0]
+        batched = float(np.abs(logits[name]["decode 16 rows"][:1] - lone).max())
+        print(f"| {name} | " + " | ".join(cells) + f" | {difference:.3g} | {batched:.3g} |")
+
+
+if __name__ == "__main__":
+    main()
