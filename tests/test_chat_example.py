@@ -90,4 +90,5 @@ def test_the_ernie45_lora_recipe_runs_on_the_fixture_decoder(tmp_path, recipe, f
     proc = run_script(tmp_path, ["train", "--param_path", os.path.join(REPO, "examples", recipe),
                                  *[a for o in overrides for a in ("--set", o)]], script="wenxin/cli.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert os.path.isfile(os.path.join(out, "checkpoints", "best", "inference", "steps.pdiparams"))
+    exported = os.listdir(os.path.join(out, "checkpoints", "best", "inference"))
+    assert [f for f in exported if f.endswith(".pdiparams")] == ["advance.pdiparams"]  # one step program, its weights once
