@@ -1,0 +1,182 @@
+"""A token at batch 1: wenxin (Paddle, ONNX Runtime float32 and int8) against llama.cpp (float32 and
+q8_0) on the same weights, in one run (issue 69).
+
+The weights: an ERNIE 4.5 chat export (``--export``, converted with ``wenxin export --format
+onnx``: ``advance.onnx``, ``advance.int8.onnx``) and the GGUF files llama.cpp's own
+``convert_hf_to_gguf.py`` wrote from the same checkpoint's ``wenxin export --format pt`` folder
+(``--gguf_f32``, ``--gguf_q8``). llama.cpp runs in its own virtual environment (``--llama_python``:
+``pip install ../shared/wheels/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl``, built from
+PyPI's sdist).
+
+Each engine runs in a fresh process a round, rounds alternating the engines' order, each with
+``--threads`` math threads: it loads the model, warms up once, then feeds the same ``--prompt``
+token ids (no tokenizer: the ids themselves) and decodes ``--new`` tokens greedily, timing the
+prompt and the decoding apart (CPU and wall). Medians over rounds are printed as a markdown table
+with each engine's peak RSS. The check of a third runtime: each engine's logits after the prompt and
+after the last token, and its greedy tokens, against wenxin's on Paddle, printed beside the table.
+
+    python benchmarks/against_llama_cpp.py --export EXPORT --gguf_f32 model-f32.gguf \\
+        --gguf_q8 model-q8_0.gguf --llama_python /tmp/llamavenv/bin/python --threads 1 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List
+
+import numpy as np
+
+from measure import load_note
+
+ENGINES = {  # name: (runtime, what it loads)
+    "wenxin paddle float32": ("wenxin", "paddle"),
+    "wenxin onnxruntime float32": ("wenxin", "onnxruntime"),
+    "wenxin onnxruntime int8": ("wenxin", "onnxruntime-int8"),
+    "llama.cpp float32": ("llama", "gguf_f32"),
+    "llama.cpp q8_0": ("llama", "gguf_q8"),
+}
+
+
+def prompt_ids(length: int) -> List[int]:
+    """A fixed prompt of ``length`` token ids (above the special ones)."""
+    return [int(i) for i in np.random.default_rng(7).integers(3, 1000, length)]
+
+
+def wenxin_worker(export: str, backend: str, threads: int, prompt: List[int], new: int) -> Dict[str, Any]:
+    """The exported step program through wenxin's Predictor (``run_step``: what serving runs for a
+    row): the prompt's prefill, then ``new`` greedy steps of one token."""
+    from wenxin.inference.predictor import Predictor
+    predictor = Predictor(export, num_threads=threads, backend=backend)
+
+    def decode() -> Dict[str, Any]:
+        c0, w0 = time.process_time(), time.perf_counter()
+        out = predictor.run_step("prefill", {"ids": np.asarray([prompt], dtype=np.int64)})
+        c1, w1 = time.process_time(), time.perf_counter()
+        first = np.asarray(out["logits"])[0]
+        tokens = [int(first.argmax())]
+        cache, position = out["cache"], int(np.asarray(out["position"]).reshape(-1)[0])
+        for _ in range(new - 1):
+            out = predictor.run_step("extend", {"tokens": np.asarray(tokens[-1:], dtype=np.int64),
+                                                "positions": np.asarray([position], dtype=np.int64), "cache": cache,
+                                                "visible": np.ones((1, int(cache.shape[4]) + 1), np.float32)})
+            cache, position = out["cache"], position + 1
+            tokens.append(int(np.asarray(out["logits"])[0].argmax()))
+        c2, w2 = time.process_time(), time.perf_counter()
+        return {"prompt_cpu": c1 - c0, "prompt_wall": w1 - w0, "decode_cpu": c2 - c1, "decode_wall": w2 - w1,
+                "tokens": tokens, "first_logits": first.tolist(), "last_logits": np.asarray(out["logits"])[0].tolist()}
+
+    decode()  # warm-up
+    return decode()
+
+
+def llama_worker(gguf: str, threads: int, prompt: List[int], new: int) -> Dict[str, Any]:
+    """llama.cpp through llama-cpp-python: ``eval`` of the prompt's ids, then ``new`` greedy
+    steps of one token."""
+    from llama_cpp import Llama
+    llm = Llama(model_path=gguf, n_ctx=max(256, 2 * (len(prompt) + new)), n_threads=threads,
+                n_threads_batch=threads, n_batch=512, verbose=False)
+
+    vocab = llm.n_vocab()
+
+    def last_logits() -> np.ndarray:  # the batch's last token's (llama-cpp-python keeps scores only with logits_all)
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,)).astype(np.float32)
+
+    def decode() -> Dict[str, Any]:
+        llm.reset()
+        c0, w0 = time.process_time(), time.perf_counter()
+        llm.eval(prompt)
+        c1, w1 = time.process_time(), time.perf_counter()
+        first = last_logits()
+        tokens = [int(first.argmax())]
+        last = first
+        for _ in range(new - 1):
+            llm.eval(tokens[-1:])
+            last = last_logits()
+            tokens.append(int(last.argmax()))
+        c2, w2 = time.process_time(), time.perf_counter()
+        return {"prompt_cpu": c1 - c0, "prompt_wall": w1 - w0, "decode_cpu": c2 - c1, "decode_wall": w2 - w1,
+                "tokens": tokens, "first_logits": first.tolist(), "last_logits": last.tolist()}
+
+    decode()  # warm-up
+    return decode()
+
+
+def run_engine(args: argparse.Namespace, engine: str, threads: int) -> Dict[str, Any]:
+    """One round of ``engine`` in a fresh process (this script with ``--worker``)."""
+    runtime, what = ENGINES[engine]
+    python = args.llama_python if runtime == "llama" else sys.executable
+    target = getattr(args, what) if runtime == "llama" else args.export
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "GLOG_minloglevel": "2"}
+    proc = subprocess.run([python, os.path.abspath(__file__), "--worker", runtime, target, what, str(threads),
+                           json.dumps(prompt_ids(args.prompt)), str(args.new)],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{engine}: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def worker_main(argv: List[str]) -> None:
+    runtime, target, what, threads, prompt, new = argv
+    if runtime == "wenxin":
+        result = wenxin_worker(target, what, int(threads), json.loads(prompt), int(new))
+    else:
+        result = llama_worker(target, int(threads), json.loads(prompt), int(new))
+    result["rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+    print(json.dumps(result))
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker_main(sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--export", required=True, help="an ERNIE 4.5 chat export converted with --format onnx")
+    parser.add_argument("--gguf_f32", required=True)
+    parser.add_argument("--gguf_q8", required=True)
+    parser.add_argument("--llama_python", required=True, help="the Python of a venv with llama-cpp-python")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1])
+    parser.add_argument("--prompt", type=int, default=64, help="prompt tokens")
+    parser.add_argument("--new", type=int, default=32, help="tokens decoded")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    args = parser.parse_args()
+    print(f"prompt of {args.prompt} ids, {args.new} tokens decoded greedily, {args.rounds} rounds; {load_note()}")
+    for threads in args.threads:
+        runs: Dict[str, List[Dict[str, Any]]] = {engine: [] for engine in args.engines}
+        for round_ in range(args.rounds):
+            order = args.engines if round_ % 2 == 0 else list(reversed(args.engines))
+            for engine in order:
+                runs[engine].append(run_engine(args, engine, threads))
+        print(f"\n{threads} thread(s); {load_note()}")
+        print("| engine | decode CPU-ms a token (wall) | prompt CPU-ms a token (wall) | peak RSS GiB |")
+        print("|---|---|---|---|")
+        for engine, results in runs.items():
+            def med(key: str, per: int, results: List[Dict[str, Any]] = results) -> float:
+                return statistics.median(r[key] for r in results) * 1e3 / per
+            print(f"| {engine} | {med('decode_cpu', args.new - 1):.1f} ({med('decode_wall', args.new - 1):.1f}) | "
+                  f"{med('prompt_cpu', args.prompt):.2f} ({med('prompt_wall', args.prompt):.2f}) | "
+                  f"{max(r['rss_gib'] for r in results):.2f} |")
+        reference = "wenxin paddle float32"
+        if reference in runs:
+            exact = runs[reference][0]
+            scale = float(np.abs(exact["first_logits"]).max())
+            for engine, results in runs.items():
+                if engine == reference:
+                    continue
+                other = results[0]
+                difference = max(float(np.abs(np.asarray(other[key]) - exact[key]).max())
+                                 for key in ("first_logits", "last_logits"))
+                agree = next((i for i, (a, b) in enumerate(zip(other["tokens"], exact["tokens"])) if a != b),
+                             len(exact["tokens"]))
+                print(f"{engine}: first and last logits within {difference:.3g} of wenxin paddle float32's (largest "
+                      f"{scale:.3g}); greedy tokens equal for the first {agree} of {len(exact['tokens'])}")
+
+
+if __name__ == "__main__":
+    main()
