@@ -117,8 +117,17 @@ def erniegen_export(work: str) -> str:
     return str(trainer.export_inference(os.path.join(work, "gen-export")))
 
 
-def request_bodies(model: str, new: int) -> List[Dict[str, Any]]:
+SYSTEM = "你是一个乐于助人的助手。请用简洁、准确、友好的语言回答用户的问题，必要时给出例子和步骤，不知道的就说不知道。"
+
+
+def request_bodies(model: str, new: int, system: int = 0) -> List[Dict[str, Any]]:
+    """The requests the clients send in turn; ``system``: ERNIE 4.5's carry a system prompt of
+    that many characters (the same in every request: ``SYSTEM`` repeated)."""
     if model == "ernie45":
+        if system:
+            prompt = (SYSTEM * (system // len(SYSTEM) + 1))[:system]
+            return [{"text": json.dumps({"system": prompt, "src": [q]}, ensure_ascii=False), "max_new_tokens": new,
+                     "stream": True} for q in QUESTIONS]
         return [{"text": q, "max_new_tokens": new, "stream": True} for q in QUESTIONS]
     rng = random.Random(3)
     letters = "abcdefgh"
@@ -238,7 +247,7 @@ def percentile(values: List[float], q: float) -> float:
 
 
 def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = REPO,
-          turn_prefill: str = "all", backend: str = "auto") -> Tuple[subprocess.Popen, int]:
+          turn_prefill: str = "all", backend: str = "auto", prefix_cache_mb: int = 64) -> Tuple[subprocess.Popen, int]:
     """``wenxin serve`` of ``repo`` (another checkout: ``--baseline_repo``, with the flags it knows)."""
     import socket
     with socket.socket() as s:
@@ -248,7 +257,7 @@ def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = RE
     flags = ["--generation_timeout", "3600", "--max_new_tokens", str(new * 3 // 2)]
     if repo == REPO:
         flags += ["--max_rows", str(max_rows), "--num_threads", str(threads), "--max_waiting", "1000",
-                  "--turn_prefill", turn_prefill, "--backend", backend]
+                  "--turn_prefill", turn_prefill, "--backend", backend, "--prefix_cache_mb", str(prefix_cache_mb)]
     process = subprocess.Popen([sys.executable, "-m", "wenxin", "serve", "--model_dir", folder, "--port", str(port),
                                 *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=repo)
     import http.client
@@ -272,8 +281,8 @@ def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = RE
 
 def run(folder: str, bodies: List[Dict[str, Any]], streams: int, max_rows: int, new: int,
         seconds: float, threads: int, repo: str = REPO, turn_prefill: str = "all",
-        backend: str = "auto") -> Dict[str, Any]:
-    process, port = serve(folder, max_rows, new, threads, repo, turn_prefill, backend)
+        backend: str = "auto", prefix_cache_mb: int = 64) -> Dict[str, Any]:
+    process, port = serve(folder, max_rows, new, threads, repo, turn_prefill, backend, prefix_cache_mb)
     try:
         return asyncio.run(closed_loop(port, bodies, streams, seconds, process.pid))
     finally:
@@ -297,6 +306,11 @@ def main() -> None:
                         help="convert ernie45's export to ONNX first (advance.onnx, advance.int8.onnx; once)")
     parser.add_argument("--turn_prefill", nargs="+", default=["all"], choices=["rows", "all"],
                         help="the batch's --turn_prefill rules to measure (each a mode: batch all, batch rows)")
+    parser.add_argument("--prefix_cache_mb", nargs="+", type=int, default=[64],
+                        help="the batch's --prefix_cache_mb values to measure (more than one: each a mode, "
+                             "batch all prefix 64, batch all prefix 0)")
+    parser.add_argument("--system", type=int, default=0,
+                        help="ernie45's requests carry the same system prompt of this many characters")
     parser.add_argument("--shape", default="small", choices=["small", "0.3b"],
                         help="ernie45's shape: small, or ERNIE-4.5-0.3B's (random weights either way)")
     parser.add_argument("--baseline_repo", default="",
@@ -332,9 +346,11 @@ def main() -> None:
     results: Dict[Tuple[str, int, str], List[Dict[str, Any]]] = {}
     for round_index in range(args.rounds):
         for model in args.models:
-            bodies = request_bodies(model, args.new)
+            bodies = request_bodies(model, args.new, args.system)
             for streams in args.streams:
-                modes = [(f"batch {rule}", 32) for rule in args.turn_prefill]
+                prefixes = args.prefix_cache_mb
+                modes = [(f"batch {rule}" + (f" prefix {mb}" if len(prefixes) > 1 else ""), 32)
+                         for rule in args.turn_prefill for mb in prefixes]
                 modes.append(("one at a time", 1))
                 if args.baseline_repo and model == "ernie45":
                     modes.append(("before", 1))
@@ -343,9 +359,10 @@ def main() -> None:
                 for mode, rows in modes:
                     folder, repo = (folders["ernie45-before"], args.baseline_repo) if mode == "before" else \
                         (folders[model], REPO)
-                    rule = mode.split()[-1] if mode.startswith("batch ") else "all"
+                    rule = mode.split()[1] if mode.startswith("batch ") else "all"
+                    mb = int(mode.split()[-1]) if " prefix " in mode else prefixes[0]
                     result = run(folder, bodies, streams, rows, args.new, args.seconds, args.threads, repo, rule,
-                                 "auto" if mode == "before" else args.backend)
+                                 "auto" if mode == "before" else args.backend, mb)
                     results.setdefault((model, streams, mode), []).append(result)
                     print(json.dumps({"round": round_index, "model": model, "streams": streams, "mode": mode,
                                       **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}}),
@@ -355,14 +372,12 @@ def main() -> None:
           "| x tokens/s | TTFT p99 / lone p50, p99 | /health p50 / p99 (ms) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for model in args.models:
-        first = f"batch {args.turn_prefill[0]}"
+        first = next(mode for m, _, mode in results if m == model and mode.startswith("batch "))
         lone = [(r["ttft_p50"], r["ttft_p99"]) for r in results[(model, min(args.streams), first)]]
         lone_p50, lone_p99 = statistics.median(p for p, _ in lone), statistics.median(p for _, p in lone)
         for streams in args.streams:
             base = statistics.median(r["tokens_per_s"] for r in results[(model, streams, "one at a time")])
-            for mode in ("batch all", "batch rows", "one at a time", "before"):
-                if (model, streams, mode) not in results:
-                    continue
+            for mode in dict.fromkeys(mode for m, s, mode in results if (m, s) == (model, streams)):
                 runs = results[(model, streams, mode)]
 
                 def med(key: str, runs: List[Dict[str, Any]] = runs) -> float:

@@ -630,3 +630,53 @@ def test_the_service_answers_while_its_model_loads_and_a_model_that_cannot_load_
             release.set()
             service.stop()
             thread.join(60)
+
+
+SYSTEM = "你是一个乐于助人的助手，请用简洁、准确、友好的中文回答用户的每一个问题，并在需要时给出例子。"
+
+
+def test_a_prompt_that_starts_as_a_kept_one_did_prefills_the_rest_and_gets_the_whole_prefill(export):
+    from wenxin.inference.predictor import Predictor
+    from wenxin.models.batch_prefill import prefill_together
+    from wenxin.models.prefix_cache import PrefixCache
+    family, folder = export
+    if family != "chat":
+        return  # ERNIE-Gen's source is read both ways: no prefill in parts
+    predictor = Predictor(folder)
+    first, second = (predictor.prompt([json.dumps({"system": SYSTEM, "src": [q]}, ensure_ascii=False)])["ids"]
+                     for q in ("你好", "今天天气怎么样？"))
+    whole = predictor.run_step("prefill", {"ids": second})
+    for empty in (None, predictor.advance_cache):  # a part alone, or as a row of advance
+        prefixes = PrefixCache(1 << 26)
+        prefixes.keep(first, predictor.run_step("prefill", {"ids": first})["cache"])
+        prompt = prefixes.start(second)
+        shared = next(i for i, (a, b) in enumerate(zip(first[0], second[0])) if a != b)
+        assert shared - 16 < prompt.tokens_done <= shared and prompt.tokens_done >= 16
+        while not prompt.done:
+            prefill_together(predictor.run_step, [(prompt, 7)], empty)
+        np.testing.assert_allclose(prompt.outputs["logits"], whole["logits"], rtol=0,
+                                   atol=4e-6 * float(np.abs(whole["logits"]).max()))
+        np.testing.assert_allclose(prompt.outputs["cache"], whole["cache"], rtol=0, atol=1e-5)
+        assert int(prompt.outputs["position"][0]) == int(whole["position"][0])
+
+
+def test_the_service_prefills_a_shared_start_once_and_answers_as_without_it(chat_folder):
+    bodies = [{"text": json.dumps({"system": SYSTEM, "src": [q]}, ensure_ascii=False), "max_new_tokens": 8}
+              for q in ("你好", "今天天气怎么样？", "你好")]
+    answers = {}
+    for budget in (64, 0):
+        service = service_of(chat_folder, prefix_cache_mb=budget)
+        try:
+            answers[budget] = []
+            for body in bodies:
+                status, _, text = post(service.port, "/generate", body)
+                assert status == 200, text
+                answers[budget].append(json.loads(text)["tokens"])
+            reused = metric(service.port, "wenxin_prompt_tokens_reused_total")
+            if budget:
+                assert reused >= 2 * 32  # the system prompt's blocks, twice; the repeated question all but its end
+            else:
+                assert reused == 0
+        finally:
+            service.stop()
+    assert answers[64] == answers[0]

@@ -4,7 +4,8 @@ quantizes it to ``advance.int8.onnx``; ``auto`` then serves the float32 program 
 (answers and logits as Paddle's, rows batched as alone; dense and MoE), and ``--backend onnxruntime-int8`` the
 int8 one, whose logits stay near float32's, which picks float32's token wherever float32's
 margin is more than twice int8's error, and whose rows batched get their logits alone (each token's
-activations quantized with a scale of its own)."""
+activations quantized with a scale of its own: tested for greedy, sampling and beam search as
+prompts join and leave a running batch)."""
 import os
 import shutil
 
@@ -77,6 +78,23 @@ def lone_and_batched_steps(predictor):
 def test_float32_rows_batched_get_their_lone_logits(converted):
     lone, batched = lone_and_batched_steps(Predictor(converted))
     np.testing.assert_allclose(batched, lone, rtol=0, atol=1e-5 * np.abs(lone).max())
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
+@pytest.mark.parametrize("backend", ["onnxruntime", "onnxruntime-int8"])
+def test_prompts_decoded_together_get_their_lone_logits_and_tokens_in_float32_and_int8(converted, backend, strategy):
+    from decoding_helpers import alone, compare, together
+    predictor = Predictor(converted, backend=backend)
+    assert predictor.backend == backend
+    prompts = [predictor.prompt(row) for row in ROWS + [["what is machine learning and why"], ["hi"]]]
+    settings = predictor.settings_for({"greedy": {"strategy": "greedy", "max_new_tokens": 10},
+                                       "sample": {"strategy": "sample", "max_new_tokens": 10, "temperature": 0.8,
+                                                  "top_k": 20, "top_p": 0.95, "seed": 7},
+                                       "beam": {"strategy": "beam", "max_new_tokens": 8, "beam_size": 3}}[strategy])
+    references = [alone(predictor.run_step, True, prompt, settings) for prompt in prompts]
+    # joining and leaving a running batch, every step's logits within float32 rounding of alone's
+    seen = compare(together(predictor.run_step, True, prompts, settings), references)
+    print(f"{backend} {strategy}: largest logit difference {seen['largest_difference']:.2e} of the largest logit")
 
 
 def test_int8_stays_near_float32_and_picks_its_token_where_float32s_margin_is_clear(converted):

@@ -122,6 +122,9 @@ SERVE_ARGS: Tuple[Arg, ...] = (
         help="generation models: prompt tokens a turn prefills while answers decode: all, --prefill_tokens (sooner "
              "first tokens, more tokens a second), or rows, about as many as the rows that decode (at least 16: even "
              "time between tokens, later first tokens)"),
+    arg("--prefix_cache_mb", type=int, default=64,
+        help="generation models: MB of prompts' key/value caches kept so that later prompts starting the same way (the "
+             "chat template and system prompt, a conversation's earlier turns) prefill only the rest; 0: none"),
     arg("--max_messages", type=int, default=1024, help="chat models: messages in one request"),
     arg("--max_prompt_bytes", type=int, default=256 * 1024,
         help="generation models: a request's prompt text, in UTF-8 bytes"),

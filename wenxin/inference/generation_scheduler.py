@@ -7,7 +7,9 @@ or by the rule ``rows`` about as many as the rows that decode) shared evenly amo
 (``wenxin.models.batch_prefill``: a short prompt is not held up by a long one, and the running
 streams never wait for more than one turn's prompt tokens; the prompts of a turn are rows of one
 call where the export has ``advance``), then runs one ``extend`` step for every row of every
-request whose prompt is done (``wenxin.models.batch_decoding``). A request
+request whose prompt is done (``wenxin.models.batch_decoding``). A prompt that starts as an
+earlier one did (the chat template, a system prompt, a conversation's earlier turns) is prefilled
+only after that start (``wenxin.models.prefix_cache``: ``prefix_cache_mb`` of starts kept). A request
 leaves when its search ends, at ``max_new_tokens``, at a stop string or at its time limit;
 nobody waits for anyone else's end. Each token is handed to the request's event loop as it is
 chosen (one wake-up per loop a turn).
@@ -49,6 +51,7 @@ from wenxin.inference.predictor import Predictor
 from wenxin.models.batch_decoding import BatchDecoder, Update
 from wenxin.models.batch_prefill import PromptPrefill, fair_shares, prefill_together
 from wenxin.models.decoding import DecodeSettings, new_search
+from wenxin.models.prefix_cache import PrefixCache
 
 logger = logging.getLogger("wenxin.serve")
 _STOP = object()
@@ -84,6 +87,7 @@ class SchedulerLimits:
     max_waiting: int = 64
     prefill_tokens: int = 512
     turn_prefill: str = "all"  # TURN_PREFILL_RULES: a turn's prompt tokens while answers decode
+    prefix_cache_mb: int = 64  # prompts' starts kept for later prompts that share them (0: none)
 
 
 class ServiceFull(Exception):
@@ -184,9 +188,11 @@ class GenerationScheduler:
         self.onednn = ""  # the Paddle backend's oneDNN choice, in words
         self.on_step: Optional[Callable[[int], None]] = None  # told each step's rows (metrics)
         self.on_prefill: Optional[Callable[[List[int]], None]] = None  # told each turn's prompt tokens a prompt
+        self.on_reuse: Optional[Callable[[int], None]] = None  # told a prompt's tokens a kept start covered
         self.waiting_count = 0
         self._count_lock = threading.Lock()
         self._jobs: "queue.Queue[Any]" = queue.Queue()
+        self.prefixes = PrefixCache(self.limits.prefix_cache_mb << 20)  # the scheduler thread's
         self._preparer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wenxin-prompts")
         self._loaded = threading.Event()
         self._thread = threading.Thread(target=self._main, args=(model_dir, num_threads, backend, onednn, task),
@@ -350,7 +356,9 @@ class GenerationScheduler:
             job = waiting.popleft()
             self._left_waiting()
             state = _Running(job, AnswerText(self._generator.predictor.result_format, job.row, job.stop))
-            state.prefill = PromptPrefill(job.prompt.inputs["ids"])
+            state.prefill = self.prefixes.start(job.prompt.inputs["ids"])  # after a kept start it shares
+            if state.prefill.tokens_done and self.on_reuse is not None:
+                self.on_reuse(state.prefill.tokens_done)
             running[job.key] = state
         self._prefill_turn(decoder, running)
 
@@ -380,7 +388,9 @@ class GenerationScheduler:
                     self._failed_prefill(state.job, e)
         for state, _ in parts:
             if state.prefill is not None and state.prefill.done and state.job.key in running:
-                outputs, state.prefill = state.prefill.outputs, None
+                outputs, ids, state.prefill = state.prefill.outputs, state.prefill.ids, None
+                if outputs is not None:
+                    self.prefixes.keep(ids, outputs["cache"])
                 self._join(decoder, running, state, outputs)
 
     def _admit_whole(self, decoder: BatchDecoder, running: Dict[int, _Running],

@@ -25,7 +25,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
                     max_messages=args.max_messages, max_prompt_bytes=args.max_prompt_bytes)
     room = SchedulerLimits(max_rows=args.max_rows, max_cached_tokens=args.max_cached_tokens,
                            max_waiting=args.max_waiting, prefill_tokens=args.prefill_tokens,
-                           turn_prefill=args.turn_prefill)
+                           turn_prefill=args.turn_prefill, prefix_cache_mb=args.prefix_cache_mb)
     return ServeOptions(limits=limits, model_batch=args.model_batch, max_wait_ms=args.max_wait_ms,
                         model_threads=args.model_threads, num_threads=args.num_threads, backend=args.backend,
                         onednn=args.onednn, task=args.task, generation=room,

@@ -166,6 +166,7 @@ class PredictionApp:
         self.generation: Optional[GenerationEndpoints] = None
         if scheduler is not None:
             scheduler.on_step = self.metrics.generation_rows.observe
+            scheduler.on_reuse = self.metrics.prompt_tokens_reused.inc
             self.generation = GenerationEndpoints(scheduler, limits.generation(), self.metrics, model_name,
                                                   self._log_generation)
         self.routes = RouteTable(self._route_rows())
@@ -333,7 +334,8 @@ def check_settings(options: ServeOptions, workers: int = 1) -> None:
                              ("--max_messages", limits.max_messages, 1),
                              ("--max_prompt_bytes", limits.max_prompt_bytes, 1),
                              ("--max_rows", room.max_rows, 1), ("--max_cached_tokens", room.max_cached_tokens, 2),
-                             ("--max_waiting", room.max_waiting, 0), ("--prefill_tokens", room.prefill_tokens, 1)):
+                             ("--max_waiting", room.max_waiting, 0), ("--prefill_tokens", room.prefill_tokens, 1),
+                             ("--prefix_cache_mb", room.prefix_cache_mb, 0)):
         if not value >= low:  # also NaN
             problems.add(f"{flag}: {value} is below the minimum {low}")
     if room.turn_prefill not in TURN_PREFILL_RULES:

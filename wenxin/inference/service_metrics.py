@@ -32,6 +32,9 @@ class ServiceMetrics:
         self.generation_rows = Histogram("wenxin_generation_step_rows", "cache rows in one decoding step (requests "
                                          "decoding together, a beam search's beams each a row)",
                                          buckets=ROW_BUCKETS, registry=self.registry)
+        self.prompt_tokens_reused = Counter("wenxin_prompt_tokens_reused", "prompt tokens not prefilled: an earlier "
+                                            "prompt's kept start covered them (--prefix_cache_mb)",
+                                            registry=self.registry)
         self.refused = Counter("wenxin_generations_refused", "generation requests answered 503: the batch and its "
                                "waiting line were full", registry=self.registry)
         self.in_flight = Gauge("wenxin_predict_in_flight", "/predict requests whose headers arrived, not yet answered",
