@@ -28,6 +28,16 @@ def test_the_conversions_agree_with_paddles_cast():
     assert to_held(values, paddle.zeros([8])) is values  # float32 parameters take values as they are
 
 
+def test_float32_values_match_a_bfloat16_parameter_even_once_ml_dtypes_is_imported():
+    # ml_dtypes (which ONNX Runtime's quantization imports) gives numpy a "bfloat16" that is not a
+    # float kind: a bfloat16 parameter was then refused float32 values from its weights file
+    pytest.importorskip("ml_dtypes")
+    from wenxin.controller.parameters import match_parameters
+    param = paddle.zeros([2, 3]).astype("bfloat16")
+    matched, report = match_parameters({"w": param}, {"w": np.ones((2, 3), np.float32)}, "weights.safetensors")
+    assert report.loaded == ["w"] and matched["w"].dtype == np.float32  # held_dtype rounds it as it is set
+
+
 @pytest.fixture
 def rounded_moe(tmp_path):
     """The MoE fixture (dense layer 0, MoE layers, tied embeddings) with its weights rounded to

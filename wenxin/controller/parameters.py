@@ -128,8 +128,11 @@ def match_parameters(model_state: Mapping[str, Any], loaded: Mapping[str, Any], 
 def _model_dtype(param: Any) -> Optional[np.dtype]:
     """The numpy dtype of a model parameter (a Paddle tensor or an array); None for dtypes numpy
     lacks (bfloat16)."""
+    name = str(param.dtype).replace("paddle.", "")
+    if name == "bfloat16":  # numpy's own types lack it; once ml_dtypes is imported (ONNX Runtime's
+        return None  # quantization does) np.dtype knows one, but not as a float: held_dtype handles it
     try:
-        return np.dtype(str(param.dtype).replace("paddle.", ""))
+        return np.dtype(name)
     except TypeError:
         return None
 
