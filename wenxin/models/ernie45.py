@@ -96,38 +96,29 @@ class Ernie45Attention(nn.Layer):
                ) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
         """``x`` ``[B, T, hidden]`` attending to ``past`` keys and values ``[B, KV, N, D]`` (a
         cache: earlier positions, rotated) and to itself -> the output ``[B, T, hidden]`` and the
-        keys and values of its own ``T`` positions ``[B, KV, T, D]`` (the caller grows its cache by
-        them). ``bias`` ``[., 1, T, N + T]`` or None (every key visible).
-
-        The cached and the new keys and values are attended to side by side, never concatenated
-        (only the scores are, ``[B, H, T, N + T]``: at a decoding step H / (KV x D) of the cache's
-        size), so a step's program no longer copies each layer's cache into a grown one and then
-        again into the stacked output (issue 69, point 2; ``Ernie45Model.advance``)."""
+        keys and values of all ``N + T`` positions ``[B, KV, N + T, D]``. ``bias`` ``[., 1, T, N + T]``
+        or None (every key visible)."""
         q = self.q_proj(x).reshape([0, 0, self.heads, self.head_dim])  # [B, T, H, D]
         k = self.k_proj(x).reshape([0, 0, self.kv_heads, self.head_dim])  # [B, T, KV, D]
         v = self.v_proj(x).reshape([0, 0, self.kv_heads, self.head_dim])
         q, k = rotate_pairs(q, sin, cos), rotate_pairs(k, sin, cos)
         q, k, v = (t.transpose([0, 2, 1, 3]) for t in (q, k, v))  # [B, heads, T, D]
+        if past is not None:
+            k, v = paddle.concat([past[0], k], axis=2), paddle.concat([past[1], v], axis=2)  # [B, KV, N + T, D]
         # query head h reads key/value head h // G (G = H / KV): the G query heads of a key/value
         # head are rows of one product, [B, KV, G * T, D] x [B, KV, D, N + T], so the keys and
         # values are never repeated G times
         group = self.heads // self.kv_heads
         length = paddle.shape(q)[2]
         grouped = q.reshape([0, self.kv_heads, -1, self.head_dim])  # [B, KV, G * T, D]
-        scores = paddle.matmul(grouped, k, transpose_y=True)  # [B, KV, G * T, T]
-        if past is not None:
-            scores = paddle.concat([paddle.matmul(grouped, past[0], transpose_y=True), scores], axis=-1)  # N + T
-        scores = (scores * (self.head_dim ** -0.5)).reshape([0, self.heads, length, -1])  # [B, H, T, N + T]
+        scores = paddle.matmul(grouped, k, transpose_y=True) * (self.head_dim ** -0.5)  # [B, KV, G * T, N + T]
+        scores = scores.reshape([0, self.heads, length, -1])  # [B, H, T, N + T]
         if bias is not None:
             scores = scores + bias
         weights = F.softmax(scores.astype("float32"), axis=-1).astype(q.dtype)
         weights = weights.reshape([0, self.kv_heads, group * length, -1])  # [B, KV, G * T, N + T]
-        if past is None:
-            out = paddle.matmul(weights, v)  # [B, KV, G * T, D]
-        else:
-            cached = paddle.shape(past[1])[2]
-            out = paddle.matmul(weights[:, :, :, :cached], past[1]) + paddle.matmul(weights[:, :, :, cached:], v)
-        out = out.reshape([0, self.heads, length, self.head_dim]).transpose([0, 2, 1, 3])  # [B, T, H, D]
+        out = paddle.matmul(weights, v).reshape([0, self.heads, length, self.head_dim])  # [B, H, T, D]
+        out = out.transpose([0, 2, 1, 3])  # [B, T, H, D]
         return self.o_proj(out.reshape([0, 0, self.heads * self.head_dim])), k, v
 
 
@@ -259,9 +250,8 @@ class Ernie45Model(nn.Layer):
         cache = []
         for index, layer in enumerate(self.layers):
             x, k, v = layer.step(x, sin, cos, bias, None if past is None else (past[index, 0], past[index, 1]))
-            cache.append(paddle.stack([k, v]))  # [2, 1, KV, S, D]: the new positions'
-        new = paddle.stack(cache)  # [layers, 2, 1, KV, S, D]
-        return self.norm(x)[:, -1], (new if past is None else paddle.concat([past, new], axis=4))
+            cache.append(paddle.stack([k, v]))  # [2, 1, KV, N + S, D]
+        return self.norm(x)[:, -1], paddle.stack(cache)
 
     def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
                visible: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:
@@ -283,11 +273,11 @@ class Ernie45Model(nn.Layer):
         sin, cos = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)  # [R, T, D/2]
         x = self.embed(tokens)  # [R, T, hidden]
         bias = None if visible is None else ((visible - 1.0) * 1e9).unsqueeze(1)  # [R, 1, T, N + T]
-        new = []
+        grown = []
         for index, layer in enumerate(self.layers):
             x, k, v = layer.step(x, sin, cos, bias, (cache[index, 0], cache[index, 1]))
-            new.append(paddle.stack([k, v]))  # [2, R, KV, T, D]: the new positions'
-        return self.norm(x[:, -1:])[:, 0], paddle.concat([cache, paddle.stack(new)], axis=4)  # [..., N + T, D]
+            grown.append(paddle.stack([k, v]))  # [2, R, KV, N + T, D]
+        return self.norm(x[:, -1:])[:, 0], paddle.stack(grown)
 
 
 def causal_bias(length: Any, attention_mask: Optional[paddle.Tensor]) -> paddle.Tensor:
