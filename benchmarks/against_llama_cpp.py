@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 
@@ -48,31 +48,43 @@ def prompt_ids(length: int) -> List[int]:
     return [int(i) for i in np.random.default_rng(7).integers(3, 1000, length)]
 
 
+def greedy_timed(prefill: Callable[[], np.ndarray], step: Callable[[int], np.ndarray], new: int) -> Dict[str, Any]:
+    """``prefill()`` (the prompt's next logits ``[vocab]``), then ``new - 1`` greedy ``step(token)``
+    calls, timed apart (CPU and wall): the same loop for every engine."""
+    c0, w0 = time.process_time(), time.perf_counter()
+    first = prefill()
+    c1, w1 = time.process_time(), time.perf_counter()
+    tokens, last = [int(first.argmax())], first
+    for _ in range(new - 1):
+        last = step(tokens[-1])
+        tokens.append(int(last.argmax()))
+    c2, w2 = time.process_time(), time.perf_counter()
+    return {"prompt_cpu": c1 - c0, "prompt_wall": w1 - w0, "decode_cpu": c2 - c1, "decode_wall": w2 - w1,
+            "tokens": tokens, "first_logits": first.tolist(), "last_logits": last.tolist()}
+
+
 def wenxin_worker(export: str, backend: str, threads: int, prompt: List[int], new: int) -> Dict[str, Any]:
     """The exported step program through wenxin's Predictor (``run_step``: what serving runs for a
     row): the prompt's prefill, then ``new`` greedy steps of one token."""
     from wenxin.inference.predictor import Predictor
     predictor = Predictor(export, num_threads=threads, backend=backend)
+    state: Dict[str, Any] = {}  # the row's cache and its next position
 
-    def decode() -> Dict[str, Any]:
-        c0, w0 = time.process_time(), time.perf_counter()
+    def prefill() -> np.ndarray:
         out = predictor.run_step("prefill", {"ids": np.asarray([prompt], dtype=np.int64)})
-        c1, w1 = time.process_time(), time.perf_counter()
-        first = np.asarray(out["logits"])[0]
-        tokens = [int(first.argmax())]
-        cache, position = out["cache"], int(np.asarray(out["position"]).reshape(-1)[0])
-        for _ in range(new - 1):
-            out = predictor.run_step("extend", {"tokens": np.asarray(tokens[-1:], dtype=np.int64),
-                                                "positions": np.asarray([position], dtype=np.int64), "cache": cache,
-                                                "visible": np.ones((1, int(cache.shape[4]) + 1), np.float32)})
-            cache, position = out["cache"], position + 1
-            tokens.append(int(np.asarray(out["logits"])[0].argmax()))
-        c2, w2 = time.process_time(), time.perf_counter()
-        return {"prompt_cpu": c1 - c0, "prompt_wall": w1 - w0, "decode_cpu": c2 - c1, "decode_wall": w2 - w1,
-                "tokens": tokens, "first_logits": first.tolist(), "last_logits": np.asarray(out["logits"])[0].tolist()}
+        state.update(cache=out["cache"], position=int(np.asarray(out["position"]).reshape(-1)[0]))
+        return np.asarray(out["logits"])[0]
 
-    decode()  # warm-up
-    return decode()
+    def step(token: int) -> np.ndarray:
+        cache, position = state["cache"], state["position"]
+        out = predictor.run_step("extend", {"tokens": np.asarray([token], dtype=np.int64),
+                                            "positions": np.asarray([position], dtype=np.int64), "cache": cache,
+                                            "visible": np.ones((1, int(cache.shape[4]) + 1), np.float32)})
+        state.update(cache=out["cache"], position=position + 1)
+        return np.asarray(out["logits"])[0]
+
+    greedy_timed(prefill, step, new)  # warm-up
+    return greedy_timed(prefill, step, new)
 
 
 def llama_worker(gguf: str, threads: int, prompt: List[int], new: int) -> Dict[str, Any]:
@@ -81,30 +93,18 @@ def llama_worker(gguf: str, threads: int, prompt: List[int], new: int) -> Dict[s
     from llama_cpp import Llama
     llm = Llama(model_path=gguf, n_ctx=max(256, 2 * (len(prompt) + new)), n_threads=threads,
                 n_threads_batch=threads, n_batch=512, verbose=False)
-
     vocab = llm.n_vocab()
 
-    def last_logits() -> np.ndarray:  # the batch's last token's (llama-cpp-python keeps scores only with logits_all)
+    def evaluated(ids: List[int]) -> np.ndarray:  # the last token's logits (llama-cpp-python keeps scores only
+        llm.eval(ids)  # with logits_all)
         return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,)).astype(np.float32)
 
-    def decode() -> Dict[str, Any]:
+    def prefill() -> np.ndarray:
         llm.reset()
-        c0, w0 = time.process_time(), time.perf_counter()
-        llm.eval(prompt)
-        c1, w1 = time.process_time(), time.perf_counter()
-        first = last_logits()
-        tokens = [int(first.argmax())]
-        last = first
-        for _ in range(new - 1):
-            llm.eval(tokens[-1:])
-            last = last_logits()
-            tokens.append(int(last.argmax()))
-        c2, w2 = time.process_time(), time.perf_counter()
-        return {"prompt_cpu": c1 - c0, "prompt_wall": w1 - w0, "decode_cpu": c2 - c1, "decode_wall": w2 - w1,
-                "tokens": tokens, "first_logits": first.tolist(), "last_logits": last.tolist()}
+        return evaluated(prompt)
 
-    decode()  # warm-up
-    return decode()
+    greedy_timed(prefill, lambda token: evaluated([token]), new)  # warm-up
+    return greedy_timed(prefill, lambda token: evaluated([token]), new)
 
 
 def run_engine(args: argparse.Namespace, engine: str, threads: int) -> Dict[str, Any]:
