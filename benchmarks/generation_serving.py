@@ -349,18 +349,17 @@ def main() -> None:
             bodies = request_bodies(model, args.new, args.system)
             for streams in args.streams:
                 prefixes = args.prefix_cache_mb
-                modes = [(f"batch {rule}" + (f" prefix {mb}" if len(prefixes) > 1 else ""), 32)
+                # each mode: its name, the service's --max_rows, --turn_prefill and --prefix_cache_mb
+                modes = [(f"batch {rule}" + (f" prefix {mb}" if len(prefixes) > 1 else ""), 32, rule, mb)
                          for rule in args.turn_prefill for mb in prefixes]
-                modes.append(("one at a time", 1))
+                modes.append(("one at a time", 1, "all", prefixes[0]))
                 if args.baseline_repo and model == "ernie45":
-                    modes.append(("before", 1))
+                    modes.append(("before", 1, "all", prefixes[0]))
                 if round_index % 2:
                     modes.reverse()
-                for mode, rows in modes:
+                for mode, rows, rule, mb in modes:
                     folder, repo = (folders["ernie45-before"], args.baseline_repo) if mode == "before" else \
                         (folders[model], REPO)
-                    rule = mode.split()[1] if mode.startswith("batch ") else "all"
-                    mb = int(mode.split()[-1]) if " prefix " in mode else prefixes[0]
                     result = run(folder, bodies, streams, rows, args.new, args.seconds, args.threads, repo, rule,
                                  "auto" if mode == "before" else args.backend, mb)
                     results.setdefault((model, streams, mode), []).append(result)
