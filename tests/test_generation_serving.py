@@ -630,4 +630,3 @@ def test_the_service_answers_while_its_model_loads_and_a_model_that_cannot_load_
             release.set()
             service.stop()
             thread.join(60)
-
