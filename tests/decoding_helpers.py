@@ -2,7 +2,7 @@
 is handed kept, so tests can hold a row's logits in a batch against its logits alone."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -29,10 +29,11 @@ class Recorded(Search):
         return advance
 
 
-def alone(run: Any, masked: bool, prompt: Mapping[str, np.ndarray], settings: DecodeSettings) -> Recorded:
-    """One prompt decoded by itself."""
+def alone(run: Any, masked: bool, prompt: Mapping[str, np.ndarray], settings: DecodeSettings,
+          in_place: Optional[np.ndarray] = None) -> Recorded:
+    """One prompt decoded by itself (``in_place``: see ``BatchDecoder``)."""
     search = Recorded(new_search(settings))
-    decoder = BatchDecoder(run, masked)
+    decoder = BatchDecoder(run, masked, in_place)
     decoder.add(0, prompt, search)
     while decoder.rows:
         decoder.step()
@@ -41,10 +42,10 @@ def alone(run: Any, masked: bool, prompt: Mapping[str, np.ndarray], settings: De
 
 def together(run: Any, masked: bool, prompts: Sequence[Mapping[str, np.ndarray]], settings: DecodeSettings,
              joins: Dict[int, List[int]] = JOINS, removed_at: Dict[int, int] = REMOVED_AT,
-             steps: int = 200) -> Dict[int, Recorded]:
+             steps: int = 200, in_place: Optional[np.ndarray] = None) -> Dict[int, Recorded]:
     """The prompts decoded in one batch, each joining at its step of ``joins`` and the one of
-    ``removed_at`` leaving part way."""
-    decoder = BatchDecoder(run, masked)
+    ``removed_at`` leaving part way (``in_place``: see ``BatchDecoder``)."""
+    decoder = BatchDecoder(run, masked, in_place)
     searches: Dict[int, Recorded] = {}
     for step in range(steps):
         for index in joins.get(step, []):

@@ -5,7 +5,7 @@ quantizes it to ``advance.int8.onnx``; ``auto`` then serves the float32 program 
 int8 one, whose logits stay near float32's, which picks float32's token wherever float32's
 margin is more than twice int8's error, and whose rows batched get their logits alone (each token's
 activations quantized with a scale of its own: tested for greedy, sampling and beam search as
-prompts join and leave a running batch)."""
+prompts join and leave a running batch whose caches stay in place)."""
 import os
 import shutil
 
@@ -93,7 +93,8 @@ def test_prompts_decoded_together_get_their_lone_logits_and_tokens_in_float32_an
                                        "beam": {"strategy": "beam", "max_new_tokens": 8, "beam_size": 3}}[strategy])
     references = [alone(predictor.run_step, True, prompt, settings) for prompt in prompts]
     # joining and leaving a running batch, every step's logits within float32 rounding of alone's
-    seen = compare(together(predictor.run_step, True, prompts, settings), references)
+    seen = compare(together(predictor.run_step, True, prompts, settings, in_place=predictor.in_place_cache),
+                   references)  # the service's batch: every row's cache in place (wenxin.models.kv_slots)
     print(f"{backend} {strategy}: largest logit difference {seen['largest_difference']:.2e} of the largest logit")
 
 

@@ -170,11 +170,13 @@ def test_the_eager_model_advances_as_it_prefills_and_extends():
     ids = paddle.to_tensor([[5, 9, 17, 3]], dtype="int64")
     with paddle.no_grad():
         logits, cache, _ = model.prefill(ids)
-        state, grown = model.model.advance(ids, paddle.arange(4).unsqueeze(0), cache[:, :, :, :, :0],
-                                           paddle.to_tensor(np.tril(np.ones((4, 4), dtype=np.float32))[None]))
+        hidden = paddle.zeros_like(cache[0, 0, :, :, :1])  # [1, KV, 1, D]: one column nobody sees
+        visible = np.concatenate([np.zeros((1, 4, 1)), np.tril(np.ones((4, 4)))[None]], axis=2)  # [1, 4, 1 + 4]
+        state, new = model.model.advance(ids, paddle.arange(4).unsqueeze(0), paddle.to_tensor(visible, "float32"),
+                                         [(hidden, hidden)] * len(model.model.layers))
         again = paddle.matmul(state, model.output_weight(), transpose_y=True)
     np.testing.assert_allclose(again.numpy(), logits.numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(grown.numpy(), cache.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(new.numpy(), cache.numpy(), rtol=1e-5, atol=1e-5)  # the new tokens' keys and values
 
 
 MEMORY_PROBE = """

@@ -18,7 +18,7 @@ from wenxin.data.chat_fields import IGNORED
 from wenxin.models.base_model import BaseModel
 from wenxin.models.decoding import (MAX_BEAM_SIZE, MAX_LENGTH_PENALTY, MAX_SEED, MAX_TEMPERATURE, MAX_TOP_K,
                                     MIN_TEMPERATURE, DecodeSettings, PromptSource)
-from wenxin.models.advance_step import ADVANCE
+from wenxin.models.advance_step import ADVANCE, NEW_CACHE, layer_cache_names
 from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, advance_step,
                                    generation_defaults, paddle_layout_weights, sized_layout)
 from wenxin.models.ernie45_export import pt_layout_weights, write_pt_folder
@@ -195,20 +195,24 @@ class Ernie45ChatModel(BaseModel):
     def step_specs(self) -> Dict[str, Tuple[List[TensorSpec], List[str]]]:
         """One step function, ``advance`` (``wenxin.models.advance_step``: prefill, a prompt's
         next chunk and a decoding step in one program, so an export and a service hold the
-        weights once): its inputs and output names."""
+        weights once, reading each layer's cache where the caller keeps it): its inputs and
+        output names."""
         c = self.config
-        cache = TensorSpec("cache", [c.num_hidden_layers, 2, -1, c.num_key_value_heads, -1, c.head_dim], "float32")
-        return {ADVANCE: ([TensorSpec("tokens", [-1, -1], "int64"), TensorSpec("positions", [-1, -1], "int64"), cache,
-                           TensorSpec("visible", [-1, -1, -1], "float32")], ["logits", "cache"])}
+        layers = [TensorSpec(name, [-1, c.num_key_value_heads, -1, c.head_dim], "float32")
+                  for name in layer_cache_names(c.num_hidden_layers)]  # [R, KV, N, D] each
+        return {ADVANCE: ([TensorSpec("tokens", [-1, -1], "int64"), TensorSpec("positions", [-1, -1], "int64"),
+                           TensorSpec("visible", [-1, -1, -1], "float32"), *layers], ["logits", NEW_CACHE])}
 
-    def advance(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
-                visible: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
-        """New tokens ``[R, T]`` at ``positions`` ``[R, T]`` after the cache ``[layers, 2, R, KV, N,
-        D]``, seeing the columns ``visible`` ``[R, T, N + T]`` marks -> each row's next logits ``[R,
-        V]`` and the grown cache. Adapters are bypassed: the step functions run on merged weights
-        (``export_state``)."""
+    def advance(self, tokens: paddle.Tensor, positions: paddle.Tensor, visible: paddle.Tensor,
+                *past: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """New tokens ``[R, T]`` at ``positions`` ``[R, T]`` after each layer's cached keys and
+        values (``past``: keys, values, keys, ... ``[R, KV, N, D]``), seeing the columns
+        ``visible`` ``[R, T, N + T]`` marks -> each row's next logits ``[R, V]`` and the new
+        tokens' keys and values ``[layers, 2, R, KV, T, D]``. Adapters are bypassed: the step
+        functions run on merged weights (``export_state``)."""
+        pairs = [(past[i], past[i + 1]) for i in range(0, len(past), 2)]
         with adapters_disabled(self.model):
-            return advance_step(self.model, self.output_weight(), tokens, positions, cache, visible)
+            return advance_step(self.model, self.output_weight(), tokens, positions, visible, pairs)
 
     def decode_settings(self) -> DecodeSettings:
         """The task file's ``generation`` settings over the folder's ``generation_config.json``;

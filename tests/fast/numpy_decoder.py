@@ -2,8 +2,11 @@
 export's (``wenxin.models.batch_decoding``): ``prefill`` (``ids`` ``[1, S]`` -> ``logits``
 ``[1, V]``, ``cache`` ``[layers, 2, 1, heads, S, d]``, ``position`` ``[1]``) and ``extend``
 (``tokens`` ``[R]``, ``positions`` ``[R]``, ``cache``, and ``visible`` ``[R, N + 1]`` where the model
-is ``masked`` -> ``logits`` ``[R, V]`` and the grown cache). ``logits_of`` recomputes a whole
-sequence without a cache: the reference. float32 throughout, as the exports compute."""
+is ``masked`` -> ``logits`` ``[R, V]`` and the grown cache), or, ``in_place``, one in-place ``advance``
+(``wenxin.models.advance_step``: ``tokens``, ``positions`` ``[R, T]``, ``visible`` ``[R, T, N + T]``
+and each layer's ``keys_<i>`` and ``values_<i>`` ``[R, heads, N, d]`` -> ``logits`` and the new
+tokens' ``new_cache`` ``[layers, 2, R, heads, T, d]``). ``logits_of`` recomputes a whole sequence
+without a cache: the reference. float32 throughout, as the exports compute."""
 from __future__ import annotations
 
 from typing import Dict, List
@@ -19,15 +22,21 @@ class NumpyDecoder:
     """The model (see the module docstring); ``calls`` counts each step function's runs and
     ``rows_run`` the rows ``extend`` was given in all."""
 
-    def __init__(self, seed: int = 0, masked: bool = True) -> None:
+    def __init__(self, seed: int = 0, masked: bool = True, in_place: bool = False) -> None:
         rng = np.random.default_rng(seed)
         w = lambda *shape: rng.normal(0, 0.5, size=shape).astype(np.float32)  # noqa: E731
         self.embed, self.position = w(VOCAB, HIDDEN), w(POSITIONS, HIDDEN)
         self.layers = [{n: w(HIDDEN, HIDDEN) for n in ("q", "k", "v", "o", "up")} for _ in range(LAYERS)]
         self.out = w(HIDDEN, VOCAB)
-        self.masked = masked
-        self.calls: Dict[str, int] = {"prefill": 0, "extend": 0}
+        self.masked, self.in_place = masked, in_place
+        self.calls: Dict[str, int] = {"prefill": 0, "extend": 0, "advance": 0}
         self.rows_run = 0
+        self.fed: Dict[str, np.ndarray] = {}  # the inputs of the last advance
+
+    @staticmethod
+    def empty() -> np.ndarray:
+        """The cache of one row holding nothing ``[layers, 2, 1, heads, 0, d]``."""
+        return np.zeros((LAYERS, 2, 1, HEADS, 0, HEAD), dtype=np.float32)
 
     @staticmethod
     def _heads(x: np.ndarray) -> np.ndarray:  # [R, T, H] -> [R, heads, T, d]
@@ -64,8 +73,11 @@ class NumpyDecoder:
         return (states[:, -1] @ self.out).astype(np.float32)
 
     def __call__(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """The step runner: ``prefill`` or ``extend`` on named inputs."""
+        """The step runner: ``prefill`` or ``extend`` on named inputs (``advance``, ``in_place``)."""
         self.calls[name] += 1
+        if name == "advance":
+            assert self.in_place
+            return self._advance(inputs)
         if name == "prefill":
             ids = np.asarray(inputs["ids"])[0].tolist()
             length = len(ids)
@@ -85,3 +97,21 @@ class NumpyDecoder:
         past = [(cache[i, 0], cache[i, 1]) for i in range(LAYERS)]
         states, grown = self._run(x, past, bias)
         return {"logits": (states[:, 0] @ self.out).astype(np.float32), "cache": grown}
+
+    def _advance(self, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        self.fed = dict(inputs)
+        tokens, positions, visible = inputs["tokens"], inputs["positions"], inputs["visible"]
+        rows, width = tokens.shape
+        cached = inputs["keys_0"].shape[2]
+        assert cached >= 1 and visible.shape == (rows, width, cached + width)  # never an empty cache
+        self.rows_run += rows
+        x = self.embed[tokens] + self.position[positions]  # [R, T, H]
+        bias = ((visible - 1.0) * 1e9).astype(np.float32)[:, None]  # [R, 1, T, N + T]
+        new = []
+        for index, p in enumerate(self.layers):
+            k, v = self._heads(x @ p["k"]), self._heads(x @ p["v"])  # [R, heads, T, d]
+            new.append(np.stack([k, v]))
+            keys = np.concatenate([inputs[f"keys_{index}"], k], axis=2)  # the reference may copy
+            values = np.concatenate([inputs[f"values_{index}"], v], axis=2)
+            x = self._layer(p, x, keys, values, bias)
+        return {"logits": (x[:, -1] @ self.out).astype(np.float32), "new_cache": np.stack(new).astype(np.float32)}

@@ -80,6 +80,7 @@ class GenerationExport(Protocol):
     engine: Any  # the loaded backend; None where the export is not loaded
     steps: Dict[str, Dict[str, Any]]  # the step functions' inputs and outputs
     advance_cache: Optional[np.ndarray]  # an export with advance: its cache of one row holding nothing
+    in_place_cache: Optional[np.ndarray]  # the same where its advance keeps the cache in place, else None
     decode_settings: Optional[DecodeSettings]  # None: the export does not generate
     prompt_source: Optional[PromptSource]
     result_format: ResultFormat
@@ -113,7 +114,7 @@ class Generator:
 
     def decoder(self) -> BatchDecoder:
         """A new batch over the export's step functions."""
-        return BatchDecoder(self.predictor.run_step, self.masked)
+        return BatchDecoder(self.predictor.run_step, self.masked, self.predictor.in_place_cache)
 
     def generate(self, rows: Sequence[Row], settings: Optional[DecodeSettings] = None, max_rows: int = 64,
                  progress: Optional[Progress] = None,

@@ -134,7 +134,7 @@ STEP_CHECK_ROWS, STEP_CHECK_TOKENS = 2, 8
 def advance_check_batch(folder: str) -> Dict[str, np.ndarray]:
     """``advance``'s inputs both engines must agree on: two prompts of 8 and 5 tokens (ids 1-8)
     after an empty cache, the shorter one's first columns padding (``batch_prefill``'s layout)."""
-    from wenxin.models.advance_step import empty_cache
+    from wenxin.models.advance_step import empty_cache, in_place, layer_inputs, with_hidden_column
     with open(os.path.join(folder, PREPROCESS_FILE), encoding="utf-8") as f:
         steps = json.load(f)["steps"]
     rows, width = STEP_CHECK_ROWS, STEP_CHECK_TOKENS
@@ -148,8 +148,12 @@ def advance_check_batch(folder: str) -> Dict[str, np.ndarray]:
         positions[row, pad:] = np.arange(length)
         visible[row] = np.eye(width)
         visible[row, pad:, pad:] = np.tril(np.ones((length, length)))
-    return {"tokens": tokens, "positions": positions, "cache": np.repeat(empty_cache(steps), rows, axis=2),
-            "visible": visible}
+    cache = np.repeat(empty_cache(steps), rows, axis=2)  # [L, 2, R, KV, 0, D]
+    if not in_place(steps):
+        return {"tokens": tokens, "positions": positions, "cache": cache, "visible": visible}
+    cache, visible = with_hidden_column(cache, visible)
+    return {"tokens": tokens, "positions": positions, "visible": visible,
+            **{name: np.ascontiguousarray(value) for name, value in layer_inputs(cache).items()}}
 
 
 def export_advance_onnx(folder: str, graph: str, params: str, tolerance: float = TOLERANCE) -> str:

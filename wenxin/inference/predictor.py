@@ -20,7 +20,7 @@ from wenxin.inference.paddle_backend import generation_files, model_files
 from wenxin.inference.formatters import ResultFormat
 from wenxin.inference.decode_overrides import settings_with
 from wenxin.inference.generator import Generator
-from wenxin.models.advance_step import AdvanceRunner, advance_steps, empty_cache
+from wenxin.models.advance_step import AdvanceRunner, advance_steps, empty_cache, in_place
 from wenxin.models.batch_decoding import CHUNK_STEP
 from wenxin.models.decoding import DecodeSettings, PromptSource
 
@@ -144,7 +144,11 @@ class Predictor:
         self.empty_cache = prefill_cache(self.exported_steps)  # prefill runs as prefill_chunk after it, or None
         # advance's cache of one row holding nothing, where the export has advance (else None)
         self.advance_cache = empty_cache(self.exported_steps) if ADVANCE_STEP in self.exported_steps else None
-        self._advance = None if self.advance_cache is None else AdvanceRunner(self._run_program, self.advance_cache)
+        # where advance reads each layer's cache where it lies (wenxin.models.kv_slots), that cache
+        # of one row holding nothing; None: its advance (or extend) steps on one grown cache array
+        self.in_place_cache = self.advance_cache if in_place(self.exported_steps) else None
+        self._advance = None if self.advance_cache is None else AdvanceRunner(
+            self._run_program, self.advance_cache, self.in_place_cache is not None)
         self.step_engines: Dict[str, InferenceBackend] = {}
         self.decode_settings: Optional[DecodeSettings] = None
         self.prompt_source: Optional[PromptSource] = None
@@ -199,7 +203,7 @@ class Predictor:
         """Run the step function ``name`` on inputs named as ``preprocess.json`` says (``steps``):
         an exported one, or one run as ``advance`` (``AdvanceRunner``), or ``prefill`` as
         ``prefill_chunk`` after an empty cache (``step_engines``)."""
-        if name not in self.exported_steps and self._advance is not None:
+        if self._advance is not None and (name not in self.exported_steps or name == ADVANCE_STEP):
             return self._advance(name, inputs)
         if name == FIRST_STEP and name not in self.step_engines and self.empty_cache is not None:
             name, inputs = CHUNK_STEP, {**inputs, "cache": self.empty_cache}

@@ -15,6 +15,12 @@ row's own (``positions``), so a row's keys and values are those it would have al
 equal its logits alone within float32 rounding. When rows leave, columns that every remaining row
 has as padding are cut off, so the array is always as wide as the longest row.
 
+A model whose ``advance`` reads each layer's cache where it lies (``wenxin.models.advance_step``;
+ERNIE 4.5 chat exports since issue 69) keeps every row's cache in ``KVSlots`` instead
+(``in_place``): each row's tokens its first columns, a step feeding the rows' caches as views and
+writing only the new tokens' keys and values, rows joining and leaving without the array being
+rebuilt (``wenxin.models.kv_slots``).
+
 A model whose ``extend`` has no ``visible`` input (an export made before it was added) cannot
 hide padding: each prompt then keeps a cache of its own and runs its own ``extend`` (its rows
 are all as long), still one step of each prompt in turn.
@@ -22,11 +28,12 @@ are all as long), still one step of each prompt in turn.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, Hashable, List, Mapping, Optional
+from typing import Callable, Dict, Hashable, List, Mapping, Optional, Union, cast
 
 import numpy as np
 
-from wenxin.models.advance_step import CHUNK
+from wenxin.models.advance_step import ADVANCE, CHUNK, NEW_CACHE
+from wenxin.models.kv_slots import KVSlots
 from wenxin.models.decoding import DecodeSettings, PromptSource, Search, StepRunner, new_search
 
 ROW_AXIS, COLUMN_AXIS = 2, 4  # of a step function's cache [layers, 2, rows, heads, columns, head_dim]
@@ -116,6 +123,59 @@ class _Cohort:
         return feed
 
 
+    def run(self, run: StepRunner, masked: bool) -> np.ndarray:
+        """One ``extend`` of every row: the rows' logits ``[R, V]``; the cache grows by a column."""
+        out = run("extend", self.inputs(masked))
+        self.cache = np.asarray(out["cache"])  # [..., R, ., N + 1, .]
+        self.lengths = self.lengths + 1
+        self.positions = self.positions + 1
+        return np.asarray(out["logits"])
+
+
+class _SlotCohort:
+    """Every row of an in-place ``advance`` model (``wenxin.models.advance_step``): their caches
+    in ``KVSlots`` (never copied at a step), and per row the token it feeds next and that token's
+    position. Members' rows are contiguous, in member order."""
+
+    def __init__(self, empty: np.ndarray) -> None:
+        self.slots = KVSlots(empty)
+        self.members: List[_Member] = []
+        self.tokens = np.zeros(0, dtype=np.int64)
+        self.positions = np.zeros(0, dtype=np.int64)
+
+    @property
+    def rows(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def columns(self) -> int:
+        return self.slots.columns
+
+    def add(self, cache: np.ndarray, member: _Member, tokens: List[int], position: int) -> None:
+        """``member``'s rows join after the others: their caches, tokens and next position."""
+        self.slots.append(cache)
+        self.members.append(member)
+        self.tokens = np.concatenate([self.tokens, np.asarray(tokens, dtype=np.int64)])
+        self.positions = np.concatenate([self.positions, np.full(len(tokens), position, dtype=np.int64)])
+
+    def keep(self, rows: List[int], members: List[_Member], tokens: List[int]) -> None:
+        """Keep ``rows`` (in this order; repeated rows are copied), now ``members``' rows, feeding
+        ``tokens`` next."""
+        self.slots.keep(rows)
+        self.positions = self.positions[np.asarray(rows, dtype=np.int64)]
+        self.tokens = np.asarray(tokens, dtype=np.int64)
+        self.members = members
+
+    def run(self, run: StepRunner, masked: bool) -> np.ndarray:
+        """One ``advance`` of a token a row: the rows' logits ``[R, V]``; each row's new keys and
+        values are written after its own."""
+        feed = {"tokens": self.tokens[:, None], "positions": self.positions[:, None], **self.slots.inputs(1)}
+        out = run(ADVANCE, feed)
+        self.slots.write(np.asarray(out[NEW_CACHE]))
+        self.positions = self.positions + 1
+        return np.asarray(out["logits"])
+
+
 def _pad_left(cache: np.ndarray, width: int) -> np.ndarray:
     missing = width - cache.shape[COLUMN_AXIS]
     if missing <= 0:
@@ -131,6 +191,10 @@ class BatchDecoder:
     Args:
         run: runs a step function by name (``prefill``, ``extend``) on named inputs.
         masked: whether ``extend`` reads ``visible`` (every prompt then shares one batch).
+        in_place: for a model whose ``advance`` reads each layer's cache where it lies, the
+            cache of one row holding nothing (``advance_step.empty_cache``): every row then
+            shares one batch whose caches stay in place (``KVSlots``); None: ``extend`` steps on
+            one padded cache array (see the module docstring).
 
     ``add`` runs a prompt's ``prefill`` and its search's first choice; ``step`` runs one
     ``extend`` for every row and returns each prompt's ``Update``; ``remove`` drops a prompt (a
@@ -138,9 +202,9 @@ class BatchDecoder:
     padding included: the memory held) tell a caller how full it is.
     """
 
-    def __init__(self, run: StepRunner, masked: bool) -> None:
-        self.run, self.masked = run, masked
-        self.cohorts: List[_Cohort] = []
+    def __init__(self, run: StepRunner, masked: bool, in_place: Optional[np.ndarray] = None) -> None:
+        self.run, self.masked, self.in_place = run, masked, in_place
+        self.cohorts: List[Union[_Cohort, _SlotCohort]] = []
 
     @property
     def rows(self) -> int:
@@ -166,22 +230,22 @@ class BatchDecoder:
         if advance is not None:
             member.count = len(advance.tokens)
             cache = np.take(np.asarray(out["cache"]), np.asarray(advance.parents, dtype=np.int64), axis=ROW_AXIS)
-            cohort = _Cohort(cache, member, advance.tokens, int(np.asarray(out["position"]).reshape(-1)[0]))
-            if self.masked and self.cohorts:
-                self.cohorts[0].join(cohort)
+            position = int(np.asarray(out["position"]).reshape(-1)[0])
+            if self.in_place is not None:
+                if not self.cohorts:
+                    self.cohorts.append(_SlotCohort(self.in_place))
+                cast(_SlotCohort, self.cohorts[0]).add(cache, member, advance.tokens, position)
+            elif self.masked and self.cohorts:
+                cast(_Cohort, self.cohorts[0]).join(_Cohort(cache, member, advance.tokens, position))
             else:
-                self.cohorts.append(cohort)
+                self.cohorts.append(_Cohort(cache, member, advance.tokens, position))
         return member.update()
 
     def step(self) -> List[Update]:
         """One ``extend`` of every row; each prompt's search chooses from its rows' logits."""
         updates: List[Update] = []
         for cohort in list(self.cohorts):
-            out = self.run("extend", cohort.inputs(self.masked))
-            logits = np.asarray(out["logits"])  # [R, V]
-            cohort.cache = np.asarray(out["cache"])  # [..., R, ., N + 1, .]
-            cohort.lengths = cohort.lengths + 1
-            cohort.positions = cohort.positions + 1
+            logits = cohort.run(self.run, self.masked)  # [R, V]
             rows: List[int] = []
             tokens: List[int] = []
             members: List[_Member] = []
@@ -216,7 +280,8 @@ class BatchDecoder:
                 return True
         return False
 
-    def _keep(self, cohort: _Cohort, rows: List[int], members: List[_Member], tokens: List[int]) -> None:
+    def _keep(self, cohort: Union[_Cohort, _SlotCohort], rows: List[int], members: List[_Member],
+              tokens: List[int]) -> None:
         if not rows:
             self.cohorts.remove(cohort)
         else:
@@ -224,13 +289,15 @@ class BatchDecoder:
 
 
 def generate_batch(run: StepRunner, batch: Mapping[str, np.ndarray], source: PromptSource, settings: DecodeSettings,
-                   masked: bool, before_step: Optional[Callable[[], None]] = None) -> np.ndarray:
+                   masked: bool, before_step: Optional[Callable[[], None]] = None,
+                   in_place: Optional[np.ndarray] = None) -> np.ndarray:
     """Every row of ``batch`` decoded together through the step functions ``run`` runs: ``[B,
     max_new_tokens]`` token ids, -1 after each row's end. ``before_step`` is called before each
-    model step (an exception it raises ends the decoding there: a stop signal)."""
+    model step (an exception it raises ends the decoding there: a stop signal). ``in_place``: see
+    ``BatchDecoder``."""
     prompts = source.prompts(batch)
     out = np.full((len(prompts), settings.max_new_tokens), -1, dtype=np.int64)
-    decoder = BatchDecoder(run, masked)
+    decoder = BatchDecoder(run, masked, in_place)
     searches = [new_search(settings) for _ in prompts]
     for row, prompt in enumerate(prompts):
         if before_step is not None:

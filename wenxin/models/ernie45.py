@@ -20,7 +20,7 @@ Baidu publishes: the names and layout PaddleFormers and Hugging Face write (line
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
@@ -95,30 +95,40 @@ class Ernie45Attention(nn.Layer):
                past: Optional[Tuple[paddle.Tensor, paddle.Tensor]] = None
                ) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
         """``x`` ``[B, T, hidden]`` attending to ``past`` keys and values ``[B, KV, N, D]`` (a
-        cache: earlier positions, rotated) and to itself -> the output ``[B, T, hidden]`` and the
-        keys and values of all ``N + T`` positions ``[B, KV, N + T, D]``. ``bias`` ``[., 1, T, N + T]``
-        or None (every key visible)."""
+        cache: earlier positions, rotated; ``N`` at least 1) and to itself -> the output ``[B, T,
+        hidden]`` and the keys and values of its own ``T`` positions ``[B, KV, T, D]`` (the caller
+        grows its cache by them). ``bias`` ``[., 1, T, N + T]`` or None (every key visible).
+
+        The cached and the new keys and values are attended to side by side, never concatenated
+        (only the scores are, ``[B, H, T, N + T]``: at a decoding step H / (KV x D) of the cache's
+        size), so a step reads its cache where the caller keeps it and copies none of it (issue
+        69, point 2; ``wenxin.models.kv_slots``). An empty ``past`` (``N`` = 0) is not allowed:
+        Paddle 3.0's matmul fails on it (callers pass one hidden column instead)."""
         q = self.q_proj(x).reshape([0, 0, self.heads, self.head_dim])  # [B, T, H, D]
         k = self.k_proj(x).reshape([0, 0, self.kv_heads, self.head_dim])  # [B, T, KV, D]
         v = self.v_proj(x).reshape([0, 0, self.kv_heads, self.head_dim])
         q, k = rotate_pairs(q, sin, cos), rotate_pairs(k, sin, cos)
         q, k, v = (t.transpose([0, 2, 1, 3]) for t in (q, k, v))  # [B, heads, T, D]
-        if past is not None:
-            k, v = paddle.concat([past[0], k], axis=2), paddle.concat([past[1], v], axis=2)  # [B, KV, N + T, D]
         # query head h reads key/value head h // G (G = H / KV): the G query heads of a key/value
         # head are rows of one product, [B, KV, G * T, D] x [B, KV, D, N + T], so the keys and
         # values are never repeated G times
         group = self.heads // self.kv_heads
         length = paddle.shape(q)[2]
         grouped = q.reshape([0, self.kv_heads, -1, self.head_dim])  # [B, KV, G * T, D]
-        scores = paddle.matmul(grouped, k, transpose_y=True) * (self.head_dim ** -0.5)  # [B, KV, G * T, N + T]
-        scores = scores.reshape([0, self.heads, length, -1])  # [B, H, T, N + T]
+        scores = paddle.matmul(grouped, k, transpose_y=True)  # [B, KV, G * T, T]
+        if past is not None:
+            scores = paddle.concat([paddle.matmul(grouped, past[0], transpose_y=True), scores], axis=-1)  # N + T
+        scores = (scores * (self.head_dim ** -0.5)).reshape([0, self.heads, length, -1])  # [B, H, T, N + T]
         if bias is not None:
             scores = scores + bias
         weights = F.softmax(scores.astype("float32"), axis=-1).astype(q.dtype)
         weights = weights.reshape([0, self.kv_heads, group * length, -1])  # [B, KV, G * T, N + T]
-        out = paddle.matmul(weights, v).reshape([0, self.heads, length, self.head_dim])  # [B, H, T, D]
-        out = out.transpose([0, 2, 1, 3])  # [B, T, H, D]
+        if past is None:
+            out = paddle.matmul(weights, v)  # [B, KV, G * T, D]
+        else:
+            cached = paddle.shape(past[1])[2]
+            out = paddle.matmul(weights[:, :, :, :cached], past[1]) + paddle.matmul(weights[:, :, :, cached:], v)
+        out = out.reshape([0, self.heads, length, self.head_dim]).transpose([0, 2, 1, 3])  # [B, T, H, D]
         return self.o_proj(out.reshape([0, 0, self.heads * self.head_dim])), k, v
 
 
@@ -250,34 +260,39 @@ class Ernie45Model(nn.Layer):
         cache = []
         for index, layer in enumerate(self.layers):
             x, k, v = layer.step(x, sin, cos, bias, None if past is None else (past[index, 0], past[index, 1]))
-            cache.append(paddle.stack([k, v]))  # [2, 1, KV, N + S, D]
-        return self.norm(x)[:, -1], paddle.stack(cache)
+            cache.append(paddle.stack([k, v]))  # [2, 1, KV, S, D]: the new positions'
+        new = paddle.stack(cache)  # [layers, 2, 1, KV, S, D]
+        return self.norm(x)[:, -1], (new if past is None else paddle.concat([past, new], axis=4))
 
     def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
                visible: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:
         """One token per row ``[R]`` at ``positions`` ``[R]`` after the cache ``[layers, 2, R, KV,
-        N, D]`` -> its hidden state ``[R, hidden]`` and the cache grown by it ``[..., N + 1, D]``.
-        ``visible`` ``[R, N + 1]`` (1: a column the row attends to, 0: padding; the last column is
-        the token itself), or None: every row sees every column (``wenxin.models.batch_decoding``)."""
-        return self.advance(tokens.unsqueeze(1), positions.unsqueeze(1), cache,
-                            None if visible is None else visible.unsqueeze(1))
+        N, D]`` (``N`` at least 1) -> its hidden state ``[R, hidden]`` and the cache grown by it
+        ``[..., N + 1, D]``. ``visible`` ``[R, N + 1]`` (1: a column the row attends to, 0:
+        padding; the last column is the token itself), or None: every row sees every column."""
+        state, new = self.advance(tokens.unsqueeze(1), positions.unsqueeze(1),
+                                  None if visible is None else visible.unsqueeze(1),
+                                  [(cache[index, 0], cache[index, 1]) for index in range(len(self.layers))])
+        return state, paddle.concat([cache, new], axis=4)
 
-    def advance(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
-                visible: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:
-        """``T`` tokens per row ``[R, T]`` at ``positions`` ``[R, T]`` after the cache ``[layers, 2,
-        R, KV, N, D]`` -> the last token's hidden state ``[R, hidden]`` and the cache grown by them
-        ``[..., N + T, D]``. ``visible`` ``[R, T, N + T]``: 1 where a token attends to a column (a
-        cached one or a new one), 0 where not (padding, a later token); None: every token sees
-        every column. A prompt's prefill is one row after an empty cache (``N`` = 0) seeing the
-        columns up to its own; a decoding step is ``T`` = 1 (``wenxin.models.advance_step``)."""
+    def advance(self, tokens: paddle.Tensor, positions: paddle.Tensor, visible: Optional[paddle.Tensor],
+                past: Sequence[Tuple[paddle.Tensor, paddle.Tensor]]) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """``T`` tokens per row ``[R, T]`` at ``positions`` ``[R, T]`` after each layer's cached
+        keys and values ``past`` (``[R, KV, N, D]`` each, ``N`` at least 1) -> the last token's
+        hidden state ``[R, hidden]`` and the new tokens' keys and values ``[layers, 2, R, KV, T,
+        D]`` (the caller keeps them: the cache is read where it lies, never copied).
+        ``visible`` ``[R, T, N + T]``: 1 where a token attends to a column (a cached one or a new
+        one), 0 where not (padding, a later token); None: every token sees every column. A
+        prompt's prefill is one row after one hidden column; a decoding step is ``T`` = 1
+        (``wenxin.models.advance_step``)."""
         sin, cos = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)  # [R, T, D/2]
         x = self.embed(tokens)  # [R, T, hidden]
         bias = None if visible is None else ((visible - 1.0) * 1e9).unsqueeze(1)  # [R, 1, T, N + T]
-        grown = []
-        for index, layer in enumerate(self.layers):
-            x, k, v = layer.step(x, sin, cos, bias, (cache[index, 0], cache[index, 1]))
-            grown.append(paddle.stack([k, v]))  # [2, R, KV, N + T, D]
-        return self.norm(x[:, -1:])[:, 0], paddle.stack(grown)
+        new = []
+        for layer, cached in zip(self.layers, past):
+            x, k, v = layer.step(x, sin, cos, bias, cached)
+            new.append(paddle.stack([k, v]))  # [2, R, KV, T, D]
+        return self.norm(x[:, -1:])[:, 0], paddle.stack(new)
 
 
 def causal_bias(length: Any, attention_mask: Optional[paddle.Tensor]) -> paddle.Tensor:
@@ -358,14 +373,14 @@ def extend_step(decoder: Ernie45Model, output_weight: paddle.Tensor, tokens: pad
 
 
 def advance_step(decoder: Ernie45Model, output_weight: paddle.Tensor, tokens: paddle.Tensor, positions: paddle.Tensor,
-                 cache: paddle.Tensor, visible: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+                 visible: paddle.Tensor, past: Sequence[Tuple[paddle.Tensor, paddle.Tensor]]
+                 ) -> Tuple[paddle.Tensor, paddle.Tensor]:
     """New tokens ``[R, T]`` at ``positions`` ``[R, T]`` -> each row's next logits ``[R, vocab]``
-    (float32, after its last token) and the grown cache (see ``Ernie45Model.advance``): prefill,
-    a prompt's next chunk and a decoding step in one program."""
-    state, grown = decoder.advance(tokens, positions, cache, visible)
-    return paddle.matmul(state, output_weight, transpose_y=True).astype("float32"), grown
-
-
+    (float32, after its last token) and the new tokens' keys and values ``[layers, 2, R, KV, T,
+    D]`` (see ``Ernie45Model.advance``): prefill, a prompt's next chunk and a decoding step in one
+    program, which reads each layer's cache ``past`` where the caller keeps it."""
+    state, new = decoder.advance(tokens, positions, visible, past)
+    return paddle.matmul(state, output_weight, transpose_y=True).astype("float32"), new
 
 
 def paddle_layout_weights(folder: str, config: Ernie45Config,

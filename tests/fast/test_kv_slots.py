@@ -1,0 +1,119 @@
+"""The decoding batch's cache kept in place (``wenxin.models.kv_slots``, issue 69 point 2): on a
+NumPy model with an in-place ``advance``, every prompt's logits in a batch that rows join and leave
+equal its logits alone (every strategy); a step feeds each layer's cache as a view of the one array
+and writes only the new tokens (the bytes counted); rows that stay are never copied, moved ones
+alone are; growing costs a few copies of the cache over a whole answer, not one a step; the array
+narrows when its longest row leaves."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from decoding_helpers import compare, together
+from decoding_helpers import alone as decoded_alone
+from numpy_decoder import HEAD, HEADS, LAYERS, NumpyDecoder
+from test_batch_decoding import PROMPTS, STRATEGIES
+from wenxin.models.advance_step import AdvanceRunner
+from wenxin.models.batch_decoding import BatchDecoder
+from wenxin.models.decoding import DecodeSettings, new_search
+from wenxin.models.kv_slots import COLUMN_STEP, KVSlots
+
+
+def in_place_model() -> tuple:
+    model = NumpyDecoder(in_place=True)
+    return model, AdvanceRunner(model, model.empty(), in_place=True)
+
+
+def random_cache(rows: int, length: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(LAYERS, 2, rows, HEADS, length, HEAD)).astype(np.float32)
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_prompts_joining_and_leaving_the_in_place_batch_get_their_logits_alone(strategy):
+    model, run = in_place_model()
+    reference_model = NumpyDecoder()  # the same weights, the padded cache of older exports
+    settings = STRATEGIES[strategy]
+    references = [decoded_alone(reference_model, True, {"ids": np.asarray([p])}, settings) for p in PROMPTS]
+    lone = [decoded_alone(run, True, {"ids": np.asarray([p])}, settings, model.empty()) for p in PROMPTS]
+    assert [s.tokens for s in lone] == [r.tokens for r in references]
+    searches = together(run, True, [{"ids": np.asarray([p])} for p in PROMPTS], settings, in_place=model.empty())
+    assert len(searches[3].seen) < len(references[3].seen)  # it left part way
+    compare(searches, references)
+    assert model.calls["extend"] == 0 and model.calls["advance"] > 0  # every step ran advance in place
+
+
+def test_a_step_feeds_the_cache_where_it_lies_and_writes_only_the_new_tokens():
+    model, run = in_place_model()
+    settings = DecodeSettings("greedy", max_new_tokens=40, eos_id=None)
+    decoder = BatchDecoder(run, True, model.empty())
+    for index, prompt in enumerate(PROMPTS):
+        decoder.add(index, {"ids": np.asarray([prompt])}, new_search(settings))
+    slots = decoder.cohorts[0].slots  # type: ignore[union-attr]
+    for _ in range(30):
+        before, columns = slots.bytes_copied, slots.columns
+        decoder.step()
+        for name in ("keys_0", "values_0", f"keys_{LAYERS - 1}", f"values_{LAYERS - 1}"):
+            assert np.shares_memory(model.fed[name], slots.store)  # a view: nothing copied to feed it
+        if slots.columns == columns:  # no growth this step: the new tokens' keys and values alone
+            assert slots.bytes_copied - before == len(PROMPTS) * slots.token_bytes
+    assert decoder.rows == len(PROMPTS)
+
+
+def test_rows_that_stay_are_not_copied_and_a_leaving_row_costs_only_the_rows_moved():
+    slots = KVSlots(NumpyDecoder.empty())
+    caches = [random_cache(1, length, seed) for seed, length in enumerate([5, 9, 3, 7])]
+    for cache in caches:
+        slots.append(cache)
+    written = slots.bytes_copied
+    slots.keep([0, 1, 3])  # row 2 leaves: row 3 moves into its slot
+    assert slots.bytes_copied - written == 7 * slots.token_bytes  # the moved row's 7 tokens alone
+    slots.keep([0, 1, 2])  # nobody moves
+    assert slots.bytes_copied - written == 7 * slots.token_bytes
+    kept = slots.row_caches([0, 1, 2])
+    for row, cache in enumerate([caches[0], caches[1], caches[3]]):
+        length = cache.shape[4]
+        np.testing.assert_array_equal(kept[:, :, row, :, :length], cache[:, :, 0])
+    slots.keep([1, 1, 0])  # a beam copied: rows 0 and 1 get row 1, row 2 gets row 0
+    np.testing.assert_array_equal(slots.row_caches([0])[:, :, 0, :, :9], caches[1][:, :, 0])
+    np.testing.assert_array_equal(slots.row_caches([2])[:, :, 0, :, :5], caches[0][:, :, 0])
+    assert slots.lengths.tolist() == [9, 9, 5]
+
+
+def test_growing_over_a_long_answer_copies_the_cache_a_few_times_not_once_a_step():
+    slots = KVSlots(NumpyDecoder.empty())
+    slots.append(random_cache(4, 10))
+    steps = 600
+    rng = np.random.default_rng(1)
+    for _ in range(steps):
+        slots.inputs(1)
+        slots.write(rng.normal(size=(LAYERS, 2, 4, HEADS, 1, HEAD)).astype(np.float32))
+    final = 4 * (10 + steps) * slots.token_bytes  # the cache's bytes at the end
+    written = (4 * 10 + 4 * steps) * slots.token_bytes  # every token written once
+    # growth copies live rows (each growth a quarter more): a few times the final cache in all;
+    # copying the whole cache at every step would have been about steps / 2 times it
+    assert written < slots.bytes_copied <= written + 5 * final
+    assert slots.columns >= 10 + steps and slots.columns % COLUMN_STEP == 0
+
+
+def test_the_array_narrows_when_its_longest_row_leaves():
+    slots = KVSlots(NumpyDecoder.empty())
+    slots.append(random_cache(1, 900))
+    slots.append(random_cache(1, 4, seed=1))
+    wide = slots.columns
+    assert wide >= 900
+    slots.keep([1])
+    assert slots.columns == COLUMN_STEP and slots.lengths.tolist() == [4]
+    np.testing.assert_array_equal(slots.row_caches([0]), random_cache(1, 4, seed=1))
+
+
+def test_visible_hides_each_rows_columns_past_its_own_and_the_later_new_tokens():
+    slots = KVSlots(NumpyDecoder.empty())
+    slots.append(random_cache(1, 3))
+    slots.append(random_cache(1, 1))
+    feed = slots.inputs(2)
+    columns = slots.columns
+    visible = feed["visible"]  # [R, T, C + T]
+    assert visible.shape == (2, 2, columns + 2)
+    assert visible[0, :, :columns].sum(axis=1).tolist() == [3, 3] and visible[1, :, :columns].sum(axis=1).tolist() == [1, 1]
+    assert visible[:, :, columns:].tolist() == [[[1, 0], [1, 1]]] * 2
+    assert feed["keys_0"].shape == (2, HEADS, columns, HEAD) and feed["keys_0"].flags["C_CONTIGUOUS"]

@@ -1,0 +1,143 @@
+"""The key/value caches of the rows that decode together, kept in place: ``KVSlots``.
+
+Every row's cache lies in one array ``[layers, 2, slots, KV, columns, D]``; the rows in use are the
+first ``rows`` slots, each row's tokens its first ``lengths[row]`` columns. An in-place ``advance``
+(``wenxin.models.advance_step``) reads each layer's keys and values of the first ``rows`` slots as
+they lie (``inputs``: views, each one contiguous block of the array), with ``visible`` hiding each
+row's columns past its length, and returns only the new tokens' keys and values, which ``write``
+puts after each row's own. So a decoding step copies none of the cache: only the new tokens are
+written (as vLLM's KV cache manager keeps blocks in place; here a row's columns are one run, so
+no paged attention kernel is needed).
+
+Rows join (``append``: their caches written into free slots) and leave (``keep``: a row that
+stays where it is is not touched; a row that moves to fill a gap, or a beam copied to another, is
+copied alone). The array grows when rows or columns run out, by a quarter at least, so growing
+costs an amortized fraction of a step, and shrinks when the longest row uses less than a quarter
+of its columns (after long rows left), so a step never attends to many more columns than the
+longest row holds. ``bytes_copied`` counts every byte written into the array: what a test checks.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from wenxin.models.advance_step import layer_cache_names
+
+ROW_AXIS, COLUMN_AXIS = 2, 4  # of the array [layers, 2, slots, KV, columns, D]
+COLUMN_STEP = 64  # columns are allocated in multiples of this
+GROWTH = 1.25  # a grown array holds at least this many times what was needed
+
+
+def _allocation(needed: int, step: int) -> int:
+    """Room for ``needed`` with ``GROWTH`` to spare, in multiples of ``step`` (at least one)."""
+    return max(step, -(-int(needed * GROWTH) // step) * step)
+
+
+class KVSlots:
+    """Rows' key/value caches in one array, in place (see the module docstring).
+
+    Args:
+        empty: the cache of one row holding nothing ``[layers, 2, 1, KV, 0, D]`` (its shape and
+            dtype: ``advance_step.empty_cache``).
+    """
+
+    def __init__(self, empty: np.ndarray) -> None:
+        shape = list(empty.shape)
+        shape[ROW_AXIS], shape[COLUMN_AXIS] = 0, 0
+        self.store = np.zeros(shape, dtype=empty.dtype)  # [layers, 2, slots, KV, columns, D]
+        self.lengths = np.zeros(0, dtype=np.int64)  # [rows]: each row's cached tokens
+        self.bytes_copied = 0
+        self._names = layer_cache_names(shape[0])
+
+    @property
+    def rows(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def columns(self) -> int:
+        """The columns each row has room for (``inputs`` feeds them all)."""
+        return int(self.store.shape[COLUMN_AXIS])
+
+    @property
+    def token_bytes(self) -> int:
+        """Bytes of one token's keys and values, every layer's."""
+        shape = self.store.shape
+        return int(shape[0] * shape[1] * shape[3] * shape[5] * self.store.itemsize)
+
+    def append(self, cache: np.ndarray) -> None:
+        """Rows join after the others: ``cache`` ``[layers, 2, n, KV, N, D]`` (each row's tokens
+        all ``N`` columns)."""
+        count, length = int(cache.shape[ROW_AXIS]), int(cache.shape[COLUMN_AXIS])
+        start = self.rows
+        self._reserve(start + count, max(length, int(self.lengths.max(initial=0))))
+        self.store[:, :, start:start + count, :, :length] = cache
+        self.bytes_copied += cache.nbytes
+        self.lengths = np.concatenate([self.lengths, np.full(count, length, dtype=np.int64)])
+
+    def inputs(self, new_tokens: int) -> Dict[str, np.ndarray]:
+        """An in-place ``advance``'s cache inputs and ``visible`` ``[R, T, C + T]`` for
+        ``new_tokens`` (``T``) more tokens a row: each layer's first ``rows`` slots, all ``C``
+        columns (views, no copy), each row seeing its own columns and its new tokens up to each
+        one's own. Room for the new tokens is made first (``write`` puts them there)."""
+        rows, width = self.rows, new_tokens
+        self._reserve(rows, int(self.lengths.max(initial=0)) + width)
+        columns = self.columns
+        visible = np.zeros((rows, width, columns + width), dtype=np.float32)
+        visible[:, :, :columns] = (np.arange(columns)[None, :] < self.lengths[:, None])[:, None, :]
+        visible[:, :, columns:] = np.tril(np.ones((width, width), dtype=np.float32))
+        feed = {"visible": visible}
+        for layer in range(self.store.shape[0]):
+            for kind in range(2):
+                feed[self._names[2 * layer + kind]] = self.store[layer, kind, :rows]  # [R, KV, C, D]
+        return feed
+
+    def write(self, new: np.ndarray) -> None:
+        """The new tokens' keys and values ``[layers, 2, rows, KV, T, D]`` (an in-place
+        ``advance``'s ``new_cache``) after each row's own."""
+        count = int(new.shape[COLUMN_AXIS])
+        rows = np.arange(self.rows)
+        for offset in range(count):
+            # [rows, layers, 2, KV, D]: numpy puts the two indexed axes first
+            self.store[:, :, rows, :, self.lengths + offset] = np.moveaxis(new[:, :, :, :, offset], 2, 0)
+        self.bytes_copied += new.nbytes
+        self.lengths = self.lengths + count
+
+    def keep(self, rows: Sequence[int]) -> None:
+        """Keep ``rows`` (in this order, as slots ``0..len(rows) - 1``; a row named twice is copied:
+        a beam's). A row already in its slot is not touched; only moved rows are copied."""
+        order = np.asarray(rows, dtype=np.int64)
+        moved = np.flatnonzero(order != np.arange(len(order)))
+        if len(moved):
+            width = int(self.lengths[order[moved]].max(initial=0))
+            rows_moved = self.store[:, :, order[moved], :, :width]  # a copy of the moved rows alone
+            self.store[:, :, moved, :, :width] = rows_moved
+            self.bytes_copied += rows_moved.nbytes
+        self.lengths = self.lengths[order]
+        longest = int(self.lengths.max(initial=0))
+        if self.columns > COLUMN_STEP and 4 * (longest + 1) <= self.columns:
+            self._resize(max(self.rows, 1), _allocation(longest + 1, COLUMN_STEP))
+
+    def _reserve(self, rows: int, columns: int) -> None:
+        """Room for ``rows`` rows of ``columns`` columns (grown by ``GROWTH`` at least)."""
+        slots, room = int(self.store.shape[ROW_AXIS]), self.columns
+        if rows <= slots and columns <= room:
+            return
+        self._resize(max(slots, _allocation(rows, 1)) if rows > slots else slots,
+                     max(room, _allocation(columns, COLUMN_STEP)) if columns > room else room)
+
+    def _resize(self, slots: int, columns: int) -> None:
+        shape = list(self.store.shape)
+        shape[ROW_AXIS], shape[COLUMN_AXIS] = slots, columns
+        store = np.zeros(shape, dtype=self.store.dtype)
+        rows, width = self.rows, min(int(self.lengths.max(initial=0)), columns)
+        if rows and width:
+            store[:, :, :rows, :, :width] = self.store[:, :, :rows, :, :width]
+            self.bytes_copied += rows * width * self.token_bytes
+        self.store = store
+
+    def row_caches(self, rows: List[int]) -> np.ndarray:
+        """A copy of ``rows``' caches ``[layers, 2, len(rows), KV, longest, D]`` (each row's
+        tokens first, zeros after): for a caller that keeps one (tests, a prefix cache)."""
+        width = int(self.lengths[rows].max(initial=0)) if rows else 0
+        return self.store[:, :, rows, :, :width].copy()
