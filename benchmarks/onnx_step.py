@@ -2,11 +2,11 @@
 CPU-ms a token for a decode step of 1 and of 16 rows and for a prompt of 64 tokens (issue 69).
 
 Each ``--program`` (a file of the export folder: ``advance.onnx``, ``advance.int8.onnx``, or
-another variant made beside them) gets its own session with ``--threads`` threads; the programs
-are timed in rounds that alternate which goes first, each shape ``--repeat`` times, after one
-warm-up call. It prints CPU and wall milliseconds a token (medians over rounds) and each program's
-largest logits difference from the first one at every shape, and whether a row batched gets its
-logits alone.
+another variant made beside them, such as an older export's program with one ``cache`` array) gets
+its own session with ``--threads`` threads; the programs are timed in rounds that alternate which
+goes first, each shape ``--repeat`` times, after one warm-up call. It prints CPU and wall
+milliseconds a token (medians over rounds) and each program's largest logits difference from the
+first one at every shape, and whether a row batched gets its logits alone.
 
     python benchmarks/onnx_step.py FOLDER --program advance.onnx advance.int8.onnx --rounds 3
 """
@@ -24,11 +24,12 @@ import numpy as np
 # the first output of ``advance`` is its logits [rows, vocab]
 
 
-def shapes(cache_input: Dict, context: int) -> Dict[str, Dict[str, np.ndarray]]:
-    """Inputs of ``advance`` for each measured case: after a cache of ``context`` columns of
-    random values, 1 and 16 rows of one token, and one row of a 64-token prompt."""
+def shapes(empty: np.ndarray, context: int) -> Dict[str, Dict[str, np.ndarray]]:
+    """Inputs of ``advance`` for each measured case, with one ``cache`` array (``as_fed`` gives a
+    program its own form): after a cache of ``context`` columns of random values, 1 and 16 rows
+    of one token, and one row of a 64-token prompt. ``empty``: ``advance_step.empty_cache``."""
     rng = np.random.default_rng(0)
-    layers, two, _, heads, _, dim = cache_input["shape"]
+    layers, two, _, heads, _, dim = empty.shape
 
     def case(rows: int, new: int, before: int) -> Dict[str, np.ndarray]:
         cache = rng.standard_normal((layers, two, rows, heads, before, dim)).astype(np.float32)
@@ -40,6 +41,16 @@ def shapes(cache_input: Dict, context: int) -> Dict[str, Dict[str, np.ndarray]]:
 
     return {"decode 1 row": case(1, 1, context), "decode 16 rows": case(16, 1, context),
             "prompt of 64": case(1, 64, 0)}
+
+
+def as_fed(feed: Dict[str, np.ndarray], inputs: List[str]) -> Dict[str, np.ndarray]:
+    """``feed`` as a program with ``inputs`` takes it: one ``cache`` array (exports before the
+    cache stayed in place), or each layer's keys and values (``advance_step.layer_inputs``)."""
+    from wenxin.models.advance_step import layer_inputs, with_hidden_column
+    if "cache" in inputs:
+        return feed
+    cache, visible = with_hidden_column(feed["cache"], feed["visible"])
+    return {"tokens": feed["tokens"], "positions": feed["positions"], "visible": visible, **layer_inputs(cache)}
 
 
 def main() -> None:
@@ -54,24 +65,26 @@ def main() -> None:
     import onnxruntime as ort
     with open(os.path.join(args.folder, "preprocess.json"), encoding="utf-8") as f:
         steps = json.load(f)["steps"]
-    cache_input = next(i for i in steps["advance"]["inputs"] if i["name"] == "cache")
-    cases = shapes(cache_input, args.context)
+    from wenxin.models.advance_step import empty_cache
+    cases = shapes(empty_cache(steps), args.context)
     sessions = {}
     for name in args.program:
         options = ort.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = args.threads
         options.log_severity_level = 3  # not paddle2onnx's unused constants
         sessions[name] = ort.InferenceSession(os.path.join(args.folder, name), options, providers=["CPUExecutionProvider"])
+    feeds = {name: {case: as_fed(feed, [i.name for i in session.get_inputs()]) for case, feed in cases.items()}
+             for name, session in sessions.items()}
     logits: Dict[str, Dict[str, np.ndarray]] = {name: {} for name in sessions}
     for name, session in sessions.items():  # warm-up, and each program's logits
-        for case, feed in cases.items():
+        for case, feed in feeds[name].items():
             logits[name][case] = session.run(None, feed)[0]
     cpu: Dict[str, Dict[str, List[float]]] = {n: {c: [] for c in cases} for n in sessions}
     wall: Dict[str, Dict[str, List[float]]] = {n: {c: [] for c in cases} for n in sessions}
     for round_ in range(args.rounds):
         order = list(sessions) if round_ % 2 == 0 else list(reversed(list(sessions)))
         for name in order:
-            for case, feed in cases.items():
+            for case, feed in feeds[name].items():
                 tokens = feed["tokens"].size
                 c0, w0 = time.process_time(), time.perf_counter()
                 for _ in range(args.repeat):
@@ -87,7 +100,7 @@ def main() -> None:
     for name, session in sessions.items():
         cells = [f"{statistics.median(cpu[name][c]):.2f} ({statistics.median(wall[name][c]):.2f})" for c in cases]
         difference = max(float(np.abs(logits[name][c] - logits[first][c]).max()) for c in cases)
-        lone = session.run(None, lone_feed)[0]
+        lone = session.run(None, as_fed(lone_feed, [i.name for i in session.get_inputs()]))[0]
         batched = float(np.abs(logits[name]["decode 16 rows"][:1] - lone).max())
         print(f"| {name} | " + " | ".join(cells) + f" | {difference:.3g} | {batched:.3g} |")
 

@@ -1,0 +1,121 @@
+"""A long prompt does not stall the service (issue 69, point 3), on a real export of an ERNIE 4.5
+chat model: while it is prefilled a part a turn the running answers step between its parts, and a
+small request sent after it is prefilled beside it in its first turn and answered before the long
+one's prefill ends; each answer is the one it gets alone."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+pytest.importorskip("sentencepiece")
+
+import test_generation_serving as serving  # noqa: E402
+from test_generation_serving import decoding_step, read_until, service_of, stream_request, wait_ready  # noqa: E402
+from test_text_generation import post  # noqa: E402
+
+chat_folder, gate = serving.chat_folder, serving.gate  # the fixtures test_generation_serving's tests use
+
+
+def test_the_running_answers_go_on_while_a_long_prompt_is_prefilled_a_chunk_a_turn(chat_folder, monkeypatch, gate):
+    from wenxin.inference.predictor import Predictor
+    from wenxin.models.decoding import DecodeSettings
+    monkeypatch.setattr(DecodeSettings, "stops", lambda self, token: False)  # answers run to max_new_tokens
+    long_question = "请详细地介绍一下文心大模型的特点、用途、训练方法以及它和别的模型有什么不同"
+    calls = []
+    run_step = Predictor.run_step
+
+    def noted(self, name, inputs):
+        calls.append(("step" if decoding_step(name, inputs) else name,
+                      int(inputs["ids"].shape[1]) if "ids" in inputs else int(inputs["tokens"].shape[0])))
+        return run_step(self, name, inputs)
+
+    whole = service_of(chat_folder)
+    try:
+        status, _, text = post(whole.port, "/generate", {"text": long_question, "max_new_tokens": 5})
+        expected = json.loads(text)
+    finally:
+        whole.stop()
+    monkeypatch.setattr(Predictor, "run_step", noted)
+    service = service_of(chat_folder, prefill_tokens=8)
+    try:
+        wait_ready(service.port)
+        gate.close()  # the running answer's steps held until the long prompt is queued: it cannot end first
+        running = stream_request(service.port, {"text": "hi", "max_new_tokens": 200})
+        read_until(running, b"event: token")
+        calls.clear()
+        asking = stream_request(service.port, {"text": long_question, "max_new_tokens": 5})
+        read_until(asking, b"200 OK")  # queued
+        gate.open()
+        text = read_until(asking, b"event: done").decode()
+        done = json.loads(text.split("event: done\ndata: ")[1].split("\n")[0])
+        assert done["tokens"] == expected["tokens"]
+        asking.close()
+        chunks = [i for i, (name, _) in enumerate(calls) if name in ("prefill", "prefill_chunk") and _ <= 8]
+        assert len(chunks) == -(-expected["prompt_tokens"] // 8) > 3  # the prompt went a chunk a turn
+        between = [name for name, _ in calls[chunks[0]:chunks[-1]]]
+        assert between.count("step") >= len(chunks) - 1  # the running answer stepped between the chunks
+        running.close()
+    finally:
+        gate.open()
+        service.stop()
+
+
+def test_a_small_newcomer_is_not_held_up_by_a_long_prompts_prefill(chat_folder, monkeypatch, gate):
+    """Issue 69's hostile case: a short request sent while a long prompt is being prefilled gets
+    its first token before the long one (an even share of each turn's prompt tokens), and each
+    gets its lone answer."""
+    from wenxin.inference import generation_scheduler
+    from wenxin.inference.predictor import Predictor
+    from wenxin.models.decoding import DecodeSettings
+    monkeypatch.setattr(DecodeSettings, "stops", lambda self, token: False)  # answers run to max_new_tokens
+    long_question, short_question = "请详细地介绍一下文心大模型的特点、用途、训练方法以及它和别的模型有什么不同", "你好"
+    alone = service_of(chat_folder)
+    try:
+        expected = {q: json.loads(post(alone.port, "/generate", {"text": q, "max_new_tokens": 4})[2])
+                    for q in (long_question, short_question)}
+    finally:
+        alone.stop()
+    assert expected[long_question]["prompt_tokens"] > 4 * expected[short_question]["prompt_tokens"]
+    sent, send = [], generation_scheduler._send
+    monkeypatch.setattr(generation_scheduler, "_send",
+                        lambda outbox, job, event: (sent.append((job.row[0], event.kind)), send(outbox, job, event)))
+    prefills = []
+    run_step = Predictor.run_step
+
+    def noted(self, name, inputs):
+        if not decoding_step(name, inputs):
+            prefills.append(name)
+        return run_step(self, name, inputs)
+
+    monkeypatch.setattr(Predictor, "run_step", noted)
+    service = service_of(chat_folder, prefill_tokens=8)
+    try:
+        wait_ready(service.port)
+        gate.close()  # the running answer's steps held: the turns go on only when the test says
+        running = stream_request(service.port, {"text": "hi", "max_new_tokens": 200})
+        read_until(running, b"event: token")
+        prefills.clear()
+        asking = stream_request(service.port, {"text": long_question, "max_new_tokens": 4})
+        read_until(asking, b"200 OK")  # queued
+        gate.release()  # one step: the next turn lets the long prompt in and prefills its first part
+        deadline = time.monotonic() + 120  # a guard against a hang: the state is the long prompt's first part
+        while not prefills:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        newcomer = stream_request(service.port, {"text": short_question, "max_new_tokens": 4})
+        read_until(newcomer, b"200 OK")  # queued while the long prompt is prefilled
+        gate.open()
+        answers = {}
+        for sock, question in ((asking, long_question), (newcomer, short_question)):
+            text = read_until(sock, b"event: done").decode()
+            answers[question] = json.loads(text.split("event: done\ndata: ")[1].split("\n")[0])["tokens"]
+            sock.close()
+        assert answers == {q: expected[q]["tokens"] for q in expected}
+        firsts = [row for row, kind in sent if kind == "token" and row in (long_question, short_question)]
+        assert firsts[0] == short_question, firsts  # it did not wait for the long prompt's whole prefill
+        running.close()
+    finally:
+        gate.open()
+        service.stop()
