@@ -152,8 +152,7 @@ def advance_check_batch(folder: str) -> Dict[str, np.ndarray]:
     if not in_place(steps):
         return {"tokens": tokens, "positions": positions, "cache": cache, "visible": visible}
     cache, visible = with_hidden_column(cache, visible)
-    return {"tokens": tokens, "positions": positions, "visible": visible,
-            **{name: np.ascontiguousarray(value) for name, value in layer_inputs(cache).items()}}
+    return {"tokens": tokens, "positions": positions, "visible": visible, **layer_inputs(cache)}
 
 
 def export_advance_onnx(folder: str, graph: str, params: str, tolerance: float = TOLERANCE) -> str:

@@ -36,6 +36,7 @@ ADVANCE = "advance"
 PREFILL, CHUNK, EXTEND = "prefill", "prefill_chunk", "extend"
 NEW_CACHE = "new_cache"  # advance's output: the new tokens' keys and values
 KEYS, VALUES = "keys_", "values_"  # advance's inputs: each layer's cached keys and values
+ROW_AXIS, COLUMN_AXIS = 2, 4  # of a cache array [layers, 2, rows, KV, columns, D]
 
 
 def layer_cache_names(layers: int) -> List[str]:
@@ -67,17 +68,16 @@ def empty_cache(steps: Mapping[str, Mapping[str, Any]], step: str = ADVANCE) -> 
 def layer_inputs(cache: np.ndarray) -> Dict[str, np.ndarray]:
     """An in-place ``advance``'s cache inputs from one array ``[layers, 2, R, KV, N, D]``: each
     layer's keys and values as views (no copy where ``cache`` is contiguous)."""
-    return {name: cache[layer, kind] for layer in range(cache.shape[0]) for kind, name in
-            enumerate(layer_cache_names(cache.shape[0])[2 * layer:2 * layer + 2])}
+    return {name: cache[index // 2, index % 2] for index, name in enumerate(layer_cache_names(cache.shape[0]))}
 
 
 def with_hidden_column(cache: np.ndarray, visible: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """``cache`` ``[L, 2, R, KV, N, D]`` and ``visible`` ``[R, T, N + T]``, with one zero column
     before the cache's that no token sees where ``N`` is 0 (``advance`` needs ``N`` >= 1)."""
-    if cache.shape[4] > 0:
+    if cache.shape[COLUMN_AXIS] > 0:
         return cache, visible
     shape = list(cache.shape)
-    shape[4] = 1
+    shape[COLUMN_AXIS] = 1
     hidden = np.zeros(visible.shape[:2] + (1,), dtype=np.float32)
     return np.zeros(shape, dtype=cache.dtype), np.concatenate([hidden, visible], axis=2)
 
@@ -156,7 +156,7 @@ class AdvanceRunner:
         fed, visible = with_hidden_column(np.ascontiguousarray(cache), visible)
         out = dict(self.run(ADVANCE, {**feed, "visible": visible, **layer_inputs(fed)}))
         new = out.pop(NEW_CACHE)  # [L, 2, R, KV, T, D]
-        out["cache"] = np.concatenate([cache, new], axis=4) if cache.shape[4] else np.asarray(new)
+        out["cache"] = np.concatenate([cache, new], axis=COLUMN_AXIS) if cache.shape[COLUMN_AXIS] else np.asarray(new)
         return out
 
 

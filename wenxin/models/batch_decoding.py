@@ -32,11 +32,10 @@ from typing import Callable, Dict, Hashable, List, Mapping, Optional, Union, cas
 
 import numpy as np
 
-from wenxin.models.advance_step import ADVANCE, CHUNK, NEW_CACHE
+from wenxin.models.advance_step import ADVANCE, CHUNK, COLUMN_AXIS, NEW_CACHE, ROW_AXIS
 from wenxin.models.kv_slots import KVSlots
 from wenxin.models.decoding import DecodeSettings, PromptSource, Search, StepRunner, new_search
 
-ROW_AXIS, COLUMN_AXIS = 2, 4  # of a step function's cache [layers, 2, rows, heads, columns, head_dim]
 VISIBLE = "visible"  # extend's input that hides each row's padding
 CHUNK_STEP = CHUNK  # a model's prefill of a prompt's next tokens over the cache of those before
 

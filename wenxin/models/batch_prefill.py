@@ -17,8 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from wenxin.models.advance_step import ADVANCE, CHUNK, PREFILL
-from wenxin.models.batch_decoding import COLUMN_AXIS, ROW_AXIS
+from wenxin.models.advance_step import ADVANCE, CHUNK, COLUMN_AXIS, PREFILL, ROW_AXIS
 from wenxin.models.decoding import StepRunner
 
 MAX_PADDING = 0.25  # of a call's new tokens at most, padding (similar_lengths)

@@ -18,20 +18,20 @@ longest row holds. ``bytes_copied`` counts every byte written into the array: wh
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Sequence
 
 import numpy as np
 
-from wenxin.models.advance_step import layer_cache_names
+from wenxin.models.advance_step import COLUMN_AXIS, ROW_AXIS, layer_inputs
 
-ROW_AXIS, COLUMN_AXIS = 2, 4  # of the array [layers, 2, slots, KV, columns, D]
 COLUMN_STEP = 64  # columns are allocated in multiples of this
 GROWTH = 1.25  # a grown array holds at least this many times what was needed
 
 
 def _allocation(needed: int, step: int) -> int:
     """Room for ``needed`` with ``GROWTH`` to spare, in multiples of ``step`` (at least one)."""
-    return max(step, -(-int(needed * GROWTH) // step) * step)
+    return max(step, math.ceil(needed * GROWTH / step) * step)
 
 
 class KVSlots:
@@ -48,7 +48,6 @@ class KVSlots:
         self.store = np.zeros(shape, dtype=empty.dtype)  # [layers, 2, slots, KV, columns, D]
         self.lengths = np.zeros(0, dtype=np.int64)  # [rows]: each row's cached tokens
         self.bytes_copied = 0
-        self._names = layer_cache_names(shape[0])
 
     @property
     def rows(self) -> int:
@@ -86,11 +85,7 @@ class KVSlots:
         visible = np.zeros((rows, width, columns + width), dtype=np.float32)
         visible[:, :, :columns] = (np.arange(columns)[None, :] < self.lengths[:, None])[:, None, :]
         visible[:, :, columns:] = np.tril(np.ones((width, width), dtype=np.float32))
-        feed = {"visible": visible}
-        for layer in range(self.store.shape[0]):
-            for kind in range(2):
-                feed[self._names[2 * layer + kind]] = self.store[layer, kind, :rows]  # [R, KV, C, D]
-        return feed
+        return {"visible": visible, **layer_inputs(self.store[:, :, :rows])}  # views [R, KV, C, D]
 
     def write(self, new: np.ndarray) -> None:
         """The new tokens' keys and values ``[layers, 2, rows, KV, T, D]`` (an in-place
@@ -116,15 +111,15 @@ class KVSlots:
         self.lengths = self.lengths[order]
         longest = int(self.lengths.max(initial=0))
         if self.columns > COLUMN_STEP and 4 * (longest + 1) <= self.columns:
-            self._resize(max(self.rows, 1), _allocation(longest + 1, COLUMN_STEP))
+            self._resize(int(self.store.shape[ROW_AXIS]), _allocation(longest + 1, COLUMN_STEP))
 
     def _reserve(self, rows: int, columns: int) -> None:
         """Room for ``rows`` rows of ``columns`` columns (grown by ``GROWTH`` at least)."""
         slots, room = int(self.store.shape[ROW_AXIS]), self.columns
         if rows <= slots and columns <= room:
             return
-        self._resize(max(slots, _allocation(rows, 1)) if rows > slots else slots,
-                     max(room, _allocation(columns, COLUMN_STEP)) if columns > room else room)
+        self._resize(_allocation(rows, 1) if rows > slots else slots,
+                     _allocation(columns, COLUMN_STEP) if columns > room else room)
 
     def _resize(self, slots: int, columns: int) -> None:
         shape = list(self.store.shape)
@@ -138,6 +133,6 @@ class KVSlots:
 
     def row_caches(self, rows: List[int]) -> np.ndarray:
         """A copy of ``rows``' caches ``[layers, 2, len(rows), KV, longest, D]`` (each row's
-        tokens first, zeros after): for a caller that keeps one (tests, a prefix cache)."""
+        tokens first, then whatever the columns held): what the tests read rows back with."""
         width = int(self.lengths[rows].max(initial=0)) if rows else 0
         return self.store[:, :, rows, :, :width].copy()

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from wenxin.models.batch_decoding import COLUMN_AXIS
+from wenxin.models.advance_step import COLUMN_AXIS
 from wenxin.models.batch_prefill import PromptPrefill
 
 BLOCK = 16  # tokens a block: starts are shared in whole blocks
