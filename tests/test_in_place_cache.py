@@ -17,6 +17,7 @@ pytest.importorskip("sentencepiece")
 
 from decoding_helpers import alone, compare, together  # noqa: E402
 from test_chat_sft import FOLDER  # noqa: E402
+from test_generation_serving import strategies  # noqa: E402
 from wenxin.common.task_loader import import_task  # noqa: E402
 from wenxin.data.export_bundle import PREPROCESS_FILE  # noqa: E402
 from wenxin.data.field_reader import TensorSpec  # noqa: E402
@@ -51,10 +52,7 @@ def test_advance_takes_each_layers_cache_and_gives_the_new_tokens_keys_and_value
 @pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
 def test_rows_decoded_in_place_get_their_lone_logits(export, strategy):
     predictor = Predictor(export)
-    settings = {"greedy": predictor.settings_for({"strategy": "greedy", "max_new_tokens": 10}),
-                "sample": predictor.settings_for({"strategy": "sample", "max_new_tokens": 10, "temperature": 0.8,
-                                                  "top_k": 20, "seed": 7}),
-                "beam": predictor.settings_for({"strategy": "beam", "max_new_tokens": 8, "beam_size": 3})}[strategy]
+    settings = strategies(predictor)[strategy]
     prompts = [predictor.prompt(row) for row in ROWS]
     empty = predictor.in_place_cache
     references = [alone(predictor.run_step, True, prompt, settings) for prompt in prompts]  # the padded cache
