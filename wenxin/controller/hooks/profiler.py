@@ -15,6 +15,13 @@ logger = logging.getLogger("wenxin")
 PROFILE_DIR = "profile"
 SUMMARY_FILE = "summary.txt"
 TOP_OPERATORS = 15
+# Paddle 3.3's profiler registers each thread's event recorder without a lock: a static program's
+# executor, running ops on threads of its own, crashed the process (SIGSEGV in the registration of
+# a ThreadEventRecorder, or glibc's "unaligned tcache chunk" abort) in 2 of 430 profiled runs here,
+# and in none of 243 without the profiler. A static run with a profile window therefore runs its
+# ops on the calling thread (the executor's serial mode). The executor reads the flag when it
+# builds a program's interpreter (at its first run), so it is set before training, not at the window.
+SERIAL_FLAG = "FLAGS_new_executor_serial_run"
 
 
 @RegisterSet.hooks.register("ProfilerHook")
@@ -26,7 +33,8 @@ class ProfilerHook(HookBase):
     the operator table sorted by total CPU time.
 
     Evaluation and checkpoint saves of the last recorded step are outside the window: it closes
-    before the hooks of lower priority run."""
+    before the hooks of lower priority run. A static run profiled runs its ops on one thread
+    (``SERIAL_FLAG``: Paddle's profiler is not safe with the executor's own threads)."""
 
     priority = Priority.VERY_HIGH
 
@@ -34,6 +42,16 @@ class ProfilerHook(HookBase):
         self.start_step, self.steps = start_step, steps
         self.profiler: Optional[Any] = None
         self.folder = ""
+        self._serial_before: Optional[bool] = None  # the executor's serial mode before this run
+
+    def before_train(self) -> None:
+        if self.trainer.mode == "static":
+            import paddle
+            self._serial_before = bool(paddle.get_flags([SERIAL_FLAG])[SERIAL_FLAG])
+            if not self._serial_before:
+                logger.info("trainer.logging.profile: the static program runs its ops on one thread (Paddle's "
+                            "profiler is not safe with the executor's own threads)")
+            paddle.set_flags({SERIAL_FLAG: True})
 
     @property
     def last_step(self) -> int:
@@ -64,6 +82,10 @@ class ProfilerHook(HookBase):
             logger.warning("trainer.logging.profile: training ended at step %d, inside the window (steps %d-%d)",
                            self.trainer.state.global_step, self.start_step, self.last_step)
             self._finish()
+        if self._serial_before is not None:
+            import paddle
+            paddle.set_flags({SERIAL_FLAG: self._serial_before})
+            self._serial_before = None
 
     def _finish(self) -> None:
         import paddle.profiler as profiler
