@@ -33,11 +33,3 @@ def test_similar_lengths_keep_padding_within_a_quarter_of_a_calls_tokens():
             tokens = sum(counts[i] for i in group)
             assert max(counts[i] for i in group) * len(group) - tokens <= 0.25 * tokens
 
-
-def test_a_turn_prefills_prefill_tokens_or_by_the_rows_rule_as_many_as_rows_decode():
-    from wenxin.inference.generation_scheduler import MIN_TURN_PREFILL, turn_prefill_tokens
-    assert turn_prefill_tokens(0, 512, "rows") == 512  # nothing decodes: nobody waits
-    assert turn_prefill_tokens(1, 512, "rows") == MIN_TURN_PREFILL == 16
-    assert turn_prefill_tokens(40, 512, "rows") == 40
-    assert turn_prefill_tokens(40, 8, "rows") == turn_prefill_tokens(0, 8, "rows") == 8  # --prefill_tokens bounds it
-    assert turn_prefill_tokens(40, 512) == turn_prefill_tokens(40, 512, "all") == 512  # the default

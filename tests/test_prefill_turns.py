@@ -67,7 +67,9 @@ def test_a_small_newcomer_is_not_held_up_by_a_long_prompts_prefill(chat_folder, 
     its first token before the long one (an even share of each turn's prompt tokens), and each
     gets its lone answer."""
     from wenxin.inference import generation_scheduler
+    from wenxin.inference.generation_events import FinishReason
     from wenxin.inference.predictor import Predictor
+    from wenxin.inference.service_metrics import ServiceMetrics
     from wenxin.models.decoding import DecodeSettings
     monkeypatch.setattr(DecodeSettings, "stops", lambda self, token: False)  # answers run to max_new_tokens
     long_question, short_question = "请详细地介绍一下文心大模型的特点、用途、训练方法以及它和别的模型有什么不同", "你好"
@@ -78,9 +80,11 @@ def test_a_small_newcomer_is_not_held_up_by_a_long_prompts_prefill(chat_folder, 
     finally:
         alone.stop()
     assert expected[long_question]["prompt_tokens"] > 4 * expected[short_question]["prompt_tokens"]
-    sent, send = [], generation_scheduler._send
-    monkeypatch.setattr(generation_scheduler, "_send",
-                        lambda outbox, job, event: (sent.append((job.row[0], event.kind)), send(outbox, job, event)))
+    sent, send, keys = [], generation_scheduler._send, {}
+    monkeypatch.setattr(generation_scheduler, "_send", lambda outbox, job, event: (
+        sent.append((job.row[0], event.kind)), keys.setdefault(job.row[0], job.key), send(outbox, job, event)))
+    turns = []  # the scheduler's typed account of each turn
+    monkeypatch.setattr(ServiceMetrics, "observe_turn", lambda self, turn: turns.append(turn))
     prefills = []
     run_step = Predictor.run_step
 
@@ -115,6 +119,19 @@ def test_a_small_newcomer_is_not_held_up_by_a_long_prompts_prefill(chat_folder, 
         assert answers == {q: expected[q]["tokens"] for q in expected}
         firsts = [row for row, kind in sent if kind == "token" and row in (long_question, short_question)]
         assert firsts[0] == short_question, firsts  # it did not wait for the long prompt's whole prefill
+        # the turns say the same: the newcomer's prompt completed in an earlier turn than the long
+        # one's, no turn held more than --prefill_tokens prompt tokens, every prompt token was
+        # prefilled once (or came from a kept start), and both answers ran to their length
+        long_key, short_key = keys[long_question], keys[short_question]
+        completed = {part.key: index for index, turn in enumerate(turns) for part in turn.prefilled if part.completes}
+        assert completed[short_key] < completed[long_key]
+        assert all(sum(part.tokens for part in turn.prefilled) <= 8 for turn in turns)
+        for question, key in ((long_question, long_key), (short_question, short_key)):
+            prefilled = sum(part.tokens for turn in turns for part in turn.prefilled if part.key == key)
+            reused = sum(a.reused_tokens for turn in turns for a in turn.admitted if a.key == key)
+            assert prefilled + reused == expected[question]["prompt_tokens"]
+            assert [r for turn in turns for k, r in turn.finished if k == key] == [FinishReason.LENGTH]
+            assert any(key in turn.decoded for turn in turns)
         running.close()
     finally:
         gate.open()

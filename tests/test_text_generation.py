@@ -369,7 +369,7 @@ def test_a_cancelled_generation_stops_at_its_next_step(untrained_export):
             return [await job.events.get()]
 
         events = asyncio.run(scenario())
-        assert [(e.kind, e.data["finish_reason"], e.data["tokens"]) for e in events] == [("done", "cancelled", [])]
+        assert [(e.kind, e.payload["finish_reason"], e.payload["tokens"]) for e in events] == [("done", "cancelled", [])]
     finally:
         scheduler.close()
 

@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import orjson
 
 from wenxin.common.errors import InferenceError
-from wenxin.inference.generation_scheduler import Event, GenerationJob, GenerationScheduler, Prompt, ServiceFull
+from wenxin.inference.generation_events import DoneEvent, ErrorEvent, Event, FinishReason, TokenEvent
+from wenxin.inference.generation_scheduler import GenerationJob, GenerationScheduler, Prompt, ServiceFull
 from wenxin.inference.http_io import Call, RequestError, check_texts, encode_answer, load_json_body, read_body
 from wenxin.inference.openai_chat import ChatAnswer, ChatRequestError, error_payload, parse_chat_request
 from wenxin.inference.routes import object_schema
@@ -135,7 +136,7 @@ def decode_settings(scheduler: GenerationScheduler, overrides: Dict[str, Any], l
 
 def server_sent_event(event: Event) -> bytes:
     """One event of a /generate stream, as ``text/event-stream`` writes it."""
-    return b"event: " + event.kind.encode("ascii") + b"\ndata: " + orjson.dumps(event.data) + b"\n\n"
+    return b"event: " + event.kind.encode("ascii") + b"\ndata: " + orjson.dumps(event.payload) + b"\n\n"
 
 
 class GenerationApi:
@@ -159,7 +160,7 @@ class GenerationApi:
 
     def answer(self, last: Event) -> Any:
         """The JSON body answering a whole decoding (its ``done`` or ``error`` event)."""
-        return last.data
+        return last.payload
 
     def stream_start(self) -> bytes:
         return b""
@@ -209,10 +210,11 @@ class ChatCompletionsApi(GenerationApi):
         return error_payload(str(e), e.status, e.param)
 
     def answer(self, last: Event) -> Any:
-        if last.kind == "done":
-            return self.chat.completion(last.data)
-        return error_payload(last.data.get("error", "generation failed"),
-                             HTTPStatus(last.data.get("status", HTTPStatus.UNPROCESSABLE_ENTITY)))
+        if isinstance(last, DoneEvent):
+            return self.chat.completion(last)
+        if isinstance(last, ErrorEvent):
+            return error_payload(last.error, HTTPStatus(last.status or HTTPStatus.UNPROCESSABLE_ENTITY))
+        raise TypeError(f"a token event is no whole answer: {last!r}")
 
     def stream_start(self) -> bytes:
         return self.chat.first_chunk()
@@ -280,9 +282,9 @@ class GenerationEndpoints:
                         status = CLIENT_LEFT
                         self.metrics.generations.labels("cancelled").inc()
                     else:
-                        await self._answer_event(call, api, request.stream, Event("done", {
-                            "text": "", "tokens": [], "finish_reason": "time_limit", "prompt_tokens": 0}))
-                        self.metrics.generations.labels("time_limit").inc()
+                        await self._answer_event(call, api, request.stream,
+                                                 DoneEvent("", [], FinishReason.TIME_LIMIT, 0))
+                        self.metrics.generations.labels(FinishReason.TIME_LIMIT.value).inc()
                     return
                 try:
                     self.scheduler.check_room(prompt, settings)
@@ -306,8 +308,9 @@ class GenerationEndpoints:
             try:
                 answering = self._stream(call, job, api) if request.stream else self._answer(call, job, api)
                 status, last = await answering
-                tokens = len(last.data.get("tokens", []))
-                self.metrics.generations.labels(last.data.get("finish_reason", "error")).inc()
+                tokens = len(last.tokens) if isinstance(last, DoneEvent) else 0
+                self.metrics.generations.labels(last.finish_reason.value if isinstance(last, DoneEvent)
+                                                else "error").inc()
             finally:
                 job.cancel()  # a no-op once it is done; stops it when this request ends early
         finally:
@@ -345,12 +348,12 @@ class GenerationEndpoints:
             for index, job in enumerate(jobs):
                 while True:
                     event = await job.events.get()
-                    if event.kind != "token":
+                    if not isinstance(event, TokenEvent):
                         break
-                if event.kind == "error":
-                    raise InferenceError(f"input {index}: {event.data['error']}")
-                self.metrics.generations.labels(event.data["finish_reason"]).inc()
-                results.append({"text": event.data["text"], "tokens": event.data["tokens"]})
+                if isinstance(event, ErrorEvent):
+                    raise InferenceError(f"input {index}: {event.error}")
+                self.metrics.generations.labels(event.finish_reason.value).inc()
+                results.append({"text": event.text, "tokens": event.tokens})
             return results
         finally:
             for job in jobs:
@@ -391,10 +394,10 @@ class GenerationEndpoints:
         """Wait for the whole result and answer it as one JSON object."""
         while True:
             event = await job.events.get()
-            if event.kind == "token":
+            if isinstance(event, TokenEvent):
                 continue
-            status = HTTPStatus.OK if event.kind == "done" else \
-                HTTPStatus(event.data.get("status", HTTPStatus.UNPROCESSABLE_ENTITY))
+            status = HTTPStatus.OK if isinstance(event, DoneEvent) else \
+                HTTPStatus(event.status or HTTPStatus.UNPROCESSABLE_ENTITY)
             headers, body = encode_answer(api.answer(event))
             await call.send({"type": "http.response.start", "status": int(status), "headers": headers})
             await call.send({"type": "http.response.body", "body": body})
@@ -410,7 +413,7 @@ class GenerationEndpoints:
             await call.send({"type": "http.response.body", "body": first, "more_body": True})
         while True:
             event = await job.events.get()
-            last = event.kind != "token"
+            last = not isinstance(event, TokenEvent)
             chunk = api.stream_bytes(event)
             if chunk or last:
                 await call.send({"type": "http.response.body", "body": chunk, "more_body": not last})

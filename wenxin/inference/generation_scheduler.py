@@ -12,7 +12,12 @@ earlier one did (the chat template, a system prompt, a conversation's earlier tu
 only after that start (``wenxin.models.prefix_cache``: ``prefix_cache_mb`` of starts kept). A request
 leaves when its search ends, at ``max_new_tokens``, at a stop string or at its time limit;
 nobody waits for anyone else's end. Each token is handed to the request's event loop as it is
-chosen (one wake-up per loop a turn).
+chosen (one wake-up per loop a turn), as typed events (``wenxin.inference.generation_events``).
+
+The turn's decisions (who stops, who fits, each prompt's share of the prompt tokens) are plain
+functions of counts and times in ``wenxin.inference.turn_plan``; what each turn did (who ended
+and why, who was let in, the prompt parts prefilled, the rows stepped, who finished and why) is
+one typed ``Turn`` handed to ``on_turn`` (the service's metrics).
 
 Room: at most ``max_rows`` cache rows (a beam search's request holds ``beam_size``) and at most
 ``max_cached_tokens`` token slots of key/value cache. Rows are padded to the longest, so a
@@ -46,10 +51,12 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from wenxin.common.errors import InferenceError, WenxinError
+from wenxin.inference.generation_events import DoneEvent, ErrorEvent, Event, FinishReason, TokenEvent
 from wenxin.inference.generator import AnswerText, Generator
 from wenxin.inference.predictor import Predictor
+from wenxin.inference.turn_plan import Admitted, PrefillPart, Turn, admissible, prefill_parts, stop_reason
 from wenxin.models.batch_decoding import BatchDecoder, Update
-from wenxin.models.batch_prefill import PromptPrefill, fair_shares, prefill_together
+from wenxin.models.batch_prefill import PromptPrefill, prefill_together
 from wenxin.models.decoding import DecodeSettings, new_search
 from wenxin.models.prefix_cache import PrefixCache
 
@@ -57,25 +64,6 @@ logger = logging.getLogger("wenxin.serve")
 _STOP = object()
 WARM_UP_ROWS = (1, 4)  # cache rows of the warm-up's steps
 WARM_UP_STEPS = 2      # extend steps at each
-MIN_TURN_PREFILL = 16  # prompt tokens a turn at least, while streams decode (turn_prefill_tokens)
-# how many prompt tokens a turn prefills while answers decode (--turn_prefill): "all",
-# --prefill_tokens (the default: sooner first tokens and more tokens a second); "rows", about as
-# many as the rows that decode (even time between tokens, later first tokens: measured at
-# ERNIE-4.5-0.3B's shape and 16 streams, time between tokens p99 1.97 -> 0.97 s, first token p50
-# 0.97 -> 2.38 s, tokens a second 29.4 -> 24.9; docs/serving.md)
-TURN_PREFILL_RULES = ("all", "rows")
-
-
-def turn_prefill_tokens(decoding_rows: int, most: int, rule: str = "all") -> int:
-    """The prompt tokens a turn prefills: ``most`` (``--prefill_tokens``) while no stream decodes
-    or by the rule ``all``; by the rule ``rows``, while streams decode, as many as the rows that
-    decode (at least ``MIN_TURN_PREFILL``, at most ``most``): on a CPU a prompt token costs about
-    what a decoding row adds to a step (at ERNIE-4.5-0.3B's shape 13-16 and 19 CPU-ms), so a turn
-    that prefills costs at most about twice one that does not (measured in
-    ``benchmarks/generation_serving.py``). A rule of counts, never a timing."""
-    if decoding_rows <= 0 or rule == "all":
-        return most
-    return min(most, max(MIN_TURN_PREFILL, decoding_rows))
 
 
 @dataclasses.dataclass
@@ -86,7 +74,7 @@ class SchedulerLimits:
     max_cached_tokens: int = 65536
     max_waiting: int = 64
     prefill_tokens: int = 512
-    turn_prefill: str = "all"  # TURN_PREFILL_RULES: a turn's prompt tokens while answers decode
+    turn_prefill: str = "all"  # turn_plan.TURN_PREFILL_RULES: a turn's prompt tokens while answers decode
     prefix_cache_mb: int = 64  # prompts' starts kept for later prompts that share them (0: none)
 
 
@@ -96,16 +84,6 @@ class ServiceFull(Exception):
     def __init__(self, message: str, retry_after: int = 1) -> None:
         super().__init__(message)
         self.retry_after = retry_after
-
-
-@dataclasses.dataclass
-class Event:
-    """What a request's decoding reports: ``token`` (one token and the text it adds), ``done``
-    (the whole text, its tokens, why it ended: ``eos``, ``stop`` (a stop string), ``length``,
-    ``time_limit``, ``cancelled``, and how many tokens the prompt was) or ``error``."""
-
-    kind: str
-    data: Dict[str, Any]
 
 
 @dataclasses.dataclass
@@ -143,6 +121,9 @@ class GenerationJob:
     def cancel(self) -> None:
         """Stop decoding at the next turn (the client went away)."""
         self.cancelled.set()
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled.is_set()
 
 
 Outbox = Dict[asyncio.AbstractEventLoop, List[Tuple[GenerationJob, Event]]]
@@ -186,9 +167,7 @@ class GenerationScheduler:
         self.started = time.monotonic()
         self.batched = True  # requests share one batch (False: an export whose extend cannot hide padding)
         self.onednn = ""  # the Paddle backend's oneDNN choice, in words
-        self.on_step: Optional[Callable[[int], None]] = None  # told each step's rows (metrics)
-        self.on_prefill: Optional[Callable[[List[int]], None]] = None  # told each turn's prompt tokens a prompt
-        self.on_reuse: Optional[Callable[[int], None]] = None  # told a prompt's tokens a kept start covered
+        self.on_turn: Optional[Callable[[Turn], None]] = None  # told what each turn that ran did (metrics)
         self.waiting_count = 0
         self._count_lock = threading.Lock()
         self._jobs: "queue.Queue[Any]" = queue.Queue()
@@ -299,48 +278,55 @@ class GenerationScheduler:
                 end_all(decoder, running, waiting, outbox)
                 _flush(outbox)
                 return
-            self._end_stopped(decoder, running, waiting, outbox)
+            turn = Turn()
+            self._end_stopped(decoder, running, waiting, turn, outbox)
             _flush(outbox)
             outbox = {}
-            self._admit(decoder, running, waiting)
+            self._admit(decoder, running, waiting, turn)
             if decoder.rows:
-                if self.on_step is not None:
-                    self.on_step(decoder.rows)
+                turn.step_rows = decoder.rows
+                turn.decoded = [key for key, state in running.items() if state.prefill is None]
                 try:
                     updates = decoder.step()
                 except Exception as e:  # noqa: BLE001 (every request in the batch gets the error)
                     logger.exception("a generation step failed for %d requests", len(running))
                     for key in list(running):
+                        turn.failed.append(key)
                         _send_error(running.pop(key).job, e, outbox)
                     decoder = generator.decoder()
                     updates = []
                 for update in updates:
-                    self._report_safely(decoder, running, update, outbox)
+                    report_safely(decoder, running, update, turn, outbox)
             _flush(outbox)
+            if self.on_turn is not None and (turn.ran or turn.ended or turn.failed):
+                self.on_turn(turn)
 
     def _end_stopped(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob],
-                     outbox: Outbox) -> None:
+                     turn: Turn, outbox: Outbox) -> None:
         """End requests whose client left or whose time is up, waiting or running."""
         now = time.monotonic()
         for job in list(waiting):
-            reason = _stopped(job, now)
-            if reason:
+            reason = stop_reason(job.is_cancelled(), job.deadline, now)
+            if reason is not None:
                 waiting.remove(job)
                 self._left_waiting()
+                turn.ended.append((job.key, reason))
                 _send_done(job, None, reason, outbox)
         for key, state in list(running.items()):
-            reason = _stopped(state.job, now)
-            if reason:
+            reason = stop_reason(state.job.is_cancelled(), state.job.deadline, now)
+            if reason is not None:
                 decoder.remove(key)
                 del running[key]
+                turn.ended.append((key, reason))
                 _send_done(state.job, state.answer, reason, outbox)
 
-    def _fits(self, job: GenerationJob, decoder: BatchDecoder, running: Dict[int, _Running]) -> bool:
-        rows = sum(s.job.rows for s in running.values()) + job.rows
-        horizon = max([s.job.horizon for s in running.values()] + [job.horizon])
-        return rows <= self.limits.max_rows and rows * horizon <= self.limits.max_cached_tokens
+    def _admissible(self, waiting: Deque[GenerationJob], running: Dict[int, _Running]) -> int:
+        """How many waiting requests, in order, fit beside the running ones (``turn_plan.admissible``)."""
+        return admissible(waiting, [s.job for s in running.values()], self.limits.max_rows,
+                          self.limits.max_cached_tokens)
 
-    def _admit(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob]) -> None:
+    def _admit(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob],
+               turn: Turn) -> None:
         """Let waiting requests in, in order, while they fit, and spend at most
         ``turn_prefill_tokens`` prompt tokens a turn on their prompts: where the export prefills a prompt
         in parts (``Generator.chunks``), every prompt being prefilled gets an even share of them
@@ -350,29 +336,25 @@ class GenerationScheduler:
         whole, in order, while the budget lasts. A request's first token goes out as soon as its
         prompt is prefilled, and it joins the decoding batch."""
         if not self._generator.chunks:
-            self._admit_whole(decoder, running, waiting)
+            self._admit_whole(decoder, running, waiting, turn)
             return
-        while waiting and self._fits(waiting[0], decoder, running):
+        for _ in range(self._admissible(waiting, running)):
             job = waiting.popleft()
             self._left_waiting()
             state = _Running(job, AnswerText(self._generator.predictor.result_format, job.row, job.stop))
             state.prefill = self.prefixes.start(job.prompt.inputs["ids"])  # after a kept start it shares
-            if state.prefill.tokens_done and self.on_reuse is not None:
-                self.on_reuse(state.prefill.tokens_done)
+            turn.admitted.append(Admitted(job.key, state.prefill.tokens_done))
             running[job.key] = state
-        self._prefill_turn(decoder, running)
+        self._prefill_turn(decoder, running, turn)
 
-    def _prefill_turn(self, decoder: BatchDecoder, running: Dict[int, _Running]) -> None:
+    def _prefill_turn(self, decoder: BatchDecoder, running: Dict[int, _Running], turn: Turn) -> None:
         """One turn's prefill parts (see ``_admit``); a request whose prompt is done joins."""
-        prefilling = [s for s in running.values() if s.prefill is not None]
-        shares = fair_shares([s.prefill.remaining for s in prefilling if s.prefill is not None],
-                             turn_prefill_tokens(decoder.rows, self.limits.prefill_tokens,
-                                                 self.limits.turn_prefill))
-        parts = [(state, share) for state, share in zip(prefilling, shares) if share > 0]
-        if not parts:
+        plan = prefill_parts([(key, s.prefill.remaining) for key, s in running.items() if s.prefill is not None],
+                             decoder.rows, self.limits.prefill_tokens, self.limits.turn_prefill)
+        if not plan:
             return
-        if self.on_prefill is not None:
-            self.on_prefill([share for _, share in parts])
+        turn.prefilled.extend(plan)
+        parts = [(running[part.key], part.tokens) for part in plan]
         run, empty = self._generator.predictor.run_step, self._generator.predictor.advance_cache
         before = [state.prefill.tokens_done if state.prefill else 0 for state, _ in parts]
         try:
@@ -385,31 +367,34 @@ class GenerationScheduler:
                     prefill_together(run, [(state.prefill, share)], None)
                 except Exception as e:  # noqa: BLE001 (this request's error only)
                     del running[state.job.key]
+                    turn.failed.append(state.job.key)
                     self._failed_prefill(state.job, e)
         for state, _ in parts:
             if state.prefill is not None and state.prefill.done and state.job.key in running:
                 outputs, ids, state.prefill = state.prefill.outputs, state.prefill.ids, None
                 if outputs is not None:
                     self.prefixes.keep(ids, outputs["cache"])
-                self._join(decoder, running, state, outputs)
+                self._join(decoder, running, state, outputs, turn)
 
     def _admit_whole(self, decoder: BatchDecoder, running: Dict[int, _Running],
-                     waiting: Deque[GenerationJob]) -> None:
+                     waiting: Deque[GenerationJob], turn: Turn) -> None:
         """Waiting requests let in, in order, while they fit, each prompt prefilled whole, up to
         ``prefill_tokens`` prompt tokens a turn (and always one request)."""
         budget = self.limits.prefill_tokens
-        first = True
-        while waiting and (first or budget > 0) and self._fits(waiting[0], decoder, running):
+        for index in range(self._admissible(waiting, running)):
+            if index and budget <= 0:
+                break
             job = waiting.popleft()
             self._left_waiting()
-            first = False
             state = _Running(job, AnswerText(self._generator.predictor.result_format, job.row, job.stop))
             running[job.key] = state
             budget -= job.prompt.tokens
-            self._join(decoder, running, state, None)
+            turn.admitted.append(Admitted(job.key))
+            turn.prefilled.append(PrefillPart(job.key, job.prompt.tokens, True))
+            self._join(decoder, running, state, None, turn)
 
     def _join(self, decoder: BatchDecoder, running: Dict[int, _Running], state: _Running,
-              prefilled: Optional[Dict[str, np.ndarray]]) -> None:
+              prefilled: Optional[Dict[str, np.ndarray]], turn: Turn) -> None:
         """The request's rows join the batch (its prefill run now, or ``prefilled``'s outputs)."""
         outbox: Outbox = {}
         job = state.job
@@ -418,9 +403,10 @@ class GenerationScheduler:
         except Exception as e:  # noqa: BLE001 (this request's error only)
             del running[job.key]
             decoder.remove(job.key)
+            turn.failed.append(job.key)
             self._failed_prefill(job, e)
             return
-        self._report_safely(decoder, running, update, outbox)
+        report_safely(decoder, running, update, turn, outbox)
         _flush(outbox)
 
     def _failed_prefill(self, job: GenerationJob, error: BaseException) -> None:
@@ -429,37 +415,6 @@ class GenerationScheduler:
         outbox: Outbox = {}
         _send_error(job, error, outbox)
         _flush(outbox)
-
-    def _report_safely(self, decoder: BatchDecoder, running: Dict[int, _Running], update: Update,
-                       outbox: Outbox) -> None:
-        """``_report``; a failure there (the result format on tokens it cannot read) ends that
-        request with its error, never the thread that serves the others."""
-        try:
-            self._report(decoder, running, update, outbox)
-        except Exception as e:  # noqa: BLE001
-            logger.exception("writing a generated answer failed")
-            state = running.pop(update.key, None)  # type: ignore[call-overload]  # the decoder's keys are the jobs'
-            if state is not None:
-                decoder.remove(state.job.key)
-                _send_error(state.job, e, outbox)
-
-    def _report(self, decoder: BatchDecoder, running: Dict[int, _Running], update: Update, outbox: Outbox) -> None:
-        """Send the tokens of a request's update; end it when its search ended or a stop string did."""
-        state = running.get(update.key)  # type: ignore[call-overload]  # the decoder's keys are the jobs'
-        if state is None:
-            return
-        for token in update.tokens:
-            piece = state.answer.add(token)
-            _send(outbox, state.job, Event("token", {"token": piece.result["tokens"][-1], "text": piece.text}))
-            if piece.stopped:
-                decoder.remove(update.key)
-                del running[state.job.key]
-                _send_done(state.job, state.answer, "stop", outbox)
-                return
-        if update.done:
-            del running[state.job.key]
-            ended = "length" if len(state.answer.ids) >= state.job.settings.max_new_tokens else "eos"
-            _send_done(state.job, state.answer, ended, outbox)
 
     def _left_waiting(self) -> None:
         with self._count_lock:
@@ -510,10 +465,10 @@ def end_all(decoder: BatchDecoder, running: Dict[int, "_Running"], waiting: Dequ
             outbox: Outbox) -> None:
     """Every request, waiting or running, ends (``cancelled``)."""
     for job in waiting:
-        _send_done(job, None, "cancelled", outbox)
+        _send_done(job, None, FinishReason.CANCELLED, outbox)
     for key, state in running.items():
         decoder.remove(key)
-        _send_done(state.job, state.answer, "cancelled", outbox)
+        _send_done(state.job, state.answer, FinishReason.CANCELLED, outbox)
 
 
 def warm_up(generator: Generator, prompt: Dict[str, np.ndarray]) -> None:
@@ -532,22 +487,59 @@ def warm_up(generator: Generator, prompt: Dict[str, np.ndarray]) -> None:
                 sum(WARM_UP_ROWS), steps, time.process_time() - started)
 
 
-def _send_done(job: GenerationJob, answer: Optional[AnswerText], reason: str, outbox: Outbox) -> None:
+def report_safely(decoder: BatchDecoder, running: Dict[int, _Running], update: Update, turn: Turn,
+                  outbox: Outbox) -> None:
+    """``report``; a failure there (the result format on tokens it cannot read) ends that
+    request with its error, never the thread that serves the others."""
+    try:
+        report(decoder, running, update, turn, outbox)
+    except Exception as e:  # noqa: BLE001
+        logger.exception("writing a generated answer failed")
+        state = running.pop(update.key, None)  # type: ignore[call-overload]  # the decoder's keys are the jobs'
+        if state is not None:
+            decoder.remove(state.job.key)
+            turn.failed.append(state.job.key)
+            _send_error(state.job, e, outbox)
+
+
+def report(decoder: BatchDecoder, running: Dict[int, _Running], update: Update, turn: Turn,
+           outbox: Outbox) -> None:
+    """Send the tokens of a request's update; end it when its search ended or a stop string did."""
+    state = running.get(update.key)  # type: ignore[call-overload]  # the decoder's keys are the jobs'
+    if state is None:
+        return
+    for token in update.tokens:
+        piece = state.answer.add(token)
+        _send(outbox, state.job, TokenEvent(piece.result["tokens"][-1], piece.text))
+        if piece.stopped:
+            decoder.remove(update.key)
+            del running[state.job.key]
+            turn.finished.append((state.job.key, FinishReason.STOP))
+            _send_done(state.job, state.answer, FinishReason.STOP, outbox)
+            return
+    if update.done:
+        del running[state.job.key]
+        ended = FinishReason.LENGTH if len(state.answer.ids) >= state.job.settings.max_new_tokens \
+            else FinishReason.EOS
+        turn.finished.append((state.job.key, ended))
+        _send_done(state.job, state.answer, ended, outbox)
+
+
+def _send_done(job: GenerationJob, answer: Optional[AnswerText], reason: FinishReason, outbox: Outbox) -> None:
     """The job's last event: what its answer held back, then ``done`` with the whole answer."""
     if answer is not None:
         held = answer.finish()
         if held is not None:
-            _send(outbox, job, Event("token", {"token": "", "text": held.text}))
-    result = answer.result if answer is not None else {"text": "", "tokens": []}
-    _send(outbox, job, Event("done", {"text": result["text"], "tokens": result["tokens"], "finish_reason": reason,
-                                      "prompt_tokens": job.prompt.tokens}))
+            _send(outbox, job, TokenEvent("", held.text))
+    result: Dict[str, Any] = answer.result if answer is not None else {"text": "", "tokens": []}
+    _send(outbox, job, DoneEvent(result["text"], list(result["tokens"]), reason, job.prompt.tokens))
 
 
 def _send_error(job: GenerationJob, error: BaseException, outbox: Outbox, status: int = 0) -> None:
     """The job's error event (``status``: the HTTP status it is answered with, where not 422)."""
     known = isinstance(error, (WenxinError, ValueError))
     message = str(error) if known else f"internal error: {type(error).__name__}: {error}"
-    _send(outbox, job, Event("error", {"error": message, **({"status": status} if status else {})}))
+    _send(outbox, job, ErrorEvent(message, status))
 
 
 def _flush(outbox: Outbox) -> None:
@@ -558,14 +550,6 @@ def _flush(outbox: Outbox) -> None:
         except RuntimeError:  # the loop has closed: nobody waits
             for job, _ in items:
                 job.cancel()
-
-
-def _stopped(job: GenerationJob, now: float) -> str:
-    if job.cancelled.is_set():
-        return "cancelled"
-    if now > job.deadline:
-        return "time_limit"
-    return ""
 
 
 def _send(outbox: Outbox, job: GenerationJob, event: Event) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import orjson
 
-from wenxin.inference.generation_scheduler import Event
+from wenxin.inference.generation_events import DoneEvent, Event, FinishReason, TokenEvent
 from wenxin.inference.stop_strings import parse_stop_strings
 from wenxin.models.decoding import MAX_SEED, MAX_TOP_K, MIN_TEMPERATURE
 
@@ -42,7 +42,8 @@ UNSUPPORTED_UNLESS = {"presence_penalty": (None, 0), "frequency_penalty": (None,
                       "prediction": (None,), "web_search_options": (None,)}
 SETTINGS_FIELDS = {"messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
                    "top_p", "top_k", "seed", "stop"}
-FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "time_limit": "length", "cancelled": "stop"}
+FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP: "stop", FinishReason.LENGTH: "length",
+                  FinishReason.TIME_LIMIT: "length", FinishReason.CANCELLED: "stop"}
 
 
 _TEXT = {"oneOf": [{"type": "string"}, {"type": "array", "items": {
@@ -261,15 +262,15 @@ class ChatAnswer:
         self.model, self.include_usage = model, include_usage
 
     @staticmethod
-    def usage(done: Dict[str, Any]) -> Dict[str, int]:
-        prompt, completion = int(done.get("prompt_tokens", 0)), len(done.get("tokens", []))
+    def usage(done: DoneEvent) -> Dict[str, int]:
+        prompt, completion = done.prompt_tokens, len(done.tokens)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
-    def completion(self, done: Dict[str, Any]) -> Dict[str, Any]:
-        """The ``chat.completion`` object of a finished decoding (``/generate``'s ``done`` data)."""
+    def completion(self, done: DoneEvent) -> Dict[str, Any]:
+        """The ``chat.completion`` object of a finished decoding."""
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": done["text"]},
-                             "logprobs": None, "finish_reason": FINISH_REASONS[done["finish_reason"]]}],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": done.text},
+                             "logprobs": None, "finish_reason": FINISH_REASONS[done.finish_reason]}],
                 "usage": self.usage(done)}
 
     def _chunk(self, choices: Sequence[Dict[str, Any]], usage: Optional[Dict[str, int]] = None) -> bytes:
@@ -284,16 +285,16 @@ class ChatAnswer:
 
     def chunks(self, event: Event) -> bytes:
         """The stream's bytes for one decoding event (nothing for a token that adds no text yet)."""
-        if event.kind == "token":
-            text = event.data["text"]
+        if isinstance(event, TokenEvent):
+            text = event.text
             return self._chunk([{"index": 0, "delta": {"content": text}, "finish_reason": None}]) if text else b""
-        if event.kind == "done":
-            reason = FINISH_REASONS[event.data["finish_reason"]]
+        if isinstance(event, DoneEvent):
+            reason = FINISH_REASONS[event.finish_reason]
             last = self._chunk([{"index": 0, "delta": {}, "finish_reason": reason}])
             if self.include_usage:
-                last += self._chunk([], self.usage(event.data))
+                last += self._chunk([], self.usage(event))
             return last + b"data: [DONE]\n\n"
-        error = error_payload(event.data.get("error", "generation failed"), HTTPStatus.UNPROCESSABLE_ENTITY)
+        error = error_payload(event.error, HTTPStatus.UNPROCESSABLE_ENTITY)
         return b"data: " + orjson.dumps(error) + b"\n\ndata: [DONE]\n\n"
 
 

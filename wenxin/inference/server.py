@@ -58,13 +58,14 @@ from wenxin.inference.api_key import OPEN_PATHS, authorized
 from wenxin.inference.batching import BatchingPool
 from wenxin.inference.generation_api import (GENERATE_ANSWERS, GENERATE_SCHEMA, GenerationEndpoints,
                                              Limits as GenerationLimits)
-from wenxin.inference.generation_scheduler import TURN_PREFILL_RULES, GenerationScheduler, SchedulerLimits
+from wenxin.inference.generation_scheduler import GenerationScheduler, SchedulerLimits
 from wenxin.inference.http_io import (BodyDeadline, Call, Receive, RequestError, Scope, Send, check_texts,
                                       encode_answer, json_depth_exceeds, load_json_body, read_body, send_answer)
 from wenxin.inference.openai_chat import CHAT_SCHEMA, models_list
 from wenxin.inference.predictor import Predictor
 from wenxin.inference.routes import Answer, Route, RouteTable, object_schema
 from wenxin.inference.service_metrics import ServiceMetrics
+from wenxin.inference.turn_plan import TURN_PREFILL_RULES
 
 logger = logging.getLogger("wenxin.serve")
 
@@ -165,8 +166,7 @@ class PredictionApp:
             pool.on_batch = self.metrics.batches.observe
         self.generation: Optional[GenerationEndpoints] = None
         if scheduler is not None:
-            scheduler.on_step = self.metrics.generation_rows.observe
-            scheduler.on_reuse = self.metrics.prompt_tokens_reused.inc
+            scheduler.on_turn = self.metrics.observe_turn
             self.generation = GenerationEndpoints(scheduler, limits.generation(), self.metrics, model_name,
                                                   self._log_generation)
         self.routes = RouteTable(self._route_rows())

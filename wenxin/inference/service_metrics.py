@@ -6,6 +6,8 @@ from typing import Any, Dict, Tuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
+from wenxin.inference.turn_plan import Turn
+
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
@@ -48,6 +50,14 @@ class ServiceMetrics:
         if child is None:
             child = self._answered[(path, status)] = self.requests.labels(path, str(status))
         return child
+
+    def observe_turn(self, turn: Turn) -> None:
+        """What a generation turn did: its step's rows, and the prompt tokens a kept start covered."""
+        if turn.step_rows:
+            self.generation_rows.observe(turn.step_rows)
+        reused = sum(admitted.reused_tokens for admitted in turn.admitted)
+        if reused:
+            self.prompt_tokens_reused.inc(reused)
 
     def exposition(self) -> bytes:
         """The Prometheus text of this process, or of all the service's processes."""
