@@ -82,3 +82,30 @@ def test_a_dropped_prompts_start_is_still_served_by_another_that_shares_it():
     prefixes.keep(np.asarray(c), cache_of(c))  # b goes; the shared start is a's
     start = prefixes.start(np.asarray(shared + [9, 9]))
     assert start.tokens_done == 4 and column_ids(start.cache) == shared
+
+
+def test_the_index_of_starts_stays_that_of_the_kept_prompts_through_keeps_and_drops():
+    """Each block chain's hash names exactly the kept prompts that hold it, whatever was kept,
+    used and dropped (a drop updates only its own blocks' entries)."""
+    rng = np.random.default_rng(0)
+    one = cache_of(range(12)).nbytes
+    prefixes = PrefixCache(budget_bytes=5 * one, block=4)
+    starts = [[7] * 4, [7] * 4 + [8] * 4, [6] * 4]
+    newly_kept = 0
+    for _ in range(300):
+        prompt = list(starts[rng.integers(3)]) + list(rng.integers(0, 3, size=rng.integers(1, 9))) + [0]
+        if rng.random() < 0.5:
+            before = set(prefixes._kept)
+            prefixes.keep(np.asarray(prompt), cache_of(prompt))
+            newly_kept += bool(set(prefixes._kept) - before)
+        else:
+            start = prefixes.start(np.asarray(prompt))
+            if start.tokens_done:
+                assert column_ids(start.cache) == prompt[:start.tokens_done]
+        expected = {}
+        for key, kept in prefixes._kept.items():
+            for value in kept.hashes:
+                expected.setdefault(value, set()).add(key)
+        assert {value: set(holders) for value, holders in prefixes._by_hash.items()} == expected
+        assert prefixes.bytes == sum(kept.cache.nbytes for kept in prefixes._kept.values()) <= 5 * one
+    assert newly_kept > len(prefixes._kept) + 20  # many were dropped on the way

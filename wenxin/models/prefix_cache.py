@@ -50,7 +50,8 @@ class PrefixCache:
     def __init__(self, budget_bytes: int, block: int = BLOCK) -> None:
         self.budget_bytes, self.block = int(budget_bytes), int(block)
         self._kept: "collections.OrderedDict[int, _Kept]" = collections.OrderedDict()  # by its last hash, oldest first
-        self._by_hash: Dict[int, int] = {}  # a block chain's hash -> the kept prompt holding it
+        # a block chain's hash -> the kept prompts holding it (an ordered set: the newest serves)
+        self._by_hash: Dict[int, Dict[int, None]] = {}
         self.bytes = 0
         self.hits = 0
         self.tokens_saved = 0
@@ -75,8 +76,9 @@ class PrefixCache:
         hashes = block_hashes(ids, self.block)
         if not hashes or self.budget_bytes <= 0:
             return
-        if hashes[-1] in self._by_hash:  # a kept prompt starts with all of its blocks already
-            self._kept.move_to_end(self._by_hash[hashes[-1]])
+        holders = self._by_hash.get(hashes[-1])
+        if holders:  # a kept prompt starts with all of its blocks already
+            self._kept.move_to_end(next(reversed(holders)))
             return
         length = len(hashes) * self.block
         own = np.ascontiguousarray(cache[:, :, :, :, :length])
@@ -88,14 +90,15 @@ class PrefixCache:
         self._kept[hashes[-1]] = kept
         self.bytes += own.nbytes
         for value in hashes:
-            self._by_hash[value] = hashes[-1]  # the newest prompt holding a start serves it
+            self._by_hash.setdefault(value, {})[hashes[-1]] = None
 
     def _longest(self, ids: np.ndarray) -> Optional[Tuple[_Kept, int]]:
         hashes = block_hashes(ids[:len(ids) - 1], self.block)  # its last token is always prefilled
         for count in range(len(hashes), 0, -1):
-            holder = self._by_hash.get(hashes[count - 1])
-            if holder is None:
+            holders = self._by_hash.get(hashes[count - 1])
+            if not holders:
                 continue
+            holder = next(reversed(holders))  # the newest prompt holding this start serves it
             kept = self._kept[holder]
             length = count * self.block
             if np.array_equal(kept.ids[:length], ids[:length]):  # not a hash collision
@@ -104,12 +107,12 @@ class PrefixCache:
         return None
 
     def _drop(self, key: int) -> None:
+        """Forget a kept prompt: a start it shares with other kept prompts stays served by them.
+        The work is its own blocks' (each hash's holders are an ordered set), not all kept ones'."""
         kept = self._kept.pop(key)
         self.bytes -= kept.cache.nbytes
         for value in kept.hashes:
-            if self._by_hash.get(value) == key:
+            holders = self._by_hash[value]
+            del holders[key]
+            if not holders:
                 del self._by_hash[value]
-        # a start this prompt served for another kept prompt that shares it stays served by that one
-        for other_key, other in self._kept.items():
-            for value in other.hashes:
-                self._by_hash.setdefault(value, other_key)
