@@ -29,6 +29,9 @@ same two cores, as ``serving_throughput.py``'s do), time to first token and time
 ``--shape 0.3b`` makes ``ernie45`` of ERNIE-4.5-0.3B's shape (random weights, float32);
 ``--turn_prefill all rows`` measures the batch under both of the service's rules for a turn's
 prompt tokens while answers decode (``batch all``, the default, and ``batch rows``).
+``--decode_process on off`` measures the batch decoding in a process of its own and in the
+service's thread (``batch all decode on``, ``batch all decode off``; the CPU counted is the
+service's whole process tree).
 
 ``--baseline_repo DIR`` (a checkout of the commit before the batch, e.g. ``git worktree add
 /tmp/before 800ab6a``) adds a third mode for ``ernie45``: ``before``, that checkout's own service on
@@ -247,7 +250,8 @@ def percentile(values: List[float], q: float) -> float:
 
 
 def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = REPO,
-          turn_prefill: str = "all", backend: str = "auto", prefix_cache_mb: int = 64) -> Tuple[subprocess.Popen, int]:
+          turn_prefill: str = "all", backend: str = "auto", prefix_cache_mb: int = 64,
+          decode_process: str = "auto") -> Tuple[subprocess.Popen, int]:
     """``wenxin serve`` of ``repo`` (another checkout: ``--baseline_repo``, with the flags it knows)."""
     import socket
     with socket.socket() as s:
@@ -257,7 +261,8 @@ def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = RE
     flags = ["--generation_timeout", "3600", "--max_new_tokens", str(new * 3 // 2)]
     if repo == REPO:
         flags += ["--max_rows", str(max_rows), "--num_threads", str(threads), "--max_waiting", "1000",
-                  "--turn_prefill", turn_prefill, "--backend", backend, "--prefix_cache_mb", str(prefix_cache_mb)]
+                  "--turn_prefill", turn_prefill, "--backend", backend, "--prefix_cache_mb", str(prefix_cache_mb),
+                  "--decode_process", decode_process]
     process = subprocess.Popen([sys.executable, "-m", "wenxin", "serve", "--model_dir", folder, "--port", str(port),
                                 *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=repo)
     import http.client
@@ -281,8 +286,9 @@ def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = RE
 
 def run(folder: str, bodies: List[Dict[str, Any]], streams: int, max_rows: int, new: int,
         seconds: float, threads: int, repo: str = REPO, turn_prefill: str = "all",
-        backend: str = "auto", prefix_cache_mb: int = 64) -> Dict[str, Any]:
-    process, port = serve(folder, max_rows, new, threads, repo, turn_prefill, backend, prefix_cache_mb)
+        backend: str = "auto", prefix_cache_mb: int = 64, decode_process: str = "auto") -> Dict[str, Any]:
+    process, port = serve(folder, max_rows, new, threads, repo, turn_prefill, backend, prefix_cache_mb,
+                          decode_process)
     try:
         return asyncio.run(closed_loop(port, bodies, streams, seconds, process.pid))
     finally:
@@ -309,6 +315,9 @@ def main() -> None:
     parser.add_argument("--prefix_cache_mb", nargs="+", type=int, default=[64],
                         help="the batch's --prefix_cache_mb values to measure (more than one: each a mode, "
                              "batch all prefix 64, batch all prefix 0)")
+    parser.add_argument("--decode_process", nargs="+", default=["auto"], choices=["auto", "on", "off"],
+                        help="the service's --decode_process values to measure (more than one: each a mode, "
+                             "batch all decode on, batch all decode off)")
     parser.add_argument("--system", type=int, default=0,
                         help="ernie45's requests carry the same system prompt of this many characters")
     parser.add_argument("--shape", default="small", choices=["small", "0.3b"],
@@ -348,20 +357,21 @@ def main() -> None:
         for model in args.models:
             bodies = request_bodies(model, args.new, args.system)
             for streams in args.streams:
-                prefixes = args.prefix_cache_mb
-                # each mode: its name, the service's --max_rows, --turn_prefill and --prefix_cache_mb
-                modes = [(f"batch {rule}" + (f" prefix {mb}" if len(prefixes) > 1 else ""), 32, rule, mb)
-                         for rule in args.turn_prefill for mb in prefixes]
-                modes.append(("one at a time", 1, "all", prefixes[0]))
+                prefixes, apart = args.prefix_cache_mb, args.decode_process
+                # each mode: its name, the service's --max_rows, --turn_prefill, --prefix_cache_mb, --decode_process
+                modes = [(f"batch {rule}" + (f" prefix {mb}" if len(prefixes) > 1 else "")
+                          + (f" decode {choice}" if len(apart) > 1 else ""), 32, rule, mb, choice)
+                         for rule in args.turn_prefill for mb in prefixes for choice in apart]
+                modes.append(("one at a time", 1, "all", prefixes[0], apart[0]))
                 if args.baseline_repo and model == "ernie45":
-                    modes.append(("before", 1, "all", prefixes[0]))
+                    modes.append(("before", 1, "all", prefixes[0], apart[0]))
                 if round_index % 2:
                     modes.reverse()
-                for mode, rows, rule, mb in modes:
+                for mode, rows, rule, mb, choice in modes:
                     folder, repo = (folders["ernie45-before"], args.baseline_repo) if mode == "before" else \
                         (folders[model], REPO)
                     result = run(folder, bodies, streams, rows, args.new, args.seconds, args.threads, repo, rule,
-                                 "auto" if mode == "before" else args.backend, mb)
+                                 "auto" if mode == "before" else args.backend, mb, choice)
                     results.setdefault((model, streams, mode), []).append(result)
                     print(json.dumps({"round": round_index, "model": model, "streams": streams, "mode": mode,
                                       **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}}),

@@ -92,7 +92,7 @@ def test_rows_decoded_together_get_their_lone_logits_through_the_exported_steps(
 
 # ---- the service -------------------------------------------------------------------------------
 def service_of(folder, **room):
-    from wenxin.inference.generation_scheduler import SchedulerLimits
+    from wenxin.inference.scheduler_front import SchedulerLimits
     from wenxin.inference.server import Limits, ServeOptions, Service
     limits = Limits(**{k: room.pop(k) for k in list(room) if hasattr(Limits, k)})
     service = Service(folder, port=0, options=ServeOptions(limits=limits, generation=SchedulerLimits(**room)))
@@ -244,7 +244,7 @@ def decoding_step(name, inputs):
 
 @pytest.fixture
 def gate(monkeypatch):
-    from wenxin.inference.generation_scheduler import GenerationJob
+    from wenxin.inference.scheduler_front import GenerationJob
     from wenxin.inference.predictor import Predictor
     step_gate, run_step, cancel = StepGate(), Predictor.run_step, GenerationJob.cancel
     step_gate.cancelled = threading.Event()

@@ -404,7 +404,7 @@ def test_sigterm_answers_the_request_in_flight_then_exits_0(exported, tmp_path):
 
 def test_bad_settings_and_a_taken_port_are_one_line_each(exported):
     from wenxin.common.errors import ConfigError
-    from wenxin.inference.generation_scheduler import SchedulerLimits
+    from wenxin.inference.scheduler_front import SchedulerLimits
     with pytest.raises(ConfigError) as e:
         Service(exported, port=0, workers=0,
                 options=ServeOptions(limits=Limits(max_batch=0, read_timeout=float("nan")), model_threads=0,

@@ -347,7 +347,8 @@ def test_a_cancelled_generation_stops_at_its_next_step(untrained_export):
     import asyncio
 
     from wenxin.inference.generation_api import ClientWatch
-    from wenxin.inference.generation_scheduler import GenerationJob, GenerationScheduler
+    from wenxin.inference.generation_scheduler import GenerationScheduler
+    from wenxin.inference.scheduler_front import GenerationJob
     from wenxin.inference.http_io import Call
 
     scheduler = GenerationScheduler(untrained_export)

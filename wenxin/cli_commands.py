@@ -125,6 +125,9 @@ SERVE_ARGS: Tuple[Arg, ...] = (
     arg("--prefix_cache_mb", type=int, default=64,
         help="generation models: MB of prompts' key/value caches kept so that later prompts starting the same way (the "
              "chat template and system prompt, a conversation's earlier turns) prefill only the rest; 0: none"),
+    arg("--decode_process", default="auto", choices=["auto", "on", "off"],
+        help="generation models: decode in a process of its own, so that requests and /health are answered while "
+             "a step runs; auto: where the backend keeps Python's lock while it runs (paddle) and --workers is 1"),
     arg("--max_messages", type=int, default=1024, help="chat models: messages in one request"),
     arg("--max_prompt_bytes", type=int, default=256 * 1024,
         help="generation models: a request's prompt text, in UTF-8 bytes"),

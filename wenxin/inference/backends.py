@@ -62,6 +62,9 @@ class InferenceBackend:
     setting_titles: Dict[str, str] = {}  # settings' names in the log
     auto_order = 0  # ``auto`` tries backends with a positive order, lowest first
     gpu = False  # whether it runs on a GPU (``use_gpu`` with ``auto`` takes only such backends)
+    # whether a run holds Python's interpreter lock throughout (then ``wenxin serve`` decodes in a
+    # process of its own: wenxin.inference.decode_process)
+    holds_interpreter_lock = False
     input_names: List[str]
 
     def __init__(self, model_dir: str, meta: Dict[str, Any], options: EngineOptions) -> None:

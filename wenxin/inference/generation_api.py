@@ -21,7 +21,7 @@ import orjson
 
 from wenxin.common.errors import InferenceError
 from wenxin.inference.generation_events import DoneEvent, ErrorEvent, Event, FinishReason, TokenEvent
-from wenxin.inference.generation_scheduler import GenerationJob, GenerationScheduler, Prompt, ServiceFull
+from wenxin.inference.scheduler_front import GenerationJob, Prompt, SchedulerFront, ServiceFull
 from wenxin.inference.http_io import Call, RequestError, check_texts, encode_answer, load_json_body, read_body
 from wenxin.inference.openai_chat import ChatAnswer, ChatRequestError, error_payload, parse_chat_request
 from wenxin.inference.routes import object_schema
@@ -117,7 +117,7 @@ def parse_generate_request(body: bytes, num_fields: int, limits: Limits) -> Gene
     return GenerationRequest(row, {k: v for k, v in data.items() if k not in GENERATE_OPTIONS}, stream, stop)
 
 
-def decode_settings(scheduler: GenerationScheduler, overrides: Dict[str, Any], limits: Limits) -> DecodeSettings:
+def decode_settings(scheduler: SchedulerFront, overrides: Dict[str, Any], limits: Limits) -> DecodeSettings:
     """The export's decoding settings with a request's changes, ``max_new_tokens`` at most the
     service's (a request asking for more is a 400; an export whose own is more gets the limit)."""
     overrides = dict(overrides)
@@ -143,10 +143,10 @@ class GenerationApi:
     """How a generation endpoint reads a request and writes its answer: ``/generate``'s own JSON
     and events (this class), or OpenAI's chat completions (``ChatCompletionsApi``)."""
 
-    def parse(self, body: bytes, scheduler: GenerationScheduler, limits: Limits) -> GenerationRequest:
+    def parse(self, body: bytes, scheduler: SchedulerFront, limits: Limits) -> GenerationRequest:
         return parse_generate_request(body, len(scheduler.reference.fields), limits)
 
-    def settings(self, scheduler: GenerationScheduler, overrides: Dict[str, Any], limits: Limits) -> DecodeSettings:
+    def settings(self, scheduler: SchedulerFront, overrides: Dict[str, Any], limits: Limits) -> DecodeSettings:
         return decode_settings(scheduler, overrides, limits)
 
     @property
@@ -177,7 +177,7 @@ class ChatCompletionsApi(GenerationApi):
         self.chat = ChatAnswer(model_name)
         self.max_tokens_key = "max_tokens"
 
-    def parse(self, body: bytes, scheduler: GenerationScheduler, limits: Limits) -> GenerationRequest:
+    def parse(self, body: bytes, scheduler: SchedulerFront, limits: Limits) -> GenerationRequest:
         if not scheduler.reference.reads_conversations:
             raise RequestError(HTTPStatus.NOT_FOUND, "this model is no chat model (its input is no conversation): "
                                                      "use /generate")
@@ -194,7 +194,7 @@ class ChatCompletionsApi(GenerationApi):
             self.max_tokens_key = "max_completion_tokens"
         return GenerationRequest(request.row, request.overrides, request.stream, request.stop)
 
-    def settings(self, scheduler: GenerationScheduler, overrides: Dict[str, Any], limits: Limits) -> DecodeSettings:
+    def settings(self, scheduler: SchedulerFront, overrides: Dict[str, Any], limits: Limits) -> DecodeSettings:
         try:
             return decode_settings(scheduler, overrides, limits)
         except RequestError as e:
@@ -253,7 +253,7 @@ class ClientWatch:
 class GenerationEndpoints:
     """The handlers of ``/generate`` and ``/v1/chat/completions`` (see the module docstring)."""
 
-    def __init__(self, scheduler: GenerationScheduler, limits: Limits, metrics: ServiceMetrics,
+    def __init__(self, scheduler: SchedulerFront, limits: Limits, metrics: ServiceMetrics,
                  model_name: str, log: Any) -> None:
         self.scheduler, self.limits, self.metrics, self.model_name = scheduler, limits, metrics, model_name
         self.log = log  # (path, status, seconds, tokens): the app's line and metrics of a finished request

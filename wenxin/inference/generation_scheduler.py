@@ -38,22 +38,20 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
-import dataclasses
-import itertools
 import logging
 import queue
 import threading
 import time
 from http import HTTPStatus
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from wenxin.common.errors import InferenceError, WenxinError
+from wenxin.common.errors import WenxinError
 from wenxin.inference.generation_events import DoneEvent, ErrorEvent, Event, FinishReason, TokenEvent
 from wenxin.inference.generator import AnswerText, Generator
 from wenxin.inference.predictor import Predictor
+from wenxin.inference.scheduler_front import GenerationJob, SchedulerFront, SchedulerLimits
 from wenxin.inference.turn_plan import Admitted, PrefillPart, Turn, admissible, prefill_parts, stop_reason
 from wenxin.models.batch_decoding import BatchDecoder, Update
 from wenxin.models.batch_prefill import PromptPrefill, prefill_together
@@ -64,66 +62,6 @@ logger = logging.getLogger("wenxin.serve")
 _STOP = object()
 WARM_UP_ROWS = (1, 4)  # cache rows of the warm-up's steps
 WARM_UP_STEPS = 2      # extend steps at each
-
-
-@dataclasses.dataclass
-class SchedulerLimits:
-    """The room of one service process's generation batch (see the module docstring)."""
-
-    max_rows: int = 32
-    max_cached_tokens: int = 65536
-    max_waiting: int = 64
-    prefill_tokens: int = 512
-    turn_prefill: str = "all"  # turn_plan.TURN_PREFILL_RULES: a turn's prompt tokens while answers decode
-    prefix_cache_mb: int = 64  # prompts' starts kept for later prompts that share them (0: none)
-
-
-class ServiceFull(Exception):
-    """The batch and its waiting line are full: a 503, to be retried after ``retry_after`` seconds."""
-
-    def __init__(self, message: str, retry_after: int = 1) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-@dataclasses.dataclass
-class Prompt:
-    """A request's prepared prompt: the ``prefill`` inputs and their length in tokens."""
-
-    inputs: Dict[str, np.ndarray]
-    tokens: int
-
-
-class GenerationJob:
-    """One request: its row, prompt and settings, its deadline, the events its decoding sends (an
-    asyncio queue of the loop that waits), and whether it is cancelled."""
-
-    _keys = itertools.count()
-
-    def __init__(self, row: Sequence[str], prompt: Prompt, settings: DecodeSettings, deadline: float,
-                 loop: asyncio.AbstractEventLoop, stop: Sequence[str] = ()) -> None:
-        self.key = next(self._keys)
-        self.row, self.prompt, self.settings, self.deadline, self.loop = list(row), prompt, settings, deadline, loop
-        self.stop = tuple(stop)  # stop strings (wenxin.inference.stop_strings)
-        self.events: "asyncio.Queue[Event]" = asyncio.Queue()
-        self.cancelled = threading.Event()
-
-    @property
-    def rows(self) -> int:
-        """Cache rows it holds at most (its beams)."""
-        return self.settings.rows
-
-    @property
-    def horizon(self) -> int:
-        """The longest a row of its cache can grow: the prompt (and a model's start token), and the answer."""
-        return self.prompt.tokens + 1 + self.settings.max_new_tokens
-
-    def cancel(self) -> None:
-        """Stop decoding at the next turn (the client went away)."""
-        self.cancelled.set()
-
-    def is_cancelled(self) -> bool:
-        return self.cancelled.is_set()
 
 
 Outbox = Dict[asyncio.AbstractEventLoop, List[Tuple[GenerationJob, Event]]]
@@ -146,7 +84,7 @@ class _Running:
         self.prefill: Optional[PromptPrefill] = None
 
 
-class GenerationScheduler:
+class GenerationScheduler(SchedulerFront):
     """The service's decoding (see the module docstring).
 
     Args:
@@ -157,67 +95,23 @@ class GenerationScheduler:
 
     def __init__(self, model_dir: str, limits: Optional[SchedulerLimits] = None, num_threads: int = 1,
                  backend: str = "auto", onednn: str = "auto", task: str = "", wait: bool = True) -> None:
-        self.limits = limits or SchedulerLimits()
-        self.reference = Predictor(model_dir, load_model=False, backend=backend, task=task)  # settings, fields
-        if self.reference.decode_settings is None:
-            raise InferenceError(f"{model_dir}: this model does not generate (no step functions in its export)")
-        self.state = "loading"  # then "warming" and "ready", or "failed" (``error`` says why)
-        self.error: Optional[BaseException] = None
-        self.on_failure: Optional[Callable[[BaseException], None]] = None  # told when the model cannot load
-        self.started = time.monotonic()
-        self.batched = True  # requests share one batch (False: an export whose extend cannot hide padding)
-        self.onednn = ""  # the Paddle backend's oneDNN choice, in words
-        self.on_turn: Optional[Callable[[Turn], None]] = None  # told what each turn that ran did (metrics)
+        super().__init__(model_dir, limits, backend, task)
+        self.on_state: Optional[Callable[[str], None]] = None  # told each state it moves to
         self.waiting_count = 0
         self._count_lock = threading.Lock()
         self._jobs: "queue.Queue[Any]" = queue.Queue()
         self.prefixes = PrefixCache(self.limits.prefix_cache_mb << 20)  # the scheduler thread's
-        self._preparer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wenxin-prompts")
-        self._loaded = threading.Event()
         self._thread = threading.Thread(target=self._main, args=(model_dir, num_threads, backend, onednn, task),
                                         name="wenxin-generate", daemon=True)
         self._thread.start()
         if wait:
             self.wait_loaded()
 
-    @property
-    def ready(self) -> bool:
-        """Loaded and warmed up."""
-        return self.state == "ready"
-
-    def wait_loaded(self) -> None:
-        """Until the model is loaded (its error raised here, where it could not be)."""
-        self._loaded.wait()
-        if self.error is not None:
-            raise self.error
-
-    # ---- the caller's side (the event loop) ----------------------------------------------------
-    def settings_for(self, overrides: Dict[str, Any]) -> DecodeSettings:
-        return self.reference.settings_for(overrides)
-
-    async def prepare(self, row: Sequence[str]) -> Prompt:
-        """The prompt of ``row``, prepared in the prompt thread (an ``InferenceError`` names what is
-        wrong with it). Cancelling the awaiting task leaves the result to nobody."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._preparer, self._prepare, list(row))
-
-    def _prepare(self, row: List[str]) -> Prompt:
-        inputs = self.reference.prompt(row)
-        return Prompt(inputs, self.reference.prompt_length(inputs))
-
-    def check_room(self, prompt: Prompt, settings: DecodeSettings) -> None:
-        """An ``InferenceError`` for a request that could never fit the batch, even alone."""
-        check_room(self.limits, prompt, settings)
-
     def submit(self, job: GenerationJob) -> None:
         """Queue ``job`` (``ServiceFull`` when ``max_waiting`` requests already wait, or when the
         model could not be loaded)."""
-        if self.error is not None:
-            raise ServiceFull(f"the model could not be loaded ({self.error})")
         with self._count_lock:
-            if self.waiting_count >= self.limits.max_waiting:
-                raise ServiceFull(f"the service is full: {self.waiting_count} requests wait for room in the "
-                                  f"generation batch (--max_waiting {self.limits.max_waiting}); try again shortly")
+            self.refuse_when_full(self.waiting_count)
             self.waiting_count += 1
         self._jobs.put(job)
 
@@ -241,19 +135,25 @@ class GenerationScheduler:
             logger.warning("%s: its extend step has no 'visible' input (an export made before batched decoding): each "
                            "request decodes with calls of its own; export the model again to batch them", model_dir)
         self._generator = generator
-        self.state = "warming"
+        self._move_to("warming")
         self._loaded.set()
         try:
             self._warm_up(generator)
         except Exception:  # noqa: BLE001 (the first requests then find the kernels cold: not an error)
             logger.exception("the generation warm-up failed; serving without it")
-        self.state = "ready"
+        self._move_to("ready")
         self._serve(generator)
+
+    def _move_to(self, state: str) -> None:
+        self.state = state
+        if self.on_state is not None:
+            self.on_state(state)
 
     def _failed(self, error: BaseException) -> None:
         """The model could not be loaded: the requests already queued get the error, and so does
         whoever waits (``wait_loaded``) or listens (``on_failure``)."""
-        self.error, self.state = error, "failed"
+        self.error = error
+        self._move_to("failed")
         self._loaded.set()
         for _ in range(fail_queued(self._jobs, error)):
             self._left_waiting()
@@ -419,17 +319,6 @@ class GenerationScheduler:
     def _left_waiting(self) -> None:
         with self._count_lock:
             self.waiting_count -= 1
-
-
-def check_room(limits: SchedulerLimits, prompt: Prompt, settings: DecodeSettings) -> None:
-    """An ``InferenceError`` for a request that could never fit a batch of ``limits``, even alone."""
-    rows, horizon = settings.rows, prompt.tokens + 1 + settings.max_new_tokens
-    if rows > limits.max_rows:
-        raise InferenceError(f"beam_size {rows} is more than the service's --max_rows {limits.max_rows}")
-    if rows * horizon > limits.max_cached_tokens:
-        raise InferenceError(f"{rows} rows x ({prompt.tokens} prompt tokens + {settings.max_new_tokens} "
-                             f"new) = {rows * horizon} cached tokens, more than the service's "
-                             f"--max_cached_tokens {limits.max_cached_tokens}")
 
 
 def take_jobs(jobs: "queue.Queue[Any]", waiting: Deque[GenerationJob], block: bool) -> bool:

@@ -11,7 +11,7 @@ from wenxin.common.errors import EXIT_OK
 from wenxin.common.logs import lean_records, setup_logging
 from wenxin.data.export_bundle import inference_folder
 from wenxin.inference.api_key import resolve_api_key
-from wenxin.inference.generation_scheduler import SchedulerLimits
+from wenxin.inference.scheduler_front import SchedulerLimits
 from wenxin.inference.server import Limits, ServeOptions, Service
 from wenxin.inference.workers import ServiceWorkers
 
@@ -30,7 +30,8 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
                         model_threads=args.model_threads, num_threads=args.num_threads, backend=args.backend,
                         onednn=args.onednn, task=args.task, generation=room,
                         api_key=resolve_api_key(args.api_key, args.host), model_name=getattr(args, "model_name", ""),
-                        listen_while_loading=args.workers == 1)  # several workers: each reports once loaded
+                        listen_while_loading=args.workers == 1,  # several workers: each reports once loaded
+                        decode_process=args.decode_process)
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -54,16 +54,19 @@ from typing import Any, Dict, List, Optional
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from wenxin.common.errors import ConfigError, InferenceError, Problems
+from wenxin.common.registry import RegisterSet
 from wenxin.inference.api_key import OPEN_PATHS, authorized
 from wenxin.inference.batching import BatchingPool
+from wenxin.inference.decode_process import DECODE_PROCESS_CHOICES, ProcessScheduler
 from wenxin.inference.generation_api import (GENERATE_ANSWERS, GENERATE_SCHEMA, GenerationEndpoints,
                                              Limits as GenerationLimits)
-from wenxin.inference.generation_scheduler import GenerationScheduler, SchedulerLimits
+from wenxin.inference.generation_scheduler import GenerationScheduler
 from wenxin.inference.http_io import (BodyDeadline, Call, Receive, RequestError, Scope, Send, check_texts,
                                       encode_answer, json_depth_exceeds, load_json_body, read_body, send_answer)
 from wenxin.inference.openai_chat import CHAT_SCHEMA, models_list
 from wenxin.inference.predictor import Predictor
 from wenxin.inference.routes import Answer, Route, RouteTable, object_schema
+from wenxin.inference.scheduler_front import SchedulerFront, SchedulerLimits
 from wenxin.inference.service_metrics import ServiceMetrics
 from wenxin.inference.turn_plan import TURN_PREFILL_RULES
 
@@ -109,6 +112,7 @@ class ServeOptions:
     api_key: Optional[str] = None  # what clients must send as Authorization: Bearer (wenxin.inference.api_key)
     model_name: str = ""  # what /v1/models lists and chat completions name (default: the export folder's name)
     listen_while_loading: bool = False  # a generation model: answer (/health 503 "loading") while it loads
+    decode_process: str = "off"  # DECODE_PROCESS_CHOICES: a generation model decodes in a process of its own
 
 
 PREDICT_SCHEMA = object_schema({
@@ -155,7 +159,7 @@ class PredictionApp:
     model's); ``model`` describes the export (its fields, labels, settings)."""
 
     def __init__(self, model: Predictor, limits: Limits, workers: int = 1, pool: Optional[BatchingPool] = None,
-                 scheduler: Optional[GenerationScheduler] = None, model_name: str = "model",
+                 scheduler: Optional[SchedulerFront] = None, model_name: str = "model",
                  api_key: Optional[str] = None) -> None:
         self.model, self.pool, self.scheduler, self.limits, self.workers = model, pool, scheduler, limits, workers
         self.api_key = api_key  # None: every request is answered (loopback, or --api_key none)
@@ -315,6 +319,15 @@ def event_loop_name() -> str:
     return type(asyncio.get_running_loop()).__module__.split(".")[0]
 
 
+def decodes_apart(choice: str, backend: str, workers: int) -> bool:
+    """Whether a generation model decodes in a process of its own (``--decode_process``): ``on``;
+    ``auto`` where the backend holds Python's lock while it runs (Paddle Inference) and the service
+    is one process (a worker of several is a daemon process, which cannot start another)."""
+    if choice == "auto":
+        return workers == 1 and RegisterSet.inference_backends.get(backend).holds_interpreter_lock
+    return choice == "on"
+
+
 def check_settings(options: ServeOptions, workers: int = 1) -> None:
     """One error naming every setting out of range (the command line's flags)."""
     problems = Problems()
@@ -340,6 +353,11 @@ def check_settings(options: ServeOptions, workers: int = 1) -> None:
             problems.add(f"{flag}: {value} is below the minimum {low}")
     if room.turn_prefill not in TURN_PREFILL_RULES:
         problems.add(f"--turn_prefill: {room.turn_prefill!r} is not one of {', '.join(TURN_PREFILL_RULES)}")
+    if options.decode_process not in DECODE_PROCESS_CHOICES:
+        problems.add(f"--decode_process: {options.decode_process!r} is not one of {', '.join(DECODE_PROCESS_CHOICES)}")
+    elif options.decode_process == "on" and workers > 1:
+        problems.add("--decode_process on: each of several --workers is a process already and cannot start another; "
+                     "use --workers 1 or --decode_process auto")
     problems.raise_if_any()
 
 
@@ -367,11 +385,13 @@ class Service:
         check_settings(options, workers)
         model = Predictor(model_dir, load_model=False, backend=options.backend, task=options.task)
         self.pool: Optional[BatchingPool] = None
-        self.scheduler: Optional[GenerationScheduler] = None
+        self.scheduler: Optional[SchedulerFront] = None
         self.load_error: Optional[BaseException] = None
         if model.steps:
-            self.scheduler = GenerationScheduler(model_dir, options.generation, options.num_threads, options.backend,
-                                                 options.onednn, options.task, wait=not options.listen_while_loading)
+            apart = decodes_apart(options.decode_process, model.backend, workers)
+            scheduler_class = ProcessScheduler if apart else GenerationScheduler
+            self.scheduler = scheduler_class(model_dir, options.generation, options.num_threads, options.backend,
+                                             options.onednn, options.task, wait=not options.listen_while_loading)
             self.scheduler.on_failure = self._model_failed
         else:
             self.pool = BatchingPool(model_dir, options.model_threads, options.model_batch, options.max_wait_ms,
