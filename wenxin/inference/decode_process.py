@@ -255,10 +255,13 @@ class ProcessScheduler(SchedulerFront):
     def _child_gone(self) -> None:
         """The pipe closed: after ``close``, or the child died. Whoever still waits gets an error."""
         code = self.process.exitcode if not self.process.is_alive() else None
-        with self._lock:
+        with self._lock:  # with the error set here, a request submitted from now on is refused
             left = list(self._jobs)
-        if self.error is None and not self._closing:
-            self._failed(InferenceError(f"the decoding process exited (exit code {code})"))
+            gone = self.error is None and not self._closing
+            if gone:
+                self.error = InferenceError(f"the decoding process exited (exit code {code})")
+        if gone and self.error is not None:
+            self._failed(self.error)
         message = str(self.error) if self.error is not None else "the service stopped"
         self._deliver([(key, ErrorEvent(message, HTTPStatus.SERVICE_UNAVAILABLE)) for key in left])
 
