@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from wenxin.common.errors import InferenceError
 from wenxin.common.logs import lean_records, setup_logging
 from wenxin.inference.generation_events import DoneEvent, ErrorEvent, Event
-from wenxin.inference.generation_scheduler import GenerationScheduler
+from wenxin.inference.generation_scheduler import GenerationScheduler, deliver_events
 from wenxin.inference.scheduler_front import GenerationJob, Prompt, SchedulerFront, SchedulerLimits, ServiceFull
 from wenxin.inference.turn_plan import Turn
 from wenxin.models.decoding import DecodeSettings
@@ -59,12 +59,12 @@ def _portable(error: BaseException) -> BaseException:
 
 class _PipeLoop:
     """Stands in for a request's event loop in the child: the scheduler hands it each turn's events
-    (``call_soon_threadsafe(_deliver, items)``) and it sends them to the serving process."""
+    (``call_soon_threadsafe(deliver_events, items)``) and it sends them to the serving process."""
 
     def __init__(self, send: Callable[[Any], None], finished: Callable[[int], None]) -> None:
         self._send, self._finished = send, finished
 
-    def call_soon_threadsafe(self, _deliver: Callable[..., Any], items: List[Tuple[GenerationJob, Event]]) -> None:
+    def call_soon_threadsafe(self, _callback: Callable[..., Any], items: List[Tuple[GenerationJob, Event]]) -> None:
         self._send(("events", [(job.key, event) for job, event in items]))
         for job, event in items:
             if isinstance(event, (DoneEvent, ErrorEvent)):
@@ -232,7 +232,7 @@ class ProcessScheduler(SchedulerFront):
                 by_loop.setdefault(job.loop, []).append((job, event))
         for loop, pairs in by_loop.items():
             try:
-                loop.call_soon_threadsafe(_put_events, pairs)
+                loop.call_soon_threadsafe(deliver_events, pairs)
             except RuntimeError:  # the loop has closed: nobody waits
                 for job, _ in pairs:
                     job.cancel()
@@ -264,8 +264,3 @@ class ProcessScheduler(SchedulerFront):
             self._failed(self.error)
         message = str(self.error) if self.error is not None else "the service stopped"
         self._deliver([(key, ErrorEvent(message, HTTPStatus.SERVICE_UNAVAILABLE)) for key in left])
-
-
-def _put_events(pairs: List[Tuple[GenerationJob, Event]]) -> None:
-    for job, event in pairs:
-        job.events.put_nowait(event)

@@ -52,7 +52,7 @@ from wenxin.inference.generation_events import DoneEvent, ErrorEvent, Event, Fin
 from wenxin.inference.generator import AnswerText, Generator
 from wenxin.inference.predictor import Predictor
 from wenxin.inference.scheduler_front import GenerationJob, SchedulerFront, SchedulerLimits
-from wenxin.inference.turn_plan import Admitted, PrefillPart, Turn, admissible, prefill_parts, stop_reason
+from wenxin.inference.turn_plan import Admitted, PrefillPart, Turn, admissible, prefill_parts, stopped
 from wenxin.models.batch_decoding import BatchDecoder, Update
 from wenxin.models.batch_prefill import PromptPrefill, prefill_together
 from wenxin.models.decoding import DecodeSettings, new_search
@@ -67,7 +67,8 @@ WARM_UP_STEPS = 2      # extend steps at each
 Outbox = Dict[asyncio.AbstractEventLoop, List[Tuple[GenerationJob, Event]]]
 
 
-def _deliver(items: List[Tuple[GenerationJob, Event]]) -> None:
+def deliver_events(items: List[Tuple[GenerationJob, Event]]) -> None:
+    """Put each event in its job's queue (run by the jobs' event loop: ``call_soon_threadsafe``)."""
     for job, event in items:
         job.events.put_nowait(event)
 
@@ -205,20 +206,17 @@ class GenerationScheduler(SchedulerFront):
                      turn: Turn, outbox: Outbox) -> None:
         """End requests whose client left or whose time is up, waiting or running."""
         now = time.monotonic()
-        for job in list(waiting):
-            reason = stop_reason(job.is_cancelled(), job.deadline, now)
-            if reason is not None:
-                waiting.remove(job)
-                self._left_waiting()
-                turn.ended.append((job.key, reason))
-                _send_done(job, None, reason, outbox)
-        for key, state in list(running.items()):
-            reason = stop_reason(state.job.is_cancelled(), state.job.deadline, now)
-            if reason is not None:
-                decoder.remove(key)
-                del running[key]
-                turn.ended.append((key, reason))
-                _send_done(state.job, state.answer, reason, outbox)
+        ends = dict(stopped(waiting, now))
+        for job in [job for job in waiting if job.key in ends]:
+            waiting.remove(job)
+            self._left_waiting()
+            turn.ended.append((job.key, ends[job.key]))
+            _send_done(job, None, ends[job.key], outbox)
+        for key, reason in stopped([state.job for state in running.values()], now):
+            state = running.pop(key)
+            decoder.remove(key)
+            turn.ended.append((key, reason))
+            _send_done(state.job, state.answer, reason, outbox)
 
     def _admissible(self, waiting: Deque[GenerationJob], running: Dict[int, _Running]) -> int:
         """How many waiting requests, in order, fit beside the running ones (``turn_plan.admissible``)."""
@@ -435,7 +433,7 @@ def _flush(outbox: Outbox) -> None:
     """Hand each event loop its jobs' events (one call a loop)."""
     for loop, items in outbox.items():
         try:
-            loop.call_soon_threadsafe(_deliver, items)
+            loop.call_soon_threadsafe(deliver_events, items)
         except RuntimeError:  # the loop has closed: nobody waits
             for job, _ in items:
                 job.cancel()
