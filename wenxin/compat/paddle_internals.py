@@ -24,12 +24,18 @@
 - ``stop_loader_workers``: a multi-process DataLoader iterator's ``_try_shutdown_all``. One whose
   worker failed stays referenced by its own reader thread, so it is not collected when the loop
   drops it; its ``__del__`` then runs at interpreter exit, when Paddle's modules are half torn
-  down, and prints a traceback after wenxin's one-line error.
+  down, and prints a traceback after wenxin's one-line error;
+- ``cpu_tensor_on``: a CPU ``DenseTensor`` on a NumPy array's memory (``set`` with ``zero_copy``),
+  which the Paddle backend hands its input handles (``share_external_data``) instead of a copy:
+  1.2 us an input, where the public ``paddle.utils.dlpack.from_dlpack`` takes 7 (and refuses
+  NumPy's 0 stride on an axis of size 1), which cost a bag-of-words model's call 0.98 -> 0.62 of
+  the raw engine's speed.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List
 
+import numpy as np
 import paddle
 from paddle.base.data_feeder import convert_dtype
 
@@ -113,3 +119,11 @@ def stop_loader_workers(iterator: Any) -> None:
     stop = getattr(iterator, "_try_shutdown_all", None)
     if stop is not None:
         stop()
+
+
+def cpu_tensor_on(array: np.ndarray) -> Any:
+    """A CPU ``DenseTensor`` on ``array``'s memory, not a copy; ``array`` must be C-contiguous and
+    stays the caller's to keep alive while the tensor is used."""
+    tensor = paddle.base.core.DenseTensor()
+    tensor.set(array, paddle.CPUPlace(), True)  # True: zero_copy
+    return tensor

@@ -36,6 +36,31 @@ def generation_files(model_dir: str) -> Optional[tuple]:
     return None
 
 
+def share_inputs(inputs: List[Tuple[str, Any]], batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
+    """Hands each input handle its array's memory (``share_external_data``) instead of a copy, and
+    returns the arrays fed, which the caller keeps alive until the next run: the handle points at
+    their memory without owning it.
+
+    Every input of a CPU predictor is always shared, never copied: ``copy_from_cpu`` into a handle
+    that last held shared memory writes into that memory when it is large enough (Paddle reuses a
+    tensor's allocation), i.e. into the caller's array, or into freed memory once the array is
+    gone: mixing the two on one handle corrupted the key/value cache and then the heap (issue 69).
+    An array is made C-contiguous first (the handle takes a pointer and a shape, no strides) and
+    writable: a copy only where it is not. It reaches the handle as a ``DenseTensor`` on its memory
+    (``compat.paddle_internals.cpu_tensor_on``), which takes no strides either, so an axis of size
+    1 whatever its stride (NumPy's ``x[:, None]``) is fine."""
+    from wenxin.compat.paddle_internals import cpu_tensor_on
+
+    fed = []
+    for name, handle in inputs:
+        array = batch[name]
+        if not (array.flags.c_contiguous and array.flags.writeable):
+            array = np.array(array, order="C")
+        handle.share_external_data(cpu_tensor_on(array))
+        fed.append(array)
+    return fed
+
+
 @RegisterSet.inference_backends.register("paddle")
 class PaddleBackend(InferenceBackend):
     """``paddle.inference`` on CPU (or GPU 0).
@@ -62,6 +87,10 @@ class PaddleBackend(InferenceBackend):
     # program kept the main thread from waking for 73 ms at the median)
     holds_interpreter_lock = True
     gpu = True
+    # a CPU predictor reads its inputs where they lie (share_inputs); False copies them into its own
+    # tensors, as before issue 69 (benchmarks/decode_step_cache.py measures both). One rule a process:
+    # a handle must never be fed both ways
+    shares_inputs = True
 
     def __init__(self, model_dir: str, meta: Dict[str, Any], options: EngineOptions) -> None:
         onednn = options.settings.get("onednn", "auto")
@@ -80,6 +109,7 @@ class PaddleBackend(InferenceBackend):
         # per predictor, its input and output handles, fetched once: fetching them (and the output
         # names) through pybind on every call cost 30-60 us a batch (benchmarks/predictor_overhead.py)
         self._handles: Dict[bool, Tuple[List[Tuple[str, Any]], List[Any]]] = {}
+        self.fed: List[np.ndarray] = []  # the arrays the input handles point at (share_inputs), in order
         self.input_names = self._predictor(self.uses_onednn(1)).get_input_names()
 
     @classmethod
@@ -143,7 +173,10 @@ class PaddleBackend(InferenceBackend):
     def run(self, batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
         rows = len(next(iter(batch.values()))) if batch else 0
         predictor, inputs, outputs = self._bound(self.uses_onednn(rows))
-        for name, handle in inputs:
-            handle.copy_from_cpu(batch[name])  # takes the array's shape: no reshape call is needed
+        if self.use_gpu or not self.shares_inputs:
+            for name, handle in inputs:
+                handle.copy_from_cpu(batch[name])  # takes the array's shape: no reshape call is needed
+        else:
+            self.fed = share_inputs(inputs, batch)
         predictor.run()
         return [handle.copy_to_cpu() for handle in outputs]
