@@ -64,23 +64,38 @@ def greedy_timed(prefill: Callable[[], np.ndarray], step: Callable[[int], np.nda
 
 
 def wenxin_worker(export: str, backend: str, threads: int, prompt: List[int], new: int) -> Dict[str, Any]:
-    """The exported step program through wenxin's Predictor (``run_step``: what serving runs for a
-    row): the prompt's prefill, then ``new`` greedy steps of one token."""
+    """The exported step program through wenxin's Predictor (``run_step``), as serving runs a row:
+    the prompt's prefill, then ``new`` greedy steps of one token with the row's cache kept in place
+    (``KVSlots``, the service's batch) where the export's ``advance`` reads it so, else ``extend``
+    on the padded cache (an export from before it)."""
     from wenxin.inference.predictor import Predictor
+    from wenxin.models.kv_slots import KVSlots
     predictor = Predictor(export, num_threads=threads, backend=backend)
-    state: Dict[str, Any] = {}  # the row's cache and its next position
+    state: Dict[str, Any] = {}  # the row's cache (or its slots) and its next position
 
     def prefill() -> np.ndarray:
         out = predictor.run_step("prefill", {"ids": np.asarray([prompt], dtype=np.int64)})
         state.update(cache=out["cache"], position=int(np.asarray(out["position"]).reshape(-1)[0]))
+        if predictor.in_place_cache is not None:
+            state["slots"] = KVSlots(predictor.in_place_cache)
+            state["slots"].append(out["cache"])
         return np.asarray(out["logits"])[0]
 
     def step(token: int) -> np.ndarray:
-        cache, position = state["cache"], state["position"]
+        position = state["position"]
+        state["position"] = position + 1
+        if "slots" in state:
+            slots = state["slots"]
+            out = predictor.run_step("advance", {"tokens": np.asarray([[token]], dtype=np.int64),
+                                                 "positions": np.asarray([[position]], dtype=np.int64),
+                                                 **slots.inputs(1)})
+            slots.write(out["new_cache"])
+            return np.asarray(out["logits"]).reshape(-1, np.asarray(out["logits"]).shape[-1])[-1]
+        cache = state["cache"]
         out = predictor.run_step("extend", {"tokens": np.asarray([token], dtype=np.int64),
                                             "positions": np.asarray([position], dtype=np.int64), "cache": cache,
                                             "visible": np.ones((1, int(cache.shape[4]) + 1), np.float32)})
-        state.update(cache=out["cache"], position=position + 1)
+        state["cache"] = out["cache"]
         return np.asarray(out["logits"])[0]
 
     greedy_timed(prefill, step, new)  # warm-up

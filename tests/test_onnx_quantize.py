@@ -56,3 +56,30 @@ def test_each_tokens_own_scale_makes_a_row_batched_equal_it_alone(tmp_path, opse
     error = np.abs(per_token - exact).max(axis=1) / np.abs(exact).max(axis=1).clip(1e-6)
     assert error[np.arange(8) != 3].max() < 0.03  # each row within 3% of its largest float32 output
     assert np.abs(per_token - exact).max() <= np.abs(per_call - exact).max()
+
+
+def test_each_token_is_quantized_as_numpy_rounds_it(tmp_path):
+    """The per-token chain's uint8 values against NumPy's: ``x / scale`` rounded half to even, plus
+    the zero point 128, saturated; a row's scale its largest magnitude / 127 (0 stays 0)."""
+    from onnx import TensorProto, helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    two_layers(tmp_path / "f32.onnx", 13)
+    quantize_dynamic(str(tmp_path / "f32.onnx"), str(tmp_path / "call.onnx"), weight_type=QuantType.QInt8,
+                     per_channel=True)
+    model = onnx.load(str(tmp_path / "call.onnx"))
+    first = next(node for node in model.graph.node if node.op_type == "DynamicQuantizeLinear" and node.input[0] == "x")
+    quantized, scale = first.output[0], first.output[1]
+    per_token_activations(model)
+    model.graph.output.extend([helper.make_tensor_value_info(quantized, TensorProto.UINT8, None),
+                               helper.make_tensor_value_info(scale, TensorProto.FLOAT, None)])
+    onnx.save(model, str(tmp_path / "token.onnx"))
+    x = np.zeros((3, 64), np.float32)
+    x[0, :6] = [127, 2.5, -3.5, 0.5, -0.5, 126.5]  # scale 1: halves round to even
+    x[1] = np.linspace(-40, 20, 64)  # scale 40 / 127
+    session = ort.InferenceSession(str(tmp_path / "token.onnx"), providers=["CPUExecutionProvider"])
+    _, got, scales = session.run(None, {"x": x})
+    expected_scales = np.maximum(np.abs(x).max(axis=1, keepdims=True), np.float32(1e-30)) / np.float32(127)
+    np.testing.assert_array_equal(scales, expected_scales)
+    expected = np.clip(np.rint(x / expected_scales) + 128, 0, 255).astype(np.uint8)
+    np.testing.assert_array_equal(got, expected)
+    assert list(got[0, :6]) == [255, 130, 124, 128, 128, 254]  # 2.5 -> 2, -3.5 -> -4, 126.5 -> 126
