@@ -16,7 +16,12 @@ with each engine's peak RSS. The check of a third runtime: each engine's logits 
 after the last token, and its greedy tokens, against wenxin's on Paddle, printed beside the table.
 
     python benchmarks/against_llama_cpp.py --export EXPORT --gguf_f32 model-f32.gguf \\
-        --gguf_q8 model-q8_0.gguf --llama_python /tmp/llamavenv/bin/python --threads 1 2
+        --gguf_q8 model-q8_0.gguf --llama_python /tmp/llamavenv/bin/python --threads 1 2 --streams 1 4 16 32
+
+``--streams``: each engine also decodes that many streams together (unlike prompts of ``--prompt``
+ids, prefilled first, untimed), as its server batches them: wenxin's rows in one ``KVSlots``
+through one ``advance`` call a step, llama.cpp's sequences in one context through one
+``llama_decode`` a step; a table per thread count gives CPU-ms a token and tokens a CPU-second.
 """
 from __future__ import annotations
 
@@ -43,9 +48,9 @@ ENGINES = {  # name: (runtime, what it loads)
 }
 
 
-def prompt_ids(length: int) -> List[int]:
-    """A fixed prompt of ``length`` token ids (above the special ones)."""
-    return [int(i) for i in np.random.default_rng(7).integers(3, 1000, length)]
+def prompt_ids(length: int, seed: int = 0) -> List[int]:
+    """A fixed prompt of ``length`` token ids (above the special ones); ``seed``: another one."""
+    return [int(i) for i in np.random.default_rng(7 + seed).integers(3, 1000, length)]
 
 
 def greedy_timed(prefill: Callable[[], np.ndarray], step: Callable[[int], np.ndarray], new: int) -> Dict[str, Any]:
@@ -122,14 +127,90 @@ def llama_worker(gguf: str, threads: int, prompt: List[int], new: int) -> Dict[s
     return greedy_timed(prefill, lambda token: evaluated([token]), new)
 
 
-def run_engine(args: argparse.Namespace, engine: str, threads: int) -> Dict[str, Any]:
-    """One round of ``engine`` in a fresh process (this script with ``--worker``)."""
+def streams_timed(step: Callable[[List[int]], List[np.ndarray]], first: List[int], new: int) -> Dict[str, Any]:
+    """``new`` greedy steps of every stream at once (``step``: each stream's next token in, each
+    one's logits out), after a warm-up step, timed (CPU and wall)."""
+    tokens = list(first)
+    tokens = [int(logits.argmax()) for logits in step(tokens)]  # warm-up
+    c0, w0 = time.process_time(), time.perf_counter()
+    for _ in range(new):
+        tokens = [int(logits.argmax()) for logits in step(tokens)]
+    return {"step_cpu": (time.process_time() - c0) / new, "step_wall": (time.perf_counter() - w0) / new}
+
+
+def wenxin_streams(export: str, backend: str, threads: int, prompts: List[List[int]], new: int) -> Dict[str, Any]:
+    """``len(prompts)`` streams decoded together as the service's batch does: each prompt prefilled
+    (not timed), every row's cache in one ``KVSlots``, then one ``advance`` call a step for all rows."""
+    from wenxin.inference.predictor import Predictor
+    from wenxin.models.kv_slots import KVSlots
+    predictor = Predictor(export, num_threads=threads, backend=backend)
+    if predictor.in_place_cache is None:
+        raise SystemExit(f"{export}: its advance does not read the cache in place (an older export)")
+    slots = KVSlots(predictor.in_place_cache)
+    first = []
+    for prompt in prompts:
+        out = predictor.run_step("prefill", {"ids": np.asarray([prompt], dtype=np.int64)})
+        slots.append(out["cache"])
+        first.append(int(np.asarray(out["logits"])[0].argmax()))
+
+    def step(tokens: List[int]) -> List[np.ndarray]:
+        out = predictor.run_step("advance", {"tokens": np.asarray(tokens, dtype=np.int64)[:, None],
+                                             "positions": slots.lengths[:, None].copy(), **slots.inputs(1)})
+        slots.write(out["new_cache"])
+        logits = np.asarray(out["logits"])
+        return list(logits.reshape(len(tokens), -1, logits.shape[-1])[:, -1])
+
+    return streams_timed(step, first, new)
+
+
+def llama_streams(gguf: str, threads: int, prompts: List[List[int]], new: int) -> Dict[str, Any]:
+    """``len(prompts)`` streams decoded together as llama.cpp's server does: one sequence each in
+    one context (``n_seq_max``), each prompt decoded alone (not timed), then one ``llama_decode`` a
+    step of a batch holding every sequence's next token (llama-cpp-python's low-level API)."""
+    import llama_cpp as llama
+    llama.llama_backend_init()
+    model = llama.llama_model_load_from_file(gguf.encode(), llama.llama_model_default_params())
+    count, per_sequence = len(prompts), max(len(p) for p in prompts) + new + 8
+    params = llama.llama_context_default_params()
+    params.n_ctx, params.n_seq_max = count * per_sequence, count
+    params.n_batch = params.n_ubatch = max(count, max(len(p) for p in prompts))
+    params.n_threads = params.n_threads_batch = threads
+    context = llama.llama_init_from_model(model, params)
+    vocab = llama.llama_vocab_n_tokens(llama.llama_model_get_vocab(model))
+    batch = llama.llama_batch_init(params.n_batch, 0, 1)
+    positions = [0] * count
+
+    def decode(entries: List[tuple]) -> List[np.ndarray]:  # (sequence, token, wants logits)
+        batch.n_tokens = len(entries)
+        for i, (sequence, token, wants) in enumerate(entries):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, positions[sequence], 1
+            batch.seq_id[i][0], batch.logits[i] = sequence, wants
+            positions[sequence] += 1
+        if llama.llama_decode(context, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        return [np.ctypeslib.as_array(llama.llama_get_logits_ith(context, i), shape=(vocab,)).copy()
+                for i, (_, _, wants) in enumerate(entries) if wants]
+
+    first = []
+    for sequence, prompt in enumerate(prompts):
+        first.append(int(decode([(sequence, t, i == len(prompt) - 1) for i, t in enumerate(prompt)])[0].argmax()))
+    result = streams_timed(lambda tokens: decode([(s, t, True) for s, t in enumerate(tokens)]), first, new)
+    llama.llama_batch_free(batch)
+    llama.llama_free(context)
+    llama.llama_model_free(model)
+    return result
+
+
+def run_engine(args: argparse.Namespace, engine: str, threads: int, streams: int = 0) -> Dict[str, Any]:
+    """One round of ``engine`` in a fresh process (this script with ``--worker``): batch 1, or
+    ``streams`` streams decoded together (their prompts of ``--prompt`` ids each, unlike)."""
     runtime, what = ENGINES[engine]
     python = args.llama_python if runtime == "llama" else sys.executable
     target = getattr(args, what) if runtime == "llama" else args.export
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "GLOG_minloglevel": "2"}
+    prompts = [prompt_ids(args.prompt, seed) for seed in range(streams)] if streams else prompt_ids(args.prompt)
     proc = subprocess.run([python, os.path.abspath(__file__), "--worker", runtime, target, what, str(threads),
-                           json.dumps(prompt_ids(args.prompt)), str(args.new)],
+                           json.dumps(prompts), str(args.new)],
                           capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"{engine}: {proc.stderr[-2000:]}")
@@ -138,10 +219,14 @@ def run_engine(args: argparse.Namespace, engine: str, threads: int) -> Dict[str,
 
 def worker_main(argv: List[str]) -> None:
     runtime, target, what, threads, prompt, new = argv
-    if runtime == "wenxin":
-        result = wenxin_worker(target, what, int(threads), json.loads(prompt), int(new))
+    prompts = json.loads(prompt)
+    if prompts and isinstance(prompts[0], list):  # streams decoded together
+        result = (wenxin_streams(target, what, int(threads), prompts, int(new)) if runtime == "wenxin" else
+                  llama_streams(target, int(threads), prompts, int(new)))
+    elif runtime == "wenxin":
+        result = wenxin_worker(target, what, int(threads), prompts, int(new))
     else:
-        result = llama_worker(target, int(threads), json.loads(prompt), int(new))
+        result = llama_worker(target, int(threads), prompts, int(new))
     result["rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
     print(json.dumps(result))
 
@@ -160,6 +245,8 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32, help="tokens decoded")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    parser.add_argument("--streams", type=int, nargs="*", default=[],
+                        help="also decode this many streams together, each count a table (e.g. 1 4 16 32)")
     args = parser.parse_args()
     print(f"prompt of {args.prompt} ids, {args.new} tokens decoded greedily, {args.rounds} rounds; {load_note()}")
     for threads in args.threads:
@@ -193,6 +280,31 @@ def main() -> None:
                 print(f"{engine}: {' and '.join(k.split('_')[0] for k in keys)} logits within {difference:.3g} of "
                       f"wenxin paddle float32's (largest "
                       f"{scale:.3g}); greedy tokens equal for the first {agree} of {len(exact['tokens'])}")
+        if args.streams:
+            streams_table(args, threads)
+
+
+def streams_table(args: argparse.Namespace, threads: int) -> None:
+    """Each engine decoding ``--streams`` streams together, rounds alternating the engines' order:
+    CPU-ms a token, tokens a CPU-second and a second, and the tokens a CPU-second against the
+    engine's own at the fewest streams."""
+    runs: Dict[tuple, List[Dict[str, Any]]] = {}
+    for round_ in range(args.rounds):
+        for streams in args.streams:
+            order = args.engines if round_ % 2 == 0 else list(reversed(args.engines))
+            for engine in order:
+                runs.setdefault((engine, streams), []).append(run_engine(args, engine, threads, streams))
+    print(f"\n{threads} thread(s), streams decoded together after prompts of {args.prompt} ids, {args.new} "
+          f"steps; {load_note()}")
+    print("| engine | streams | CPU-ms a token | tokens / CPU-s | tokens / s | x tokens / CPU-s |")
+    print("|---|---|---|---|---|---|")
+    for engine in args.engines:
+        base = None
+        for streams in args.streams:
+            cpu = statistics.median(r["step_cpu"] for r in runs[(engine, streams)]) / streams
+            wall = statistics.median(r["step_wall"] for r in runs[(engine, streams)]) / streams
+            base = base or 1 / cpu
+            print(f"| {engine} | {streams} | {cpu * 1e3:.1f} | {1 / cpu:.1f} | {1 / wall:.1f} | {1 / cpu / base:.2f} |")
 
 
 if __name__ == "__main__":
