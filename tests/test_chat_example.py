@@ -64,9 +64,11 @@ def test_the_chat_example_learns_its_conversations_and_answers_them(chat_data, t
                                  *[a for p in prompts for a in ("--text", p)]], script="wenxin/cli.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = [json.loads(line.rsplit("\t", 1)[1]) for line in proc.stdout.splitlines()]
-    # most answers come back word for word (measured: 15 of 20); the corpus asks some questions twice
-    # with different answers, and a small model trained for minutes mixes up a few others
-    assert sum(g == a for g, a in zip(got, answers)) >= 0.6 * len(answers), list(zip(got, answers))
+    # many answers come back word for word: measured 15 of 20 on an AVX2 CPU and 10 of 20 on an
+    # AVX-512 one (the same code before and after issue 69's changes: training's rounding follows the
+    # CPU's kernels); the corpus asks some questions twice with different answers, and a small model
+    # trained for minutes mixes up or ends early a few others. After one training step it gets 0 of 20.
+    assert sum(g == a for g, a in zip(got, answers)) >= 0.4 * len(answers), list(zip(got, answers))
 
 
 MOE_FIXTURE = os.path.join(REPO, "tests", "fixtures", "ernie45_moe", "shared")
