@@ -68,6 +68,17 @@ def greedy_timed(prefill: Callable[[], np.ndarray], step: Callable[[int], np.nda
             "tokens": tokens, "first_logits": first.tolist(), "last_logits": last.tolist()}
 
 
+def advance_in_place(predictor: Any, slots: Any, tokens: List[int]) -> np.ndarray:
+    """One step of every row of ``slots`` (``KVSlots``; each row's next token in ``tokens``) as the
+    service's batch runs it: one ``advance`` call reading the cache in place, the new keys and values
+    written after each row's own; each row's next logits ``[rows, vocab]``."""
+    out = predictor.run_step("advance", {"tokens": np.asarray(tokens, dtype=np.int64)[:, None],
+                                         "positions": slots.lengths[:, None].copy(), **slots.inputs(1)})
+    slots.write(out["new_cache"])
+    logits = np.asarray(out["logits"])
+    return logits.reshape(len(tokens), -1, logits.shape[-1])[:, -1]
+
+
 def wenxin_worker(export: str, backend: str, threads: int, prompt: List[int], new: int) -> Dict[str, Any]:
     """The exported step program through wenxin's Predictor (``run_step``), as serving runs a row:
     the prompt's prefill, then ``new`` greedy steps of one token with the row's cache kept in place
@@ -90,12 +101,7 @@ def wenxin_worker(export: str, backend: str, threads: int, prompt: List[int], ne
         position = state["position"]
         state["position"] = position + 1
         if "slots" in state:
-            slots = state["slots"]
-            out = predictor.run_step("advance", {"tokens": np.asarray([[token]], dtype=np.int64),
-                                                 "positions": np.asarray([[position]], dtype=np.int64),
-                                                 **slots.inputs(1)})
-            slots.write(out["new_cache"])
-            return np.asarray(out["logits"]).reshape(-1, np.asarray(out["logits"]).shape[-1])[-1]
+            return advance_in_place(predictor, state["slots"], [token])[0]
         cache = state["cache"]
         out = predictor.run_step("extend", {"tokens": np.asarray([token], dtype=np.int64),
                                             "positions": np.asarray([position], dtype=np.int64), "cache": cache,
@@ -153,14 +159,7 @@ def wenxin_streams(export: str, backend: str, threads: int, prompts: List[List[i
         slots.append(out["cache"])
         first.append(int(np.asarray(out["logits"])[0].argmax()))
 
-    def step(tokens: List[int]) -> List[np.ndarray]:
-        out = predictor.run_step("advance", {"tokens": np.asarray(tokens, dtype=np.int64)[:, None],
-                                             "positions": slots.lengths[:, None].copy(), **slots.inputs(1)})
-        slots.write(out["new_cache"])
-        logits = np.asarray(out["logits"])
-        return list(logits.reshape(len(tokens), -1, logits.shape[-1])[:, -1])
-
-    return streams_timed(step, first, new)
+    return streams_timed(lambda tokens: list(advance_in_place(predictor, slots, tokens)), first, new)
 
 
 def llama_streams(gguf: str, threads: int, prompts: List[List[int]], new: int) -> Dict[str, Any]:
