@@ -87,7 +87,7 @@ def test_shared_inputs_give_what_copied_ones_give_whatever_their_strides(predict
     odd = dict(inputs)
     odd["positions"] = np.asfortranarray(np.repeat(inputs["positions"], 2, axis=1))[:, :1]  # strided
     odd["visible"] = inputs["visible"].copy()
-    odd["visible"].flags.writeable = False  # NumPy lends no read-only array through DLPack
+    odd["visible"].flags.writeable = False  # read-only: shared as it is
     for case in (inputs, odd):
         got = sharing.run(fed(sharing, case))
         assert len(got) == len(expected)
@@ -101,3 +101,9 @@ def test_the_tensor_handed_over_is_the_arrays_memory():
         tensor = cpu_tensor_on(array)
         array[-1] = 99
         assert np.array_equal(np.array(tensor), array)  # the change is seen: not a copy
+    base = np.arange(6, dtype=np.float32)
+    read_only = base.view()
+    read_only.flags.writeable = False
+    tensor = cpu_tensor_on(read_only)
+    base[0] = 99
+    assert np.array(tensor)[0] == 99  # a read-only array is shared too

@@ -45,17 +45,17 @@ def share_inputs(inputs: List[Tuple[str, Any]], batch: Dict[str, np.ndarray]) ->
     that last held shared memory writes into that memory when it is large enough (Paddle reuses a
     tensor's allocation), i.e. into the caller's array, or into freed memory once the array is
     gone: mixing the two on one handle corrupted the key/value cache and then the heap (issue 69).
-    An array is made C-contiguous first (the handle takes a pointer and a shape, no strides) and
-    writable: a copy only where it is not. It reaches the handle as a ``DenseTensor`` on its memory
+    An array is made C-contiguous first (the handle takes a pointer and a shape, no strides): a
+    copy only where it is not. It reaches the handle as a ``DenseTensor`` on its memory
     (``compat.paddle_internals.cpu_tensor_on``), which takes no strides either, so an axis of size
-    1 whatever its stride (NumPy's ``x[:, None]``) is fine."""
+    1 whatever its stride (NumPy's ``x[:, None]``) is fine, and a read-only array is shared as it is."""
     from wenxin.compat.paddle_internals import cpu_tensor_on
 
     fed = []
     for name, handle in inputs:
         array = batch[name]
-        if not (array.flags.c_contiguous and array.flags.writeable):
-            array = np.array(array, order="C")
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
         handle.share_external_data(cpu_tensor_on(array))
         fed.append(array)
     return fed
