@@ -66,13 +66,14 @@ def per_token_activations(model: "onnx.ModelProto") -> int:  # type: ignore[name
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     if opset >= 18:  # ReduceMax's axes: an input from opset 18, an attribute before
         constants["per_token.axes"] = np.asarray([-1], np.int64)
-    nodes, zero_points = [], {}
+    nodes: list = []
+    zero_points = set()  # the replaced nodes' zero-point outputs: the products read the constant instead
     for node in model.graph.node:
         if node.op_type != "DynamicQuantizeLinear" or node.domain not in ("", "ai.onnx"):
             nodes.append(node)
             continue
         x, (quantized, scale, zero_point) = node.input[0], node.output
-        zero_points[zero_point] = "per_token.zero_point"
+        zero_points.add(zero_point)
         step = f"{node.name or x}.per_token"
         largest = (helper.make_node("ReduceMax", [f"{step}.abs", "per_token.axes"], [f"{step}.max"], keepdims=1)
                    if opset >= 18 else
@@ -88,7 +89,7 @@ def per_token_activations(model: "onnx.ModelProto") -> int:  # type: ignore[name
         for node in nodes:
             for index, name in enumerate(node.input):
                 if name in zero_points:
-                    node.input[index] = zero_points[name]
+                    node.input[index] = "per_token.zero_point"
         del model.graph.node[:]
         model.graph.node.extend(nodes)
         model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
