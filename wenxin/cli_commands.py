@@ -212,7 +212,8 @@ COMMANDS = (
     Command("infer", "predict raw text files with an exported model (an infer task file)", run.infer_command,
             TASK_ARGS, paddle=True,
             doc="predict files with an infer task file (`python run_infer.py ...` is the same)"),
-    Command("serve", "serve an exported model over HTTP (JSON)", run.serve_command, SERVE_ARGS, paddle=True,
+    # Paddle only where the serving process runs it (wenxin.inference.server.loads_paddle_here)
+    Command("serve", "serve an exported model over HTTP (JSON)", run.serve_command, SERVE_ARGS,
             checks=(run.check_model_dir,),
             doc="the HTTP service ([inference and serving](serving.md)); beyond loopback it asks clients for "
                 "`Authorization: Bearer K`"),

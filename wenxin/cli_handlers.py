@@ -234,7 +234,9 @@ def infer_command(args: argparse.Namespace) -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    from wenxin.common.logs import setup_logging
     from wenxin.inference.serve_command import serve
+    setup_logging()  # a model folder's export is built (or converted) first, and says so
     args.model_dir = model_export(args)
     return serve(args)
 

@@ -33,6 +33,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from wenxin.common.cache_folder import CACHE_ENV, cache_root
 from wenxin.common.errors import ConfigError
 from wenxin.common.files import write_text_atomically
+from wenxin.common.process import load_paddle
 from wenxin.data.export_bundle import INFERENCE_DIR, PREPROCESS_FILE, inference_folder
 
 logger = logging.getLogger("wenxin")
@@ -196,6 +197,7 @@ def export_of_folder(folder: str, settings: FolderSettings = FolderSettings()) -
         logger.info("model folder %s: building its decode step programs (%s graph; once, then cached in %s)",
                     folder, settings.graph_mode, exports)
         started = time.monotonic()
+        load_paddle()  # a command that runs without Paddle (wenxin serve on ONNX Runtime) builds with it
         _build(folder, settings, target)
         write_text_atomically(target + ".source.json", json.dumps(
             {"folder": folder, "graph_mode": settings.graph_mode, "max_prompt_tokens": settings.max_prompt_tokens,
@@ -240,6 +242,7 @@ def with_onnx(export: str) -> str:
         if not os.path.isfile(os.path.join(export, onnx_file("advance"))):
             logger.info("%s: converting its decode step program to ONNX Runtime's, float32 and int8 (once, then "
                         "cached)", export)
+            load_paddle()
             export_onnx(export, {})
     return export
 

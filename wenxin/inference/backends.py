@@ -65,6 +65,9 @@ class InferenceBackend:
     # whether a run holds Python's interpreter lock throughout (then ``wenxin serve`` decodes in a
     # process of its own: wenxin.inference.decode_process)
     holds_interpreter_lock = False
+    # whether it imports Paddle (``wenxin serve`` then loads Paddle first, in the main thread, with
+    # signals held: Paddle installs signal handlers of its own as it loads; wenxin.common.process)
+    loads_paddle = False
     input_names: List[str]
 
     def __init__(self, model_dir: str, meta: Dict[str, Any], options: EngineOptions) -> None:

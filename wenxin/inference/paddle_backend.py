@@ -86,6 +86,7 @@ class PaddleBackend(InferenceBackend):
     # predictor.run() keeps Python's lock for the whole run (measured: a thread stepping a 76 ms
     # program kept the main thread from waking for 73 ms at the median)
     holds_interpreter_lock = True
+    loads_paddle = True
     gpu = True
     # a CPU predictor reads its inputs where they lie (share_inputs); False copies them into its own
     # tensors, as before issue 69 (benchmarks/decode_step_cache.py measures both). One rule a process:

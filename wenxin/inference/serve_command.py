@@ -9,10 +9,11 @@ from typing import Union
 from wenxin.common import startup_notes
 from wenxin.common.errors import EXIT_OK
 from wenxin.common.logs import lean_records, setup_logging
+from wenxin.common.process import load_paddle
 from wenxin.data.export_bundle import inference_folder
 from wenxin.inference.api_key import resolve_api_key
 from wenxin.inference.scheduler_front import SchedulerLimits
-from wenxin.inference.server import Limits, ServeOptions, Service
+from wenxin.inference.server import Limits, ServeOptions, Service, loads_paddle_here
 from wenxin.inference.workers import ServiceWorkers
 
 
@@ -38,6 +39,8 @@ def serve(args: argparse.Namespace) -> int:
     """Serve ``args.model_dir`` until SIGTERM or Ctrl-C; every request in flight is answered."""
     folder = inference_folder(args.model_dir)
     options = serve_options(args)
+    if loads_paddle_here(folder, options, args.workers):
+        load_paddle()  # first, in this thread, with signals held (wenxin.common.process)
     setup_logging()
     lean_records()  # a line a request
     log = logging.getLogger("wenxin")

@@ -328,6 +328,18 @@ def decodes_apart(choice: str, backend: str, workers: int) -> bool:
     return choice == "on"
 
 
+def loads_paddle_here(model_dir: str, options: ServeOptions, workers: int = 1) -> bool:
+    """Whether the serving process itself runs the model on Paddle: one process (several workers
+    load it in theirs), a backend that loads Paddle, and not a generation model decoding in a
+    process of its own (``decodes_apart``). Otherwise it never imports Paddle (0.28 GiB)."""
+    if workers > 1:
+        return False
+    model = Predictor(model_dir, load_model=False, backend=options.backend, task=options.task)
+    if not RegisterSet.inference_backends.get(model.backend).loads_paddle:
+        return False
+    return not (model.steps and decodes_apart(options.decode_process, model.backend, workers))
+
+
 def check_settings(options: ServeOptions, workers: int = 1) -> None:
     """One error naming every setting out of range (the command line's flags)."""
     problems = Problems()
