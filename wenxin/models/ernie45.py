@@ -70,7 +70,7 @@ def rotate_pairs(x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor) -> pa
     even, odd = x[..., 0::2], x[..., 1::2]  # [B, T, heads, D/2]
     sin, cos = sin.unsqueeze(-2), cos.unsqueeze(-2)  # [(B,) T, 1, D/2]: every head alike
     turned = paddle.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1)  # [B, T, heads, D/2, 2]
-    return turned.reshape([0, 0, 0, -1])
+    return turned.reshape([0, 0, 0, x.shape[-1]])
 
 
 class Ernie45Attention(nn.Layer):
@@ -104,9 +104,23 @@ class Ernie45Attention(nn.Layer):
         size), so a step reads its cache where the caller keeps it and copies none of it (issue
         69, point 2; ``wenxin.models.kv_slots``). An empty ``past`` (``N`` = 0) is not allowed:
         Paddle 3.0's matmul fails on it (callers pass one hidden column instead)."""
-        q = self.q_proj(x).reshape([0, 0, self.heads, self.head_dim])  # [B, T, H, D]
-        k = self.k_proj(x).reshape([0, 0, self.kv_heads, self.head_dim])  # [B, T, KV, D]
-        v = self.v_proj(x).reshape([0, 0, self.kv_heads, self.head_dim])
+        q, k, v = self.project(x)
+        out, k, v = self.core(q, k, v, sin, cos, bias, past)
+        return self.o_proj(out), k, v
+
+    def project(self, x: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+        """``x`` ``[..., hidden]`` -> its queries ``[..., H * D]``, keys and values ``[..., KV * D]``."""
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+    def core(self, q: paddle.Tensor, k: paddle.Tensor, v: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor,
+             bias: Optional[paddle.Tensor], past: Optional[Tuple[paddle.Tensor, paddle.Tensor]] = None
+             ) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+        """Attention between projections ``[B, T, H * D]`` (queries) and ``[B, T, KV * D]`` (keys,
+        values) and ``past`` -> its output before ``o_proj`` ``[B, T, H * D]`` and the rotated keys
+        and values of the ``T`` positions ``[B, KV, T, D]`` (see ``attend``)."""
+        q = q.reshape([0, 0, self.heads, self.head_dim])  # [B, T, H, D]
+        k = k.reshape([0, 0, self.kv_heads, self.head_dim])  # [B, T, KV, D]
+        v = v.reshape([0, 0, self.kv_heads, self.head_dim])
         q, k = rotate_pairs(q, sin, cos), rotate_pairs(k, sin, cos)
         q, k, v = (t.transpose([0, 2, 1, 3]) for t in (q, k, v))  # [B, heads, T, D]
         # query head h reads key/value head h // G (G = H / KV): the G query heads of a key/value
@@ -114,22 +128,23 @@ class Ernie45Attention(nn.Layer):
         # values are never repeated G times
         group = self.heads // self.kv_heads
         length = paddle.shape(q)[2]
-        grouped = q.reshape([0, self.kv_heads, -1, self.head_dim])  # [B, KV, G * T, D]
+        grouped = q.reshape([0, self.kv_heads, group * length, self.head_dim])  # [B, KV, G * T, D]
         scores = paddle.matmul(grouped, k, transpose_y=True)  # [B, KV, G * T, T]
         if past is not None:
             scores = paddle.concat([paddle.matmul(grouped, past[0], transpose_y=True), scores], axis=-1)  # N + T
-        scores = (scores * (self.head_dim ** -0.5)).reshape([0, self.heads, length, -1])  # [B, H, T, N + T]
+        columns = paddle.shape(scores)[3]
+        scores = (scores * (self.head_dim ** -0.5)).reshape([0, self.heads, length, columns])  # [B, H, T, N + T]
         if bias is not None:
             scores = scores + bias
         weights = F.softmax(scores.astype("float32"), axis=-1).astype(q.dtype)
-        weights = weights.reshape([0, self.kv_heads, group * length, -1])  # [B, KV, G * T, N + T]
+        weights = weights.reshape([0, self.kv_heads, group * length, columns])  # [B, KV, G * T, N + T]
         if past is None:
             out = paddle.matmul(weights, v)  # [B, KV, G * T, D]
         else:
             cached = paddle.shape(past[1])[2]
             out = paddle.matmul(weights[:, :, :, :cached], past[1]) + paddle.matmul(weights[:, :, :, cached:], v)
         out = out.reshape([0, self.heads, length, self.head_dim]).transpose([0, 2, 1, 3])  # [B, T, H, D]
-        return self.o_proj(out.reshape([0, 0, self.heads * self.head_dim])), k, v
+        return out.reshape([0, 0, self.heads * self.head_dim]), k, v
 
 
 class Ernie45MLP(nn.Layer):

@@ -1,0 +1,84 @@
+"""Two groups of rows in one step of an ERNIE 4.5 decoder: ``advance_pair`` (issue 69, point 3).
+
+A service's turn steps its decoding rows (one new token each, after its cache) and prefills
+newcomers' prompt parts (``T`` tokens each, after theirs). As two ``advance`` calls
+(``wenxin.models.advance_step``) each call reads every weight once; the prompt parts cannot join
+the decoding rows' call without padding every decoding row to ``T`` tokens. ``advance_pair``
+takes both groups, each as ``advance`` takes its rows (tokens ``[R, T]``, positions, ``visible``
+``[R, T, N + T]`` and each layer's cached keys and values ``[R, KV, N, D]``), runs the tokens of
+both through the dense layers as one batch ``[Ra * Ta + Rb * Tb, hidden]`` (one pass over the
+weights) and attends within each group, to its own cache. It returns both groups' next logits,
+``[Ra + Rb, vocab]`` (the first group's rows first), and each group's new keys and values
+``[layers, 2, R, KV, T, D]``. Each row gets the logits and keys it gets alone in ``advance``
+(within float32 rounding: tested).
+
+Measured at ERNIE-4.5-0.3B's shape on ONNX Runtime float32, one thread
+(``benchmarks/advance_pair_step.py``, docs/serving.md): 16 decoding rows after 128 tokens and a
+32-token prompt part cost 257 CPU-ms in one call against 353 in two (16 rows alone: 167), so a
+turn that also prefills 32 prompt tokens costs 1.5x one that does not, instead of 2.1x.
+
+Not yet used by the service: the export does not hold an ``advance_pair`` program, and a group of
+zero rows does not run through ONNX Runtime (a reshape that paddle2onnx writes with -1) nor
+through Paddle Inference (which fails on empty tensors), so a turn without prompt parts needs the
+single-group ``advance`` (issue 69's remaining work).
+"""
+from __future__ import annotations
+
+from typing import List, NamedTuple, Sequence, Tuple
+
+import paddle
+
+from wenxin.models.ernie45 import Ernie45Model, rotary_angles
+
+
+class StepRows(NamedTuple):
+    """One group of ``advance_pair``: ``R`` rows of ``T`` new tokens (see ``Ernie45Model.advance``)."""
+
+    tokens: paddle.Tensor  # [R, T] int64
+    positions: paddle.Tensor  # [R, T] int64
+    visible: paddle.Tensor  # [R, T, N + T] float32: 1 where a token sees a column
+    past: Sequence[Tuple[paddle.Tensor, paddle.Tensor]]  # each layer's cached keys and values [R, KV, N, D]
+
+
+def advance_pair(decoder: Ernie45Model, output_weight: paddle.Tensor, first: StepRows, second: StepRows
+                 ) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+    """Both groups' next logits ``[Ra + Rb, vocab]`` (float32) and each group's new keys and values
+    ``[layers, 2, R, KV, T, D]`` (see the module docstring); ``output_weight`` ``[vocab, hidden]``."""
+    config = decoder.config
+    groups = (first, second)
+    shapes = [paddle.shape(group.tokens) for group in groups]  # [R, T] each
+    counts = [shape[0] * shape[1] for shape in shapes]  # each group's new tokens
+    angles = [rotary_angles(group.positions, config.head_dim, config.rope_theta) for group in groups]  # [R, T, D/2]
+    biases = [((group.visible - 1.0) * 1e9).unsqueeze(1) for group in groups]  # [R, 1, T, N + T]
+    x = paddle.concat([_flat(decoder.embed(g.tokens), count) for g, count in zip(groups, counts)])  # [M, hidden]
+    new: List[List[paddle.Tensor]] = [[], []]
+    for index, layer in enumerate(decoder.layers):
+        attention = layer.self_attn
+        q, k, v = attention.project(layer.input_layernorm(x))  # [M, H * D], [M, KV * D] x 2
+        outputs = []
+        for number, (group, shape, (sin, cos), bias) in enumerate(zip(groups, shapes, angles, biases)):
+            part = [_rows(_group_part(t, counts, number), shape) for t in (q, k, v)]  # [R, T, .]
+            out, keys, values = attention.core(*part, sin, cos, bias, group.past[index])
+            outputs.append(_flat(out, counts[number]))  # [R * T, H * D]
+            new[number].append(paddle.stack([keys, values]))  # [2, R, KV, T, D]
+        x = x + attention.o_proj(paddle.concat(outputs))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    last = [_rows(_group_part(x, counts, number), shape)[:, -1] for number, shape in enumerate(shapes)]  # [R, hidden]
+    states = decoder.norm(paddle.concat(last))  # [Ra + Rb, hidden]
+    logits = paddle.matmul(states, output_weight, transpose_y=True).astype("float32")
+    return logits, paddle.stack(new[0]), paddle.stack(new[1])
+
+
+def _flat(x: paddle.Tensor, count: paddle.Tensor) -> paddle.Tensor:
+    """``[R, T, width]`` -> ``[R * T, width]`` (sizes named: a group of zero rows reshapes too)."""
+    return x.reshape([count, x.shape[-1]])
+
+
+def _rows(x: paddle.Tensor, shape: paddle.Tensor) -> paddle.Tensor:
+    """``[R * T, width]`` -> ``[R, T, width]``."""
+    return x.reshape([shape[0], shape[1], x.shape[-1]])
+
+
+def _group_part(x: paddle.Tensor, counts: Sequence[paddle.Tensor], number: int) -> paddle.Tensor:
+    """The first group's tokens of ``x`` ``[M, width]`` (``number`` 0), or the second's."""
+    return x[:counts[0]] if number == 0 else x[counts[0]:]
