@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -198,21 +198,23 @@ async def probe_health(port: int, latencies: List[float]) -> None:
 
 
 async def closed_loop(port: int, bodies: List[Dict[str, Any]], streams: int, seconds: float,
-                      pid: int) -> Dict[str, Any]:
-    """``streams`` clients asking one after another; what happened in the measured window."""
+                      pid: int, send: Callable[[int, Dict[str, Any], Observed], Awaitable[None]] = stream_once
+                      ) -> Dict[str, Any]:
+    """``streams`` clients asking one after another; what happened in the measured window.
+    ``send``: one streamed request to the service (wenxin's ``/generate``, or another server's)."""
     seen = Observed()
 
     async def client(index: int) -> None:
         rng = random.Random(index)  # the same requests, at the same offsets, in either mode
         await asyncio.sleep(rng.uniform(0.0, 1.0))  # the streams start apart, as users do
-        await stream_once(port, bodies[index % len(bodies)], seen)  # its warm-up
+        await send(port, bodies[index % len(bodies)], seen)  # its warm-up
         seen.warmed += 1
         turn = index
         while True:
             turn += streams
             body = dict(bodies[turn % len(bodies)])
             body["max_new_tokens"] = rng.randint(body["max_new_tokens"] // 2, body["max_new_tokens"] * 3 // 2)
-            await stream_once(port, body, seen)
+            await send(port, body, seen)
 
     clients = [asyncio.ensure_future(client(i)) for i in range(streams)]
     deadline = time.perf_counter() + 900
@@ -263,13 +265,15 @@ def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = RE
         flags += ["--max_rows", str(max_rows), "--num_threads", str(threads), "--max_waiting", "1000",
                   "--turn_prefill", turn_prefill, "--backend", backend, "--prefix_cache_mb", str(prefix_cache_mb),
                   "--decode_process", decode_process]
+    log = tempfile.TemporaryFile()  # a line a request: a pipe left unread would fill and stop the service
     process = subprocess.Popen([sys.executable, "-m", "wenxin", "serve", "--model_dir", folder, "--port", str(port),
-                                *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=repo)
+                                *flags], stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=repo)
     import http.client
     deadline = time.monotonic() + 600
     while True:
         if process.poll() is not None:
-            raise SystemExit(f"the service ended: {process.stderr.read().decode()[-3000:]}")  # type: ignore[union-attr]
+            log.seek(0)
+            raise SystemExit(f"the service ended: {log.read().decode(errors='replace')[-3000:]}")
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             conn.request("GET", "/health")
