@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -151,31 +151,50 @@ class Observed:
         self.gaps: List[Tuple[float, float]] = []  # (the earlier token's arrival, the gap)
         self.warmed = 0
 
+    def token(self, start: float, last: Optional[float]) -> float:
+        """A token of the request started at ``start`` arrived now (its earlier one at ``last``)."""
+        now = time.perf_counter()
+        self.tokens.append(now)
+        if last is None:
+            self.first.append((start, now - start))
+        else:
+            self.gaps.append((last, now - last))
+        return now
 
-async def stream_once(port: int, body: Dict[str, Any], seen: Observed) -> None:
-    """One streamed request, its tokens noted in ``seen`` as they arrive."""
+
+async def open_stream(port: int, path: str, body: Dict[str, Any]
+                      ) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter, float]:
+    """POST ``body`` to ``path``; the answer's reader past a 200 status line and headers, the
+    writer, and when the request started."""
     data = json.dumps(body).encode()
     start = time.perf_counter()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n".encode()
+                 + b"Connection: close\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    head = await reader.readuntil(b"\r\n\r\n")
+    if b" 200 " not in head.split(b"\r\n")[0]:
+        writer.close()
+        raise RuntimeError(f"answered {head[:80]!r}: {await reader.read()!r}")
+    return reader, writer, start
+
+
+async def answer_lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """The lines of an answer, to its end."""
+    while True:
+        line = await reader.readline()
+        if not line:
+            return
+        yield line
+
+
+async def stream_once(port: int, body: Dict[str, Any], seen: Observed) -> None:
+    """One streamed request, its tokens noted in ``seen`` as they arrive."""
+    reader, writer, start = await open_stream(port, "/generate", body)
     try:
-        writer.write(b"POST /generate HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
-                     b"Connection: close\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
-        head = await reader.readuntil(b"\r\n\r\n")
-        if b" 200 " not in head.split(b"\r\n")[0]:
-            raise RuntimeError(f"answered {head[:80]!r}: {await reader.read()!r}")
         last = None
-        while True:
-            line = await reader.readline()
-            if not line:
-                break
+        async for line in answer_lines(reader):
             if line.startswith(b'data: {"token":"') and not line.startswith(b'data: {"token":"",'):
-                now = time.perf_counter()
-                seen.tokens.append(now)
-                if last is None:
-                    seen.first.append((start, now - start))
-                else:
-                    seen.gaps.append((last, now - last))
-                last = now
+                last = seen.token(start, last)
             elif line.startswith(b"event: error"):
                 raise RuntimeError(await reader.read())
     finally:
@@ -255,36 +274,48 @@ def serve(folder: str, max_rows: int, new: int, threads: int = 1, repo: str = RE
           turn_prefill: str = "all", backend: str = "auto", prefix_cache_mb: int = 64,
           decode_process: str = "auto") -> Tuple[subprocess.Popen, int]:
     """``wenxin serve`` of ``repo`` (another checkout: ``--baseline_repo``, with the flags it knows)."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": repo}
     flags = ["--generation_timeout", "3600", "--max_new_tokens", str(new * 3 // 2)]
     if repo == REPO:
         flags += ["--max_rows", str(max_rows), "--num_threads", str(threads), "--max_waiting", "1000",
                   "--turn_prefill", turn_prefill, "--backend", backend, "--prefix_cache_mb", str(prefix_cache_mb),
                   "--decode_process", decode_process]
-    log = tempfile.TemporaryFile()  # a line a request: a pipe left unread would fill and stop the service
-    process = subprocess.Popen([sys.executable, "-m", "wenxin", "serve", "--model_dir", folder, "--port", str(port),
-                                *flags], stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=repo)
+    command = [sys.executable, "-m", "wenxin", "serve", "--model_dir", folder, "--port", str(port), *flags]
+    return launched(command, port, env, repo), port
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launched(command: List[str], port: int, env: Optional[Dict[str, str]] = None,
+             cwd: Optional[str] = None) -> subprocess.Popen:
+    """A server started by ``command`` (listening on ``port``), once ``GET /health`` answers 200. It
+    logs to a temporary file: a line a request, which a pipe left unread would fill and stop it."""
     import http.client
+    log = tempfile.TemporaryFile()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=cwd)
     deadline = time.monotonic() + 600
     while True:
         if process.poll() is not None:
             log.seek(0)
-            raise SystemExit(f"the service ended: {log.read().decode(errors='replace')[-3000:]}")
+            raise SystemExit(f"the server ended: {log.read().decode(errors='replace')[-3000:]}")
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             conn.request("GET", "/health")
             response = conn.getresponse()
             response.read()
             if response.status == 200:
-                return process, port
+                return process
         except OSError:
             pass
         if time.monotonic() > deadline:
-            raise SystemExit("the service did not warm up within 600 s")
+            process.kill()
+            raise SystemExit("the server did not load within 600 s")
         time.sleep(0.2)
 
 

@@ -9,42 +9,21 @@ so the export's own are used (an ERNIE 4.5 model folder's export samples, as the
 prints tokens a second, time between tokens p50/p99 (ms) and time to the first token p50 (s).
 """
 import asyncio
-import http.client
 import json
 import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 
-from generation_serving import closed_loop, request_bodies
+from generation_serving import closed_loop, free_port, launched, request_bodies
 
 
 def main() -> None:
     repo, export, streams, seconds = os.path.abspath(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": repo, "OMP_NUM_THREADS": "1"}
-    log = tempfile.TemporaryFile()  # a line a request: a pipe left unread would fill and stop the service
-    server = subprocess.Popen([sys.executable, "-m", "wenxin", "serve", "--model_dir", export, "--port", str(port),
-                               "--generation_timeout", "3600", "--max_new_tokens", "72", "--max_rows", str(streams),
-                               "--num_threads", "1", "--max_waiting", "1000", *sys.argv[5:]],
-                              stdout=subprocess.DEVNULL, stderr=log, env=env, cwd="/tmp")
+    server = launched([sys.executable, "-m", "wenxin", "serve", "--model_dir", export, "--port", str(port),
+                       "--generation_timeout", "3600", "--max_new_tokens", "72", "--max_rows", str(streams),
+                       "--num_threads", "1", "--max_waiting", "1000", *sys.argv[5:]], port, env, "/tmp")
     try:
-        while True:  # its state: /health answers 200 once loaded
-            assert server.poll() is None, "the service exited"
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                conn.request("GET", "/health")
-                response = conn.getresponse()
-                response.read()
-                if response.status == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.2)
         result = asyncio.run(closed_loop(port, request_bodies("ernie45", 48), streams, seconds, server.pid))
         print(json.dumps({"checkout": repo, "streams": streams, "tokens_per_s": round(result["tokens_per_s"], 1),
                           "tbt_p50_ms": round(result["tbt_p50"] * 1e3, 1), "tbt_p99_ms": round(result["tbt_p99"] * 1e3, 1),

@@ -29,11 +29,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
 from typing import Any, Dict, List, Tuple
 
-from generation_serving import Observed, closed_loop, request_bodies, serve, stream_once
+from generation_serving import (Observed, answer_lines, closed_loop, free_port, launched, open_stream, request_bodies,
+                                serve, stream_once)
 from measure import load_note
 
 
@@ -48,32 +47,14 @@ async def stream_completion(port: int, body: Dict[str, Any], seen: Observed) -> 
     """One streamed ``/completion`` of llama-server, its tokens noted as they arrive (an event a token)."""
     request = {"prompt": body["ids"], "n_predict": body["max_new_tokens"], "stream": True, "ignore_eos": True,
                "temperature": 0.0, "top_k": 1}
-    data = json.dumps(request).encode()
-    start = time.perf_counter()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer, start = await open_stream(port, "/completion", request)
     try:
-        writer.write(b"POST /completion HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
-                     b"Connection: close\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
-        head = await reader.readuntil(b"\r\n\r\n")
-        if b" 200 " not in head.split(b"\r\n")[0]:
-            raise RuntimeError(f"answered {head[:80]!r}: {await reader.read()!r}")
         last = None
-        while True:
-            line = await reader.readline()
-            if not line:
-                break
-            if not line.startswith(b"data: {"):
-                continue
-            event = json.loads(line[len(b"data: "):])
-            if event.get("stop"):
-                break
-            now = time.perf_counter()
-            seen.tokens.append(now)
-            if last is None:
-                seen.first.append((start, now - start))
-            else:
-                seen.gaps.append((last, now - last))
-            last = now
+        async for line in answer_lines(reader):
+            if line.startswith(b"data: {"):
+                if json.loads(line[len(b"data: "):]).get("stop"):
+                    break
+                last = seen.token(start, last)
     finally:
         writer.close()
 
@@ -90,22 +71,10 @@ def resident_gib(pid: int) -> float:
 
 def llama_server(server: str, gguf: str, streams: int, threads: int, context: int) -> Tuple[subprocess.Popen, int]:
     """``llama-server`` on ``gguf`` with ``streams`` parallel slots of ``context`` tokens, loaded."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = tempfile.TemporaryFile()  # its log of every request: a pipe left unread would fill and stop it
-    process = subprocess.Popen([server, "-m", gguf, "--port", str(port), "--host", "127.0.0.1",
-                                "--threads", str(threads), "--threads-batch", str(threads), "--parallel", str(streams),
-                                "--ctx-size", str(context * streams)],
-                               stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        wait_healthy(process, port)
-    except BaseException:
-        log.seek(0)
-        print(log.read().decode(errors="replace")[-3000:], file=sys.stderr)
-        raise
-    return process, port
+    port = free_port()
+    command = [server, "-m", gguf, "--port", str(port), "--host", "127.0.0.1", "--threads", str(threads),
+               "--threads-batch", str(threads), "--parallel", str(streams), "--ctx-size", str(context * streams)]
+    return launched(command, port), port
 
 
 def measured(process: subprocess.Popen, port: int, bodies: List[Dict[str, Any]], streams: int, seconds: float,
@@ -122,25 +91,6 @@ def measured(process: subprocess.Popen, port: int, bodies: List[Dict[str, Any]],
         except subprocess.TimeoutExpired:  # a server still draining its slots
             process.kill()
             process.wait(60)
-
-
-def wait_healthy(process: subprocess.Popen, port: int) -> None:
-    import http.client
-    deadline = time.monotonic() + 600
-    while True:
-        if process.poll() is not None:
-            raise SystemExit(f"the server ended (exit status {process.returncode})")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            conn.request("GET", "/health")
-            response = conn.getresponse()
-            response.read()
-            if response.status == 200:
-                return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, "llama-server did not load within 600 s"
-        time.sleep(0.2)
 
 
 def main() -> None:
