@@ -70,7 +70,7 @@ def advance_pair(decoder: Ernie45Model, output_weight: paddle.Tensor, first: Ste
 
 
 def _flat(x: paddle.Tensor, count: paddle.Tensor) -> paddle.Tensor:
-    """``[R, T, width]`` -> ``[R * T, width]`` (sizes named: a group of zero rows reshapes too)."""
+    """``[R, T, width]`` -> ``[R * T, width]``."""
     return x.reshape([count, x.shape[-1]])
 
 

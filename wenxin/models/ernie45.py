@@ -70,7 +70,7 @@ def rotate_pairs(x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor) -> pa
     even, odd = x[..., 0::2], x[..., 1::2]  # [B, T, heads, D/2]
     sin, cos = sin.unsqueeze(-2), cos.unsqueeze(-2)  # [(B,) T, 1, D/2]: every head alike
     turned = paddle.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1)  # [B, T, heads, D/2, 2]
-    return turned.reshape([0, 0, 0, x.shape[-1]])
+    return turned.reshape([0, 0, 0, -1])
 
 
 class Ernie45Attention(nn.Layer):
@@ -128,16 +128,15 @@ class Ernie45Attention(nn.Layer):
         # values are never repeated G times
         group = self.heads // self.kv_heads
         length = paddle.shape(q)[2]
-        grouped = q.reshape([0, self.kv_heads, group * length, self.head_dim])  # [B, KV, G * T, D]
+        grouped = q.reshape([0, self.kv_heads, -1, self.head_dim])  # [B, KV, G * T, D]
         scores = paddle.matmul(grouped, k, transpose_y=True)  # [B, KV, G * T, T]
         if past is not None:
             scores = paddle.concat([paddle.matmul(grouped, past[0], transpose_y=True), scores], axis=-1)  # N + T
-        columns = paddle.shape(scores)[3]
-        scores = (scores * (self.head_dim ** -0.5)).reshape([0, self.heads, length, columns])  # [B, H, T, N + T]
+        scores = (scores * (self.head_dim ** -0.5)).reshape([0, self.heads, length, -1])  # [B, H, T, N + T]
         if bias is not None:
             scores = scores + bias
         weights = F.softmax(scores.astype("float32"), axis=-1).astype(q.dtype)
-        weights = weights.reshape([0, self.kv_heads, group * length, columns])  # [B, KV, G * T, N + T]
+        weights = weights.reshape([0, self.kv_heads, group * length, -1])  # [B, KV, G * T, N + T]
         if past is None:
             out = paddle.matmul(weights, v)  # [B, KV, G * T, D]
         else:
