@@ -153,10 +153,12 @@ def sampling_order(logits: np.ndarray, scores: np.ndarray, temperature: float) -
     """``likeliest_first`` of ``scores`` (``logits / temperature``): float32 logits (a search
     hands them over in float64) are ordered as float32, which is the scores' order
     (``ORDER_KEEPING_TEMPERATURES``); other logits by their scores."""
-    narrow = logits.astype(np.float32)
     low, high = ORDER_KEEPING_TEMPERATURES
-    keeps = low <= temperature <= high and np.array_equal(narrow, logits)
-    return likeliest_first(narrow if keeps else scores)
+    if low <= temperature <= high:
+        narrow = logits.astype(np.float32)
+        if np.array_equal(narrow, logits):
+            return likeliest_first(narrow)
+    return likeliest_first(scores)
 
 
 def sample_token(logits: np.ndarray, settings: DecodeSettings, rng: np.random.Generator) -> int:
