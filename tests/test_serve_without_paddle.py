@@ -81,7 +81,6 @@ def served_answer(folder: str, tmp_path, *flags: str) -> tuple:
         finally:
             server.terminate()
             assert server.wait(timeout=60) == 0
-    return None
 
 
 @pytest.mark.parametrize("which, flags, loads", [
