@@ -16,7 +16,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import numpy as np
 
@@ -80,17 +80,19 @@ def trace(folder: str, work: str) -> Dict[str, str]:
     return files
 
 
-def group(session_inputs: List[str], prefix: str, rows: int, new: int, context: int,
+def group(session_inputs: List[Any], prefix: str, rows: int, new: int, context: int,
           rng: np.random.Generator) -> Dict[str, np.ndarray]:
-    """A group's inputs: ``rows`` rows of ``new`` tokens after ``context`` cached columns."""
-    feeds = {f"{prefix}tokens": rng.integers(3, 1000, (rows, new)).astype(np.int64),
+    """A group's inputs: ``rows`` rows of ``new`` tokens after ``context`` cached columns (the
+    caches' heads and width as the session's inputs declare them)."""
+    feeds = {f"{prefix}tokens": rng.integers(3, 256, (rows, new)).astype(np.int64),  # ids any vocabulary has
              f"{prefix}positions": (context + np.arange(new))[None].repeat(rows, 0).astype(np.int64)}
     visible = np.ones((rows, new, context + new), np.float32)
     visible[:, :, context:] = np.tril(np.ones((new, new), np.float32))
     feeds[f"{prefix}visible"] = visible
-    for name in session_inputs:
-        if name.startswith(prefix + "keys_") or name.startswith(prefix + "values_"):
-            feeds[name] = rng.standard_normal((rows, 2, context, 128)).astype(np.float32)
+    for spec in session_inputs:
+        if spec.name.startswith(prefix + "keys_") or spec.name.startswith(prefix + "values_"):
+            heads, width = spec.shape[1], spec.shape[3]  # [R, KV, N, D]
+            feeds[spec.name] = rng.standard_normal((rows, heads, context, width)).astype(np.float32)
     return feeds
 
 
@@ -111,7 +113,7 @@ def main() -> None:
     options.log_severity_level = 3
     sessions = {name: ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
                 for name, path in files.items()}
-    names = {name: [i.name for i in s.get_inputs()] for name, s in sessions.items()}
+    inputs = {name: s.get_inputs() for name, s in sessions.items()}
     rng = np.random.default_rng(0)
 
     def timed(runs: Dict[str, List]) -> Dict[str, float]:
@@ -130,11 +132,11 @@ def main() -> None:
 
     one, pair = sessions["advance"], sessions["pair"]
     for rows in args.rows:
-        decoding = group(names["advance"], "", rows, 1, args.context, rng)
+        decoding = group(inputs["advance"], "", rows, 1, args.context, rng)
         as_first = {f"a_{k}": v for k, v in decoding.items()}
         print(json.dumps({"rows": rows, "part": 0, **timed({"advance": [(one, decoding)]})}), flush=True)
         for part in args.parts:
-            prompt = group(names["advance"], "", 1, part, 1, rng)
+            prompt = group(inputs["advance"], "", 1, part, 1, rng)
             prompt["visible"][:, :, 0] = 0.0  # the hidden column before an empty cache
             second = {f"b_{k}": v for k, v in prompt.items()}
             result = timed({"two_calls": [(one, decoding), (one, prompt)],

@@ -26,6 +26,20 @@ def timed(fn: Callable[[], object], calls: int = 1) -> Tuple[float, float]:
     return (time.process_time() - cpu) / calls, (time.perf_counter() - wall) / calls
 
 
+def resident_gib(pid: int, tree: bool = False) -> float:
+    """Resident memory (GiB) of process ``pid``, and with ``tree`` of every living process below it
+    too, read from ``/proc`` through psutil."""
+    import psutil
+    root = psutil.Process(pid)
+    total = 0
+    for process in [root, *(root.children(recursive=True) if tree else [])]:
+        try:
+            total += process.memory_info().rss
+        except psutil.NoSuchProcess:  # ended between the listing and the reading
+            continue
+    return round(total / 2**30, 3)
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """CPU seconds (user and system) used so far by process ``pid`` and every living process
     below it (a service and its workers), read from ``/proc`` through psutil."""

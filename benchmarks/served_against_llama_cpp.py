@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Tuple
 
 from generation_serving import (Observed, answer_lines, closed_loop, free_port, launched, open_stream, request_bodies,
                                 serve, stream_once)
-from measure import load_note
+from measure import load_note, resident_gib
 
 
 def prompt_ids(export: str, bodies: List[Dict[str, Any]]) -> List[List[int]]:
@@ -59,16 +59,6 @@ async def stream_completion(port: int, body: Dict[str, Any], seen: Observed) -> 
         writer.close()
 
 
-def resident_gib(pid: int) -> float:
-    """The resident memory of ``pid`` and its children (Linux ``/proc``)."""
-    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    total = 0
-    for process in [pid, *map(int, found)]:
-        with open(f"/proc/{process}/status", encoding="ascii") as f:
-            total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
-    return round(total / 2**20, 3)
-
-
 def llama_server(server: str, gguf: str, streams: int, threads: int, context: int) -> Tuple[subprocess.Popen, int]:
     """``llama-server`` on ``gguf`` with ``streams`` parallel slots of ``context`` tokens, loaded."""
     port = free_port()
@@ -82,7 +72,7 @@ def measured(process: subprocess.Popen, port: int, bodies: List[Dict[str, Any]],
     """The load on a loaded server, its memory after the window; the server is stopped after."""
     try:
         result = asyncio.run(closed_loop(port, bodies, streams, seconds, process.pid, send))
-        result["rss_gib"] = resident_gib(process.pid)
+        result["rss_gib"] = resident_gib(process.pid, tree=True)
         return result
     finally:
         process.terminate()

@@ -1,45 +1,28 @@
 """The memory of a ``wenxin serve`` process tree after one answer: run the service of one wenxin
 checkout (its folder on ``PYTHONPATH``) on an export, ask for 16 tokens, and print the serving
 process's resident memory, its children's, and whether Paddle's library is mapped into the serving
-process (Linux ``/proc``). Alternate two checkouts for an A/B::
+process (Linux ``/proc``; the port free, the checkout's service once its ``/health`` answers 200). Alternate two checkouts for an A/B::
 
     python benchmarks/served_memory.py OLD_CHECKOUT EXPORT 18871 --backend onnxruntime-int8
     python benchmarks/served_memory.py . EXPORT 18871 --backend onnxruntime-int8
 """
 import json
 import os
-import subprocess
 import sys
-import time
 import urllib.request
-from typing import List
 
+import psutil
 
-def resident_gib(pid: int) -> float:
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
-    return round(kib / 2**20, 3)
-
-
-def children(pid: int) -> List[int]:
-    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    return [int(p) for p in found]
+from generation_serving import launched
+from measure import resident_gib
 
 
 def main() -> None:
     repo, folder, port, flags = os.path.abspath(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4:]
     env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": repo, "OMP_NUM_THREADS": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "wenxin", "serve", "--model_dir", folder, "--port", str(port),
-                               *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd="/tmp")
+    server = launched([sys.executable, "-m", "wenxin", "serve", "--model_dir", folder, "--port", str(port), *flags],
+                      port, env, "/tmp")
     try:
-        while True:  # its state: /health answers 200 once loaded
-            assert server.poll() is None, "the service exited"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
         body = json.dumps({"text": "你好，请介绍一下北京。", "max_new_tokens": 16}).encode("utf-8")
         request = urllib.request.Request(f"http://127.0.0.1:{port}/generate", data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
@@ -47,8 +30,9 @@ def main() -> None:
             response.read()
         with open(f"/proc/{server.pid}/maps", encoding="utf-8") as f:
             paddle = "libpaddle" in f.read()
+        children = psutil.Process(server.pid).children()
         print(json.dumps({"checkout": repo, "flags": flags, "serving_gib": resident_gib(server.pid),
-                          "children_gib": [resident_gib(p) for p in children(server.pid)],
+                          "children_gib": [resident_gib(child.pid) for child in children],
                           "paddle_in_serving_process": paddle}))
     finally:
         server.terminate()
