@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from wenxin.models.batch_decoding import BatchDecoder
+from wenxin.models.batch_prefill import PartRows, PromptPrefill, prefill_together
 from wenxin.models.decoding import DecodeSettings, Search, new_search
 
 # prompts join before these steps, and one leaves (a client that went away)
@@ -40,6 +41,20 @@ def alone(run: Any, masked: bool, prompt: Mapping[str, np.ndarray], settings: De
     return search
 
 
+def alone_in_parts(run: Any, prompt: Mapping[str, np.ndarray], settings: DecodeSettings, empty: np.ndarray,
+                   part_tokens: int) -> Recorded:
+    """One prompt prefilled ``part_tokens`` at a time by itself, then decoded by itself."""
+    prefill = PromptPrefill(prompt["ids"])
+    while not prefill.done:
+        prefill_together(run, [(prefill, min(part_tokens, prefill.remaining))], empty)
+    search = Recorded(new_search(settings))
+    decoder = BatchDecoder(run, True, empty)
+    decoder.add(0, prompt, search, prefill.outputs)
+    while decoder.rows:
+        decoder.step()
+    return search
+
+
 def together(run: Any, masked: bool, prompts: Sequence[Mapping[str, np.ndarray]], settings: DecodeSettings,
              joins: Dict[int, List[int]] = JOINS, removed_at: Dict[int, int] = REMOVED_AT,
              steps: int = 200, in_place: Optional[np.ndarray] = None) -> Dict[int, Recorded]:
@@ -58,6 +73,30 @@ def together(run: Any, masked: bool, prompts: Sequence[Mapping[str, np.ndarray]]
         elif step > max(joins):
             break
     assert decoder.rows == 0 and decoder.cells == 0
+    return searches
+
+
+def prefilled_beside(run: Any, prompts: Sequence[Mapping[str, np.ndarray]], settings: DecodeSettings,
+                     empty: np.ndarray, part_tokens: int = 3, at_once: int = 2) -> Dict[int, Recorded]:
+    """The first prompt decodes from its own prefill; the others are prefilled ``part_tokens`` at
+    a time, ``at_once`` prompts together, as the second group of each decoding step
+    (``BatchDecoder.step``'s ``beside``: ``advance_pair``; alone where no row decodes), and each
+    joins when its prompt is done."""
+    decoder = BatchDecoder(run, True, empty)
+    searches = {0: Recorded(new_search(settings))}
+    decoder.add(0, prompts[0], searches[0])
+    pending = [(key, PromptPrefill(prompts[key]["ids"])) for key in range(1, len(prompts))]
+    while decoder.rows or pending:
+        parts = [(prompt, min(part_tokens, prompt.remaining)) for _, prompt in pending[:at_once]]
+        if decoder.rows:
+            decoder.step(PartRows(parts, empty) if parts else None)
+        else:
+            prefill_together(run, parts, empty)
+        for key, prompt in list(pending[:at_once]):
+            if prompt.done:
+                searches[key] = Recorded(new_search(settings))
+                decoder.add(key, prompts[key], searches[key], prompt.outputs)
+                pending.remove((key, prompt))
     return searches
 
 

@@ -84,3 +84,14 @@ def test_an_unknown_backend_is_one_error_with_a_suggestion(exported_classifier):
     with pytest.raises(InferenceError, match=r"^backend: unknown inference backend type 'paddel' \(did you mean "
                                              r"'paddle'\?\); known: onnxruntime, onnxruntime-int8, paddle \(or auto\)$"):
         Predictor(exported_classifier, backend="paddel")
+
+
+def test_only_the_int8_engine_loads_advance_pair_and_only_where_the_export_has_its_int8_copy(tmp_path):
+    from wenxin.inference.onnx_backend import OnnxBackend, OnnxInt8Backend
+    from wenxin.inference.paddle_backend import PaddleBackend
+    folder, steps = str(tmp_path), ["advance", "advance_pair"]
+    assert OnnxInt8Backend.step_programs(folder, steps) == ["advance"]  # an export without the pair's int8 copy
+    (tmp_path / "advance_pair.int8.onnx").write_bytes(b"")
+    assert OnnxInt8Backend.step_programs(folder, steps) == ["advance_pair"]  # every call as the pair: weights once
+    assert OnnxBackend.step_programs(folder, steps) == PaddleBackend.step_programs(folder, steps) == ["advance"]
+    assert OnnxInt8Backend.step_programs(folder, ["prefill", "extend"]) == ["prefill", "extend"]  # an older export

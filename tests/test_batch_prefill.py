@@ -1,6 +1,7 @@
 """How a turn's prompt tokens are shared among the prompts being prefilled and grouped into calls
-(``wenxin.models.batch_prefill``); that the parts give each prompt's whole prefill is tested on
-real exports (``test_generation_serving``, ``test_step_weights``)."""
+(``wenxin.models.batch_prefill``), and which go beside the decoding rows where the engine runs
+``advance_pair``; that the parts give each prompt's whole prefill is tested on real exports
+(``test_generation_serving``, ``test_step_weights``, ``test_onnx_generation`` beside the rows)."""
 import pytest
 
 from wenxin.models.batch_prefill import fair_shares, similar_lengths
@@ -33,3 +34,29 @@ def test_similar_lengths_keep_padding_within_a_quarter_of_a_calls_tokens():
             tokens = sum(counts[i] for i in group)
             assert max(counts[i] for i in group) * len(group) - tokens <= 0.25 * tokens
 
+
+
+def test_the_longest_parts_of_similar_lengths_go_beside_the_decoding_rows_and_the_rest_alone():
+    import numpy as np
+    from wenxin.models.batch_prefill import PromptPrefill, fused_and_rest
+    prompts = [PromptPrefill(np.arange(1, 80)) for _ in range(4)]
+    parts = list(zip(prompts, [64, 4, 60, 3]))
+    fused, rest = fused_and_rest(parts)
+    assert fused == [parts[0], parts[2]] and rest == [parts[1], parts[3]]
+    assert fused_and_rest([]) == ([], [])
+    assert fused_and_rest(parts[:1]) == (parts[:1], [])
+
+
+def test_prompt_parts_go_beside_only_a_step_of_rows_kept_in_place():
+    import numpy as np
+    from wenxin.models.batch_decoding import BatchDecoder
+    from wenxin.models.batch_prefill import PartRows, PromptPrefill
+    empty = np.zeros((2, 2, 1, 1, 0, 4), np.float32)
+    part = PartRows([(PromptPrefill(np.arange(1, 6)), 3)], empty)
+    assert part.inputs["tokens"].tolist() == [[1, 2, 3]] and part.inputs["visible"].shape == (1, 3, 4)  # a hidden column
+    assert sorted(n for n in part.inputs if n.startswith(("keys_", "values_"))) == ["keys_0", "keys_1", "values_0",
+                                                                                      "values_1"]
+    with pytest.raises(ValueError, match="kept in place"):
+        BatchDecoder(lambda name, inputs: {}, True, None).step(part)  # a padded cache's step
+    with pytest.raises(ValueError, match="kept in place"):
+        BatchDecoder(lambda name, inputs: {}, True, empty).step(part)  # no row decodes

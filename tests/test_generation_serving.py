@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import socket
 import threading
 import time
@@ -91,11 +92,12 @@ def test_rows_decoded_together_get_their_lone_logits_through_the_exported_steps(
 
 
 # ---- the service -------------------------------------------------------------------------------
-def service_of(folder, **room):
+def service_of(folder, backend="auto", **room):
     from wenxin.inference.scheduler_front import SchedulerLimits
     from wenxin.inference.server import Limits, ServeOptions, Service
     limits = Limits(**{k: room.pop(k) for k in list(room) if hasattr(Limits, k)})
-    service = Service(folder, port=0, options=ServeOptions(limits=limits, generation=SchedulerLimits(**room)))
+    service = Service(folder, port=0, options=ServeOptions(limits=limits, generation=SchedulerLimits(**room),
+                                                           backend=backend))
     service.start_in_thread()
     return service
 
@@ -136,13 +138,31 @@ def chat_folder(tmp_path_factory):
     return chat_export(tmp_path_factory.mktemp("chat-served"), "dynamic")
 
 
-def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_folder, gate):
+@pytest.fixture(scope="module")
+def chat_int8_folder(chat_folder, tmp_path_factory):
+    """``chat_folder`` converted to ONNX: its int8 engine runs every call as ``advance_pair``."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("paddle2onnx")
+    from wenxin.inference.onnx_export import export_onnx
+    folder = str(tmp_path_factory.mktemp("chat-int8") / "export")
+    shutil.copytree(chat_folder, folder)
+    export_onnx(folder, {})
+    return folder
+
+
+@pytest.mark.parametrize("backend", ["paddle", "onnxruntime-int8"])
+def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_folder, backend, gate, request):
+    """Paddle runs a turn's prompt parts and its decoding step as calls of their own; the int8
+    engine runs them in one ``advance_pair`` call (the newcomers' parts beside the first
+    request's row): each request gets its lone answer either way."""
+    if backend != "paddle":
+        chat_folder = request.getfixturevalue("chat_int8_folder")
     bodies = [{"text": QUESTIONS[0], "max_new_tokens": 12},
               {"text": QUESTIONS[1], "strategy": "sample", "temperature": 0.9, "seed": 3, "max_new_tokens": 12},
               {"text": QUESTIONS[2], "strategy": "beam", "beam_size": 3, "max_new_tokens": 8},
               {"text": QUESTIONS[3], "max_new_tokens": 12, "stop": "。"},
               {"text": QUESTIONS[4], "strategy": "sample", "temperature": 1.2, "seed": 11, "max_new_tokens": 12}]
-    service = service_of(chat_folder)
+    service = service_of(chat_folder, backend)
     try:
         port = service.port
         lone = []
@@ -169,6 +189,8 @@ def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_fold
         steps = metric(port, "wenxin_generation_step_rows_count") - steps_before
         rows = metric(port, "wenxin_generation_step_rows_sum") - rows_before
         assert rows / steps > 1.5, (rows, steps)  # steps ran several requests' rows together
+        beside = [shape for name, shape in gate.calls if name == "advance_pair" and shape != (1, 1)]
+        assert bool(beside) == (backend == "onnxruntime-int8"), gate.calls  # prompt parts beside decoding rows
     finally:
         gate.open()
         service.stop()
@@ -239,7 +261,7 @@ class StepGate:
 def decoding_step(name, inputs):
     """Whether a step runner's call is a decoding step (an in-place ``advance`` of the batch, or an
     older export's ``extend``), not a prompt's prefill."""
-    return name == "extend" or (name == "advance" and "cache" not in inputs)
+    return name == "extend" or (name == "advance" and "cache" not in inputs) or name == "advance_pair"
 
 
 @pytest.fixture
@@ -248,8 +270,10 @@ def gate(monkeypatch):
     from wenxin.inference.predictor import Predictor
     step_gate, run_step, cancel = StepGate(), Predictor.run_step, GenerationJob.cancel
     step_gate.cancelled = threading.Event()
+    step_gate.calls = []  # (step, the shape of advance_pair's second group's tokens) of each call
 
     def gated(self, name, inputs):
+        step_gate.calls.append((name, tuple(inputs["second_tokens"].shape) if "second_tokens" in inputs else None))
         if decoding_step(name, inputs):
             step_gate.wait()
         return run_step(self, name, inputs)

@@ -114,10 +114,10 @@ def test_the_second_start_takes_the_cache_and_a_changed_folder_builds_again(tmp_
         f.write("\n")  # the folder changed: its settings may have
     changed = export_of_folder(folder)
     assert changed != first and os.path.isdir(changed)
-    os.remove(os.path.join(changed, "advance.pdiparams"))  # a damaged entry is built again, not served
+    os.remove(os.path.join(changed, "steps.pdiparams"))  # a damaged entry is built again, not served
     said.lines.clear()
     assert export_of_folder(folder) == changed
-    assert "building it again" in said.text and os.path.isfile(os.path.join(changed, "advance.pdiparams"))
+    assert "building it again" in said.text and os.path.isfile(os.path.join(changed, "steps.pdiparams"))
     sources = {entry["folder"] for entry in cached_exports()}
     assert sources == {os.path.abspath(folder)} and len(cached_exports()) == 3
     assert main(["cache", "--clear"]) == 0

@@ -1,6 +1,8 @@
 """A generation export holds its weights once, on disk and in a serving process (issue 69, point 1):
-an ERNIE 4.5 chat model exports one step program, ``advance`` (prefill, a prompt's next chunk and
-a decoding step), so the predictor loads one program and one copy of the weights, and its answers
+an ERNIE 4.5 chat model exports one step program for Paddle, ``advance`` (prefill, a prompt's next
+chunk and a decoding step), beside ``advance_pair`` (two groups in one step, which only the int8
+ONNX engine loads) on one parameters file, so the predictor loads one program and one copy of the
+weights, and its answers
 and logits are those of the three programs exports held before (``prefill``, ``prefill_chunk``,
 ``extend``). Older exports, with a parameters file a step or one shared ``steps.pdiparams``,
 still load and answer the same."""
@@ -74,11 +76,14 @@ def test_an_export_holds_one_step_program_and_the_predictor_loads_it_once(export
     current, _ = exports
     programs = sorted(name for name in os.listdir(current) if name.endswith((".pdiparams", ".json", ".pdmodel"))
                       and name != PREPROCESS_FILE and not name.startswith("manifest"))
-    assert [name for name in programs if name.endswith(".pdiparams")] == ["advance.pdiparams"]
+    # advance and advance_pair (the int8 engine's program) read one parameters file: the weights once
+    assert [name for name in programs if name.endswith(".pdiparams")] == ["steps.pdiparams"]
     with open(os.path.join(current, PREPROCESS_FILE), encoding="utf-8") as f:
-        assert sorted(json.load(f)["steps"]) == ["advance"]
+        steps = json.load(f)["steps"]
+    assert sorted(steps) == ["advance", "advance_pair"]
+    assert {entry["params"] for entry in steps.values()} == {"steps.pdiparams"}
     predictor = Predictor(current)
-    assert sorted(predictor.step_engines) == ["advance"]
+    assert sorted(predictor.step_engines) == ["advance"]  # Paddle loads advance alone: the weights once
     assert {"prefill", "prefill_chunk", "extend"} <= set(predictor.steps)  # run as advance
 
 

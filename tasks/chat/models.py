@@ -18,7 +18,8 @@ from wenxin.data.chat_fields import IGNORED
 from wenxin.models.base_model import BaseModel
 from wenxin.models.decoding import (MAX_BEAM_SIZE, MAX_LENGTH_PENALTY, MAX_SEED, MAX_TEMPERATURE, MAX_TOP_K,
                                     MIN_TEMPERATURE, DecodeSettings, PromptSource)
-from wenxin.models.advance_step import ADVANCE, NEW_CACHE, layer_cache_names
+from wenxin.models.advance_pair import StepRows, advance_pair as pair_step
+from wenxin.models.advance_step import ADVANCE, NEW_CACHE, PAIR, SECOND, layer_cache_names
 from wenxin.models.ernie45 import (LINEAR_WEIGHTS, Ernie45Config, Ernie45Head, Ernie45Model, advance_step,
                                    generation_defaults, paddle_layout_weights, sized_layout)
 from wenxin.models.ernie45_export import pt_layout_weights, write_pt_folder
@@ -193,15 +194,20 @@ class Ernie45ChatModel(BaseModel):
 
     # ---- step functions: what decoding runs (wenxin.models.decoding) ----------------------------
     def step_specs(self) -> Dict[str, Tuple[List[TensorSpec], List[str]]]:
-        """One step function, ``advance`` (``wenxin.models.advance_step``: prefill, a prompt's
+        """The step functions: ``advance`` (``wenxin.models.advance_step``: prefill, a prompt's
         next chunk and a decoding step in one program, so an export and a service hold the
-        weights once, reading each layer's cache where the caller keeps it): its inputs and
-        output names."""
+        weights once, reading each layer's cache where the caller keeps it), and ``advance_pair``
+        (``wenxin.models.advance_pair``: two groups of rows in one step, a turn's decoding rows and
+        prompt parts; its second group's inputs are ``advance``'s named ``second_...``): their
+        inputs and output names. The export writes their parameters once (the same weights)."""
         c = self.config
         layers = [TensorSpec(name, [-1, c.num_key_value_heads, -1, c.head_dim], "float32")
                   for name in layer_cache_names(c.num_hidden_layers)]  # [R, KV, N, D] each
-        return {ADVANCE: ([TensorSpec("tokens", [-1, -1], "int64"), TensorSpec("positions", [-1, -1], "int64"),
-                           TensorSpec("visible", [-1, -1, -1], "float32"), *layers], ["logits", NEW_CACHE])}
+        group = [TensorSpec("tokens", [-1, -1], "int64"), TensorSpec("positions", [-1, -1], "int64"),
+                 TensorSpec("visible", [-1, -1, -1], "float32"), *layers]
+        second = [TensorSpec(SECOND + spec.name, spec.shape, spec.dtype) for spec in group]
+        return {ADVANCE: (group, ["logits", NEW_CACHE]),
+                PAIR: ([*group, *second], ["logits", NEW_CACHE, SECOND + NEW_CACHE])}
 
     def advance(self, tokens: paddle.Tensor, positions: paddle.Tensor, visible: paddle.Tensor,
                 *past: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
@@ -213,6 +219,15 @@ class Ernie45ChatModel(BaseModel):
         pairs = [(past[i], past[i + 1]) for i in range(0, len(past), 2)]
         with adapters_disabled(self.model):
             return advance_step(self.model, self.output_weight(), tokens, positions, visible, pairs)
+
+    def advance_pair(self, *inputs: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+        """Two groups of rows in one step, each group's inputs as ``advance``'s (the first's, then
+        the second's) -> both groups' logits ``[Ra + Rb, V]`` and each group's new keys and values."""
+        half = len(inputs) // 2
+        groups = [StepRows(g[0], g[1], g[2], [(g[i], g[i + 1]) for i in range(3, len(g), 2)])
+                  for g in (inputs[:half], inputs[half:])]
+        with adapters_disabled(self.model):
+            return pair_step(self.model, self.output_weight(), *groups)
 
     def decode_settings(self) -> DecodeSettings:
         """The task file's ``generation`` settings over the folder's ``generation_config.json``;

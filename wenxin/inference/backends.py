@@ -32,6 +32,7 @@ import numpy as np
 
 from wenxin.common.errors import WenxinError
 from wenxin.common.registry import RegisterSet
+from wenxin.models.advance_step import PAIR
 
 logger = logging.getLogger("wenxin")
 AUTO = "auto"
@@ -80,6 +81,13 @@ class InferenceBackend:
 
     def run(self, batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
         raise NotImplementedError
+
+    @classmethod
+    def step_programs(cls, model_dir: str, steps: Sequence[str]) -> List[str]:
+        """Which of a generation export's step programs it loads, an engine each: all but
+        ``advance_pair`` (``advance``'s weights again in memory), which only a backend that runs
+        every call as the pair loads (``onnxruntime-int8``)."""
+        return [name for name in steps if name != PAIR]
 
     def choices(self) -> Dict[str, str]:
         """What the backend decided, by setting, in words (``{"onednn": "off (set)"}``)."""

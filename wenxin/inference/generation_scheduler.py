@@ -54,7 +54,7 @@ from wenxin.inference.predictor import Predictor
 from wenxin.inference.scheduler_front import GenerationJob, SchedulerFront, SchedulerLimits
 from wenxin.inference.turn_plan import Admitted, PrefillPart, Turn, admissible, prefill_parts, stopped
 from wenxin.models.batch_decoding import BatchDecoder, Update
-from wenxin.models.batch_prefill import PromptPrefill, prefill_together
+from wenxin.models.batch_prefill import PartRows, PromptPrefill, fused_and_rest, prefill_together
 from wenxin.models.decoding import DecodeSettings, new_search
 from wenxin.models.prefix_cache import PrefixCache
 
@@ -183,12 +183,12 @@ class GenerationScheduler(SchedulerFront):
             self._end_stopped(decoder, running, waiting, turn, outbox)
             _flush(outbox)
             outbox = {}
-            self._admit(decoder, running, waiting, turn)
+            beside = self._admit(decoder, running, waiting, turn)
             if decoder.rows:
                 turn.step_rows = decoder.rows
                 turn.decoded = [key for key, state in running.items() if state.prefill is None]
                 try:
-                    updates = decoder.step()
+                    updates = decoder.step(beside[0] if beside else None)
                 except Exception as e:  # noqa: BLE001 (every request in the batch gets the error)
                     logger.exception("a generation step failed for %d requests", len(running))
                     for key in list(running):
@@ -198,6 +198,10 @@ class GenerationScheduler(SchedulerFront):
                     updates = []
                 for update in updates:
                     report_safely(decoder, running, update, turn, outbox)
+                _flush(outbox)
+                outbox = {}
+                if beside:
+                    self._join_prefilled(decoder, running, beside[1], turn)
             _flush(outbox)
             if self.on_turn is not None and (turn.ran or turn.ended or turn.failed):
                 self.on_turn(turn)
@@ -224,7 +228,7 @@ class GenerationScheduler(SchedulerFront):
                           self.limits.max_cached_tokens)
 
     def _admit(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob],
-               turn: Turn) -> None:
+               turn: Turn) -> Optional[Tuple[PartRows, List[_Running]]]:
         """Let waiting requests in, in order, while they fit, and spend at most
         ``turn_prefill_tokens`` prompt tokens a turn on their prompts: where the export prefills a prompt
         in parts (``Generator.chunks``), every prompt being prefilled gets an even share of them
@@ -232,10 +236,11 @@ class GenerationScheduler(SchedulerFront):
         goes on with the rest next turns), the parts of a turn run together (``prefill_together``:
         rows of one ``advance`` call where the export has it). Otherwise each prompt is prefilled
         whole, in order, while the budget lasts. A request's first token goes out as soon as its
-        prompt is prefilled, and it joins the decoding batch."""
+        prompt is prefilled, and it joins the decoding batch. Returns the parts that go beside the
+        decoding rows in the turn's step (``_prefill_turn``), or None."""
         if not self._generator.chunks:
             self._admit_whole(decoder, running, waiting, turn)
-            return
+            return None
         for _ in range(self._admissible(waiting, running)):
             job = waiting.popleft()
             self._left_waiting()
@@ -243,17 +248,30 @@ class GenerationScheduler(SchedulerFront):
             state.prefill = self.prefixes.start(job.prompt.inputs["ids"])  # after a kept start it shares
             turn.admitted.append(Admitted(job.key, state.prefill.tokens_done))
             running[job.key] = state
-        self._prefill_turn(decoder, running, turn)
+        return self._prefill_turn(decoder, running, turn)
 
-    def _prefill_turn(self, decoder: BatchDecoder, running: Dict[int, _Running], turn: Turn) -> None:
-        """One turn's prefill parts (see ``_admit``); a request whose prompt is done joins."""
+    def _prefill_turn(self, decoder: BatchDecoder, running: Dict[int, _Running], turn: Turn
+                      ) -> Optional[Tuple[PartRows, List[_Running]]]:
+        """One turn's prefill parts (see ``_admit``); a request whose prompt is done joins. Where
+        the engine runs a turn in one call (``Predictor.fuses_turns``) and rows decode, the longest
+        parts of similar lengths are not run here but returned (as ``PartRows``, with their
+        requests) to go beside the decoding rows in the step (``advance_pair``: the turn costs
+        about one call, so the time between tokens stays even)."""
         plan = prefill_parts([(key, s.prefill.remaining) for key, s in running.items() if s.prefill is not None],
                              decoder.rows, self.limits.prefill_tokens, self.limits.turn_prefill)
         if not plan:
-            return
+            return None
         turn.prefilled.extend(plan)
         parts = [(running[part.key], part.tokens) for part in plan]
-        run, empty = self._generator.predictor.run_step, self._generator.predictor.advance_cache
+        predictor = self._generator.predictor
+        run, empty = predictor.run_step, predictor.advance_cache
+        beside = None
+        if predictor.fuses_turns and decoder.rows and empty is not None:
+            fused, _ = fused_and_rest([(state.prefill, share) for state, share in parts if state.prefill])
+            if fused:
+                chosen = {id(prompt) for prompt, _ in fused}
+                beside = (PartRows(fused, empty), [state for state, _ in parts if id(state.prefill) in chosen])
+                parts = [(state, share) for state, share in parts if id(state.prefill) not in chosen]
         before = [state.prefill.tokens_done if state.prefill else 0 for state, _ in parts]
         try:
             prefill_together(run, [(state.prefill, share) for state, share in parts if state.prefill], empty)
@@ -267,7 +285,13 @@ class GenerationScheduler(SchedulerFront):
                     del running[state.job.key]
                     turn.failed.append(state.job.key)
                     self._failed_prefill(state.job, e)
-        for state, _ in parts:
+        self._join_prefilled(decoder, running, [state for state, _ in parts], turn)
+        return beside
+
+    def _join_prefilled(self, decoder: BatchDecoder, running: Dict[int, _Running], states: List[_Running],
+                        turn: Turn) -> None:
+        """Those of ``states`` whose prompt is done join the decoding batch (their start kept)."""
+        for state in states:
             if state.prefill is not None and state.prefill.done and state.job.key in running:
                 outputs, ids, state.prefill = state.prefill.outputs, state.prefill.ids, None
                 if outputs is not None:

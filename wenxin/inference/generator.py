@@ -85,6 +85,9 @@ class GenerationExport(Protocol):
     prompt_source: Optional[PromptSource]
     result_format: ResultFormat
 
+    @property
+    def fuses_turns(self) -> bool: ...  # its engine runs advance_pair: prompt parts beside the decoding rows
+
     def run_step(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]: ...
 
     def settings_for(self, overrides: Optional[Dict[str, Any]] = None) -> DecodeSettings: ...

@@ -1,12 +1,13 @@
 """ONNX Runtime: the ``onnxruntime`` backend, for a folder that holds a ``model.onnx`` or, for a
 generation model, an ``advance.onnx`` (``wenxin export --format onnx``); ``onnxruntime-int8``
-runs the int8 copy beside it (``advance.int8.onnx``: weights quantized per output channel,
-activations per token, ``wenxin.inference.onnx_quantize``)."""
+runs the int8 copy beside it (``advance_pair.int8.onnx``, or ``advance.int8.onnx`` in exports
+before issue 69's fused turns: weights quantized per output channel, activations per token,
+``wenxin.inference.onnx_quantize``)."""
 from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -14,6 +15,7 @@ from wenxin.common.registry import RegisterSet
 from wenxin.data.export_bundle import ADVANCE_STEP, MODEL_PREFIX
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend
 from wenxin.inference.paddle_backend import generation_files
+from wenxin.models.advance_step import PAIR
 
 ONNX_FILE = "model.onnx"
 INT8 = ".int8"  # the int8 copy of a program: advance.int8.onnx beside advance.onnx
@@ -46,7 +48,8 @@ class OnnxBackend(InferenceBackend):
         if use_gpu:
             return "wenxin runs ONNX Runtime on the CPU only"
         name = onnx_file(ADVANCE_STEP if generation_files(model_dir) else MODEL_PREFIX, cls.variant)
-        if not os.path.isfile(os.path.join(model_dir, name)):
+        if not os.path.isfile(os.path.join(model_dir, name)) and \
+                not (cls.variant and os.path.isfile(os.path.join(model_dir, onnx_file(PAIR, cls.variant)))):
             return f"{model_dir}: no {name}; export it with wenxin export --format onnx"
         if importlib.util.find_spec("onnxruntime") is None:
             return "the onnxruntime package is not installed (pip install \"wenxin[onnx]\")"
@@ -65,6 +68,15 @@ class OnnxInt8Backend(OnnxBackend):
     title = "ONNX Runtime int8"
     auto_order = 0
     variant = INT8
+
+    @classmethod
+    def step_programs(cls, model_dir: str, steps: Sequence[str]) -> List[str]:
+        """``advance_pair`` alone where the export has its int8 copy (``advance_pair.int8.onnx``,
+        since issue 69: every call runs as the pair, so a turn's decoding rows and prompt parts run
+        in one call and the weights are in memory once), else ``advance`` (``advance.int8.onnx``)."""
+        if PAIR in steps and os.path.isfile(os.path.join(model_dir, onnx_file(PAIR, cls.variant))):
+            return [PAIR]
+        return super().step_programs(model_dir, steps)
 
 
 def open_session(model_file: str, num_threads: int = 1) -> Any:

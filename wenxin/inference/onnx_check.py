@@ -25,8 +25,8 @@ def compare(folder: str, onnx_file: str, batch: Dict[str, np.ndarray], program: 
     from wenxin.inference.onnx_backend import open_session
     from wenxin.inference.predictor import Predictor
     try:
-        paddle = Predictor(folder, backend="paddle")
-        engine = paddle.step_engines[program] if program else paddle.engine
+        paddle = Predictor(folder, backend="paddle", load_model=not program)
+        engine = paddle_engine(folder, paddle.meta, program) if program else paddle.engine
         assert engine is not None  # loaded: Predictor's default
         inputs = {name: batch[name.split("__")[-1]] for name in engine.input_names}  # a static program's step__name
         session = open_session(onnx_file)
@@ -41,6 +41,14 @@ def compare(folder: str, onnx_file: str, batch: Dict[str, np.ndarray], program: 
         result["scale"] = float(np.abs(expected[0]).max())
         result["flips"] = int(np.sum(expected[0].argmax(-1) != got[0].argmax(-1)))
     return result
+
+
+def paddle_engine(folder: str, meta: Dict[str, Any], program: str) -> Any:
+    """Paddle Inference on the step program ``program`` of the export in ``folder`` (any of them,
+    ``advance_pair`` too, which a Predictor does not load)."""
+    from wenxin.inference.backends import EngineOptions
+    from wenxin.inference.paddle_backend import PaddleBackend
+    return PaddleBackend(folder, meta, EngineOptions(False, 1, {"program": program}))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

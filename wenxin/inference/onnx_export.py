@@ -16,6 +16,7 @@ from wenxin.common.errors import InferenceError
 from wenxin.data.export_bundle import ADVANCE_STEP, PREPROCESS_FILE, seal_export
 from wenxin.inference.onnx_backend import INT8, ONNX_FILE, onnx_file
 from wenxin.inference.paddle_backend import generation_files, model_files
+from wenxin.models.advance_step import PAIR, in_place, pair_feed
 
 logger = logging.getLogger("wenxin")
 
@@ -134,9 +135,8 @@ STEP_CHECK_ROWS, STEP_CHECK_TOKENS = 2, 8
 def advance_check_batch(folder: str) -> Dict[str, np.ndarray]:
     """``advance``'s inputs both engines must agree on: two prompts of 8 and 5 tokens (ids 1-8)
     after an empty cache, the shorter one's first columns padding (``batch_prefill``'s layout)."""
-    from wenxin.models.advance_step import empty_cache, in_place, layer_inputs, with_hidden_column
-    with open(os.path.join(folder, PREPROCESS_FILE), encoding="utf-8") as f:
-        steps = json.load(f)["steps"]
+    from wenxin.models.advance_step import empty_cache, layer_inputs, with_hidden_column
+    steps = read_steps(folder)
     rows, width = STEP_CHECK_ROWS, STEP_CHECK_TOKENS
     lengths = [width, width - 3]
     tokens = np.zeros((rows, width), dtype=np.int64)
@@ -157,34 +157,62 @@ def advance_check_batch(folder: str) -> Dict[str, np.ndarray]:
 
 def export_advance_onnx(folder: str, graph: str, params: str, tolerance: float = TOLERANCE) -> str:
     """``advance.onnx`` beside a generation export's ``advance`` program, its logits within
-    ``tolerance`` of Paddle's (relative to their largest), and its int8 copy ``advance.int8.onnx``
-    (ONNX Runtime's dynamic quantization, weights int8 per output channel, with activations
-    quantized per token: ``onnx_quantize``),
-    whose difference is measured and logged. Returns the float32 file's path."""
+    ``tolerance`` of Paddle's (relative to their largest), and an int8 copy (ONNX Runtime's
+    dynamic quantization, weights int8 per output channel, with activations quantized per token:
+    ``onnx_quantize``), whose difference is measured and logged: of ``advance_pair`` where the
+    export has it (``advance_pair.int8.onnx``: the int8 engine runs every call as the pair, so a
+    serving turn is one call), else of ``advance`` (``advance.int8.onnx``). Returns the float32
+    file's path."""
     batch = advance_check_batch(folder)
     target = os.path.join(folder, onnx_file(ADVANCE_STEP))
-    target8 = os.path.join(folder, onnx_file(ADVANCE_STEP, INT8))
-    tmp, tmp8 = (os.path.join(folder, f".{os.path.basename(t)}.tmp") for t in (target, target8))
+    pair = model_files(folder, PAIR) if in_place(read_steps(folder)) else None
+    program8 = PAIR if pair is not None else ADVANCE_STEP
+    target8 = os.path.join(folder, onnx_file(program8, INT8))
+    tmp, tmp8, tmp_pair = (os.path.join(folder, f".{os.path.basename(t)}.tmp")
+                           for t in (target, target8, onnx_file(PAIR)))
     try:
         convert_in_subprocess(graph, params, tmp, folder)
-        checked = check_in_subprocess(folder, tmp, batch, ADVANCE_STEP)
-        if not checked["difference"] <= tolerance * max(checked["scale"], 1.0):
-            raise InferenceError(f"{folder}: the ONNX program's logits differ from Paddle's by "
-                                 f"{checked['difference']:.3g} (their largest is {checked['scale']:.3g}); "
-                                 f"{os.path.basename(target)} was not written")
-        quantize_in_subprocess(tmp, tmp8, folder)
-        checked8 = check_in_subprocess(folder, tmp8, batch, ADVANCE_STEP)
+        checked = _checked(folder, tmp, batch, ADVANCE_STEP, tolerance, target)
+        source, batch8 = tmp, batch
+        if pair is not None:
+            batch8 = pair_feed(batch, {name: value[1:] for name, value in batch.items()})  # two rows, then one
+            convert_in_subprocess(pair[0], pair[1], tmp_pair, folder)
+            _checked(folder, tmp_pair, batch8, PAIR, tolerance, target8)
+            source = tmp_pair
+        quantize_in_subprocess(source, tmp8, folder)
+        checked8 = check_in_subprocess(folder, tmp8, batch8, program8)
+        if os.path.exists(tmp_pair):
+            os.remove(tmp_pair)  # the float32 pair was the int8 copy's source only
         os.replace(tmp, target)
         os.replace(tmp8, target8)
         seal_export(folder)
     finally:
-        for path in (tmp, tmp8):
+        for path in (tmp, tmp8, tmp_pair):
             if os.path.exists(path):
                 os.remove(path)
     logger.info("exported %s (float32: logits within %.2g of Paddle's) and %s (int8: within %.2g of %.2g, "
                 "%d of %d rows' best token moved)", target, checked["difference"], os.path.basename(target8),
                 checked8["difference"], checked8["scale"], checked8["flips"], checked8["rows"])
     return target
+
+
+def _checked(folder: str, onnx_path: str, batch: Dict[str, np.ndarray], program: str, tolerance: float,
+             target: str) -> Dict[str, Any]:
+    """The converted ``program``'s logits against Paddle's on ``batch``: within ``tolerance`` of
+    their largest, or an error saying ``target`` was not written."""
+    checked = check_in_subprocess(folder, onnx_path, batch, program)
+    if not checked["difference"] <= tolerance * max(checked["scale"], 1.0):
+        raise InferenceError(f"{folder}: the ONNX program's logits differ from Paddle's by "
+                             f"{checked['difference']:.3g} (their largest is {checked['scale']:.3g}); "
+                             f"{os.path.basename(target)} was not written")
+    return checked
+
+
+def read_steps(folder: str) -> Dict[str, Any]:
+    """``preprocess.json``'s ``steps`` of the export in ``folder``."""
+    with open(os.path.join(folder, PREPROCESS_FILE), encoding="utf-8") as f:
+        steps: Dict[str, Any] = json.load(f)["steps"]
+    return steps
 
 
 def quantize_in_subprocess(source: str, target: str, folder: str) -> None:

@@ -20,7 +20,7 @@ from wenxin.inference.paddle_backend import generation_files, model_files
 from wenxin.inference.formatters import ResultFormat
 from wenxin.inference.decode_overrides import settings_with
 from wenxin.inference.generator import Generator
-from wenxin.models.advance_step import AdvanceRunner, advance_steps, empty_cache, in_place
+from wenxin.models.advance_step import PAIR, AdvanceRunner, advance_by_pair, advance_steps, empty_cache, in_place
 from wenxin.models.batch_decoding import CHUNK_STEP
 from wenxin.models.decoding import DecodeSettings, PromptSource
 
@@ -45,7 +45,8 @@ def step_engines(backend_cls: Any, model_dir: str, meta: Dict[str, Any], prefill
     measured, with one copy of the weights fewer in memory."""
     return {name: backend_cls(model_dir, meta, EngineOptions(options.use_gpu, options.num_threads,
                                                              {**options.settings, "program": name}))
-            for name in meta.get("steps") or {} if not (name == FIRST_STEP and prefill_as_chunk)}
+            for name in backend_cls.step_programs(model_dir, list(meta.get("steps") or {}))
+            if not (name == FIRST_STEP and prefill_as_chunk)}
 
 
 def prefill_cache(steps: Dict[str, Dict[str, Any]]) -> Optional[np.ndarray]:
@@ -209,8 +210,17 @@ class Predictor:
             name, inputs = CHUNK_STEP, {**inputs, "cache": self.empty_cache}
         return self._run_program(name, inputs)
 
+    @property
+    def fuses_turns(self) -> bool:
+        """Whether its engine runs ``advance_pair``: a serving turn's decoding rows and prompt
+        parts then go in one call (``BatchDecoder.step``'s ``beside``)."""
+        return PAIR in self.step_engines and self.in_place_cache is not None
+
     def _run_program(self, name: str, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """Run the exported step program ``name``."""
+        """Run the exported step program ``name`` (``advance`` as ``advance_pair`` where the engine
+        holds only the pair's program: ``advance_by_pair``)."""
+        if name == ADVANCE_STEP and name not in self.step_engines and PAIR in self.step_engines:
+            return advance_by_pair(lambda feed: self._run_program(PAIR, feed), inputs)
         engine = self.step_engines[name]
         declared = {i["name"] for i in self.exported_steps[name]["inputs"]}
         feed = {}

@@ -17,10 +17,15 @@ Measured at ERNIE-4.5-0.3B's shape on ONNX Runtime float32, one thread
 32-token prompt part cost 257 CPU-ms in one call against 353 in two (16 rows alone: 167), so a
 turn that also prefills 32 prompt tokens costs 1.5x one that does not, instead of 2.1x.
 
-Not yet used by the service: the export does not hold an ``advance_pair`` program, and a group of
-zero rows does not run through ONNX Runtime (a reshape that paddle2onnx writes with -1) nor
-through Paddle Inference (which fails on empty tensors), so a turn without prompt parts needs the
-single-group ``advance`` (issue 69's remaining work).
+An export holds it beside ``advance`` (``step_specs`` of ERNIE 4.5 chat models; one parameters
+file for both), and its int8 ONNX copy is the int8 engine's one program
+(``advance_pair.int8.onnx``): a serving turn runs its decoding rows and the longest of its prompt
+parts in one call (``BatchDecoder.step``'s ``beside``), and every other call as the pair with a
+lone row as the second group (``advance_step.advance_by_pair``; 2% of a one-row int8 step). Paddle
+Inference and float32 ONNX Runtime do not load it: a program is a predictor or a session of its
+own there, the weights again in memory; and a group of zero rows runs in neither runtime (Paddle
+Inference fails on empty tensors; paddle2onnx writes reshapes with -1 that ONNX Runtime cannot
+apply to no elements), so a lone row (13-37% of a float32 one-row step) would be the price.
 """
 from __future__ import annotations
 

@@ -21,6 +21,10 @@ ERNIE 4.5 chat exports since issue 69) keeps every row's cache in ``KVSlots`` in
 writing only the new tokens' keys and values, rows joining and leaving without the array being
 rebuilt (``wenxin.models.kv_slots``).
 
+Where the engine also runs ``advance_pair`` (``wenxin.models.advance_pair``: the int8 ONNX
+engine), a step can take prompt parts beside its rows (``step``'s ``beside``, a
+``batch_prefill.PartRows``): the turn's prefill and decoding are then one call.
+
 A model whose ``extend`` has no ``visible`` input (an export made before it was added) cannot
 hide padding: each prompt then keeps a cache of its own and runs its own ``extend`` (its rows
 are all as long), still one step of each prompt in turn.
@@ -32,7 +36,8 @@ from typing import Callable, Dict, Hashable, List, Mapping, Optional, Union, cas
 
 import numpy as np
 
-from wenxin.models.advance_step import ADVANCE, CHUNK, COLUMN_AXIS, NEW_CACHE, ROW_AXIS
+from wenxin.models.advance_step import ADVANCE, CHUNK, COLUMN_AXIS, NEW_CACHE, PAIR, ROW_AXIS, SECOND, pair_feed
+from wenxin.models.batch_prefill import PartRows
 from wenxin.models.kv_slots import KVSlots
 from wenxin.models.decoding import DecodeSettings, PromptSource, Search, StepRunner, new_search
 
@@ -165,11 +170,19 @@ class _SlotCohort:
         self.tokens = np.asarray(tokens, dtype=np.int64)
         self.members = members
 
-    def run(self, run: StepRunner, masked: bool) -> np.ndarray:
+    def run(self, run: StepRunner, masked: bool, beside: Optional[PartRows] = None) -> np.ndarray:
         """One ``advance`` of a token a row: the rows' logits ``[R, V]``; each row's new keys and
-        values are written after its own."""
-        feed = {"tokens": self.tokens[:, None], "positions": self.positions[:, None], **self.slots.inputs(1)}
-        out = run(ADVANCE, feed)
+        values are written after its own. ``beside``: prompt parts run in the same call, as the
+        second group of ``advance_pair`` (their outputs go to their ``took``)."""
+        feed: Dict[str, np.ndarray] = {"tokens": self.tokens[:, None], "positions": self.positions[:, None],
+                                       **self.slots.inputs(1)}
+        if beside is None:
+            out = run(ADVANCE, feed)
+        else:
+            out = run(PAIR, pair_feed(feed, beside.inputs))
+            logits = np.asarray(out["logits"])  # [R + Rb, V]: the decoding rows first
+            beside.took(logits[self.rows:], np.asarray(out[SECOND + NEW_CACHE]))
+            out = {"logits": logits[:self.rows], NEW_CACHE: out[NEW_CACHE]}
         self.slots.write(np.asarray(out[NEW_CACHE]))
         self.positions = self.positions + 1
         return np.asarray(out["logits"])
@@ -240,11 +253,18 @@ class BatchDecoder:
                 self.cohorts.append(_Cohort(cache, member, advance.tokens, position))
         return member.update()
 
-    def step(self) -> List[Update]:
-        """One ``extend`` of every row; each prompt's search chooses from its rows' logits."""
+    def step(self, beside: Optional[PartRows] = None) -> List[Update]:
+        """One ``extend`` of every row; each prompt's search chooses from its rows' logits.
+        ``beside``: prompt parts prefilled in the same call (``advance_pair``), for a model whose
+        rows' caches stay in place and that has the pair (a serving turn: ``fuses_turns``)."""
+        if beside is not None and (self.in_place is None or not self.cohorts):
+            raise ValueError("prompt parts go beside the decoding rows only in a step of rows kept in place")
         updates: List[Update] = []
         for cohort in list(self.cohorts):
-            logits = cohort.run(self.run, self.masked)  # [R, V]
+            if beside is not None:
+                logits = cast(_SlotCohort, cohort).run(self.run, self.masked, beside)  # [R, V]
+            else:
+                logits = cohort.run(self.run, self.masked)  # [R, V]
             rows: List[int] = []
             tokens: List[int] = []
             members: List[_Member] = []

@@ -9,7 +9,9 @@ at its end and its cache so far at the end of the cache columns, the columns bef
 that ``visible`` hides, so each prompt's logits and cache are those it gets alone (within float32
 rounding, tested). Rows whose parts differ much in length go in calls of their own
 (``similar_lengths``), so padding never costs more than a quarter of a call's tokens. A model
-without ``advance`` prefills each part alone (``prefill``, then ``prefill_chunk``).
+without ``advance`` prefills each part alone (``prefill``, then ``prefill_chunk``). Where the
+engine runs ``advance_pair``, a turn's longest parts of similar lengths go beside the decoding
+rows in their step instead (``fused_and_rest``, ``PartRows``; ``wenxin.models.batch_decoding``).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from wenxin.models.advance_step import ADVANCE, CHUNK, COLUMN_AXIS, PREFILL, ROW_AXIS
+from wenxin.models.advance_step import ADVANCE, CHUNK, COLUMN_AXIS, PREFILL, ROW_AXIS, layer_inputs, with_hidden_column
 from wenxin.models.decoding import StepRunner
 
 MAX_PADDING = 0.25  # of a call's new tokens at most, padding (similar_lengths)
@@ -124,30 +126,78 @@ def _alone(run: StepRunner, prompt: PromptPrefill, count: int) -> None:
 def _rows(run: StepRunner, parts: Sequence[Tuple[PromptPrefill, int]], empty: np.ndarray) -> None:
     """One ``advance`` call: a row a prompt, its cache so far right-aligned in ``N`` columns and
     its new tokens in ``T`` (see the module docstring)."""
-    caches = [prompt.cache for prompt, _ in parts]
-    rows, width = len(parts), max(count for _, count in parts)
-    before = [0 if c is None else int(c.shape[COLUMN_AXIS]) for c in caches]
-    columns = max(before)
-    layout = list(empty.shape)
-    layout[ROW_AXIS], layout[COLUMN_AXIS] = rows, columns
-    cache = np.zeros(layout, dtype=empty.dtype)  # [L, 2, R, KV, N, D]
-    for row, c in enumerate(caches):
-        if c is not None:
-            cache[:, :, row, :, columns - before[row]:] = c[:, :, 0]
-    tokens = np.zeros((rows, width), dtype=np.int64)
-    positions = np.zeros((rows, width), dtype=np.int64)
-    visible = np.zeros((rows, width, columns + width), dtype=np.float32)  # [R, T, N + T]
-    for row, (prompt, count) in enumerate(parts):
-        pad = width - count
-        tokens[row, pad:] = prompt.ids[prompt.tokens_done:prompt.tokens_done + count]
-        positions[row, pad:] = before[row] + np.arange(count)
-        visible[row, :, columns - before[row]:columns] = 1.0  # its own cached columns
-        visible[row, pad:, columns + pad:] = np.tril(np.ones((count, count), dtype=np.float32))
-        visible[row, np.arange(pad), columns + np.arange(pad)] = 1.0  # padding sees itself: no empty row
-    out = run(ADVANCE, {"tokens": tokens, "positions": positions, "cache": cache, "visible": visible})
-    logits, grown = np.asarray(out["logits"]), np.asarray(out["cache"])  # [R, V], [L, 2, R, KV, N + T, D]
-    for row, (prompt, count) in enumerate(parts):
-        own = [grown[:, :, row:row + 1, :, columns - before[row]:columns],  # its cached columns, then its new ones
-               grown[:, :, row:row + 1, :, columns + width - count:]]
-        prompt.take({"logits": logits[row:row + 1], "cache": np.concatenate(own, axis=COLUMN_AXIS),
-                     "position": np.asarray([before[row] + count], dtype=np.int64)}, count)
+    rows = _PartLayout(parts, empty)
+    out = run(ADVANCE, {**rows.inputs, "cache": rows.cache})
+    rows.took(np.asarray(out["logits"]), np.asarray(out["cache"]))
+
+
+class _PartLayout:
+    """Prompt parts as rows of one ``advance`` call (see the module docstring): ``inputs`` (tokens,
+    positions, ``visible``) and ``cache`` ``[L, 2, R, KV, N, D]``, each row's cached columns last."""
+
+    def __init__(self, parts: Sequence[Tuple[PromptPrefill, int]], empty: np.ndarray) -> None:
+        self.parts = list(parts)
+        caches = [prompt.cache for prompt, _ in parts]
+        rows, self.width = len(parts), max(count for _, count in parts)
+        self.before = [0 if c is None else int(c.shape[COLUMN_AXIS]) for c in caches]
+        columns = self.columns = max(self.before)
+        layout = list(empty.shape)
+        layout[ROW_AXIS], layout[COLUMN_AXIS] = rows, columns
+        self.cache = np.zeros(layout, dtype=empty.dtype)  # [L, 2, R, KV, N, D]
+        for row, c in enumerate(caches):
+            if c is not None:
+                self.cache[:, :, row, :, columns - self.before[row]:] = c[:, :, 0]
+        width = self.width
+        tokens = np.zeros((rows, width), dtype=np.int64)
+        positions = np.zeros((rows, width), dtype=np.int64)
+        visible = np.zeros((rows, width, columns + width), dtype=np.float32)  # [R, T, N + T]
+        for row, (prompt, count) in enumerate(parts):
+            pad = width - count
+            tokens[row, pad:] = prompt.ids[prompt.tokens_done:prompt.tokens_done + count]
+            positions[row, pad:] = self.before[row] + np.arange(count)
+            visible[row, :, columns - self.before[row]:columns] = 1.0  # its own cached columns
+            visible[row, pad:, columns + pad:] = np.tril(np.ones((count, count), dtype=np.float32))
+            visible[row, np.arange(pad), columns + np.arange(pad)] = 1.0  # padding sees itself: no empty row
+        self.inputs: Dict[str, np.ndarray] = {"tokens": tokens, "positions": positions, "visible": visible}
+
+    def took(self, logits: np.ndarray, grown: np.ndarray) -> None:
+        """Each prompt's ``take`` of what the call gave: ``logits`` ``[R, V]`` and the cache grown
+        by the new tokens ``[L, 2, R, KV, N + T, D]``."""
+        columns, width = self.columns, self.width
+        for row, ((prompt, count), before) in enumerate(zip(self.parts, self.before)):
+            own = [grown[:, :, row:row + 1, :, columns - before:columns],  # its cached columns, then its new ones
+                   grown[:, :, row:row + 1, :, columns + width - count:]]
+            prompt.take({"logits": logits[row:row + 1], "cache": np.concatenate(own, axis=COLUMN_AXIS),
+                         "position": np.asarray([before + count], dtype=np.int64)}, count)
+
+
+class PartRows:
+    """A turn's prompt parts of similar lengths as the second group of an ``advance_pair`` call
+    beside the decoding rows (``BatchDecoder.step``'s ``beside``): their in-place ``advance``
+    inputs (``inputs``) and, given the call's outputs for them, each prompt's ``take`` (``took``)."""
+
+    def __init__(self, parts: Sequence[Tuple[PromptPrefill, int]], empty: np.ndarray) -> None:
+        self.layout = _PartLayout(parts, empty)
+        cache, visible = with_hidden_column(self.layout.cache, self.layout.inputs["visible"])
+        self.inputs: Dict[str, np.ndarray] = {**self.layout.inputs, "visible": visible, **layer_inputs(cache)}
+
+    @property
+    def prompts(self) -> List[PromptPrefill]:
+        return [prompt for prompt, _ in self.layout.parts]
+
+    def took(self, logits: np.ndarray, new: np.ndarray) -> None:
+        """The call gave these rows ``logits`` ``[R, V]`` and their new keys and values
+        ``[L, 2, R, KV, T, D]``."""
+        self.layout.took(logits, np.concatenate([self.layout.cache, new], axis=COLUMN_AXIS))
+
+
+def fused_and_rest(parts: Sequence[Tuple[PromptPrefill, int]]
+                   ) -> Tuple[List[Tuple[PromptPrefill, int]], List[Tuple[PromptPrefill, int]]]:
+    """A turn's parts split into those that go beside the decoding rows in one ``advance_pair``
+    call (the first group of ``similar_lengths``: the longest parts) and the rest (prefilled in
+    calls of their own, ``prefill_together``)."""
+    groups = similar_lengths([count for _, count in parts])
+    if not groups:
+        return [], list(parts)
+    fused = set(groups[0])
+    return [parts[i] for i in groups[0]], [part for i, part in enumerate(parts) if i not in fused]
