@@ -1,14 +1,15 @@
 """The ``advance`` step of a converted export on ONNX Runtime, program against program, in one run:
 CPU-ms a token for a decode step of 1 and of 16 rows and for a prompt of 64 tokens (issue 69).
 
-Each ``--program`` (a file of the export folder: ``advance.onnx``, ``advance.int8.onnx``, or
-another variant made beside them, such as an older export's program with one ``cache`` array) gets
-its own session with ``--threads`` threads; the programs are timed in rounds that alternate which
-goes first, each shape ``--repeat`` times, after one warm-up call. It prints CPU and wall
+Each ``--program`` (a file of the export folder: ``advance.onnx``, ``advance_pair.int8.onnx``
+(run as ``advance`` beside a lone row, as the int8 engine runs it), ``advance.int8.onnx`` (an
+export's before issue 69's fused turns), or another variant made beside them, such as an older
+export's program with one ``cache`` array) gets its own session with ``--threads`` threads; the
+programs are timed in rounds that alternate which goes first, each shape ``--repeat`` times, after one warm-up call. It prints CPU and wall
 milliseconds a token (medians over rounds) and each program's largest logits difference from the
 first one at every shape, and whether a row batched gets its logits alone.
 
-    python benchmarks/onnx_step.py FOLDER --program advance.onnx advance.int8.onnx --rounds 3
+    python benchmarks/onnx_step.py FOLDER --program advance.onnx advance_pair.int8.onnx --rounds 3
 """
 from __future__ import annotations
 
@@ -45,18 +46,21 @@ def shapes(empty: np.ndarray, context: int) -> Dict[str, Dict[str, np.ndarray]]:
 
 def as_fed(feed: Dict[str, np.ndarray], inputs: List[str]) -> Dict[str, np.ndarray]:
     """``feed`` as a program with ``inputs`` takes it: one ``cache`` array (exports before the
-    cache stayed in place), or each layer's keys and values (``advance_step.layer_inputs``)."""
-    from wenxin.models.advance_step import layer_inputs, with_hidden_column
+    cache stayed in place), each layer's keys and values (``advance_step.layer_inputs``), or those
+    as ``advance_pair``'s first group beside a lone row (``advance_step.lone_row``: the int8
+    engine's one program since issue 69's fused turns; its logits have one row more)."""
+    from wenxin.models.advance_step import SECOND, layer_inputs, lone_row, pair_feed, with_hidden_column
     if "cache" in inputs:
         return feed
     cache, visible = with_hidden_column(feed["cache"], feed["visible"])
-    return {"tokens": feed["tokens"], "positions": feed["positions"], "visible": visible, **layer_inputs(cache)}
+    fed = {"tokens": feed["tokens"], "positions": feed["positions"], "visible": visible, **layer_inputs(cache)}
+    return pair_feed(fed, lone_row(fed)) if f"{SECOND}tokens" in inputs else fed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder")
-    parser.add_argument("--program", nargs="+", default=["advance.onnx", "advance.int8.onnx"])
+    parser.add_argument("--program", nargs="+", default=["advance.onnx", "advance_pair.int8.onnx"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
@@ -78,7 +82,7 @@ def main() -> None:
     logits: Dict[str, Dict[str, np.ndarray]] = {name: {} for name in sessions}
     for name, session in sessions.items():  # warm-up, and each program's logits
         for case, feed in feeds[name].items():
-            logits[name][case] = session.run(None, feed)[0]
+            logits[name][case] = session.run(None, feed)[0][:len(feed["tokens"])]  # a pair's lone row dropped
     cpu: Dict[str, Dict[str, List[float]]] = {n: {c: [] for c in cases} for n in sessions}
     wall: Dict[str, Dict[str, List[float]]] = {n: {c: [] for c in cases} for n in sessions}
     for round_ in range(args.rounds):
@@ -100,7 +104,7 @@ def main() -> None:
     for name, session in sessions.items():
         cells = [f"{statistics.median(cpu[name][c]):.2f} ({statistics.median(wall[name][c]):.2f})" for c in cases]
         difference = max(float(np.abs(logits[name][c] - logits[first][c]).max()) for c in cases)
-        lone = session.run(None, as_fed(lone_feed, [i.name for i in session.get_inputs()]))[0]
+        lone = session.run(None, as_fed(lone_feed, [i.name for i in session.get_inputs()]))[0][:1]
         batched = float(np.abs(logits[name]["decode 16 rows"][:1] - lone).max())
         print(f"| {name} | " + " | ".join(cells) + f" | {difference:.3g} | {batched:.3g} |")
 
