@@ -21,11 +21,12 @@ An export holds it beside ``advance`` (``step_specs`` of ERNIE 4.5 chat models; 
 file for both), and its int8 ONNX copy is the int8 engine's one program
 (``advance_pair.int8.onnx``): a serving turn runs its decoding rows and the longest of its prompt
 parts in one call (``BatchDecoder.step``'s ``beside``), and every other call as the pair with a
-lone row as the second group (``advance_step.advance_by_pair``; 2% of a one-row int8 step). Paddle
-Inference and float32 ONNX Runtime do not load it: a program is a predictor or a session of its
-own there, the weights again in memory; and a group of zero rows runs in neither runtime (Paddle
-Inference fails on empty tensors; paddle2onnx writes reshapes with -1 that ONNX Runtime cannot
-apply to no elements), so a lone row (13-37% of a float32 one-row step) would be the price.
+lone row as the second group (``advance_step.advance_by_pair``; 10% of a one-row int8 step, 2% of
+a 16-row one). Paddle Inference and float32 ONNX Runtime do not load it: a program is a predictor
+or a session of its own there, the weights again in memory; and a group of zero rows runs in
+neither runtime (Paddle Inference fails on empty tensors; paddle2onnx writes reshapes with -1
+that ONNX Runtime cannot apply to no elements), so a lone row (13-37% of a float32 one-row step)
+would be the price.
 """
 from __future__ import annotations
 
