@@ -124,6 +124,29 @@ def test_a_model_paddle2onnx_cannot_convert_is_one_error(tmp_path):
     assert not os.path.exists(folder / ".model.onnx.tmp")
 
 
+def test_a_model_over_onnxs_2_gb_limit_is_one_error_naming_it(tmp_path, monkeypatch):
+    """paddle2onnx 2.1 says a program's ONNX file would pass protobuf's 2 GB limit, then writes an
+    empty file and exits 0 (measured on an ERNIE 4.5 shape of 2.24 GB of weights; its
+    external_file option is not applied to a Paddle 3 program). Here a stand-in converter does the
+    same: the export says why in one error instead of ONNX Runtime's "no graph was found"."""
+    from wenxin.inference import onnx_export
+    folder = tmp_path / "model"
+    folder.mkdir()
+    stand_in = ("import sys\n"
+                "sys.stderr.write('[libprotobuf ERROR message_lite.cc:449] onnx.ModelProto exceeded maximum "
+                "protobuf size of 2GB: 2236734116\\n')\n"
+                "open(sys.argv[3], 'wb').close()\n")
+    monkeypatch.setattr(onnx_export, "CONVERT", stand_in)
+    with pytest.raises(InferenceError, match=r"2,236,734,116 bytes, over ONNX's 2 GB limit .*paddle backend"):
+        onnx_export.convert_in_subprocess(str(folder / "advance.json"), str(folder / "steps.pdiparams"),
+                                          str(folder / ".advance.onnx.tmp"), str(folder))
+    empty = "import sys\nopen(sys.argv[3], 'wb').close()\n"  # an empty file said nothing: still refused
+    monkeypatch.setattr(onnx_export, "CONVERT", empty)
+    with pytest.raises(InferenceError, match=r"paddle2onnx cannot convert this model \(an empty file written\)"):
+        onnx_export.convert_in_subprocess(str(folder / "advance.json"), str(folder / "steps.pdiparams"),
+                                          str(folder / ".advance.onnx.tmp"), str(folder))
+
+
 def test_the_conversion_installs_nothing(tmp_path, data_dir):
     """paddle2onnx's default optimizer (Polygraphy, which it runs with auto-install on) ran
     `python -m pip install sympy` during a first export. Here sympy looks missing and `pip` is a

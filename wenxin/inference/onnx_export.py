@@ -6,6 +6,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from typing import Any, Dict
@@ -49,13 +50,31 @@ def convert_in_subprocess(graph: str, params: str, target: str, folder: str) -> 
         raise InferenceError(f"{folder}: paddle2onnx did not finish within 30 minutes") from None
     output = proc.stdout + proc.stderr
     logger.debug("paddle2onnx: %s", output)
-    if proc.returncode == 0 and os.path.isfile(target):
+    too_large = re.search(r"exceeded maximum protobuf size of 2GB: (\d+)", output)
+    if too_large:  # it says so, then writes an empty file and exits 0
+        raise InferenceError(f"{folder}: paddle2onnx cannot convert this model: its ONNX file would hold "
+                             f"{int(too_large.group(1)):,} bytes, over ONNX's 2 GB limit for one file, and "
+                             f"paddle2onnx {paddle2onnx_version()} writes no external weights for a Paddle 3 program "
+                             f"(its external_file option is not applied); the Paddle model is exported and runs "
+                             f"with the paddle backend")
+    written = os.path.isfile(target) and os.path.getsize(target) > 0
+    if proc.returncode == 0 and written:
         return
     errors = [line.split("]")[-1].strip() for line in output.splitlines() if "[ERROR]" in line]
-    last = [line.strip() for line in output.splitlines() if line.strip()][-1:] or [f"exit status {proc.returncode}"]
+    last = [line.strip() for line in output.splitlines() if line.strip()][-1:] or \
+        [f"exit status {proc.returncode}" if proc.returncode or not os.path.isfile(target) else "an empty file written"]
     detail = "; ".join(dict.fromkeys(errors)) or last[0]
     raise InferenceError(f"{folder}: paddle2onnx cannot convert this model ({detail}); the Paddle model is "
                          f"exported and runs with the paddle backend")
+
+
+def paddle2onnx_version() -> str:
+    """The installed paddle2onnx's version (without importing it: it loads Paddle)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("paddle2onnx")
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 def check_in_subprocess(folder: str, onnx_file: str, batch: Dict[str, np.ndarray], program: str = "") -> Dict[str, Any]:
