@@ -93,4 +93,5 @@ def test_the_ernie45_lora_recipe_runs_on_the_fixture_decoder(tmp_path, recipe, f
                                  *[a for o in overrides for a in ("--set", o)]], script="wenxin/cli.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
     exported = os.listdir(os.path.join(out, "checkpoints", "best", "inference"))
-    assert [f for f in exported if f.endswith(".pdiparams")] == ["advance.pdiparams"]  # one step program, its weights once
+    # advance and advance_pair (the int8 engine's) on one parameters file: the weights once
+    assert [f for f in exported if f.endswith(".pdiparams")] == ["steps.pdiparams"]
