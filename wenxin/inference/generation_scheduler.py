@@ -267,11 +267,11 @@ class GenerationScheduler(SchedulerFront):
         run, empty = predictor.run_step, predictor.advance_cache
         beside = None
         if predictor.fuses_turns and decoder.rows and empty is not None:
-            fused, _ = fused_and_rest([(state.prefill, share) for state, share in parts if state.prefill])
+            fused, rest = fused_and_rest(parts)
             if fused:
-                chosen = {id(prompt) for prompt, _ in fused}
-                beside = (PartRows(fused, empty), [state for state, _ in parts if id(state.prefill) in chosen])
-                parts = [(state, share) for state, share in parts if id(state.prefill) not in chosen]
+                beside = (PartRows([(state.prefill, share) for state, share in fused if state.prefill], empty),
+                          [state for state, _ in fused])
+                parts = rest
         before = [state.prefill.tokens_done if state.prefill else 0 for state, _ in parts]
         try:
             prefill_together(run, [(state.prefill, share) for state, share in parts if state.prefill], empty)

@@ -156,11 +156,23 @@ class AdvanceRunner:
         visible = np.asarray(visible, dtype=np.float32)
         if not self.in_place:
             return dict(self.run(ADVANCE, {**feed, "cache": cache, "visible": visible}))
-        fed, visible = with_hidden_column(np.ascontiguousarray(cache), visible)
-        out = dict(self.run(ADVANCE, {**feed, "visible": visible, **layer_inputs(fed)}))
-        new = out.pop(NEW_CACHE)  # [L, 2, R, KV, T, D]
-        out["cache"] = np.concatenate([cache, new], axis=COLUMN_AXIS) if cache.shape[COLUMN_AXIS] else np.asarray(new)
+        out = dict(self.run(ADVANCE, {**feed, **in_place_inputs(cache, visible)}))
+        out["cache"] = grown_cache(cache, out.pop(NEW_CACHE))
         return out
+
+
+def in_place_inputs(cache: np.ndarray, visible: np.ndarray) -> Dict[str, np.ndarray]:
+    """An in-place ``advance``'s ``visible`` and each layer's cache inputs for rows whose caches
+    lie in ``cache`` ``[L, 2, R, KV, N, D]`` (a hidden column where ``N`` is 0:
+    ``with_hidden_column``)."""
+    fed, visible = with_hidden_column(np.ascontiguousarray(cache), visible)
+    return {"visible": visible, **layer_inputs(fed)}
+
+
+def grown_cache(cache: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``cache`` ``[L, 2, R, KV, N, D]`` with an in-place ``advance``'s new keys and values
+    ``[..., T, D]`` after each row's: ``[..., N + T, D]``."""
+    return np.concatenate([cache, new], axis=COLUMN_AXIS) if cache.shape[COLUMN_AXIS] else np.asarray(new)
 
 
 def pair_feed(first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:

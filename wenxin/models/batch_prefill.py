@@ -15,11 +15,11 @@ rows in their step instead (``fused_and_rest``, ``PartRows``; ``wenxin.models.ba
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
-from wenxin.models.advance_step import ADVANCE, CHUNK, COLUMN_AXIS, PREFILL, ROW_AXIS, layer_inputs, with_hidden_column
+from wenxin.models.advance_step import ADVANCE, CHUNK, COLUMN_AXIS, PREFILL, ROW_AXIS, grown_cache, in_place_inputs
 from wenxin.models.decoding import StepRunner
 
 MAX_PADDING = 0.25  # of a call's new tokens at most, padding (similar_lengths)
@@ -178,24 +178,22 @@ class PartRows:
 
     def __init__(self, parts: Sequence[Tuple[PromptPrefill, int]], empty: np.ndarray) -> None:
         self.layout = _PartLayout(parts, empty)
-        cache, visible = with_hidden_column(self.layout.cache, self.layout.inputs["visible"])
-        self.inputs: Dict[str, np.ndarray] = {**self.layout.inputs, "visible": visible, **layer_inputs(cache)}
-
-    @property
-    def prompts(self) -> List[PromptPrefill]:
-        return [prompt for prompt, _ in self.layout.parts]
+        self.inputs: Dict[str, np.ndarray] = {**self.layout.inputs,
+                                              **in_place_inputs(self.layout.cache, self.layout.inputs["visible"])}
 
     def took(self, logits: np.ndarray, new: np.ndarray) -> None:
         """The call gave these rows ``logits`` ``[R, V]`` and their new keys and values
         ``[L, 2, R, KV, T, D]``."""
-        self.layout.took(logits, np.concatenate([self.layout.cache, new], axis=COLUMN_AXIS))
+        self.layout.took(logits, grown_cache(self.layout.cache, new))
 
 
-def fused_and_rest(parts: Sequence[Tuple[PromptPrefill, int]]
-                   ) -> Tuple[List[Tuple[PromptPrefill, int]], List[Tuple[PromptPrefill, int]]]:
-    """A turn's parts split into those that go beside the decoding rows in one ``advance_pair``
-    call (the first group of ``similar_lengths``: the longest parts) and the rest (prefilled in
-    calls of their own, ``prefill_together``)."""
+Part = TypeVar("Part")  # what a turn's part names: a PromptPrefill, or the request whose prompt it is
+
+
+def fused_and_rest(parts: Sequence[Tuple[Part, int]]) -> Tuple[List[Tuple[Part, int]], List[Tuple[Part, int]]]:
+    """A turn's parts (each with its count of tokens) split into those that go beside the decoding
+    rows in one ``advance_pair`` call (the first group of ``similar_lengths``: the longest parts)
+    and the rest (prefilled in calls of their own, ``prefill_together``)."""
     groups = similar_lengths([count for _, count in parts])
     if not groups:
         return [], list(parts)
