@@ -1,15 +1,17 @@
 """The ``advance`` step of a converted export on ONNX Runtime, program against program, in one run:
 CPU-ms a token for a decode step of 1 and of 16 rows and for a prompt of 64 tokens (issue 69).
 
-Each ``--program`` (a file of the export folder: ``advance.onnx``, ``advance_pair.int8.onnx``
-(run as ``advance`` beside a lone row, as the int8 engine runs it), ``advance.int8.onnx`` (an
-export's before issue 69's fused turns), or another variant made beside them, such as an older
-export's program with one ``cache`` array) gets its own session with ``--threads`` threads; the
-programs are timed in rounds that alternate which goes first, each shape ``--repeat`` times, after one warm-up call. It prints CPU and wall
-milliseconds a token (medians over rounds) and each program's largest logits difference from the
-first one at every shape, and whether a row batched gets its logits alone.
+Each ``--program`` (a file of the export folder: ``advance_pair.onnx`` or
+``advance_pair.int8.onnx``, run as ``advance`` beside a group of no rows as the engines run it
+where the export's pair takes one, else beside a lone row; ``FILE:lone`` or ``FILE:none`` picks;
+``advance.onnx`` and ``advance.int8.onnx`` of older exports; or another variant made beside them,
+such as an older export's program with one ``cache`` array) gets its own session with
+``--threads`` threads; the programs are timed in rounds that alternate which goes first, each
+shape ``--repeat`` times, after one warm-up call. It prints CPU and wall milliseconds a token
+(medians over rounds) and each program's largest logits difference from the first one at every
+shape, and whether a row batched gets its logits alone.
 
-    python benchmarks/onnx_step.py FOLDER --program advance.onnx advance_pair.int8.onnx --rounds 3
+    python benchmarks/onnx_step.py FOLDER --program advance_pair.int8.onnx:lone advance_pair.int8.onnx:none
 """
 from __future__ import annotations
 
@@ -44,23 +46,25 @@ def shapes(empty: np.ndarray, context: int) -> Dict[str, Dict[str, np.ndarray]]:
             "prompt of 64": case(1, 64, 0)}
 
 
-def as_fed(feed: Dict[str, np.ndarray], inputs: List[str]) -> Dict[str, np.ndarray]:
+def as_fed(feed: Dict[str, np.ndarray], inputs: List[str], second: str) -> Dict[str, np.ndarray]:
     """``feed`` as a program with ``inputs`` takes it: one ``cache`` array (exports before the
     cache stayed in place), each layer's keys and values (``advance_step.layer_inputs``), or those
-    as ``advance_pair``'s first group beside a lone row (``advance_step.lone_row``: the int8
-    engine's one program since issue 69's fused turns; its logits have one row more)."""
-    from wenxin.models.advance_step import SECOND, layer_inputs, lone_row, pair_feed, with_hidden_column
+    as ``advance_pair``'s first group beside ``second``: ``none`` (``advance_step.no_rows``) or
+    ``lone`` (``advance_step.lone_row``, whose logits are one row more)."""
+    from wenxin.models.advance_step import SECOND, layer_inputs, lone_row, no_rows, pair_feed, with_hidden_column
     if "cache" in inputs:
         return feed
     cache, visible = with_hidden_column(feed["cache"], feed["visible"])
     fed = {"tokens": feed["tokens"], "positions": feed["positions"], "visible": visible, **layer_inputs(cache)}
-    return pair_feed(fed, lone_row(fed)) if f"{SECOND}tokens" in inputs else fed
+    if f"{SECOND}tokens" not in inputs:
+        return fed
+    return pair_feed(fed, no_rows(fed) if second == "none" else lone_row(fed))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder")
-    parser.add_argument("--program", nargs="+", default=["advance.onnx", "advance_pair.int8.onnx"])
+    parser.add_argument("--program", nargs="+", default=["advance_pair.onnx", "advance_pair.int8.onnx"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
@@ -69,16 +73,18 @@ def main() -> None:
     import onnxruntime as ort
     with open(os.path.join(args.folder, "preprocess.json"), encoding="utf-8") as f:
         steps = json.load(f)["steps"]
-    from wenxin.models.advance_step import empty_cache
+    from wenxin.models.advance_step import empty_cache, pair_runs_alone
     cases = shapes(empty_cache(steps), args.context)
-    sessions = {}
+    sessions, seconds = {}, {}
     for name in args.program:
         options = ort.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = args.threads
         options.log_severity_level = 3  # not paddle2onnx's unused constants
-        sessions[name] = ort.InferenceSession(os.path.join(args.folder, name), options, providers=["CPUExecutionProvider"])
-    feeds = {name: {case: as_fed(feed, [i.name for i in session.get_inputs()]) for case, feed in cases.items()}
-             for name, session in sessions.items()}
+        file, _, second = name.partition(":")
+        seconds[name] = second or ("none" if pair_runs_alone(steps) else "lone")
+        sessions[name] = ort.InferenceSession(os.path.join(args.folder, file), options, providers=["CPUExecutionProvider"])
+    feeds = {name: {case: as_fed(feed, [i.name for i in session.get_inputs()], seconds[name])
+                    for case, feed in cases.items()} for name, session in sessions.items()}
     logits: Dict[str, Dict[str, np.ndarray]] = {name: {} for name in sessions}
     for name, session in sessions.items():  # warm-up, and each program's logits
         for case, feed in feeds[name].items():
@@ -104,7 +110,7 @@ def main() -> None:
     for name, session in sessions.items():
         cells = [f"{statistics.median(cpu[name][c]):.2f} ({statistics.median(wall[name][c]):.2f})" for c in cases]
         difference = max(float(np.abs(logits[name][c] - logits[first][c]).max()) for c in cases)
-        lone = session.run(None, as_fed(lone_feed, [i.name for i in session.get_inputs()]))[0][:1]
+        lone = session.run(None, as_fed(lone_feed, [i.name for i in session.get_inputs()], seconds[name]))[0][:1]
         batched = float(np.abs(logits[name]["decode 16 rows"][:1] - lone).max())
         print(f"| {name} | " + " | ".join(cells) + f" | {difference:.3g} | {batched:.3g} |")
 

@@ -86,12 +86,24 @@ def test_an_unknown_backend_is_one_error_with_a_suggestion(exported_classifier):
         Predictor(exported_classifier, backend="paddel")
 
 
-def test_only_the_int8_engine_loads_advance_pair_and_only_where_the_export_has_its_int8_copy(tmp_path):
+def test_each_engine_loads_the_pair_alone_where_it_runs_a_group_of_no_rows(tmp_path):
+    """Every engine holds ``advance_pair`` alone (the weights once) where the export's pair runs a
+    group of no rows (``empty_second``) and the engine has its program; an older export's pair only
+    the int8 engine loads, where its int8 copy exists, and the others ``advance``."""
     from wenxin.inference.onnx_backend import OnnxBackend, OnnxInt8Backend
     from wenxin.inference.paddle_backend import PaddleBackend
-    folder, steps = str(tmp_path), ["advance", "advance_pair"]
-    assert OnnxInt8Backend.step_programs(folder, steps) == ["advance"]  # an export without the pair's int8 copy
+    folder = str(tmp_path)
+    older = {"advance": {}, "advance_pair": {}}
+    newer = {"advance": {}, "advance_pair": {"empty_second": True}}
+    assert PaddleBackend.step_programs(folder, older) == ["advance"]
+    assert PaddleBackend.step_programs(folder, newer) == ["advance_pair"]
+    for steps in (older, newer):  # ONNX Runtime: the programs the export holds a file of
+        assert OnnxBackend.step_programs(folder, steps) == OnnxInt8Backend.step_programs(folder, steps) == ["advance"]
     (tmp_path / "advance_pair.int8.onnx").write_bytes(b"")
-    assert OnnxInt8Backend.step_programs(folder, steps) == ["advance_pair"]  # every call as the pair: weights once
-    assert OnnxBackend.step_programs(folder, steps) == PaddleBackend.step_programs(folder, steps) == ["advance"]
-    assert OnnxInt8Backend.step_programs(folder, ["prefill", "extend"]) == ["prefill", "extend"]  # an older export
+    assert OnnxInt8Backend.step_programs(folder, older) == ["advance_pair"]  # every call as the pair: weights once
+    assert OnnxBackend.step_programs(folder, older) == ["advance"]
+    (tmp_path / "advance_pair.onnx").write_bytes(b"")
+    assert OnnxBackend.step_programs(folder, newer) == ["advance_pair"]
+    older_steps = {"prefill": {}, "extend": {}}  # an export before advance
+    for backend in (PaddleBackend, OnnxBackend, OnnxInt8Backend):
+        assert backend.step_programs(folder, older_steps) == ["prefill", "extend"]

@@ -152,9 +152,9 @@ def chat_int8_folder(chat_folder, tmp_path_factory):
 
 @pytest.mark.parametrize("backend", ["paddle", "onnxruntime-int8"])
 def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_folder, backend, gate, request):
-    """Paddle runs a turn's prompt parts and its decoding step as calls of their own; the int8
-    engine runs them in one ``advance_pair`` call (the newcomers' parts beside the first
-    request's row): each request gets its lone answer either way."""
+    """Paddle and the int8 engine run a turn's prompt parts and its decoding step in one
+    ``advance_pair`` call (the newcomers' parts beside the first request's row): each request
+    gets its lone answer."""
     if backend != "paddle":
         chat_folder = request.getfixturevalue("chat_int8_folder")
     bodies = [{"text": QUESTIONS[0], "max_new_tokens": 12},
@@ -189,8 +189,8 @@ def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_fold
         steps = metric(port, "wenxin_generation_step_rows_count") - steps_before
         rows = metric(port, "wenxin_generation_step_rows_sum") - rows_before
         assert rows / steps > 1.5, (rows, steps)  # steps ran several requests' rows together
-        beside = [shape for name, shape in gate.calls if name == "advance_pair" and shape != (1, 1)]
-        assert bool(beside) == (backend == "onnxruntime-int8"), gate.calls  # prompt parts beside decoding rows
+        beside = [shape for name, shape in gate.calls if name == "advance_pair" and shape[0]]
+        assert beside, gate.calls  # prompt parts beside decoding rows
     finally:
         gate.open()
         service.stop()

@@ -1,12 +1,17 @@
 """A chat model's export runs on ONNX Runtime (issue 69, point 4): ``wenxin export --format onnx``
-converts its step program ``advance`` to ``advance.onnx`` (checked against Paddle) and its
-``advance_pair`` (two groups of rows in one step) to ``advance_pair.int8.onnx``, the int8
-engine's one program (a lone row as the second group where a call has one); ``auto`` then serves the float32 program with ONNX Runtime
-(answers and logits as Paddle's, rows batched as alone; dense and MoE), and ``--backend onnxruntime-int8`` the
+converts its step program ``advance_pair`` (two groups of rows in one step, either of which may
+have no rows) to ``advance_pair.onnx`` (checked against Paddle on two groups and on one beside
+none) and to its int8 copy ``advance_pair.int8.onnx``: every engine, Paddle's too, holds the pair
+alone (the weights once), runs a one-group call beside no rows and a serving turn's prompt parts
+beside its decoding rows. ``auto`` serves the float32 program with ONNX Runtime (answers and
+logits as Paddle's, rows batched as alone; dense and MoE), and ``--backend onnxruntime-int8`` the
 int8 one, whose logits stay near float32's, which picks float32's token wherever float32's
 margin is more than twice int8's error, and whose rows batched get their logits alone (each token's
 activations quantized with a scale of its own: tested for greedy, sampling and beam search as
-prompts join and leave a running batch whose caches stay in place)."""
+prompts join and leave a running batch whose caches stay in place). An export made before the
+pair ran no rows still converts to ``advance.onnx`` with the pair as int8 only, and its int8
+engine runs a one-group call beside a lone row."""
+import json
 import os
 import shutil
 
@@ -19,6 +24,7 @@ pytest.importorskip("paddle2onnx")
 
 from test_chat_sft import FOLDER  # noqa: E402
 from wenxin.data.export_bundle import verify_export  # noqa: E402
+from wenxin.inference.generator import Generator  # noqa: E402
 from wenxin.inference.onnx_export import export_onnx  # noqa: E402
 from wenxin.inference.predictor import Predictor  # noqa: E402
 from wenxin.model_folders import FolderSettings, export_of_folder  # noqa: E402
@@ -42,18 +48,19 @@ def converted(request, tmp_path_factory):
         del os.environ["WENXIN_CACHE"]
     folder = str(tmp_path / "export")
     shutil.copytree(source, folder)
-    assert export_onnx(folder, {}) == os.path.join(folder, "advance.onnx")
+    assert export_onnx(folder, {}) == os.path.join(folder, "advance_pair.onnx")
     return folder
 
 
 def test_the_converted_program_is_sealed_and_auto_serves_it_with_paddles_answers(converted):
     files = set(os.listdir(converted))
-    assert {"advance.onnx", "advance_pair.int8.onnx"} <= files and "advance.int8.onnx" not in files
-    assert "advance_pair.onnx" not in files  # the float32 pair was only the int8 copy's source
+    assert {"advance_pair.onnx", "advance_pair.int8.onnx"} <= files
+    assert not {"advance.onnx", "advance.int8.onnx"} & files  # the pair is every engine's one program
     verify_export(converted)  # the manifest covers both
     onnx, paddle = Predictor(converted), Predictor(converted, backend="paddle")
-    assert (onnx.backend, sorted(onnx.step_engines), onnx.fuses_turns) == ("onnxruntime", ["advance"], False)
-    assert (sorted(paddle.step_engines), paddle.fuses_turns) == (["advance"], False)  # the weights once
+    for predictor in (onnx, paddle):  # the weights once, and a serving turn in one call
+        assert (sorted(predictor.step_engines), predictor.fuses_turns) == (["advance_pair"], True)
+    assert onnx.backend == "onnxruntime"
     int8 = Predictor(converted, backend="onnxruntime-int8", load_model=False)
     assert int8.backend == "onnxruntime-int8"
     assert onnx.predict(ROWS) == paddle.predict(ROWS)
@@ -104,23 +111,38 @@ def test_prompts_decoded_together_get_their_lone_logits_and_tokens_in_float32_an
     print(f"{backend} {strategy}: largest logit difference {seen['largest_difference']:.2e} of the largest logit")
 
 
-@pytest.mark.parametrize("strategy", ["greedy", "sample"])
-def test_int8_prompt_parts_prefilled_beside_the_decoding_rows_get_their_lone_logits(converted, strategy):
-    from decoding_helpers import alone, alone_in_parts, compare, prefilled_beside
-    predictor = Predictor(converted, backend="onnxruntime-int8")
-    assert predictor.fuses_turns
-    calls = []
+LONE = "a lone row"
 
-    def run(name, inputs):
-        calls.append((name, inputs.get("second_tokens", np.zeros((0, 0))).shape))
-        return predictor.run_step(name, inputs)
+
+def recorded(predictor):
+    """The second group of every call its pair engine runs, as the calls run: its tokens' shape, or
+    ``LONE`` for ``advance_step.lone_row`` (token 0 at position 0)."""
+    engine, seen = predictor.step_engines["advance_pair"], []
+    run = engine.run
+
+    def recording(batch):
+        second = {k.split("second_")[-1]: v for k, v in batch.items() if "second_" in k}
+        lone = second["tokens"].shape == (1, 1) and not second["tokens"].any() and not second["positions"].any()
+        seen.append(LONE if lone else second["tokens"].shape)
+        return run(batch)
+    engine.run = recording
+    return seen
+
+
+@pytest.mark.parametrize("strategy, backend", [("greedy", "onnxruntime-int8"), ("sample", "onnxruntime-int8"),
+                                               ("greedy", "onnxruntime"), ("sample", "paddle")])
+def test_prompt_parts_prefilled_beside_the_decoding_rows_get_their_lone_logits(converted, strategy, backend):
+    from decoding_helpers import alone, alone_in_parts, compare, prefilled_beside
+    predictor = Predictor(converted, backend=backend)
+    assert predictor.fuses_turns
+    calls = recorded(predictor)
 
     prompts = [predictor.prompt(row) for row in ROWS + [["what is machine learning and why"], ["hi"]]]
     settings = predictor.settings_for({"greedy": {"strategy": "greedy", "max_new_tokens": 12},
                                        "sample": {"strategy": "sample", "max_new_tokens": 12, "temperature": 0.8,
                                                   "top_k": 20, "top_p": 0.95, "seed": 7}}[strategy])
     empty = predictor.in_place_cache
-    beside = prefilled_beside(run, prompts, settings, empty, part_tokens=3)
+    beside = prefilled_beside(predictor.run_step, prompts, settings, empty, part_tokens=3)
     # as each prompt prefilled in the same parts by itself, then decoded alone
     in_parts = [alone(predictor.run_step, True, prompts[0], settings, empty)] + \
         [alone_in_parts(predictor.run_step, prompt, settings, empty, 3) for prompt in prompts[1:]]
@@ -130,8 +152,38 @@ def test_int8_prompt_parts_prefilled_beside_the_decoding_rows_get_their_lone_log
         # otherwise; where its top experts nearly tie a token goes to another expert: a prompt
         # of the fixture's moves 1% so, beside other rows or not)
         compare(beside, [alone(predictor.run_step, True, prompt, settings, empty) for prompt in prompts], removed=())
-    assert any(name == "advance_pair" and shape[0] == 2 and shape[1] == 3 for name, shape in calls)  # parts beside
-    print(f"int8 {strategy}: largest logit difference {seen['largest_difference']:.2e} of the largest logit")
+    assert (2, 3) in calls  # two prompts' parts of 3 tokens beside the decoding rows
+    assert (0, 1) in calls and LONE not in calls  # a call of one group: beside no rows, never a lone row
+    print(f"{backend} {strategy}: largest logit difference {seen['largest_difference']:.2e} of the largest logit")
+
+
+def test_an_export_whose_pair_runs_no_rows_only_since_then_serves_as_before(converted, tmp_path):
+    """An export made before the pair ran a group of no rows (its steps without the flag): Paddle
+    loads ``advance``, conversion keeps ``advance.onnx`` and the pair as int8 only, and the int8
+    engine runs a one-group call beside a lone row; the answers are the new export's."""
+    from wenxin.data.export_bundle import seal_export
+    older = str(tmp_path / "older")
+    shutil.copytree(converted, older, ignore=shutil.ignore_patterns("*.onnx", "manifest.json"))
+    with open(os.path.join(older, "preprocess.json"), encoding="utf-8") as f:
+        meta = json.load(f)
+    del meta["steps"]["advance_pair"]["empty_second"]
+    with open(os.path.join(older, "preprocess.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f)
+    seal_export(older)
+    paddle = Predictor(older, backend="paddle")
+    assert (sorted(paddle.step_engines), paddle.fuses_turns) == (["advance"], False)
+    assert export_onnx(older, {}) == os.path.join(older, "advance.onnx")
+    files = set(os.listdir(older))
+    assert {"advance.onnx", "advance_pair.int8.onnx"} <= files and "advance_pair.onnx" not in files
+    onnx, int8 = Predictor(older), Predictor(older, backend="onnxruntime-int8")
+    assert (sorted(onnx.step_engines), sorted(int8.step_engines)) == (["advance"], ["advance_pair"])
+    calls = recorded(int8)
+
+    def answers(predictor):
+        return Generator(predictor).generate(ROWS, predictor.settings_for({"strategy": "greedy", "max_new_tokens": 6}))
+    assert answers(int8) == answers(Predictor(converted, backend="onnxruntime-int8"))
+    assert calls and set(calls) == {LONE}  # every call beside a lone row
+    assert answers(onnx) == answers(paddle) == answers(Predictor(converted))
 
 
 def test_int8_stays_near_float32_and_picks_its_token_where_float32s_margin_is_clear(converted):
@@ -177,5 +229,5 @@ def test_a_model_folder_served_with_onnx_runtime_is_converted_once(tmp_path):
         answers[backend] = done.stdout
     entries = [e for e in os.listdir(tmp_path / "cache" / "exports") if os.path.isdir(tmp_path / "cache" / "exports" / e)]
     assert len(entries) == 1
-    assert {"advance.onnx", "advance_pair.int8.onnx"} <= set(os.listdir(tmp_path / "cache" / "exports" / entries[0]))
+    assert {"advance_pair.onnx", "advance_pair.int8.onnx"} <= set(os.listdir(tmp_path / "cache" / "exports" / entries[0]))
     assert answers["onnxruntime"] == answers["paddle"] and answers["paddle"].strip()

@@ -29,9 +29,15 @@ def predictor(tmp_path_factory):
         yield Predictor(export_of_folder(FOLDER, FolderSettings(graph_mode="dynamic")), backend="paddle")
 
 
+def step_engine(predictor) -> PaddleBackend:
+    """The predictor's one step engine (of ``advance_pair``: every call runs as the pair)."""
+    (engine,) = predictor.step_engines.values()
+    return engine
+
+
 def advance_engine(predictor, shares_inputs: bool) -> PaddleBackend:
     """A Paddle engine of the export's ``advance`` program of its own."""
-    engine = predictor.step_engines["advance"]
+    engine = step_engine(predictor)
     backend = PaddleBackend(os.path.dirname(engine.graph), predictor.meta,
                             EngineOptions(False, 1, {"program": "advance"}))
     backend.shares_inputs = shares_inputs
@@ -58,7 +64,7 @@ def test_a_decoding_step_hands_the_program_the_cache_where_it_lies(predictor):
     settings = DecodeSettings("greedy", max_new_tokens=20, eos_id=None)
     for key, row in enumerate(ROWS):
         decoder.add(key, predictor.prompt(row), new_search(settings))
-    engine = predictor.step_engines["advance"]
+    engine = step_engine(predictor)
     for _ in range(3):
         decoder.step()
         slots = decoder.cohorts[0].slots

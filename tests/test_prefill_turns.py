@@ -12,39 +12,37 @@ import pytest
 pytest.importorskip("sentencepiece")
 
 import test_generation_serving as serving  # noqa: E402
-from test_generation_serving import decoding_step, read_until, service_of, stream_request, wait_ready  # noqa: E402
+from test_generation_serving import read_until, service_of, stream_request, wait_ready  # noqa: E402
 from test_text_generation import post  # noqa: E402
 
 chat_folder, gate = serving.chat_folder, serving.gate  # the fixtures test_generation_serving's tests use
 
 
 def test_the_running_answers_go_on_while_a_long_prompt_is_prefilled_a_chunk_a_turn(chat_folder, monkeypatch, gate):
-    from wenxin.inference.predictor import Predictor
+    """The long prompt goes a part of at most ``--prefill_tokens`` a turn, and the running answer
+    steps in each of those turns (in the same ``advance_pair`` call, the part beside its row)."""
+    from wenxin.inference import generation_scheduler
+    from wenxin.inference.service_metrics import ServiceMetrics
     from wenxin.models.decoding import DecodeSettings
     monkeypatch.setattr(DecodeSettings, "stops", lambda self, token: False)  # answers run to max_new_tokens
     long_question = "请详细地介绍一下文心大模型的特点、用途、训练方法以及它和别的模型有什么不同"
-    calls = []
-    run_step = Predictor.run_step
-
-    def noted(self, name, inputs):
-        calls.append(("step" if decoding_step(name, inputs) else name,
-                      int(inputs["ids"].shape[1]) if "ids" in inputs else int(inputs["tokens"].shape[0])))
-        return run_step(self, name, inputs)
-
     whole = service_of(chat_folder)
     try:
         status, _, text = post(whole.port, "/generate", {"text": long_question, "max_new_tokens": 5})
         expected = json.loads(text)
     finally:
         whole.stop()
-    monkeypatch.setattr(Predictor, "run_step", noted)
+    turns = []  # the scheduler's typed account of each turn
+    monkeypatch.setattr(ServiceMetrics, "observe_turn", lambda self, turn: turns.append(turn))
+    keys, send = {}, generation_scheduler._send
+    monkeypatch.setattr(generation_scheduler, "_send", lambda outbox, job, event: (
+        keys.setdefault(job.row[0], job.key), send(outbox, job, event)))
     service = service_of(chat_folder, prefill_tokens=8)
     try:
         wait_ready(service.port)
         gate.close()  # the running answer's steps held until the long prompt is queued: it cannot end first
         running = stream_request(service.port, {"text": "hi", "max_new_tokens": 200})
         read_until(running, b"event: token")
-        calls.clear()
         asking = stream_request(service.port, {"text": long_question, "max_new_tokens": 5})
         read_until(asking, b"200 OK")  # queued
         gate.open()
@@ -52,10 +50,13 @@ def test_the_running_answers_go_on_while_a_long_prompt_is_prefilled_a_chunk_a_tu
         done = json.loads(text.split("event: done\ndata: ")[1].split("\n")[0])
         assert done["tokens"] == expected["tokens"]
         asking.close()
-        chunks = [i for i, (name, _) in enumerate(calls) if name in ("prefill", "prefill_chunk") and _ <= 8]
-        assert len(chunks) == -(-expected["prompt_tokens"] // 8) > 3  # the prompt went a chunk a turn
-        between = [name for name, _ in calls[chunks[0]:chunks[-1]]]
-        assert between.count("step") >= len(chunks) - 1  # the running answer stepped between the chunks
+        key = keys[long_question]
+        parts = [(turn, part) for turn in turns for part in turn.prefilled if part.key == key]
+        reused = sum(admitted.reused_tokens for turn in turns for admitted in turn.admitted if admitted.key == key)
+        assert sum(part.tokens for _, part in parts) + reused == expected["prompt_tokens"]
+        assert all(part.tokens <= 8 for _, part in parts) and len(parts) > 3  # a part a turn
+        assert len({id(turn) for turn, _ in parts}) == len(parts)
+        assert all(turn.step_rows for turn, _ in parts)  # the running answer stepped in each of them
         running.close()
     finally:
         gate.open()
@@ -68,7 +69,6 @@ def test_a_small_newcomer_is_not_held_up_by_a_long_prompts_prefill(chat_folder, 
     gets its lone answer."""
     from wenxin.inference import generation_scheduler
     from wenxin.inference.generation_events import FinishReason
-    from wenxin.inference.predictor import Predictor
     from wenxin.inference.service_metrics import ServiceMetrics
     from wenxin.models.decoding import DecodeSettings
     monkeypatch.setattr(DecodeSettings, "stops", lambda self, token: False)  # answers run to max_new_tokens
@@ -85,27 +85,19 @@ def test_a_small_newcomer_is_not_held_up_by_a_long_prompts_prefill(chat_folder, 
         sent.append((job.row[0], event.kind)), keys.setdefault(job.row[0], job.key), send(outbox, job, event)))
     turns = []  # the scheduler's typed account of each turn
     monkeypatch.setattr(ServiceMetrics, "observe_turn", lambda self, turn: turns.append(turn))
-    prefills = []
-    run_step = Predictor.run_step
-
-    def noted(self, name, inputs):
-        if not decoding_step(name, inputs):
-            prefills.append(name)
-        return run_step(self, name, inputs)
-
-    monkeypatch.setattr(Predictor, "run_step", noted)
     service = service_of(chat_folder, prefill_tokens=8)
     try:
         wait_ready(service.port)
         gate.close()  # the running answer's steps held: the turns go on only when the test says
         running = stream_request(service.port, {"text": "hi", "max_new_tokens": 200})
         read_until(running, b"event: token")
-        prefills.clear()
         asking = stream_request(service.port, {"text": long_question, "max_new_tokens": 4})
         read_until(asking, b"200 OK")  # queued
+        gate.calls.clear()
         gate.release()  # one step: the next turn lets the long prompt in and prefills its first part
         deadline = time.monotonic() + 120  # a guard against a hang: the state is the long prompt's first part
-        while not prefills:
+        while not any(name != "advance" and (shape is None or shape[0]) for name, shape in gate.calls):
+            # gone to the engine: beside the next step (advance_pair, held at the gate), or alone
             assert time.monotonic() < deadline
             time.sleep(0.01)
         newcomer = stream_request(service.port, {"text": short_question, "max_new_tokens": 4})

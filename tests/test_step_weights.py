@@ -76,14 +76,15 @@ def test_an_export_holds_one_step_program_and_the_predictor_loads_it_once(export
     current, _ = exports
     programs = sorted(name for name in os.listdir(current) if name.endswith((".pdiparams", ".json", ".pdmodel"))
                       and name != PREPROCESS_FILE and not name.startswith("manifest"))
-    # advance and advance_pair (the int8 engine's program) read one parameters file: the weights once
+    # advance and advance_pair (every engine's program) read one parameters file: the weights once
     assert [name for name in programs if name.endswith(".pdiparams")] == ["steps.pdiparams"]
     with open(os.path.join(current, PREPROCESS_FILE), encoding="utf-8") as f:
         steps = json.load(f)["steps"]
     assert sorted(steps) == ["advance", "advance_pair"]
     assert {entry["params"] for entry in steps.values()} == {"steps.pdiparams"}
+    assert steps["advance_pair"]["empty_second"] is True  # its second group may have no rows
     predictor = Predictor(current)
-    assert sorted(predictor.step_engines) == ["advance"]  # Paddle loads advance alone: the weights once
+    assert sorted(predictor.step_engines) == ["advance_pair"]  # Paddle loads the pair alone: the weights once
     assert {"prefill", "prefill_chunk", "extend"} <= set(predictor.steps)  # run as advance
 
 

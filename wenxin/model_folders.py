@@ -42,10 +42,12 @@ GRAPH_MODES = ("dynamic", "static")
 MAX_PROMPT_TOKENS = 4096  # a served prompt's tokens at most (the chat field's max_seq_len), or half the context
 MAX_NEW_TOKENS = 1024  # an answer's tokens at most (by default; requests and --max_new_tokens may ask fewer)
 # what the export's step programs are, in the cache key: a cache built before a change of them is
-# built again (4: advance reads each layer's cache where it lies and returns only the new keys and
-# values; 3: the int8 copy quantizes activations per token, so rows batched get their logits
-# alone; 2: one program, advance, holding the weights once; 1: prefill, prefill_chunk, extend)
-STEP_PROGRAMS_REVISION = 4
+# built again (5: advance_pair beside advance, its second group may have no rows, so every engine
+# holds the pair alone and runs a serving turn in one call; 4: advance reads each layer's cache
+# where it lies and returns only the new keys and values; 3: the int8 copy quantizes activations
+# per token, so rows batched get their logits alone; 2: one program, advance, holding the weights
+# once; 1: prefill, prefill_chunk, extend)
+STEP_PROGRAMS_REVISION = 5
 SMALL_FILE_BYTES = 1 << 20  # files up to this size are keyed by their content, larger ones by size and time
 CHAT_FIELD = "conversation"
 
@@ -233,13 +235,15 @@ def _build(folder: str, settings: FolderSettings, target: str) -> None:
 
 
 def with_onnx(export: str) -> str:
-    """The cached export ``export`` with its step program converted to ONNX (``advance.onnx`` and
-    its int8 copy, ``wenxin.inference.onnx_export``): once, then from the cache. At
-    ERNIE-4.5-0.3B's shape the conversion took 1.5 min and about 10.6 GB of memory."""
+    """The cached export ``export`` with its step program converted to ONNX (``advance_pair.onnx``,
+    or ``advance.onnx`` in an older export, and its int8 copy, ``wenxin.inference.onnx_export``):
+    once, then from the cache. At ERNIE-4.5-0.3B's shape the conversion took 1.5 min and about
+    10.6 GB of memory."""
     from wenxin.inference.onnx_backend import onnx_file
     from wenxin.inference.onnx_export import export_onnx
+    from wenxin.models.advance_step import ADVANCE, PAIR
     with _locked(export + ".lock"):
-        if not os.path.isfile(os.path.join(export, onnx_file("advance"))):
+        if not any(os.path.isfile(os.path.join(export, onnx_file(program))) for program in (PAIR, ADVANCE)):
             logger.info("%s: converting its decode step program to ONNX Runtime's, float32 and int8 (once, then "
                         "cached)", export)
             load_paddle()

@@ -191,7 +191,7 @@ class EagerEngine(ExecutionEngine):
                     paddle.jit.save(_StepGraph(self.model, name, [s.name for s in specs]), os.path.join(folder, name),
                                     input_spec=[{s.name: paddle.static.InputSpec(s.shape, s.dtype, s.name)
                                                  for s in specs}])
-                steps[name] = step_meta(specs, outputs)
+                steps[name] = step_meta(name, specs, outputs)
         finally:
             self.model.train()
         return steps

@@ -23,6 +23,7 @@ import numpy as np
 from wenxin.controller.amp import AmpSettings
 from wenxin.controller.export import inference_fields
 from wenxin.controller.step_rule import StepRule
+from wenxin.models.advance_step import EMPTY_SECOND, PAIR
 
 if TYPE_CHECKING:
     from wenxin.data.dataset_reader import BasicDataSetReader
@@ -70,9 +71,15 @@ class StepOutcome(NamedTuple):
     nonfinite: bool  # the loss was checked and is NaN/Inf: the update was skipped
 
 
-def step_meta(specs: List[Any], outputs: List[str]) -> Dict[str, Any]:
-    """A step function's entry in ``preprocess.json``'s ``steps``: its inputs and output names."""
-    return {"inputs": [{"name": s.name, "shape": s.shape, "dtype": s.dtype} for s in specs], "outputs": list(outputs)}
+def step_meta(name: str, specs: List[Any], outputs: List[str]) -> Dict[str, Any]:
+    """A step function's entry in ``preprocess.json``'s ``steps``: its inputs and output names,
+    and for ``advance_pair`` that its second group may have no rows (``advance_step.EMPTY_SECOND``:
+    true of every pair this wenxin exports)."""
+    entry: Dict[str, Any] = {"inputs": [{"name": s.name, "shape": s.shape, "dtype": s.dtype} for s in specs],
+                             "outputs": list(outputs)}
+    if name == PAIR:
+        entry[EMPTY_SECOND] = True
+    return entry
 
 
 class ExecutionEngine:

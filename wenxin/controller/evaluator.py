@@ -128,7 +128,7 @@ class Evaluator:
             def run_step(name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
                 stop_if_interrupted(self.state)  # a stop signal ends a long decoding at its next step
                 return self.engine.run_step_function(name, inputs)
-            steps = {name: step_meta(*spec) for name, spec in self.engine.model.step_specs().items()}
+            steps = {name: step_meta(name, *spec) for name, spec in self.engine.model.step_specs().items()}
             outputs.update(generate(arrays, steps_runner(run_step, steps)))
         return outputs
 

@@ -253,7 +253,7 @@ class StaticEngine(ExecutionEngine):
                                                    [feeds[step_input(name, s.name)] for s in specs],
                                                    [evaluation.fetch[o] for o in outputs], self.executor,
                                                    program=evaluation.program)
-            steps[name] = step_meta(specs, outputs)
+            steps[name] = step_meta(name, specs, outputs)
         return steps
 
     # ---- state ---------------------------------------------------------------------------

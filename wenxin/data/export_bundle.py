@@ -52,7 +52,9 @@ PREPROCESS: Schema = {
     # (``params``: the parameters file its program reads, when the steps share one: ``SHARED_PARAMS``)
     "steps": Key(dict, {}, items=Key(dict, children={
         "inputs": Key(list, items=Key(dict, open_keys=True)), "outputs": Key(list, items=Key(str, non_empty=True)),
-        "params": Key((str, type(None)), None)})),
+        "params": Key((str, type(None)), None),
+        # advance_pair's: its second group may have no rows (wenxin.models.advance_step.EMPTY_SECOND)
+        "empty_second": Key(bool, False)})),
     # and how it decodes (wenxin.models.decoding.DecodeSettings' fields)
     "generation": Key((dict, type(None)), None, open_keys=True),
 }

@@ -32,7 +32,7 @@ import numpy as np
 
 from wenxin.common.errors import WenxinError
 from wenxin.common.registry import RegisterSet
-from wenxin.models.advance_step import PAIR
+from wenxin.models.advance_step import ADVANCE, PAIR, pair_runs_alone
 
 logger = logging.getLogger("wenxin")
 AUTO = "auto"
@@ -83,11 +83,13 @@ class InferenceBackend:
         raise NotImplementedError
 
     @classmethod
-    def step_programs(cls, model_dir: str, steps: Sequence[str]) -> List[str]:
-        """Which of a generation export's step programs it loads, an engine each: all but
-        ``advance_pair`` (``advance``'s weights again in memory), which only a backend that runs
-        every call as the pair loads (``onnxruntime-int8``)."""
-        return [name for name in steps if name != PAIR]
+    def step_programs(cls, model_dir: str, steps: Mapping[str, Mapping[str, Any]]) -> List[str]:
+        """Which of a generation export's step programs (``preprocess.json``'s ``steps``) it loads,
+        an engine each, so that it holds the weights once: ``advance_pair`` instead of ``advance``
+        where the pair runs a group of no rows (``advance_step.pair_runs_alone``: every call runs
+        as the pair, a serving turn's decoding rows and prompt parts in one), else all but the pair."""
+        left_out = ADVANCE if pair_runs_alone(steps) else PAIR
+        return [name for name in steps if name != left_out]
 
     def choices(self) -> Dict[str, str]:
         """What the backend decided, by setting, in words (``{"onednn": "off (set)"}``)."""

@@ -1,13 +1,14 @@
 """ONNX Runtime: the ``onnxruntime`` backend, for a folder that holds a ``model.onnx`` or, for a
-generation model, an ``advance.onnx`` (``wenxin export --format onnx``); ``onnxruntime-int8``
-runs the int8 copy beside it (``advance_pair.int8.onnx``, or ``advance.int8.onnx`` in exports
-before issue 69's fused turns: weights quantized per output channel, activations per token,
+generation model, its step program (``wenxin export --format onnx``): ``advance_pair.onnx``, or
+``advance.onnx`` in exports before the pair ran a group of no rows; ``onnxruntime-int8`` runs the
+int8 copy beside it (``advance_pair.int8.onnx``, or ``advance.int8.onnx`` in exports before issue
+69's fused turns: weights quantized per output channel, activations per token,
 ``wenxin.inference.onnx_quantize``)."""
 from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -47,10 +48,10 @@ class OnnxBackend(InferenceBackend):
     def unusable(cls, model_dir: str, use_gpu: bool) -> Optional[str]:
         if use_gpu:
             return "wenxin runs ONNX Runtime on the CPU only"
-        name = onnx_file(ADVANCE_STEP if generation_files(model_dir) else MODEL_PREFIX, cls.variant)
-        if not os.path.isfile(os.path.join(model_dir, name)) and \
-                not (cls.variant and os.path.isfile(os.path.join(model_dir, onnx_file(PAIR, cls.variant)))):
-            return f"{model_dir}: no {name}; export it with wenxin export --format onnx"
+        programs = (PAIR, ADVANCE_STEP) if generation_files(model_dir) else (MODEL_PREFIX,)
+        names = [onnx_file(program, cls.variant) for program in programs]
+        if not any(os.path.isfile(os.path.join(model_dir, name)) for name in names):
+            return f"{model_dir}: no {' or '.join(names)}; export it with wenxin export --format onnx"
         if importlib.util.find_spec("onnxruntime") is None:
             return "the onnxruntime package is not installed (pip install \"wenxin[onnx]\")"
         return None
@@ -58,10 +59,19 @@ class OnnxBackend(InferenceBackend):
     def run(self, batch: Dict[str, np.ndarray]) -> List[np.ndarray]:
         return self.session.run(self.output_names, {name: batch[name] for name in self.input_names})
 
+    @classmethod
+    def step_programs(cls, model_dir: str, steps: Mapping[str, Mapping[str, Any]]) -> List[str]:
+        """``advance_pair`` alone where the export holds its ONNX file (``advance_pair.onnx``, or
+        ``advance_pair.int8.onnx``: every call runs as the pair, so a turn's decoding rows and
+        prompt parts run in one call and the weights are in memory once), else ``advance``."""
+        if PAIR in steps and os.path.isfile(os.path.join(model_dir, onnx_file(PAIR, cls.variant))):
+            return [PAIR]
+        return [name for name in steps if name != PAIR]
+
 
 @RegisterSet.inference_backends.register("onnxruntime-int8")
 class OnnxInt8Backend(OnnxBackend):
-    """ONNX Runtime on a generation export's int8 copy (``advance.int8.onnx``). Never chosen by
+    """ONNX Runtime on a generation export's int8 copy (``advance_pair.int8.onnx``). Never chosen by
     ``auto``: its numbers are not the float32 model's (docs/serving.md states how far)."""
 
     name = "onnxruntime-int8"
@@ -69,14 +79,6 @@ class OnnxInt8Backend(OnnxBackend):
     auto_order = 0
     variant = INT8
 
-    @classmethod
-    def step_programs(cls, model_dir: str, steps: Sequence[str]) -> List[str]:
-        """``advance_pair`` alone where the export has its int8 copy (``advance_pair.int8.onnx``,
-        since issue 69: every call runs as the pair, so a turn's decoding rows and prompt parts run
-        in one call and the weights are in memory once), else ``advance`` (``advance.int8.onnx``)."""
-        if PAIR in steps and os.path.isfile(os.path.join(model_dir, onnx_file(PAIR, cls.variant))):
-            return [PAIR]
-        return super().step_programs(model_dir, steps)
 
 
 def open_session(model_file: str, num_threads: int = 1) -> Any:

@@ -6,41 +6,47 @@ memory, which the training process that exports its result must not hold on top 
 It prints one JSON line: ``{"difference", "flips", "rows"}`` (the largest difference of the
 outputs, how many integer outputs differ, and the batch's rows; for a generation export's step
 function, ``python -m ... FOLDER ONNX_FILE BATCH_FILE advance``, the logits' ``scale`` too, and as
-``flips`` the rows whose best next token differs), or ``{"error"}``.
+``flips`` the rows whose best next token differs), or ``{"error"}``. A batch file may hold several
+batches (``batch_file_arrays``), compared one after the other on the same two engines: the largest
+difference and scale, the flips and rows summed.
 """
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 
-def compare(folder: str, onnx_file: str, batch: Dict[str, np.ndarray], program: str = "") -> Dict[str, Any]:
-    """Both engines on ``batch`` (``program``: a generation export's step function, else the
-    folder's one graph)."""
+def compare(folder: str, onnx_file: str, batches: Sequence[Dict[str, np.ndarray]], program: str = "") -> Dict[str, Any]:
+    """Both engines on each of ``batches`` (``program``: a generation export's step function, else
+    the folder's one graph); one result (see the module docstring)."""
     from wenxin.common.errors import WenxinError
     from wenxin.inference.backends import BackendError, largest_difference
     from wenxin.inference.onnx_backend import open_session
     from wenxin.inference.predictor import Predictor
+    results = []
     try:
         paddle = Predictor(folder, backend="paddle", load_model=not program)
         engine = paddle_engine(folder, paddle.meta, program) if program else paddle.engine
         assert engine is not None  # loaded: Predictor's default
-        inputs = {name: batch[name.split("__")[-1]] for name in engine.input_names}  # a static program's step__name
         session = open_session(onnx_file)
-        got = session.run([o.name for o in session.get_outputs()], inputs)
-        expected = engine.run(inputs)
+        for batch in batches:
+            inputs = {name: batch[name.split("__")[-1]] for name in engine.input_names}  # a static program's step__name
+            got = session.run([o.name for o in session.get_outputs()], inputs)
+            expected = engine.run(inputs)
+            flips = sum(int(np.sum(a != b)) for a, b in zip(expected, got)
+                        if a.dtype.kind in "iu" and a.shape == b.shape)
+            result = {"difference": float(largest_difference(expected, got)), "flips": flips,
+                      "rows": len(next(iter(inputs.values())))}
+            if program:  # a step's first output is its logits [R, V]: their scale, and the rows whose best token moved
+                result["scale"] = float(np.abs(expected[0]).max())
+                result["flips"] = int(np.sum(expected[0].argmax(-1) != got[0].argmax(-1)))
+            results.append(result)
     except (BackendError, WenxinError) as e:
         return {"error": str(e)}
-    flips = sum(int(np.sum(a != b)) for a, b in zip(expected, got) if a.dtype.kind in "iu" and a.shape == b.shape)
-    result = {"difference": float(largest_difference(expected, got)), "flips": flips,
-              "rows": len(next(iter(inputs.values())))}
-    if program:  # a step's first output is its logits [R, V]: their scale, and the rows whose best token moved
-        result["scale"] = float(np.abs(expected[0]).max())
-        result["flips"] = int(np.sum(expected[0].argmax(-1) != got[0].argmax(-1)))
-    return result
+    return merged(results)
 
 
 def paddle_engine(folder: str, meta: Dict[str, Any], program: str) -> Any:
@@ -51,13 +57,30 @@ def paddle_engine(folder: str, meta: Dict[str, Any], program: str) -> Any:
     return PaddleBackend(folder, meta, EngineOptions(False, 1, {"program": program}))
 
 
+def batch_file_arrays(batches: Sequence[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+    """``batches`` as one batch file's arrays (``np.savez``): each input as ``<batch>:<name>``."""
+    return {f"{index}:{name}": value for index, batch in enumerate(batches) for name, value in batch.items()}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     folder, onnx_file, batch_file = args[:3]
+    batches: Dict[str, Dict[str, np.ndarray]] = {}
     with np.load(batch_file) as loaded:
-        batch = {name: loaded[name] for name in loaded.files}
-    print(json.dumps(compare(folder, onnx_file, batch, args[3] if len(args) > 3 else "")))
+        for key in loaded.files:
+            index, _, name = key.rpartition(":")
+            batches.setdefault(index, {})[name] = loaded[key]
+    print(json.dumps(compare(folder, onnx_file, list(batches.values()), args[3] if len(args) > 3 else "")))
     return 0
+
+
+def merged(results: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """One result of several batches' (see the module docstring)."""
+    out = {"difference": max(r["difference"] for r in results), "flips": sum(r["flips"] for r in results),
+           "rows": sum(r["rows"] for r in results)}
+    if "scale" in results[0]:
+        out["scale"] = max(r["scale"] for r in results)
+    return out
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from wenxin.common.errors import InferenceError
 from wenxin.data.export_bundle import ADVANCE_STEP, PREPROCESS_FILE, seal_export
 from wenxin.inference.onnx_backend import INT8, ONNX_FILE, onnx_file
 from wenxin.inference.paddle_backend import generation_files, model_files
-from wenxin.models.advance_step import PAIR, in_place, pair_feed
+from wenxin.models.advance_step import PAIR, in_place, no_rows, pair_feed, pair_runs_alone
 
 logger = logging.getLogger("wenxin")
 
@@ -77,15 +77,18 @@ def paddle2onnx_version() -> str:
         return "(not installed)"
 
 
-def check_in_subprocess(folder: str, onnx_file: str, batch: Dict[str, np.ndarray], program: str = "") -> Dict[str, Any]:
-    """ONNX Runtime's outputs against Paddle Inference's on ``batch``, compared in a child process
-    (``wenxin.inference.onnx_check``): the two engines' copies of the model stay out of the
-    exporting process (a training run's), whose peak memory they would otherwise raise by about
-    twice the model's size."""
+def check_in_subprocess(folder: str, onnx_file: str, batches: Sequence[Dict[str, np.ndarray]],
+                        program: str = "") -> Dict[str, Any]:
+    """ONNX Runtime's outputs against Paddle Inference's on each of ``batches``, compared in a
+    child process (``wenxin.inference.onnx_check``): the two engines' copies of the model stay out
+    of the exporting process (a training run's), whose peak memory they would otherwise raise by
+    about twice the model's size."""
     import tempfile
+
+    from wenxin.inference.onnx_check import batch_file_arrays
     with tempfile.TemporaryDirectory(prefix="wenxin-onnx-check-") as scratch:
         batch_file = os.path.join(scratch, "batch.npz")
-        np.savez(batch_file, **batch)  # type: ignore[arg-type]  # (numpy stubs read **kwds as allow_pickle)
+        np.savez(batch_file, **batch_file_arrays(batches))  # type: ignore[arg-type]  # (numpy stubs: allow_pickle)
         env = {**os.environ, "GLOG_minloglevel": "2"}
         try:
             proc = subprocess.run([sys.executable, "-m", "wenxin.inference.onnx_check", folder, onnx_file, batch_file,
@@ -131,7 +134,7 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
     tmp = os.path.join(folder, f".{ONNX_FILE}.tmp")
     try:
         convert_in_subprocess(graph, params, tmp, folder)
-        checked = check_in_subprocess(folder, tmp, check_batch)
+        checked = check_in_subprocess(folder, tmp, [check_batch])
         difference, rows = checked["difference"], checked["rows"]
         if not difference <= tolerance:
             why = (f"; {checked['flips']} predicted ids differ, as a near-tie between two labels can under float "
@@ -151,11 +154,11 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
 STEP_CHECK_ROWS, STEP_CHECK_TOKENS = 2, 8
 
 
-def advance_check_batch(folder: str) -> Dict[str, np.ndarray]:
+def advance_check_batch(folder: str, steps: Dict[str, Any]) -> Dict[str, np.ndarray]:
     """``advance``'s inputs both engines must agree on: two prompts of 8 and 5 tokens (ids 1-8)
-    after an empty cache, the shorter one's first columns padding (``batch_prefill``'s layout)."""
+    after an empty cache, the shorter one's first columns padding (``batch_prefill``'s layout).
+    ``steps``: the export's (``read_steps``)."""
     from wenxin.models.advance_step import empty_cache, layer_inputs, with_hidden_column
-    steps = read_steps(folder)
     rows, width = STEP_CHECK_ROWS, STEP_CHECK_TOKENS
     lengths = [width, width - 3]
     tokens = np.zeros((rows, width), dtype=np.int64)
@@ -174,52 +177,80 @@ def advance_check_batch(folder: str) -> Dict[str, np.ndarray]:
     return {"tokens": tokens, "positions": positions, "visible": visible, **layer_inputs(cache)}
 
 
+class _Converted(NamedTuple):
+    """One step program to convert: its Paddle files, the batches ONNX Runtime must agree with
+    Paddle on, and whether its float32 file is kept (else it is only the int8 copy's source)."""
+
+    program: str
+    files: Tuple[str, str]
+    batches: List[Dict[str, np.ndarray]]
+    kept: bool
+
+
+def converted_programs(folder: str, graph: str, params: str) -> List[_Converted]:
+    """What ``export_advance_onnx`` converts, the last one also quantized: ``advance_pair`` alone
+    where it runs a group of no rows (``pair_runs_alone``; checked on two groups and on one beside
+    none); ``advance``, then the pair as int8 only, in an older export with the pair; else
+    ``advance``."""
+    steps = read_steps(folder)
+    batch = advance_check_batch(folder, steps)
+    pair = model_files(folder, PAIR) if in_place(steps) else None
+    if pair is None:
+        return [_Converted(ADVANCE_STEP, (graph, params), [batch], True)]
+    two_groups = pair_feed(batch, {name: value[1:] for name, value in batch.items()})  # two rows, then one
+    if pair_runs_alone(steps):
+        return [_Converted(PAIR, pair, [two_groups, pair_feed(batch, no_rows(batch))], True)]
+    return [_Converted(ADVANCE_STEP, (graph, params), [batch], True), _Converted(PAIR, pair, [two_groups], False)]
+
+
 def export_advance_onnx(folder: str, graph: str, params: str, tolerance: float = TOLERANCE) -> str:
-    """``advance.onnx`` beside a generation export's ``advance`` program, its logits within
-    ``tolerance`` of Paddle's (relative to their largest), and an int8 copy (ONNX Runtime's
-    dynamic quantization, weights int8 per output channel, with activations quantized per token:
-    ``onnx_quantize``), whose difference is measured and logged: of ``advance_pair`` where the
-    export has it (``advance_pair.int8.onnx``: the int8 engine runs every call as the pair, so a
-    serving turn is one call), else of ``advance`` (``advance.int8.onnx``). Returns the float32
-    file's path."""
-    batch = advance_check_batch(folder)
-    target = os.path.join(folder, onnx_file(ADVANCE_STEP))
-    pair = model_files(folder, PAIR) if in_place(read_steps(folder)) else None
-    program8 = PAIR if pair is not None else ADVANCE_STEP
-    target8 = os.path.join(folder, onnx_file(program8, INT8))
-    tmp, tmp8, tmp_pair = (os.path.join(folder, f".{os.path.basename(t)}.tmp")
-                           for t in (target, target8, onnx_file(PAIR)))
+    """A generation export's step program converted to ONNX beside it (``converted_programs``:
+    ``advance_pair.onnx``, or ``advance.onnx`` in an older export), its logits within
+    ``tolerance`` of Paddle's (relative to their largest), and an int8 copy of the last one
+    converted (ONNX Runtime's dynamic quantization, weights int8 per output channel, with
+    activations quantized per token: ``onnx_quantize``), whose difference is measured and logged
+    (``advance_pair.int8.onnx``: the int8 engine runs every call as the pair, so a serving turn is
+    one call; ``advance.int8.onnx`` for an export without the pair). Returns the float32 file's
+    path."""
+    plan = converted_programs(folder, graph, params)
+    temporary = {c.program: os.path.join(folder, f".{onnx_file(c.program)}.tmp") for c in plan}
+    source = plan[-1]
+    target8 = os.path.join(folder, onnx_file(source.program, INT8))
+    tmp8 = os.path.join(folder, f".{os.path.basename(target8)}.tmp")
+    kept = os.path.join(folder, onnx_file(plan[0].program))  # the first is always kept
+    checks = {}
     try:
-        convert_in_subprocess(graph, params, tmp, folder)
-        checked = _checked(folder, tmp, batch, ADVANCE_STEP, tolerance, target)
-        source, batch8 = tmp, batch
-        if pair is not None:
-            batch8 = pair_feed(batch, {name: value[1:] for name, value in batch.items()})  # two rows, then one
-            convert_in_subprocess(pair[0], pair[1], tmp_pair, folder)
-            _checked(folder, tmp_pair, batch8, PAIR, tolerance, target8)
-            source = tmp_pair
-        quantize_in_subprocess(source, tmp8, folder)
-        checked8 = check_in_subprocess(folder, tmp8, batch8, program8)
-        if os.path.exists(tmp_pair):
-            os.remove(tmp_pair)  # the float32 pair was the int8 copy's source only
-        os.replace(tmp, target)
+        for converted in plan:
+            convert_in_subprocess(*converted.files, temporary[converted.program], folder)
+            checks[converted.program] = _checked(folder, temporary[converted.program], converted.batches,
+                                                 converted.program, tolerance,
+                                                 os.path.join(folder, onnx_file(converted.program))
+                                                 if converted.kept else target8)
+        quantize_in_subprocess(temporary[source.program], tmp8, folder)
+        checked8 = check_in_subprocess(folder, tmp8, source.batches, source.program)
+        for converted in plan:
+            if converted.kept:
+                os.replace(temporary[converted.program], os.path.join(folder, onnx_file(converted.program)))
+            else:
+                os.remove(temporary[converted.program])  # it was the int8 copy's source only
         os.replace(tmp8, target8)
         seal_export(folder)
     finally:
-        for path in (tmp, tmp8, tmp_pair):
+        for path in (*temporary.values(), tmp8):
             if os.path.exists(path):
                 os.remove(path)
     logger.info("exported %s (float32: logits within %.2g of Paddle's) and %s (int8: within %.2g of %.2g, "
-                "%d of %d rows' best token moved)", target, checked["difference"], os.path.basename(target8),
-                checked8["difference"], checked8["scale"], checked8["flips"], checked8["rows"])
-    return target
+                "%d of %d rows' best token moved)", kept, checks[plan[0].program]["difference"],
+                os.path.basename(target8), checked8["difference"], checked8["scale"], checked8["flips"],
+                checked8["rows"])
+    return kept
 
 
-def _checked(folder: str, onnx_path: str, batch: Dict[str, np.ndarray], program: str, tolerance: float,
+def _checked(folder: str, onnx_path: str, batches: List[Dict[str, np.ndarray]], program: str, tolerance: float,
              target: str) -> Dict[str, Any]:
-    """The converted ``program``'s logits against Paddle's on ``batch``: within ``tolerance`` of
+    """The converted ``program``'s logits against Paddle's on ``batches``: within ``tolerance`` of
     their largest, or an error saying ``target`` was not written."""
-    checked = check_in_subprocess(folder, onnx_path, batch, program)
+    checked = check_in_subprocess(folder, onnx_path, batches, program)
     if not checked["difference"] <= tolerance * max(checked["scale"], 1.0):
         raise InferenceError(f"{folder}: the ONNX program's logits differ from Paddle's by "
                              f"{checked['difference']:.3g} (their largest is {checked['scale']:.3g}); "

@@ -20,7 +20,8 @@ from wenxin.inference.paddle_backend import generation_files, model_files
 from wenxin.inference.formatters import ResultFormat
 from wenxin.inference.decode_overrides import settings_with
 from wenxin.inference.generator import Generator
-from wenxin.models.advance_step import PAIR, AdvanceRunner, advance_by_pair, advance_steps, empty_cache, in_place
+from wenxin.models.advance_step import (PAIR, AdvanceRunner, advance_by_pair, advance_steps, empty_cache, in_place,
+                                        pair_runs_alone)
 from wenxin.models.batch_decoding import CHUNK_STEP
 from wenxin.models.decoding import DecodeSettings, PromptSource
 
@@ -45,7 +46,7 @@ def step_engines(backend_cls: Any, model_dir: str, meta: Dict[str, Any], prefill
     measured, with one copy of the weights fewer in memory."""
     return {name: backend_cls(model_dir, meta, EngineOptions(options.use_gpu, options.num_threads,
                                                              {**options.settings, "program": name}))
-            for name in backend_cls.step_programs(model_dir, list(meta.get("steps") or {}))
+            for name in backend_cls.step_programs(model_dir, meta.get("steps") or {})
             if not (name == FIRST_STEP and prefill_as_chunk)}
 
 
@@ -220,7 +221,8 @@ class Predictor:
         """Run the exported step program ``name`` (``advance`` as ``advance_pair`` where the engine
         holds only the pair's program: ``advance_by_pair``)."""
         if name == ADVANCE_STEP and name not in self.step_engines and PAIR in self.step_engines:
-            return advance_by_pair(lambda feed: self._run_program(PAIR, feed), inputs)
+            return advance_by_pair(lambda feed: self._run_program(PAIR, feed), inputs,
+                                   pair_runs_alone(self.exported_steps))
         engine = self.step_engines[name]
         declared = {i["name"] for i in self.exported_steps[name]["inputs"]}
         feed = {}

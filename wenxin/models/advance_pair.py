@@ -18,22 +18,24 @@ Measured at ERNIE-4.5-0.3B's shape on ONNX Runtime float32, one thread
 turn that also prefills 32 prompt tokens costs 1.5x one that does not, instead of 2.1x.
 
 An export holds it beside ``advance`` (``step_specs`` of ERNIE 4.5 chat models; one parameters
-file for both), and its int8 ONNX copy is the int8 engine's one program
-(``advance_pair.int8.onnx``): a serving turn runs its decoding rows and the longest of its prompt
-parts in one call (``BatchDecoder.step``'s ``beside``), and every other call as the pair with a
-lone row as the second group (``advance_step.advance_by_pair``; 10% of a one-row int8 step, 2% of
-a 16-row one). Paddle Inference and float32 ONNX Runtime do not load it: a program is a predictor
-or a session of its own there, the weights again in memory; and a group of zero rows runs in
-neither runtime (Paddle Inference fails on empty tensors; paddle2onnx writes reshapes with -1
-that ONNX Runtime cannot apply to no elements), so a lone row (13-37% of a float32 one-row step)
-would be the price.
+file for both), and it is every engine's one program: either group may have no rows (every
+reshape names its sizes for such a group: ``wenxin.models.attention_shapes``), so Paddle
+Inference, ONNX Runtime float32 (``advance_pair.onnx``) and int8 (``advance_pair.int8.onnx``)
+each hold the pair alone, the weights once, run a serving turn's decoding rows and the longest of
+its prompt parts in one call (``BatchDecoder.step``'s ``beside``) and every other call beside no
+rows (``advance_step.advance_by_pair``). Measured at ERNIE-4.5-0.3B's shape, one thread, against
+``advance`` alone (``benchmarks/onnx_step.py``, docs/serving.md): the second group's operators
+cost a one-row decoding step 5% on ONNX Runtime float32 and 9% on Paddle Inference, a 16-row one
+0-3%. An export made before this (its pair without ``empty_second`` in ``preprocess.json``)
+runs the pair on the int8 engine only, beside a lone row (10% of a one-row int8 step).
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Sequence, Tuple
+from typing import Any, List, NamedTuple, Sequence, Tuple
 
 import paddle
 
+from wenxin.models.attention_shapes import AttentionShapes, exact, shape_tensor
 from wenxin.models.ernie45 import Ernie45Model, rotary_angles
 
 
@@ -49,30 +51,53 @@ class StepRows(NamedTuple):
 def advance_pair(decoder: Ernie45Model, output_weight: paddle.Tensor, first: StepRows, second: StepRows
                  ) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
     """Both groups' next logits ``[Ra + Rb, vocab]`` (float32) and each group's new keys and values
-    ``[layers, 2, R, KV, T, D]`` (see the module docstring); ``output_weight`` ``[vocab, hidden]``."""
+    ``[layers, 2, R, KV, T, D]`` (see the module docstring); ``output_weight`` ``[vocab, hidden]``.
+    Either group may have no rows."""
     config = decoder.config
     groups = (first, second)
-    shapes = [paddle.shape(group.tokens) for group in groups]  # [R, T] each
-    counts = [shape[0] * shape[1] for shape in shapes]  # each group's new tokens
+    sizes = [_GroupSizes.of(config, group) for group in groups]  # every layer reshapes to these
     angles = [rotary_angles(group.positions, config.head_dim, config.rope_theta) for group in groups]  # [R, T, D/2]
     biases = [((group.visible - 1.0) * 1e9).unsqueeze(1) for group in groups]  # [R, 1, T, N + T]
+    counts = [size.tokens for size in sizes]
     x = paddle.concat([_flat(decoder.embed(g.tokens), count) for g, count in zip(groups, counts)])  # [M, hidden]
     new: List[List[paddle.Tensor]] = [[], []]
     for index, layer in enumerate(decoder.layers):
         attention = layer.self_attn
         q, k, v = attention.project(layer.input_layernorm(x))  # [M, H * D], [M, KV * D] x 2
         outputs = []
-        for number, (group, shape, (sin, cos), bias) in enumerate(zip(groups, shapes, angles, biases)):
-            part = [_rows(_group_part(t, counts, number), shape) for t in (q, k, v)]  # [R, T, .]
-            out, keys, values = attention.core(*part, sin, cos, bias, group.past[index])
-            outputs.append(_flat(out, counts[number]))  # [R * T, H * D]
+        for number, (group, size, (sin, cos), bias) in enumerate(zip(groups, sizes, angles, biases)):
+            part = [_group_part(t, counts, number).reshape(shape)  # [R, T, .]
+                    for t, shape in ((q, size.queries), (k, size.keys), (v, size.keys))]
+            out, keys, values = attention.core(*part, sin, cos, bias, group.past[index], size.attention)
+            outputs.append(out.reshape(size.flat))  # [R * T, H * D]
             new[number].append(paddle.stack([keys, values]))  # [2, R, KV, T, D]
         x = x + attention.o_proj(paddle.concat(outputs))
         x = x + layer.mlp(layer.post_attention_layernorm(x))
-    last = [_rows(_group_part(x, counts, number), shape)[:, -1] for number, shape in enumerate(shapes)]  # [R, hidden]
+    last = [_rows(_group_part(x, counts, number), size.rows)[:, -1]
+            for number, size in enumerate(sizes)]  # [R, hidden]
     states = decoder.norm(paddle.concat(last))  # [Ra + Rb, hidden]
     logits = paddle.matmul(states, output_weight, transpose_y=True).astype("float32")
     return logits, paddle.stack(new[0]), paddle.stack(new[1])
+
+
+class _GroupSizes(NamedTuple):
+    """A group's sizes and the shapes its layers reshape to, built once a call."""
+
+    rows: paddle.Tensor  # [R, T]
+    tokens: paddle.Tensor  # R * T
+    queries: paddle.Tensor  # [R, T, H * D]
+    keys: paddle.Tensor  # [R, T, KV * D]
+    flat: paddle.Tensor  # [R * T, H * D]
+    attention: AttentionShapes
+
+    @classmethod
+    def of(cls, config: Any, group: StepRows) -> "_GroupSizes":
+        rows = paddle.shape(group.tokens)  # [R, T]
+        count, length = rows[0] * rows[1], rows[1]
+        heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        return cls(rows, count, shape_tensor(rows[0], length, heads * head_dim),
+                   shape_tensor(rows[0], length, kv_heads * head_dim), shape_tensor(count, heads * head_dim),
+                   exact(heads, kv_heads, head_dim, rows[0], length, paddle.shape(group.visible)[2]))
 
 
 def _flat(x: paddle.Tensor, count: paddle.Tensor) -> paddle.Tensor:

@@ -40,6 +40,10 @@ ROW_AXIS, COLUMN_AXIS = 2, 4  # of a cache array [layers, 2, rows, KV, columns, 
 # two groups of rows in one step (wenxin.models.advance_pair): the program, and the prefix of its
 # second group's inputs and new keys and values (its first group's are advance's own names)
 PAIR, SECOND = "advance_pair", "second_"
+# the pair's flag in preprocess.json's steps: its second group may have no rows, so an engine that
+# holds only the pair runs a one-group call beside no rows (exports since 2026-12-06; an older
+# export's pair fails on no rows and runs beside a lone row: ``advance_by_pair``)
+EMPTY_SECOND = "empty_second"
 
 
 def layer_cache_names(layers: int) -> List[str]:
@@ -183,20 +187,33 @@ def pair_feed(first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarray])
 def lone_row(like: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
     """An in-place ``advance``'s inputs for one row of one token (id 0) after one column it does
     not see, each layer's cache shaped as ``like``'s: the second group of an ``advance_pair`` call
-    that has only one (its logits and keys are dropped)."""
+    that has only one, in an export whose pair cannot run a group of no rows (its logits and keys
+    are dropped)."""
     layers = {name: np.zeros((1, *value.shape[1:2], 1, *value.shape[3:]), dtype=value.dtype)
               for name, value in like.items() if name.startswith((KEYS, VALUES))}  # [1, KV, 1, D]
     return {"tokens": np.zeros((1, 1), dtype=np.int64), "positions": np.zeros((1, 1), dtype=np.int64),
             "visible": np.asarray([[[0.0, 1.0]]], dtype=np.float32), **layers}
 
 
+def no_rows(like: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """An in-place ``advance``'s inputs for no rows (of one token after one column), each layer's
+    cache shaped as ``like``'s: the second group of an ``advance_pair`` call that has only one."""
+    return {name: value[:0] for name, value in lone_row(like).items()}
+
+
+def pair_runs_alone(steps: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether ``steps`` (``preprocess.json``'s) has an ``advance_pair`` whose second group may
+    have no rows (``EMPTY_SECOND``): an engine can then hold it alone at a one-group call's cost."""
+    return bool(steps.get(PAIR, {}).get(EMPTY_SECOND))
+
+
 def advance_by_pair(run_pair: Callable[[Dict[str, np.ndarray]], Mapping[str, np.ndarray]],
-                    inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    """An in-place ``advance`` on ``inputs`` run as ``advance_pair`` (``run_pair``) with a lone row
-    as its second group: an engine that holds only the pair's program (one copy of the weights)
-    runs every call so. The lone row costs 10% of a one-row int8 step at ERNIE-4.5-0.3B's shape,
-    2% of a 16-row one (measured, docs/serving.md)."""
-    out = run_pair(pair_feed(inputs, lone_row(inputs)))
+                    inputs: Mapping[str, np.ndarray], empty_second: bool) -> Dict[str, np.ndarray]:
+    """An in-place ``advance`` on ``inputs`` run as ``advance_pair`` (``run_pair``): an engine that
+    holds only the pair's program (one copy of the weights) runs every call so, its second group
+    no rows (``empty_second``: ``pair_runs_alone``), or else a lone row (an older export's pair;
+    10% of a one-row int8 step at ERNIE-4.5-0.3B's shape, 2% of a 16-row one: docs/serving.md)."""
+    out = run_pair(pair_feed(inputs, no_rows(inputs) if empty_second else lone_row(inputs)))
     rows = len(inputs["tokens"])
     return {"logits": np.asarray(out["logits"])[:rows], NEW_CACHE: np.asarray(out[NEW_CACHE])}
 

@@ -30,6 +30,7 @@ from paddle import nn
 from paddle.distributed.fleet.utils import recompute
 
 from wenxin.common.errors import CheckpointError
+from wenxin.models.attention_shapes import AttentionShapes, Shape, copying
 from wenxin.models.ernie45_moe import Ernie45SparseMoE
 from wenxin.models.ernie45_router_loss import RouterLossWeights
 from wenxin.models.held_dtype import FLOAT32, HeldLinear, WeightDtype, computed, default_dtype
@@ -64,13 +65,15 @@ def rotary_angles(positions: paddle.Tensor, head_dim: int, theta: float) -> Tupl
     return paddle.sin(angles), paddle.cos(angles)
 
 
-def rotate_pairs(x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor) -> paddle.Tensor:
+def rotate_pairs(x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor,
+                 shape: Optional[Shape] = None) -> paddle.Tensor:
     """Turn features ``(2i, 2i + 1)`` of ``x`` ``[B, T, heads, D]`` by the angles of ``sin`` and
-    ``cos`` ``[T, D/2]`` (the same positions in every row) or ``[B, T, D/2]``."""
+    ``cos`` ``[T, D/2]`` (the same positions in every row) or ``[B, T, D/2]``; ``shape``: ``x``'s
+    (``attention_shapes``), or None for the usual reshape."""
     even, odd = x[..., 0::2], x[..., 1::2]  # [B, T, heads, D/2]
     sin, cos = sin.unsqueeze(-2), cos.unsqueeze(-2)  # [(B,) T, 1, D/2]: every head alike
     turned = paddle.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1)  # [B, T, heads, D/2, 2]
-    return turned.reshape([0, 0, 0, -1])
+    return turned.reshape([0, 0, 0, -1] if shape is None else shape)
 
 
 class Ernie45Attention(nn.Layer):
@@ -113,37 +116,39 @@ class Ernie45Attention(nn.Layer):
         return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
     def core(self, q: paddle.Tensor, k: paddle.Tensor, v: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor,
-             bias: Optional[paddle.Tensor], past: Optional[Tuple[paddle.Tensor, paddle.Tensor]] = None
-             ) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+             bias: Optional[paddle.Tensor], past: Optional[Tuple[paddle.Tensor, paddle.Tensor]] = None,
+             shapes: Optional[AttentionShapes] = None) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
         """Attention between projections ``[B, T, H * D]`` (queries) and ``[B, T, KV * D]`` (keys,
         values) and ``past`` -> its output before ``o_proj`` ``[B, T, H * D]`` and the rotated keys
-        and values of the ``T`` positions ``[B, KV, T, D]`` (see ``attend``)."""
-        q = q.reshape([0, 0, self.heads, self.head_dim])  # [B, T, H, D]
-        k = k.reshape([0, 0, self.kv_heads, self.head_dim])  # [B, T, KV, D]
-        v = v.reshape([0, 0, self.kv_heads, self.head_dim])
-        q, k = rotate_pairs(q, sin, cos), rotate_pairs(k, sin, cos)
+        and values of the ``T`` positions ``[B, KV, T, D]`` (see ``attend``). ``shapes``: what it
+        reshapes to (``attention_shapes.exact``, for a group that may have no rows), or None for
+        the usual reshapes."""
+        s = shapes or copying(self.heads, self.kv_heads, self.head_dim, paddle.shape(q)[1])
+        q = q.reshape(s.heads)  # [B, T, H, D]
+        k = k.reshape(s.kv)  # [B, T, KV, D]
+        v = v.reshape(s.kv)
+        exact = shapes is not None  # rotate_pairs' own reshape is the usual one otherwise
+        q, k = rotate_pairs(q, sin, cos, s.heads if exact else None), rotate_pairs(k, sin, cos, s.kv if exact else None)
         q, k, v = (t.transpose([0, 2, 1, 3]) for t in (q, k, v))  # [B, heads, T, D]
         # query head h reads key/value head h // G (G = H / KV): the G query heads of a key/value
         # head are rows of one product, [B, KV, G * T, D] x [B, KV, D, N + T], so the keys and
         # values are never repeated G times
-        group = self.heads // self.kv_heads
-        length = paddle.shape(q)[2]
-        grouped = q.reshape([0, self.kv_heads, -1, self.head_dim])  # [B, KV, G * T, D]
+        grouped = q.reshape(s.grouped)  # [B, KV, G * T, D]
         scores = paddle.matmul(grouped, k, transpose_y=True)  # [B, KV, G * T, T]
         if past is not None:
             scores = paddle.concat([paddle.matmul(grouped, past[0], transpose_y=True), scores], axis=-1)  # N + T
-        scores = (scores * (self.head_dim ** -0.5)).reshape([0, self.heads, length, -1])  # [B, H, T, N + T]
+        scores = (scores * (self.head_dim ** -0.5)).reshape(s.scores)  # [B, H, T, N + T]
         if bias is not None:
             scores = scores + bias
         weights = F.softmax(scores.astype("float32"), axis=-1).astype(q.dtype)
-        weights = weights.reshape([0, self.kv_heads, group * length, -1])  # [B, KV, G * T, N + T]
+        weights = weights.reshape(s.weights)  # [B, KV, G * T, N + T]
         if past is None:
             out = paddle.matmul(weights, v)  # [B, KV, G * T, D]
         else:
             cached = paddle.shape(past[1])[2]
             out = paddle.matmul(weights[:, :, :, :cached], past[1]) + paddle.matmul(weights[:, :, :, cached:], v)
-        out = out.reshape([0, self.heads, length, self.head_dim]).transpose([0, 2, 1, 3])  # [B, T, H, D]
-        return out.reshape([0, 0, self.heads * self.head_dim]), k, v
+        out = out.reshape(s.out).transpose([0, 2, 1, 3])  # [B, T, H, D]
+        return out.reshape(s.merged), k, v
 
 
 class Ernie45MLP(nn.Layer):
