@@ -1,7 +1,10 @@
-"""The ``advance`` step of a converted export on ONNX Runtime, program against program, in one run:
-CPU-ms a token for a decode step of 1 and of 16 rows and for a prompt of 64 tokens (issue 69).
+"""The ``advance`` step of an export on ONNX Runtime or Paddle Inference, program against program,
+in one run: CPU-ms a token for a decode step of 1 and of 16 rows and for a prompt of 64 tokens
+(issue 69).
 
-Each ``--program`` (a file of the export folder: ``advance_pair.onnx`` or
+Each ``--program`` (a file of the export folder, or a path: a Paddle program's ``.json`` runs on
+Paddle Inference, ``advance.json`` or ``advance_pair.json``; an ONNX file on ONNX Runtime:
+``advance_pair.onnx`` or
 ``advance_pair.int8.onnx``, run as ``advance`` beside a group of no rows as the engines run it
 where the export's pair takes one, else beside a lone row; ``FILE:lone`` or ``FILE:none`` picks;
 ``advance.onnx`` and ``advance.int8.onnx`` of older exports; or another variant made beside them,
@@ -12,6 +15,8 @@ shape ``--repeat`` times, after one warm-up call. It prints CPU and wall millise
 shape, and whether a row batched gets its logits alone.
 
     python benchmarks/onnx_step.py FOLDER --program advance_pair.int8.onnx:lone advance_pair.int8.onnx:none
+    python benchmarks/onnx_step.py FOLDER --program OLDER_EXPORT/advance.onnx advance_pair.onnx advance.json \
+        advance_pair.json
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import json
 import os
 import statistics
 import time
-from typing import Dict, List
+from typing import Callable, Dict, List, NamedTuple
 
 import numpy as np
 
@@ -61,6 +66,34 @@ def as_fed(feed: Dict[str, np.ndarray], inputs: List[str], second: str) -> Dict[
     return pair_feed(fed, no_rows(fed) if second == "none" else lone_row(fed))
 
 
+class Program(NamedTuple):
+    """One program's input names (as ``advance`` names them) and a call of it on such a feed."""
+
+    inputs: List[str]
+    run: Callable[[Dict[str, np.ndarray]], List[np.ndarray]]
+
+
+def opened(path: str, threads: int) -> Program:
+    """An ONNX Runtime session on an ``.onnx`` file, else Paddle Inference on a ``.json`` program
+    (as the ``paddle`` backend runs it: a static program's inputs are named ``<step>__<name>``)."""
+    if path.endswith(".json"):
+        from wenxin.inference.backends import EngineOptions
+        from wenxin.inference.paddle_backend import PaddleBackend
+        folder, program = os.path.dirname(path), os.path.basename(path)[:-len(".json")]
+        with open(os.path.join(folder, "preprocess.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        engine = PaddleBackend(folder, meta, EngineOptions(False, threads, {"program": program}))
+        names = list(engine.input_names)
+        return Program([n.rsplit("__", 1)[-1] for n in names],
+                       lambda feed: engine.run({n: np.ascontiguousarray(feed[n.rsplit("__", 1)[-1]]) for n in names}))
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = threads
+    options.log_severity_level = 3  # not paddle2onnx's unused constants
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return Program([i.name for i in session.get_inputs()], lambda feed: session.run(None, feed))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder")
@@ -70,35 +103,31 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--context", type=int, default=64, help="cached columns before a decode step")
     args = parser.parse_args()
-    import onnxruntime as ort
     with open(os.path.join(args.folder, "preprocess.json"), encoding="utf-8") as f:
         steps = json.load(f)["steps"]
     from wenxin.models.advance_step import empty_cache, pair_runs_alone
     cases = shapes(empty_cache(steps), args.context)
-    sessions, seconds = {}, {}
+    programs, seconds = {}, {}
     for name in args.program:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = args.threads
-        options.log_severity_level = 3  # not paddle2onnx's unused constants
         file, _, second = name.partition(":")
         seconds[name] = second or ("none" if pair_runs_alone(steps) else "lone")
-        sessions[name] = ort.InferenceSession(os.path.join(args.folder, file), options, providers=["CPUExecutionProvider"])
-    feeds = {name: {case: as_fed(feed, [i.name for i in session.get_inputs()], seconds[name])
-                    for case, feed in cases.items()} for name, session in sessions.items()}
-    logits: Dict[str, Dict[str, np.ndarray]] = {name: {} for name in sessions}
-    for name, session in sessions.items():  # warm-up, and each program's logits
+        programs[name] = opened(os.path.join(args.folder, file), args.threads)
+    feeds = {name: {case: as_fed(feed, program.inputs, seconds[name]) for case, feed in cases.items()}
+             for name, program in programs.items()}
+    logits: Dict[str, Dict[str, np.ndarray]] = {name: {} for name in programs}
+    for name, program in programs.items():  # warm-up, and each program's logits
         for case, feed in feeds[name].items():
-            logits[name][case] = session.run(None, feed)[0][:len(feed["tokens"])]  # a pair's lone row dropped
-    cpu: Dict[str, Dict[str, List[float]]] = {n: {c: [] for c in cases} for n in sessions}
-    wall: Dict[str, Dict[str, List[float]]] = {n: {c: [] for c in cases} for n in sessions}
+            logits[name][case] = program.run(feed)[0][:len(feed["tokens"])]  # a pair's lone row dropped
+    cpu: Dict[str, Dict[str, List[float]]] = {n: {c: [] for c in cases} for n in programs}
+    wall: Dict[str, Dict[str, List[float]]] = {n: {c: [] for c in cases} for n in programs}
     for round_ in range(args.rounds):
-        order = list(sessions) if round_ % 2 == 0 else list(reversed(list(sessions)))
+        order = list(programs) if round_ % 2 == 0 else list(reversed(list(programs)))
         for name in order:
             for case, feed in feeds[name].items():
                 tokens = feed["tokens"].size
                 c0, w0 = time.process_time(), time.perf_counter()
                 for _ in range(args.repeat):
-                    sessions[name].run(None, feed)
+                    programs[name].run(feed)
                 cpu[name][case].append((time.process_time() - c0) * 1e3 / args.repeat / tokens)
                 wall[name][case].append((time.perf_counter() - w0) * 1e3 / args.repeat / tokens)
     first = args.program[0]
@@ -107,10 +136,10 @@ def main() -> None:
           f"{first} | 16 rows batched vs alone |")
     print("|---" * (len(cases) + 3) + "|")
     lone_feed = {k: (v[:, :, :1] if k == "cache" else v[:1]) for k, v in cases["decode 16 rows"].items()}  # row 0
-    for name, session in sessions.items():
+    for name, program in programs.items():
         cells = [f"{statistics.median(cpu[name][c]):.2f} ({statistics.median(wall[name][c]):.2f})" for c in cases]
         difference = max(float(np.abs(logits[name][c] - logits[first][c]).max()) for c in cases)
-        lone = session.run(None, as_fed(lone_feed, [i.name for i in session.get_inputs()], seconds[name]))[0][:1]
+        lone = program.run(as_fed(lone_feed, program.inputs, seconds[name]))[0][:1]
         batched = float(np.abs(logits[name]["decode 16 rows"][:1] - lone).max())
         print(f"| {name} | " + " | ".join(cells) + f" | {difference:.3g} | {batched:.3g} |")
 

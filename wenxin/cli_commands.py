@@ -15,7 +15,7 @@ EXIT_CODES_HELP = ("exit status: 0 done, 2 usage, task-file or installation erro
                    "75 stopped by a signal after saving a checkpoint (resume with trainer.checkpoints.resume=auto), "
                    "130/143 interrupted/terminated before training")
 BACKEND_HELP = ("a registered inference backend: paddle, onnxruntime (the folder's model.onnx, or a chat "
-                "model's advance.onnx), onnxruntime-int8 (a chat model's advance_pair.int8.onnx), or auto: ONNX "
+                "model's advance_pair.onnx), onnxruntime-int8 (a chat model's advance_pair.int8.onnx), or auto: ONNX "
                 "Runtime when the folder has its float32 model and it is installed, else Paddle; a model folder served "
                 "with an onnxruntime backend is converted once, into its cache entry")
 TASK_HELP = ("a task package to import first (a task file's \"task\"), for a model whose fields use its own "

@@ -24,10 +24,11 @@ Inference, ONNX Runtime float32 (``advance_pair.onnx``) and int8 (``advance_pair
 each hold the pair alone, the weights once, run a serving turn's decoding rows and the longest of
 its prompt parts in one call (``BatchDecoder.step``'s ``beside``) and every other call beside no
 rows (``advance_step.advance_by_pair``). Measured at ERNIE-4.5-0.3B's shape, one thread, against
-``advance`` alone (``benchmarks/onnx_step.py``, docs/serving.md): the second group's operators
-cost a one-row decoding step 5% on ONNX Runtime float32 and 9% on Paddle Inference, a 16-row one
-0-3%. An export made before this (its pair without ``empty_second`` in ``preprocess.json``)
-runs the pair on the int8 engine only, beside a lone row (10% of a one-row int8 step).
+``advance`` alone (``benchmarks/onnx_step.py``, docs/serving.md): a one-row decoding step beside
+no rows costs -2% to +4% on ONNX Runtime float32 and -2% to +10% on Paddle Inference (runs in
+either order), a 16-row one -1% to +2%; in int8, 9% less than beside a lone row, which an export
+made before this (its pair without ``empty_second`` in ``preprocess.json``) still needs: it runs
+the pair on the int8 engine only.
 """
 from __future__ import annotations
 
