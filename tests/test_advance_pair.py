@@ -2,7 +2,8 @@
 decoder, the dense layers over both groups' tokens at once and attention within each group. Each
 row gets the logits, and each new token the keys and values, that ``advance`` gives its group
 alone (within float32 rounding), for dense (tied and untied) and mixture-of-experts decoders, with
-caches of different lengths, padding hidden by ``visible``, and either group a single row."""
+caches of different lengths, padding hidden by ``visible``, either group a single row, and either
+group no rows (an engine holding only the pair runs a call of one group so)."""
 import os
 
 import numpy as np
@@ -81,3 +82,27 @@ def test_both_groups_get_what_each_gets_alone(name, decoding, counts):
     np.testing.assert_allclose(new_second.numpy(), expected[1][1], rtol=0, atol=1e-5)
     # not the same call twice: the groups' logits differ
     assert not np.allclose(logits[0], logits[decoding])
+
+
+def no_rows(config, columns):
+    """A group of no rows (of one token after ``columns`` cached ones)."""
+    return as_rows(config, np.random.default_rng(0), np.zeros((0, 1), np.int64), np.zeros((0, 1), np.int64),
+                   np.zeros((0, 1, columns + 1), np.float32), columns)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("empty", [1, 0], ids=["second-empty", "first-empty"])
+def test_either_group_may_have_no_rows_and_the_other_gets_what_it_gets_alone(name, empty):
+    """An engine holding only the pair runs a one-group call beside no rows: the group's logits and
+    keys are ``advance``'s, and the empty group's outputs have no rows."""
+    model = load_ernie45(MODELS[name])
+    model.eval()
+    config = model.config
+    rows = decoding_rows(config, np.random.default_rng(5), 3, 6)
+    groups = [rows, no_rows(config, 1)] if empty == 1 else [no_rows(config, 1), rows]
+    with paddle.no_grad():
+        logits, *new = advance_pair(model.model, model.output_weight(), *groups)
+        expected_logits, expected_new = alone(model, rows)
+    np.testing.assert_allclose(logits.numpy(), expected_logits, rtol=0, atol=1e-5 * np.abs(expected_logits).max())
+    np.testing.assert_allclose(new[1 - empty].numpy(), expected_new, rtol=0, atol=1e-5)
+    assert new[empty].shape[2] == 0 and logits.shape[0] == 3

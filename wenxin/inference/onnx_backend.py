@@ -80,7 +80,6 @@ class OnnxInt8Backend(OnnxBackend):
     variant = INT8
 
 
-
 def open_session(model_file: str, num_threads: int = 1) -> Any:
     """An ONNX Runtime session on ``model_file`` (CPU)."""
     import onnxruntime

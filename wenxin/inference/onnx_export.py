@@ -177,7 +177,7 @@ def advance_check_batch(folder: str, steps: Dict[str, Any]) -> Dict[str, np.ndar
     return {"tokens": tokens, "positions": positions, "visible": visible, **layer_inputs(cache)}
 
 
-class _Converted(NamedTuple):
+class ConvertedProgram(NamedTuple):
     """One step program to convert: its Paddle files, the batches ONNX Runtime must agree with
     Paddle on, and whether its float32 file is kept (else it is only the int8 copy's source)."""
 
@@ -187,7 +187,7 @@ class _Converted(NamedTuple):
     kept: bool
 
 
-def converted_programs(folder: str, graph: str, params: str) -> List[_Converted]:
+def converted_programs(folder: str, graph: str, params: str) -> List[ConvertedProgram]:
     """What ``export_advance_onnx`` converts, the last one also quantized: ``advance_pair`` alone
     where it runs a group of no rows (``pair_runs_alone``; checked on two groups and on one beside
     none); ``advance``, then the pair as int8 only, in an older export with the pair; else
@@ -196,11 +196,12 @@ def converted_programs(folder: str, graph: str, params: str) -> List[_Converted]
     batch = advance_check_batch(folder, steps)
     pair = model_files(folder, PAIR) if in_place(steps) else None
     if pair is None:
-        return [_Converted(ADVANCE_STEP, (graph, params), [batch], True)]
+        return [ConvertedProgram(ADVANCE_STEP, (graph, params), [batch], True)]
     two_groups = pair_feed(batch, {name: value[1:] for name, value in batch.items()})  # two rows, then one
     if pair_runs_alone(steps):
-        return [_Converted(PAIR, pair, [two_groups, pair_feed(batch, no_rows(batch))], True)]
-    return [_Converted(ADVANCE_STEP, (graph, params), [batch], True), _Converted(PAIR, pair, [two_groups], False)]
+        return [ConvertedProgram(PAIR, pair, [two_groups, pair_feed(batch, no_rows(batch))], True)]
+    return [ConvertedProgram(ADVANCE_STEP, (graph, params), [batch], True),
+            ConvertedProgram(PAIR, pair, [two_groups], False)]
 
 
 def export_advance_onnx(folder: str, graph: str, params: str, tolerance: float = TOLERANCE) -> str:
