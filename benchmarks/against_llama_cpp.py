@@ -2,8 +2,8 @@
 q8_0) on the same weights, in one run (issue 69).
 
 The weights: an ERNIE 4.5 chat export (``--export``, converted with ``wenxin export --format
-onnx``: ``advance.onnx``, ``advance.int8.onnx``) and the GGUF files llama.cpp's own
-``convert_hf_to_gguf.py`` wrote from the same checkpoint's ``wenxin export --format pt`` folder
+onnx``: ``advance_pair.onnx`` and its int8 copy, or an older export's ``advance.onnx``) and the
+GGUF files llama.cpp's own ``convert_hf_to_gguf.py`` wrote from the same checkpoint's ``wenxin export --format pt`` folder
 (``--gguf_f32``, ``--gguf_q8``). llama.cpp runs in its own virtual environment (``--llama_python``:
 ``pip install ../shared/wheels/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl``, built from
 PyPI's sdist).

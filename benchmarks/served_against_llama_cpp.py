@@ -1,8 +1,8 @@
 """Served: ``wenxin serve`` against llama.cpp's own server (``llama-server``) on the same weights,
 the same prompts and the same load, in one run (issue 69).
 
-The weights: an ERNIE 4.5 chat export converted to ONNX (``--export``; ``advance.onnx`` and
-``advance.int8.onnx``) and the GGUF files llama.cpp's ``convert_hf_to_gguf.py`` wrote from the same
+The weights: an ERNIE 4.5 chat export converted to ONNX (``--export``; ``advance_pair.onnx`` and
+its int8 copy, or an older export's files) and the GGUF files llama.cpp's ``convert_hf_to_gguf.py`` wrote from the same
 checkpoint's ``--format pt`` folder (``--gguf_f32``, ``--gguf_q8``). ``llama-server`` is built from
 the llama.cpp sources vendored in llama-cpp-python's sdist (``cmake --build BUILD --target
 llama-server``). Each engine pair: wenxin float32 (``--backend onnxruntime``) against llama.cpp
