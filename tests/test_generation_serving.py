@@ -189,8 +189,10 @@ def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_fold
         steps = metric(port, "wenxin_generation_step_rows_count") - steps_before
         rows = metric(port, "wenxin_generation_step_rows_sum") - rows_before
         assert rows / steps > 1.5, (rows, steps)  # steps ran several requests' rows together
+        from wenxin.inference.paddle_backend import runs_empty_groups
         beside = [shape for name, shape in gate.calls if name == "advance_pair" and shape[0]]
-        assert beside, gate.calls  # prompt parts beside decoding rows
+        fused = backend != "paddle" or runs_empty_groups()  # an older Paddle loads advance (two calls a turn)
+        assert bool(beside) == fused, gate.calls  # prompt parts beside decoding rows
     finally:
         gate.open()
         service.stop()

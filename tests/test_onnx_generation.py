@@ -26,6 +26,7 @@ from test_chat_sft import FOLDER  # noqa: E402
 from wenxin.data.export_bundle import verify_export  # noqa: E402
 from wenxin.inference.generator import Generator  # noqa: E402
 from wenxin.inference.onnx_export import export_onnx  # noqa: E402
+from wenxin.inference.paddle_backend import runs_empty_groups  # noqa: E402
 from wenxin.inference.predictor import Predictor  # noqa: E402
 from wenxin.model_folders import FolderSettings, export_of_folder  # noqa: E402
 
@@ -59,6 +60,9 @@ def test_the_converted_program_is_sealed_and_auto_serves_it_with_paddles_answers
     verify_export(converted)  # the manifest covers both
     onnx, paddle = Predictor(converted), Predictor(converted, backend="paddle")
     for predictor in (onnx, paddle):  # the weights once, and a serving turn in one call
+        if predictor is paddle and not runs_empty_groups():  # an older Paddle: advance, as before
+            assert (sorted(predictor.step_engines), predictor.fuses_turns) == (["advance"], False)
+            continue
         assert (sorted(predictor.step_engines), predictor.fuses_turns) == (["advance_pair"], True)
     assert onnx.backend == "onnxruntime"
     int8 = Predictor(converted, backend="onnxruntime-int8", load_model=False)
@@ -133,6 +137,8 @@ def recorded(predictor):
                                                ("greedy", "onnxruntime"), ("sample", "paddle")])
 def test_prompt_parts_prefilled_beside_the_decoding_rows_get_their_lone_logits(converted, strategy, backend):
     from decoding_helpers import alone, alone_in_parts, compare, prefilled_beside
+    if backend == "paddle" and not runs_empty_groups():
+        pytest.skip("this Paddle does not run a group of no rows: it loads advance (runs_empty_groups)")
     predictor = Predictor(converted, backend=backend)
     assert predictor.fuses_turns
     calls = recorded(predictor)

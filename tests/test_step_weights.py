@@ -84,7 +84,9 @@ def test_an_export_holds_one_step_program_and_the_predictor_loads_it_once(export
     assert {entry["params"] for entry in steps.values()} == {"steps.pdiparams"}
     assert steps["advance_pair"]["empty_second"] is True  # its second group may have no rows
     predictor = Predictor(current)
-    assert sorted(predictor.step_engines) == ["advance_pair"]  # Paddle loads the pair alone: the weights once
+    from wenxin.inference.paddle_backend import runs_empty_groups
+    # Paddle loads the pair alone (an older Paddle, which fails on a group of no rows, advance): the weights once
+    assert sorted(predictor.step_engines) == (["advance_pair"] if runs_empty_groups() else ["advance"])
     assert {"prefill", "prefill_chunk", "extend"} <= set(predictor.steps)  # run as advance
 
 

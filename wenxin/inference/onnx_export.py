@@ -16,7 +16,7 @@ import numpy as np
 from wenxin.common.errors import InferenceError
 from wenxin.data.export_bundle import ADVANCE_STEP, PREPROCESS_FILE, seal_export
 from wenxin.inference.onnx_backend import INT8, ONNX_FILE, onnx_file
-from wenxin.inference.paddle_backend import generation_files, model_files
+from wenxin.inference.paddle_backend import generation_files, model_files, runs_empty_groups
 from wenxin.models.advance_step import PAIR, in_place, no_rows, pair_feed, pair_runs_alone
 
 logger = logging.getLogger("wenxin")
@@ -198,8 +198,9 @@ def converted_programs(folder: str, graph: str, params: str) -> List[ConvertedPr
     if pair is None:
         return [ConvertedProgram(ADVANCE_STEP, (graph, params), [batch], True)]
     two_groups = pair_feed(batch, {name: value[1:] for name, value in batch.items()})  # two rows, then one
-    if pair_runs_alone(steps):
-        return [ConvertedProgram(PAIR, pair, [two_groups, pair_feed(batch, no_rows(batch))], True)]
+    if pair_runs_alone(steps):  # checked beside no rows too where Paddle runs that (runs_empty_groups)
+        beside_none = [pair_feed(batch, no_rows(batch))] if runs_empty_groups() else []
+        return [ConvertedProgram(PAIR, pair, [two_groups, *beside_none], True)]
     return [ConvertedProgram(ADVANCE_STEP, (graph, params), [batch], True),
             ConvertedProgram(PAIR, pair, [two_groups], False)]
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -10,6 +10,23 @@ from wenxin.common.constants import ONEDNN_SETTINGS
 from wenxin.common.registry import RegisterSet
 from wenxin.data.export_bundle import GENERATION_PROGRAMS, MODEL_PREFIX, SHARED_PARAMS
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend
+from wenxin.models.advance_step import PAIR
+
+
+# Paddle Inference runs a step group of no rows (advance_pair's second, where a call has one group)
+# from this version on: 3.0.0 dies of a segmentation fault on it (found by the oldest-dependencies
+# CI tier), 3.3.1 runs it; 3.1 and 3.2 are untried, so there the backend loads advance as before
+EMPTY_GROUPS_FROM = (3, 3)
+
+
+def runs_empty_groups() -> bool:
+    """Whether this Paddle runs a step group of no rows (``EMPTY_GROUPS_FROM``; a development
+    build, 0.0, is taken to)."""
+    import re
+
+    import paddle
+    version = tuple(int(part) for part in re.findall(r"\d+", paddle.__version__)[:2])
+    return version == (0, 0) or version >= EMPTY_GROUPS_FROM
 
 
 def model_files(model_dir: str, prefix: str = MODEL_PREFIX) -> Optional[tuple]:
@@ -138,6 +155,14 @@ class PaddleBackend(InferenceBackend):
                 raise BackendError(f"{os.path.dirname(self.graph)}: cannot load the model "
                                    f"({type(e).__name__}: {e})") from None
         return self._predictors[onednn]
+
+    @classmethod
+    def step_programs(cls, model_dir: str, steps: Mapping[str, Mapping[str, Any]]) -> List[str]:
+        """As every backend (the pair alone where it runs a group of no rows), where this Paddle
+        runs such a group (``runs_empty_groups``); else all but the pair, as before it could."""
+        if runs_empty_groups():
+            return super().step_programs(model_dir, steps)
+        return [name for name in steps if name != PAIR]
 
     def uses_onednn(self, rows: int) -> bool:
         """Whether a batch of ``rows`` runs with oneDNN."""
