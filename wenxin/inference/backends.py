@@ -86,10 +86,16 @@ class InferenceBackend:
     def step_programs(cls, model_dir: str, steps: Mapping[str, Mapping[str, Any]]) -> List[str]:
         """Which of a generation export's step programs (``preprocess.json``'s ``steps``) it loads,
         an engine each, so that it holds the weights once: ``advance_pair`` instead of ``advance``
-        where the pair runs a group of no rows (``advance_step.pair_runs_alone``: every call runs
-        as the pair, a serving turn's decoding rows and prompt parts in one), else all but the pair."""
-        left_out = ADVANCE if pair_runs_alone(steps) else PAIR
+        where it holds the pair alone (``holds_pair_alone``: every call runs as the pair, a serving
+        turn's decoding rows and prompt parts in one), else all but the pair."""
+        left_out = ADVANCE if cls.holds_pair_alone(model_dir, steps) else PAIR
         return [name for name in steps if name != left_out]
+
+    @classmethod
+    def holds_pair_alone(cls, model_dir: str, steps: Mapping[str, Mapping[str, Any]]) -> bool:
+        """Whether it loads ``advance_pair`` instead of ``advance``: where the pair runs a group of
+        no rows (``advance_step.pair_runs_alone``)."""
+        return pair_runs_alone(steps)
 
     def choices(self) -> Dict[str, str]:
         """What the backend decided, by setting, in words (``{"onednn": "off (set)"}``)."""

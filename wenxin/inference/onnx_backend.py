@@ -60,13 +60,11 @@ class OnnxBackend(InferenceBackend):
         return self.session.run(self.output_names, {name: batch[name] for name in self.input_names})
 
     @classmethod
-    def step_programs(cls, model_dir: str, steps: Mapping[str, Mapping[str, Any]]) -> List[str]:
-        """``advance_pair`` alone where the export holds its ONNX file (``advance_pair.onnx``, or
-        ``advance_pair.int8.onnx``: every call runs as the pair, so a turn's decoding rows and
-        prompt parts run in one call and the weights are in memory once), else ``advance``."""
-        if PAIR in steps and os.path.isfile(os.path.join(model_dir, onnx_file(PAIR, cls.variant))):
-            return [PAIR]
-        return [name for name in steps if name != PAIR]
+    def holds_pair_alone(cls, model_dir: str, steps: Mapping[str, Mapping[str, Any]]) -> bool:
+        """Where the export holds the pair's ONNX file (``advance_pair.onnx``, or
+        ``advance_pair.int8.onnx``, which older exports have beside ``advance.onnx``: the int8
+        engine runs their pair beside a lone row)."""
+        return PAIR in steps and os.path.isfile(os.path.join(model_dir, onnx_file(PAIR, cls.variant)))
 
 
 @RegisterSet.inference_backends.register("onnxruntime-int8")

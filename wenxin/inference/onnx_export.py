@@ -154,7 +154,7 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
 STEP_CHECK_ROWS, STEP_CHECK_TOKENS = 2, 8
 
 
-def advance_check_batch(folder: str, steps: Dict[str, Any]) -> Dict[str, np.ndarray]:
+def advance_check_batch(steps: Dict[str, Any]) -> Dict[str, np.ndarray]:
     """``advance``'s inputs both engines must agree on: two prompts of 8 and 5 tokens (ids 1-8)
     after an empty cache, the shorter one's first columns padding (``batch_prefill``'s layout).
     ``steps``: the export's (``read_steps``)."""
@@ -193,7 +193,7 @@ def converted_programs(folder: str, graph: str, params: str) -> List[ConvertedPr
     none); ``advance``, then the pair as int8 only, in an older export with the pair; else
     ``advance``."""
     steps = read_steps(folder)
-    batch = advance_check_batch(folder, steps)
+    batch = advance_check_batch(steps)
     pair = model_files(folder, PAIR) if in_place(steps) else None
     if pair is None:
         return [ConvertedProgram(ADVANCE_STEP, (graph, params), [batch], True)]

@@ -10,7 +10,6 @@ from wenxin.common.constants import ONEDNN_SETTINGS
 from wenxin.common.registry import RegisterSet
 from wenxin.data.export_bundle import GENERATION_PROGRAMS, MODEL_PREFIX, SHARED_PARAMS
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend
-from wenxin.models.advance_step import PAIR
 
 
 # Paddle Inference runs a step group of no rows (advance_pair's second, where a call has one group)
@@ -157,12 +156,9 @@ class PaddleBackend(InferenceBackend):
         return self._predictors[onednn]
 
     @classmethod
-    def step_programs(cls, model_dir: str, steps: Mapping[str, Mapping[str, Any]]) -> List[str]:
-        """As every backend (the pair alone where it runs a group of no rows), where this Paddle
-        runs such a group (``runs_empty_groups``); else all but the pair, as before it could."""
-        if runs_empty_groups():
-            return super().step_programs(model_dir, steps)
-        return [name for name in steps if name != PAIR]
+    def holds_pair_alone(cls, model_dir: str, steps: Mapping[str, Mapping[str, Any]]) -> bool:
+        """As every backend, where this Paddle runs a group of no rows (``runs_empty_groups``)."""
+        return super().holds_pair_alone(model_dir, steps) and runs_empty_groups()
 
     def uses_onednn(self, rows: int) -> bool:
         """Whether a batch of ``rows`` runs with oneDNN."""
