@@ -15,7 +15,9 @@ import pytest
 
 from conftest import REPO, build, losses_of, run_script, write_config
 from ernie_helpers import gen_config, make_ernie_model, make_gen_rows, write_gen_tsv
+from wenxin.controller.engine import model_step_meta
 from wenxin.models.decoding import DecodeSettings, SteppedModel, decode
+from wenxin.models.step_runners import steps_runner
 
 TASK = "text_generation"
 SHAPE = {"type_vocab_size": 8, "use_task_id": False, "max_position_embeddings": 128, "hidden_dropout_prob": 0.0,
@@ -36,6 +38,14 @@ def gen_data(tmp_path_factory):
 
 def config_for(gen_data, out, mode="dynamic", **model):
     return gen_config(str(gen_data), str(gen_data / "model"), str(out), mode, **model)
+
+
+def decoding_calls(trainer):
+    """``prefill`` and ``extend`` of the trainer's model, run through its one step program
+    (``infill``) as the evaluation and an export's Predictor run them."""
+    steps = {name: model_step_meta(trainer.model, name, *spec) for name, spec in trainer.model.step_specs().items()}
+    assert list(steps) == ["infill"]
+    return steps_runner(trainer.engine.run_step_function, steps)
 
 
 def erniekit_folder(tmp_path):
@@ -69,7 +79,9 @@ def test_erniekit_generation_files_run_unchanged(tmp_path):
         dev = [r for r in map(json.loads, f) if r["tag"] == "dev"]
     assert dev[-1]["step"] == 160 and {"bleu4", "rouge_l", "loss", "ppl"} <= set(dev[-1])
     exports = root / "output" / "ernie_gen_ch" / "save_inference_model"
-    assert {"prefill.json", "extend.json", "preprocess.json"} <= set(os.listdir(exports / "inference_step_160"))
+    files = set(os.listdir(exports / "inference_step_160"))
+    assert {"infill.json", "infill.pdiparams", "preprocess.json"} <= files  # one step program: the weights once
+    assert not files & {"prefill.json", "extend.json", "steps.pdiparams"}
     shutil.copytree(exports / "inference_step_160", exports / "inference_step_39421")  # the infer file's path
     proc = run_script(root, ["--param_path", "examples/cls_ernie_gen_infilling_ch_infer.json"], script="run_infer.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -110,13 +122,12 @@ def test_both_graph_modes_train_with_parity_and_decode_alike(tmp_path, gen_data)
     for trainer in (dynamic, static):
         with trainer.engine.running():
             trainer.engine.begin_eval()
-            first = trainer.engine.run_step_function("prefill", source)
+            run = decoding_calls(trainer)
+            first = run("prefill", source)
             width = first["cache"].shape[4]
-            second = trainer.engine.run_step_function("extend", {"tokens": np.array([5], dtype=np.int64),
-                                                                 "positions": first["position"],
-                                                                 "cache": first["cache"],
-                                                                 "visible": np.ones((1, width + 1), np.float32)})
-            generated = trainer.model.generate_outputs(arrays, trainer.engine.run_step_function)["generated"]
+            second = run("extend", {"tokens": np.array([5], dtype=np.int64), "positions": first["position"],
+                                    "cache": first["cache"], "visible": np.ones((1, width + 1), np.float32)})
+            generated = trainer.model.generate_outputs(arrays, run)["generated"]
             trainer.engine.end_eval()
         outputs.append((first, second, generated))
     (d1, d2, dg), (s1, s2, sg) = outputs
@@ -143,7 +154,7 @@ class Uncached:
         with paddle.no_grad():
             for seq in seqs:
                 target = paddle.to_tensor([[cls] + seq], dtype="int64")
-                states, _ = self.model.streams(self.src, self.types, self.positions,
+                states = self.model.streams(self.src, self.types, self.positions,
                                                paddle.to_tensor([self.src.shape[1]], dtype="int64"), target,
                                                paddle.to_tensor([len(seq) + 1], dtype="int64"), len(seq) + 2)
                 rows.append(self.model.logits(states[:, -1]).numpy()[0])
@@ -174,7 +185,7 @@ def test_cached_decoding_equals_decoding_without_cache(tmp_path, gen_data, conti
     model.eval()
     batch = next(iter(trainer.eval_loader("dev_reader")))
     prompts = model.prompt_source().prompts({k: v.numpy() for k, v in batch.items()})[:5]
-    cached = SteppedModel(trainer.engine.run_step_function, masked=True)
+    cached = SteppedModel(decoding_calls(trainer), masked=True)
     for settings in (DecodeSettings("greedy", 8, eos_id=None), DecodeSettings("beam", 6, eos_id=model.special["sep_id"],
                                                                              beam_size=3),
                      DecodeSettings("sample", 8, eos_id=None, top_k=5, top_p=0.9, temperature=1.3, seed=4)):
@@ -394,7 +405,7 @@ def test_a_generation_export_is_refused_by_onnx_with_its_reason(untrained_export
     pytest.importorskip("paddle2onnx")
     from wenxin.common.errors import InferenceError
     from wenxin.inference.onnx_export import export_onnx
-    with pytest.raises(InferenceError, match="generation model.s export .step programs such as prefill.json.*not supported"):
+    with pytest.raises(InferenceError, match="generation model.s export whose step program is infill.json .*not supported"):
         export_onnx(untrained_export, {})
 
 

@@ -19,7 +19,8 @@ from wenxin.metrics.generation import generation_metrics
 from wenxin.models.batch_decoding import generate_batch
 from wenxin.models.decoding import (MAX_BEAM_SIZE, MAX_LENGTH_PENALTY, MAX_SEED, MAX_TEMPERATURE, MAX_TOP_K,
                                     MIN_TEMPERATURE, DecodeSettings, PromptSource, StepRunner)
-from wenxin.models.ernie_gen import LmHead, extend_streams, run_two_streams, two_stream_bias
+from wenxin.models.ernie_gen import LmHead, infill_streams, run_two_streams, two_stream_bias
+from wenxin.models.infill_step import INFILL, TARGET_START
 from wenxin.models.ernie_task import ErnieTaskModel
 
 from .scoring import GENERATED_UNKNOWN, REFERENCE_UNKNOWN, UNKNOWN, metric_tokens
@@ -37,8 +38,8 @@ class ErnieInfillingGeneration(ErnieTaskModel):
     ``label_smooth``), the context's target tokens replaced by ``[MASK]`` with probability
     ``mask_prob``. Evaluation: the loss, and the targets decoded (``decoding``: greedy, beam
     search with ``beam_size`` and ``length_penalty``, or sampling) and scored by BLEU-4 and
-    ROUGE-L against the gold targets. The step functions ``prefill`` and ``extend`` are what
-    decoding runs, in either graph mode and in the exported model."""
+    ROUGE-L against the gold targets. The step function ``infill`` is what decoding runs
+    (``wenxin.models.infill_step``), in either graph mode and in the exported model."""
 
     config_schema = {**ErnieTaskModel.config_schema,
                      "source_field": Key(str, "src", doc="the first ErnieGenSourceFieldReader field"),
@@ -106,9 +107,9 @@ class ErnieInfillingGeneration(ErnieTaskModel):
 
     def streams(self, src: paddle.Tensor, src_types: paddle.Tensor, src_positions: Optional[paddle.Tensor],
                 src_lens: paddle.Tensor, tgt: paddle.Tensor, tgt_lens: paddle.Tensor,
-                queries: Any) -> Tuple[paddle.Tensor, List[paddle.Tensor]]:
+                queries: Any) -> paddle.Tensor:
         """The query stream's states ``[B, Q, H]`` for queries ``0..Q-1`` over the batch laid out
-        ``[source [B, S] | target [B, T]]``, and the context's per-layer keys and values. The
+        ``[source [B, S] | target [B, T]]``. The
         positions run on from the source into the target (``continuous_position``), or restart:
         ``src_positions`` ``[B, S]`` in the source, 0 at the target's ``[CLS]``."""
         src_width, tgt_width = paddle.shape(src)[1], paddle.shape(tgt)[1]
@@ -132,7 +133,7 @@ class ErnieInfillingGeneration(ErnieTaskModel):
         src, tgt = p["source_field"], p["target_field"]
         if tgt not in fields_dict:
             raise ConfigError(f"model.target_field: '{tgt}' is not read here: a generation model's prediction "
-                              f"runs its step functions (prefill, extend), not its forward")
+                              f"runs its step function (infill), not its forward")
         target = fields_dict[tgt]  # [B, T]: [CLS] t1 ... [SEP]
         tgt_lens = fields_dict[f"{tgt}_{InstanceName.SEQ_LENS}"]  # [B]
         width = paddle.shape(target)[1]
@@ -141,7 +142,7 @@ class ErnieInfillingGeneration(ErnieTaskModel):
         if phase == Phase.TRAINING and self.training and p["mask_prob"] > 0:
             noise = (paddle.rand(paddle.shape(target)) < p["mask_prob"]) & (positions >= 1)  # never the [CLS]
             context_target = paddle.where(noise, paddle.full_like(target, self.special["mask_id"]), target)
-        states, _ = self.streams(fields_dict[src], fields_dict[f"{src}_{SENT_IDS}"], self.source_positions(fields_dict),
+        states = self.streams(fields_dict[src], fields_dict[f"{src}_{SENT_IDS}"], self.source_positions(fields_dict),
                                  fields_dict[f"{src}_{InstanceName.SEQ_LENS}"], context_target, tgt_lens, width)
         logits = self.logits(states)  # [B, T, V]: query i predicts target token i
         # cross_entropy and logsumexp rather than log_softmax, whose CPU backward is 30x slower
@@ -160,41 +161,31 @@ class ErnieInfillingGeneration(ErnieTaskModel):
             return None
         return fields_dict[f"{self.model_params['source_field']}_{POS_IDS}"]
 
-    # ---- step functions: what decoding runs ----------------------------------------------------
+    # ---- the step function: what decoding runs ------------------------------------------------
     def step_specs(self) -> Dict[str, Tuple[List[TensorSpec], List[str]]]:
-        """Each step function's inputs and output names."""
+        """The one step function's inputs and output names (``wenxin.models.infill_step``)."""
         config = self.ernie.config
         heads = config.num_attention_heads
         cache = TensorSpec("cache", [config.num_hidden_layers, 2, -1, heads, -1, config.hidden_size // heads],
                            "float32")
-        prompt = [TensorSpec(name, [1, -1], "int64") for name in self.prompt_source().inputs]
-        return {"prefill": (prompt, ["logits", "cache", "position"]),
-                "extend": ([TensorSpec("tokens", [-1], "int64"), TensorSpec("positions", [-1], "int64"), cache,
-                            TensorSpec("visible", [-1, -1], "float32")], ["logits", "cache"])}
+        new = [TensorSpec(name, [-1, -1], "int64") for name in ("tokens", "types", "positions")]
+        return {INFILL: ([*new, cache, TensorSpec("visible", [-1, -1, -1], "float32")], ["logits", "cache"])}
 
-    def prefill(self, src_ids: paddle.Tensor, src_types: paddle.Tensor,
-                src_positions: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
-        """One source ``[1, S]`` (no padding) -> the first target token's logits ``[1, V]``, the
-        cache of ``[source, [CLS]]`` ``[L, 2, 1, heads, S + 1, d]`` and the first target token's
-        position ``[1]``."""
-        src_lens = paddle.full([1], 0, dtype="int64") + paddle.shape(src_ids)[1].astype("int64")  # [1]
-        cls = paddle.full([1, 1], self.special["cls_id"], dtype="int64")
-        one = paddle.ones([1], dtype="int64")
-        states, cache = self.streams(src_ids, src_types, src_positions, src_lens, cls, one, 2)
-        position = src_lens + 1 if self.model_params["continuous_position"] else one
-        return self.logits(states[:, 1]), paddle.stack(cache), position
+    def step_notes(self) -> Dict[str, Dict[str, Any]]:
+        """What a caller of ``infill`` needs besides its inputs: the target's ``[CLS]``."""
+        return {INFILL: {TARGET_START: {"id": self.special["cls_id"], "type": self.model_params["tgt_type_id"],
+                                        "continuous": self.model_params["continuous_position"]}}}
 
-    def extend(self, tokens: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
+    def infill(self, tokens: paddle.Tensor, types: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
                visible: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
-        """The chosen tokens ``[R]`` (one per row of the cache) at ``positions`` ``[R]`` -> the
-        next logits ``[R, V]`` and the cache with them ``[L, 2, R, heads, N + 1, d]``; the
-        ``[MASK]`` that predicts the next token sits one position further. ``visible`` ``[R, N + 1]``
-        hides each row's padding (``wenxin.models.batch_decoding``)."""
-        types = paddle.full_like(tokens, self.model_params["tgt_type_id"]).unsqueeze(1)  # [R, 1]
-        token = self.embed(tokens.unsqueeze(1), types, positions.unsqueeze(1))  # [R, 1, H]
-        mask = self.embed(paddle.full_like(tokens, self.special["mask_id"]).unsqueeze(1), types,
-                          (positions + 1).unsqueeze(1))
-        states, grown = extend_streams(self.ernie, token, mask, cache, visible)
+        """``T`` new context tokens of each row (ids, token types, positions ``[R, T]``) after
+        ``cache`` ``[L, 2, R, heads, N, d]``, each seeing the columns where ``visible``
+        ``[R, T, N + T]`` is 1 -> the logits ``[R, V]`` of the ``[MASK]`` after the last one (one
+        position further, of its type) and the cache with them ``[L, 2, R, heads, N + T, d]``."""
+        token = self.embed(tokens, types, positions)  # [R, T, H]
+        masks = paddle.full_like(tokens[:, -1:], self.special["mask_id"])  # [R, 1]
+        mask = self.embed(masks, types[:, -1:], positions[:, -1:] + 1)  # [R, 1, H]
+        states, grown = infill_streams(self.ernie, token, mask, cache, visible)
         return self.logits(states[:, 0]), grown
 
     # ---- decoding and metrics ----------------------------------------------------------------

@@ -15,7 +15,7 @@ from wenxin.common.registry import RegisterSet
 from wenxin.common.constants import InstanceName, Phase
 from wenxin.compat.paddle_internals import grad_scaler_scale
 from wenxin.controller.parameters import rename_state_keys
-from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, step_meta
+from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, model_step_meta
 from wenxin.controller.state import loss_value
 from wenxin.controller.step_rule import StepRule
 from wenxin.models.held_dtype import to_held
@@ -191,7 +191,7 @@ class EagerEngine(ExecutionEngine):
                     paddle.jit.save(_StepGraph(self.model, name, [s.name for s in specs]), os.path.join(folder, name),
                                     input_spec=[{s.name: paddle.static.InputSpec(s.shape, s.dtype, s.name)
                                                  for s in specs}])
-                steps[name] = step_meta(name, specs, outputs)
+                steps[name] = model_step_meta(self.model, name, specs, outputs)
         finally:
             self.model.train()
         return steps

@@ -71,15 +71,24 @@ class StepOutcome(NamedTuple):
     nonfinite: bool  # the loss was checked and is NaN/Inf: the update was skipped
 
 
-def step_meta(name: str, specs: List[Any], outputs: List[str]) -> Dict[str, Any]:
+def step_meta(name: str, specs: List[Any], outputs: List[str], notes: Optional[Mapping[str, Any]] = None
+              ) -> Dict[str, Any]:
     """A step function's entry in ``preprocess.json``'s ``steps``: its inputs and output names,
-    and for ``advance_pair`` that its second group may have no rows (``advance_step.EMPTY_SECOND``:
-    true of every pair this wenxin exports)."""
+    for ``advance_pair`` that its second group may have no rows (``advance_step.EMPTY_SECOND``:
+    true of every pair this wenxin exports), and what the model notes for its callers
+    (``notes``: the entry of its ``step_notes``, e.g. ERNIE-Gen's ``[CLS]``)."""
     entry: Dict[str, Any] = {"inputs": [{"name": s.name, "shape": s.shape, "dtype": s.dtype} for s in specs],
                              "outputs": list(outputs)}
     if name == PAIR:
         entry[EMPTY_SECOND] = True
-    return entry
+    return {**entry, **(notes or {})}
+
+
+def model_step_meta(model: Any, name: str, specs: List[Any], outputs: List[str]) -> Dict[str, Any]:
+    """``step_meta`` of ``model``'s step function ``name``, with the model's notes for it
+    (``step_notes``, where the model has them)."""
+    notes = getattr(model, "step_notes", None)
+    return step_meta(name, specs, outputs, (notes() if notes is not None else {}).get(name))
 
 
 class ExecutionEngine:

@@ -12,13 +12,13 @@ import numpy as np
 
 from wenxin.common.errors import ConfigError
 from wenxin.common.progress import ProgressBar, ProgressLog
-from wenxin.controller.engine import Batch, ExecutionEngine, step_meta
+from wenxin.controller.engine import Batch, ExecutionEngine, model_step_meta
 from wenxin.controller.graph_mode import eager_mode
 from wenxin.controller.ranks import Ranks
 from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BasicDataSetReader, BatchLoader
 from wenxin.data.sampler import ResumableBatchSampler
-from wenxin.models.advance_step import steps_runner
+from wenxin.models.step_runners import steps_runner
 
 logger = logging.getLogger("wenxin")
 
@@ -128,7 +128,8 @@ class Evaluator:
             def run_step(name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
                 stop_if_interrupted(self.state)  # a stop signal ends a long decoding at its next step
                 return self.engine.run_step_function(name, inputs)
-            steps = {name: step_meta(name, *spec) for name, spec in self.engine.model.step_specs().items()}
+            steps = {name: model_step_meta(self.engine.model, name, *spec)
+                     for name, spec in self.engine.model.step_specs().items()}
             outputs.update(generate(arrays, steps_runner(run_step, steps)))
         return outputs
 

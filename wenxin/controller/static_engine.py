@@ -27,7 +27,7 @@ from wenxin.common.constants import InstanceName, Phase
 from wenxin.common.errors import ConfigError
 from wenxin.controller.amp import AmpSettings
 from wenxin.controller.parameters import rename_state_keys
-from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, step_meta
+from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, model_step_meta
 from wenxin.controller.graph_mode import static_mode
 from wenxin.compat.paddle_internals import dense_tensor_dtype, dtype_name, prune_program
 from wenxin.compat.pir_programs import (clone_program, created_by_startup, data_values, keep_only_ops,
@@ -253,7 +253,7 @@ class StaticEngine(ExecutionEngine):
                                                    [feeds[step_input(name, s.name)] for s in specs],
                                                    [evaluation.fetch[o] for o in outputs], self.executor,
                                                    program=evaluation.program)
-            steps[name] = step_meta(name, specs, outputs)
+            steps[name] = model_step_meta(self.model, name, specs, outputs)
         return steps
 
     # ---- state ---------------------------------------------------------------------------

@@ -28,7 +28,8 @@ from wenxin.config.task_schema import FIELD
 MODEL_PREFIX = "inference"
 FIRST_STEP = "prefill"  # the first step function of a generation export of several (its steps are in preprocess.json)
 ADVANCE_STEP = "advance"  # the one step function of a generation export that has one (wenxin.models.advance_step)
-GENERATION_PROGRAMS = (ADVANCE_STEP, FIRST_STEP)  # one of them is in every generation export
+INFILL_STEP = "infill"  # ERNIE-Gen's (wenxin.models.infill_step)
+GENERATION_PROGRAMS = (ADVANCE_STEP, INFILL_STEP, FIRST_STEP)  # one of them is in every generation export
 SHARED_PARAMS = "steps.pdiparams"  # the one parameters file of step functions whose parameters are the same
 PREPROCESS_FILE = "preprocess.json"
 FORMAT_VERSION = 1
@@ -54,7 +55,10 @@ PREPROCESS: Schema = {
         "inputs": Key(list, items=Key(dict, open_keys=True)), "outputs": Key(list, items=Key(str, non_empty=True)),
         "params": Key((str, type(None)), None),
         # advance_pair's: its second group may have no rows (wenxin.models.advance_step.EMPTY_SECOND)
-        "empty_second": Key(bool, False)})),
+        "empty_second": Key(bool, False),
+        # infill's: the target's [CLS] every prefill ends with (wenxin.models.infill_step.TARGET_START)
+        "target_start": Key((dict, type(None)), None, children={
+            "id": Key(int, minimum=0), "type": Key(int, minimum=0), "continuous": Key(bool)})})),
     # and how it decodes (wenxin.models.decoding.DecodeSettings' fields)
     "generation": Key((dict, type(None)), None, open_keys=True),
 }
@@ -94,6 +98,9 @@ def read_preprocessing(folder: str) -> Dict[str, Any]:
     if checked["label_names"] and len(checked["label_names"]) != len(checked["labels"]):
         raise ExportError(f"{path}: label_names names {len(checked['label_names'])} labels, labels has "
                           f"{len(checked['labels'])}")
+    if INFILL_STEP in checked["steps"] and not checked["steps"][INFILL_STEP].get("target_start"):
+        raise ExportError(f"{path}: steps.{INFILL_STEP}.target_start: missing (the target's [CLS], which every "
+                          f"prefill ends with)")
     for i, field in enumerate(checked["fields"]):
         vocab = field.get("vocab_path") or ""
         if vocab and manifest.outside(vocab):

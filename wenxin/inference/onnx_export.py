@@ -123,8 +123,8 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
     steps = generation_files(folder)
     if files is None and steps is not None:
         if os.path.basename(steps[0]).split(".")[0] != ADVANCE_STEP:
-            raise InferenceError(f"{folder}: a generation model's export (step programs such as "
-                                 f"{os.path.basename(steps[0])}) is written and runs with the paddle backend; "
+            raise InferenceError(f"{folder}: a generation model's export whose step program is "
+                                 f"{os.path.basename(steps[0])} is written and runs with the paddle backend; "
                                  f"converting it to ONNX is not supported (only an export with {ADVANCE_STEP})")
         return export_advance_onnx(folder, *steps)
     if files is None:

@@ -20,10 +20,11 @@ from wenxin.inference.paddle_backend import generation_files, model_files
 from wenxin.inference.formatters import ResultFormat
 from wenxin.inference.decode_overrides import settings_with
 from wenxin.inference.generator import Generator
-from wenxin.models.advance_step import (PAIR, AdvanceRunner, advance_by_pair, advance_steps, empty_cache, in_place,
-                                        pair_runs_alone)
+from wenxin.models.advance_step import PAIR, advance_by_pair, empty_cache, in_place, pair_runs_alone
 from wenxin.models.batch_decoding import CHUNK_STEP
 from wenxin.models.decoding import DecodeSettings, PromptSource
+from wenxin.models.infill_step import INFILL
+from wenxin.models.step_runners import ONE_PROGRAM_STEPS, caller_steps, one_program, steps_runner
 
 
 logger = logging.getLogger("wenxin")
@@ -34,7 +35,8 @@ def _check_model_files(model_dir: str) -> None:
     if model_files(model_dir) is None and generation_files(model_dir) is None:
         raise InferenceError(f"{model_dir}: not an exported model folder (need {MODEL_PREFIX}.json or "
                              f".pdmodel, {MODEL_PREFIX}.pdiparams and {PREPROCESS_FILE}; a generation model "
-                             f"{ADVANCE_STEP}.json, or {FIRST_STEP}.json and the other step functions); "
+                             f"{ADVANCE_STEP}.json or {INFILL}.json, or {FIRST_STEP}.json and the other step "
+                             f"functions); "
                              f"{where_exports_are(model_dir)}")
 
 
@@ -139,18 +141,18 @@ class Predictor:
         # by length, in batches of at most this many; None: in their order
         self.sorted_batch_rows: Optional[int] = self.meta.get("sorted_batch_rows")
         self.engine: Optional[InferenceBackend] = None  # None: the model is not loaded
-        # a generation model's step functions as exported, and those its callers can run (an
-        # export of advance alone runs prefill, prefill_chunk and extend as advance: AdvanceRunner)
+        # a generation model's step functions as exported, and those its callers can run (through
+        # the export's one program, advance or infill, where it has one: wenxin.models.step_runners)
         self.exported_steps: Dict[str, Dict[str, Any]] = self.meta.get("steps") or {}
-        self.steps: Dict[str, Dict[str, Any]] = advance_steps(self.exported_steps)
+        self.steps: Dict[str, Dict[str, Any]] = caller_steps(self.exported_steps)
         self.empty_cache = prefill_cache(self.exported_steps)  # prefill runs as prefill_chunk after it, or None
         # advance's cache of one row holding nothing, where the export has advance (else None)
         self.advance_cache = empty_cache(self.exported_steps) if ADVANCE_STEP in self.exported_steps else None
         # where advance reads each layer's cache where it lies (wenxin.models.kv_slots), that cache
         # of one row holding nothing; None: its advance (or extend) steps on one grown cache array
         self.in_place_cache = self.advance_cache if in_place(self.exported_steps) else None
-        self._advance = None if self.advance_cache is None else AdvanceRunner(
-            self._run_program, self.advance_cache, self.in_place_cache is not None)
+        self._one_program = one_program(self.exported_steps)  # "": an export of several step programs
+        self._calls = steps_runner(self._run_program, self.exported_steps)
         self.step_engines: Dict[str, InferenceBackend] = {}
         self.decode_settings: Optional[DecodeSettings] = None
         self.prompt_source: Optional[PromptSource] = None
@@ -190,9 +192,9 @@ class Predictor:
         except (KeyError, TypeError, WenxinError) as e:
             raise ExportError(f"{meta_path}: generation: not a decoding description "
                               f"({type(e).__name__}: {e})") from None
-        if ADVANCE_STEP not in self.steps and (FIRST_STEP not in self.steps or "extend" not in self.steps):
-            raise ExportError(f"{meta_path}: steps: a generation export has {ADVANCE_STEP}, or {FIRST_STEP} and "
-                              f"extend, not {sorted(self.exported_steps)}")
+        if not self._one_program and (FIRST_STEP not in self.steps or "extend" not in self.steps):
+            raise ExportError(f"{meta_path}: steps: a generation export has one of {sorted(ONE_PROGRAM_STEPS)}, or "
+                              f"{FIRST_STEP} and extend, not {sorted(self.exported_steps)}")
 
     def settings_for(self, overrides: Optional[Dict[str, Any]] = None) -> DecodeSettings:
         """The export's decoding settings with ``overrides`` (e.g. ``{"max_new_tokens": 8}``)
@@ -203,10 +205,10 @@ class Predictor:
 
     def run_step(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Run the step function ``name`` on inputs named as ``preprocess.json`` says (``steps``):
-        an exported one, or one run as ``advance`` (``AdvanceRunner``), or ``prefill`` as
-        ``prefill_chunk`` after an empty cache (``step_engines``)."""
-        if self._advance is not None and (name not in self.exported_steps or name == ADVANCE_STEP):
-            return self._advance(name, inputs)
+        an exported one, or one run through the export's one program (``step_runners``), or
+        ``prefill`` as ``prefill_chunk`` after an empty cache (``step_engines``)."""
+        if self._one_program and (name not in self.exported_steps or name == ADVANCE_STEP):
+            return self._calls(name, inputs)
         if name == FIRST_STEP and name not in self.step_engines and self.empty_cache is not None:
             name, inputs = CHUNK_STEP, {**inputs, "cache": self.empty_cache}
         return self._run_program(name, inputs)

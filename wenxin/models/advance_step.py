@@ -216,9 +216,3 @@ def advance_by_pair(run_pair: Callable[[Dict[str, np.ndarray]], Mapping[str, np.
     out = run_pair(pair_feed(inputs, no_rows(inputs) if empty_second else lone_row(inputs)))
     rows = len(inputs["tokens"])
     return {"logits": np.asarray(out["logits"])[:rows], NEW_CACHE: np.asarray(out[NEW_CACHE])}
-
-
-def steps_runner(run: StepRunner, steps: Mapping[str, Mapping[str, Any]]) -> StepRunner:
-    """``run`` itself, or an ``AdvanceRunner`` over it where ``steps`` (``preprocess.json``'s,
-    or a model's ``step_specs`` as such entries) has ``advance``."""
-    return AdvanceRunner(run, empty_cache(steps), in_place(steps)) if ADVANCE in steps else run

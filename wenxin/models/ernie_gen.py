@@ -11,9 +11,10 @@ positions. Two streams run through the same transformer layers:
   ``i`` (``LmHead``). While training, some of the context's target tokens are replaced with
   ``[MASK]`` (ERNIE-Gen's infilling noise), so the model learns not to trust its history blindly.
 
-Decoding runs the same computation with a key/value cache of the context stream (``prefill``,
-``extend``): the source and ``[CLS]`` once, then per step the chosen token (whose keys and
-values join the cache) and the ``[MASK]`` after it (whose do not). The batch layout here puts
+Decoding runs the same computation with a key/value cache of the context stream, in one step
+function (``infill_streams``; ``wenxin.models.infill_step``): the source and ``[CLS]`` once,
+then per step the chosen token (whose keys and values join the cache) and the ``[MASK]`` after
+it (whose do not). The batch layout here puts
 the padded target after the padded source (``[B, S + T]``) and hides the padding with the
 attention bias, which is the same computation as ERNIE-kit's packed layout.
 """
@@ -116,48 +117,53 @@ def two_stream_bias(src_lens: paddle.Tensor, tgt_lens: paddle.Tensor, src_width:
 
 
 def run_two_streams(ernie: ErnieEncoder, context: paddle.Tensor, query: paddle.Tensor, context_bias: paddle.Tensor,
-                    query_bias: paddle.Tensor) -> Tuple[paddle.Tensor, List[paddle.Tensor]]:
-    """The query stream's final states ``[B, Q, H]`` and each layer's context keys and values
-    stacked ``[2, B, heads, N, d]`` (the cache). ``context``/``query`` are embedded inputs
+                    query_bias: paddle.Tensor) -> paddle.Tensor:
+    """The query stream's final states ``[B, Q, H]``. ``context``/``query`` are embedded inputs
     ``[B, N, H]``/``[B, Q, H]``; the last layer's context states are not needed, so not computed."""
     layers = list(ernie.encoder.layers)
-    cache: List[paddle.Tensor] = []
     for index, layer in enumerate(layers):
         attn = layer.self_attn
         keys, values = keys_values(attn, context)  # [B, heads, N, d]
         query_keys, query_values = keys_values(attn, query)  # [B, heads, Q, d]
-        cache.append(paddle.stack([keys, values]))
         attended = attend(attn, query, paddle.concat([keys, query_keys], axis=2),
                           paddle.concat([values, query_values], axis=2), query_bias)
         if index + 1 < len(layers):
             context = finish_block(layer, context, attend(attn, context, keys, values, context_bias))
         query = finish_block(layer, query, attended)
-    return query, cache
+    return query
 
 
-def extend_streams(ernie: ErnieEncoder, token: paddle.Tensor, mask: paddle.Tensor, cache: paddle.Tensor,
-                   visible: Optional[paddle.Tensor] = None) -> Tuple[paddle.Tensor, paddle.Tensor]:
-    """One decoding step. ``token``/``mask`` are the embedded new token and the ``[MASK]`` after
-    it ``[R, 1, H]``; ``cache`` ``[L, 2, R, heads, N, d]`` holds the context so far, which both
-    see where ``visible`` ``[R, N + 1]`` is 1 (0: a row's padding; the last column is the token
-    itself; None: all of it). Returns the ``[MASK]``'s final state ``[R, 1, H]`` and the cache with
-    the token's keys and values appended ``[L, 2, R, heads, N + 1, d]``."""
+def visible_bias(visible: paddle.Tensor) -> paddle.Tensor:
+    """``visible`` ``[R, T, K]`` (1: seen) as an additive attention bias ``[R, 1, T, K]``."""
+    return ((visible - 1.0) * -_NEG).unsqueeze(1)
+
+
+def infill_streams(ernie: ErnieEncoder, tokens: paddle.Tensor, mask: paddle.Tensor, cache: paddle.Tensor,
+                   visible: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+    """``T`` new context tokens of each of ``R`` rows after their cache, and one ``[MASK]`` after
+    them: decoding's one step (``wenxin.models.infill_step``). ``tokens`` ``[R, T, H]`` and
+    ``mask`` ``[R, 1, H]`` are embedded; ``cache`` ``[L, 2, R, heads, N, d]`` holds the context so
+    far; new token ``t`` sees the cached and new columns where ``visible`` ``[R, T, N + T]`` is 1,
+    and the ``[MASK]`` sees what the last new token sees, that token and itself. Returns the
+    ``[MASK]``'s final state ``[R, 1, H]`` and the cache with the new tokens' keys and values
+    appended ``[L, 2, R, heads, N + T, d]``. A source's prefill is its tokens and the target's
+    ``[CLS]`` after an empty cache (each source token seeing the source, the ``[CLS]`` all), a
+    decoding step the chosen token (``T`` = 1): the computation of ``run_two_streams``."""
     layers = list(ernie.encoder.layers)
-    token_bias = mask_bias = None
-    if visible is not None:
-        token_bias = ((visible - 1.0) * -_NEG).unsqueeze(1).unsqueeze(1)  # [R, 1, 1, N + 1]
-        mask_bias = paddle.concat([token_bias, paddle.zeros_like(token_bias[:, :, :, :1])], axis=3)  # and itself
+    token_bias = visible_bias(visible)  # [R, 1, T, N + T]
+    last = visible[:, -1:, :]  # [R, 1, N + T]: what the last new token sees
+    mask_bias = visible_bias(paddle.concat([last, paddle.ones_like(last[:, :, :1])], axis=2))  # [R, 1, 1, N + T + 1]
     grown: List[paddle.Tensor] = []
     for index, layer in enumerate(layers):
         attn = layer.self_attn
-        new_keys, new_values = keys_values(attn, token)  # [R, heads, 1, d]
-        keys = paddle.concat([cache[index, 0], new_keys], axis=2)  # [R, heads, N + 1, d]
+        new_keys, new_values = keys_values(attn, tokens)  # [R, heads, T, d]
+        keys = paddle.concat([cache[index, 0], new_keys], axis=2)  # [R, heads, N + T, d]
         values = paddle.concat([cache[index, 1], new_values], axis=2)
         grown.append(paddle.stack([keys, values]))
-        mask_keys, mask_values = keys_values(attn, mask)
+        mask_keys, mask_values = keys_values(attn, mask)  # [R, heads, 1, d]
         attended = attend(attn, mask, paddle.concat([keys, mask_keys], axis=2),
                           paddle.concat([values, mask_values], axis=2), mask_bias)
         if index + 1 < len(layers):
-            token = finish_block(layer, token, attend(attn, token, keys, values, token_bias))
+            tokens = finish_block(layer, tokens, attend(attn, tokens, keys, values, token_bias))
         mask = finish_block(layer, mask, attended)
     return mask, paddle.stack(grown)

@@ -1,0 +1,133 @@
+"""An ERNIE-Gen export holds one step program, ``infill``, so a serving process loads its weights
+once (issue 69, point 1; ``prefill`` and ``extend`` were a Paddle predictor and a copy of the
+weights each), in either graph mode; its Predictor gives the logits, caches and answers of the
+two programs exports held before, which still load and answer the same."""
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import paddle
+import pytest
+
+from conftest import build
+from test_text_generation import LEARN, config_for, gen_data  # noqa: F401 (the data fixture)
+from wenxin.common.errors import ExportError, InferenceError
+from wenxin.common.task_loader import import_task
+from wenxin.data.export_bundle import PREPROCESS_FILE, SHARED_PARAMS, seal_export
+from wenxin.data.field_reader import TensorSpec
+from wenxin.inference.predictor import Predictor
+
+
+def two_step_functions(patch):
+    """ERNIE-Gen's step functions as exports held them before ``infill``: ``prefill`` (a source
+    -> the first logits, the cache of source and ``[CLS]``, the first target position) and
+    ``extend`` (a token a row), here computed by ``infill`` (the export's format is what is old)."""
+    def step_specs(self):
+        config = self.ernie.config
+        heads = config.num_attention_heads
+        cache = TensorSpec("cache", [config.num_hidden_layers, 2, -1, heads, -1, config.hidden_size // heads],
+                           "float32")
+        return {"prefill": ([TensorSpec("src_ids", [1, -1], "int64"), TensorSpec("src_types", [1, -1], "int64")],
+                            ["logits", "cache", "position"]),
+                "extend": ([TensorSpec("tokens", [-1], "int64"), TensorSpec("positions", [-1], "int64"), cache,
+                            TensorSpec("visible", [-1, -1], "float32")], ["logits", "cache"])}
+
+    def prefill(self, src_ids, src_types):
+        config = self.ernie.config
+        heads = config.num_attention_heads
+        length = paddle.shape(src_ids)[1]
+        tokens = paddle.concat([src_ids, paddle.full([1, 1], self.special["cls_id"], "int64")], axis=1)
+        types = paddle.concat([src_types, paddle.full([1, 1], self.model_params["tgt_type_id"], "int64")], axis=1)
+        positions = paddle.arange(length + 1, dtype="int64").unsqueeze(0)  # [1, S + 1]
+        columns = paddle.arange(length + 2, dtype="int64").unsqueeze(0)  # a hidden column, the source, [CLS]
+        rows = paddle.arange(length + 1, dtype="int64").unsqueeze(1)
+        visible = ((columns >= 1) & ((columns <= length) | (rows == length))).astype("float32").unsqueeze(0)
+        cache = paddle.zeros([config.num_hidden_layers, 2, 1, heads, 1, config.hidden_size // heads], "float32")
+        logits, grown = self.infill(tokens, types, positions, cache, visible)
+        return logits, grown[:, :, :, :, 1:], paddle.full([1], 1, "int64") + length.astype("int64")
+
+    def extend(self, tokens, positions, cache, visible):
+        rows = tokens.unsqueeze(1)
+        return self.infill(rows, paddle.full_like(rows, self.model_params["tgt_type_id"]), positions.unsqueeze(1),
+                           cache, visible.unsqueeze(1))
+
+    model = sys.modules[f"{import_task('text_generation')}.models"].ErnieInfillingGeneration
+    patch.setattr(model, "step_specs", step_specs)
+    patch.delattr(model, "step_notes")
+    for function in (prefill, extend):
+        patch.setattr(model, function.__name__, function, raising=False)
+
+
+@pytest.fixture(scope="module", params=["dynamic", "static"])
+def exports(request, tmp_path_factory, gen_data):  # noqa: F811
+    """``(infill export, two-program export)`` of one trained model in one graph mode."""
+    tmp_path = tmp_path_factory.mktemp(request.param)
+    config = config_for(gen_data, tmp_path / "out", request.param, decoding="greedy", **LEARN)
+    config["trainer"].update(max_steps=40, is_eval_dev=0)
+    trainer = build(config, tmp_path)
+    trainer.do_train()
+    current = trainer.export_inference(str(tmp_path / "current"))
+    weights = str(tmp_path / "trained.pdparams")
+    paddle.save({k: np.asarray(v) for k, v in trainer.engine.model_state_dict().items()}, weights)
+    with pytest.MonkeyPatch.context() as patch:
+        two_step_functions(patch)
+        config["trainer"].update(load_parameters=weights, output_path=str(tmp_path / "older-out"))
+        older = build(config, tmp_path).export_inference(str(tmp_path / "older"))
+    return current, older
+
+
+def rows_of(gen_data):  # noqa: F811
+    lines = (gen_data / "dev.tsv").read_text("utf-8").splitlines()[1:]
+    return [line.split("\t")[:2] for line in lines[:8]]
+
+
+def test_an_erniegen_export_holds_one_program_and_gives_the_two_programs_numbers(exports, gen_data):  # noqa: F811
+    current, older = exports
+    params = sorted(name for name in os.listdir(current) if name.endswith(".pdiparams"))
+    assert params == ["infill.pdiparams"]  # one program, one copy of the weights
+    with open(os.path.join(current, PREPROCESS_FILE), encoding="utf-8") as f:
+        steps = json.load(f)["steps"]
+    assert sorted(steps) == ["infill"] and set(steps["infill"]["target_start"]) == {"id", "type", "continuous"}
+    new, old = Predictor(current), Predictor(older)
+    assert sorted(new.step_engines) == ["infill"]  # a serving process loads the weights once
+    assert sorted(old.step_engines) == ["extend", "prefill"]
+    assert os.listdir(older).count(SHARED_PARAMS) == 1
+
+    def same(a, b):
+        assert sorted(a) == sorted(b)
+        for name in a:
+            assert np.asarray(a[name]).shape == np.asarray(b[name]).shape, name
+            np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+    prompts = [new.prompt(row) for row in rows_of(gen_data)[:2]]
+    first = [new.run_step("prefill", prompt) for prompt in prompts]
+    for prompt, out in zip(prompts, first):
+        same(out, old.run_step("prefill", prompt))
+    # two rows, the shorter one's cache padded at its start: extend hides the padding
+    short, long_ = sorted(first, key=lambda out: out["cache"].shape[4])
+    pad = long_["cache"].shape[4] - short["cache"].shape[4]
+    cache = np.concatenate([long_["cache"], np.pad(short["cache"], [(0, 0)] * 4 + [(pad, 0), (0, 0)])], axis=2)
+    visible = np.ones((2, cache.shape[4] + 1), dtype=np.float32)
+    visible[1, :pad] = 0
+    step = {"tokens": np.asarray([4, 6]), "positions": np.concatenate([long_["position"], short["position"]]),
+            "cache": cache, "visible": visible}
+    same(new.run_step("extend", step), old.run_step("extend", step))
+    rows = rows_of(gen_data)
+    answers = new.predict(rows, batch_size=3)
+    assert answers == old.predict(rows, batch_size=3) and any(answer["text"] for answer in answers)
+
+
+def test_an_infill_export_without_its_target_start_is_one_clear_error(exports, tmp_path):
+    current, _ = exports
+    broken = str(tmp_path / "broken")
+    shutil.copytree(current, broken)
+    with open(os.path.join(broken, PREPROCESS_FILE), encoding="utf-8") as f:
+        meta = json.load(f)
+    del meta["steps"]["infill"]["target_start"]
+    with open(os.path.join(broken, PREPROCESS_FILE), "w", encoding="utf-8") as f:
+        json.dump(meta, f)
+    seal_export(broken)
+    with pytest.raises((ExportError, InferenceError), match=r"steps\.infill\.target_start: missing"):
+        Predictor(broken)

@@ -1,0 +1,106 @@
+"""ERNIE-Gen's one step function, ``infill``, and the decoding calls run through it.
+
+``infill`` feeds ``T`` new context tokens to each of ``R`` rows after their key/value cache, and
+one ``[MASK]`` after them (at the last token's position + 1, of its type), whose state gives the
+next token's logits::
+
+    tokens [R, T], types [R, T], positions [R, T], cache [L, 2, R, heads, N, d], visible [R, T, N + T]
+        -> logits [R, vocab], cache [L, 2, R, heads, N + T, d]
+
+(``wenxin.models.ernie_gen.infill_streams``). A source's prefill is one row of the source and the
+target's ``[CLS]`` after an empty cache, every source token seeing the source, the ``[CLS]`` all
+of it and itself; a decoding step is ``T`` = 1. An export holding ``infill`` alone holds the
+weights once, and a serving process loads them once (the ``prefill`` and ``extend`` programs of
+earlier exports, which still load, were a predictor and a copy of the weights each: issue 69).
+
+``InfillRunner`` runs the calls every decoder makes (``prefill`` of a source's inputs, ``extend``
+of one token a row) as ``infill``; the export's step entry says what the ``[CLS]`` is
+(``TARGET_START``: its id and type, and whether positions run on from the source).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping
+
+import numpy as np
+
+from wenxin.models.advance_step import COLUMN_AXIS, EXTEND, PREFILL, with_hidden_column
+from wenxin.models.decoding import StepRunner
+
+INFILL = "infill"
+# infill's entry in preprocess.json's steps: {"id": [CLS], "type": the target's token type,
+# "continuous": whether positions run on from the source (else they restart at 0 at [CLS])}
+TARGET_START = "target_start"
+# a prefill's inputs (ErnieInfillingGeneration.prompt_source): the source's ids and token types,
+# and its positions where they restart in each source
+SOURCE_IDS, SOURCE_TYPES, SOURCE_POSITIONS = "src_ids", "src_types", "src_positions"
+
+
+def infill_steps(steps: Mapping[str, Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """``steps`` with ``prefill`` and ``extend`` described as ``InfillRunner`` runs them, where
+    the export has ``infill``; otherwise ``steps`` as they are."""
+    described = {name: dict(entry) for name, entry in steps.items()}
+    if INFILL not in steps:
+        return described
+    start = steps[INFILL][TARGET_START]
+    cache = dict(next(i for i in steps[INFILL]["inputs"] if i["name"] == "cache"))
+    source = [{"name": name, "shape": [1, -1], "dtype": "int64"}
+              for name in (SOURCE_IDS, SOURCE_TYPES, *(() if start["continuous"] else (SOURCE_POSITIONS,)))]
+    row = {"shape": [-1], "dtype": "int64"}
+    described[PREFILL] = {"inputs": source, "outputs": ["logits", "cache", "position"]}
+    described[EXTEND] = {"inputs": [{"name": "tokens", **row}, {"name": "positions", **row}, cache,
+                                    {"name": "visible", "shape": [-1, -1], "dtype": "float32"}],
+                         "outputs": ["logits", "cache"]}
+    return described
+
+
+class InfillRunner:
+    """A step runner for an ERNIE-Gen model whose one step function is ``infill`` (``run``):
+    ``prefill`` (a source's ``src_ids``/``src_types`` ``[1, S]``, and ``src_positions`` where
+    they restart) runs as one row of the source and ``[CLS]`` after an empty cache and also
+    gives the first target token's ``position`` ``[1]``; ``extend`` (``tokens``/``positions``
+    ``[R]``, ``cache``, ``visible`` ``[R, N + 1]``) as one token a row. ``entry``: ``infill``'s
+    entry in the export's steps (its ``cache`` input's shape and ``TARGET_START``)."""
+
+    def __init__(self, run: StepRunner, entry: Mapping[str, Any]) -> None:
+        self.run = run
+        start = entry[TARGET_START]
+        self.cls, self.target_type, self.continuous = int(start["id"]), int(start["type"]), bool(start["continuous"])
+        shape = list(next(i for i in entry["inputs"] if i["name"] == "cache")["shape"])
+        shape[2], shape[COLUMN_AXIS] = 1, 0
+        self.empty = np.zeros(shape, dtype=np.float32)  # [L, 2, 1, heads, 0, d]
+
+    def __call__(self, name: str, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        if name == PREFILL:
+            return self.prefill(inputs)
+        if name == EXTEND:
+            return self.extend(inputs)
+        return dict(self.run(name, dict(inputs)))
+
+    def prefill(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        ids = np.asarray(inputs[SOURCE_IDS], dtype=np.int64)  # [1, S]
+        length = int(ids.shape[1])
+        if self.continuous:
+            positions = np.arange(length + 1, dtype=np.int64)[None]  # [1, S + 1]: [CLS] at S
+        else:
+            positions = np.concatenate([np.asarray(inputs[SOURCE_POSITIONS], dtype=np.int64),
+                                        np.zeros((1, 1), dtype=np.int64)], axis=1)  # [CLS] at 0
+        visible = np.ones((1, length + 1, length + 1), dtype=np.float32)
+        visible[:, :length, length] = 0.0  # the source does not see the [CLS]
+        cache, visible = with_hidden_column(self.empty, visible)  # infill needs N >= 1 (Paddle 3.0's matmul)
+        out = dict(self.run(INFILL, {
+            "tokens": np.concatenate([ids, [[self.cls]]], axis=1),
+            "types": np.concatenate([np.asarray(inputs[SOURCE_TYPES], dtype=np.int64), [[self.target_type]]], axis=1),
+            "positions": positions, "cache": cache, "visible": visible}))
+        out["cache"] = np.ascontiguousarray(np.asarray(out["cache"])[:, :, :, :, 1:])  # without the hidden column
+        out["position"] = positions[0, -1:] + 1  # the first target token's, the [MASK]'s that predicted it
+        return out
+
+    def extend(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        tokens = np.asarray(inputs["tokens"], dtype=np.int64)[:, None]  # [R, 1]
+        cache = np.asarray(inputs["cache"])
+        visible = inputs.get("visible")
+        if visible is None:  # every row sees every column
+            visible = np.ones((len(tokens), int(cache.shape[COLUMN_AXIS]) + 1), dtype=np.float32)
+        return dict(self.run(INFILL, {"tokens": tokens, "types": np.full_like(tokens, self.target_type),
+                                      "positions": np.asarray(inputs["positions"], dtype=np.int64)[:, None],
+                                      "cache": cache, "visible": np.asarray(visible, dtype=np.float32)[:, None]}))
