@@ -122,3 +122,5 @@ def test_a_paddle_that_crashes_on_a_group_of_no_rows_loads_advance(tmp_path, mon
     assert runs_empty_groups() is runs
     steps = {"advance": {}, "advance_pair": {"empty_second": True}}
     assert PaddleBackend.step_programs(str(tmp_path), steps) == (["advance_pair"] if runs else ["advance"])
+    # nor a cache of no columns: an export of three programs runs its own prefill there
+    assert PaddleBackend.runs_empty_caches() is runs

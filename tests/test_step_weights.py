@@ -93,7 +93,9 @@ def test_an_export_holds_one_step_program_and_the_predictor_loads_it_once(export
 def test_advance_gives_the_three_programs_numbers(exports):
     current, older = exports
     new, old = Predictor(current), Predictor(older)
-    assert sorted(old.step_engines) == ["extend", "prefill_chunk"]
+    # prefill runs as prefill_chunk after an empty cache (Paddle 3.0 fails on one: it loads prefill)
+    chunk = PaddleBackend.runs_empty_caches()
+    assert sorted(old.step_engines) == (["extend", "prefill_chunk"] if chunk else ["extend", "prefill", "prefill_chunk"])
     ids = np.asarray([[5, 9, 17, 3, 42, 8, 11]], dtype="int64")
 
     def same(a, b):

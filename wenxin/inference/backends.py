@@ -97,6 +97,13 @@ class InferenceBackend:
         no rows (``advance_step.pair_runs_alone``)."""
         return pair_runs_alone(steps)
 
+    @classmethod
+    def runs_empty_caches(cls) -> bool:
+        """Whether its step programs run after a key/value cache of no columns: an export of
+        ``prefill``, ``prefill_chunk`` and ``extend`` then runs ``prefill`` as ``prefill_chunk``
+        after an empty cache and loads one copy of the weights fewer (``predictor.step_engines``)."""
+        return True
+
     def choices(self) -> Dict[str, str]:
         """What the backend decided, by setting, in words (``{"onednn": "off (set)"}``)."""
         return {}

@@ -160,6 +160,12 @@ class PaddleBackend(InferenceBackend):
         """As every backend, where this Paddle runs a group of no rows (``runs_empty_groups``)."""
         return super().holds_pair_alone(model_dir, steps) and runs_empty_groups()
 
+    @classmethod
+    def runs_empty_caches(cls) -> bool:
+        """Where this Paddle runs tensors of no elements through the steps' reshapes: Paddle 3.0
+        fails on a cache of no columns as on a group of no rows (``runs_empty_groups``)."""
+        return runs_empty_groups()
+
     def uses_onednn(self, rows: int) -> bool:
         """Whether a batch of ``rows`` runs with oneDNN."""
         if self.use_gpu or self.onednn == "off":

@@ -45,7 +45,9 @@ def step_engines(backend_cls: Any, model_dir: str, meta: Dict[str, Any], prefill
     """An engine for each step function of the export (one, ``advance``, in exports since it
     was added); with ``prefill_as_chunk`` none for ``prefill``, which runs as ``prefill_chunk``
     after an empty cache (``prefill_cache``): the same numbers, tested, and the same time,
-    measured, with one copy of the weights fewer in memory."""
+    measured, with one copy of the weights fewer in memory (where the backend runs an empty
+    cache: ``runs_empty_caches``; Paddle 3.0 does not)."""
+    prefill_as_chunk = prefill_as_chunk and backend_cls.runs_empty_caches()
     return {name: backend_cls(model_dir, meta, EngineOptions(options.use_gpu, options.num_threads,
                                                              {**options.settings, "program": name}))
             for name in backend_cls.step_programs(model_dir, meta.get("steps") or {})
