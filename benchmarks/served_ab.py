@@ -2,7 +2,8 @@
 two checkouts (an A/B, alternating) on the same export. The requests carry no decoding settings,
 so the export's own are used (an ERNIE 4.5 model folder's export samples, as the folder's
 ``generation_config.json`` asks) unless ``--strategy`` names one (``greedy``: as
-``served_against_llama_cpp.py`` asks); ``--backend`` and the other flags go to ``wenxin serve``.
+``served_against_llama_cpp.py`` asks), ``--model erniegen`` sends an ERNIE-Gen export's rows
+instead of chat questions; ``--backend`` and the other flags go to ``wenxin serve``.
 Two checkouts on one export, or one checkout on two exports (an export's programs against an
 older export's)::
 
@@ -22,10 +23,14 @@ from generation_serving import closed_loop, free_port, launched, request_bodies
 
 def main() -> None:
     repo, export, streams, seconds = os.path.abspath(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    flags, settings = sys.argv[5:], {}
+    flags, settings, model = sys.argv[5:], {}, "ernie45"
     if "--strategy" in flags:
         at = flags.index("--strategy")
         settings["strategy"] = flags[at + 1]
+        flags = flags[:at] + flags[at + 2:]
+    if "--model" in flags:  # whose requests: ernie45 (chat questions) or erniegen (rows of two sources)
+        at = flags.index("--model")
+        model = flags[at + 1]
         flags = flags[:at] + flags[at + 2:]
     port = free_port()
     env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": repo, "OMP_NUM_THREADS": "1"}
@@ -33,7 +38,7 @@ def main() -> None:
                        "--generation_timeout", "3600", "--max_new_tokens", "72", "--max_rows", str(streams),
                        "--num_threads", "1", "--max_waiting", "1000", *flags], port, env, "/tmp")
     try:
-        bodies = [{**body, **settings} for body in request_bodies("ernie45", 48)]
+        bodies = [{**body, **settings} for body in request_bodies(model, 48)]
         result = asyncio.run(closed_loop(port, bodies, streams, seconds, server.pid))
         print(json.dumps({"checkout": repo, "export": export, **settings, "streams": streams,
                           "tokens_per_s": round(result["tokens_per_s"], 1),

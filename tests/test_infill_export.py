@@ -12,7 +12,8 @@ import paddle
 import pytest
 
 from conftest import build
-from test_text_generation import LEARN, config_for, gen_data  # noqa: F401 (the data fixture)
+from test_generation_serving import endless, gate, read_until, service_of, stream_request, wait_ready  # noqa: F401
+from test_text_generation import LEARN, config_for, gen_data, post  # noqa: F401 (the data fixture)
 from wenxin.common.errors import ExportError, InferenceError
 from wenxin.common.task_loader import import_task
 from wenxin.data.export_bundle import PREPROCESS_FILE, SHARED_PARAMS, seal_export
@@ -131,3 +132,61 @@ def test_an_infill_export_without_its_target_start_is_one_clear_error(exports, t
     seal_export(broken)
     with pytest.raises((ExportError, InferenceError), match=r"steps\.infill\.target_start: missing"):
         Predictor(broken)
+
+
+def test_several_sources_prefilled_in_one_call_get_their_lone_outputs(exports, gen_data):  # noqa: F811
+    """``prefill_whole`` runs sources of similar lengths as rows of one ``infill`` call (each row's
+    padding before its source): each gets the logits, cache and position of its lone prefill;
+    ``Predictor.predict`` answers the same with the batch as one row at a time."""
+    from wenxin.models.batch_prefill import prefill_whole
+    current, _ = exports
+    predictor = Predictor(current)
+    assert predictor.steps["prefill_rows"]  # the export's one program runs it
+    prompts = [predictor.prompt(row) for row in rows_of(gen_data)]
+    assert len({prompt["src_ids"].shape[1] for prompt in prompts}) > 2  # of different lengths
+    calls = []
+
+    def run(name, inputs):
+        calls.append((name, len(inputs["src_ids"]) if "src_ids" in inputs else 0))
+        return predictor.run_step(name, inputs)
+
+    together = prefill_whole(run, prompts, True)
+    assert any(name == "prefill_rows" and rows > 1 for name, rows in calls)
+    assert sum(rows for _, rows in calls) == len(prompts) and len(calls) < len(prompts)
+    for prompt, outputs in zip(prompts, together):
+        alone = predictor.run_step("prefill", prompt)
+        assert outputs["cache"].shape == alone["cache"].shape and outputs["cache"].flags.c_contiguous
+        for name in ("logits", "cache", "position"):
+            np.testing.assert_allclose(outputs[name], alone[name], rtol=1e-5, atol=1e-5, err_msg=name)
+    rows = rows_of(gen_data)
+    assert predictor.predict(rows, batch_size=8) == predictor.predict(rows, batch_size=1)
+
+
+def test_a_service_turn_prefills_its_newcomers_sources_in_one_call(endless, gate):  # noqa: F811
+    """Requests that wait while a step runs are let in at the next turn together: their sources
+    are prefilled in one call, and each answer is the one it gets alone."""
+    rows = [["a b", "c d"], ["e f", "g h"], ["b a", "d c"]]  # sources of one length: one call
+    service = service_of(endless, max_rows=8, max_new_tokens=60)
+    try:
+        port = service.port
+        wait_ready(port)
+        expected = [json.loads(post(port, "/generate", {"row": row, "max_new_tokens": 4})[2])["tokens"]
+                    for row in rows]
+        gate.calls.clear()
+        gate.close()
+        running = stream_request(port, {"row": ["e", "f g"], "max_new_tokens": 30})
+        read_until(running, b"event: token")  # its prefill's token; its first step waits at the gate
+        asking = [stream_request(port, {"row": row, "max_new_tokens": 4}) for row in rows]
+        for sock in asking:
+            read_until(sock, b"200 OK")  # queued
+        gate.open()
+        for sock, tokens in zip(asking, expected):
+            text = read_until(sock, b"event: done").decode()
+            assert json.loads(text.split("event: done\ndata: ")[1].split("\n")[0])["tokens"] == tokens
+            sock.close()
+        prefills = [name for name, _ in gate.calls if name.startswith("prefill")]
+        assert prefills == ["prefill", "prefill_rows"]  # the running request's alone, then the three in one
+        running.close()
+    finally:
+        gate.open()
+        service.stop()

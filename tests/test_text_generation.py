@@ -191,6 +191,18 @@ def test_cached_decoding_equals_decoding_without_cache(tmp_path, gen_data, conti
                      DecodeSettings("sample", 8, eos_id=None, top_k=5, top_p=0.9, temperature=1.3, seed=4)):
         for prompt in prompts:
             assert decode(cached, prompt, settings) == decode(Uncached(model, prompt), prompt, settings), settings
+    # several sources in one call (each row's padding before its source) get their lone prefills
+    from wenxin.models.batch_prefill import prefill_whole
+    batches = [model.prompt_source().prompts({k: v.numpy() for k, v in b.items()}) for b in trainer.eval_loader("dev_reader")]
+    mixed = batches[0][:3] + batches[-1][:3]  # the reader sorts by length: its first and last batches differ
+    assert len({prompt["src_ids"].shape[1] for prompt in mixed}) > 1
+    run, calls = decoding_calls(trainer), []
+    for prompt, together in zip(mixed, prefill_whole(lambda name, inputs: calls.append(name) or run(name, inputs),
+                                                     mixed, True)):
+        alone = run("prefill", prompt)
+        for name in ("logits", "cache", "position"):
+            np.testing.assert_allclose(together[name], alone[name], rtol=1e-5, atol=1e-5, err_msg=name)
+    assert "prefill_rows" in calls
     logits, cache = cached.prefill(prompts[0])
     assert cache[1] == (prompts[0]["src_ids"].shape[1] + 1 if continuous else 1)  # the first new token's position
     uncached = Uncached(model, prompts[0])
@@ -449,7 +461,18 @@ def test_a_stop_signal_ends_an_evaluation_at_its_next_decoding_step(tmp_path, ge
     reference = build(cfg("reference"), tmp_path)
     expected = Scores()
     reference.register_hook(expected)
+    evaluation_calls = []
+    reference_run = reference.engine.run_step_function
+
+    def counted_reference(name, inputs):
+        if reference.state.global_step == 4:
+            evaluation_calls.append(name)
+        return reference_run(name, inputs)
+
+    reference.engine.run_step_function = counted_reference
     reference.do_train()
+    stop_at = len(evaluation_calls) // 2  # the signal comes in the middle of the evaluation's calls
+    assert stop_at >= 5
 
     stopped = build(cfg("stopped"), tmp_path)
     calls = {"before": 0, "after": 0}
@@ -458,14 +481,14 @@ def test_a_stop_signal_ends_an_evaluation_at_its_next_decoding_step(tmp_path, ge
     def counted(name, inputs):
         if stopped.state.global_step == 4:  # the evaluation at step 4 (not the preflight's batch)
             calls["after" if stopped.state.interrupted else "before"] += 1
-            if calls["before"] == 30 and not stopped.state.interrupted:
+            if calls["before"] == stop_at and not stopped.state.interrupted:
                 os.kill(os.getpid(), signal.SIGTERM)
         return run(name, inputs)
 
     stopped.engine.run_step_function = counted
     stopped.do_train()
     assert stopped.state.interrupted and stopped.state.evaluation_pending
-    assert calls["before"] == 30 and calls["after"] == 0  # the signal's step was the last one run
+    assert calls["before"] == stop_at and calls["after"] == 0  # the signal's step was the last one run
     resumed = build(cfg("stopped"), tmp_path)
     scores = Scores()
     resumed.register_hook(scores)

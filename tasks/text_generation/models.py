@@ -209,7 +209,8 @@ class ErnieInfillingGeneration(ErnieTaskModel):
         decoded through the step functions that ``run`` runs; and the gold ``references``."""
         if not self.model_params["decode_in_eval"]:
             return {}
-        generated = generate_batch(run, batch, self.prompt_source(), self.decode_settings(), masked=True)
+        generated = generate_batch(run, batch, self.prompt_source(), self.decode_settings(), masked=True,
+                                   together=True)  # infill prefills several sources in one call
         return {GENERATED: generated, REFERENCES: np.asarray(batch[self.model_params["target_field"]])}
 
     def tokens(self) -> List[str]:

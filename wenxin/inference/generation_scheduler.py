@@ -54,7 +54,7 @@ from wenxin.inference.predictor import Predictor
 from wenxin.inference.scheduler_front import GenerationJob, SchedulerFront, SchedulerLimits
 from wenxin.inference.turn_plan import Admitted, PrefillPart, Turn, admissible, prefill_parts, stopped
 from wenxin.models.batch_decoding import BatchDecoder, Update
-from wenxin.models.batch_prefill import PartRows, PromptPrefill, fused_and_rest, prefill_together
+from wenxin.models.batch_prefill import PartRows, PromptPrefill, fused_and_rest, prefill_together, prefill_whole
 from wenxin.models.decoding import DecodeSettings, new_search
 from wenxin.models.prefix_cache import PrefixCache
 
@@ -301,8 +301,10 @@ class GenerationScheduler(SchedulerFront):
     def _admit_whole(self, decoder: BatchDecoder, running: Dict[int, _Running],
                      waiting: Deque[GenerationJob], turn: Turn) -> None:
         """Waiting requests let in, in order, while they fit, each prompt prefilled whole, up to
-        ``prefill_tokens`` prompt tokens a turn (and always one request)."""
+        ``prefill_tokens`` prompt tokens a turn (and always one request); several in one call where
+        the export can (``Generator.together``: ``batch_prefill.prefill_whole``)."""
         budget = self.limits.prefill_tokens
+        admitted: List[_Running] = []
         for index in range(self._admissible(waiting, running)):
             if index and budget <= 0:
                 break
@@ -313,7 +315,16 @@ class GenerationScheduler(SchedulerFront):
             budget -= job.prompt.tokens
             turn.admitted.append(Admitted(job.key))
             turn.prefilled.append(PrefillPart(job.key, job.prompt.tokens, True))
-            self._join(decoder, running, state, None, turn)
+            admitted.append(state)
+        prefilled: List[Optional[Dict[str, np.ndarray]]] = [None] * len(admitted)
+        if self._generator.together and len(admitted) > 1:
+            try:
+                prefilled = list(prefill_whole(self._generator.predictor.run_step,
+                                               [state.job.prompt.inputs for state in admitted], True))
+            except Exception:  # noqa: BLE001 (each prompt is then prefilled alone: only a bad one fails)
+                logger.warning("a prefill of %d prompts together failed; each is prefilled alone", len(admitted))
+        for state, outputs in zip(admitted, prefilled):
+            self._join(decoder, running, state, outputs, turn)
 
     def _join(self, decoder: BatchDecoder, running: Dict[int, _Running], state: _Running,
               prefilled: Optional[Dict[str, np.ndarray]], turn: Turn) -> None:

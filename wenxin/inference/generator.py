@@ -18,6 +18,8 @@ from wenxin.common.errors import InferenceError
 from wenxin.inference.formatters import ResultFormat
 from wenxin.inference.stop_strings import StopStrings
 from wenxin.models.batch_decoding import CHUNK_STEP, VISIBLE, BatchDecoder
+from wenxin.models.batch_prefill import prefill_whole
+from wenxin.models.infill_step import PREFILL_ROWS
 from wenxin.models.decoding import DecodeSettings, PromptSource, Search, new_search
 
 Row = Sequence[str]
@@ -114,6 +116,8 @@ class Generator:
         # a prompt can be prefilled a part at a time (wenxin.models.batch_prefill): a prompt of ids alone
         prompt_inputs = set(predictor.prompt_source.inputs) if predictor.prompt_source is not None else set()
         self.chunks = CHUNK_STEP in predictor.steps and prompt_inputs == {"ids"}
+        # whole prompts can be prefilled several in one call (batch_prefill.prefill_whole: ERNIE-Gen's infill)
+        self.together = PREFILL_ROWS in predictor.steps
 
     def decoder(self) -> BatchDecoder:
         """A new batch over the export's step functions."""
@@ -144,12 +148,15 @@ class Generator:
                 progress(done)
 
         while waiting or decoder.rows:
-            while waiting and decoder.rows + settings.rows <= width:
+            joining: List[Tuple[int, Dict[str, np.ndarray]]] = []  # as many as there is room for
+            while waiting and decoder.rows + (len(joining) + 1) * settings.rows <= width:
                 index, row = waiting.popleft()
-                prompt = self.predictor.prompt(row)
-                step_begins()
+                joining.append((index, self.predictor.prompt(row)))
+            prefilled = prefill_whole(self.predictor.run_step, [prompt for _, prompt in joining], self.together,
+                                      step_begins)
+            for (index, prompt), outputs in zip(joining, prefilled):
                 searches[index] = new_search(settings)
-                if decoder.add(index, prompt, searches[index]).done:
+                if decoder.add(index, prompt, searches[index], outputs).done:
                     finish(index)
             if decoder.rows:
                 step_begins()

@@ -37,7 +37,7 @@ from typing import Callable, Dict, Hashable, List, Mapping, Optional, Union, cas
 import numpy as np
 
 from wenxin.models.advance_step import ADVANCE, CHUNK, COLUMN_AXIS, NEW_CACHE, PAIR, ROW_AXIS, SECOND, pair_feed
-from wenxin.models.batch_prefill import PartRows
+from wenxin.models.batch_prefill import PartRows, prefill_whole
 from wenxin.models.kv_slots import KVSlots
 from wenxin.models.decoding import DecodeSettings, PromptSource, Search, StepRunner, new_search
 
@@ -309,19 +309,18 @@ class BatchDecoder:
 
 def generate_batch(run: StepRunner, batch: Mapping[str, np.ndarray], source: PromptSource, settings: DecodeSettings,
                    masked: bool, before_step: Optional[Callable[[], None]] = None,
-                   in_place: Optional[np.ndarray] = None) -> np.ndarray:
+                   in_place: Optional[np.ndarray] = None, together: bool = False) -> np.ndarray:
     """Every row of ``batch`` decoded together through the step functions ``run`` runs: ``[B,
     max_new_tokens]`` token ids, -1 after each row's end. ``before_step`` is called before each
     model step (an exception it raises ends the decoding there: a stop signal). ``in_place``: see
-    ``BatchDecoder``."""
+    ``BatchDecoder``; ``together``: ``run`` prefills several prompts in one call
+    (``batch_prefill.prefill_whole``)."""
     prompts = source.prompts(batch)
     out = np.full((len(prompts), settings.max_new_tokens), -1, dtype=np.int64)
     decoder = BatchDecoder(run, masked, in_place)
     searches = [new_search(settings) for _ in prompts]
-    for row, prompt in enumerate(prompts):
-        if before_step is not None:
-            before_step()
-        decoder.add(row, prompt, searches[row])
+    for row, prefilled in enumerate(prefill_whole(run, prompts, together, before_step)):
+        decoder.add(row, prompts[row], searches[row], prefilled)
     while decoder.rows:
         if before_step is not None:
             before_step()

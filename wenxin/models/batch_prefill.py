@@ -15,12 +15,13 @@ rows in their step instead (``fused_and_rest``, ``PartRows``; ``wenxin.models.ba
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
 from wenxin.models.advance_step import ADVANCE, CHUNK, COLUMN_AXIS, PREFILL, ROW_AXIS, grown_cache, in_place_inputs
 from wenxin.models.decoding import StepRunner
+from wenxin.models.infill_step import LENGTHS, PREFILL_ROWS
 
 MAX_PADDING = 0.25  # of a call's new tokens at most, padding (similar_lengths)
 
@@ -169,6 +170,33 @@ class _PartLayout:
                    grown[:, :, row:row + 1, :, columns + width - count:]]
             prompt.take({"logits": logits[row:row + 1], "cache": np.concatenate(own, axis=COLUMN_AXIS),
                          "position": np.asarray([before + count], dtype=np.int64)}, count)
+
+
+def prefill_whole(run: StepRunner, prompts: Sequence[Mapping[str, np.ndarray]], together: bool,
+                  before_call: Optional[Callable[[], None]] = None) -> List[Dict[str, np.ndarray]]:
+    """Each whole prompt's ``prefill`` outputs (its inputs ``[1, S]``), in order. ``together``:
+    the model's runner prefills several in one call (``PREFILL_ROWS``: ERNIE-Gen's ``infill``),
+    so prompts of similar lengths (``similar_lengths``) run as rows of one call, each row's
+    outputs those it gets alone (within float32 rounding, tested); else one call a prompt.
+    ``before_call`` is called before each call (an exception it raises ends the prefills)."""
+    outputs: List[Dict[str, np.ndarray]] = [{} for _ in prompts]
+    lengths = [int(next(iter(prompt.values())).shape[1]) for prompt in prompts]
+    groups = similar_lengths(lengths) if together else [[i] for i in range(len(prompts))]
+    for group in groups:
+        if before_call is not None:
+            before_call()
+        if len(group) == 1:
+            outputs[group[0]] = dict(run(PREFILL, dict(prompts[group[0]])))
+            continue
+        width = max(lengths[i] for i in group)
+        inputs = {name: np.concatenate([np.pad(np.asarray(prompts[i][name]), [(0, 0), (0, width - lengths[i])])
+                                        for i in group]) for name in prompts[group[0]]}  # [R, S], each at its start
+        out = run(PREFILL_ROWS, {**inputs, LENGTHS: np.asarray([lengths[i] for i in group], dtype=np.int64)})
+        logits, cache, position = (np.asarray(out[k]) for k in ("logits", "cache", "position"))
+        for row, i in enumerate(group):  # a row's cache: its last lengths[i] + 1 columns
+            outputs[i] = {"logits": logits[row:row + 1], "position": position[row:row + 1],
+                          "cache": np.ascontiguousarray(cache[:, :, row:row + 1, :, width - lengths[i]:])}
+    return outputs
 
 
 class PartRows:

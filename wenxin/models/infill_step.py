@@ -14,7 +14,8 @@ weights once, and a serving process loads them once (the ``prefill`` and ``exten
 earlier exports, which still load, were a predictor and a copy of the weights each: issue 69).
 
 ``InfillRunner`` runs the calls every decoder makes (``prefill`` of a source's inputs, ``extend``
-of one token a row) as ``infill``; the export's step entry says what the ``[CLS]`` is
+of one token a row) as ``infill``, and ``prefill_rows``, several sources' prefills in one call
+(``wenxin.models.batch_prefill.prefill_whole``); the export's step entry says what the ``[CLS]`` is
 (``TARGET_START``: its id and type, and whether positions run on from the source).
 """
 from __future__ import annotations
@@ -27,6 +28,10 @@ from wenxin.models.advance_step import COLUMN_AXIS, EXTEND, PREFILL, with_hidden
 from wenxin.models.decoding import StepRunner
 
 INFILL = "infill"
+# several sources' prefills in one infill call: each prompt input [R, S] padded at its end, and
+# "lengths" [R] (wenxin.models.batch_prefill.prefill_rows splits the outputs per source)
+PREFILL_ROWS = "prefill_rows"
+LENGTHS = "lengths"
 # infill's entry in preprocess.json's steps: {"id": [CLS], "type": the target's token type,
 # "continuous": whether positions run on from the source (else they restart at 0 at [CLS])}
 TARGET_START = "target_start"
@@ -47,6 +52,9 @@ def infill_steps(steps: Mapping[str, Mapping[str, Any]]) -> Dict[str, Dict[str, 
               for name in (SOURCE_IDS, SOURCE_TYPES, *(() if start["continuous"] else (SOURCE_POSITIONS,)))]
     row = {"shape": [-1], "dtype": "int64"}
     described[PREFILL] = {"inputs": source, "outputs": ["logits", "cache", "position"]}
+    described[PREFILL_ROWS] = {"inputs": [{**i, "shape": [-1, -1]} for i in source] +
+                               [{"name": LENGTHS, "shape": [-1], "dtype": "int64"}],
+                               "outputs": ["logits", "cache", "position"]}
     described[EXTEND] = {"inputs": [{"name": "tokens", **row}, {"name": "positions", **row}, cache,
                                     {"name": "visible", "shape": [-1, -1], "dtype": "float32"}],
                          "outputs": ["logits", "cache"]}
@@ -57,7 +65,8 @@ class InfillRunner:
     """A step runner for an ERNIE-Gen model whose one step function is ``infill`` (``run``):
     ``prefill`` (a source's ``src_ids``/``src_types`` ``[1, S]``, and ``src_positions`` where
     they restart) runs as one row of the source and ``[CLS]`` after an empty cache and also
-    gives the first target token's ``position`` ``[1]``; ``extend`` (``tokens``/``positions``
+    gives the first target token's ``position`` ``[1]``; ``prefill_rows`` several sources in one
+    call (``PREFILL_ROWS``: ``prefill_rows``); ``extend`` (``tokens``/``positions``
     ``[R]``, ``cache``, ``visible`` ``[R, N + 1]``) as one token a row. ``entry``: ``infill``'s
     entry in the export's steps (its ``cache`` input's shape and ``TARGET_START``)."""
 
@@ -70,29 +79,47 @@ class InfillRunner:
         self.empty = np.zeros(shape, dtype=np.float32)  # [L, 2, 1, heads, 0, d]
 
     def __call__(self, name: str, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        if name == PREFILL:
-            return self.prefill(inputs)
+        if name == PREFILL:  # one source: a row of no padding
+            length = np.asarray([np.shape(inputs[SOURCE_IDS])[1]], dtype=np.int64)
+            out = self.prefill_rows({**inputs, LENGTHS: length})
+            return {**out, "cache": np.ascontiguousarray(out["cache"])}
+        if name == PREFILL_ROWS:
+            return self.prefill_rows(inputs)
         if name == EXTEND:
             return self.extend(inputs)
         return dict(self.run(name, dict(inputs)))
 
-    def prefill(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        ids = np.asarray(inputs[SOURCE_IDS], dtype=np.int64)  # [1, S]
-        length = int(ids.shape[1])
+    def prefill_rows(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Sources of ``lengths`` ``[R]`` tokens (each input ``[R, S]``, a row's tokens at its
+        start) -> each row's first logits ``[R, V]``, the cache of its source and ``[CLS]`` at the
+        end of the columns ``[L, 2, R, heads, S + 1, d]`` (the ``S - length`` columns before them
+        padding, which nothing saw) and its first target token's ``position`` ``[R]``."""
+        ids = np.asarray(inputs[SOURCE_IDS], dtype=np.int64)  # [R, S]
+        rows, width = ids.shape
+        lengths = np.asarray(inputs[LENGTHS], dtype=np.int64).reshape(rows)
+        placed = np.arange(width)[None, :] - (width - lengths)[:, None]  # [R, S]: the input column at each
+        real = placed >= 0  # [R, S]: a source token (else padding), each row's at its end
+        taken = np.maximum(placed, 0)
+
+        def moved(values: np.ndarray) -> np.ndarray:  # [R, S]: a row's tokens' values at its end, 0 before
+            return np.where(real, np.take_along_axis(np.asarray(values, dtype=np.int64), taken, axis=1), 0)
+
         if self.continuous:
-            positions = np.arange(length + 1, dtype=np.int64)[None]  # [1, S + 1]: [CLS] at S
+            positions, cls_position = moved(np.broadcast_to(np.arange(width), ids.shape)), lengths
         else:
-            positions = np.concatenate([np.asarray(inputs[SOURCE_POSITIONS], dtype=np.int64),
-                                        np.zeros((1, 1), dtype=np.int64)], axis=1)  # [CLS] at 0
-        visible = np.ones((1, length + 1, length + 1), dtype=np.float32)
-        visible[:, :length, length] = 0.0  # the source does not see the [CLS]
-        cache, visible = with_hidden_column(self.empty, visible)  # infill needs N >= 1 (Paddle 3.0's matmul)
+            positions, cls_position = moved(inputs[SOURCE_POSITIONS]), np.zeros(rows, dtype=np.int64)
+        visible = np.zeros((rows, width + 1, width + 1), dtype=np.float32)  # [R, S + 1, S + 1]
+        visible[:, :width, :width] = real[:, :, None] & real[:, None, :]  # a source token sees its source
+        visible[:, width, :width] = real  # the [CLS] sees the source and itself
+        visible[:, width, width] = 1.0
+        cache, visible = with_hidden_column(np.repeat(self.empty, rows, axis=2), visible)  # N >= 1 (Paddle 3.0)
         out = dict(self.run(INFILL, {
-            "tokens": np.concatenate([ids, [[self.cls]]], axis=1),
-            "types": np.concatenate([np.asarray(inputs[SOURCE_TYPES], dtype=np.int64), [[self.target_type]]], axis=1),
-            "positions": positions, "cache": cache, "visible": visible}))
-        out["cache"] = np.ascontiguousarray(np.asarray(out["cache"])[:, :, :, :, 1:])  # without the hidden column
-        out["position"] = positions[0, -1:] + 1  # the first target token's, the [MASK]'s that predicted it
+            "tokens": np.concatenate([moved(ids), np.full((rows, 1), self.cls)], axis=1),  # [R, S + 1]
+            "types": np.concatenate([moved(inputs[SOURCE_TYPES]), np.full((rows, 1), self.target_type)], axis=1),
+            "positions": np.concatenate([positions, cls_position[:, None]], axis=1),
+            "cache": cache, "visible": visible}))
+        out["cache"] = np.asarray(out["cache"])[:, :, :, :, 1:]  # without the hidden column
+        out["position"] = cls_position + 1  # the first target token's, the [MASK]'s that predicted it
         return out
 
     def extend(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
