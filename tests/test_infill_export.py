@@ -1,7 +1,9 @@
 """An ERNIE-Gen export holds one step program, ``infill``, so a serving process loads its weights
 once (issue 69, point 1; ``prefill`` and ``extend`` were a Paddle predictor and a copy of the
 weights each), in either graph mode; its Predictor gives the logits, caches and answers of the
-two programs exports held before, which still load and answer the same."""
+two programs exports held before, which still load and answer the same. ``infill`` reads each
+layer's cache where the batch keeps it (point 2: no cache copied at a step, the bytes counted),
+and prefills several sources in one call (point 3), each row getting its lone outputs."""
 import json
 import os
 import shutil
@@ -12,13 +14,17 @@ import paddle
 import pytest
 
 from conftest import build
-from test_generation_serving import endless, gate, read_until, service_of, stream_request, wait_ready  # noqa: F401
+from decoding_helpers import alone, compare, together
+from test_generation_serving import (endless, gate, read_until, service_of, stream_request, strategies,  # noqa: F401
+                                     wait_ready)
 from test_text_generation import LEARN, config_for, gen_data, post  # noqa: F401 (the data fixture)
 from wenxin.common.errors import ExportError, InferenceError
 from wenxin.common.task_loader import import_task
 from wenxin.data.export_bundle import PREPROCESS_FILE, SHARED_PARAMS, seal_export
 from wenxin.data.field_reader import TensorSpec
+from wenxin.inference.generator import Generator
 from wenxin.inference.predictor import Predictor
+from wenxin.models.decoding import DecodeSettings, new_search
 
 
 def two_step_functions(patch):
@@ -45,14 +51,16 @@ def two_step_functions(patch):
         columns = paddle.arange(length + 2, dtype="int64").unsqueeze(0)  # a hidden column, the source, [CLS]
         rows = paddle.arange(length + 1, dtype="int64").unsqueeze(1)
         visible = ((columns >= 1) & ((columns <= length) | (rows == length))).astype("float32").unsqueeze(0)
-        cache = paddle.zeros([config.num_hidden_layers, 2, 1, heads, 1, config.hidden_size // heads], "float32")
-        logits, grown = self.infill(tokens, types, positions, cache, visible)
-        return logits, grown[:, :, :, :, 1:], paddle.full([1], 1, "int64") + length.astype("int64")
+        hidden = paddle.zeros([1, heads, 1, config.hidden_size // heads], "float32")  # each layer's keys, values
+        logits, cache = self.infill(tokens, types, positions, visible, *[hidden] * (2 * config.num_hidden_layers))
+        return logits, cache, paddle.full([1], 1, "int64") + length.astype("int64")
 
     def extend(self, tokens, positions, cache, visible):
         rows = tokens.unsqueeze(1)
-        return self.infill(rows, paddle.full_like(rows, self.model_params["tgt_type_id"]), positions.unsqueeze(1),
-                           cache, visible.unsqueeze(1))
+        past = [cache[layer, kind] for layer in range(self.ernie.config.num_hidden_layers) for kind in (0, 1)]
+        logits, new = self.infill(rows, paddle.full_like(rows, self.model_params["tgt_type_id"]),
+                                  positions.unsqueeze(1), visible.unsqueeze(1), *past)
+        return logits, paddle.concat([cache, new], axis=4)
 
     model = sys.modules[f"{import_task('text_generation')}.models"].ErnieInfillingGeneration
     patch.setattr(model, "step_specs", step_specs)
@@ -93,6 +101,10 @@ def test_an_erniegen_export_holds_one_program_and_gives_the_two_programs_numbers
     assert sorted(steps) == ["infill"] and set(steps["infill"]["target_start"]) == {"id", "type", "continuous"}
     new, old = Predictor(current), Predictor(older)
     assert sorted(new.step_engines) == ["infill"]  # a serving process loads the weights once
+    # the encoder's oneDNN rule (from 8 rows) is its inference graph's: a step program runs without
+    # oneDNN under auto, measured slower at every row count (docs/serving.md)
+    for engine in (*new.step_engines.values(), *old.step_engines.values()):
+        assert not engine.uses_onednn(64) and engine.choices() == {"onednn": "off (a generation step program)"}
     assert sorted(old.step_engines) == ["extend", "prefill"]
     assert os.listdir(older).count(SHARED_PARAMS) == 1
 
@@ -190,3 +202,44 @@ def test_a_service_turn_prefills_its_newcomers_sources_in_one_call(endless, gate
     finally:
         gate.open()
         service.stop()
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
+def test_rows_decoded_in_place_get_the_lone_logits_of_the_two_program_export(exports, gen_data, strategy):  # noqa: F811
+    """The batch keeps ERNIE-Gen's rows in place (``KVSlots``; ``infill`` reads each layer's cache
+    and returns the new keys and values): rows joining and leaving get, step by step, the logits
+    and tokens each gets alone from the older export's ``prefill`` and ``extend``."""
+    current, older = exports
+    new, old = Predictor(current), Predictor(older)
+    assert new.in_place_cache is not None and old.in_place_cache is None
+    settings = strategies(new)[strategy]
+    prompts = [new.prompt(row) for row in rows_of(gen_data)[:5]]
+    references = [alone(old.run_step, True, prompt, settings) for prompt in prompts]
+    compare(together(new.run_step, True, prompts, settings, in_place=new.in_place_cache), references)
+
+
+def test_a_decoding_step_copies_no_cache(exports, gen_data):  # noqa: F811
+    """Each step feeds every layer's cache as views of the batch's one array and writes only the
+    new token's keys and values (the bytes moved, counted); the program never writes the cache."""
+    current, _ = exports
+    predictor = Predictor(current)
+    decoder = Generator(predictor).decoder()
+    settings = DecodeSettings("greedy", max_new_tokens=40, eos_id=None)  # no row ends in the 5 steps
+    rows = rows_of(gen_data)[:4]
+    for key, row in enumerate(rows):
+        decoder.add(key, predictor.prompt(row), new_search(settings))
+    slots = decoder.cohorts[0].slots
+    fed = []
+    run = decoder.run
+    decoder.run = lambda name, inputs: (fed.append((name, inputs)), run(name, inputs))[1]
+    for _ in range(5):
+        lengths, before = slots.lengths.copy(), slots.store.copy()
+        written = slots.bytes_copied
+        decoder.step()
+        name, inputs = fed[-1]
+        assert name == "advance" and "cache" not in inputs
+        assert all(np.shares_memory(inputs[key], slots.store) for key in inputs if key.startswith(("keys_", "values_")))
+        if slots.store.shape == before.shape:  # not grown this step: only the new tokens were written
+            assert slots.bytes_copied - written == len(rows) * slots.token_bytes
+            for row, length in enumerate(lengths):
+                assert np.array_equal(slots.store[:, :, row, :, :length], before[:, :, row, :, :length])

@@ -20,6 +20,7 @@ from wenxin.models.batch_decoding import generate_batch
 from wenxin.models.decoding import (MAX_BEAM_SIZE, MAX_LENGTH_PENALTY, MAX_SEED, MAX_TEMPERATURE, MAX_TOP_K,
                                     MIN_TEMPERATURE, DecodeSettings, PromptSource, StepRunner)
 from wenxin.models.ernie_gen import LmHead, infill_streams, run_two_streams, two_stream_bias
+from wenxin.models.advance_step import NEW_CACHE, layer_cache_names
 from wenxin.models.infill_step import INFILL, TARGET_START
 from wenxin.models.ernie_task import ErnieTaskModel
 
@@ -166,27 +167,29 @@ class ErnieInfillingGeneration(ErnieTaskModel):
         """The one step function's inputs and output names (``wenxin.models.infill_step``)."""
         config = self.ernie.config
         heads = config.num_attention_heads
-        cache = TensorSpec("cache", [config.num_hidden_layers, 2, -1, heads, -1, config.hidden_size // heads],
-                           "float32")
         new = [TensorSpec(name, [-1, -1], "int64") for name in ("tokens", "types", "positions")]
-        return {INFILL: ([*new, cache, TensorSpec("visible", [-1, -1, -1], "float32")], ["logits", "cache"])}
+        past = [TensorSpec(name, [-1, heads, -1, config.hidden_size // heads], "float32")
+                for name in layer_cache_names(config.num_hidden_layers)]  # [R, heads, N, d] each
+        return {INFILL: ([*new, TensorSpec("visible", [-1, -1, -1], "float32"), *past], ["logits", NEW_CACHE])}
 
     def step_notes(self) -> Dict[str, Dict[str, Any]]:
         """What a caller of ``infill`` needs besides its inputs: the target's ``[CLS]``."""
         return {INFILL: {TARGET_START: {"id": self.special["cls_id"], "type": self.model_params["tgt_type_id"],
                                         "continuous": self.model_params["continuous_position"]}}}
 
-    def infill(self, tokens: paddle.Tensor, types: paddle.Tensor, positions: paddle.Tensor, cache: paddle.Tensor,
-               visible: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
-        """``T`` new context tokens of each row (ids, token types, positions ``[R, T]``) after
-        ``cache`` ``[L, 2, R, heads, N, d]``, each seeing the columns where ``visible``
-        ``[R, T, N + T]`` is 1 -> the logits ``[R, V]`` of the ``[MASK]`` after the last one (one
-        position further, of its type) and the cache with them ``[L, 2, R, heads, N + T, d]``."""
+    def infill(self, tokens: paddle.Tensor, types: paddle.Tensor, positions: paddle.Tensor, visible: paddle.Tensor,
+               *past: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """``T`` new context tokens of each row (ids, token types, positions ``[R, T]``) after each
+        layer's cached keys and values (``past``: keys, values, keys, ... ``[R, heads, N, d]``),
+        each seeing the columns where ``visible`` ``[R, T, N + T]`` is 1 -> the logits ``[R, V]``
+        of the ``[MASK]`` after the last one (one position further, of its type) and the new
+        tokens' keys and values ``[L, 2, R, heads, T, d]``."""
         token = self.embed(tokens, types, positions)  # [R, T, H]
         masks = paddle.full_like(tokens[:, -1:], self.special["mask_id"])  # [R, 1]
         mask = self.embed(masks, types[:, -1:], positions[:, -1:] + 1)  # [R, 1, H]
-        states, grown = infill_streams(self.ernie, token, mask, cache, visible)
-        return self.logits(states[:, 0]), grown
+        pairs = [(past[i], past[i + 1]) for i in range(0, len(past), 2)]
+        states, new = infill_streams(self.ernie, token, mask, visible, pairs)
+        return self.logits(states[:, 0]), new
 
     # ---- decoding and metrics ----------------------------------------------------------------
     def decode_settings(self) -> DecodeSettings:
@@ -209,8 +212,12 @@ class ErnieInfillingGeneration(ErnieTaskModel):
         decoded through the step functions that ``run`` runs; and the gold ``references``."""
         if not self.model_params["decode_in_eval"]:
             return {}
+        config = self.ernie.config
+        heads = config.num_attention_heads
+        empty = np.zeros((config.num_hidden_layers, 2, 1, heads, 0, config.hidden_size // heads), np.float32)
+        # infill prefills several sources in one call, and reads the rows' caches where they lie
         generated = generate_batch(run, batch, self.prompt_source(), self.decode_settings(), masked=True,
-                                   together=True)  # infill prefills several sources in one call
+                                   in_place=empty, together=True)
         return {GENERATED: generated, REFERENCES: np.asarray(batch[self.model_params["target_field"]])}
 
     def tokens(self) -> List[str]:

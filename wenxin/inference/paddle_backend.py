@@ -91,7 +91,8 @@ class PaddleBackend(InferenceBackend):
     1.5x to 3.0x from 16); outputs moved by at most 4e-7 (docs/performance.md). ``auto`` follows the
     exported model's rule (``onednn_min_rows``, declared by its class and recorded in
     ``preprocess.json``): batches of at least that many rows with oneDNN, smaller ones without; a
-    model without a rule never uses it. The choice is a rule, never a timing, so the same input
+    model without a rule never uses it, nor a generation export's step program (measured slower
+    at every row count). The choice is a rule, never a timing, so the same input
     gives the same output on an idle or a busy machine.
     """
 
@@ -121,7 +122,12 @@ class PaddleBackend(InferenceBackend):
         self.graph, self.params = files
         self.use_gpu, self.num_threads = options.use_gpu, options.num_threads
         self.onednn = onednn
-        self.onednn_min_rows: Optional[int] = meta.get("onednn_min_rows")
+        # the model's rule is its inference graph's; a generation step program runs without oneDNN
+        # under auto: with it ERNIE-Gen's decoding step cost 1.45x the CPU at 8 rows, 1.40x at 16,
+        # 1.18x at 32, 1.24x at 64, and a prefill of 16 sources 2.6x (ERNIE 3.0-medium's shape, one
+        # thread, docs/serving.md); ERNIE 4.5 chat models have no rule
+        self.step_program = prefix != MODEL_PREFIX
+        self.onednn_min_rows: Optional[int] = None if self.step_program else meta.get("onednn_min_rows")
         self._predictors: Dict[bool, Any] = {}
         # per predictor, its input and output handles, fetched once: fetching them (and the output
         # names) through pybind on every call cost 30-60 us a batch (benchmarks/predictor_overhead.py)
@@ -186,7 +192,7 @@ class PaddleBackend(InferenceBackend):
         if self.onednn != "auto":
             return {"onednn": f"{self.onednn} (set)"}
         if self.onednn_min_rows is None:
-            return {"onednn": "off (the model's rule)"}
+            return {"onednn": "off (a generation step program)" if self.step_program else "off (the model's rule)"}
         return {"onednn": f"on for batches of {self.onednn_min_rows} or more rows, off below (the model's rule)"}
 
     def _bound(self, onednn: bool) -> Tuple[Any, List[Tuple[str, Any]], List[Any]]:

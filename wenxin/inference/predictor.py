@@ -20,11 +20,11 @@ from wenxin.inference.paddle_backend import generation_files, model_files
 from wenxin.inference.formatters import ResultFormat
 from wenxin.inference.decode_overrides import settings_with
 from wenxin.inference.generator import Generator
-from wenxin.models.advance_step import PAIR, advance_by_pair, empty_cache, in_place, pair_runs_alone
+from wenxin.models.advance_step import PAIR, advance_by_pair, empty_cache, pair_runs_alone
 from wenxin.models.batch_decoding import CHUNK_STEP
 from wenxin.models.decoding import DecodeSettings, PromptSource
 from wenxin.models.infill_step import INFILL
-from wenxin.models.step_runners import ONE_PROGRAM_STEPS, caller_steps, one_program, steps_runner
+from wenxin.models.step_runners import ONE_PROGRAM_STEPS, caller_steps, in_place_cache, one_program, steps_runner
 
 
 logger = logging.getLogger("wenxin")
@@ -150,9 +150,9 @@ class Predictor:
         self.empty_cache = prefill_cache(self.exported_steps)  # prefill runs as prefill_chunk after it, or None
         # advance's cache of one row holding nothing, where the export has advance (else None)
         self.advance_cache = empty_cache(self.exported_steps) if ADVANCE_STEP in self.exported_steps else None
-        # where advance reads each layer's cache where it lies (wenxin.models.kv_slots), that cache
-        # of one row holding nothing; None: its advance (or extend) steps on one grown cache array
-        self.in_place_cache = self.advance_cache if in_place(self.exported_steps) else None
+        # where the one program reads each layer's cache where it lies (advance, infill:
+        # wenxin.models.kv_slots), that cache of one row holding nothing; None: steps on one grown array
+        self.in_place_cache = in_place_cache(self.exported_steps)
         self._one_program = one_program(self.exported_steps)  # "": an export of several step programs
         self._calls = steps_runner(self._run_program, self.exported_steps)
         self.step_engines: Dict[str, InferenceBackend] = {}

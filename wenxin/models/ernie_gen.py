@@ -20,7 +20,7 @@ attention bias, which is the same computation as ERNIE-kit's packed layout.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import wenxin.common.paddle_required  # noqa: F401 (before Paddle: one clear line if it cannot run wenxin)
 import paddle
@@ -138,32 +138,33 @@ def visible_bias(visible: paddle.Tensor) -> paddle.Tensor:
     return ((visible - 1.0) * -_NEG).unsqueeze(1)
 
 
-def infill_streams(ernie: ErnieEncoder, tokens: paddle.Tensor, mask: paddle.Tensor, cache: paddle.Tensor,
-                   visible: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+def infill_streams(ernie: ErnieEncoder, tokens: paddle.Tensor, mask: paddle.Tensor, visible: paddle.Tensor,
+                   past: Sequence[Tuple[paddle.Tensor, paddle.Tensor]]) -> Tuple[paddle.Tensor, paddle.Tensor]:
     """``T`` new context tokens of each of ``R`` rows after their cache, and one ``[MASK]`` after
     them: decoding's one step (``wenxin.models.infill_step``). ``tokens`` ``[R, T, H]`` and
-    ``mask`` ``[R, 1, H]`` are embedded; ``cache`` ``[L, 2, R, heads, N, d]`` holds the context so
-    far; new token ``t`` sees the cached and new columns where ``visible`` ``[R, T, N + T]`` is 1,
-    and the ``[MASK]`` sees what the last new token sees, that token and itself. Returns the
-    ``[MASK]``'s final state ``[R, 1, H]`` and the cache with the new tokens' keys and values
-    appended ``[L, 2, R, heads, N + T, d]``. A source's prefill is its tokens and the target's
-    ``[CLS]`` after an empty cache (each source token seeing the source, the ``[CLS]`` all), a
-    decoding step the chosen token (``T`` = 1): the computation of ``run_two_streams``."""
+    ``mask`` ``[R, 1, H]`` are embedded; ``past`` holds each layer's cached context keys and values
+    ``[R, heads, N, d]`` (read where they lie); new token ``t`` sees the cached and new columns
+    where ``visible`` ``[R, T, N + T]`` is 1, and the ``[MASK]`` sees what the last new token sees,
+    that token and itself. Returns the ``[MASK]``'s final state ``[R, 1, H]`` and the new tokens'
+    keys and values ``[L, 2, R, heads, T, d]`` (the caller keeps them after the cache). A source's
+    prefill is its tokens and the target's ``[CLS]`` after an empty cache (each source token
+    seeing the source, the ``[CLS]`` all), a decoding step the chosen token (``T`` = 1): the
+    computation of ``run_two_streams``."""
     layers = list(ernie.encoder.layers)
     token_bias = visible_bias(visible)  # [R, 1, T, N + T]
     last = visible[:, -1:, :]  # [R, 1, N + T]: what the last new token sees
     mask_bias = visible_bias(paddle.concat([last, paddle.ones_like(last[:, :, :1])], axis=2))  # [R, 1, 1, N + T + 1]
-    grown: List[paddle.Tensor] = []
-    for index, layer in enumerate(layers):
+    new: List[paddle.Tensor] = []
+    for index, (layer, (cached_keys, cached_values)) in enumerate(zip(layers, past)):
         attn = layer.self_attn
         new_keys, new_values = keys_values(attn, tokens)  # [R, heads, T, d]
-        keys = paddle.concat([cache[index, 0], new_keys], axis=2)  # [R, heads, N + T, d]
-        values = paddle.concat([cache[index, 1], new_values], axis=2)
-        grown.append(paddle.stack([keys, values]))
+        new.append(paddle.stack([new_keys, new_values]))  # [2, R, heads, T, d]
+        keys = paddle.concat([cached_keys, new_keys], axis=2)  # [R, heads, N + T, d]
+        values = paddle.concat([cached_values, new_values], axis=2)
         mask_keys, mask_values = keys_values(attn, mask)  # [R, heads, 1, d]
         attended = attend(attn, mask, paddle.concat([keys, mask_keys], axis=2),
                           paddle.concat([values, mask_values], axis=2), mask_bias)
         if index + 1 < len(layers):
             tokens = finish_block(layer, tokens, attend(attn, tokens, keys, values, token_bias))
         mask = finish_block(layer, mask, attended)
-    return mask, paddle.stack(grown)
+    return mask, paddle.stack(new)

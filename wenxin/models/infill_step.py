@@ -4,19 +4,25 @@
 one ``[MASK]`` after them (at the last token's position + 1, of its type), whose state gives the
 next token's logits::
 
-    tokens [R, T], types [R, T], positions [R, T], cache [L, 2, R, heads, N, d], visible [R, T, N + T]
-        -> logits [R, vocab], cache [L, 2, R, heads, N + T, d]
+    tokens [R, T], types [R, T], positions [R, T], visible [R, T, N + T], keys_0, values_0, ... [R, heads, N, d]
+        -> logits [R, vocab], new_cache [L, 2, R, heads, T, d]
 
-(``wenxin.models.ernie_gen.infill_streams``). A source's prefill is one row of the source and the
-target's ``[CLS]`` after an empty cache, every source token seeing the source, the ``[CLS]`` all
-of it and itself; a decoding step is ``T`` = 1. An export holding ``infill`` alone holds the
-weights once, and a serving process loads them once (the ``prefill`` and ``extend`` programs of
-earlier exports, which still load, were a predictor and a copy of the weights each: issue 69).
+(``wenxin.models.ernie_gen.infill_streams``). Each layer's cached keys and values are inputs of
+their own, as ``advance``'s are (``wenxin.models.advance_step``): a caller keeping its rows'
+caches in place (``wenxin.models.kv_slots``) feeds them as they lie and writes the new keys and
+values after them, so a decoding step copies no cache. A source's prefill is one row of the source
+and the target's ``[CLS]`` after an empty cache, every source token seeing the source, the
+``[CLS]`` all of it and itself; a decoding step is ``T`` = 1. An export holding ``infill`` alone
+holds the weights once, and a serving process loads them once (the ``prefill`` and ``extend``
+programs of earlier exports, which still load, were a predictor and a copy of the weights each,
+and grew the whole cache at every step: issue 69).
 
-``InfillRunner`` runs the calls every decoder makes (``prefill`` of a source's inputs, ``extend``
-of one token a row) as ``infill``, and ``prefill_rows``, several sources' prefills in one call
-(``wenxin.models.batch_prefill.prefill_whole``); the export's step entry says what the ``[CLS]`` is
-(``TARGET_START``: its id and type, and whether positions run on from the source).
+``InfillRunner`` runs the calls every decoder makes as ``infill``: ``prefill`` of a source's
+inputs, ``prefill_rows`` (several sources' prefills in one call:
+``wenxin.models.batch_prefill.prefill_whole``), ``extend`` of one token a row on one cache array
+(returned grown), and an in-place ``advance`` (``BatchDecoder``'s step over ``KVSlots``); the
+export's step entry says what the ``[CLS]`` is (``TARGET_START``: its id and type, and whether
+positions run on from the source).
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ from typing import Any, Dict, Mapping
 
 import numpy as np
 
-from wenxin.models.advance_step import COLUMN_AXIS, EXTEND, PREFILL, with_hidden_column
+from wenxin.models.advance_step import (ADVANCE, COLUMN_AXIS, EXTEND, KEYS, NEW_CACHE, PREFILL, grown_cache,
+                                        in_place_inputs)
 from wenxin.models.decoding import StepRunner
 
 INFILL = "infill"
@@ -47,7 +54,8 @@ def infill_steps(steps: Mapping[str, Mapping[str, Any]]) -> Dict[str, Dict[str, 
     if INFILL not in steps:
         return described
     start = steps[INFILL][TARGET_START]
-    cache = dict(next(i for i in steps[INFILL]["inputs"] if i["name"] == "cache"))
+    empty = infill_cache(steps)  # [L, 2, 1, heads, 0, d]
+    cache = {"name": "cache", "shape": [empty.shape[0], 2, -1, empty.shape[3], -1, empty.shape[5]], "dtype": "float32"}
     source = [{"name": name, "shape": [1, -1], "dtype": "int64"}
               for name in (SOURCE_IDS, SOURCE_TYPES, *(() if start["continuous"] else (SOURCE_POSITIONS,)))]
     row = {"shape": [-1], "dtype": "int64"}
@@ -61,22 +69,30 @@ def infill_steps(steps: Mapping[str, Mapping[str, Any]]) -> Dict[str, Dict[str, 
     return described
 
 
+def infill_cache(steps: Mapping[str, Mapping[str, Any]]) -> np.ndarray:
+    """The key/value cache of one row holding nothing, ``[L, 2, 1, heads, 0, d]``, as ``infill``'s
+    layer inputs (``keys_0``, ... ``[R, heads, N, d]``) describe it."""
+    layers = [i for i in steps[INFILL]["inputs"] if i["name"].startswith(KEYS)]
+    heads, width = layers[0]["shape"][1], layers[0]["shape"][3]
+    return np.zeros((len(layers), 2, 1, heads, 0, width), dtype=np.float32)
+
+
 class InfillRunner:
     """A step runner for an ERNIE-Gen model whose one step function is ``infill`` (``run``):
     ``prefill`` (a source's ``src_ids``/``src_types`` ``[1, S]``, and ``src_positions`` where
     they restart) runs as one row of the source and ``[CLS]`` after an empty cache and also
     gives the first target token's ``position`` ``[1]``; ``prefill_rows`` several sources in one
     call (``PREFILL_ROWS``: ``prefill_rows``); ``extend`` (``tokens``/``positions``
-    ``[R]``, ``cache``, ``visible`` ``[R, N + 1]``) as one token a row. ``entry``: ``infill``'s
-    entry in the export's steps (its ``cache`` input's shape and ``TARGET_START``)."""
+    ``[R]``, ``cache``, ``visible`` ``[R, N + 1]``) as one token a row, returning the cache
+    grown; ``advance`` (``tokens``/``positions`` ``[R, 1]``, ``visible``, each layer's cache) as
+    one target token a row, returning only the new keys and values (``NEW_CACHE``). ``entry``:
+    ``infill``'s entry in the export's steps (its cache inputs' shapes and ``TARGET_START``)."""
 
     def __init__(self, run: StepRunner, entry: Mapping[str, Any]) -> None:
         self.run = run
         start = entry[TARGET_START]
         self.cls, self.target_type, self.continuous = int(start["id"]), int(start["type"]), bool(start["continuous"])
-        shape = list(next(i for i in entry["inputs"] if i["name"] == "cache")["shape"])
-        shape[2], shape[COLUMN_AXIS] = 1, 0
-        self.empty = np.zeros(shape, dtype=np.float32)  # [L, 2, 1, heads, 0, d]
+        self.empty = infill_cache({INFILL: entry})  # [L, 2, 1, heads, 0, d]
 
     def __call__(self, name: str, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         if name == PREFILL:  # one source: a row of no padding
@@ -85,6 +101,9 @@ class InfillRunner:
             return {**out, "cache": np.ascontiguousarray(out["cache"])}
         if name == PREFILL_ROWS:
             return self.prefill_rows(inputs)
+        if name == ADVANCE:  # decoding rows whose caches stay in place: target tokens
+            types = np.full_like(np.asarray(inputs["tokens"], dtype=np.int64), self.target_type)
+            return dict(self.run(INFILL, {**inputs, "types": types}))
         if name == EXTEND:
             return self.extend(inputs)
         return dict(self.run(name, dict(inputs)))
@@ -112,15 +131,13 @@ class InfillRunner:
         visible[:, :width, :width] = real[:, :, None] & real[:, None, :]  # a source token sees its source
         visible[:, width, :width] = real  # the [CLS] sees the source and itself
         visible[:, width, width] = 1.0
-        cache, visible = with_hidden_column(np.repeat(self.empty, rows, axis=2), visible)  # N >= 1 (Paddle 3.0)
         out = dict(self.run(INFILL, {
             "tokens": np.concatenate([moved(ids), np.full((rows, 1), self.cls)], axis=1),  # [R, S + 1]
             "types": np.concatenate([moved(inputs[SOURCE_TYPES]), np.full((rows, 1), self.target_type)], axis=1),
             "positions": np.concatenate([positions, cls_position[:, None]], axis=1),
-            "cache": cache, "visible": visible}))
-        out["cache"] = np.asarray(out["cache"])[:, :, :, :, 1:]  # without the hidden column
-        out["position"] = cls_position + 1  # the first target token's, the [MASK]'s that predicted it
-        return out
+            **in_place_inputs(np.repeat(self.empty, rows, axis=2), visible)}))  # a hidden column: N >= 1
+        return {"logits": out["logits"], "cache": np.asarray(out.pop(NEW_CACHE)),  # the new tokens': the cache
+                "position": cls_position + 1}  # the first target token's, the [MASK]'s that predicted it
 
     def extend(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         tokens = np.asarray(inputs["tokens"], dtype=np.int64)[:, None]  # [R, 1]
@@ -128,6 +145,7 @@ class InfillRunner:
         visible = inputs.get("visible")
         if visible is None:  # every row sees every column
             visible = np.ones((len(tokens), int(cache.shape[COLUMN_AXIS]) + 1), dtype=np.float32)
-        return dict(self.run(INFILL, {"tokens": tokens, "types": np.full_like(tokens, self.target_type),
-                                      "positions": np.asarray(inputs["positions"], dtype=np.int64)[:, None],
-                                      "cache": cache, "visible": np.asarray(visible, dtype=np.float32)[:, None]}))
+        out = dict(self.run(INFILL, {"tokens": tokens, "types": np.full_like(tokens, self.target_type),
+                                     "positions": np.asarray(inputs["positions"], dtype=np.int64)[:, None],
+                                     **in_place_inputs(cache, np.asarray(visible, dtype=np.float32)[:, None])}))
+        return {"logits": out["logits"], "cache": grown_cache(cache, np.asarray(out[NEW_CACHE]))}

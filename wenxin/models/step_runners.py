@@ -9,26 +9,32 @@ that runs them. An export of several programs (earlier ones) runs each call as i
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, NamedTuple
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
+
+import numpy as np
 
 from wenxin.models.advance_step import ADVANCE, AdvanceRunner, advance_steps, empty_cache, in_place
 from wenxin.models.decoding import StepRunner
-from wenxin.models.infill_step import INFILL, InfillRunner, infill_steps
+from wenxin.models.infill_step import INFILL, InfillRunner, infill_cache, infill_steps
 
 Steps = Mapping[str, Mapping[str, Any]]  # preprocess.json's steps, or a model's step_specs as such entries
 
 
 class OneProgramSteps(NamedTuple):
     """How the decoding calls run through one step program: ``described`` gives ``steps`` with
-    an entry for each call; ``runner`` runs them over a runner of the exported programs."""
+    an entry for each call; ``runner`` runs them over a runner of the exported programs;
+    ``in_place`` gives the cache of one row holding nothing where the runner's ``advance`` reads
+    each layer's cache where it lies (``BatchDecoder``'s rows then stay in ``KVSlots``), else None."""
 
     described: Callable[[Steps], Dict[str, Dict[str, Any]]]
     runner: Callable[[StepRunner, Steps], StepRunner]
+    in_place: Callable[[Steps], Optional[np.ndarray]]
 
 
 ONE_PROGRAM_STEPS: Dict[str, OneProgramSteps] = {
-    ADVANCE: OneProgramSteps(advance_steps, lambda run, steps: AdvanceRunner(run, empty_cache(steps), in_place(steps))),
-    INFILL: OneProgramSteps(infill_steps, lambda run, steps: InfillRunner(run, steps[INFILL])),
+    ADVANCE: OneProgramSteps(advance_steps, lambda run, steps: AdvanceRunner(run, empty_cache(steps), in_place(steps)),
+                             lambda steps: empty_cache(steps) if in_place(steps) else None),
+    INFILL: OneProgramSteps(infill_steps, lambda run, steps: InfillRunner(run, steps[INFILL]), infill_cache),
 }
 
 
@@ -49,3 +55,10 @@ def steps_runner(run: StepRunner, steps: Steps) -> StepRunner:
     one program's runner, or ``run`` itself for an export of several programs."""
     program = one_program(steps)
     return ONE_PROGRAM_STEPS[program].runner(run, steps) if program else run
+
+
+def in_place_cache(steps: Steps) -> Optional[np.ndarray]:
+    """The cache of one row holding nothing where the one program of ``steps`` decodes rows whose
+    caches stay in place (``OneProgramSteps.in_place``), else None."""
+    program = one_program(steps)
+    return ONE_PROGRAM_STEPS[program].in_place(steps) if program else None
