@@ -174,10 +174,21 @@ def test_several_sources_prefilled_in_one_call_get_their_lone_outputs(exports, g
     assert predictor.predict(rows, batch_size=8) == predictor.predict(rows, batch_size=1)
 
 
-def test_a_service_turn_prefills_its_newcomers_sources_in_one_call(endless, gate):  # noqa: F811
+@pytest.mark.parametrize("together_fails", [False, True])
+def test_a_service_turn_prefills_its_newcomers_sources_in_one_call(endless, gate, monkeypatch,  # noqa: F811
+                                                                    together_fails):
     """Requests that wait while a step runs are let in at the next turn together: their sources
-    are prefilled in one call, and each answer is the one it gets alone."""
+    are prefilled in one call, and each answer is the one it gets alone. Where that call fails,
+    each source is prefilled alone instead (only a bad one fails its request)."""
     rows = [["a b", "c d"], ["e f", "g h"], ["b a", "d c"]]  # sources of one length: one call
+    if together_fails:
+        gated = Predictor.run_step
+
+        def failing(self, name, inputs):
+            if name == "prefill_rows":
+                raise RuntimeError("a call of several rows failed")
+            return gated(self, name, inputs)
+        monkeypatch.setattr(Predictor, "run_step", failing)
     service = service_of(endless, max_rows=8, max_new_tokens=60)
     try:
         port = service.port
@@ -197,7 +208,8 @@ def test_a_service_turn_prefills_its_newcomers_sources_in_one_call(endless, gate
             assert json.loads(text.split("event: done\ndata: ")[1].split("\n")[0])["tokens"] == tokens
             sock.close()
         prefills = [name for name, _ in gate.calls if name.startswith("prefill")]
-        assert prefills == ["prefill", "prefill_rows"]  # the running request's alone, then the three in one
+        # the running request's alone, then the three in one (or, that call failing, each alone)
+        assert prefills == (["prefill"] * 4 if together_fails else ["prefill", "prefill_rows"])
         running.close()
     finally:
         gate.open()

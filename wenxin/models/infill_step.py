@@ -36,7 +36,7 @@ from wenxin.models.decoding import StepRunner
 
 INFILL = "infill"
 # several sources' prefills in one infill call: each prompt input [R, S] padded at its end, and
-# "lengths" [R] (wenxin.models.batch_prefill.prefill_rows splits the outputs per source)
+# "lengths" [R] (wenxin.models.batch_prefill.prefill_whole splits the outputs per source)
 PREFILL_ROWS = "prefill_rows"
 LENGTHS = "lengths"
 # infill's entry in preprocess.json's steps: {"id": [CLS], "type": the target's token type,
@@ -48,8 +48,8 @@ SOURCE_IDS, SOURCE_TYPES, SOURCE_POSITIONS = "src_ids", "src_types", "src_positi
 
 
 def infill_steps(steps: Mapping[str, Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
-    """``steps`` with ``prefill`` and ``extend`` described as ``InfillRunner`` runs them, where
-    the export has ``infill``; otherwise ``steps`` as they are."""
+    """``steps`` with ``prefill``, ``prefill_rows`` and ``extend`` described as ``InfillRunner``
+    runs them, where the export has ``infill``; otherwise ``steps`` as they are."""
     described = {name: dict(entry) for name, entry in steps.items()}
     if INFILL not in steps:
         return described
