@@ -91,6 +91,11 @@ def finish_block(layer: nn.TransformerEncoderLayer, x: paddle.Tensor, attended: 
     return layer.norm2(x + layer.dropout2(layer.linear2(layer.dropout(layer.activation(layer.linear1(x))))))
 
 
+def visible_bias(visible: paddle.Tensor) -> paddle.Tensor:
+    """``visible`` ``[R, T, K]`` (1: seen) as an additive attention bias ``[R, 1, T, K]``."""
+    return ((visible - 1.0) * -_NEG).unsqueeze(1)
+
+
 def two_stream_bias(src_lens: paddle.Tensor, tgt_lens: paddle.Tensor, src_width: paddle.Tensor,
                     tgt_width: paddle.Tensor, queries: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
     """Attention biases for a batch laid out ``[source (S) | target (T)]``: the context's
@@ -113,7 +118,7 @@ def two_stream_bias(src_lens: paddle.Tensor, tgt_lens: paddle.Tensor, src_width:
     itself = (index.unsqueeze(1) == index.unsqueeze(0)).astype("float32").unsqueeze(0)  # [1, Q, Q]
     itself = paddle.expand(itself, [paddle.shape(seen)[0], queries, queries])  # [B, Q, Q]
     query = paddle.concat([seen, itself], axis=2)  # [B, Q, S + T + Q]
-    return ((context - 1.0) * -_NEG).unsqueeze(1), ((query - 1.0) * -_NEG).unsqueeze(1)
+    return visible_bias(context), visible_bias(query)
 
 
 def run_two_streams(ernie: ErnieEncoder, context: paddle.Tensor, query: paddle.Tensor, context_bias: paddle.Tensor,
@@ -131,11 +136,6 @@ def run_two_streams(ernie: ErnieEncoder, context: paddle.Tensor, query: paddle.T
             context = finish_block(layer, context, attend(attn, context, keys, values, context_bias))
         query = finish_block(layer, query, attended)
     return query
-
-
-def visible_bias(visible: paddle.Tensor) -> paddle.Tensor:
-    """``visible`` ``[R, T, K]`` (1: seen) as an additive attention bias ``[R, 1, T, K]``."""
-    return ((visible - 1.0) * -_NEG).unsqueeze(1)
 
 
 def infill_streams(ernie: ErnieEncoder, tokens: paddle.Tensor, mask: paddle.Tensor, visible: paddle.Tensor,
