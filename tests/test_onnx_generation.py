@@ -115,6 +115,29 @@ def test_prompts_decoded_together_get_their_lone_logits_and_tokens_in_float32_an
     print(f"{backend} {strategy}: largest logit difference {seen['largest_difference']:.2e} of the largest logit")
 
 
+@pytest.mark.parametrize("backend", ["onnxruntime", "onnxruntime-int8"])
+def test_the_step_program_with_its_weights_packed_on_disk_answers_as_it_is(converted, backend, tmp_path, monkeypatch):
+    import onnxruntime
+
+    from wenxin.inference.onnx_backend import INT8, onnx_file
+    from wenxin.inference.onnx_prepacked import SETTING_ENV, cached_programs, runtime_writes_packed
+    from wenxin.models.advance_step import PAIR
+    monkeypatch.setenv("WENXIN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(SETTING_ENV, "off")
+    plain = Predictor(converted, backend=backend)
+    assert cached_programs() == []
+    monkeypatch.setenv(SETTING_ENV, "on")  # the fixture's program is smaller than auto packs
+    packed = Predictor(converted, backend=backend)
+    expected = [os.path.join(converted, onnx_file(PAIR, INT8 if backend.endswith("int8") else ""))]
+    assert [e["program"] for e in cached_programs()] == (expected if runtime_writes_packed(onnxruntime.__version__)
+                                                         else [])
+    for ids in PROMPTS:  # the same kernels on the same packed weights: the same numbers
+        a, b = (p.run_step("prefill", {"ids": np.asarray([ids])}) for p in (packed, plain))
+        np.testing.assert_array_equal(a["logits"], b["logits"])
+        np.testing.assert_array_equal(a["cache"], b["cache"])
+    assert packed.predict(ROWS[:1]) == plain.predict(ROWS[:1])
+
+
 LONE = "a lone row"
 
 

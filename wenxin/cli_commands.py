@@ -328,11 +328,13 @@ COMMANDS = (
            "the files an interrupted download finished and checking the hub's checksums; prints the folder. "
            "Wherever a model folder is asked for (`--model_dir`, `wenxin chat`), its name does the same "
            "([chat](chat.md#models-by-name))"),
-    Command("cache", "list what wenxin's cache holds (model folders' decode step programs), or clear it",
+    Command("cache", "list what wenxin's cache holds (model folders' decode step programs, ONNX programs with their "
+                     "weights packed), or clear it",
             run.cache_command, (arg("--clear", action="store_true", help="delete everything it holds",
                                     synopsis="[--clear]"),),
-            doc="list the decode step programs built for model folders (in `$WENXIN_CACHE`, else "
-                "`~/.cache/wenxin`), or delete them ([chat](chat.md#a-model-folder-is-a-model))"),
+            doc="list the decode step programs built for model folders and the ONNX programs whose weights "
+                "ONNX Runtime packed on disk (in `$WENXIN_CACHE`, else `~/.cache/wenxin`), or delete them "
+                "([chat](chat.md#a-model-folder-is-a-model), [serving](serving.md#weights-packed-on-disk))"),
     Command("examples", "copy the example task files and data scripts into DIR/examples", run.examples_command, (
         arg("folder", nargs="?", default=".", help="target folder (default: the working folder)", synopsis="[DIR]"),
     ), doc="copy the example task files and data scripts into `DIR/examples`"),

@@ -213,17 +213,21 @@ def download_command(args: argparse.Namespace) -> int:
 
 
 def cache_command(args: argparse.Namespace) -> int:
-    """What wenxin's cache holds (the model folders' built exports), or ``--clear`` it."""
+    """What wenxin's cache holds (the model folders' built exports and the ONNX programs with their
+    weights packed), or ``--clear`` it."""
+    from wenxin.inference.onnx_prepacked import cached_programs, clear_programs
     from wenxin.model_folders import cache_root, cached_exports, clear_cache
     if args.clear:
-        print(f"{clear_cache()} cached exports deleted from {cache_root()}")
+        print(f"{clear_cache()} cached exports and {clear_programs()} packed ONNX programs deleted from {cache_root()}")
         return EXIT_OK
-    found = cached_exports()
+    found, packed = cached_exports(), cached_programs()
     for entry in found:
         print(f"{entry['export']}\t{entry['bytes'] / 1e6:.1f} MB\tbuilt from {entry['folder']}")
-    total = sum(entry["bytes"] for entry in found)
-    print(f"{len(found)} cached exports, {total / 1e6:.1f} MB, in {cache_root()} (set $WENXIN_CACHE to move it; "
-          f"wenxin cache --clear empties it)", file=sys.stderr)
+    for entry in packed:
+        print(f"{entry['entry']}\t{entry['bytes'] / 1e6:.1f} MB\tpacked from {entry['program']}")
+    total = sum(entry["bytes"] for entry in found + packed)
+    print(f"{len(found)} cached exports, {len(packed)} packed ONNX programs, {total / 1e6:.1f} MB, in {cache_root()} "
+          f"(set $WENXIN_CACHE to move it; wenxin cache --clear empties it)", file=sys.stderr)
     return EXIT_OK
 
 

@@ -19,7 +19,6 @@ changed in place changes its size or time.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -32,7 +31,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from wenxin.common.cache_folder import CACHE_ENV, cache_root
 from wenxin.common.errors import ConfigError
-from wenxin.common.files import write_text_atomically
+from wenxin.common.files import exclusive, write_text_atomically
 from wenxin.common.process import load_paddle
 from wenxin.data.export_bundle import INFERENCE_DIR, PREPROCESS_FILE, inference_folder
 
@@ -159,17 +158,6 @@ def folder_task(folder: str, settings: FolderSettings, train_data: str, dev_data
                         "logging": {"progress_bar": "off"}, "export": {"save_inference": False}}}
 
 
-@contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
-    """One process builds a folder's export at a time (two servers started together wait, then find it)."""
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def export_of_folder(folder: str, settings: FolderSettings = FolderSettings()) -> str:
     """The inference export of model folder ``folder``: from the cache, or built now (Paddle
     loaded) and cached."""
@@ -188,7 +176,7 @@ def export_of_folder(folder: str, settings: FolderSettings = FolderSettings()) -
     except OSError as e:
         raise ConfigError(f"${CACHE_ENV}: cannot create the cache folder {exports} ({e.strerror}); set {CACHE_ENV} "
                           f"to a writable folder") from None
-    with _locked(target + ".lock"):
+    with exclusive(target + ".lock"):
         if os.path.isfile(os.path.join(target, PREPROCESS_FILE)):
             try:
                 verify_export(target)
@@ -242,7 +230,7 @@ def with_onnx(export: str) -> str:
     from wenxin.inference.onnx_backend import onnx_file
     from wenxin.inference.onnx_export import export_onnx
     from wenxin.models.advance_step import ADVANCE, PAIR
-    with _locked(export + ".lock"):
+    with exclusive(export + ".lock"):
         if not any(os.path.isfile(os.path.join(export, onnx_file(program))) for program in (PAIR, ADVANCE)):
             logger.info("%s: converting its decode step program to ONNX Runtime's, float32 and int8 (once, then "
                         "cached)", export)

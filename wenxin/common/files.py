@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -35,6 +36,18 @@ def open_atomically(path: str) -> Iterator[TextIO]:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+@contextlib.contextmanager
+def exclusive(lock_file: str) -> Iterator[None]:
+    """Hold ``lock_file`` (created if missing) locked against other processes: one builds a cache
+    entry at a time, and one started beside it waits, then finds the entry made."""
+    with open(lock_file, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def file_sha256(path: str) -> str:

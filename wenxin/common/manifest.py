@@ -74,6 +74,17 @@ def read_manifest(folder: str, what: str, error: ErrorType) -> Dict[str, Dict[st
     return files
 
 
+def sealed_sha256(folder: str, rel: str) -> Optional[str]:
+    """The SHA-256 ``folder``'s manifest records for its file ``rel``, or None (no manifest, or not listed)."""
+    try:
+        with open(os.path.join(folder, MANIFEST_FILE), encoding="utf-8") as f:
+            entry = json.load(f).get("files", {}).get(rel)
+    except (OSError, ValueError, AttributeError):
+        return None
+    digest = entry.get("sha256") if isinstance(entry, dict) else None
+    return digest if isinstance(digest, str) else None
+
+
 def verify_folder(folder: str, what: str, error: ErrorType, required: Collection[str] = (),
                   sealed: Collection[str] = (), unlisted_ok: Callable[[str, Dict[str, Any]], bool] = lambda r, f: False
                   ) -> Dict[str, Dict[str, Any]]:

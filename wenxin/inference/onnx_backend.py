@@ -7,17 +7,21 @@ int8 copy beside it (``advance_pair.int8.onnx``, or ``advance.int8.onnx`` in exp
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
+from wenxin.common.manifest import sealed_sha256
 from wenxin.common.registry import RegisterSet
 from wenxin.data.export_bundle import ADVANCE_STEP, MODEL_PREFIX
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend
+from wenxin.inference.onnx_prepacked import discard, prepacked_program
 from wenxin.inference.paddle_backend import generation_files
 from wenxin.models.advance_step import PAIR
 
+logger = logging.getLogger("wenxin")
 ONNX_FILE = "model.onnx"
 INT8 = ".int8"  # the int8 copy of a program: advance.int8.onnx beside advance.onnx
 
@@ -40,7 +44,7 @@ class OnnxBackend(InferenceBackend):
 
     def __init__(self, model_dir: str, meta: Dict[str, Any], options: EngineOptions) -> None:
         program = options.settings.get("program", MODEL_PREFIX)
-        self.session = open_session(os.path.join(model_dir, onnx_file(program, self.variant)), options.num_threads)
+        self.session = open_program(model_dir, onnx_file(program, self.variant), options.num_threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names: List[str] = [o.name for o in self.session.get_outputs()]
 
@@ -76,6 +80,20 @@ class OnnxInt8Backend(OnnxBackend):
     title = "ONNX Runtime int8"
     auto_order = 0
     variant = INT8
+
+
+def open_program(model_dir: str, name: str, num_threads: int = 1) -> Any:
+    """A session on the export's program ``name``: on its copy with the weights packed on disk where
+    there is one (``wenxin.inference.onnx_prepacked``), else on the program as it is."""
+    program_file = os.path.join(model_dir, name)
+    packed = prepacked_program(program_file, sealed_sha256(model_dir, name))
+    if packed is not None:
+        try:
+            return open_session(packed, num_threads)
+        except BackendError as e:
+            logger.warning("%s; loading %s as it is (the packed copy is deleted)", e, program_file)
+            discard(packed)
+    return open_session(program_file, num_threads)
 
 
 def open_session(model_file: str, num_threads: int = 1) -> Any:
