@@ -79,6 +79,16 @@ def test_a_program_is_packed_once_into_the_cache_and_answers_the_same(sealed, mo
     np.testing.assert_array_equal(outputs(open_program(sealed, "program.onnx")), plain)
 
 
+def test_a_program_made_again_in_its_place_leaves_one_packed_copy(sealed):
+    program = os.path.join(sealed, "program.onnx")
+    open_program(sealed, "program.onnx")
+    write_program(program, seed=5)  # exported again into the same folder
+    write_manifest(sealed, 1)
+    np.testing.assert_array_equal(outputs(open_program(sealed, "program.onnx")), outputs(open_session(program)))
+    [entry] = onnx_prepacked.cached_programs()  # the first program's copy is gone
+    assert json.load(open(os.path.join(entry["entry"], onnx_prepacked.ENTRY)))["sha256"] == file_sha256(program)
+
+
 def test_the_setting_and_the_rules_that_leave_a_program_as_it_is(sealed, monkeypatch):
     program = os.path.join(sealed, "program.onnx")
     sha = sealed_sha256(sealed, "program.onnx")

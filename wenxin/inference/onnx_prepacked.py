@@ -33,6 +33,7 @@ and the program is loaded as it is.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -119,6 +120,7 @@ def prepacked_program(program_file: str, sha256: Optional[str]) -> Optional[str]
             if not complete(entry):
                 shutil.rmtree(entry, ignore_errors=True)
                 make_entry(program_file, sha256, entry)
+                forget_older_copies(program_file, entry)
     except (OSError, PrepackError) as e:
         logger.warning("%s: loaded as it is, without its weights packed on disk (%s)", program_file, e)
         return None
@@ -158,6 +160,18 @@ def make_entry(program_file: str, sha256: str, entry: str) -> None:
         os.replace(building, entry)
     finally:
         shutil.rmtree(building, ignore_errors=True)
+
+
+def forget_older_copies(program_file: str, kept: str) -> None:
+    """Delete the packed copies of what ``program_file`` held before (an export made again in the
+    same place, a model folder's export rebuilt): its path now holds another program, so they would
+    only fill the disk. A process still serving from one keeps its mapped pages until it ends."""
+    program = os.path.abspath(program_file)
+    for entry in cached_programs():
+        if entry["program"] == program and entry["entry"] != kept:
+            shutil.rmtree(entry["entry"], ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.remove(entry["entry"] + ".lock")
 
 
 def write_packed(program_file: str, into: str) -> None:
