@@ -255,3 +255,49 @@ def test_a_decoding_step_copies_no_cache(exports, gen_data):  # noqa: F811
             assert slots.bytes_copied - written == len(rows) * slots.token_bytes
             for row, length in enumerate(lengths):
                 assert np.array_equal(slots.store[:, :, row, :, :length], before[:, :, row, :, :length])
+
+
+@pytest.fixture(scope="module")
+def converted(exports, tmp_path_factory):
+    """The infill export converted by ``wenxin export --format onnx``: ``infill.onnx`` and its int8 copy."""
+    pytest.importorskip("paddle2onnx")
+    pytest.importorskip("onnxruntime")
+    from wenxin.inference.onnx_export import export_onnx
+    folder = str(tmp_path_factory.mktemp("onnx") / "export")
+    shutil.copytree(exports[0], folder)
+    assert export_onnx(folder, {}) == os.path.join(folder, "infill.onnx")
+    return folder
+
+
+def test_an_erniegen_export_converts_to_onnx_and_auto_serves_paddles_answers(converted, gen_data):  # noqa: F811
+    from wenxin.data.export_bundle import verify_export
+    assert {"infill.onnx", "infill.int8.onnx"} <= set(os.listdir(converted))
+    verify_export(converted)  # the manifest covers both
+    onnx, paddle_ = Predictor(converted), Predictor(converted, backend="paddle")
+    assert onnx.backend == "onnxruntime" and sorted(onnx.step_engines) == ["infill"]
+    int8 = Predictor(converted, backend="onnxruntime-int8")
+    for row in rows_of(gen_data)[:3]:
+        prompt = onnx.prompt(row)
+        got, expected, quantized = (p.run_step("prefill", prompt) for p in (onnx, paddle_, int8))
+        scale = np.abs(expected["logits"]).max()
+        np.testing.assert_allclose(got["logits"], expected["logits"], rtol=0, atol=1e-5 * scale)
+        np.testing.assert_allclose(got["cache"], expected["cache"], rtol=0, atol=1e-5)
+        assert np.abs(quantized["logits"] - expected["logits"]).max() < 0.05 * scale  # int8: near float32's
+    rows = rows_of(gen_data)
+    answers = onnx.predict(rows, batch_size=3)
+    assert answers == paddle_.predict(rows, batch_size=3) and any(answer["text"] for answer in answers)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "onnxruntime-int8"])
+@pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
+def test_erniegen_rows_decoded_together_on_onnx_runtime_get_their_lone_logits(converted, gen_data, backend,  # noqa: F811
+                                                                                strategy):
+    """On ONNX Runtime too, float32 and int8 (each token's activations quantized with its own scale,
+    each product's bias added apart from the fused product: ``onnx_quantize.biases_apart``), rows
+    joining and leaving a batch whose caches stay in place get, step by step, their lone logits."""
+    predictor = Predictor(converted, backend=backend)
+    assert predictor.backend == backend and predictor.in_place_cache is not None
+    settings = strategies(predictor)[strategy]
+    prompts = [predictor.prompt(row) for row in rows_of(gen_data)[:5]]
+    references = [alone(predictor.run_step, True, prompt, settings) for prompt in prompts]
+    compare(together(predictor.run_step, True, prompts, settings, in_place=predictor.in_place_cache), references)

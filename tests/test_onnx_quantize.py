@@ -83,3 +83,30 @@ def test_each_token_is_quantized_as_numpy_rounds_it(tmp_path):
     expected = np.clip(np.rint(x / expected_scales) + 128, 0, 255).astype(np.uint8)
     np.testing.assert_array_equal(got, expected)
     assert list(got[0, :6]) == [255, 130, 124, 128, 128, 254]  # 2.5 -> 2, -3.5 -> -4, 126.5 -> 126
+
+
+def test_a_products_bias_stays_exact_beside_per_token_scales(tmp_path):
+    """ONNX Runtime's fused int8 product multiplies a fused bias by the token's scale; the bias is
+    therefore added apart (``biases_apart``), and a bias of -1e4 (a token never to be chosen) and
+    ordinary ones stay what they are."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from wenxin.inference.onnx_quantize import quantize
+    rng = np.random.default_rng(0)
+    bias = rng.standard_normal(64).astype(np.float32) * 0.5
+    bias[2] = -1e4
+    inits = [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32) * 0.1, "w"),
+             numpy_helper.from_array(bias, "b")]
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])],
+                              "biased", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 64])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "f32.onnx"))
+    quantize(str(tmp_path / "f32.onnx"), str(tmp_path / "int8.onnx"))
+    assert "Sub" in {node.op_type for node in onnx.load(str(tmp_path / "int8.onnx")).graph.node}
+    x = (rng.standard_normal((8, 64)) * rng.uniform(0.1, 10, (8, 1))).astype(np.float32)
+    exact, _ = outputs(tmp_path / "f32.onnx", x)
+    int8, alone = outputs(tmp_path / "int8.onnx", x)
+    np.testing.assert_array_equal(int8, alone)
+    np.testing.assert_allclose(int8[:, 2], exact[:, 2], rtol=1e-4)  # -1e4 and the row's own product
+    scale = np.abs(np.delete(exact, 2, axis=1)).max(axis=1, keepdims=True)
+    assert (np.abs(np.delete(int8 - exact, 2, axis=1)) / scale).max() < 0.03

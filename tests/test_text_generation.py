@@ -413,12 +413,21 @@ def test_label_smoothing_is_cross_entropy_against_the_smoothed_labels():
     np.testing.assert_allclose(ours.numpy(), reference.numpy(), atol=1e-5)
 
 
-def test_a_generation_export_is_refused_by_onnx_with_its_reason(untrained_export):
+def test_an_older_generation_export_is_refused_by_onnx_with_its_reason(untrained_export, tmp_path):
+    """``infill`` converts (tests/test_infill_export.py); an export of ERNIE-Gen's two programs,
+    ``prefill`` and ``extend``, from before it, does not: one error saying what to do."""
     pytest.importorskip("paddle2onnx")
+    import shutil
+
     from wenxin.common.errors import InferenceError
     from wenxin.inference.onnx_export import export_onnx
-    with pytest.raises(InferenceError, match="generation model.s export whose step program is infill.json .*not supported"):
-        export_onnx(untrained_export, {})
+    older = tmp_path / "older"
+    shutil.copytree(untrained_export, older)
+    for suffix in (".json", ".pdiparams"):
+        os.rename(older / f"infill{suffix}", older / f"prefill{suffix}")
+    with pytest.raises(InferenceError, match=r"step program is prefill.json \(from an older wenxin\).*not supported "
+                                             r"\(only an export with advance or infill: export it again\)"):
+        export_onnx(str(older), {})
 
 
 @pytest.mark.parametrize("model, message", [

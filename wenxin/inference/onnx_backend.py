@@ -1,9 +1,10 @@
 """ONNX Runtime: the ``onnxruntime`` backend, for a folder that holds a ``model.onnx`` or, for a
 generation model, its step program (``wenxin export --format onnx``): ``advance_pair.onnx``, or
-``advance.onnx`` in exports before the pair ran a group of no rows; ``onnxruntime-int8`` runs the
-int8 copy beside it (``advance_pair.int8.onnx``, or ``advance.int8.onnx`` in exports before issue
-69's fused turns: weights quantized per output channel, activations per token,
-``wenxin.inference.onnx_quantize``)."""
+``advance.onnx`` in exports before the pair ran a group of no rows, or ERNIE-Gen's ``infill.onnx``;
+``onnxruntime-int8`` runs the int8 copy beside it (``advance_pair.int8.onnx``, or
+``advance.int8.onnx`` in exports before issue 69's fused turns, ``infill.int8.onnx``: weights
+quantized per output channel, activations per token, ``wenxin.inference.onnx_quantize``). A large
+program is loaded from its copy with the weights packed on disk (``wenxin.inference.onnx_prepacked``)."""
 from __future__ import annotations
 
 import importlib.util
@@ -15,7 +16,7 @@ import numpy as np
 
 from wenxin.common.manifest import sealed_sha256
 from wenxin.common.registry import RegisterSet
-from wenxin.data.export_bundle import ADVANCE_STEP, MODEL_PREFIX
+from wenxin.data.export_bundle import ADVANCE_STEP, INFILL_STEP, MODEL_PREFIX
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend
 from wenxin.inference.onnx_prepacked import discard, prepacked_program
 from wenxin.inference.paddle_backend import generation_files
@@ -52,7 +53,7 @@ class OnnxBackend(InferenceBackend):
     def unusable(cls, model_dir: str, use_gpu: bool) -> Optional[str]:
         if use_gpu:
             return "wenxin runs ONNX Runtime on the CPU only"
-        programs = (PAIR, ADVANCE_STEP) if generation_files(model_dir) else (MODEL_PREFIX,)
+        programs = (PAIR, ADVANCE_STEP, INFILL_STEP) if generation_files(model_dir) else (MODEL_PREFIX,)
         names = [onnx_file(program, cls.variant) for program in programs]
         if not any(os.path.isfile(os.path.join(model_dir, name)) for name in names):
             return f"{model_dir}: no {' or '.join(names)}; export it with wenxin export --format onnx"

@@ -9,15 +9,16 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
 from wenxin.common.errors import InferenceError
-from wenxin.data.export_bundle import ADVANCE_STEP, PREPROCESS_FILE, seal_export
+from wenxin.data.export_bundle import ADVANCE_STEP, INFILL_STEP, PREPROCESS_FILE, seal_export
 from wenxin.inference.onnx_backend import INT8, ONNX_FILE, onnx_file
 from wenxin.inference.paddle_backend import generation_files, model_files, runs_empty_groups
-from wenxin.models.advance_step import PAIR, in_place, no_rows, pair_feed, pair_runs_alone
+from wenxin.models.advance_step import PAIR, in_place, in_place_inputs, no_rows, pair_feed, pair_runs_alone
+from wenxin.models.infill_step import LENGTHS, SOURCE_IDS, SOURCE_POSITIONS, SOURCE_TYPES, InfillRunner
 
 logger = logging.getLogger("wenxin")
 
@@ -122,11 +123,12 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
     files = model_files(folder)
     steps = generation_files(folder)
     if files is None and steps is not None:
-        if os.path.basename(steps[0]).split(".")[0] != ADVANCE_STEP:
+        if os.path.basename(steps[0]).split(".")[0] not in STEP_PROGRAM_PLANS:
             raise InferenceError(f"{folder}: a generation model's export whose step program is "
-                                 f"{os.path.basename(steps[0])} is written and runs with the paddle backend; "
-                                 f"converting it to ONNX is not supported (only an export with {ADVANCE_STEP})")
-        return export_advance_onnx(folder, *steps)
+                                 f"{os.path.basename(steps[0])} (from an older wenxin) is written and runs with the "
+                                 f"paddle backend; converting it to ONNX is not supported (only an export with "
+                                 f"{' or '.join(STEP_PROGRAM_PLANS)}: export it again)")
+        return export_step_onnx(folder, *steps)
     if files is None:
         raise InferenceError(f"{folder}: no exported Paddle model to convert")
     graph, params = files
@@ -187,8 +189,8 @@ class ConvertedProgram(NamedTuple):
     kept: bool
 
 
-def converted_programs(folder: str, graph: str, params: str) -> List[ConvertedProgram]:
-    """What ``export_advance_onnx`` converts, the last one also quantized: ``advance_pair`` alone
+def advance_programs(folder: str, graph: str, params: str) -> List[ConvertedProgram]:
+    """What an ERNIE 4.5 export converts, the last one also quantized: ``advance_pair`` alone
     where it runs a group of no rows (``pair_runs_alone``; checked on two groups and on one beside
     none); ``advance``, then the pair as int8 only, in an older export with the pair; else
     ``advance``."""
@@ -205,16 +207,44 @@ def converted_programs(folder: str, graph: str, params: str) -> List[ConvertedPr
             ConvertedProgram(PAIR, pair, [two_groups], False)]
 
 
-def export_advance_onnx(folder: str, graph: str, params: str, tolerance: float = TOLERANCE) -> str:
-    """A generation export's step program converted to ONNX beside it (``converted_programs``:
-    ``advance_pair.onnx``, or ``advance.onnx`` in an older export), its logits within
-    ``tolerance`` of Paddle's (relative to their largest), and an int8 copy of the last one
-    converted (ONNX Runtime's dynamic quantization, weights int8 per output channel, with
-    activations quantized per token: ``onnx_quantize``), whose difference is measured and logged
-    (``advance_pair.int8.onnx``: the int8 engine runs every call as the pair, so a serving turn is
-    one call; ``advance.int8.onnx`` for an export without the pair). Returns the float32 file's
-    path."""
-    plan = converted_programs(folder, graph, params)
+def infill_programs(folder: str, graph: str, params: str) -> List[ConvertedProgram]:
+    """What an ERNIE-Gen export converts: ``infill``, checked on two sources of 8 and 5 tokens
+    prefilled as rows of one call (``InfillRunner.prefill_feed``: ids 1-8, the shorter one's first
+    columns padding) and on a decoding step of those two rows after 9 columns of cache (seeded
+    random keys and values)."""
+    entry = read_steps(folder)[INFILL_STEP]
+    runner = InfillRunner(lambda name, inputs: {}, entry)
+    ids = np.zeros((STEP_CHECK_ROWS, STEP_CHECK_TOKENS), dtype=np.int64)
+    lengths = np.asarray([STEP_CHECK_TOKENS, STEP_CHECK_TOKENS - 3])
+    for row, length in enumerate(lengths):
+        ids[row, :length] = np.arange(1, length + 1)
+    prefill, _ = runner.prefill_feed({SOURCE_IDS: ids, SOURCE_TYPES: np.zeros_like(ids), LENGTHS: lengths,
+                                      SOURCE_POSITIONS: np.broadcast_to(np.arange(ids.shape[1]), ids.shape)})
+    layers, _, _, heads, _, width = runner.empty.shape
+    columns = STEP_CHECK_TOKENS + 1
+    cache = np.random.default_rng(0).standard_normal((layers, 2, STEP_CHECK_ROWS, heads, columns, width))
+    step = {"tokens": np.asarray([[3], [4]]), "types": np.full((STEP_CHECK_ROWS, 1), runner.target_type),
+            "positions": np.asarray([[columns], [columns - 3]]),
+            **in_place_inputs(cache.astype(np.float32), np.ones((STEP_CHECK_ROWS, 1, columns + 1), np.float32))}
+    return [ConvertedProgram(INFILL_STEP, (graph, params), [prefill, step], True)]
+
+
+# a generation export's one step program -> what converting it converts and checks
+STEP_PROGRAM_PLANS: Dict[str, Callable[[str, str, str], List[ConvertedProgram]]] = {
+    ADVANCE_STEP: advance_programs, INFILL_STEP: infill_programs}
+
+
+def export_step_onnx(folder: str, graph: str, params: str, tolerance: float = TOLERANCE) -> str:
+    """A generation export's step program converted to ONNX beside it (``STEP_PROGRAM_PLANS``:
+    ``advance_pair.onnx``, or ``advance.onnx`` in an older export; ERNIE-Gen's ``infill.onnx``),
+    its logits within ``tolerance`` of Paddle's (relative to their largest), and an int8 copy of
+    the last one converted (ONNX Runtime's dynamic quantization, weights int8 per output channel,
+    with activations quantized per token: ``onnx_quantize``), whose difference is measured and
+    logged (``advance_pair.int8.onnx``: the int8 engine runs every call as the pair, so a serving
+    turn is one call; ``advance.int8.onnx`` for an export without the pair; ``infill.int8.onnx``).
+    Returns the float32 file's path."""
+    program = os.path.basename(graph).split(".")[0]
+    plan = STEP_PROGRAM_PLANS[program](folder, graph, params)
     temporary = {c.program: os.path.join(folder, f".{onnx_file(c.program)}.tmp") for c in plan}
     source = plan[-1]
     target8 = os.path.join(folder, onnx_file(source.program, INT8))

@@ -26,7 +26,7 @@ positions run on from the source).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Tuple
 
 import numpy as np
 
@@ -113,6 +113,14 @@ class InfillRunner:
         start) -> each row's first logits ``[R, V]``, the cache of its source and ``[CLS]`` at the
         end of the columns ``[L, 2, R, heads, S + 1, d]`` (the ``S - length`` columns before them
         padding, which nothing saw) and its first target token's ``position`` ``[R]``."""
+        feed, next_position = self.prefill_feed(inputs)
+        out = dict(self.run(INFILL, feed))
+        return {"logits": out["logits"], "cache": np.asarray(out.pop(NEW_CACHE)),  # the new tokens': the cache
+                "position": next_position}  # the first target token's, the [MASK]'s that predicted it
+
+    def prefill_feed(self, inputs: Mapping[str, np.ndarray]) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
+        """``infill``'s inputs for ``prefill_rows``: each row's source at the end of its columns and
+        the ``[CLS]`` after it, after an empty cache; and each row's next position ``[R]``."""
         ids = np.asarray(inputs[SOURCE_IDS], dtype=np.int64)  # [R, S]
         rows, width = ids.shape
         lengths = np.asarray(inputs[LENGTHS], dtype=np.int64).reshape(rows)
@@ -131,13 +139,11 @@ class InfillRunner:
         visible[:, :width, :width] = real[:, :, None] & real[:, None, :]  # a source token sees its source
         visible[:, width, :width] = real  # the [CLS] sees the source and itself
         visible[:, width, width] = 1.0
-        out = dict(self.run(INFILL, {
-            "tokens": np.concatenate([moved(ids), np.full((rows, 1), self.cls)], axis=1),  # [R, S + 1]
-            "types": np.concatenate([moved(inputs[SOURCE_TYPES]), np.full((rows, 1), self.target_type)], axis=1),
-            "positions": np.concatenate([positions, cls_position[:, None]], axis=1),
-            **in_place_inputs(np.repeat(self.empty, rows, axis=2), visible)}))  # a hidden column: N >= 1
-        return {"logits": out["logits"], "cache": np.asarray(out.pop(NEW_CACHE)),  # the new tokens': the cache
-                "position": cls_position + 1}  # the first target token's, the [MASK]'s that predicted it
+        feed = {"tokens": np.concatenate([moved(ids), np.full((rows, 1), self.cls)], axis=1),  # [R, S + 1]
+                "types": np.concatenate([moved(inputs[SOURCE_TYPES]), np.full((rows, 1), self.target_type)], axis=1),
+                "positions": np.concatenate([positions, cls_position[:, None]], axis=1),
+                **in_place_inputs(np.repeat(self.empty, rows, axis=2), visible)}  # a hidden column: N >= 1
+        return feed, cls_position + 1
 
     def extend(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         tokens = np.asarray(inputs["tokens"], dtype=np.int64)[:, None]  # [R, 1]

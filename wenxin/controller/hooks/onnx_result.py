@@ -35,8 +35,8 @@ class OnnxResultHook(HookBase):
         trainer = self.trainer
         if not trainer.is_writer or trainer.state.interrupted or not onnx_installed():
             return
-        if getattr(trainer.model, "step_specs", None) is not None:  # generation: step functions, Paddle only
-            return
+        if getattr(trainer.model, "step_specs", None) is not None:
+            return  # generation step programs: on demand (wenxin export --format onnx; with its int8 copy minutes)
         from wenxin.controller.summary import result_checkpoint
         from wenxin.inference.onnx_export import check_batch, export_onnx
         from wenxin.inference.paddle_backend import model_files
