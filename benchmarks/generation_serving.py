@@ -344,7 +344,8 @@ def main() -> None:
                         help="the service's --backend in the batch and one-at-a-time modes (paddle, onnxruntime, "
                              "onnxruntime-int8: the export converted first with --onnx)")
     parser.add_argument("--onnx", action="store_true",
-                        help="convert ernie45's export to ONNX first (advance_pair.onnx and its int8 copy; once)")
+                        help="convert the exports to ONNX first (ernie45's advance_pair.onnx, erniegen's infill.onnx, "
+                             "and their int8 copies; once)")
     parser.add_argument("--turn_prefill", nargs="+", default=["all"], choices=["rows", "all"],
                         help="the batch's --turn_prefill rules to measure (each a mode: batch all, batch rows)")
     parser.add_argument("--prefix_cache_mb", nargs="+", type=int, default=[64],
@@ -373,10 +374,11 @@ def main() -> None:
             with open(marker, "w") as f:
                 f.write(folder)
         folders[model] = open(marker).read().strip()
-    if args.onnx and "ernie45" in args.models and not any(
-            os.path.isfile(os.path.join(folders["ernie45"], name)) for name in ("advance_pair.onnx", "advance.onnx")):
-        from wenxin.inference.onnx_export import export_onnx
-        export_onnx(folders["ernie45"], {})
+    converted = ("advance_pair.onnx", "advance.onnx", "infill.onnx")
+    for model in args.models if args.onnx else ():
+        if not any(os.path.isfile(os.path.join(folders[model], name)) for name in converted):
+            from wenxin.inference.onnx_export import export_onnx
+            export_onnx(folders[model], {})
     if args.baseline_repo and "ernie45" in args.models:
         marker = os.path.join(work, f"ernie45-{args.shape}-before.export")
         if not os.path.isfile(marker):

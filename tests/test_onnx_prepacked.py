@@ -7,6 +7,7 @@ clears the copies."""
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -116,6 +117,11 @@ def test_a_damaged_copy_is_made_again_and_one_that_cannot_load_is_passed_over(se
         f.truncate(os.path.getsize(data) // 2)
     np.testing.assert_array_equal(outputs(open_program(sealed, "program.onnx")), plain)
     assert onnx_prepacked.complete(entry)
+    left = entry + ".a_killed_build"  # what a process killed while packing leaves: deleted by the next build
+    os.makedirs(left)
+    shutil.rmtree(entry)
+    np.testing.assert_array_equal(outputs(open_program(sealed, "program.onnx")), plain)
+    assert onnx_prepacked.complete(entry) and not os.path.exists(left)
     with open(os.path.join(entry, onnx_prepacked.MODEL), "wb") as f:  # whole in size, but not a program
         f.write(b"not a program")
     with caplog.at_level(logging.WARNING, logger="wenxin"):

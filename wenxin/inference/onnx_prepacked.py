@@ -34,6 +34,7 @@ and the program is loaded as it is.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import logging
@@ -143,6 +144,9 @@ def complete(entry: str) -> bool:
 
 def make_entry(program_file: str, sha256: str, entry: str) -> None:
     """Pack ``program_file`` into ``entry`` in a child process (its peak memory is loading's, once)."""
+    for left in glob.glob(glob.escape(entry) + ".*"):  # a build a killed process left (we hold the lock)
+        if os.path.isdir(left):
+            shutil.rmtree(left, ignore_errors=True)
     building = tempfile.mkdtemp(prefix=os.path.basename(entry) + ".", dir=os.path.dirname(entry))
     try:
         limit = MAKE_SECONDS + MAKE_SECONDS_PER_GB * os.path.getsize(program_file) / 1e9
