@@ -61,9 +61,11 @@ def outputs(session, rows: int = 4) -> np.ndarray:
     return session.run(None, {"x": x})[0]
 
 
-def test_a_program_is_packed_once_into_the_cache_and_answers_the_same(sealed, monkeypatch):
+def test_a_program_is_packed_once_into_the_cache_and_answers_the_same(sealed, monkeypatch, caplog):
     plain = outputs(open_session(os.path.join(sealed, "program.onnx")))
-    packed = outputs(open_program(sealed, "program.onnx"))
+    with caplog.at_level(logging.INFO, logger="wenxin"):
+        packed = outputs(open_program(sealed, "program.onnx"))
+    assert "packing its weights for this CPU once" in caplog.text and "packed in" in caplog.text
     np.testing.assert_array_equal(packed, plain)
     [entry] = onnx_prepacked.cached_programs()
     assert entry["program"] == os.path.join(sealed, "program.onnx")

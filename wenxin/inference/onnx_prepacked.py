@@ -44,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any, Dict, List, Optional
 
 from wenxin.common.cache_folder import cache_root
@@ -119,9 +120,13 @@ def prepacked_program(program_file: str, sha256: Optional[str]) -> Optional[str]
         os.makedirs(root, exist_ok=True)
         with exclusive(entry + ".lock"):
             if not complete(entry):
+                logger.info("%s: packing its weights for this CPU once, into %s (ONNX Runtime maps them from "
+                            "there; $%s=off loads the program as it is)", program_file, entry, SETTING_ENV)
+                started = time.perf_counter()
                 shutil.rmtree(entry, ignore_errors=True)
                 make_entry(program_file, sha256, entry)
                 forget_older_copies(program_file, entry)
+                logger.info("%s: packed in %.1f s", program_file, time.perf_counter() - started)
     except (OSError, PrepackError) as e:
         logger.warning("%s: loaded as it is, without its weights packed on disk (%s)", program_file, e)
         return None
