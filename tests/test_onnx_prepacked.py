@@ -18,6 +18,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
 
+from conftest import wenxin_log  # noqa: E402
 from wenxin.common.errors import ConfigError  # noqa: E402
 from wenxin.common.files import file_sha256  # noqa: E402
 from wenxin.common.manifest import sealed_sha256, write_manifest  # noqa: E402
@@ -61,11 +62,12 @@ def outputs(session, rows: int = 4) -> np.ndarray:
     return session.run(None, {"x": x})[0]
 
 
-def test_a_program_is_packed_once_into_the_cache_and_answers_the_same(sealed, monkeypatch, caplog):
+def test_a_program_is_packed_once_into_the_cache_and_answers_the_same(sealed, monkeypatch):
     plain = outputs(open_session(os.path.join(sealed, "program.onnx")))
-    with caplog.at_level(logging.INFO, logger="wenxin"):
+    with wenxin_log() as messages:
         packed = outputs(open_program(sealed, "program.onnx"))
-    assert "packing its weights for this CPU once" in caplog.text and "packed in" in caplog.text
+    assert any("packing its weights for this CPU once" in m for m in messages)
+    assert any("packed in" in m for m in messages)
     np.testing.assert_array_equal(packed, plain)
     [entry] = onnx_prepacked.cached_programs()
     assert entry["program"] == os.path.join(sealed, "program.onnx")
@@ -110,7 +112,7 @@ def test_the_setting_and_the_rules_that_leave_a_program_as_it_is(sealed, monkeyp
         False, False, True, True, False]
 
 
-def test_a_damaged_copy_is_made_again_and_one_that_cannot_load_is_passed_over(sealed, caplog):
+def test_a_damaged_copy_is_made_again_and_one_that_cannot_load_is_passed_over(sealed):
     plain = outputs(open_session(os.path.join(sealed, "program.onnx")))
     open_program(sealed, "program.onnx")
     [entry] = [e["entry"] for e in onnx_prepacked.cached_programs()]
@@ -126,27 +128,26 @@ def test_a_damaged_copy_is_made_again_and_one_that_cannot_load_is_passed_over(se
     assert onnx_prepacked.complete(entry) and not os.path.exists(left)
     with open(os.path.join(entry, onnx_prepacked.MODEL), "wb") as f:  # whole in size, but not a program
         f.write(b"not a program")
-    with caplog.at_level(logging.WARNING, logger="wenxin"):
+    with wenxin_log(logging.WARNING) as messages:
         np.testing.assert_array_equal(outputs(open_program(sealed, "program.onnx")), plain)
-    assert "cannot load the model" in caplog.text and "the packed copy is deleted" in caplog.text
+    assert any("cannot load the model" in m and "the packed copy is deleted" in m for m in messages)
     assert not os.path.exists(entry)
 
 
-def test_a_copy_that_cannot_be_made_leaves_the_program_as_it_is(sealed, tmp_path, monkeypatch, caplog):
+def test_a_copy_that_cannot_be_made_leaves_the_program_as_it_is(sealed, tmp_path, monkeypatch):
     plain = outputs(open_session(os.path.join(sealed, "program.onnx")))
     blocked = tmp_path / "a file"
     blocked.write_text("")
     monkeypatch.setenv("WENXIN_CACHE", str(blocked))  # the cache cannot be a folder there
-    with caplog.at_level(logging.WARNING, logger="wenxin"):
+    with wenxin_log(logging.WARNING) as messages:
         np.testing.assert_array_equal(outputs(open_program(sealed, "program.onnx")), plain)
-    assert "loaded as it is, without its weights packed on disk" in caplog.text
+    assert any("loaded as it is, without its weights packed on disk" in m for m in messages)
     monkeypatch.setenv("WENXIN_CACHE", str(tmp_path / "cache2"))
-    caplog.clear()
     failed = subprocess.CompletedProcess([], 1, "", "Traceback ...\nMemoryError: no room\n")
     monkeypatch.setattr(onnx_prepacked.subprocess, "run", lambda *a, **k: failed)
-    with caplog.at_level(logging.WARNING, logger="wenxin"):
+    with wenxin_log(logging.WARNING) as messages:
         np.testing.assert_array_equal(outputs(open_program(sealed, "program.onnx")), plain)
-    assert "packing failed: MemoryError: no room" in caplog.text
+    assert any("packing failed: MemoryError: no room" in m for m in messages)
     assert onnx_prepacked.cached_programs() == []
     left = os.listdir(tmp_path / "cache2" / "onnx")
     assert len(left) == 1 and left[0].endswith(".lock")  # nothing half made is left
