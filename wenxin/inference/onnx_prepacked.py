@@ -56,7 +56,8 @@ SETTING_ENV = "WENXIN_ONNX_PREPACKED"
 SETTINGS = ("auto", "on", "off")
 PREPACKED_DIR = "onnx"
 PREPACKED_MIN_BYTES = 64 << 20  # auto: programs at least this large
-FIRST_VERSION = (1, 21)  # the ONNX Runtime that writes packed weights to the data file (1.19 ignores the setting)
+FIRST_VERSION = (1, 21)  # the first ONNX Runtime that writes packed weights to the data file (tried: 1.19.2 and
+# 1.20.1 accept the setting and write the weights as given only)
 MODEL, DATA, ENTRY = "model.onnx", "model.onnx.data", "entry.json"
 MAKE_SECONDS, MAKE_SECONDS_PER_GB = 300, 120  # the child's time limit: loading and packing, then writing
 
