@@ -96,18 +96,18 @@ def test_a_program_made_again_in_its_place_leaves_one_packed_copy(sealed):
 
 def test_the_setting_and_the_rules_that_leave_a_program_as_it_is(sealed, monkeypatch):
     program = os.path.join(sealed, "program.onnx")
-    sha = sealed_sha256(sealed, "program.onnx")
     monkeypatch.setenv(onnx_prepacked.SETTING_ENV, "off")
-    assert onnx_prepacked.prepacked_program(program, sha) is None
+    assert onnx_prepacked.prepacked_program(sealed, "program.onnx") is None
     monkeypatch.setenv(onnx_prepacked.SETTING_ENV, "auto")  # small programs are loaded as they are
     assert os.path.getsize(program) < onnx_prepacked.PREPACKED_MIN_BYTES
-    assert onnx_prepacked.prepacked_program(program, sha) is None
+    assert onnx_prepacked.prepacked_program(sealed, "program.onnx") is None
     monkeypatch.setenv(onnx_prepacked.SETTING_ENV, "on")
-    assert onnx_prepacked.prepacked_program(program, None) is None  # not sealed (an export checking itself)
+    os.remove(os.path.join(sealed, "manifest.json"))  # not sealed (an export checking itself)
+    assert onnx_prepacked.prepacked_program(sealed, "program.onnx") is None
     assert onnx_prepacked.cached_programs() == []
     monkeypatch.setenv(onnx_prepacked.SETTING_ENV, "sometimes")
     with pytest.raises(ConfigError, match=r"\$WENXIN_ONNX_PREPACKED: 'sometimes' is not one of auto, on, off"):
-        onnx_prepacked.prepacked_program(program, sha)
+        onnx_prepacked.prepacked_program(sealed, "program.onnx")
     assert [onnx_prepacked.runtime_writes_packed(v) for v in ("1.19.2", "1.20.1", "1.21.0", "1.32.0", "dev")] == [
         False, False, True, True, False]
 

@@ -77,12 +77,10 @@ def read_manifest(folder: str, what: str, error: ErrorType) -> Dict[str, Dict[st
 def sealed_sha256(folder: str, rel: str) -> Optional[str]:
     """The SHA-256 ``folder``'s manifest records for its file ``rel``, or None (no manifest, or not listed)."""
     try:
-        with open(os.path.join(folder, MANIFEST_FILE), encoding="utf-8") as f:
-            entry = json.load(f).get("files", {}).get(rel)
-    except (OSError, ValueError, AttributeError):
+        files = read_manifest(folder, "folder", WenxinError)
+    except WenxinError:
         return None
-    digest = entry.get("sha256") if isinstance(entry, dict) else None
-    return digest if isinstance(digest, str) else None
+    return files[rel]["sha256"] if rel in files else None
 
 
 def verify_folder(folder: str, what: str, error: ErrorType, required: Collection[str] = (),

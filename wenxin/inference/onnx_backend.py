@@ -14,7 +14,6 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
-from wenxin.common.manifest import sealed_sha256
 from wenxin.common.registry import RegisterSet
 from wenxin.data.export_bundle import ADVANCE_STEP, INFILL_STEP, MODEL_PREFIX
 from wenxin.inference.backends import BackendError, EngineOptions, InferenceBackend
@@ -87,7 +86,7 @@ def open_program(model_dir: str, name: str, num_threads: int = 1) -> Any:
     """A session on the export's program ``name``: on its copy with the weights packed on disk where
     there is one (``wenxin.inference.onnx_prepacked``), else on the program as it is."""
     program_file = os.path.join(model_dir, name)
-    packed = prepacked_program(program_file, sealed_sha256(model_dir, name))
+    packed = prepacked_program(model_dir, name)
     if packed is not None:
         try:
             return open_session(packed, num_threads)

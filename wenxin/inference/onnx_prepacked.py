@@ -50,6 +50,7 @@ from typing import Any, Dict, List, Optional
 from wenxin.common.cache_folder import cache_root
 from wenxin.common.errors import ConfigError
 from wenxin.common.files import exclusive, write_text_atomically
+from wenxin.common.manifest import sealed_sha256
 
 logger = logging.getLogger("wenxin")
 SETTING_ENV = "WENXIN_ONNX_PREPACKED"
@@ -101,14 +102,17 @@ def entry_name(program_file: str, sha256: str, version: str) -> str:
     return f"{stem}-{sha256[:16]}-ort{version}-{cpu_key()}"
 
 
-def prepacked_program(program_file: str, sha256: Optional[str]) -> Optional[str]:
-    """The packed copy of ``program_file`` to load instead of it (made now if missing), or None:
-    where the setting leaves it out, its SHA-256 is unknown (a folder not sealed yet, as while an
-    export checks its conversion), or the copy cannot be made (logged)."""
+def prepacked_program(folder: str, name: str) -> Optional[str]:
+    """The packed copy of the program ``name`` in the export ``folder`` to load instead of it (made
+    now if missing), or None: where the setting leaves it out, the folder's manifest does not list
+    it (a folder not sealed yet, as while an export checks its conversion), or the copy cannot be
+    made (logged)."""
     chosen = setting()
-    if chosen == "off" or sha256 is None:
+    program_file = os.path.join(folder, name)
+    if chosen == "off" or (chosen == "auto" and os.path.getsize(program_file) < PREPACKED_MIN_BYTES):
         return None
-    if chosen == "auto" and os.path.getsize(program_file) < PREPACKED_MIN_BYTES:
+    sha256 = sealed_sha256(folder, name)  # read only where a copy is wanted
+    if sha256 is None:
         return None
     import onnxruntime
     if not runtime_writes_packed(onnxruntime.__version__):
