@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -57,6 +58,36 @@ def test_a_mismatching_onnx_model_is_not_written(tmp_path, data_dir):
         export_onnx(folder, trainer.readers["train_reader"].collate_rows([0, 1, 2]), tolerance=-1.0)
     assert sorted(os.listdir(folder)) == ["inference.json", "inference.pdiparams", "manifest.json", "preprocess.json",
                                           "vocab"]
+
+
+def test_weights_past_one_files_limit_lie_beside_the_program_and_give_the_same_outputs(exported_classifier,
+                                                                                        tmp_path):
+    """Protobuf stops at 2 GB, so a program whose weights would take it past ``one_file_bytes``
+    keeps them in ``model.onnx.data`` beside it (ONNX's external data; here the limit is 0): the
+    same outputs as Paddle's, the data file sealed in the manifest; converted again under the
+    limit, the weights go back inside and the data file is deleted."""
+    import shutil
+
+    from wenxin.data.export_bundle import verify_export
+    from wenxin.inference.onnx_export import export_onnx
+    folder = str(tmp_path / "model")
+    shutil.copytree(exported_classifier, folder)
+    reference = Predictor(folder, backend="paddle")
+    rows = [["好棒"], ["差"], ["的了是在"]]
+    expected = [r["probs"] for r in reference.predict(rows)]
+    for limit, beside in ((0, True), (2**31, False)):
+        export_onnx(folder, reference.convert(rows), one_file_bytes=limit)
+        verify_export(folder)
+        with open(os.path.join(folder, "manifest.json"), encoding="utf-8") as f:
+            sealed = json.load(f)["files"]
+        assert (ONNX_FILE + ".data" in sealed) is beside
+        assert os.path.exists(os.path.join(folder, ONNX_FILE + ".data")) is beside
+        assert not [name for name in os.listdir(folder) if name.startswith(".")]  # its build folder went
+        if beside:
+            assert os.path.getsize(os.path.join(folder, ONNX_FILE + ".data")) > \
+                os.path.getsize(os.path.join(folder, "inference.pdiparams")) // 2
+        got = [r["probs"] for r in Predictor(folder, backend="onnxruntime").predict(rows)]
+        np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
 def test_the_command_line_exports_and_runs_onnx(tmp_path, data_dir, capsys):
@@ -124,11 +155,13 @@ def test_a_model_paddle2onnx_cannot_convert_is_one_error(tmp_path):
     assert not os.path.exists(folder / ".model.onnx.tmp")
 
 
-def test_a_model_over_onnxs_2_gb_limit_is_one_error_naming_it(tmp_path, monkeypatch):
-    """paddle2onnx 2.1 says a program's ONNX file would pass protobuf's 2 GB limit, then writes an
-    empty file and exits 0 (measured on an ERNIE 4.5 shape of 2.24 GB of weights; its
-    external_file option is not applied to a Paddle 3 program). Here a stand-in converter does the
-    same: the export says why in one error instead of ONNX Runtime's "no graph was found"."""
+def test_a_legacy_program_over_onnxs_2_gb_limit_is_one_error_naming_it(tmp_path, monkeypatch):
+    """paddle2onnx 2.1, converting a program with its weights, says its ONNX file would pass
+    protobuf's 2 GB limit, then writes an empty file and exits 0 (measured on an ERNIE 4.5 shape of
+    2.24 GB of weights; its external_file option is not applied). A PIR program is converted with
+    its weights as inputs (``onnx_convert``), but a legacy ``.pdmodel`` one is not: here a stand-in
+    converter does what paddle2onnx does, and the export says why in one error instead of ONNX
+    Runtime's "no graph was found"."""
     from wenxin.inference import onnx_export
     folder = tmp_path / "model"
     folder.mkdir()
@@ -136,15 +169,15 @@ def test_a_model_over_onnxs_2_gb_limit_is_one_error_naming_it(tmp_path, monkeypa
                 "sys.stderr.write('[libprotobuf ERROR message_lite.cc:449] onnx.ModelProto exceeded maximum "
                 "protobuf size of 2GB: 2236734116\\n')\n"
                 "open(sys.argv[3], 'wb').close()\n")
-    monkeypatch.setattr(onnx_export, "CONVERT", stand_in)
+    monkeypatch.setattr(onnx_export, "CONVERTER", [sys.executable, "-c", stand_in])
     with pytest.raises(InferenceError, match=r"2,236,734,116 bytes, over ONNX's 2 GB limit .*paddle backend"):
-        onnx_export.convert_in_subprocess(str(folder / "advance.json"), str(folder / "steps.pdiparams"),
-                                          str(folder / ".advance.onnx.tmp"), str(folder))
+        onnx_export.convert_in_subprocess(str(folder / "inference.pdmodel"), str(folder / "inference.pdiparams"),
+                                          str(folder / "model.onnx"), str(folder))
     empty = "import sys\nopen(sys.argv[3], 'wb').close()\n"  # an empty file said nothing: still refused
-    monkeypatch.setattr(onnx_export, "CONVERT", empty)
+    monkeypatch.setattr(onnx_export, "CONVERTER", [sys.executable, "-c", empty])
     with pytest.raises(InferenceError, match=r"paddle2onnx cannot convert this model \(an empty file written\)"):
-        onnx_export.convert_in_subprocess(str(folder / "advance.json"), str(folder / "steps.pdiparams"),
-                                          str(folder / ".advance.onnx.tmp"), str(folder))
+        onnx_export.convert_in_subprocess(str(folder / "inference.pdmodel"), str(folder / "inference.pdiparams"),
+                                          str(folder / "model.onnx"), str(folder))
 
 
 def test_the_conversion_installs_nothing(tmp_path, data_dir):
@@ -219,7 +252,7 @@ def test_save_onnx_false_and_a_stopped_run_convert_nothing(tmp_path, data_dir):
 def test_a_result_that_does_not_convert_keeps_its_paddle_model_and_says_why(tmp_path, data_dir, monkeypatch):
     from wenxin.inference import onnx_export
 
-    def refuse(graph, params, target, folder):
+    def refuse(graph, params, target, folder, one_file_bytes):
         raise InferenceError(f"{folder}: paddle2onnx cannot convert this model (an operator it lacks); the Paddle "
                              "model is exported and runs with the paddle backend")
     monkeypatch.setattr(onnx_export, "convert_in_subprocess", refuse)

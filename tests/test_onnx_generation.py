@@ -138,6 +138,41 @@ def test_the_step_program_with_its_weights_packed_on_disk_answers_as_it_is(conve
     assert packed.predict(ROWS[:1]) == plain.predict(ROWS[:1])
 
 
+@pytest.mark.parametrize("backend", ["onnxruntime", "onnxruntime-int8"])
+def test_a_program_whose_weights_lie_beside_it_answers_as_one_that_holds_them(converted, backend, tmp_path,
+                                                                             monkeypatch):
+    """Past ONNX's 2 GB limit for one file (``one_file_bytes``; here 0) the float32 program and its
+    int8 copy keep their weights in ``<program>.data`` beside them (ONNX's external data, written
+    by ``onnx_convert`` and ONNX Runtime's quantizer): sealed, the same logits as the programs that
+    hold their weights, loaded as they are and from their packed copy."""
+    import onnxruntime
+
+    from wenxin.inference.onnx_backend import INT8, onnx_file
+    from wenxin.inference.onnx_prepacked import SETTING_ENV, cached_programs, runtime_writes_packed
+    from wenxin.models.advance_step import PAIR
+    beside = str(tmp_path / "beside")
+    shutil.copytree(converted, beside)
+    export_onnx(beside, {}, one_file_bytes=0)
+    verify_export(beside)
+    program = onnx_file(PAIR, INT8 if backend.endswith("int8") else "")
+    with open(os.path.join(beside, "manifest.json"), encoding="utf-8") as f:
+        sealed = json.load(f)["files"]
+    assert {program, program + ".data"} <= set(sealed)
+    assert os.path.getsize(os.path.join(beside, program)) < os.path.getsize(os.path.join(converted, program))
+    assert not os.path.exists(os.path.join(converted, program + ".data"))
+    monkeypatch.setenv("WENXIN_CACHE", str(tmp_path / "cache"))
+    reference = Predictor(converted, backend=backend)
+    for packing in ("off", "on"):
+        monkeypatch.setenv(SETTING_ENV, packing)
+        predictor = Predictor(beside, backend=backend)
+        for ids in PROMPTS:
+            a, b = (p.run_step("prefill", {"ids": np.asarray([ids])}) for p in (predictor, reference))
+            np.testing.assert_allclose(a["logits"], b["logits"], rtol=0, atol=1e-6 * np.abs(b["logits"]).max())
+            np.testing.assert_allclose(a["cache"], b["cache"], rtol=0, atol=1e-6)
+    packed = [e["program"] for e in cached_programs()]
+    assert packed == ([os.path.join(beside, program)] if runtime_writes_packed(onnxruntime.__version__) else [])
+
+
 LONE = "a lone row"
 
 

@@ -2,10 +2,12 @@
 
 Paddle 3.3 builds static programs in PIR, and its public static API has no way to list a program's
 inputs, clone it keeping a map from the original's values, drop ops, switch ops to inference
-behaviour, or name the persistable values a startup program creates. These functions do that
-through ``Program``'s and ``Operation``'s own methods (``global_block().ops``, ``op.attrs()``,
-``set_bool_attr``, ``remove_op``, ``paddle.pir.IrMapping``, ``paddle.pir.core``), checked against
-Paddle 3.3.1 (``wenxin.compat.TESTED``); the static engine's tests exercise each.
+behaviour, name the persistable values a startup program creates, or turn a saved program's
+parameters into inputs (``parameters_as_inputs``, for the ONNX conversion: ``onnx_convert``). These
+functions do that through ``Program``'s and ``Operation``'s own methods (``global_block().ops``,
+``op.attrs()``, ``set_bool_attr``, ``remove_op``, ``replace_all_uses_with``, ``paddle.pir.IrMapping``,
+``paddle.pir.core``, the program files' own (de)serializers), checked against Paddle 3.3.1
+(``wenxin.compat.TESTED``); the static engine's and the ONNX conversion's tests exercise each.
 """
 from __future__ import annotations
 
@@ -57,3 +59,31 @@ def persistable_value(name: str, dtype: str, shape: List[int], value: float = 0.
 def created_by_startup(startup: paddle.static.Program) -> List[str]:
     """The names of the persistable values the startup program creates."""
     return [op.attrs()["output_name"] for op in startup.global_block().ops if op.name() == "builtin.shadow_output"]
+
+
+def parameters_as_inputs(graph: str, target: str) -> List[str]:
+    """Write the saved PIR program ``graph`` (a ``.json``) to ``target`` with each parameter an
+    input (``pd_op.data``) of its name, shape and type in place of its ``builtin.parameter``;
+    returns the parameters' names."""
+    from paddle.base import core
+    dynamic = paddle.in_dynamic_mode()
+    paddle.enable_static()
+    try:
+        program = paddle.pir.Program()
+        core.deserialize_pir_program(graph, program, 1)
+        block = program.global_block()
+        parameters = [(op.attrs()["parameter_name"], op.result(0)) for op in block.ops
+                      if op.name() == "builtin.parameter"]
+        with paddle.static.program_guard(program):
+            paddle.pir.set_insertion_point(block.ops[0])
+            for name, value in parameters:
+                data = paddle._pir_ops.data(name, list(value.shape), value.dtype,  # type: ignore[attr-defined]
+                                            core.Place())
+                value.replace_all_uses_with(data)
+        for op in [op for op in block.ops if op.name() == "builtin.parameter"]:
+            block.remove_op(op)
+        core.serialize_pir_program(program, target, True, False, True)  # overwrite, not readable, trainable
+    finally:
+        if dynamic:
+            paddle.disable_static()
+    return [name for name, _ in parameters]

@@ -2,20 +2,24 @@
 paddle2onnx, kept only when ONNX Runtime reproduces Paddle Inference's outputs on real inputs."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
-from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
+import tempfile
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
 from wenxin.common.errors import InferenceError
 from wenxin.data.export_bundle import ADVANCE_STEP, INFILL_STEP, PREPROCESS_FILE, seal_export
 from wenxin.inference.onnx_backend import INT8, ONNX_FILE, onnx_file
+from wenxin.inference.onnx_convert import ONE_FILE_BYTES, external_data_file, program_files
 from wenxin.inference.paddle_backend import generation_files, model_files, runs_empty_groups
 from wenxin.models.advance_step import PAIR, in_place, in_place_inputs, no_rows, pair_feed, pair_runs_alone
 from wenxin.models.infill_step import LENGTHS, SOURCE_IDS, SOURCE_POSITIONS, SOURCE_TYPES, InfillRunner
@@ -28,36 +32,37 @@ CHECK_ROWS = 32  # dev examples both engines must agree on before model.onnx is 
 
 
 # paddle2onnx aborts the whole process (SIGABRT) on an operator it does not support, as it does
-# for the CRF taggers' decoding; it runs in a child process so that this is one error line.
+# for the CRF taggers' decoding; it runs in a child process (``wenxin.inference.onnx_convert``,
+# which hands it the program with the weights as inputs) so that this is one error line.
 # Its default graph optimizer is Polygraphy, which paddle2onnx runs with POLYGRAPHY_AUTOINSTALL_DEPS=1:
 # Polygraphy then pip-installs what it misses (sympy, for ONNX Runtime's shape inference). Nothing
 # may install packages at run time, so the optimizer is onnxoptimizer (a dependency of paddle2onnx),
 # and the child cannot reach a package index (PIP_NO_INDEX) should anything else try.
-CONVERT = ("import inspect, sys, paddle2onnx\n"
-           "settings = dict(save_file=sys.argv[3], opset_version=int(sys.argv[4]), verbose=False)\n"
-           "if 'optimize_tool' in inspect.signature(paddle2onnx.export).parameters:\n"
-           "    settings['optimize_tool'] = 'onnxoptimizer'\n"
-           "paddle2onnx.export(sys.argv[1], sys.argv[2], **settings)\n")
+CONVERTER = [sys.executable, "-m", "wenxin.inference.onnx_convert"]  # then: GRAPH PARAMS TARGET OPSET ONE_FILE_BYTES
 
 
-def convert_in_subprocess(graph: str, params: str, target: str, folder: str) -> None:
-    """Run paddle2onnx on the Paddle model files in a child process; raise one InferenceError,
-    with paddle2onnx's own error line, when it fails or crashes."""
+def convert_in_subprocess(graph: str, params: str, target: str, folder: str,
+                          one_file_bytes: int = ONE_FILE_BYTES) -> None:
+    """Convert the Paddle model files to ``target`` in a child process (``onnx_convert``: its
+    weights inside it under ``one_file_bytes``, else beside it); raise one InferenceError, with
+    paddle2onnx's own error line, when it fails or crashes."""
     env = {**os.environ, "GLOG_minloglevel": "2", "PIP_NO_INDEX": "1", "POLYGRAPHY_AUTOINSTALL_DEPS": "0"}
     try:
-        proc = subprocess.run([sys.executable, "-c", CONVERT, graph, params, target, str(OPSET)], env=env,
+        proc = subprocess.run([*CONVERTER, graph, params, target, str(OPSET), str(one_file_bytes)], env=env,
                               capture_output=True, text=True, timeout=1800)
     except subprocess.TimeoutExpired:
         raise InferenceError(f"{folder}: paddle2onnx did not finish within 30 minutes") from None
     output = proc.stdout + proc.stderr
     logger.debug("paddle2onnx: %s", output)
+    for line in proc.stderr.splitlines():
+        if line.startswith("wenxin: "):  # onnx_convert's own word (a fallback it took)
+            logger.warning("%s: %s", folder, line[len("wenxin: "):])
     too_large = re.search(r"exceeded maximum protobuf size of 2GB: (\d+)", output)
-    if too_large:  # it says so, then writes an empty file and exits 0
+    if too_large:  # a legacy program converted with its weights: it says so, writes an empty file and exits 0
         raise InferenceError(f"{folder}: paddle2onnx cannot convert this model: its ONNX file would hold "
                              f"{int(too_large.group(1)):,} bytes, over ONNX's 2 GB limit for one file, and "
-                             f"paddle2onnx {paddle2onnx_version()} writes no external weights for a Paddle 3 program "
-                             f"(its external_file option is not applied); the Paddle model is exported and runs "
-                             f"with the paddle backend")
+                             f"paddle2onnx {paddle2onnx_version()} writes no external weights for a legacy program; "
+                             f"the Paddle model is exported and runs with the paddle backend")
     written = os.path.isfile(target) and os.path.getsize(target) > 0
     if proc.returncode == 0 and written:
         return
@@ -114,8 +119,10 @@ def check_batch(readers: Dict[str, Any], rows: int = CHECK_ROWS) -> Dict[str, np
     return reader.collate_rows(list(range(min(rows, len(reader)))))
 
 
-def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: float = TOLERANCE) -> str:
-    """Write ``folder/model.onnx`` beside the Paddle model in ``folder``; ``check_batch`` (input
+def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: float = TOLERANCE,
+                one_file_bytes: int = ONE_FILE_BYTES) -> str:
+    """Write ``folder/model.onnx`` beside the Paddle model in ``folder`` (its weights in
+    ``model.onnx.data`` beside it from ``one_file_bytes``: ``onnx_convert``); ``check_batch`` (input
     arrays by name, e.g. a collated dev batch) must give the same outputs in both within
     ``tolerance``, or nothing is written. Returns the ONNX file's path."""
     if importlib.util.find_spec("paddle2onnx") is None:
@@ -128,26 +135,24 @@ def export_onnx(folder: str, check_batch: Dict[str, np.ndarray], tolerance: floa
                                  f"{os.path.basename(steps[0])} (from an older wenxin) is written and runs with the "
                                  f"paddle backend; converting it to ONNX is not supported (only an export with "
                                  f"{' or '.join(STEP_PROGRAM_PLANS)}: export it again)")
-        return export_step_onnx(folder, *steps)
+        graph, params = steps
+        return export_step_onnx(folder, graph, params, tolerance, one_file_bytes)
     if files is None:
         raise InferenceError(f"{folder}: no exported Paddle model to convert")
     graph, params = files
     target = os.path.join(folder, ONNX_FILE)
-    tmp = os.path.join(folder, f".{ONNX_FILE}.tmp")
-    try:
-        convert_in_subprocess(graph, params, tmp, folder)
-        checked = check_in_subprocess(folder, tmp, [check_batch])
+    with building_in(folder) as building:
+        built = os.path.join(building, ONNX_FILE)
+        convert_in_subprocess(graph, params, built, folder, one_file_bytes)
+        checked = check_in_subprocess(folder, built, [check_batch])
         difference, rows = checked["difference"], checked["rows"]
         if not difference <= tolerance:
             why = (f"; {checked['flips']} predicted ids differ, as a near-tie between two labels can under float "
                    f"rounding") if checked["flips"] else ""
             raise InferenceError(f"{folder}: the ONNX model's outputs differ from Paddle's by {difference:.3g} "
                                  f"(more than {tolerance:g}) on {rows} examples{why}; {ONNX_FILE} was not written")
-        os.replace(tmp, target)
+        move_built(building, folder)
         seal_export(folder)  # the manifest now covers model.onnx too
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     logger.info("exported %s (ONNX opset %d; outputs within %.2g of Paddle's on %d examples)", target, OPSET,
                 difference, rows)
     return target
@@ -234,7 +239,8 @@ STEP_PROGRAM_PLANS: Dict[str, Callable[[str, str, str], List[ConvertedProgram]]]
     ADVANCE_STEP: advance_programs, INFILL_STEP: infill_programs}
 
 
-def export_step_onnx(folder: str, graph: str, params: str, tolerance: float = TOLERANCE) -> str:
+def export_step_onnx(folder: str, graph: str, params: str, tolerance: float = TOLERANCE,
+                     one_file_bytes: int = ONE_FILE_BYTES) -> str:
     """A generation export's step program converted to ONNX beside it (``STEP_PROGRAM_PLANS``:
     ``advance_pair.onnx``, or ``advance.onnx`` in an older export; ERNIE-Gen's ``infill.onnx``),
     its logits within ``tolerance`` of Paddle's (relative to their largest), and an int8 copy of
@@ -242,51 +248,67 @@ def export_step_onnx(folder: str, graph: str, params: str, tolerance: float = TO
     with activations quantized per token: ``onnx_quantize``), whose difference is measured and
     logged (``advance_pair.int8.onnx``: the int8 engine runs every call as the pair, so a serving
     turn is one call; ``advance.int8.onnx`` for an export without the pair; ``infill.int8.onnx``).
-    Returns the float32 file's path."""
+    A program's weights lie in ``<file>.data`` beside it where they would take it past
+    ``one_file_bytes`` (``onnx_convert``). Returns the float32 file's path."""
     program = os.path.basename(graph).split(".")[0]
     plan = STEP_PROGRAM_PLANS[program](folder, graph, params)
-    temporary = {c.program: os.path.join(folder, f".{onnx_file(c.program)}.tmp") for c in plan}
     source = plan[-1]
-    target8 = os.path.join(folder, onnx_file(source.program, INT8))
-    tmp8 = os.path.join(folder, f".{os.path.basename(target8)}.tmp")
+    name8 = onnx_file(source.program, INT8)
     kept = os.path.join(folder, onnx_file(plan[0].program))  # the first is always kept
     checks = {}
-    try:
+    with building_in(folder) as building:
         for converted in plan:
-            convert_in_subprocess(*converted.files, temporary[converted.program], folder)
-            checks[converted.program] = _checked(folder, temporary[converted.program], converted.batches,
-                                                 converted.program, tolerance,
-                                                 os.path.join(folder, onnx_file(converted.program))
-                                                 if converted.kept else target8)
-        quantize_in_subprocess(temporary[source.program], tmp8, folder)
-        checked8 = check_in_subprocess(folder, tmp8, source.batches, source.program)
+            built = os.path.join(building, onnx_file(converted.program))
+            convert_in_subprocess(*converted.files, built, folder, one_file_bytes)
+            checks[converted.program] = _checked(folder, built, converted.batches, converted.program, tolerance,
+                                                 onnx_file(converted.program) if converted.kept else name8)
+        built8 = os.path.join(building, name8)
+        quantize_in_subprocess(os.path.join(building, onnx_file(source.program)), built8, folder, one_file_bytes)
+        checked8 = check_in_subprocess(folder, built8, source.batches, source.program)
         for converted in plan:
-            if converted.kept:
-                os.replace(temporary[converted.program], os.path.join(folder, onnx_file(converted.program)))
-            else:
-                os.remove(temporary[converted.program])  # it was the int8 copy's source only
-        os.replace(tmp8, target8)
+            if not converted.kept:  # it was the int8 copy's source only
+                for path in program_files(os.path.join(building, onnx_file(converted.program))):
+                    os.remove(path)
+        move_built(building, folder)
         seal_export(folder)
-    finally:
-        for path in (*temporary.values(), tmp8):
-            if os.path.exists(path):
-                os.remove(path)
     logger.info("exported %s (float32: logits within %.2g of Paddle's) and %s (int8: within %.2g of %.2g, "
                 "%d of %d rows' best token moved)", kept, checks[plan[0].program]["difference"],
-                os.path.basename(target8), checked8["difference"], checked8["scale"], checked8["flips"],
-                checked8["rows"])
+                name8, checked8["difference"], checked8["scale"], checked8["flips"], checked8["rows"])
     return kept
+
+
+@contextlib.contextmanager
+def building_in(folder: str) -> Iterator[str]:
+    """A hidden scratch folder inside ``folder`` (deleted after) where ONNX files are made under
+    their final names, as an external data file is named inside its program; ``move_built``
+    moves them in once checked."""
+    building = tempfile.mkdtemp(prefix=".onnx-", dir=folder)
+    try:
+        yield building
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+
+
+def move_built(building: str, folder: str) -> None:
+    """Move what ``building`` holds into ``folder``, deleting the external data file of a program
+    replaced by one that holds its weights itself."""
+    for name in sorted(os.listdir(building)):
+        replaced = os.path.join(folder, name)
+        if not os.path.exists(external_data_file(os.path.join(building, name))):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(external_data_file(replaced))
+        os.replace(os.path.join(building, name), replaced)
 
 
 def _checked(folder: str, onnx_path: str, batches: List[Dict[str, np.ndarray]], program: str, tolerance: float,
              target: str) -> Dict[str, Any]:
     """The converted ``program``'s logits against Paddle's on ``batches``: within ``tolerance`` of
-    their largest, or an error saying ``target`` was not written."""
+    their largest, or an error saying ``target`` (a file name) was not written."""
     checked = check_in_subprocess(folder, onnx_path, batches, program)
     if not checked["difference"] <= tolerance * max(checked["scale"], 1.0):
         raise InferenceError(f"{folder}: the ONNX program's logits differ from Paddle's by "
                              f"{checked['difference']:.3g} (their largest is {checked['scale']:.3g}); "
-                             f"{os.path.basename(target)} was not written")
+                             f"{target} was not written")
     return checked
 
 
@@ -297,11 +319,12 @@ def read_steps(folder: str) -> Dict[str, Any]:
     return steps
 
 
-def quantize_in_subprocess(source: str, target: str, folder: str) -> None:
+def quantize_in_subprocess(source: str, target: str, folder: str, one_file_bytes: int = ONE_FILE_BYTES) -> None:
     """``source`` quantized to int8 into ``target`` in a child process (``onnx_quantize``; at
     ERNIE-4.5-0.3B's size it holds about 6 GB while it works)."""
-    proc = subprocess.run([sys.executable, "-m", "wenxin.inference.onnx_quantize", source, target], capture_output=True,
-                          text=True, timeout=1800, env={**os.environ, "PIP_NO_INDEX": "1"})
+    proc = subprocess.run([sys.executable, "-m", "wenxin.inference.onnx_quantize", source, target,
+                           str(one_file_bytes)], capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "PIP_NO_INDEX": "1"})
     if proc.returncode != 0 or not os.path.isfile(target):
         last = [line.strip() for line in proc.stderr.splitlines() if line.strip()][-1:] or [f"exit {proc.returncode}"]
         raise InferenceError(f"{folder}: quantizing the ONNX program to int8 failed ({last[0][:300]})")

@@ -22,8 +22,9 @@ process (the peak of loading, once), into wenxin's cache folder (``wenxin.common
         model.onnx, model.onnx.data, entry.json (written last: what it was made from)
 
 and found there afterwards (``wenxin cache`` lists the entries, ``--clear`` deletes them). The key
-is the program's SHA-256 from its export's manifest (verified before a backend loads), ONNX
-Runtime's version and the CPU's model and instruction-set flags.
+is the program's SHA-256 from its export's manifest (verified before a backend loads; with its
+external data file's where its weights lie beside it), ONNX Runtime's version and the CPU's model
+and instruction-set flags.
 
 ``$WENXIN_ONNX_PREPACKED`` chooses: ``auto`` (the default) for programs of
 ``PREPACKED_MIN_BYTES`` or more (a generation export's step programs; a classifier's small graph
@@ -51,6 +52,7 @@ from wenxin.common.cache_folder import cache_root
 from wenxin.common.errors import ConfigError
 from wenxin.common.files import exclusive, write_text_atomically
 from wenxin.common.manifest import sealed_sha256
+from wenxin.inference.onnx_convert import program_files
 
 logger = logging.getLogger("wenxin")
 SETTING_ENV = "WENXIN_ONNX_PREPACKED"
@@ -109,9 +111,9 @@ def prepacked_program(folder: str, name: str) -> Optional[str]:
     made (logged)."""
     chosen = setting()
     program_file = os.path.join(folder, name)
-    if chosen == "off" or (chosen == "auto" and os.path.getsize(program_file) < PREPACKED_MIN_BYTES):
+    if chosen == "off" or (chosen == "auto" and program_bytes(program_file) < PREPACKED_MIN_BYTES):
         return None
-    sha256 = sealed_sha256(folder, name)  # read only where a copy is wanted
+    sha256 = program_sha256(folder, name)  # read only where a copy is wanted
     if sha256 is None:
         return None
     import onnxruntime
@@ -138,6 +140,23 @@ def prepacked_program(folder: str, name: str) -> Optional[str]:
     return os.path.join(entry, MODEL)
 
 
+def program_bytes(program_file: str) -> int:
+    """The size of ``program_file`` with its external data file where it has one."""
+    return sum(os.path.getsize(path) for path in program_files(program_file))
+
+
+def program_sha256(folder: str, name: str) -> Optional[str]:
+    """The SHA-256 the manifest of ``folder`` records for its program ``name`` or, where the
+    program's weights lie beside it, a SHA-256 of the two files' (None where one is not listed)."""
+    digests = []
+    for path in program_files(os.path.join(folder, name)):
+        digest = sealed_sha256(folder, os.path.basename(path))
+        if digest is None:
+            return None
+        digests.append(digest)
+    return digests[0] if len(digests) == 1 else hashlib.sha256(" ".join(digests).encode("ascii")).hexdigest()
+
+
 class PrepackError(Exception):
     """The child that packs a program failed (its last words)."""
 
@@ -159,7 +178,7 @@ def make_entry(program_file: str, sha256: str, entry: str) -> None:
             shutil.rmtree(left, ignore_errors=True)
     building = tempfile.mkdtemp(prefix=os.path.basename(entry) + ".", dir=os.path.dirname(entry))
     try:
-        limit = MAKE_SECONDS + MAKE_SECONDS_PER_GB * os.path.getsize(program_file) / 1e9
+        limit = MAKE_SECONDS + MAKE_SECONDS_PER_GB * program_bytes(program_file) / 1e9
         try:
             done = subprocess.run([sys.executable, "-m", __name__, program_file, building], capture_output=True,
                                   text=True, timeout=limit, check=False)

@@ -1,14 +1,11 @@
 """The int8 copy of a converted step program, made in a child process of the export
-(``python -m wenxin.inference.onnx_quantize SOURCE TARGET``): ONNX Runtime's dynamic
+(``python -m wenxin.inference.onnx_quantize SOURCE TARGET [ONE_FILE_BYTES]``): ONNX Runtime's dynamic
 quantization (``quantize_dynamic``: weights int8 per output channel, each product's activations
-quantized per call), after two rewrites it needs to find the weights:
-
-- paddle2onnx (with onnxoptimizer, as ``onnx_export`` converts) leaves the weights as ``Constant``
-  nodes behind ``Identity`` ones, which ``quantize_dynamic`` passes over: made initializers;
-- a tied output layer multiplies by the token embedding transposed at run time (a ``Transpose``
-  of an initializer), which it passes over too, though it is the largest product of a decode step
-  (at ERNIE-4.5-0.3B's shape 106 M of the 361 M weights): folded into an initializer of its own.
-  Measured at that shape: a decode step of one row 56 CPU-ms without the fold, 25 with it.
+quantized per call). ``onnx_convert`` makes the weights initializers the products read directly,
+but a tied output layer multiplies by the token embedding transposed at run time (a ``Transpose``
+of an initializer), which ``quantize_dynamic`` passes over, though it is the largest product of a
+decode step (at ERNIE-4.5-0.3B's shape 106 M of the 361 M weights): folded into an initializer of
+its own first. Measured at that shape: a decode step of one row 56 CPU-ms without the fold, 25 with it.
 
 Each product's activations are then quantized per token (``per_token_activations``) rather than
 per call: ``quantize_dynamic`` gives a whole call one scale, so a row's int8 logits depended on the
@@ -33,6 +30,8 @@ from __future__ import annotations
 import os
 import sys
 from typing import Dict, List, Optional
+
+from wenxin.inference.onnx_convert import ONE_FILE_BYTES, external_data_file
 
 
 def fold_transposed_weights(model: "onnx.ModelProto") -> int:  # type: ignore[name-defined]  # noqa: F821
@@ -103,10 +102,11 @@ def per_token_activations(model: "onnx.ModelProto") -> int:  # type: ignore[name
     return len(zero_points)
 
 
-def biases_apart(model: "onnx.ModelProto") -> int:  # type: ignore[name-defined]  # noqa: F821
+def biases_apart(model: "onnx.ModelProto", base_dir: str = "") -> int:  # type: ignore[name-defined]  # noqa: F821
     """Replace each ``Add`` of a bias initializer to an int8 product's output (``MatMulInteger``,
     ``Cast``, ``Mul`` by the scales) by a ``Sub`` of the negated bias, which ONNX Runtime does not
-    fuse into ``MatMulIntegerToFloat`` (module docstring). Returns how many."""
+    fuse into ``MatMulIntegerToFloat`` (module docstring); ``base_dir``: where the model's external
+    data lies, if any. Returns how many."""
     from onnx import numpy_helper
     made_by = {output: node for node in model.graph.node for output in node.output}
     initializers = {init.name: init for init in model.graph.initializer}
@@ -129,7 +129,7 @@ def biases_apart(model: "onnx.ModelProto") -> int:  # type: ignore[name-defined]
             if bias in initializers and product_output(value):
                 if bias not in negated:
                     negated[bias] = f"{bias}.negated"
-                    array = numpy_helper.to_array(initializers[bias])
+                    array = numpy_helper.to_array(initializers[bias], base_dir)
                     model.graph.initializer.append(numpy_helper.from_array(-array, negated[bias]))
                 node.op_type = "Sub"
                 del node.input[:]
@@ -165,31 +165,41 @@ def router_products(model: "onnx.ModelProto") -> List[str]:  # type: ignore[name
     return routers
 
 
-def quantize(source: str, target: str) -> None:
-    """``source`` (a float32 ONNX program) quantized to int8 into ``target``."""
+def quantize(source: str, target: str, one_file_bytes: int = ONE_FILE_BYTES) -> None:
+    """``source`` (a float32 ONNX program) quantized to int8 into ``target``: its weights inside it
+    while they stay under ``one_file_bytes``, else in ``<target>.data`` beside it (ONNX Runtime
+    names it so), as ``onnx_convert`` writes ``source``."""
+    import numpy as np
     import onnx
-    import onnxoptimizer
+    from onnx import helper
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    model = onnxoptimizer.optimize(onnx.load(source), ["extract_constant_to_initializer", "eliminate_identity"])
+    model = onnx.load(source)  # external data read in
     fold_transposed_weights(model)
     routers = router_products(model)
+    weight_bytes = sum(int(np.prod(init.dims)) * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+                       for init in model.graph.initializer)
+    large_source = weight_bytes >= one_file_bytes
+    large_target = weight_bytes // 4 >= one_file_bytes  # the products' weights int8, the rest small
     prepared = target + ".float"
     try:
-        onnx.save(model, prepared)
+        onnx.save_model(model, prepared, save_as_external_data=large_source,
+                        location=os.path.basename(external_data_file(prepared)))
         del model
-        quantize_dynamic(prepared, target, weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=routers)
-        quantized = onnx.load(target)
+        quantize_dynamic(prepared, target, weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=routers,
+                         use_external_data_format=large_target)
+        quantized = onnx.load(target, load_external_data=False)  # the weights stay where they were written
         per_token_activations(quantized)
-        biases_apart(quantized)
+        biases_apart(quantized, os.path.dirname(target))
         onnx.save(quantized, target)
     finally:
-        if os.path.exists(prepared):
-            os.remove(prepared)
+        for path in (prepared, external_data_file(prepared)):
+            if os.path.exists(path):
+                os.remove(path)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    source, target = (sys.argv[1:] if argv is None else argv)[:2]
-    quantize(source, target)
+    args = sys.argv[1:] if argv is None else argv
+    quantize(args[0], args[1], *(int(a) for a in args[2:3]))
     return 0
 
 

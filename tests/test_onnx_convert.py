@@ -1,0 +1,96 @@
+"""``onnx_convert.with_weights``: a program converted with its weights as inputs gets them back as
+initializers, inside its file under ``one_file_bytes``, else in ``<file>.data`` beside it, each
+tensor on a page boundary; the outputs are the same either way (ONNX Runtime against numpy)."""
+import os
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+onnxruntime = pytest.importorskip("onnxruntime")
+
+from wenxin.inference.onnx_convert import ALIGNMENT, external_data_file, program_files, with_weights  # noqa: E402
+
+
+def weights_as_inputs(path):
+    """``y = (x @ w1) @ w2 + b``, every weight an input, as paddle2onnx writes an opened program."""
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["p"]),
+             helper.make_node("Add", ["p", "b"], ["y"])]
+    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+              for name, shape in (("x", ["rows", 8]), ("w1", [8, 300]), ("w2", [300, 4]), ("b", [4]))]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def run(path, x):
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x"]  # the weights are no longer inputs
+    return session.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("limit, beside", [(2**31, False), (0, True)])
+def test_weights_go_inside_the_program_or_beside_it_and_give_the_same_outputs(tmp_path, limit, beside):
+    rng = np.random.default_rng(0)
+    weights = {"w1": rng.standard_normal((8, 300), np.float32), "w2": rng.standard_normal((300, 4), np.float32),
+               "b": rng.standard_normal(4).astype(np.float32), "pruned": np.zeros(3, np.float32)}
+    source, target = str(tmp_path / "ops.onnx"), str(tmp_path / "model.onnx")
+    weights_as_inputs(source)
+    with_weights(source, iter(weights.items()), target, one_file_bytes=limit)
+    assert program_files(target) == ([target, external_data_file(target)] if beside else [target])
+    x = rng.standard_normal((3, 8), np.float32)
+    expected = (x @ weights["w1"]) @ weights["w2"] + weights["b"]
+    np.testing.assert_allclose(run(target, x), expected, rtol=1e-5, atol=1e-5)
+    model = onnx.load(target, load_external_data=False)
+    assert sorted(i.name for i in model.graph.initializer) == ["b", "w1", "w2"]  # not one the graph lacks
+    if beside:
+        offsets = [int(entry.value) for init in model.graph.initializer for entry in init.external_data
+                   if entry.key == "offset"]
+        assert len(offsets) == 3 and all(offset % ALIGNMENT == 0 for offset in offsets)
+        assert os.path.getsize(external_data_file(target)) >= sum(w.nbytes for w in weights.values()) - 12
+        assert os.path.getsize(target) < 1000  # the operators alone
+
+
+def test_a_weight_of_another_type_than_the_program_takes_is_refused_by_name(tmp_path):
+    source, target = str(tmp_path / "ops.onnx"), str(tmp_path / "model.onnx")
+    weights_as_inputs(source)
+    weights = {"w1": np.zeros((8, 300), np.float64), "w2": np.zeros((300, 4), np.float32)}
+    with pytest.raises(SystemExit, match="w1: the program takes FLOAT, the parameters file holds float64"):
+        with_weights(source, iter(weights.items()), target)
+
+
+def test_a_program_whose_parameters_cannot_be_made_inputs_is_converted_with_its_weights_inside(
+        tmp_path, monkeypatch, capsys):
+    """``parameters_as_inputs`` reaches into Paddle's program internals (``wenxin.compat``); where it
+    fails, as on a Paddle whose internals differ, the program is converted as paddle2onnx converts
+    it, and the conversion says so."""
+    pytest.importorskip("paddle2onnx")
+    pytest.importorskip("sentencepiece")
+    from test_chat_sft import FOLDER
+
+    from wenxin.compat import pir_programs
+    from wenxin.inference.onnx_check import compare
+    from wenxin.inference.onnx_convert import convert
+    from wenxin.inference.onnx_export import advance_programs
+    from wenxin.model_folders import FolderSettings, export_of_folder
+    monkeypatch.setenv("WENXIN_CACHE", str(tmp_path / "cache"))
+    export = export_of_folder(FOLDER, FolderSettings(graph_mode="dynamic"))
+    graph, params = os.path.join(export, "advance_pair.json"), os.path.join(export, "steps.pdiparams")
+    opened, fallen_back = str(tmp_path / "opened.onnx"), str(tmp_path / "fallen_back.onnx")
+    convert(graph, params, opened, 13)
+
+    def fails(graph, target):
+        raise AttributeError("no such internal")
+    monkeypatch.setattr(pir_programs, "parameters_as_inputs", fails)
+    capsys.readouterr()
+    convert(graph, params, fallen_back, 13)
+    assert "the program's parameters could not be made inputs (AttributeError: no such internal)" in \
+        capsys.readouterr().err
+    feeds = sorted(i.name for i in onnx.load(opened).graph.input)
+    assert feeds == sorted(i.name for i in onnx.load(fallen_back).graph.input)  # the weights inside both
+    batches = advance_programs(export, graph, params)[0].batches  # what the export's conversion checks
+    for path in (opened, fallen_back):
+        checked = compare(export, path, batches, "advance_pair")
+        assert checked["difference"] <= 1e-5 * checked["scale"], checked
+    import paddle
+    assert paddle.in_dynamic_mode()  # the conversion left the process's graph mode as it found it
