@@ -28,24 +28,11 @@ from typing import Any, Dict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ernie45_decoding import COMMON, SHAPES  # noqa: E402
 from measure import load_note  # noqa: E402
+from model_folder_resources import WRITE  # noqa: E402  (a -PT folder at random initialization)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "ernie45", "tied")
 TOKENIZER = ("tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
-
-WRITE = """
-import json, os, sys, paddle
-from wenxin.models.ernie45 import Ernie45ForCausalLM
-from wenxin.models.ernie45_folder import Ernie45Config
-from wenxin.models.ernie45_export import pt_layout_weights, write_pt_folder
-folder, source = sys.argv[1], sys.argv[2]
-paddle.seed(7)
-with open(os.path.join(source, "config.json")) as f:
-    config = Ernie45Config.from_dict(json.load(f), "config.json")
-weights = pt_layout_weights(Ernie45ForCausalLM(config).state_dict())
-os.makedirs(folder)
-write_pt_folder(folder, weights, source, "bfloat16")
-"""
 
 BUILD = """
 import sys
