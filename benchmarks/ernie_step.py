@@ -125,7 +125,7 @@ def task_file(shape_name: str, mode: str, work: str, threads: int) -> str:
 
 def measure(path: str, steps: int, profile: bool) -> Dict[str, float]:
     from wenxin.config.loader import load_config
-    from wenxin.controller.graph_mode import static_mode
+    from wenxin.common.graph_mode import static_mode
     from wenxin.runner import build_trainer
     config = load_config(path)
     guard = static_mode() if not config["model"]["is_dygraph"] else contextlib.nullcontext()

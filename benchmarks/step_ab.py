@@ -29,7 +29,7 @@ import framework_overhead as fo  # first: it imports wenxin (the fast BLAS path)
 import numpy as np
 import paddle
 from wenxin.config.loader import load_config
-from wenxin.controller.graph_mode import static_mode
+from wenxin.common.graph_mode import static_mode
 from measure import load_note
 from wenxin.runner import build_trainer
 

@@ -193,7 +193,7 @@ def run_encoder(config: ErnieConfig, params: Dict[str, np.ndarray], mode: str, i
     import paddle
 
     from wenxin.models.ernie import ErnieEncoder
-    from wenxin.controller.graph_mode import static_mode
+    from wenxin.common.graph_mode import static_mode
     if mode == "dynamic":
         encoder = ErnieEncoder(config)
         assert set(encoder.state_dict()) == set(params)  # nothing missing, nothing left over

@@ -5,7 +5,7 @@ import numpy as np
 import paddle
 import pytest
 
-from wenxin.controller.graph_mode import static_mode
+from wenxin.common.graph_mode import static_mode
 from wenxin.compat.program_runner import ProgramRunner
 
 

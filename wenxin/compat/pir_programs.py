@@ -15,6 +15,8 @@ from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 import paddle
 
+from wenxin.common.graph_mode import static_mode
+
 ValueMap = Callable[[Any], Any]  # a value of the original program -> the clone's
 
 
@@ -66,9 +68,7 @@ def parameters_as_inputs(graph: str, target: str) -> List[str]:
     input (``pd_op.data``) of its name, shape and type in place of its ``builtin.parameter``;
     returns the parameters' names."""
     from paddle.base import core
-    dynamic = paddle.in_dynamic_mode()
-    paddle.enable_static()
-    try:
+    with static_mode():
         program = paddle.pir.Program()
         core.deserialize_pir_program(graph, program, 1)
         block = program.global_block()
@@ -83,7 +83,4 @@ def parameters_as_inputs(graph: str, target: str) -> List[str]:
         for op in [op for op in block.ops if op.name() == "builtin.parameter"]:
             block.remove_op(op)
         core.serialize_pir_program(program, target, True, False, True)  # overwrite, not readable, trainable
-    finally:
-        if dynamic:
-            paddle.disable_static()
     return [name for name, _ in parameters]

@@ -13,7 +13,7 @@ import numpy as np
 from wenxin.common.errors import ConfigError
 from wenxin.common.progress import ProgressBar, ProgressLog
 from wenxin.controller.engine import Batch, ExecutionEngine, model_step_meta
-from wenxin.controller.graph_mode import eager_mode
+from wenxin.common.graph_mode import eager_mode
 from wenxin.controller.ranks import Ranks
 from wenxin.controller.state import TrainState
 from wenxin.data.dataset_reader import BasicDataSetReader, BatchLoader

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import List
 
 from wenxin.common.errors import CheckpointError
-from wenxin.controller.graph_mode import eager_mode
+from wenxin.common.graph_mode import eager_mode
 
 
 class Ranks:

@@ -28,7 +28,7 @@ from wenxin.common.errors import ConfigError
 from wenxin.controller.amp import AmpSettings
 from wenxin.controller.parameters import rename_state_keys
 from wenxin.controller.engine import Batch, ExecutionEngine, StepOutcome, model_step_meta
-from wenxin.controller.graph_mode import static_mode
+from wenxin.common.graph_mode import static_mode
 from wenxin.compat.paddle_internals import dense_tensor_dtype, dtype_name, prune_program
 from wenxin.compat.pir_programs import (clone_program, created_by_startup, data_values, keep_only_ops,
                                         program_ops, set_inference_mode)

@@ -44,16 +44,12 @@ def program_files(program_file: str) -> List[str]:
 def read_parameters(graph: str, params: str, names: List[str]) -> Iterator[Tuple[str, np.ndarray]]:
     """Each of ``names`` with its array, read from ``params`` by Paddle for the program ``graph``."""
     import paddle
-    dynamic = paddle.in_dynamic_mode()
-    paddle.enable_static()
+
+    from wenxin.common.graph_mode import static_mode
     scope = paddle.static.Scope()
-    try:
-        with paddle.static.scope_guard(scope):
-            paddle.static.load_inference_model(os.path.splitext(graph)[0], paddle.static.Executor(paddle.CPUPlace()),
-                                               model_filename=graph, params_filename=params)
-    finally:
-        if dynamic:
-            paddle.disable_static()
+    with static_mode(), paddle.static.scope_guard(scope):
+        paddle.static.load_inference_model(os.path.splitext(graph)[0], paddle.static.Executor(paddle.CPUPlace()),
+                                           model_filename=graph, params_filename=params)
     for name in names:
         yield name, np.asarray(scope.find_var(name).get_tensor())
         scope.erase([name])  # held once: here, then in the ONNX program or its data file
