@@ -31,7 +31,7 @@ import os
 import sys
 from typing import Dict, List, Optional
 
-from wenxin.inference.onnx_convert import ONE_FILE_BYTES, external_data_file
+from wenxin.inference.onnx_convert import ONE_FILE_BYTES, external_data_file, program_files
 
 
 def fold_transposed_weights(model: "onnx.ModelProto") -> int:  # type: ignore[name-defined]  # noqa: F821
@@ -192,9 +192,8 @@ def quantize(source: str, target: str, one_file_bytes: int = ONE_FILE_BYTES) -> 
         biases_apart(quantized, os.path.dirname(target))
         onnx.save(quantized, target)
     finally:
-        for path in (prepared, external_data_file(prepared)):
-            if os.path.exists(path):
-                os.remove(path)
+        for path in program_files(prepared):
+            os.remove(path)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
