@@ -7,9 +7,10 @@ The folder is ERNIE-4.5-0.3B's shape (``ernie45_decoding.SHAPES["0.3b"]``) at ra
 initialization with ``--layers`` layers (18: the model's 1.44 GB of float32 weights; 32: 2.24 GB,
 over ONNX's 2 GB limit for one file), written by wenxin's own ``-PT`` writer in bfloat16, with the
 test fixture's tokenizer (ids only matter). For each conversion it prints wall and CPU seconds
-(the conversion's child processes included), the peak resident memory of the process and of its
-largest child (paddle2onnx, the checks and the quantizer each run in one), the ONNX files written
-and their sizes, and the logged differences from Paddle's logits; the machine's load beside.
+(the conversion's child processes included), the peak resident memory of the process, of its
+largest child and of each child in turn (the conversion, the checks and the quantizer each run in
+one), the ONNX files written and their sizes, and the logged differences from Paddle's logits; the
+machine's load beside.
 
     python benchmarks/onnx_conversion.py --layers 18 --baseline_repo /tmp/before --rounds 1
 """
@@ -41,8 +42,21 @@ print("EXPORT", export_of_folder(sys.argv[1], FolderSettings(graph_mode="dynamic
 """
 
 CONVERT = """
-import json, logging, resource, sys, time
+import json, logging, os, resource, subprocess, sys, tempfile, time
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="LOG %(message)s")
+steps = []
+
+def measured(command, **settings):  # subprocess.run, with each child's own peak (wait4)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=settings.get("env"))
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        steps.append([next((c.split(".")[-1] for c in command if c.startswith("wenxin.")), command[0]),
+                      usage.ru_maxrss * 1024])
+        out.seek(0), err.seek(0)
+        return subprocess.CompletedProcess(command, child.returncode, out.read(), err.read())
+
+subprocess.run = measured
 from wenxin.inference.onnx_export import export_onnx
 started, cpu = time.perf_counter(), time.process_time()
 export_onnx(sys.argv[1], {})
@@ -51,7 +65,8 @@ with open("/proc/self/status") as f:
     peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
 print("RESULT " + json.dumps({"wall": time.perf_counter() - started,
                               "cpu": time.process_time() - cpu + children.ru_utime + children.ru_stime,
-                              "peak": peak, "child_peak": children.ru_maxrss * 1024}))
+                              "peak": peak, "child_peak": children.ru_maxrss * 1024,
+                              "steps": [step for step in steps if step[0].startswith("onnx_")]}))
 """
 
 
@@ -127,6 +142,7 @@ def main() -> None:
                 continue
             print(f"  {result['wall']:.1f} s, {result['cpu']:.1f} CPU-s; peak {result['peak'] / 2**30:.2f} GiB, "
                   f"largest child {result['child_peak'] / 2**30:.2f} GiB")
+            print("  each child's peak: " + ", ".join(f"{step} {peak / 2**30:.2f} GiB" for step, peak in result["steps"]))
             print("  files: " + ", ".join(f"{n} {b / 1e9:.3f} GB" for n, b in result["files"].items()))
             for line in result["log"]:
                 print(f"  {line}")

@@ -19,7 +19,7 @@ def weights_as_inputs(path):
              helper.make_node("Add", ["p", "b"], ["y"])]
     inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
               for name, shape in (("x", ["rows", 8]), ("w1", [8, 300]), ("w2", [300, 4]), ("b", [4]))]
-    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 4])])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
 
 
@@ -41,6 +41,7 @@ def test_weights_go_inside_the_program_or_beside_it_and_give_the_same_outputs(tm
     x = rng.standard_normal((3, 8), np.float32)
     expected = (x @ weights["w1"]) @ weights["w2"] + weights["b"]
     np.testing.assert_allclose(run(target, x), expected, rtol=1e-5, atol=1e-5)
+    onnx.checker.check_model(target)  # written in parts (inside) or with its data file (beside): one valid program
     model = onnx.load(target, load_external_data=False)
     assert sorted(i.name for i in model.graph.initializer) == ["b", "w1", "w2"]  # not one the graph lacks
     if beside:
@@ -51,11 +52,38 @@ def test_weights_go_inside_the_program_or_beside_it_and_give_the_same_outputs(tm
         assert os.path.getsize(target) < 1000  # the operators alone
 
 
-def test_a_weight_of_another_type_than_the_program_takes_is_refused_by_name(tmp_path):
+@pytest.mark.parametrize("limit", [2**31, 0])
+def test_each_weight_is_let_go_before_the_next_is_read(tmp_path, limit):
+    """The conversion holds one weight at a time besides Paddle's copy (issue 69: it held them all,
+    then the program's serialization beside them)."""
+    import weakref
+    source, target = str(tmp_path / "ops.onnx"), str(tmp_path / "model.onnx")
+    weights_as_inputs(source)
+    shapes = {"w1": (8, 300), "w2": (300, 4), "b": (4,)}
+    alive = []
+
+    def read():
+        for name, shape in shapes.items():
+            alive.append(sum(ref() is not None for ref in handed))
+            array = np.ones(shape, np.float32)
+            handed.append(weakref.ref(array))
+            yield name, array
+            del array
+    handed: list = []
+    with_weights(source, read(), target, one_file_bytes=limit)
+    assert alive == [0, 0, 0]
+    x = np.ones((2, 8), np.float32)
+    np.testing.assert_allclose(run(target, x), np.full((2, 4), 8 * 300 + 1, np.float32))
+
+
+def test_a_weight_of_another_type_or_shape_than_the_program_takes_is_refused_by_name(tmp_path):
     source, target = str(tmp_path / "ops.onnx"), str(tmp_path / "model.onnx")
     weights_as_inputs(source)
     weights = {"w1": np.zeros((8, 300), np.float64), "w2": np.zeros((300, 4), np.float32)}
     with pytest.raises(SystemExit, match="w1: the program takes FLOAT, the parameters file holds float64"):
+        with_weights(source, iter(weights.items()), target)
+    weights = {"w1": np.zeros((8, 300), np.float32), "w2": np.zeros((4, 300), np.float32)}
+    with pytest.raises(SystemExit, match=r"w2: the program takes shape \[300, 4\], the parameters file holds \[4, 300\]"):
         with_weights(source, iter(weights.items()), target)
 
 

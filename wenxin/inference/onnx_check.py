@@ -1,7 +1,8 @@
 """The check of a converted ``model.onnx`` against the Paddle model it came from, run as a child
 process of the export (``python -m wenxin.inference.onnx_check FOLDER ONNX_FILE BATCH_FILE``):
-loading the Paddle model again and an ONNX Runtime session of it takes about twice the model's
-memory, which the training process that exports its result must not hold on top of its own.
+loading the Paddle model again and an ONNX Runtime session of it takes the model's memory twice
+over, which the training process that exports its result must not hold on top of its own. Paddle
+runs first and is let go before ONNX Runtime loads, so that the child holds one copy at a time.
 
 It prints one JSON line: ``{"difference", "flips", "rows"}`` (the largest difference of the
 outputs, how many integer outputs differ, and the batch's rows; for a generation export's step
@@ -12,6 +13,7 @@ difference and scale, the flips and rows summed.
 """
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from typing import Any, Dict, List, Optional, Sequence
@@ -29,20 +31,22 @@ def compare(folder: str, onnx_file: str, batches: Sequence[Dict[str, np.ndarray]
     results = []
     try:
         paddle = Predictor(folder, backend="paddle", load_model=not program)
-        engine = paddle_engine(folder, paddle.meta, program) if program else paddle.engine
+        engine = paddle.engine if not program else paddle_engine(folder, paddle.meta, program)
         assert engine is not None  # loaded: Predictor's default
+        feeds = [{name: batch[name.split("__")[-1]] for name in engine.input_names}  # a static program's step__name
+                 for batch in batches]
+        expected = [engine.run(inputs) for inputs in feeds]
+        del paddle, engine  # one engine's copy of the weights at a time
+        gc.collect()
         session = open_session(onnx_file)
-        for batch in batches:
-            inputs = {name: batch[name.split("__")[-1]] for name in engine.input_names}  # a static program's step__name
+        for inputs, want in zip(feeds, expected):
             got = session.run([o.name for o in session.get_outputs()], inputs)
-            expected = engine.run(inputs)
-            flips = sum(int(np.sum(a != b)) for a, b in zip(expected, got)
-                        if a.dtype.kind in "iu" and a.shape == b.shape)
-            result = {"difference": float(largest_difference(expected, got)), "flips": flips,
+            flips = sum(int(np.sum(a != b)) for a, b in zip(want, got) if a.dtype.kind in "iu" and a.shape == b.shape)
+            result = {"difference": float(largest_difference(want, got)), "flips": flips,
                       "rows": len(next(iter(inputs.values())))}
             if program:  # a step's first output is its logits [R, V]: their scale, and the rows whose best token moved
-                result["scale"] = float(np.abs(expected[0]).max())
-                result["flips"] = int(np.sum(expected[0].argmax(-1) != got[0].argmax(-1)))
+                result["scale"] = float(np.abs(want[0]).max())
+                result["flips"] = int(np.sum(want[0].argmax(-1) != got[0].argmax(-1)))
             results.append(result)
     except (BackendError, WenxinError) as e:
         return {"error": str(e)}

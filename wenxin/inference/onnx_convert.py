@@ -10,19 +10,18 @@ where that fails, as on a Paddle whose program internals differ, it is converted
 operators alone, and the weights, read with Paddle's own loader, become the ONNX program's
 initializers under their parameter names (``with_weights``): inside its file while the file stays
 under ``ONE_FILE_BYTES``, else in ``<file>.data`` beside it, ONNX's external data, each tensor at an
-offset aligned to a page so that ONNX Runtime may map it. Measured (``benchmarks/onnx_conversion.py``):
-the same logits to the bit at that shape, float32 and int8, at the same speed; the conversion's
-largest child process 10.1 -> 5.8 GiB and 132 -> 108 s; a program of 2.24 GB converts.
+offset aligned to a page so that ONNX Runtime may map it, each written as it is read and let go.
+Measured (``benchmarks/onnx_conversion.py``): the same logits to the bit at that shape, float32 and
+int8, at the same speed; this process 10.1 -> 2.7 GiB; a program of 2.24 GB converts.
 A legacy ``.pdmodel`` program is converted as it is (its weights inside, under 2 GB only).
 """
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 import sys
 import tempfile
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -55,39 +54,73 @@ def read_parameters(graph: str, params: str, names: List[str]) -> Iterator[Tuple
         scope.erase([name])  # held once: here, then in the ONNX program or its data file
 
 
-def with_weights(onnx_file: str, weights: Iterator[Tuple[str, np.ndarray]], target: str,
+def with_weights(onnx_file: str, weights: Iterable[Tuple[str, np.ndarray]], target: str,
                  one_file_bytes: int = ONE_FILE_BYTES) -> None:
     """Write the ONNX program ``onnx_file`` (the weights its inputs) to ``target`` with each of
     ``weights`` an initializer in the place of the input of its name: inside ``target`` while the
-    whole stays under ``one_file_bytes``, else in ``external_data_file(target)``."""
+    whole stays under ``one_file_bytes``, else in ``external_data_file(target)``.
+
+    Each weight is written as it comes and let go, so that the conversion holds one weight at a
+    time besides the caller's (``onnx.save`` of a program holding its weights held their
+    serialization beside them: twice the weights). Beside the program, it goes into its data file;
+    inside it, into the file as a part of its own, ``ModelProto(graph=GraphProto(initializer=[w]))``,
+    the operators written last: a protobuf reader merges the parts of a message it reads one after
+    the other, their repeated fields (here the graph's initializers) joined."""
     import onnx
     model = onnx.load(onnx_file)
     inputs = {value.name: value for value in model.graph.input}
-    arrays = {name: array for name, array in weights if name in inputs}  # (not one paddle2onnx pruned away)
-    external = model.ByteSize() + sum(a.nbytes for a in arrays.values()) + ALIGNMENT * len(arrays) >= one_file_bytes
+    weight_bytes = sum(declared_bytes(value) for value in inputs.values())
+    external = model.ByteSize() + weight_bytes + ALIGNMENT * len(inputs) >= one_file_bytes
     data_file = external_data_file(target)
-    with open(data_file, "wb") if external else contextlib.nullcontext() as data:
-        for name in list(arrays):
-            array = arrays.pop(name)  # each array held once: here, then in the program or its data file
-            elem_type = inputs[name].type.tensor_type.elem_type
-            expected = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
-            if np.dtype(expected).itemsize != array.dtype.itemsize:
-                raise SystemExit(f"{name}: the program takes {onnx.TensorProto.DataType.Name(elem_type)}, "
-                                 f"the parameters file holds {array.dtype}")
-            tensor = onnx.TensorProto(name=name, dims=array.shape, data_type=elem_type)
-            raw = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
-            if data is None:
-                tensor.raw_data = raw
-            else:
-                offset = -data.tell() % ALIGNMENT + data.tell()
-                data.seek(offset)
-                data.write(raw)
+    with open(data_file if external else target, "wb") as written:
+        for name, array in weights:
+            if name not in inputs:  # (one paddle2onnx pruned away)
+                continue
+            tensor = initializer_of(name, array, inputs[name])
+            little_endian = np.ascontiguousarray(array, array.dtype.newbyteorder("<"))
+            if external:
+                offset = -written.tell() % ALIGNMENT + written.tell()
+                written.seek(offset)
+                written.write(little_endian.data)
                 tensor.data_location = onnx.TensorProto.EXTERNAL
-                for key, value in (("location", os.path.basename(data_file)), ("offset", offset), ("length", len(raw))):
+                for key, value in (("location", os.path.basename(data_file)), ("offset", offset),
+                                   ("length", array.nbytes)):
                     tensor.external_data.add(key=key, value=str(value))
-            model.graph.initializer.append(tensor)
-            model.graph.input.remove(inputs[name])
-    onnx.save(model, target)
+                model.graph.initializer.append(tensor)
+            else:
+                tensor.raw_data = little_endian.tobytes()
+                written.write(onnx.ModelProto(graph=onnx.GraphProto(initializer=[tensor])).SerializeToString())
+            model.graph.input.remove(inputs.pop(name))
+            del array, little_endian, tensor
+        if not external:
+            written.write(model.SerializeToString())
+    if external:
+        onnx.save(model, target)
+
+
+def declared_bytes(value: "onnx.ValueInfoProto") -> int:  # type: ignore[name-defined]  # noqa: F821
+    """The bytes of a tensor input of fixed shape (0 where a dimension is not fixed)."""
+    from onnx import helper
+    tensor_type = value.type.tensor_type
+    dims = [max(d.dim_value, 0) for d in tensor_type.shape.dim]  # (0: a named or unknown dimension)
+    return int(np.prod(dims)) * np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)).itemsize
+
+
+def initializer_of(name: str, array: np.ndarray,
+                   value: "onnx.ValueInfoProto") -> "onnx.TensorProto":  # type: ignore[name-defined]  # noqa: F821
+    """An initializer's header (no data yet) for ``array`` in the place of the input ``value``;
+    SystemExit naming the weight where its type or shape is not the one the program takes."""
+    import onnx
+    elem_type = value.type.tensor_type.elem_type
+    expected = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+    if np.dtype(expected).itemsize != array.dtype.itemsize:
+        raise SystemExit(f"{name}: the program takes {onnx.TensorProto.DataType.Name(elem_type)}, "
+                         f"the parameters file holds {array.dtype}")
+    dims = [d.dim_value if d.dim_value > 0 else None for d in value.type.tensor_type.shape.dim]  # None: not fixed
+    if len(dims) != array.ndim or any(d not in (None, n) for d, n in zip(dims, array.shape)):
+        raise SystemExit(f"{name}: the program takes shape {[d if d is not None else '?' for d in dims]}, "
+                         f"the parameters file holds {list(array.shape)}")
+    return onnx.TensorProto(name=name, dims=array.shape, data_type=elem_type)
 
 
 def paddle2onnx_export(graph: str, params: str, target: str, opset: int) -> None:

@@ -178,11 +178,12 @@ def quantize(source: str, target: str, one_file_bytes: int = ONE_FILE_BYTES) -> 
     routers = router_products(model)
     weight_bytes = sum(int(np.prod(init.dims)) * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
                        for init in model.graph.initializer)
-    large_source = weight_bytes >= one_file_bytes
     large_target = weight_bytes // 4 >= one_file_bytes  # the products' weights int8, the rest small
     prepared = target + ".float"
     try:
-        onnx.save_model(model, prepared, save_as_external_data=large_source,
+        # Its weights beside it whatever its size: ONNX Runtime's quantizer infers its shapes from the file
+        # and loads the result; with the weights inside, both held them (and their serialization) once more.
+        onnx.save_model(model, prepared, save_as_external_data=True,
                         location=os.path.basename(external_data_file(prepared)))
         del model
         quantize_dynamic(prepared, target, weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=routers,
