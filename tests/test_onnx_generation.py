@@ -173,6 +173,39 @@ def test_a_program_whose_weights_lie_beside_it_answers_as_one_that_holds_them(co
     assert packed == ([os.path.join(beside, program)] if runtime_writes_packed(onnxruntime.__version__) else [])
 
 
+def test_an_int8_copy_that_cannot_be_made_leaves_the_float32_program_and_says_why(converted, tmp_path, monkeypatch):
+    """ONNX Runtime's quantizer holds the float32 weights several times over: where it is killed
+    (as the system kills a process out of memory), the export keeps its checked float32 program,
+    sealed and served, drops the int8 copy of an earlier export (not this program's) and says why;
+    the int8 backend then says the copy is missing."""
+    import logging
+    import signal
+    import sys
+
+    from conftest import wenxin_log
+
+    from wenxin.common.errors import WenxinError
+    from wenxin.inference import onnx_export
+    again = str(tmp_path / "again")
+    shutil.copytree(converted, again)
+    assert os.path.isfile(os.path.join(again, "advance_pair.int8.onnx"))  # the earlier export's
+    killed = f"import os, signal; os.kill(os.getpid(), signal.{signal.SIGKILL.name})"
+    monkeypatch.setattr(onnx_export, "QUANTIZER", [sys.executable, "-c", killed])
+    with wenxin_log(logging.WARNING) as log:
+        assert export_onnx(again, {}) == os.path.join(again, "advance_pair.onnx")
+    assert "quantizing the ONNX program to int8 failed (killed by SIGKILL, as the system does when it runs out " \
+           "of memory) (advance_pair.int8.onnx not written; the float32 program is" in " ".join(log)
+    files = set(os.listdir(again))
+    assert "advance_pair.onnx" in files and not {"advance_pair.int8.onnx", "advance_pair.int8.onnx.data"} & files
+    assert not [name for name in files if name.startswith(".onnx-")]  # nothing left building
+    verify_export(again)
+    np.testing.assert_array_equal(
+        Predictor(again, backend="onnxruntime").run_step("prefill", {"ids": np.asarray([PROMPTS[0]])})["logits"],
+        Predictor(converted, backend="onnxruntime").run_step("prefill", {"ids": np.asarray([PROMPTS[0]])})["logits"])
+    with pytest.raises(WenxinError, match="no advance_pair.int8.onnx"):
+        Predictor(again, backend="onnxruntime-int8")
+
+
 LONE = "a lone row"
 
 

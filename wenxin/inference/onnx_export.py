@@ -9,10 +9,11 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -39,6 +40,7 @@ CHECK_ROWS = 32  # dev examples both engines must agree on before model.onnx is 
 # may install packages at run time, so the optimizer is onnxoptimizer (a dependency of paddle2onnx),
 # and the child cannot reach a package index (PIP_NO_INDEX) should anything else try.
 CONVERTER = [sys.executable, "-m", "wenxin.inference.onnx_convert"]  # then: GRAPH PARAMS TARGET OPSET ONE_FILE_BYTES
+QUANTIZER = [sys.executable, "-m", "wenxin.inference.onnx_quantize"]  # then: SOURCE TARGET ONE_FILE_BYTES
 
 
 def convert_in_subprocess(graph: str, params: str, target: str, folder: str,
@@ -262,19 +264,41 @@ def export_step_onnx(folder: str, graph: str, params: str, tolerance: float = TO
             convert_in_subprocess(*converted.files, built, folder, one_file_bytes)
             checks[converted.program] = _checked(folder, built, converted.batches, converted.program, tolerance,
                                                  onnx_file(converted.program) if converted.kept else name8)
-        built8 = os.path.join(building, name8)
-        quantize_in_subprocess(os.path.join(building, onnx_file(source.program)), built8, folder, one_file_bytes)
-        checked8 = check_in_subprocess(folder, built8, source.batches, source.program)
+        checked8 = int8_copy(os.path.join(building, onnx_file(source.program)), os.path.join(building, name8),
+                             source, folder, one_file_bytes)
         for converted in plan:
             if not converted.kept:  # it was the int8 copy's source only
                 for path in program_files(os.path.join(building, onnx_file(converted.program))):
                     os.remove(path)
+        if checked8 is None:  # an int8 copy of an earlier export would not be this program's
+            for path in program_files(os.path.join(folder, name8)):
+                os.remove(path)
         move_built(building, folder)
         seal_export(folder)
-    logger.info("exported %s (float32: logits within %.2g of Paddle's) and %s (int8: within %.2g of %.2g, "
-                "%d of %d rows' best token moved)", kept, checks[plan[0].program]["difference"],
-                name8, checked8["difference"], checked8["scale"], checked8["flips"], checked8["rows"])
+    float32 = f"exported {kept} (float32: logits within {checks[plan[0].program]['difference']:.2g} of Paddle's)"
+    if checked8 is not None:
+        logger.info("%s and %s (int8: within %.2g of %.2g, %d of %d rows' best token moved)", float32, name8,
+                    checked8["difference"], checked8["scale"], checked8["flips"], checked8["rows"])
+    else:
+        logger.info("%s, without its int8 copy", float32)
     return kept
+
+
+def int8_copy(source: str, target: str, program: "ConvertedProgram", folder: str,
+              one_file_bytes: int) -> Optional[Dict[str, Any]]:
+    """``source`` quantized to int8 into ``target`` and checked against Paddle (the check's
+    result), or None where that failed: said in a warning and the float32 program kept, as the
+    int8 copy's quantizer holds the float32 weights several times over (``quantize_in_subprocess``)
+    and may be out of a machine's reach where the float32 program is not."""
+    try:
+        quantize_in_subprocess(source, target, folder, one_file_bytes)
+        return check_in_subprocess(folder, target, program.batches, program.program)
+    except InferenceError as e:
+        for path in program_files(target):
+            os.remove(path)
+        logger.warning("%s (%s not written; the float32 program is, and --backend onnxruntime-int8 cannot serve "
+                       "this export)", e, os.path.basename(target))
+        return None
 
 
 @contextlib.contextmanager
@@ -323,9 +347,20 @@ def quantize_in_subprocess(source: str, target: str, folder: str, one_file_bytes
     """``source`` quantized to int8 into ``target`` in a child process (``onnx_quantize``; at
     ERNIE-4.5-0.3B's size it holds 5.8 GiB while it works, 4.3x the float32 weights: ONNX
     Runtime's quantizer holds them three times, its own copy and the copy it reloads included)."""
-    proc = subprocess.run([sys.executable, "-m", "wenxin.inference.onnx_quantize", source, target,
-                           str(one_file_bytes)], capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "PIP_NO_INDEX": "1"})
+    try:
+        proc = subprocess.run([*QUANTIZER, source, target, str(one_file_bytes)], capture_output=True, text=True,
+                              timeout=1800, env={**os.environ, "PIP_NO_INDEX": "1"})
+    except subprocess.TimeoutExpired:
+        raise InferenceError(f"{folder}: quantizing the ONNX program to int8 did not finish within 30 minutes") \
+            from None
     if proc.returncode != 0 or not os.path.isfile(target):
-        last = [line.strip() for line in proc.stderr.splitlines() if line.strip()][-1:] or [f"exit {proc.returncode}"]
+        last = [line.strip() for line in proc.stderr.splitlines() if line.strip()][-1:] or [exit_words(proc.returncode)]
         raise InferenceError(f"{folder}: quantizing the ONNX program to int8 failed ({last[0][:300]})")
+
+
+def exit_words(returncode: int) -> str:
+    """How a child process that said nothing ended."""
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+    return f"killed by {name}" + (", as the system does when it runs out of memory" if name == "SIGKILL" else "")
