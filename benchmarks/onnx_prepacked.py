@@ -9,6 +9,17 @@ before the rounds (into ``--cache``, timed and reported apart)::
 
     python benchmarks/onnx_prepacked.py EXPORT --backend onnxruntime-int8 --rounds 2
     python benchmarks/onnx_prepacked.py EXPORT --backend onnxruntime --rounds 2
+
+``--least_memory`` asks instead how little memory each needs: the same worker in a memory cgroup
+(v1 or v2; root, a writable ``/sys/fs/cgroup``) whose limit is halved towards the smallest at
+which it loads and decodes to the end with the tokens it gives unlimited and within twice its
+unlimited time (more: it reads its pages from disk again and again), within ``--precision`` MiB;
+the export's and the cache's files are put out of the system's page cache before each try (a page
+another process read in is charged to that process's cgroup). Resident memory counts the pages of
+a mapped file the process has read, which the system takes back under pressure; a cgroup's limit
+is what a container or a machine of that size allows::
+
+    python benchmarks/onnx_prepacked.py EXPORT --backend onnxruntime --least_memory --new 8
 """
 from __future__ import annotations
 
@@ -65,19 +76,94 @@ def worker(export: str, backend: str, prompt: int, new: int, streams: int) -> Di
     many = streams_timed(lambda tokens: list(advance_in_place(predictor, slots, tokens)), first, new)
     result.update(decoded=memory_gib(), one_ms=one["decode_cpu"] / (new - 1) * 1e3,
                   prompt_ms=one["prompt_cpu"] / prompt * 1e3, streams_ms=many["step_cpu"] / streams * 1e3,
-                  tokens=one["tokens"], first_logits=one["first_logits"][:64])
+                  tokens=one["tokens"], first_logits=one["first_logits"][:64], peak_gib=peak_gib())
     return result
 
 
-def run(args: argparse.Namespace, setting: str) -> Dict[str, Any]:
+def peak_gib() -> float:
+    """This process's peak resident memory (VmHWM), GiB."""
+    with open("/proc/self/status", encoding="utf-8") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 2**20
+
+
+def run(args: argparse.Namespace, setting: str, limit_mib: int = 0, timeout: float = 0) -> Dict[str, Any]:
+    """The worker in a fresh process; with ``limit_mib``, in a memory cgroup of that size, and
+    ``{"killed": ...}`` where it does not finish (within ``timeout`` seconds, where given)."""
     env = {**os.environ, "WENXIN_ONNX_PREPACKED": setting, "WENXIN_CACHE": args.cache, "GLOG_minloglevel": "2",
            "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, __file__, "--worker", args.export, "--backend", args.backend,
-                           "--prompt", str(args.prompt), "--new", str(args.new), "--streams", str(args.streams)],
-                          capture_output=True, text=True, env=env, check=False)
+    cgroup = memory_cgroup(limit_mib) if limit_mib else ""
+    if cgroup:  # pages another process read in are charged to its cgroup, not this one's: out of the cache first
+        for folder in (args.export, args.cache):
+            uncached(folder)
+    started = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, __file__, "--worker", args.export, "--backend", args.backend,
+                               "--prompt", str(args.prompt), "--new", str(args.new), "--streams", str(args.streams)],
+                              capture_output=True, text=True, env=env, check=False, timeout=timeout or None,
+                              preexec_fn=(lambda: join_cgroup(cgroup)) if cgroup else None)
+    except subprocess.TimeoutExpired:
+        return {"killed": "too slow"}
     if done.returncode != 0:
+        if limit_mib:
+            return {"killed": done.returncode}
         raise SystemExit(done.stderr[-3000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result: Dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["wall_s"] = time.perf_counter() - started
+    return result
+
+
+CGROUP = "wenxin-benchmark"
+
+
+def memory_cgroup(limit_mib: int) -> str:
+    """A memory cgroup limited to ``limit_mib`` (made or reused): its folder."""
+    controllers = "/sys/fs/cgroup/cgroup.controllers"
+    if os.path.isfile(controllers):  # v2
+        folder, limit = os.path.join("/sys/fs/cgroup", CGROUP), "memory.max"
+    else:  # v1
+        folder, limit = os.path.join("/sys/fs/cgroup/memory", CGROUP), "memory.limit_in_bytes"
+    os.makedirs(folder, exist_ok=True)
+    for name in ("memory.memsw.limit_in_bytes", "memory.swap.max"):  # no swap to spill into, then the limit
+        if os.path.exists(os.path.join(folder, name)):
+            with open(os.path.join(folder, name), "w") as f:
+                f.write("-1" if name.startswith("memory.memsw") else "0")
+    with open(os.path.join(folder, limit), "w") as f:
+        f.write(str(limit_mib << 20))
+    return folder
+
+
+def uncached(folder: str) -> None:
+    """The system's cached pages of the files under ``folder`` given back (clean pages: nothing lost)."""
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def join_cgroup(folder: str) -> None:
+    with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+
+
+def least_memory(args: argparse.Namespace) -> None:
+    """For each setting: the smallest cgroup limit it finishes in with its unlimited tokens."""
+    print("| program | unlimited: peak RSS / RSS decoded (GiB), wall (s) | least memory it runs in (MiB) "
+          "| there: decode a token (CPU-ms), wall (s) |")
+    print("|---|---|---|---|")
+    for setting, title in (("off", "as it is"), ("on", "weights packed on disk")):
+        free = run(args, setting)
+        low, high = 64, int(free["peak_gib"] * 1024 * 2)
+        best: Dict[str, Any] = {}
+        while high - low > args.precision:
+            middle = (low + high) // 2
+            got = run(args, setting, middle, timeout=2 * free["wall_s"] + 5)  # slower: reading its file again
+            if "killed" not in got and got["tokens"] == free["tokens"]:
+                high, best = middle, got
+            else:
+                low = middle
+        there = f"{best['one_ms']:.1f}, {best['wall_s']:.0f}" if best else "(not reached)"
+        print(f"| {title} | {free['peak_gib']:.2f} / {free['decoded']['rss']:.2f}, {free['wall_s']:.0f} "
+              f"| {high} | {there} |", flush=True)
 
 
 def main() -> None:
@@ -89,6 +175,8 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--cache", default="", help="the cache folder for the packed copy (default: a new one)")
+    parser.add_argument("--least_memory", action="store_true", help="the smallest memory cgroup each runs in")
+    parser.add_argument("--precision", type=int, default=32, help="--least_memory: MiB")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -99,6 +187,10 @@ def main() -> None:
     made = time.perf_counter()
     first = run(args, "on")  # makes the packed copy
     print(f"first load with packing: {first['load_s']:.1f} s (packing {time.perf_counter() - made:.1f} s in all)")
+    if args.least_memory:
+        least_memory(args)
+        print(load_note())
+        return
     results: Dict[str, List[Dict[str, Any]]] = {"off": [], "on": []}
     for round_ in range(args.rounds):
         for setting in (("off", "on") if round_ % 2 == 0 else ("on", "off")):
