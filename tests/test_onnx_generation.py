@@ -173,6 +173,24 @@ def test_a_program_whose_weights_lie_beside_it_answers_as_one_that_holds_them(co
     assert packed == ([os.path.join(beside, program)] if runtime_writes_packed(onnxruntime.__version__) else [])
 
 
+def test_the_int8_copy_made_a_weight_at_a_time_gives_the_exports_logits_to_the_bit(converted, tmp_path):
+    """``onnx_quantize_groups``: ONNX Runtime's quantizer handed one weight at a time (a large
+    program's groups, here each weight alone) makes the program it makes of the whole at once."""
+    from wenxin.inference.onnx_backend import open_session
+    from wenxin.inference.onnx_export import advance_programs
+    from wenxin.inference.onnx_quantize import quantize
+    target = str(tmp_path / "advance_pair.int8.onnx")
+    quantize(os.path.join(converted, "advance_pair.onnx"), target, group_bytes=0)
+    ours, export = (open_session(path) for path in (target, os.path.join(converted, "advance_pair.int8.onnx")))
+    graph = os.path.join(converted, "advance_pair.json")
+    batches = advance_programs(converted, graph, os.path.join(converted, "steps.pdiparams"))[0].batches
+    assert batches
+    for batch in batches:
+        feeds = {i.name: batch[i.name.split("__")[-1]] for i in ours.get_inputs()}
+        for a, b in zip(ours.run(None, feeds), export.run(None, feeds)):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_an_int8_copy_that_cannot_be_made_leaves_the_float32_program_and_says_why(converted, tmp_path, monkeypatch):
     """ONNX Runtime's quantizer holds the float32 weights several times over: where it is killed
     (as the system kills a process out of memory), the export keeps its checked float32 program,

@@ -1,5 +1,5 @@
 """The int8 copy of a converted step program, made in a child process of the export
-(``python -m wenxin.inference.onnx_quantize SOURCE TARGET [ONE_FILE_BYTES]``): ONNX Runtime's dynamic
+(``python -m wenxin.inference.onnx_quantize SOURCE TARGET [ONE_FILE_BYTES [GROUP_BYTES]]``): ONNX Runtime's dynamic
 quantization (``quantize_dynamic``: weights int8 per output channel, each product's activations
 quantized per call). ``onnx_convert`` makes the weights initializers the products read directly,
 but a tied output layer multiplies by the token embedding transposed at run time (a ``Transpose``
@@ -31,18 +31,20 @@ import os
 import sys
 from typing import Dict, List, Optional
 
-from wenxin.inference.onnx_convert import ONE_FILE_BYTES, external_data_file, program_files
+from wenxin.inference.onnx_convert import ONE_FILE_BYTES, external_data_file
+from wenxin.inference.onnx_quantize_groups import GROUP_BYTES, GroupsDisagree, quantize_in_groups
 
 
-def fold_transposed_weights(model: "onnx.ModelProto") -> int:  # type: ignore[name-defined]  # noqa: F821
-    """Replace each ``Transpose`` of an initializer by the transposed initializer; returns how many."""
+def fold_transposed_weights(model: "onnx.ModelProto", base_dir: str = "") -> int:  # type: ignore[name-defined]  # noqa: F821
+    """Replace each ``Transpose`` of an initializer by the transposed initializer (``base_dir``:
+    where the model's external data lies, if any); returns how many."""
     from onnx import numpy_helper
     initializers = {init.name: init for init in model.graph.initializer}
     folded = []
     for node in model.graph.node:
         if node.op_type != "Transpose" or node.input[0] not in initializers:
             continue
-        array = numpy_helper.to_array(initializers[node.input[0]])
+        array = numpy_helper.to_array(initializers[node.input[0]], base_dir)
         perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
         model.graph.initializer.append(numpy_helper.from_array(array.transpose(perm), node.output[0]))
         folded.append(node)
@@ -165,41 +167,35 @@ def router_products(model: "onnx.ModelProto") -> List[str]:  # type: ignore[name
     return routers
 
 
-def quantize(source: str, target: str, one_file_bytes: int = ONE_FILE_BYTES) -> None:
+def quantize(source: str, target: str, one_file_bytes: int = ONE_FILE_BYTES, group_bytes: int = GROUP_BYTES) -> None:
     """``source`` (a float32 ONNX program) quantized to int8 into ``target``: its weights inside it
-    while they stay under ``one_file_bytes``, else in ``<target>.data`` beside it (ONNX Runtime
-    names it so), as ``onnx_convert`` writes ``source``."""
+    while they stay under ``one_file_bytes``, else in ``<target>.data`` beside it, as
+    ``onnx_convert`` writes ``source``; ``group_bytes`` of float32 weights handed to ONNX Runtime's
+    quantizer at a time (``onnx_quantize_groups``)."""
     import numpy as np
     import onnx
     from onnx import helper
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    model = onnx.load(source)  # external data read in
-    fold_transposed_weights(model)
+    model = onnx.load(source, load_external_data=False)  # the weights read where they lie, a group at a time
+    fold_transposed_weights(model, os.path.dirname(source))
     routers = router_products(model)
     weight_bytes = sum(int(np.prod(init.dims)) * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
                        for init in model.graph.initializer)
     large_target = weight_bytes // 4 >= one_file_bytes  # the products' weights int8, the rest small
-    prepared = target + ".float"
+    data_file = external_data_file(target) if large_target else ""
     try:
-        # Its weights beside it whatever its size: ONNX Runtime's quantizer infers its shapes from the file
-        # and loads the result; with the weights inside, both held them (and their serialization) once more.
-        onnx.save_model(model, prepared, save_as_external_data=True,
-                        location=os.path.basename(external_data_file(prepared)))
-        del model
-        quantize_dynamic(prepared, target, weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=routers,
-                         use_external_data_format=large_target)
-        quantized = onnx.load(target, load_external_data=False)  # the weights stay where they were written
-        per_token_activations(quantized)
-        biases_apart(quantized, os.path.dirname(target))
-        onnx.save(quantized, target)
-    finally:
-        for path in program_files(prepared):
-            os.remove(path)
+        quantized = quantize_in_groups(model, os.path.dirname(source), routers, data_file, group_bytes)
+    except GroupsDisagree as e:
+        print(f"wenxin: the int8 copy is made in one pass ({e})", file=sys.stderr)
+        quantized = quantize_in_groups(model, os.path.dirname(source), routers, data_file, group_bytes=1 << 62)
+    del model
+    per_token_activations(quantized)
+    biases_apart(quantized, os.path.dirname(target))
+    onnx.save(quantized, target)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    quantize(args[0], args[1], *(int(a) for a in args[2:3]))
+    quantize(args[0], args[1], *(int(a) for a in args[2:4]))
     return 0
 
 
