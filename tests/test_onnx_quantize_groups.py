@@ -14,7 +14,7 @@ pytest.importorskip("onnxruntime.quantization")
 from wenxin.inference.onnx_convert import external_data_file, program_files  # noqa: E402
 from wenxin.inference.onnx_quantize import (biases_apart, fold_transposed_weights, per_token_activations,  # noqa: E402
                                             quantize, router_products)
-from wenxin.inference.onnx_quantize_groups import in_order, weight_groups  # noqa: E402
+from wenxin.inference.onnx_quantize_groups import in_order, weight_groups, without_weights  # noqa: E402
 
 VOCAB, HIDDEN, LAYERS = 50, 32, 2
 
@@ -117,3 +117,13 @@ def test_nodes_are_put_where_their_inputs_are_computed_first():
     assert [n.name for n in in_order(nodes, {"x"})] == ["first", "second", "third"]
     with pytest.raises(ValueError, match="cycle"):
         in_order([helper.make_node("Relu", ["b"], ["a"]), helper.make_node("Relu", ["a"], ["b"])], set())
+
+
+def test_a_program_without_its_weights_keeps_all_else(tmp_path):
+    small_language_model(tmp_path / "f32.onnx")
+    model = onnx.load(str(tmp_path / "f32.onnx"))
+    model.metadata_props.add(key="made by", value="a test")
+    expected = onnx.ModelProto()
+    expected.CopyFrom(model)
+    del expected.graph.initializer[:]
+    assert without_weights(model).SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)

@@ -98,6 +98,24 @@ def placed(tensor: "onnx.TensorProto", data: Optional[IO[bytes]], location: str)
     return kept
 
 
+def without_weights(model: "onnx.ModelProto") -> "onnx.ModelProto":  # type: ignore[name-defined]  # noqa: F821
+    """A copy of ``model`` without its initializers (copying it whole and deleting them would hold
+    them: protobuf frees a message's parts with the message)."""
+    import onnx
+    skeleton = onnx.ModelProto()
+    for source, target, left in ((model, skeleton, "graph"), (model.graph, skeleton.graph, "initializer")):
+        for field, value in source.ListFields():
+            if field.name == left:
+                continue
+            if hasattr(value, "extend"):  # a repeated field
+                getattr(target, field.name).extend(value)
+            elif hasattr(value, "CopyFrom"):  # a message
+                getattr(target, field.name).CopyFrom(value)
+            else:
+                setattr(target, field.name, value)
+    return skeleton
+
+
 def pass_model(skeleton: "onnx.ModelProto", model: "onnx.ModelProto", group: Set[str],  # type: ignore[name-defined]  # noqa: F821
                candidates: Set[str], base_dir: str) -> "onnx.ModelProto":  # type: ignore[name-defined]  # noqa: F821
     """The program ONNX Runtime quantizes in one pass: ``skeleton`` (``model`` without its
@@ -205,9 +223,7 @@ def quantize_in_groups(model: "onnx.ModelProto", base_dir: str, excluded: List[s
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
     candidates = candidate_weights(model, set(excluded))
-    skeleton = onnx.ModelProto()
-    skeleton.CopyFrom(model)
-    del skeleton.graph.initializer[:]
+    skeleton = without_weights(model)
     with tempfile.TemporaryDirectory(prefix="wenxin-int8-") as scratch, \
             (open(data_file, "wb") if data_file else contextlib.nullcontext()) as data:
         together = PassesTogether(model, data, os.path.basename(data_file))
