@@ -1,11 +1,13 @@
 """The int8 copy of a converted step program, made in a child process of the export
-(``python -m wenxin.inference.onnx_quantize SOURCE TARGET [ONE_FILE_BYTES [GROUP_BYTES]]``): ONNX Runtime's dynamic
-quantization (``quantize_dynamic``: weights int8 per output channel, each product's activations
-quantized per call). ``onnx_convert`` makes the weights initializers the products read directly,
-but a tied output layer multiplies by the token embedding transposed at run time (a ``Transpose``
-of an initializer), which ``quantize_dynamic`` passes over, though it is the largest product of a
-decode step (at ERNIE-4.5-0.3B's shape 106 M of the 361 M weights): folded into an initializer of
-its own first. Measured at that shape: a decode step of one row 56 CPU-ms without the fold, 25 with it.
+(``python -m wenxin.inference.onnx_quantize SOURCE TARGET [ONE_FILE_BYTES [GROUP_BYTES]]``): ONNX
+Runtime's dynamic quantization (``quantize_dynamic``: weights int8 per output channel, each
+product's activations quantized per call), handed a group of weights at a time
+(``onnx_quantize_groups``: it holds what it is handed three times over). ``onnx_convert`` makes
+the weights initializers the products read directly, but a tied output layer multiplies by the
+token embedding transposed at run time (a ``Transpose`` of an initializer), which
+``quantize_dynamic`` passes over, though it is the largest product of a decode step (at
+ERNIE-4.5-0.3B's shape 106 M of the 361 M weights): folded into an initializer of its own first.
+Measured at that shape: a decode step of one row 56 CPU-ms without the fold, 25 with it.
 
 Each product's activations are then quantized per token (``per_token_activations``) rather than
 per call: ``quantize_dynamic`` gives a whole call one scale, so a row's int8 logits depended on the
@@ -29,7 +31,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Dict, List, Optional
+import tempfile
+from typing import Dict, List, Optional, Tuple
 
 from wenxin.inference.onnx_convert import ONE_FILE_BYTES, external_data_file
 from wenxin.inference.onnx_quantize_groups import GROUP_BYTES, GroupsDisagree, quantize_in_groups
@@ -167,6 +170,25 @@ def router_products(model: "onnx.ModelProto") -> List[str]:  # type: ignore[name
     return routers
 
 
+def weights_beside(source: str, scratch: str) -> Tuple["onnx.ModelProto", str]:  # type: ignore[name-defined]  # noqa: F821
+    """``source`` with its tied output's transposed embedding folded (``fold_transposed_weights``),
+    its weights not read in, and the folder its external data lies in: a program holding its
+    weights is written to ``scratch`` with them beside it first (else the model would hold them all
+    while its groups are quantized; measured at ERNIE-4.5-0.3B's shape: the int8 step's peak
+    4.94 -> GiB)."""
+    import onnx
+    from onnx import external_data_helper
+    model = onnx.load(source, load_external_data=False)
+    beside = any(external_data_helper.uses_external_data(init) for init in model.graph.initializer)
+    fold_transposed_weights(model, os.path.dirname(source))
+    if beside:
+        return model, os.path.dirname(source)
+    held = os.path.join(scratch, "float32.onnx")
+    onnx.save_model(model, held, save_as_external_data=True, location=os.path.basename(external_data_file(held)))
+    del model
+    return onnx.load(held, load_external_data=False), scratch
+
+
 def quantize(source: str, target: str, one_file_bytes: int = ONE_FILE_BYTES, group_bytes: int = GROUP_BYTES) -> None:
     """``source`` (a float32 ONNX program) quantized to int8 into ``target``: its weights inside it
     while they stay under ``one_file_bytes``, else in ``<target>.data`` beside it, as
@@ -175,19 +197,19 @@ def quantize(source: str, target: str, one_file_bytes: int = ONE_FILE_BYTES, gro
     import numpy as np
     import onnx
     from onnx import helper
-    model = onnx.load(source, load_external_data=False)  # the weights read where they lie, a group at a time
-    fold_transposed_weights(model, os.path.dirname(source))
-    routers = router_products(model)
-    weight_bytes = sum(int(np.prod(init.dims)) * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
-                       for init in model.graph.initializer)
-    large_target = weight_bytes // 4 >= one_file_bytes  # the products' weights int8, the rest small
-    data_file = external_data_file(target) if large_target else ""
-    try:
-        quantized = quantize_in_groups(model, os.path.dirname(source), routers, data_file, group_bytes)
-    except GroupsDisagree as e:
-        print(f"wenxin: the int8 copy is made in one pass ({e})", file=sys.stderr)
-        quantized = quantize_in_groups(model, os.path.dirname(source), routers, data_file, group_bytes=1 << 62)
-    del model
+    with tempfile.TemporaryDirectory(prefix=".int8-source-", dir=os.path.dirname(os.path.abspath(target))) as scratch:
+        model, base_dir = weights_beside(source, scratch)  # read where they lie, a group at a time
+        routers = router_products(model)
+        weight_bytes = sum(int(np.prod(init.dims)) * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+                           for init in model.graph.initializer)
+        large_target = weight_bytes // 4 >= one_file_bytes  # the products' weights int8, the rest small
+        data_file = external_data_file(target) if large_target else ""
+        try:
+            quantized = quantize_in_groups(model, base_dir, routers, data_file, group_bytes)
+        except GroupsDisagree as e:
+            print(f"wenxin: the int8 copy is made in one pass ({e})", file=sys.stderr)
+            quantized = quantize_in_groups(model, base_dir, routers, data_file, group_bytes=1 << 62)
+        del model
     per_token_activations(quantized)
     biases_apart(quantized, os.path.dirname(target))
     onnx.save(quantized, target)
