@@ -288,6 +288,23 @@ def test_an_erniegen_export_converts_to_onnx_and_auto_serves_paddles_answers(con
     assert answers == paddle_.predict(rows, batch_size=3) and any(answer["text"] for answer in answers)
 
 
+def test_erniegens_int8_copy_made_a_weight_at_a_time_gives_the_exports_outputs_to_the_bit(converted, tmp_path):
+    """``onnx_quantize_groups`` on ERNIE-Gen's program (biases, position and type tables): each weight
+    handed to ONNX Runtime's quantizer alone makes the program it makes of them all at once."""
+    from wenxin.inference.onnx_backend import open_session
+    from wenxin.inference.onnx_export import infill_programs
+    from wenxin.inference.onnx_quantize import quantize
+    target = str(tmp_path / "infill.int8.onnx")
+    quantize(os.path.join(converted, "infill.onnx"), target, group_bytes=0)
+    ours, export = (open_session(path) for path in (target, os.path.join(converted, "infill.int8.onnx")))
+    graph = next(os.path.join(converted, name) for name in os.listdir(converted) if name.startswith("infill.")
+                 and name.endswith((".json", ".pdmodel")))
+    for batch in infill_programs(converted, graph, "")[0].batches:
+        feeds = {i.name: batch[i.name.split("__")[-1]] for i in ours.get_inputs()}
+        for a, b in zip(ours.run(None, feeds), export.run(None, feeds)):
+            np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("backend", ["onnxruntime", "onnxruntime-int8"])
 @pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
 def test_erniegen_rows_decoded_together_on_onnx_runtime_get_their_lone_logits(converted, gen_data, backend,  # noqa: F811

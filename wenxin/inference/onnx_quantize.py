@@ -175,7 +175,7 @@ def weights_beside(source: str, scratch: str) -> Tuple["onnx.ModelProto", str]: 
     its weights not read in, and the folder its external data lies in: a program holding its
     weights is written to ``scratch`` with them beside it first (else the model would hold them all
     while its groups are quantized; measured at ERNIE-4.5-0.3B's shape: the int8 step's peak
-    4.94 -> GiB)."""
+    4.94 -> 3.20 GiB)."""
     import onnx
     from onnx import external_data_helper
     model = onnx.load(source, load_external_data=False)
