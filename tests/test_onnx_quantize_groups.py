@@ -61,7 +61,9 @@ def library_int8(source, target):
     model = onnx.load(str(source))
     fold_transposed_weights(model)
     routers = router_products(model)
-    quantize_dynamic(model, str(target), weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=routers)
+    folded = str(target) + ".float32.onnx"
+    onnx.save(model, folded)
+    quantize_dynamic(folded, str(target), weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=routers)
     quantized = onnx.load(str(target))
     per_token_activations(quantized)
     biases_apart(quantized)

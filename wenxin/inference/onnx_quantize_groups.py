@@ -228,11 +228,12 @@ def quantize_in_groups(model: "onnx.ModelProto", base_dir: str, excluded: List[s
             (open(data_file, "wb") if data_file else contextlib.nullcontext()) as data:
         together = PassesTogether(model, data, os.path.basename(data_file))
         for group in weight_groups(model, candidates, group_bytes) or [[]]:
-            part = pass_model(skeleton, model, set(group), set(candidates), base_dir)
-            out = os.path.join(scratch, "part.onnx")
+            part, out = os.path.join(scratch, "part.onnx"), os.path.join(scratch, "part.int8.onnx")
+            # (a file: ONNX Runtime 1.16's quantize_dynamic takes a path, not a model)
+            onnx.save_model(pass_model(skeleton, model, set(group), set(candidates), base_dir), part,
+                            save_as_external_data=True, location="part.onnx.data")
             quantize_dynamic(part, out, weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=excluded,
                              use_external_data_format=True)
-            del part
             together.add(onnx.load(out), group)
             for name in os.listdir(scratch):
                 os.remove(os.path.join(scratch, name))
