@@ -4,7 +4,10 @@ at a time, so that making a large program's int8 copy holds a fraction of its we
 ``quantize_dynamic`` holds the float32 weights it is handed three times over (the model, a deep
 copy it saves for shape inference and the copy it reloads): the int8 step of converting
 ERNIE-4.5-0.3B's shape peaked at 4.3x its weights (issue 69), which at ERNIE-4.5-21B-A3B's 87 GB
-would be some 370 GB. So each pass hands it the whole graph with one group's weights as
+would be some 340 GB. Measured (``benchmarks/onnx_conversion.py``): 5.76 -> 3.20 GiB at 18 layers
+of that shape, 8.02 -> 4.21 GiB at 32 (2.1 GiB of weights, beside the program).
+
+So each pass hands it the whole graph with one group's weights as
 initializers (``GROUP_BYTES`` of them at most; a larger weight is a group alone) and each other
 weight it would quantize a graph input of its shape, which it leaves as it is (it quantizes a
 product only where its weights are initializers, ``MatMulConstBOnly``, and a ``Gather`` only from
@@ -30,9 +33,10 @@ from typing import IO, Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from wenxin.inference.onnx_convert import ALIGNMENT
+
 GROUP_BYTES = 256 << 20  # float32 weights handed to ONNX Runtime's quantizer at a time
 WEIGHT_INPUT = {"MatMul": 1, "Gather": 0}  # the operators quantize_dynamic quantizes here: their weight's input
-ALIGNMENT = 4096  # each external tensor starts on a page (as onnx_convert writes them)
 
 
 class GroupsDisagree(Exception):
