@@ -191,6 +191,15 @@ def test_the_int8_copy_made_a_weight_at_a_time_gives_the_exports_logits_to_the_b
             np.testing.assert_array_equal(a, b)
 
 
+def test_a_child_killed_without_a_word_is_named_by_its_signal():
+    import signal
+
+    from wenxin.inference.onnx_export import exit_words
+    assert exit_words(-signal.SIGKILL) == "killed by SIGKILL, as the system does when it runs out of memory"
+    assert exit_words(-signal.SIGSEGV) == "killed by SIGSEGV"
+    assert exit_words(3) == "exit status 3"
+
+
 def test_an_int8_copy_that_cannot_be_made_leaves_the_float32_program_and_says_why(converted, tmp_path, monkeypatch):
     """ONNX Runtime's quantizer holds the float32 weights several times over: where it is killed
     (as the system kills a process out of memory), the export keeps its checked float32 program,
@@ -207,12 +216,14 @@ def test_an_int8_copy_that_cannot_be_made_leaves_the_float32_program_and_says_wh
     again = str(tmp_path / "again")
     shutil.copytree(converted, again)
     assert os.path.isfile(os.path.join(again, "advance_pair.int8.onnx"))  # the earlier export's
-    killed = f"import os, signal; os.kill(os.getpid(), signal.{signal.SIGKILL.name})"
+    killed = (f"import os, signal, sys; print('wenxin: a word of its own', file=sys.stderr, flush=True); "
+              f"os.kill(os.getpid(), signal.{signal.SIGKILL.name})")
     monkeypatch.setattr(onnx_export, "QUANTIZER", [sys.executable, "-c", killed])
     with wenxin_log(logging.WARNING) as log:
         assert export_onnx(again, {}) == os.path.join(again, "advance_pair.onnx")
-    assert "quantizing the ONNX program to int8 failed (killed by SIGKILL, as the system does when it runs out " \
-           "of memory) (advance_pair.int8.onnx not written; the float32 program is" in " ".join(log)
+    assert f"{again}: a word of its own" in log  # what the quantizer says itself is passed on
+    assert "quantizing the ONNX program to int8 failed (wenxin: a word of its own) (advance_pair.int8.onnx not " \
+           "written; the float32 program is" in " ".join(log)
     files = set(os.listdir(again))
     assert "advance_pair.onnx" in files and not {"advance_pair.int8.onnx", "advance_pair.int8.onnx.data"} & files
     assert not [name for name in files if name.startswith(".onnx-")]  # nothing left building

@@ -56,9 +56,7 @@ def convert_in_subprocess(graph: str, params: str, target: str, folder: str,
         raise InferenceError(f"{folder}: paddle2onnx did not finish within 30 minutes") from None
     output = proc.stdout + proc.stderr
     logger.debug("paddle2onnx: %s", output)
-    for line in proc.stderr.splitlines():
-        if line.startswith("wenxin: "):  # onnx_convert's own word (a fallback it took)
-            logger.warning("%s: %s", folder, line[len("wenxin: "):])
+    pass_on_words(proc.stderr, folder)
     too_large = re.search(r"exceeded maximum protobuf size of 2GB: (\d+)", output)
     if too_large:  # a legacy program converted with its weights: it says so, writes an empty file and exits 0
         raise InferenceError(f"{folder}: paddle2onnx cannot convert this model: its ONNX file would hold "
@@ -352,9 +350,17 @@ def quantize_in_subprocess(source: str, target: str, folder: str, one_file_bytes
     except subprocess.TimeoutExpired:
         raise InferenceError(f"{folder}: quantizing the ONNX program to int8 did not finish within 30 minutes") \
             from None
+    pass_on_words(proc.stderr, folder)
     if proc.returncode != 0 or not os.path.isfile(target):
         last = [line.strip() for line in proc.stderr.splitlines() if line.strip()][-1:] or [exit_words(proc.returncode)]
         raise InferenceError(f"{folder}: quantizing the ONNX program to int8 failed ({last[0][:300]})")
+
+
+def pass_on_words(stderr: str, folder: str) -> None:
+    """Log what a conversion's child said itself (a ``wenxin: `` line: a fallback it took)."""
+    for line in stderr.splitlines():
+        if line.startswith("wenxin: "):
+            logger.warning("%s: %s", folder, line[len("wenxin: "):])
 
 
 def exit_words(returncode: int) -> str:
