@@ -21,7 +21,7 @@ import inspect
 import os
 import sys
 import tempfile
-from typing import Iterable, Iterator, List, Optional, Tuple
+from typing import IO, Any, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -79,13 +79,7 @@ def with_weights(onnx_file: str, weights: Iterable[Tuple[str, np.ndarray]], targ
             tensor = initializer_of(name, array, inputs[name])
             little_endian = np.ascontiguousarray(array, array.dtype.newbyteorder("<"))
             if external:
-                offset = -written.tell() % ALIGNMENT + written.tell()
-                written.seek(offset)
-                written.write(little_endian.data)
-                tensor.data_location = onnx.TensorProto.EXTERNAL
-                for key, value in (("location", os.path.basename(data_file)), ("offset", offset),
-                                   ("length", array.nbytes)):
-                    tensor.external_data.add(key=key, value=str(value))
+                written_beside(tensor, little_endian.data, written, os.path.basename(data_file))
                 model.graph.initializer.append(tensor)
             else:
                 tensor.raw_data = little_endian.tobytes()
@@ -96,6 +90,19 @@ def with_weights(onnx_file: str, weights: Iterable[Tuple[str, np.ndarray]], targ
             written.write(model.SerializeToString())
     if external:
         onnx.save(model, target)
+
+
+def written_beside(tensor: "onnx.TensorProto", data: Any, written: IO[bytes],  # type: ignore[name-defined]  # noqa: F821
+                   location: str) -> None:
+    """Write ``data`` (``tensor``'s bytes) into the open external data file ``written``, named
+    ``location``, at its next page, and name that place in ``tensor``."""
+    import onnx
+    offset = -written.tell() % ALIGNMENT + written.tell()
+    written.seek(offset)
+    written.write(data)
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", offset), ("length", written.tell() - offset)):
+        tensor.external_data.add(key=key, value=str(value))
 
 
 def declared_bytes(value: "onnx.ValueInfoProto") -> int:  # type: ignore[name-defined]  # noqa: F821

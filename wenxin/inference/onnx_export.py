@@ -68,7 +68,7 @@ def convert_in_subprocess(graph: str, params: str, target: str, folder: str,
         return
     errors = [line.split("]")[-1].strip() for line in output.splitlines() if "[ERROR]" in line]
     last = [line.strip() for line in output.splitlines() if line.strip()][-1:] or \
-        [f"exit status {proc.returncode}" if proc.returncode or not os.path.isfile(target) else "an empty file written"]
+        [exit_words(proc.returncode) if proc.returncode or not os.path.isfile(target) else "an empty file written"]
     detail = "; ".join(dict.fromkeys(errors)) or last[0]
     raise InferenceError(f"{folder}: paddle2onnx cannot convert this model ({detail}); the Paddle model is "
                          f"exported and runs with the paddle backend")
@@ -105,8 +105,8 @@ def check_in_subprocess(folder: str, onnx_file: str, batches: Sequence[Dict[str,
                 from None
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
-        last = [line.strip() for line in proc.stderr.splitlines() if line.strip()][-1:] or [f"exit {proc.returncode}"]
-        raise InferenceError(f"{folder}: checking {ONNX_FILE} against Paddle failed ({last[0][:300]})")
+        raise InferenceError(f"{folder}: checking {ONNX_FILE} against Paddle failed "
+                             f"({last_words(proc.stderr, proc.returncode)})")
     result: Dict[str, Any] = json.loads(lines[-1])
     if "error" in result:
         raise InferenceError(str(result["error"]))
@@ -352,8 +352,8 @@ def quantize_in_subprocess(source: str, target: str, folder: str, one_file_bytes
             from None
     pass_on_words(proc.stderr, folder)
     if proc.returncode != 0 or not os.path.isfile(target):
-        last = [line.strip() for line in proc.stderr.splitlines() if line.strip()][-1:] or [exit_words(proc.returncode)]
-        raise InferenceError(f"{folder}: quantizing the ONNX program to int8 failed ({last[0][:300]})")
+        raise InferenceError(f"{folder}: quantizing the ONNX program to int8 failed "
+                             f"({last_words(proc.stderr, proc.returncode)})")
 
 
 def pass_on_words(stderr: str, folder: str) -> None:
@@ -361,6 +361,12 @@ def pass_on_words(stderr: str, folder: str) -> None:
     for line in stderr.splitlines():
         if line.startswith("wenxin: "):
             logger.warning("%s: %s", folder, line[len("wenxin: "):])
+
+
+def last_words(stderr: str, returncode: int) -> str:
+    """A failed child's last line on stderr (300 characters at most), or how it ended."""
+    said = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return said[-1][:300] if said else exit_words(returncode)
 
 
 def exit_words(returncode: int) -> str:

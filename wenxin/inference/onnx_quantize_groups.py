@@ -33,7 +33,7 @@ from typing import IO, Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from wenxin.inference.onnx_convert import ALIGNMENT
+from wenxin.inference.onnx_convert import ALIGNMENT, written_beside
 
 GROUP_BYTES = 256 << 20  # float32 weights handed to ONNX Runtime's quantizer at a time
 WEIGHT_INPUT = {"MatMul": 1, "Gather": 0}  # the operators quantize_dynamic quantizes here: their weight's input
@@ -91,14 +91,10 @@ def placed(tensor: "onnx.TensorProto", data: Optional[IO[bytes]], location: str)
     if data is None or len(tensor.raw_data) < ALIGNMENT:
         kept.CopyFrom(tensor)
         return kept
-    offset = -data.tell() % ALIGNMENT + data.tell()
-    data.seek(offset)
-    data.write(tensor.raw_data)
+    raw = tensor.raw_data
     tensor.ClearField("raw_data")
     kept.CopyFrom(tensor)
-    kept.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in (("location", location), ("offset", offset), ("length", data.tell() - offset)):
-        kept.external_data.add(key=key, value=str(value))
+    written_beside(kept, raw, data, location)
     return kept
 
 
