@@ -122,3 +122,98 @@ def test_a_program_whose_parameters_cannot_be_made_inputs_is_converted_with_its_
         assert checked["difference"] <= 1e-5 * checked["scale"], checked
     import paddle
     assert paddle.in_dynamic_mode()  # the conversion left the process's graph mode as it found it
+
+
+def saved_program(folder):
+    """A saved PIR program whose parameters are of every type a parameters file holds."""
+    import paddle
+
+    from wenxin.common.graph_mode import static_mode
+    with static_mode():
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [2, 3], "float32")
+            total = x.sum()
+            for index, dtype in enumerate(["int8", "float32", "bfloat16", "float16", "int64", "float64"]):
+                value = paddle.nn.initializer.Uniform(-2.0, 2.0) if "float" in dtype else \
+                    paddle.nn.initializer.Constant(index + 1)
+                weight = paddle.static.create_parameter([3, 2 + index], dtype, name=f"w{9 - index}_{dtype}",
+                                                        default_initializer=value)
+                total = total + paddle.cast(weight, "float32").sum()
+        executor = paddle.static.Executor(paddle.CPUPlace())
+        executor.run(startup)
+        paddle.static.save_inference_model(os.path.join(folder, "m"), [x], [total], executor, program=main)
+    return os.path.join(folder, "m.json"), os.path.join(folder, "m.pdiparams")
+
+
+def program_parameters(graph, folder):
+    from wenxin.compat.pir_programs import parameters_as_inputs
+    return parameters_as_inputs(graph, os.path.join(folder, "opened.json"))
+
+
+def assert_read_as_paddle_reads(graph, params, names):
+    from wenxin.inference.onnx_convert import paddle_loaded_parameters, read_parameters
+    ours, paddles = list(read_parameters(graph, params, names)), list(paddle_loaded_parameters(graph, params, names))
+    assert [name for name, _ in ours] == [name for name, _ in paddles] == names
+    assert all(array.size for _, array in ours)
+    for (name, mine), (_, theirs) in zip(ours, paddles):
+        assert (mine.dtype, mine.shape) == (theirs.dtype, theirs.shape), name
+        assert mine.tobytes() == theirs.tobytes(), name
+
+
+def test_a_parameters_file_is_read_a_tensor_at_a_time_as_paddle_reads_it(tmp_path):
+    """``read_parameters`` reads the combined file itself, one tensor at a time (Paddle's loader
+    held the whole model, about twice the weights while reading): every type, bfloat16's bits as
+    Paddle hands them, in the order asked for although the file holds them in sorted order."""
+    pytest.importorskip("paddle")
+    graph, params = saved_program(str(tmp_path))
+    names = program_parameters(graph, str(tmp_path))
+    assert sorted(names) == [f"w{9 - index}_{dtype}" for index, dtype in reversed(list(enumerate(
+        ["int8", "float32", "bfloat16", "float16", "int64", "float64"])))]
+    assert_read_as_paddle_reads(graph, params, names)
+    assert_read_as_paddle_reads(graph, params, names[::-1])
+
+    from wenxin.common import paddle_tensor_files
+    from wenxin.inference.onnx_convert import read_parameters
+    read = []
+    original = paddle_tensor_files.read_record
+    weights = read_parameters(graph, params, names)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(paddle_tensor_files, "read_record", lambda *a: read.append(a[1]) or original(*a))
+        next(weights)
+        assert len(read) == 1  # the next tensor is read only when it is asked for
+        weights.close()
+
+
+def test_a_chat_exports_parameters_are_read_as_paddle_reads_them(tmp_path, monkeypatch):
+    pytest.importorskip("sentencepiece")
+    from test_chat_sft import FOLDER
+
+    from wenxin.model_folders import FolderSettings, export_of_folder
+    monkeypatch.setenv("WENXIN_CACHE", str(tmp_path / "cache"))
+    export = export_of_folder(FOLDER, FolderSettings(graph_mode="dynamic"))
+    graph, params = os.path.join(export, "advance_pair.json"), os.path.join(export, "steps.pdiparams")
+    assert_read_as_paddle_reads(graph, params, program_parameters(graph, str(tmp_path)))
+
+
+def test_a_parameters_file_cut_short_is_refused_and_one_of_other_tensors_is_read_by_paddle(tmp_path, capsys):
+    """A file that ends inside a tensor is refused, naming it (the conversion's child says so, and
+    the export keeps Paddle's programs); one holding more tensors than the program has parameters
+    (not written by Paddle's own export) is read by Paddle's loader whole, which knows their names."""
+    pytest.importorskip("paddle")
+    from wenxin.inference.onnx_convert import read_parameters
+    graph, params = saved_program(str(tmp_path))
+    names = program_parameters(graph, str(tmp_path))
+    whole = open(params, "rb").read()
+    cut = str(tmp_path / "cut.pdiparams")
+    with open(cut, "wb") as f:
+        f.write(whole[:-5])
+    with pytest.raises(SystemExit, match=r"cut.pdiparams: not a whole Paddle parameters file \(tensor 6 \(at byte "
+                                         r"\d+\): shape \[3, 2\] of int8 needs 6 bytes, the file has 1 left, "
+                                         r"w9_int8 by its place\)"):
+        list(read_parameters(graph, cut, names))
+    fewer = [name for name in names if "int64" not in name]
+    capsys.readouterr()
+    read = dict(read_parameters(graph, params, fewer))
+    assert f"{params} holds 6 tensors where the program has 5 parameters; read by Paddle whole" in capsys.readouterr().err
+    assert sorted(read) == sorted(fewer) and read["w8_float32"].shape == (3, 3)

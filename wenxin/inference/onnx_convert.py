@@ -41,7 +41,37 @@ def program_files(program_file: str) -> List[str]:
 
 
 def read_parameters(graph: str, params: str, names: List[str]) -> Iterator[Tuple[str, np.ndarray]]:
-    """Each of ``names`` with its array, read from ``params`` by Paddle for the program ``graph``."""
+    """Each of ``names`` with its array, in that order, read from the combined parameters file
+    ``params`` of the program ``graph`` one at a time (``paddle_tensor_files``: Paddle writes them
+    in the order of their sorted names), so that a conversion holds one weight, not the model.
+    Where the file holds another number of tensors than ``names``, Paddle's own loader reads it
+    whole, as before (said on stderr); a file not whole is refused, naming the parameter.
+
+    Measured (``benchmarks/onnx_conversion.py``): the conversion's peak at ERNIE-4.5-0.3B's shape
+    was about twice the weights while Paddle loaded them (its reading and its tensors)."""
+    from wenxin.common.paddle_tensor_files import BrokenTensor, combined_records, read_record
+    with open(params, "rb") as stream:
+        try:
+            records = combined_records(stream, os.fstat(stream.fileno()).st_size, bfloat16=True)
+        except BrokenTensor as e:
+            named = f", {sorted(names)[e.index]} by its place" if e.index < len(names) else ""
+            raise SystemExit(f"{params}: not a whole Paddle parameters file ({e}{named})") from None
+        if len(records) != len(names):
+            print(f"wenxin: {params} holds {len(records)} tensors where the program has {len(names)} parameters; "
+                  f"read by Paddle whole", file=sys.stderr)
+            yield from paddle_loaded_parameters(graph, params, names)
+            return
+        placed = dict(zip(sorted(names), records))
+        for name in names:
+            try:
+                yield name, read_record(stream, placed[name])
+            except ValueError as e:
+                raise SystemExit(f"{params}: {name}: {e}") from None
+
+
+def paddle_loaded_parameters(graph: str, params: str, names: List[str]) -> Iterator[Tuple[str, np.ndarray]]:
+    """Each of ``names`` with its array, read from ``params`` by Paddle for the program ``graph``
+    (all at once, then each let go as it is handed on)."""
     import paddle
 
     from wenxin.common.graph_mode import static_mode

@@ -15,7 +15,6 @@ load report lists them as unexpected.
 """
 from __future__ import annotations
 
-import math
 import os
 import re
 import struct
@@ -24,6 +23,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import numpy as np
 
 from wenxin.common.errors import CheckpointError
+from wenxin.common.paddle_tensor_files import parse_tensor
 
 ENCODER_PREFIX = "ernie."  # where wenxin's ERNIE task models keep their encoder
 PADDLENLP_FILES = ("model.safetensors", "model_state.pdparams")
@@ -55,9 +55,6 @@ _ERNIEKIT_LAYER_MODULES = {
 _ERNIEKIT_LAYER = re.compile(r"^encoder_layer_(\d+)_(?:(post_att|post_ffn)_layer_norm_(scale|bias)|"
                              r"(multi_head_att_(?:query|key|value|output)_fc|ffn_fc_[01])\.([wb])_0)$")
 
-# Paddle's VarType codes of the dtypes a parameter file may hold
-_DTYPES = {0: np.bool_, 1: np.int16, 2: np.int32, 3: np.int64, 4: np.float16, 5: np.float32, 6: np.float64,
-           20: np.uint8, 21: np.int8}
 
 
 def erniekit_to_paddlenlp(name: str) -> Optional[str]:
@@ -131,87 +128,18 @@ def read_tensor_folder(folder: str) -> Dict[str, np.ndarray]:
 
 
 def read_tensor_file(path: str) -> np.ndarray:
-    """One tensor in Paddle's ``save_dense_tensor`` format (what ``paddle.static.save_vars`` and
-    ERNIE-kit's ``params`` folders hold), read with numpy, so a foreign file is never unpickled:
-    ``uint32`` version 0, ``uint64`` LoD levels (each a ``uint64`` byte size and offsets),
-    ``uint32`` version 0, ``int32`` size of a ``TensorDesc`` protobuf (data type, dims), the data."""
+    """One tensor in Paddle's dense tensor format (what ``paddle.static.save_vars`` and ERNIE-kit's
+    ``params`` folders hold), read with numpy (``paddle_tensor_files``), so a foreign file is never
+    unpickled."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
     try:
-        return _parse_tensor(data)
-    except (ValueError, struct.error, KeyError) as e:
+        return parse_tensor(data)
+    except (ValueError, struct.error) as e:
         raise CheckpointError(f"{path}: not a Paddle tensor file ({e})") from None
-
-
-def _parse_tensor(data: bytes) -> np.ndarray:
-    version, levels = struct.unpack_from("<IQ", data, 0)
-    if version != 0 or levels > 16:
-        raise ValueError(f"version {version}, {levels} LoD levels")
-    offset = 12
-    for _ in range(levels):
-        (size,) = struct.unpack_from("<Q", data, offset)
-        if size > len(data) - offset - 8:
-            raise ValueError(f"a LoD level of {size} bytes in a file of {len(data)}")
-        offset += 8 + size
-    tensor_version, desc_size = struct.unpack_from("<Ii", data, offset)
-    offset += 8
-    if tensor_version != 0 or not 0 < desc_size < 4096:
-        raise ValueError(f"tensor version {tensor_version}, description of {desc_size} bytes")
-    dtype_code, dims = _parse_tensor_desc(data[offset:offset + desc_size])
-    offset += desc_size
-    if dtype_code not in _DTYPES:
-        raise ValueError(f"unsupported data type code {dtype_code}")
-    dtype = np.dtype(_DTYPES[dtype_code])
-    count = math.prod(dims)  # Python ints: a hostile shape cannot overflow
-    if any(d < 0 for d in dims) or len(data) - offset != count * dtype.itemsize:
-        raise ValueError(f"shape {dims} of {dtype} needs {count * dtype.itemsize} bytes, "
-                         f"the file has {len(data) - offset}")
-    return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(dims).copy()
-
-
-def _varint(desc: bytes, pos: int) -> Tuple[int, int]:
-    """The protobuf varint at ``desc[pos]``, and the position after it."""
-    shift = result = 0
-    while True:
-        if pos >= len(desc):
-            raise ValueError("truncated tensor description")
-        byte = desc[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("malformed varint in tensor description")
-
-
-def _parse_tensor_desc(desc: bytes) -> Tuple[int, list]:
-    """``TensorDesc { required Type data_type = 1; repeated int64 dims = 2; }`` (packed or not)."""
-    pos, dtype_code, dims = 0, -1, []
-    while pos < len(desc):
-        key, pos = _varint(desc, pos)
-        field, wire = key >> 3, key & 7
-        if field == 1 and wire == 0:
-            dtype_code, pos = _varint(desc, pos)
-        elif field == 2 and wire == 0:
-            dim, pos = _varint(desc, pos)
-            dims.append(_signed(dim))
-        elif field == 2 and wire == 2:
-            length, pos = _varint(desc, pos)
-            end = pos + length
-            while pos < end:
-                dim, pos = _varint(desc, pos)
-                dims.append(_signed(dim))
-        else:
-            raise ValueError(f"unexpected field {field} in tensor description")
-    return dtype_code, dims
-
-
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 SAFETENSORS_FILE = PADDLENLP_FILES[0]  # model.safetensors: what a folder's converted weights are named
