@@ -76,6 +76,23 @@ def test_each_weight_is_let_go_before_the_next_is_read(tmp_path, limit):
     np.testing.assert_allclose(run(target, x), np.full((2, 4), 8 * 300 + 1, np.float32))
 
 
+@pytest.mark.parametrize("array", [np.arange(70000, dtype=np.float32).reshape(700, 100), np.zeros((0, 3), np.float32),
+                                   np.array(2.5, np.float64), np.arange(200, dtype=np.int64), np.ones(3, np.float16)],
+                         ids=["large", "empty", "scalar", "int64", "float16"])
+def test_a_weight_inside_the_program_is_written_as_protobuf_serializes_it(array):
+    """``written_inside`` frames the part by hand (so that the data is written from the array, not
+    copied into messages): its bytes are protobuf's own serialization of that part."""
+    import io
+
+    from wenxin.inference.onnx_convert import written_inside
+    tensor = onnx.TensorProto(name="a_weight.w_0", dims=array.shape,
+                              data_type=onnx.helper.np_dtype_to_tensor_dtype(array.dtype))
+    written = io.BytesIO()
+    written_inside(tensor, array.data, written)
+    tensor.raw_data = array.tobytes()
+    assert written.getvalue() == onnx.ModelProto(graph=onnx.GraphProto(initializer=[tensor])).SerializeToString()
+
+
 def test_a_weight_of_another_type_or_shape_than_the_program_takes_is_refused_by_name(tmp_path):
     source, target = str(tmp_path / "ops.onnx"), str(tmp_path / "model.onnx")
     weights_as_inputs(source)
