@@ -22,7 +22,10 @@ so both modes get the same requests), then at once for the next (a closed loop),
 after a warm-up request each. Reported per run:
 tokens a wall-second and a CPU-second of the service (all its threads; the clients run on the
 same two cores, as ``serving_throughput.py``'s do), time to first token and time between tokens
-(p50, p99). The clients are asyncio sockets in this process.
+(p50, p99), and from the service's ``/metrics``, the prompt tokens it prefilled a row it
+stepped (a row stepped: a token decoded) and the share of its CPU that its decoding thread spent
+in its turns (the model's calls and the scheduler's choices; the rest is HTTP and streaming).
+The clients are asyncio sockets in this process.
 
     python benchmarks/generation_serving.py --models ernie45 erniegen --streams 1 4 16 32 --rounds 2
 
@@ -216,6 +219,23 @@ async def probe_health(port: int, latencies: List[float]) -> None:
         await asyncio.sleep(0.2)
 
 
+COUNTERS = {"rows": "wenxin_generation_step_rows_sum", "prompt_tokens": "wenxin_prompt_tokens_prefilled_total",
+            "turn_cpu": "wenxin_generation_turn_cpu_seconds_total"}
+
+
+async def service_counters(port: int) -> Dict[str, float]:
+    """The service's own counts of its work (``/metrics``: rows stepped, prompt tokens prefilled,
+    the decoding thread's CPU in its turns); empty for a server without them."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+        text = (await reader.read()).decode(errors="replace")
+    finally:
+        writer.close()
+    values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith(tuple(COUNTERS.values())))
+    return {key: float(values[name]) for key, name in COUNTERS.items() if name in values}
+
+
 async def closed_loop(port: int, bodies: List[Dict[str, Any]], streams: int, seconds: float,
                       pid: int, send: Callable[[int, Dict[str, Any], Observed], Awaitable[None]] = stream_once
                       ) -> Dict[str, Any]:
@@ -243,11 +263,13 @@ async def closed_loop(port: int, bodies: List[Dict[str, Any]], streams: int, sec
             if task.done() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
         await asyncio.sleep(0.05)
+    counted = await service_counters(port)
     begin, cpu = time.perf_counter(), tree_cpu_seconds(pid)
     health: List[float] = []
     prober = asyncio.ensure_future(probe_health(port, health))
     await asyncio.sleep(seconds)
     end, cpu = time.perf_counter(), tree_cpu_seconds(pid) - cpu
+    counted = {key: value - counted[key] for key, value in (await service_counters(port)).items() if key in counted}
     prober.cancel()
     await asyncio.gather(prober, return_exceptions=True)
     for task in clients:  # requests still running leave (their clients disconnect): no drain to wait for
@@ -259,7 +281,9 @@ async def closed_loop(port: int, bodies: List[Dict[str, Any]], streams: int, sec
     return {"tokens": tokens, "tokens_per_s": tokens / (end - begin), "tokens_per_cpu_s": tokens / cpu,
             "cpu_share": cpu / (end - begin), "ttft_p50": percentile(first, 50), "ttft_p99": percentile(first, 99),
             "tbt_p50": percentile(gaps, 50), "tbt_p99": percentile(gaps, 99), "requests": len(first),
-            "health_p50": percentile(health, 50), "health_p99": percentile(health, 99)}
+            "health_p50": percentile(health, 50), "health_p99": percentile(health, 99),
+            **({"prompt_per_row": counted["prompt_tokens"] / max(counted["rows"], 1),
+                "turn_cpu_share": counted["turn_cpu"] / cpu} if len(counted) == len(COUNTERS) else {})}
 
 
 def percentile(values: List[float], q: float) -> float:
@@ -416,8 +440,9 @@ def main() -> None:
                           flush=True)
     print(f"# {load_note()} after")
     print("| model | streams | mode | tokens/s | tokens/CPU-s | CPU share | TTFT p50 / p99 (s) | TBT p50 / p99 (ms) "
-          "| x tokens/s | TTFT p99 / lone p50, p99 | /health p50 / p99 (ms) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| x tokens/s | TTFT p99 / lone p50, p99 | /health p50 / p99 (ms) | prompt tokens a row stepped "
+          "| decoding thread's CPU share |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for model in args.models:
         first = next(mode for m, _, mode in results if m == model and mode.startswith("batch "))
         lone = [(r["ttft_p50"], r["ttft_p99"]) for r in results[(model, min(args.streams), first)]]
@@ -427,14 +452,15 @@ def main() -> None:
             for mode in dict.fromkeys(mode for m, s, mode in results if (m, s) == (model, streams)):
                 runs = results[(model, streams, mode)]
 
-                def med(key: str, runs: List[Dict[str, Any]] = runs) -> float:
-                    return statistics.median(r[key] for r in runs)
+                def med(key: str, runs: List[Dict[str, Any]] = runs) -> float:  # nan: a server without the count
+                    values = [r[key] for r in runs if key in r]
+                    return statistics.median(values) if values else float("nan")
                 print(f"| {model} | {streams} | {mode} | {med('tokens_per_s'):.1f} | {med('tokens_per_cpu_s'):.1f} | "
                       f"{med('cpu_share'):.2f} | {med('ttft_p50'):.3f} / {med('ttft_p99'):.3f} | "
                       f"{med('tbt_p50') * 1000:.1f} / {med('tbt_p99') * 1000:.1f} | "
                       f"{med('tokens_per_s') / base:.2f} | {med('ttft_p99') / lone_p50:.2f}, "
                       f"{med('ttft_p99') / lone_p99:.2f} | {med('health_p50') * 1000:.0f} / "
-                      f"{med('health_p99') * 1000:.0f} |")
+                      f"{med('health_p99') * 1000:.0f} | {med('prompt_per_row'):.2f} | {med('turn_cpu_share'):.2f} |")
 
 
 if __name__ == "__main__":

@@ -173,6 +173,9 @@ def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_fold
         wait_ready(port)
         steps_before = metric(port, "wenxin_generation_step_rows_count")
         rows_before = metric(port, "wenxin_generation_step_rows_sum")
+        counted = ("wenxin_prompt_tokens_prefilled_total", "wenxin_prompt_tokens_reused_total",
+                   "wenxin_generation_turn_cpu_seconds_total")
+        counts_before = [metric(port, name) for name in counted]
         gate.close()  # the first request's first step is held until the others have come
         sockets = [stream_request(port, bodies[0])]
         read_until(sockets[0], b"event: token")
@@ -180,12 +183,17 @@ def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_fold
             sockets.append(stream_request(port, body))
             read_until(sockets[-1], b"200 OK")  # queued
         gate.open()
+        prompt_tokens = 0
         for sock, theirs in zip(sockets, lone):
             text = read_until(sock, b"event: done").decode()
             mine = json.loads(text.split("event: done\ndata: ")[1].split("\n")[0])
             assert (mine["text"], mine["tokens"], mine["finish_reason"]) == \
                 (theirs["text"], theirs["tokens"], theirs["finish_reason"])
+            prompt_tokens += mine["prompt_tokens"]
             sock.close()
+        prefilled, reused, turn_cpu = [metric(port, name) - before for name, before in zip(counted, counts_before)]
+        assert prefilled + reused == prompt_tokens and prefilled > 0, (prefilled, reused, prompt_tokens)
+        assert turn_cpu > 0  # the decoding thread's CPU in its turns
         steps = metric(port, "wenxin_generation_step_rows_count") - steps_before
         rows = metric(port, "wenxin_generation_step_rows_sum") - rows_before
         assert rows / steps > 1.5, (rows, steps)  # steps ran several requests' rows together

@@ -179,7 +179,7 @@ class GenerationScheduler(SchedulerFront):
                 end_all(decoder, running, waiting, outbox)
                 _flush(outbox)
                 return
-            turn = Turn()
+            turn, started = Turn(), time.thread_time()
             self._end_stopped(decoder, running, waiting, turn, outbox)
             _flush(outbox)
             outbox = {}
@@ -204,6 +204,7 @@ class GenerationScheduler(SchedulerFront):
                     self._join_prefilled(decoder, running, beside[1], turn)
             _flush(outbox)
             if self.on_turn is not None and (turn.ran or turn.ended or turn.failed):
+                turn.cpu_seconds = time.thread_time() - started
                 self.on_turn(turn)
 
     def _end_stopped(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob],

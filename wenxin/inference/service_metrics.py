@@ -37,6 +37,12 @@ class ServiceMetrics:
         self.prompt_tokens_reused = Counter("wenxin_prompt_tokens_reused", "prompt tokens not prefilled: an earlier "
                                             "prompt's kept start covered them (--prefix_cache_mb)",
                                             registry=self.registry)
+        self.prompt_tokens = Counter("wenxin_prompt_tokens_prefilled", "prompt tokens run through the model "
+                                     "(those a kept start covered not counted)", registry=self.registry)
+        self.turn_cpu = Counter("wenxin_generation_turn_cpu_seconds", "CPU of the decoding thread in its turns: the "
+                                "model's calls and the scheduler's choices (the rest of the service's CPU is HTTP "
+                                "and streaming; a model's math threads beyond the first are not counted)",
+                                registry=self.registry)
         self.refused = Counter("wenxin_generations_refused", "generation requests answered 503: the batch and its "
                                "waiting line were full", registry=self.registry)
         self.in_flight = Gauge("wenxin_predict_in_flight", "/predict requests whose headers arrived, not yet answered",
@@ -52,9 +58,15 @@ class ServiceMetrics:
         return child
 
     def observe_turn(self, turn: Turn) -> None:
-        """What a generation turn did: its step's rows, and the prompt tokens a kept start covered."""
+        """What a generation turn did: its step's rows, the prompt tokens it prefilled and those a
+        kept start covered, and its thread's CPU."""
         if turn.step_rows:
             self.generation_rows.observe(turn.step_rows)
+        prefilled = sum(part.tokens for part in turn.prefilled)
+        if prefilled:
+            self.prompt_tokens.inc(prefilled)
+        if turn.cpu_seconds > 0:
+            self.turn_cpu.inc(turn.cpu_seconds)
         reused = sum(admitted.reused_tokens for admitted in turn.admitted)
         if reused:
             self.prompt_tokens_reused.inc(reused)

@@ -68,8 +68,9 @@ class Turn:
     """What one turn of the scheduler did, in order: the requests that ended before it ran and
     why, those let in, the prompt parts prefilled, the requests whose rows stepped and the rows of
     that step (0: no step), the requests that finished in it and why, and those that failed (their
-    prompt or the step raised: they were answered with the error). Requests are named by their
-    keys (``GenerationJob.key``)."""
+    prompt or the step raised: they were answered with the error), and the CPU seconds its thread
+    spent on it (the model's calls and the scheduler's choices; the model's own threads beyond
+    the first not counted). Requests are named by their keys (``GenerationJob.key``)."""
 
     ended: List[Tuple[int, FinishReason]] = dataclasses.field(default_factory=list)
     admitted: List[Admitted] = dataclasses.field(default_factory=list)
@@ -78,6 +79,7 @@ class Turn:
     step_rows: int = 0
     finished: List[Tuple[int, FinishReason]] = dataclasses.field(default_factory=list)
     failed: List[int] = dataclasses.field(default_factory=list)
+    cpu_seconds: float = 0.0
 
     @property
     def ran(self) -> bool:
