@@ -22,8 +22,8 @@ so both modes get the same requests), then at once for the next (a closed loop),
 after a warm-up request each. Reported per run:
 tokens a wall-second and a CPU-second of the service (all its threads; the clients run on the
 same two cores, as ``serving_throughput.py``'s do), time to first token and time between tokens
-(p50, p99), and from the service's ``/metrics``, the prompt tokens it prefilled a row it
-stepped (a row stepped: a token decoded) and the share of its CPU that its decoding thread spent
+(p50, p99), and from the service's ``/metrics``, the rows a decoding step ran (their mean), the
+prompt tokens it prefilled a row it stepped (a row stepped: a token decoded) and the share of its CPU that its decoding thread spent
 in its turns (the model's calls and the scheduler's choices; the rest is HTTP and streaming).
 The clients are asyncio sockets in this process.
 
@@ -219,8 +219,8 @@ async def probe_health(port: int, latencies: List[float]) -> None:
         await asyncio.sleep(0.2)
 
 
-COUNTERS = {"rows": "wenxin_generation_step_rows_sum", "prompt_tokens": "wenxin_prompt_tokens_prefilled_total",
-            "turn_cpu": "wenxin_generation_turn_cpu_seconds_total"}
+COUNTERS = {"rows": "wenxin_generation_step_rows_sum", "steps": "wenxin_generation_step_rows_count",
+            "prompt_tokens": "wenxin_prompt_tokens_prefilled_total", "turn_cpu": "wenxin_generation_turn_cpu_seconds_total"}
 
 
 async def service_counters(port: int) -> Dict[str, float]:
@@ -283,6 +283,7 @@ async def closed_loop(port: int, bodies: List[Dict[str, Any]], streams: int, sec
             "tbt_p50": percentile(gaps, 50), "tbt_p99": percentile(gaps, 99), "requests": len(first),
             "health_p50": percentile(health, 50), "health_p99": percentile(health, 99),
             **({"prompt_per_row": counted["prompt_tokens"] / max(counted["rows"], 1),
+                "rows_per_step": counted["rows"] / max(counted["steps"], 1),
                 "turn_cpu_share": counted["turn_cpu"] / cpu} if len(counted) == len(COUNTERS) else {})}
 
 
@@ -440,9 +441,9 @@ def main() -> None:
                           flush=True)
     print(f"# {load_note()} after")
     print("| model | streams | mode | tokens/s | tokens/CPU-s | CPU share | TTFT p50 / p99 (s) | TBT p50 / p99 (ms) "
-          "| x tokens/s | TTFT p99 / lone p50, p99 | /health p50 / p99 (ms) | prompt tokens a row stepped "
-          "| decoding thread's CPU share |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| x tokens/s | TTFT p99 / lone p50, p99 | /health p50 / p99 (ms) | rows a step | prompt tokens a row "
+          "stepped | decoding thread's CPU share |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for model in args.models:
         first = next(mode for m, _, mode in results if m == model and mode.startswith("batch "))
         lone = [(r["ttft_p50"], r["ttft_p99"]) for r in results[(model, min(args.streams), first)]]
@@ -460,7 +461,8 @@ def main() -> None:
                       f"{med('tbt_p50') * 1000:.1f} / {med('tbt_p99') * 1000:.1f} | "
                       f"{med('tokens_per_s') / base:.2f} | {med('ttft_p99') / lone_p50:.2f}, "
                       f"{med('ttft_p99') / lone_p99:.2f} | {med('health_p50') * 1000:.0f} / "
-                      f"{med('health_p99') * 1000:.0f} | {med('prompt_per_row'):.2f} | {med('turn_cpu_share'):.2f} |")
+                      f"{med('health_p99') * 1000:.0f} | {med('rows_per_step'):.1f} | {med('prompt_per_row'):.2f} | "
+                      f"{med('turn_cpu_share'):.2f} |")
 
 
 if __name__ == "__main__":
