@@ -9,19 +9,13 @@ import struct
 import numpy as np
 import pytest
 
-from wenxin.common.paddle_tensor_files import BrokenTensor, combined_records, parse_tensor, read_record
+from wenxin.common.paddle_tensor_files import BrokenTensor, combined_records, parse_tensor, read_record, varint_bytes
 
 CODES = {np.dtype(np.float32): 5, np.dtype(np.int64): 3, np.dtype(np.float16): 4, np.dtype(np.int8): 21}
 
 
 def varint(value):
-    value &= 2**64 - 1  # a negative int64 as protobuf writes it
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
+    return varint_bytes(value & (2**64 - 1))  # a negative int64 as protobuf writes it
 
 
 def serialized(array, code=None, lod=(), packed=True, shape=None):

@@ -123,6 +123,16 @@ def _read(stream: io.BufferedIOBase, count: int) -> bytes:
     return data
 
 
+def varint_bytes(value: int) -> bytes:
+    """``value`` (at least 0) as a protobuf varint, seven bits a byte, the lowest first."""
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
 def _varint(desc: bytes, pos: int) -> Tuple[int, int]:
     """The protobuf varint at ``desc[pos]``, and the position after it."""
     shift = result = 0

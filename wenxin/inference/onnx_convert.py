@@ -159,16 +159,8 @@ def written_inside(tensor: "onnx.TensorProto", data: Any, written: IO[bytes]) ->
 
 def _field(number: int, length: int) -> bytes:
     """A length-delimited protobuf field's key and length (the value follows)."""
-    return _varint(number << 3 | 2) + _varint(length)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
+    from wenxin.common.paddle_tensor_files import varint_bytes
+    return varint_bytes(number << 3 | 2) + varint_bytes(length)
 
 
 def declared_bytes(value: "onnx.ValueInfoProto") -> int:  # type: ignore[name-defined]  # noqa: F821
