@@ -79,6 +79,62 @@ def test_rows_that_stay_are_not_copied_and_a_leaving_row_costs_only_the_rows_mov
     assert slots.lengths.tolist() == [9, 9, 5]
 
 
+def test_rows_shifting_down_in_order_are_each_copied_with_their_own_columns():
+    slots = KVSlots(NumpyDecoder.empty())
+    caches = [random_cache(1, length, seed) for seed, length in enumerate([5, 9, 3, 7, 4])]
+    for cache in caches:
+        slots.append(cache)
+    written = slots.bytes_copied
+    slots.keep([0, 2, 3, 4])  # row 1 leaves: rows 2, 3 and 4 each move down a slot
+    assert slots.bytes_copied - written == (3 + 7 + 4) * slots.token_bytes
+    for row, cache in enumerate([caches[0], caches[2], caches[3], caches[4]]):
+        np.testing.assert_array_equal(slots.row_caches([row])[:, :, 0, :, :cache.shape[4]], cache[:, :, 0])
+
+
+def test_a_row_leaving_the_decoding_batch_moves_only_the_last_row_into_its_slot():
+    """``BatchDecoder`` reorders its one-row members so that the fewest rows move: where a row in
+    the middle leaves, the last row takes its slot (every row after it moved before), and every
+    prompt still gets its tokens alone."""
+    model, run = in_place_model()
+    settings = DecodeSettings("greedy", max_new_tokens=12, eos_id=None)
+    lone = [decoded_alone(run, True, {"ids": np.asarray([p])}, settings, model.empty()).tokens for p in PROMPTS]
+    decoder = BatchDecoder(run, True, model.empty())
+    searches = {}
+    for index, prompt in enumerate(PROMPTS):
+        searches[index] = new_search(settings)
+        decoder.add(index, {"ids": np.asarray([prompt])}, searches[index])
+    decoder.step()
+    slots = decoder.cohorts[0].slots  # type: ignore[union-attr]
+    last = int(slots.lengths[-1])
+    written = slots.bytes_copied
+    assert decoder.remove(1)
+    assert slots.bytes_copied - written == last * slots.token_bytes  # the last row alone
+    assert decoder.keys == [0, len(PROMPTS) - 1, 2, 3]
+    while decoder.rows:
+        decoder.step()
+    assert [searches[i].tokens for i in (0, 2, 3, 4)] == [lone[i] for i in (0, 2, 3, 4)]
+
+
+@pytest.mark.parametrize("rows, expected", [
+    ([0, 1, 3, 4, 5], [0, 1, 5, 3, 4]),  # row 2 left: the last row takes its slot, 3 and 4 stay
+    ([2, 3, 4], [3, 4, 2]),  # rows 0 and 1 left: row 2 stays, 3 and 4 fill slots 0 and 1 in order
+    ([5, 0, 9], [0, 5, 9]),  # row 0 stays; 5 and 9, past the end, fill the gaps
+    ([0, 1, 2], [0, 1, 2]),  # nobody left
+])
+def test_fewest_moves_keeps_rows_in_their_slots_and_fills_gaps_from_the_end(rows, expected):
+    from wenxin.models.batch_decoding import _Member, fewest_moves
+    members = [_Member(row, None, 1) for row in rows]  # type: ignore[arg-type]
+    moved_rows, moved_members, tokens = fewest_moves(rows, members, [10 * row for row in rows])
+    assert moved_rows == expected
+    assert [m.key for m in moved_members] == expected and tokens == [10 * row for row in expected]
+
+
+def test_fewest_moves_leaves_a_beam_searchs_rows_as_they_are():
+    from wenxin.models.batch_decoding import _Member, fewest_moves
+    members = [_Member("a", None, 1), _Member("b", None, 3)]  # type: ignore[arg-type]
+    assert fewest_moves([4, 1, 1, 2], members, [7, 8, 9, 6]) == ([4, 1, 1, 2], members, [7, 8, 9, 6])
+
+
 def test_growing_over_a_long_answer_copies_the_cache_a_few_times_not_once_a_step():
     slots = KVSlots(NumpyDecoder.empty())
     slots.append(random_cache(4, 10))

@@ -103,15 +103,27 @@ class KVSlots:
         a beam's). A row already in its slot is not touched; only moved rows are copied."""
         order = np.asarray(rows, dtype=np.int64)
         moved = np.flatnonzero(order != np.arange(len(order)))
-        if len(moved):
-            width = int(self.lengths[order[moved]].max(initial=0))
-            rows_moved = self.store[:, :, order[moved], :, :width]  # a copy of the moved rows alone
-            self.store[:, :, moved, :, :width] = rows_moved
-            self.bytes_copied += rows_moved.nbytes
+        sources = order[moved]
+        # Each moved row is copied alone, its own columns, by slicing (each layer's block of a row
+        # is contiguous): an indexed copy gathered the moved rows into a new array and scattered
+        # them back (a row of 16 leaving at ERNIE-4.5-0.3B's shape after 150 tokens, the 12 after
+        # it moving: 27.6 -> 16.1 CPU-ms; benchmarks/kv_slots_keep.py).
+        compaction = bool(np.all(sources > moved)) and bool(np.all(np.diff(sources) > 0))
+        taken = [] if compaction else [self._row(source) for source in sources.tolist()]  # beams: read all first
+        for index, (slot, source) in enumerate(zip(moved.tolist(), sources.tolist())):
+            # a compaction moves rows down in order: a row is read before its slot is written
+            row = self._row(source, copy=False) if compaction else taken[index]
+            self.store[:, :, slot, :, :row.shape[-2]] = row
+            self.bytes_copied += row.nbytes
         self.lengths = self.lengths[order]
         longest = int(self.lengths.max(initial=0))
         if self.columns > COLUMN_STEP and 4 * (longest + 1) <= self.columns:
             self._resize(int(self.store.shape[ROW_AXIS]), _allocation(longest + 1, COLUMN_STEP))
+
+    def _row(self, slot: int, copy: bool = True) -> np.ndarray:
+        """Slot ``slot``'s cache, its own columns ``[layers, 2, KV, length, D]`` (a copy, or a view)."""
+        view = self.store[:, :, slot, :, :int(self.lengths[slot])]
+        return view.copy() if copy else view
 
     def _reserve(self, rows: int, columns: int) -> None:
         """Room for ``rows`` rows of ``columns`` columns (grown by ``GROWTH`` at least)."""
