@@ -198,7 +198,7 @@ def fewest_moves(rows: List[int], members: List[_Member], tokens: List[int]
     tokens, 16.1 -> 2.4 CPU-ms, ``benchmarks/kv_slots_keep.py``; a served turn in which a request
     finished took 87-153 ms more than the others). As given where a member keeps several rows (a
     beam search's): its rows stay together and in order."""
-    if any(member.count != 1 for member in members):
+    if any(member.count != 1 for member in members) or len(set(rows)) != len(rows):
         return rows, members, tokens
     kept = len(rows)
     placed = {row: index for index, row in enumerate(rows) if row < kept}  # slot -> member staying in it
