@@ -11,27 +11,43 @@ no paged attention kernel is needed).
 
 Rows join (``append``: their caches written into free slots) and leave (``keep``: a row that
 stays where it is is not touched; a row that moves to fill a gap, or a beam copied to another, is
-copied alone). The array grows when rows or columns run out, by a quarter at least, so growing
-costs an amortized fraction of a step, and shrinks when the longest row uses less than a quarter
-of its columns (after long rows left), so a step never attends to many more columns than the
-longest row holds. ``bytes_copied`` counts every byte written into the array: what a test checks.
+copied alone).
+
+A step attends to every column the array has room for, so the columns follow the longest row
+closely (``_columns_for``: at 160 tokens, room for 192), grown when it runs out and narrowed when
+it uses fewer by ``COLUMN_STEP`` or more (after long rows left). At ERNIE-4.5-0.3B's shape each column costs 16
+rows' step about 0.1 ms (``benchmarks/onnx_step.py --context``): the columns were allocated a
+quarter ahead (``256`` for rows of up to 192 tokens), a served step attending to 30% more of them
+than its rows held. Changing the columns moves every row, so the array lies at the start of one
+flat block of memory (``memory``) that a new shape is laid out in, in place: each layer's keys or
+values moved as one slab, from the last when the shape grows (every slab's new place lies at or
+after its old one), from the first when it shrinks, so a slab never overwrites one not moved yet.
+A block grown is made a quarter larger than needed and the pages it once held stay (the memory a
+busy batch needed once, it is likely to need again): relaying the cache in place costs about half
+of copying it into fresh memory, and nothing more is asked of the system. A block is made anew
+only when the array outgrows it, or uses less than a quarter of it. ``bytes_copied`` counts every
+byte written into the array: what a test checks.
 """
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Sequence
+from typing import Dict, Iterable, List, Sequence
 
 import numpy as np
 
 from wenxin.models.advance_step import COLUMN_AXIS, ROW_AXIS, layer_inputs
 
-COLUMN_STEP = 64  # columns are allocated in multiples of this
-GROWTH = 1.25  # a grown array holds at least this many times what was needed
+COLUMN_STEP = 32  # columns are allocated in multiples of this
+GROWTH = 1.25  # a grown block of memory, or a grown number of slots, holds this many times what was needed
 
 
-def _allocation(needed: int, step: int) -> int:
-    """Room for ``needed`` with ``GROWTH`` to spare, in multiples of ``step`` (at least one)."""
-    return max(step, math.ceil(needed * GROWTH / step) * step)
+def _columns_for(needed: int) -> int:
+    """The columns for rows of up to ``needed`` tokens: room for about ``sqrt(2 x needed)`` more,
+    rounded up to a multiple of ``COLUMN_STEP``. A step attends to every column and growing moves
+    the whole cache (each at about the same cost a column): ``a`` columns ahead cost ``a / 2`` a
+    step on average and a move of ``needed`` columns every ``a`` steps, least at ``a = sqrt(2 x
+    needed)`` (18 at 160 tokens, 63 at 2,000)."""
+    return max(COLUMN_STEP, math.ceil((needed + math.isqrt(2 * needed)) / COLUMN_STEP) * COLUMN_STEP)
 
 
 class KVSlots:
@@ -45,7 +61,8 @@ class KVSlots:
     def __init__(self, empty: np.ndarray) -> None:
         shape = list(empty.shape)
         shape[ROW_AXIS], shape[COLUMN_AXIS] = 0, 0
-        self.store = np.zeros(shape, dtype=empty.dtype)  # [layers, 2, slots, KV, columns, D]
+        self.memory = np.zeros(0, dtype=empty.dtype)  # flat: the store lies at its start
+        self.store = self.memory.reshape(shape)  # [layers, 2, slots, KV, columns, D]
         self.lengths = np.zeros(0, dtype=np.int64)  # [rows]: each row's cached tokens
         self.bytes_copied = 0
 
@@ -116,9 +133,9 @@ class KVSlots:
             self.store[:, :, slot, :, :row.shape[-2]] = row
             self.bytes_copied += row.nbytes
         self.lengths = self.lengths[order]
-        longest = int(self.lengths.max(initial=0))
-        if self.columns > COLUMN_STEP and 4 * (longest + 1) <= self.columns:
-            self._resize(int(self.store.shape[ROW_AXIS]), _allocation(longest + 1, COLUMN_STEP))
+        fewer = _columns_for(int(self.lengths.max(initial=0)) + 1)
+        if fewer + COLUMN_STEP <= self.columns:
+            self._resize(int(self.store.shape[ROW_AXIS]), fewer)
 
     def _row(self, slot: int, copy: bool = True) -> np.ndarray:
         """Slot ``slot``'s cache, its own columns ``[layers, 2, KV, length, D]`` (a copy, or a view)."""
@@ -126,22 +143,57 @@ class KVSlots:
         return view.copy() if copy else view
 
     def _reserve(self, rows: int, columns: int) -> None:
-        """Room for ``rows`` rows of ``columns`` columns (grown by ``GROWTH`` at least)."""
+        """Room for ``rows`` rows (slots grown by ``GROWTH`` at least) of ``columns`` columns."""
         slots, room = int(self.store.shape[ROW_AXIS]), self.columns
         if rows <= slots and columns <= room:
             return
-        self._resize(_allocation(rows, 1) if rows > slots else slots,
-                     _allocation(columns, COLUMN_STEP) if columns > room else room)
+        self._resize(max(slots, math.ceil(rows * GROWTH)) if rows > slots else slots,
+                     _columns_for(columns) if columns > room else room)
 
     def _resize(self, slots: int, columns: int) -> None:
+        """The store with room for ``slots`` rows of ``columns`` columns, the rows' tokens kept:
+        laid out in place where the block of memory holds it (see the module docstring)."""
+        size = self._size(slots, columns)
+        if size > self.memory.size or 4 * size < self.memory.size:
+            memory = np.zeros(math.ceil(size * GROWTH), dtype=self.store.dtype)
+            store = self._shaped(memory, slots, columns)
+            self._move(store, range(store.shape[0] * store.shape[1]))
+            self.memory, self.store = memory, store
+            return
+        slots_now, columns_now = int(self.store.shape[ROW_AXIS]), self.columns
+        for step_slots, step_columns in ((min(slots, slots_now), min(columns, columns_now)), (slots, columns)):
+            # the shrinking sizes first (slabs from the first), then the growing ones (from the last)
+            if (step_slots, step_columns) == (int(self.store.shape[ROW_AXIS]), self.columns):
+                continue
+            store = self._shaped(self.memory, step_slots, step_columns)
+            slabs = range(store.shape[0] * store.shape[1])
+            growing = step_slots >= self.store.shape[ROW_AXIS] and step_columns >= self.columns
+            self._move(store, reversed(slabs) if growing else slabs)
+            self.store = store
+
+    def _move(self, store: np.ndarray, slabs: Iterable[int]) -> None:
+        """The rows' tokens of each layer's keys or values (``slabs``: their indices, in this order)
+        into ``store``."""
+        rows, width = self.rows, min(int(self.lengths.max(initial=0)), self.columns, int(store.shape[COLUMN_AXIS]))
+        if not rows or not width:
+            return
+        kinds = int(store.shape[1])
+        for slab in slabs:
+            layer, kind = divmod(slab, kinds)
+            # NumPy copies a slab through a buffer where its old and new places overlap
+            store[layer, kind, :rows, :, :width] = self.store[layer, kind, :rows, :, :width]
+        self.bytes_copied += rows * width * self.token_bytes
+
+    def _size(self, slots: int, columns: int) -> int:
         shape = list(self.store.shape)
         shape[ROW_AXIS], shape[COLUMN_AXIS] = slots, columns
-        store = np.zeros(shape, dtype=self.store.dtype)
-        rows, width = self.rows, min(int(self.lengths.max(initial=0)), columns)
-        if rows and width:
-            store[:, :, :rows, :, :width] = self.store[:, :, :rows, :, :width]
-            self.bytes_copied += rows * width * self.token_bytes
-        self.store = store
+        return math.prod(shape)
+
+    def _shaped(self, memory: np.ndarray, slots: int, columns: int) -> np.ndarray:
+        """The start of ``memory`` as a store of ``slots`` rows of ``columns`` columns."""
+        shape = list(self.store.shape)
+        shape[ROW_AXIS], shape[COLUMN_AXIS] = slots, columns
+        return memory[:math.prod(shape)].reshape(shape)
 
     def row_caches(self, rows: List[int]) -> np.ndarray:
         """A copy of ``rows``' caches ``[layers, 2, len(rows), KV, longest, D]`` (each row's
