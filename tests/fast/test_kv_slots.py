@@ -16,7 +16,7 @@ from test_batch_decoding import PROMPTS, STRATEGIES
 from wenxin.models.advance_step import AdvanceRunner
 from wenxin.models.batch_decoding import BatchDecoder
 from wenxin.models.decoding import DecodeSettings, new_search
-from wenxin.models.kv_slots import COLUMN_STEP, KVSlots
+from wenxin.models.kv_slots import BLOCK_GROWTH, COLUMN_STEP, KVSlots
 
 
 def in_place_model() -> tuple:
@@ -211,22 +211,23 @@ def test_rows_keep_their_tokens_while_the_array_is_laid_out_again_in_place():
     assert laid_in_place > 10 and made > 2  # both ways were taken
 
 
-def test_the_array_is_laid_out_in_its_own_memory_until_it_outgrows_it_or_uses_a_quarter():
+def test_the_array_is_laid_out_in_its_own_memory_until_it_outgrows_it_or_spans_a_quarter():
     slots = KVSlots(NumpyDecoder.empty())
     slots.append(random_cache(4, 100))
     memory = slots.memory
-    assert memory.size >= slots.store.size
+    assert memory.size == BLOCK_GROWTH * slots.store.size
     slots.keep([0, 1])  # fewer rows: the same columns
     slots.append(random_cache(2, 20, seed=1))  # into the freed slots
     assert slots.memory is memory
-    while slots.memory.size >= slots.store.size * 1.1:  # grown in place, a step of columns at a time
+    grown_in_place = 0
+    while slots._size(slots.store.shape[2], slots.columns + COLUMN_STEP) <= memory.size:
         before = slots.columns
         slots.inputs(before - int(slots.lengths.max()) + 1)  # one token past the room there is
-        assert slots.columns > before
-        if slots.memory.size >= slots.store.size:
-            assert slots.memory is memory
+        assert before < slots.columns and slots.memory is memory
+        grown_in_place += 1
+    assert grown_in_place >= 3
     slots.inputs(slots.columns)  # far past it: a new, larger block
-    assert slots.memory is not memory and slots.memory.size >= slots.store.size
+    assert slots.memory is not memory and slots.memory.size == BLOCK_GROWTH * slots.store.size
     grown = slots.memory
     slots.keep([2, 3])  # the long rows left: 20 tokens in a block made for hundreds
     assert slots.columns == COLUMN_STEP and slots.memory is not grown
