@@ -8,10 +8,12 @@
   (``seqlens_k``) and writes the new keys and values into the cache it is handed (its outputs bound
   to the inputs' memory).
 
-The rows hold 100-199 tokens (one ``--columns - 1``) in ``--columns`` columns. Prints each way's
+The rows hold ``--lengths LOW HIGH`` tokens (drawn evenly; one ``--columns - 1``) in ``--columns``
+columns. Prints each way's
 CPU-ms a layer (the median of rounds) and their outputs' largest difference.
 
     python benchmarks/attention_kernels.py --columns 256
+    python benchmarks/attention_kernels.py --columns 192 --lengths 17 170
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ def main() -> None:
     from onnx import TensorProto, helper
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--columns", type=int, default=256)
+    parser.add_argument("--lengths", type=int, nargs=2, default=[100, 199])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
@@ -52,7 +55,7 @@ def main() -> None:
         return helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
 
     rng = np.random.default_rng(0)
-    lengths = rng.integers(100, min(200, columns), ROWS)
+    lengths = rng.integers(args.lengths[0], min(args.lengths[1] + 1, columns), ROWS)
     lengths[0] = columns - 1
     query = rng.standard_normal((ROWS, 1, HEADS * HEAD), dtype=np.float32)
     key, val = (rng.standard_normal((ROWS, 1, KV_HEADS * HEAD), dtype=np.float32) for _ in range(2))
@@ -97,7 +100,7 @@ def main() -> None:
             binding.bind_output(out, "cpu", 0, np.float32, list(array.shape), array.ctypes.data)
         binding.bind_output("o")
         gqa.run_with_iobinding(binding)
-        return binding.copy_outputs_to_cpu()[-1]
+        return binding.get_outputs()[2].numpy()  # the attention's output alone
 
     feed = {"q": query, "k": key, "v": val, "pk": past_keys, "pv": past_values, "bias": bias[:, None, None, :]}
     ways: Dict[str, Callable[[], np.ndarray]] = {"program": lambda: program.run(None, feed)[0],
