@@ -233,3 +233,21 @@ def test_the_array_is_laid_out_in_its_own_memory_until_it_outgrows_it_or_spans_a
     assert slots.columns == COLUMN_STEP and slots.memory is not grown
     assert slots.memory.size < grown.size / 4
     np.testing.assert_array_equal(slots.row_caches([0])[:, :, 0, :, :20], random_cache(2, 20, seed=1)[:, :, 0])
+
+
+def test_a_block_is_made_just_the_arrays_size_where_the_system_will_not_promise_twice(monkeypatch):
+    from wenxin.models import kv_slots
+    zeros = np.zeros
+    refused = []
+
+    def promised(count, dtype=float):  # a system with overcommit off: the first block asked for is refused
+        if isinstance(count, int) and count > 1000 and not refused:
+            refused.append(count)
+            raise MemoryError(f"cannot allocate {count}")
+        return zeros(count, dtype=dtype)
+
+    slots = KVSlots(NumpyDecoder.empty())
+    monkeypatch.setattr(kv_slots.np, "zeros", promised)  # (numpy's own, while the cache grows)
+    slots.append(random_cache(2, 40))
+    assert refused == [BLOCK_GROWTH * slots.store.size] and slots.memory.size == slots.store.size
+    np.testing.assert_array_equal(slots.row_caches([0, 1]), random_cache(2, 40))

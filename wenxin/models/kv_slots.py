@@ -53,6 +53,16 @@ def _columns_for(needed: int) -> int:
     return max(COLUMN_STEP, math.ceil((needed + math.isqrt(2 * needed)) / COLUMN_STEP) * COLUMN_STEP)
 
 
+def _block(size: int, dtype: np.dtype) -> np.ndarray:
+    """A zeroed block of memory for an array of ``size`` elements: ``BLOCK_GROWTH`` times that (the
+    system gives its pages as they are first written), or just that where the system will not
+    promise more (``vm.overcommit_memory`` 2)."""
+    try:
+        return np.zeros(BLOCK_GROWTH * size, dtype=dtype)
+    except MemoryError:
+        return np.zeros(size, dtype=dtype)
+
+
 class KVSlots:
     """Rows' key/value caches in one array, in place (see the module docstring).
 
@@ -159,7 +169,7 @@ class KVSlots:
         laid out in place where the block of memory holds it (see the module docstring)."""
         size = self._size(slots, columns)
         if size > self.memory.size or 4 * size < self.spanned:
-            memory = np.zeros(BLOCK_GROWTH * size, dtype=self.store.dtype)  # (its pages given as written)
+            memory = _block(size, self.store.dtype)
             store = self._shaped(memory, slots, columns)
             self._move(store, range(store.shape[0] * store.shape[1]))
             self.memory, self.store, self.spanned = memory, store, size
