@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from measure import alternating_cpu, print_cpu_ms  # noqa: E402
 from wenxin.models.advance_step import COLUMN_AXIS, ROW_AXIS  # noqa: E402
 from wenxin.models.kv_slots import KVSlots  # noqa: E402
 
@@ -54,22 +53,16 @@ def main() -> None:
     parser.add_argument("--columns", type=int, default=160)
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
-    ways: Dict[str, Callable[[KVSlots, int], None]] = {"fresh": fresh, "in place": in_place}
-    cpu: Dict[str, List[float]] = {name: [] for name in ways}
-    grown = 0
-    for round_ in range(args.repeat):
-        for name in (list(ways) if round_ % 2 == 0 else list(reversed(list(ways)))):
-            slots = filled(args.columns)
-            grown = slots.columns + 32
-            if slots.memory.size < slots._size(int(slots.store.shape[ROW_AXIS]), grown):
-                raise SystemExit(f"the block made for {args.columns} columns has no room for {grown}")
-            started = time.process_time()
-            ways[name](slots, grown)
-            cpu[name].append(time.process_time() - started)
-    print(f"{ROWS} rows of {args.columns} tokens (18 layers, 2 x 128 a token) grown to {grown} columns, "
-          f"median of {args.repeat}:")
-    for name, seconds in cpu.items():
-        print(f"  {name}: {statistics.median(seconds) * 1e3:.1f} CPU-ms")
+    probe = filled(args.columns)
+    grown = probe.columns + 32
+    if probe.memory.size < probe._size(int(probe.store.shape[ROW_AXIS]), grown):
+        raise SystemExit(f"the block made for {args.columns} columns has no room for {grown}")
+    del probe
+    ways: Dict[str, Callable[[KVSlots], None]] = {"fresh": lambda slots: fresh(slots, grown),
+                                                  "in place": lambda slots: in_place(slots, grown)}
+    cpu = alternating_cpu(ways, lambda: filled(args.columns), args.repeat)
+    print_cpu_ms(f"{ROWS} rows of {args.columns} tokens (18 layers, 2 x 128 a token) grown to {grown} columns, "
+                 f"median of {args.repeat}:", cpu)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from typing import Callable, Dict, List
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from measure import alternating_cpu, print_cpu_ms  # noqa: E402
 from wenxin.models.batch_decoding import _Member, fewest_moves  # noqa: E402
 from wenxin.models.kv_slots import KVSlots  # noqa: E402
 
@@ -54,17 +53,9 @@ def main() -> None:
     ways: Dict[str, Callable[[KVSlots], None]] = {
         "indexed": lambda slots: indexed(slots, staying), "sliced": lambda slots: slots.keep(staying),
         "fewest moves": lambda slots: slots.keep(fewest)}
-    cpu: Dict[str, List[float]] = {name: [] for name in ways}
-    for round_ in range(args.repeat):
-        for name in (list(ways) if round_ % 2 == 0 else list(reversed(list(ways)))):
-            slots = filled(args.columns)
-            started = time.process_time()
-            ways[name](slots)
-            cpu[name].append(time.process_time() - started)
-    print(f"row {LEAVING} of {ROWS} leaves after {args.columns} tokens a row (18 layers, 2 x 128 a token), "
-          f"median of {args.repeat}:")
-    for name, seconds in cpu.items():
-        print(f"  {name}: {statistics.median(seconds) * 1e3:.1f} CPU-ms")
+    cpu = alternating_cpu(ways, lambda: filled(args.columns), args.repeat)
+    print_cpu_ms(f"row {LEAVING} of {ROWS} leaves after {args.columns} tokens a row (18 layers, 2 x 128 a token), "
+                 f"median of {args.repeat}:", cpu)
 
 
 if __name__ == "__main__":

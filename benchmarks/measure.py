@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Tuple
+import statistics
+from typing import Any, Callable, Dict, Tuple
 
 
 def load_note() -> str:
@@ -24,6 +25,26 @@ def timed(fn: Callable[[], object], calls: int = 1) -> Tuple[float, float]:
     for _ in range(calls):
         fn()
     return (time.process_time() - cpu) / calls, (time.perf_counter() - wall) / calls
+
+
+def alternating_cpu(ways: Dict[str, Callable[[Any], object]], fresh: Callable[[], Any], repeat: int) -> Dict[str, float]:
+    """Each of ``ways`` called on a state of its own (``fresh()``, not timed) in ``repeat`` rounds
+    that alternate their order: each way's median CPU seconds."""
+    cpu: Dict[str, list] = {name: [] for name in ways}
+    for round_ in range(repeat):
+        for name in (list(ways) if round_ % 2 == 0 else list(reversed(list(ways)))):
+            state = fresh()
+            started = time.process_time()
+            ways[name](state)
+            cpu[name].append(time.process_time() - started)
+    return {name: statistics.median(seconds) for name, seconds in cpu.items()}
+
+
+def print_cpu_ms(heading: str, cpu: Dict[str, float]) -> None:
+    """``heading``, then each way's CPU milliseconds (``cpu``: seconds, as ``alternating_cpu`` gives)."""
+    print(heading)
+    for name, seconds in cpu.items():
+        print(f"  {name}: {seconds * 1e3:.1f} CPU-ms")
 
 
 def resident_gib(pid: int, tree: bool = False) -> float:
