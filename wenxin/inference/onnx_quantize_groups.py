@@ -33,6 +33,7 @@ from typing import IO, Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from wenxin.inference.onnx_channel_scales import vectorized_per_channel
 from wenxin.inference.onnx_convert import ALIGNMENT, written_beside
 
 GROUP_BYTES = 256 << 20  # float32 weights handed to ONNX Runtime's quantizer at a time
@@ -225,7 +226,7 @@ def quantize_in_groups(model: "onnx.ModelProto", base_dir: str, excluded: List[s
     candidates = candidate_weights(model, set(excluded))
     skeleton = without_weights(model)
     with tempfile.TemporaryDirectory(prefix="wenxin-int8-") as scratch, \
-            (open(data_file, "wb") if data_file else contextlib.nullcontext()) as data:
+            (open(data_file, "wb") if data_file else contextlib.nullcontext()) as data, vectorized_per_channel():
         together = PassesTogether(model, data, os.path.basename(data_file))
         for group in weight_groups(model, candidates, group_bytes) or [[]]:
             part, out = os.path.join(scratch, "part.onnx"), os.path.join(scratch, "part.int8.onnx")
