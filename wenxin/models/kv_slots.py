@@ -13,15 +13,15 @@ Rows join (``append``: their caches written into free slots) and leave (``keep``
 stays where it is is not touched; a row that moves to fill a gap, or a beam copied to another, is
 copied alone).
 
-A step attends to every column the array has room for, so the columns follow the longest row
-closely (``_columns_for``: at 160 tokens, room for 192), grown when it runs out and narrowed when
-it uses fewer by ``COLUMN_STEP`` or more (after long rows left). At ERNIE-4.5-0.3B's shape each column costs 16
-rows' step about 0.1 ms (``benchmarks/onnx_step.py --context``): the columns were allocated a
-quarter ahead (``256`` for rows of up to 192 tokens), a served step attending to 30% more of them
-than its rows held. Changing the columns moves every row, so the array lies at the start of one
-flat block of memory (``memory``) that a new shape is laid out in, in place: each layer's keys or
-values moved as one slab, from the last when the shape grows (every slab's new place lies at or
-after its old one), from the first when it shrinks, so a slab never overwrites one not moved yet.
+A step attends to every column the array has room for (each costs 16 rows' step about 0.1 ms at
+ERNIE-4.5-0.3B's shape, ``benchmarks/onnx_step.py --context``), so the columns follow the longest
+row closely (``_columns_for``: at 160 tokens, room for 192): grown when they run out, narrowed when
+the longest row's room is a ``COLUMN_STEP`` or more below them (after long rows left). They were a
+quarter ahead, in steps of 64, and a served step attended to about 30% more columns than its
+longest row held. Changing the columns moves every row, so the array lies at the start of one flat
+block of memory (``memory``) that a new shape is laid out in, in place: each layer's keys or values
+moved as one slab, from the last when the shape grows (every slab's new place lies at or after its
+old one), from the first when it shrinks, so a slab never overwrites one not moved yet.
 A block is made twice as large as the array it is made for, which costs nothing until the array
 spreads into it (the system gives a block's pages as they are first written), and keeps the pages
 it was written in (what a busy batch needed once it is likely to need again): laying out in place
