@@ -3,14 +3,13 @@
 by channel, for the weights a model has and for the edge cases of its arithmetic; the program
 ``quantize_dynamic`` writes is the same to the byte with it and without it; where ONNX Runtime's
 numbers would differ, or where it is turned off, ONNX Runtime's own loop quantizes."""
-import logging
-
 import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime.quantization")
 
+from conftest import wenxin_log  # noqa: E402
 from test_onnx_quantize_groups import small_language_model  # noqa: E402
 from wenxin.inference import onnx_channel_scales  # noqa: E402
 from wenxin.inference.onnx_channel_scales import channel_quantized, vectorized_per_channel  # noqa: E402
@@ -95,7 +94,7 @@ def test_the_int8_program_is_the_same_to_the_byte(tmp_path, monkeypatch):
     assert BaseQuantizer.quantize_weight_per_channel_impl.__name__ == "quantize_weight_per_channel_impl"  # restored
 
 
-def test_where_onnx_runtimes_numbers_differ_its_own_loop_quantizes(tmp_path, monkeypatch, caplog):
+def test_where_onnx_runtimes_numbers_differ_its_own_loop_quantizes(tmp_path, monkeypatch):
     source = tmp_path / "f32.onnx"
     small_language_model(source)
     library = int8_program(source, tmp_path / "library.onnx", vectorized=False)
@@ -106,9 +105,9 @@ def test_where_onnx_runtimes_numbers_differ_its_own_loop_quantizes(tmp_path, mon
         return values, np.nextafter(scales, np.float32(np.inf)), zero_points
 
     monkeypatch.setattr(onnx_channel_scales, "channel_quantized", another_version)
-    with caplog.at_level(logging.INFO, logger="wenxin"):
+    with wenxin_log() as messages:
         assert int8_program(source, tmp_path / "vectorized.onnx", vectorized=True) == library
-    assert "its own loop quantizes" in caplog.text
+    assert any("its own loop quantizes" in message for message in messages)
 
 
 def test_turned_off_onnx_runtimes_loop_quantizes(tmp_path, monkeypatch):
