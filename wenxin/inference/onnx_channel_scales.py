@@ -15,9 +15,11 @@ ONNX Runtime adds (names, types, order).
 
 Every weight is checked against ONNX Runtime's own ``quantize_data`` on a few of its channels (the
 first, the last, the widest and some drawn at random); where one differs (another version's
-arithmetic) or the case is another, ONNX Runtime's loop quantizes the weight, as it does with an
-ONNX Runtime whose quantizer has no such method (before 1.17). ``$WENXIN_ONNX_CHANNEL_SCALES=library``
-always leaves the quantization to ONNX Runtime's loop. Tested: the int8 program is the same to the
+arithmetic), or the call fails (an interface unlike the tested one), ONNX Runtime's loop quantizes
+it and the weights after it; where the case is another, that weight; and with an ONNX Runtime
+whose quantizer is not the kind this was written for (an older one, whose ``is_weight_symmetric``
+is not a method), every weight. ``$WENXIN_ONNX_CHANNEL_SCALES=library`` always leaves the
+quantization to ONNX Runtime's loop. Tested: the int8 program is the same to the
 byte either way.
 """
 from __future__ import annotations
@@ -89,45 +91,73 @@ def _common_case(quantizer: Any, weight_name: str, weight_type: int, axis: int, 
     return initializer, weights, axis
 
 
+class NumbersDiffer(Exception):
+    """``channel_quantized`` gave a channel other numbers than ONNX Runtime's own ``quantize_data``."""
+
+
+def _vectorized(quantizer: Any, weight_name: str, weight_type: int, axis: int, reduce_range: bool,
+                keep_float_weight: bool) -> Optional[Tuple[str, str, str]]:
+    """What ONNX Runtime's ``quantize_weight_per_channel_impl`` does, done by ``channel_quantized``
+    and checked (``NumbersDiffer``): the names of the initializers it adds; None where the call is
+    not the case handled here."""
+    import onnx
+    found = _common_case(quantizer, weight_name, weight_type, axis, reduce_range, keep_float_weight)
+    if found is None:
+        return None
+    initializer, weights, axis = found
+    values, scales, zero_points = channel_quantized(weights, axis)
+    if not _agrees(weights, axis, values, scales, zero_points):
+        raise NumbersDiffer("its numbers differ from ONNX Runtime's own on a channel")
+    names = (weight_name + "_quantized", weight_name + "_zero_point", weight_name + "_scale")
+    count = [initializer.dims[axis]]
+    scale = onnx.helper.make_tensor(names[2], initializer.data_type, count, scales.tolist())
+    zero_point = onnx.helper.make_tensor(names[1], weight_type, count, zero_points.tolist())
+    quantizer.model.initializer_extend([scale, zero_point])
+    quantizer.model.initializer_extend([onnx.numpy_helper.from_array(values.reshape(initializer.dims), names[0])])
+    return names
+
+
+def _quantizer_class() -> Any:
+    """ONNX Runtime's quantizer class whose per-channel method is replaced, where its interface is
+    the one this module was written against (``is_weight_symmetric`` a method beside
+    ``quantize_weight_per_channel_impl``, as in 1.32), else None."""
+    try:
+        from onnxruntime.quantization.base_quantizer import BaseQuantizer
+    except ImportError:  # (an older ONNX Runtime)
+        return None
+    if not (callable(getattr(BaseQuantizer, "is_weight_symmetric", None))
+            and callable(getattr(BaseQuantizer, "quantize_weight_per_channel_impl", None))):
+        return None  # (an older quantizer: its own loop)
+    return BaseQuantizer
+
+
 @contextlib.contextmanager
 def vectorized_per_channel() -> Iterator[None]:
     """While it is open, ONNX Runtime's quantizer quantizes a weight per channel with
     ``channel_quantized`` where that gives its own numbers (see the module docstring)."""
-    try:
-        from onnxruntime.quantization.base_quantizer import BaseQuantizer
-    except ImportError:  # (an ONNX Runtime before 1.17)
-        BaseQuantizer = None  # noqa: N806
-    library = getattr(BaseQuantizer, "quantize_weight_per_channel_impl", None)
-    if library is None or os.environ.get(SETTING_ENV, "").strip().lower() == "library":
+    quantizer_class = _quantizer_class()
+    if quantizer_class is None or os.environ.get(SETTING_ENV, "").strip().lower() == "library":
         yield
         return
-    differed: List[str] = []  # weights whose numbers differed: ONNX Runtime quantizes the rest itself
+    library = quantizer_class.quantize_weight_per_channel_impl
+    differed: List[str] = []  # a weight whose numbers differed, or failed: ONNX Runtime quantizes the rest itself
 
     def per_channel(self: Any, weight_name: str, weight_qType: int, channel_axis: int,  # noqa: N803
                     reduce_range: bool = True, keep_float_weight: bool = False) -> Tuple[str, str, str]:
-        found = None if differed else _common_case(self, weight_name, weight_qType, channel_axis, reduce_range,
-                                                   keep_float_weight)
-        if found is not None:
-            import onnx
-            initializer, weights, axis = found
-            values, scales, zero_points = channel_quantized(weights, axis)
-            if _agrees(weights, axis, values, scales, zero_points):
-                names = (weight_name + "_quantized", weight_name + "_zero_point", weight_name + "_scale")
-                count = [initializer.dims[axis]]
-                self.model.initializer_extend([onnx.helper.make_tensor(names[2], initializer.data_type, count,
-                                                                       scales.tolist()),
-                                               onnx.helper.make_tensor(names[1], weight_qType, count,
-                                                                       zero_points.tolist())])
-                self.model.initializer_extend([onnx.numpy_helper.from_array(values.reshape(initializer.dims),
-                                                                            names[0])])
-                return names
-            differed.append(weight_name)
-            logger.info("wenxin: ONNX Runtime's per-channel quantization differs from wenxin's vectorized one "
-                        "for %s: its own loop quantizes the weights", weight_name)
+        if not differed:
+            try:
+                names = _vectorized(self, weight_name, weight_qType, channel_axis, reduce_range, keep_float_weight)
+            except Exception as e:  # numbers unlike ONNX Runtime's, or an interface unlike the one tested
+                differed.append(weight_name)
+                logger.info("wenxin: ONNX Runtime's per-channel quantization of %s and the weights after it is left "
+                            "to its own loop (%s: %s)", weight_name, type(e).__name__, e)
+            else:
+                if names is not None:
+                    return names
         return library(self, weight_name, weight_qType, channel_axis, reduce_range, keep_float_weight)
 
-    BaseQuantizer.quantize_weight_per_channel_impl = per_channel
+    quantizer_class.quantize_weight_per_channel_impl = per_channel
     try:
         yield
     finally:
-        BaseQuantizer.quantize_weight_per_channel_impl = library
+        quantizer_class.quantize_weight_per_channel_impl = library
