@@ -3,7 +3,7 @@
 ``onnx.load`` reads a program whole, its weights with it, and the int8 copy of a program holding
 its weights (ERNIE-4.5-0.3B's float32 ``advance_pair.onnx``, 1.44 GB) wrote it to a scratch copy
 with the weights beside it so that they could be read a group at a time: the int8 step's process
-held 2.2 GiB for that, and the step took 40.5 s where it now takes 30.6-32.6 (peak 2.90 -> 2.74
+held 2.2 GiB for that, and the step took 40.5 s where it now takes 30.6-32.6 (peak 2.97 -> 2.80
 GiB, the same file). Here the file is walked as
 protobuf frames it (each field a key, then a length where its value is a message or bytes) without
 reading a weight: every other part of the program is parsed by protobuf as usual, and each

@@ -188,7 +188,7 @@ def weights_beside(source: str, scratch: str) -> Tuple["onnx.ModelProto", str]: 
     one), else the model would hold them while its groups are quantized. At ERNIE-4.5-0.3B's shape
     the int8 step's peak went from 4.94 to 3.20 GiB with the program written beside it first and
     ``onnx_quantize_groups.without_weights`` together; reading it in place instead of writing it
-    out: 40.5 -> 30.6-32.6 s and 2.90 -> 2.74 GiB (the same file)."""
+    out: 40.5 -> 30.6-32.6 s and 2.97 -> 2.80 GiB (the same file)."""
     from wenxin.inference.onnx_convert import written_beside
     from wenxin.inference.onnx_inside_weights import program_without_weights
     model = program_without_weights(source)  # (weights beside it stay named there, as read)
