@@ -50,7 +50,7 @@ def channel_quantized(weights: np.ndarray, axis: int) -> Tuple[np.ndarray, np.nd
     widest = np.maximum(np.abs(low), np.abs(high))
     scale = (widest.astype(np.float64) - (-widest).astype(np.float64)) / (127.0 - -127.0)
     scales = np.where(scale < np.finfo(weights.dtype).tiny, 1.0, scale).astype(weights.dtype)
-    quantized = np.round(flat.astype(np.float32) / scales[:, None])  # float32 / float32, half to even
+    quantized = np.round(flat.astype(np.float32, copy=False) / scales[:, None])  # float32 / float32, half to even
     np.clip(quantized, -128, 127, out=quantized)
     values = np.moveaxis(quantized.astype(np.int8).reshape(rows.shape), 0, axis)
     return values, scales, np.zeros(flat.shape[0], dtype=np.int8)
@@ -61,7 +61,7 @@ def _agrees(weights: np.ndarray, axis: int, values: np.ndarray, scales: np.ndarr
     from onnx import TensorProto
     from onnxruntime.quantization.quant_utils import quantize_data
     count = weights.shape[axis]
-    widest = int(np.argmax(np.abs(np.moveaxis(weights, axis, 0).reshape(count, -1)).max(axis=1, initial=0)))
+    widest = int(np.argmax(scales)) if count else 0  # the widest channel's (its scale the largest): no second pass
     drawn = np.random.default_rng(count).integers(0, count, CHECKED_CHANNELS).tolist() if count else []
     for channel in {0, count - 1, widest, *drawn} if count else ():
         zero_point, scale, quantized = quantize_data(weights.take(channel, axis).flatten(), TensorProto.INT8, True,
