@@ -17,17 +17,20 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterator, List, NamedTuple, Tuple
 
 SMALLEST = 1024  # raw_data of fewer bytes stays in the tensor as read
 VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5  # protobuf's wire types (groups, 3 and 4, are not used by ONNX)
 
 
-class Field:
+class Field(NamedTuple):
     """One protobuf field of a buffer: its number, wire type and where its frame and value lie."""
 
-    def __init__(self, number: int, wire: int, start: int, value: int, end: int) -> None:
-        self.number, self.wire, self.start, self.value, self.end = number, wire, start, value, end
+    number: int
+    wire: int
+    start: int  # the frame (key) starts here
+    value: int  # the value (after a length's varint) starts here
+    end: int
 
 
 def _varint(buffer: Any, at: int, end: int) -> Tuple[int, int]:

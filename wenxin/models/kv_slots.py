@@ -199,16 +199,18 @@ class KVSlots:
             store[layer, kind, :rows, :, :width] = self.store[layer, kind, :rows, :, :width]
         self.bytes_copied += rows * width * self.token_bytes
 
-    def _size(self, slots: int, columns: int) -> int:
+    def _shape(self, slots: int, columns: int) -> List[int]:
+        """The store's shape with room for ``slots`` rows of ``columns`` columns."""
         shape = list(self.store.shape)
         shape[ROW_AXIS], shape[COLUMN_AXIS] = slots, columns
-        return math.prod(shape)
+        return shape
+
+    def _size(self, slots: int, columns: int) -> int:
+        return math.prod(self._shape(slots, columns))
 
     def _shaped(self, memory: np.ndarray, slots: int, columns: int) -> np.ndarray:
         """The start of ``memory`` as a store of ``slots`` rows of ``columns`` columns."""
-        shape = list(self.store.shape)
-        shape[ROW_AXIS], shape[COLUMN_AXIS] = slots, columns
-        return memory[:math.prod(shape)].reshape(shape)
+        return memory[:self._size(slots, columns)].reshape(self._shape(slots, columns))
 
     def row_caches(self, rows: List[int]) -> np.ndarray:
         """A copy of ``rows``' caches ``[layers, 2, len(rows), KV, longest, D]`` (each row's
