@@ -102,6 +102,36 @@ def test_a_product_fed_a_quantized_tables_rows_makes_the_copy_in_one_pass(tmp_pa
     np.testing.assert_array_equal(logits(tmp_path / "int8.onnx"), logits(tmp_path / "library.onnx"))
 
 
+@pytest.mark.parametrize("source_beside", [False, True], ids=["inside", "beside"])
+def test_a_source_folder_that_takes_no_scratch_folder_holds_the_fold_in_memory(tmp_path, monkeypatch, capfd,
+                                                                               source_beside):
+    """The folded table goes to a scratch folder beside the source; where that folder refuses one
+    (a read-only folder; root is never refused, so the refusal is made here), the same program."""
+    import tempfile
+    source_dir, target_dir = tmp_path / "source", tmp_path / "target"
+    source_dir.mkdir()
+    target_dir.mkdir()
+    source = source_dir / "f32.onnx"
+    small_language_model(source, beside=source_beside)
+    library_int8(source, tmp_path / "library.onnx")
+    before = sorted(p.name for p in source_dir.iterdir())
+    quantize(str(source), str(target_dir / "made_beside.onnx"))
+    assert sorted(p.name for p in source_dir.iterdir()) == before  # the scratch folder removed
+    made_dir = tempfile.mkdtemp
+
+    def refused_beside_source(suffix=None, prefix=None, dir=None):
+        if str(dir) == str(source_dir):
+            raise PermissionError(13, "Permission denied", str(source_dir))
+        return made_dir(suffix, prefix, dir)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused_beside_source)
+    quantize(str(source), str(target_dir / "in_memory.onnx"))
+    assert "the folded weights are held in memory ([Errno 13] Permission denied" in capfd.readouterr().err
+    assert sorted(p.name for p in source_dir.iterdir()) == before
+    for made in ("made_beside.onnx", "in_memory.onnx"):
+        np.testing.assert_array_equal(logits(target_dir / made), logits(tmp_path / "library.onnx"))
+
+
 def test_weights_are_grouped_up_to_the_size_given_and_a_larger_one_alone():
     from onnx import helper, numpy_helper
     inits = [numpy_helper.from_array(np.zeros(shape, np.float32), name)

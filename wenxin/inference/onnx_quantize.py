@@ -29,10 +29,12 @@ folders keep it (``ernie45_export.kept_in_float32``): rounded, it sends tokens t
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
 import tempfile
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from wenxin.inference.onnx_convert import ONE_FILE_BYTES, external_data_file
 from wenxin.inference.onnx_quantize_groups import GROUP_BYTES, GroupsDisagree, quantize_in_groups
@@ -180,12 +182,13 @@ def router_products(model: "onnx.ModelProto") -> List[str]:  # type: ignore[name
     return routers
 
 
-def weights_beside(source: str, scratch: str) -> Tuple["onnx.ModelProto", str]:  # type: ignore[name-defined]  # noqa: F821,E501
+def weights_beside(source: str, scratch: Optional[str]) -> Tuple["onnx.ModelProto", str]:  # type: ignore[name-defined]  # noqa: F821,E501
     """``source`` with its tied output's transposed embedding folded (``fold_transposed_weights``),
     its weights not read in, and the folder its external data lies in: a program holding its
     weights inside is read without them, each naming its place in the file
     (``onnx_inside_weights``), and a folded weight is written to ``scratch`` (a folder inside that
-    one), else the model would hold them while its groups are quantized. At ERNIE-4.5-0.3B's shape
+    one), else the model would hold them while its groups are quantized (``None``, where no such
+    folder can be made: the folded weight is held in memory instead). At ERNIE-4.5-0.3B's shape
     the int8 step's peak went from 4.94 to 3.20 GiB with the program written beside it first and
     ``onnx_quantize_groups.without_weights`` together; reading it in place instead of writing it
     out: 40.5 -> 30.6-32.6 s and 2.97 -> 2.80 GiB (the same file)."""
@@ -193,6 +196,9 @@ def weights_beside(source: str, scratch: str) -> Tuple["onnx.ModelProto", str]: 
     from wenxin.inference.onnx_inside_weights import program_without_weights
     model = program_without_weights(source)  # (weights beside it stay named there, as read)
     base_dir = os.path.dirname(os.path.abspath(source))
+    if scratch is None:
+        fold_transposed_weights(model, base_dir)
+        return model, base_dir
     location = os.path.join(os.path.relpath(scratch, base_dir), "folded.data")
     with open(os.path.join(base_dir, location), "wb") as written:
 
@@ -205,6 +211,24 @@ def weights_beside(source: str, scratch: str) -> Tuple["onnx.ModelProto", str]: 
     return model, base_dir
 
 
+@contextlib.contextmanager
+def folding_scratch(source: str) -> Iterator[Optional[str]]:
+    """A scratch folder for the folded weights beside ``source`` (their external data must lie under
+    its folder, as ONNX reads it), removed after; ``None`` where that folder will not take one (a
+    read-only source): the folded weights are then held in memory (at ERNIE-4.5-0.3B's shape the
+    424 MB table)."""
+    try:
+        scratch = tempfile.mkdtemp(prefix=".int8-folded-", dir=os.path.dirname(os.path.abspath(source)))
+    except OSError as e:
+        print(f"wenxin: the folded weights are held in memory ({e})", file=sys.stderr)
+        yield None
+        return
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def quantize(source: str, target: str, one_file_bytes: int = ONE_FILE_BYTES, group_bytes: int = GROUP_BYTES) -> None:
     """``source`` (a float32 ONNX program) quantized to int8 into ``target``: its weights inside it
     while they stay under ``one_file_bytes``, else in ``<target>.data`` beside it, as
@@ -213,7 +237,7 @@ def quantize(source: str, target: str, one_file_bytes: int = ONE_FILE_BYTES, gro
     import numpy as np
     import onnx
     from onnx import helper
-    with tempfile.TemporaryDirectory(prefix=".int8-folded-", dir=os.path.dirname(os.path.abspath(source))) as scratch:
+    with folding_scratch(source) as scratch:
         model, base_dir = weights_beside(source, scratch)  # read where they lie, a group at a time
         routers = router_products(model)
         weight_bytes = sum(int(np.prod(init.dims)) * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
