@@ -103,6 +103,24 @@ def ernie45_export(work: str, shape: str = "small") -> str:
     return export_of(folder, work)
 
 
+def export_made_once(work: str, model: str, shape: str = "small", onnx: bool = False) -> str:
+    """The export folder of ``model`` (``ernie45`` of ``shape``, or ``erniegen``) under ``work``, made
+    the first time (a marker file names it) and, with ``onnx``, converted to ONNX once."""
+    marker = os.path.join(work, f"{model}-{shape}.export" if model == "ernie45" else f"{model}.export")
+    if not os.path.isfile(marker):
+        folder = ernie45_export(os.path.join(work, f"{model}-{shape}"), shape) if model == "ernie45" else \
+            erniegen_export(os.path.join(work, model))
+        with open(marker, "w") as f:
+            f.write(folder)
+    with open(marker) as f:
+        folder = f.read().strip()
+    converted = ("advance_pair.onnx", "advance.onnx", "infill.onnx")
+    if onnx and not any(os.path.isfile(os.path.join(folder, name)) for name in converted):
+        from wenxin.inference.onnx_export import export_onnx
+        export_onnx(folder, {})
+    return folder
+
+
 def erniegen_export(work: str) -> str:
     """ERNIE-Gen on a random encoder of ERNIE 3.0-medium's shape, exported after one step."""
     from conftest import build
@@ -390,20 +408,7 @@ def main() -> None:
     work = args.work or tempfile.mkdtemp(prefix="wenxin-genserve-")
     os.makedirs(work, exist_ok=True)
     print(f"# {load_note()} before; exports in {work}; backend {args.backend}", flush=True)
-    folders = {}
-    for model in args.models:
-        marker = os.path.join(work, f"{model}-{args.shape}.export" if model == "ernie45" else f"{model}.export")
-        if not os.path.isfile(marker):
-            folder = ernie45_export(os.path.join(work, f"{model}-{args.shape}"), args.shape) if model == "ernie45" else \
-                erniegen_export(os.path.join(work, model))
-            with open(marker, "w") as f:
-                f.write(folder)
-        folders[model] = open(marker).read().strip()
-    converted = ("advance_pair.onnx", "advance.onnx", "infill.onnx")
-    for model in args.models if args.onnx else ():
-        if not any(os.path.isfile(os.path.join(folders[model], name)) for name in converted):
-            from wenxin.inference.onnx_export import export_onnx
-            export_onnx(folders[model], {})
+    folders = {model: export_made_once(work, model, args.shape, args.onnx) for model in args.models}
     if args.baseline_repo and "ernie45" in args.models:
         marker = os.path.join(work, f"ernie45-{args.shape}-before.export")
         if not os.path.isfile(marker):
