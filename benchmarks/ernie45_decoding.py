@@ -42,6 +42,9 @@ SHAPES = {
              "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 128},
     "small": {"vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 6,
               "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64},
+    # 0.3B's depth with next to no arithmetic: what a step's operators cost by themselves
+    "tiny": {"vocab_size": 4096, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 18,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16},
 }
 COMMON = {"max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "pad_token_id": 0,
           "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True}

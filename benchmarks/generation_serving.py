@@ -399,8 +399,9 @@ def main() -> None:
                              "batch all decode on, batch all decode off)")
     parser.add_argument("--system", type=int, default=0,
                         help="ernie45's requests carry the same system prompt of this many characters")
-    parser.add_argument("--shape", default="small", choices=["small", "0.3b"],
-                        help="ernie45's shape: small, or ERNIE-4.5-0.3B's (random weights either way)")
+    parser.add_argument("--shape", default="small", choices=["small", "0.3b", "tiny"],
+                        help="ernie45's shape: small, ERNIE-4.5-0.3B's, or tiny (0.3B's depth with next to no "
+                             "arithmetic: what the step's operators cost by themselves); random weights")
     parser.add_argument("--baseline_repo", default="",
                         help="also serve ernie45 one request at a time by the wenxin of this checkout (the commit "
                              "before the batch: its own export, its own decoding thread), as a third mode")
