@@ -217,16 +217,16 @@ def folding_scratch(source: str) -> Iterator[Optional[str]]:
     its folder, as ONNX reads it), removed after; ``None`` where that folder will not take one (a
     read-only source): the folded weights are then held in memory (at ERNIE-4.5-0.3B's shape the
     424 MB table)."""
+    scratch: Optional[str] = None
     try:
         scratch = tempfile.mkdtemp(prefix=".int8-folded-", dir=os.path.dirname(os.path.abspath(source)))
     except OSError as e:
         print(f"wenxin: the folded weights are held in memory ({e})", file=sys.stderr)
-        yield None
-        return
     try:
         yield scratch
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def quantize(source: str, target: str, one_file_bytes: int = ONE_FILE_BYTES, group_bytes: int = GROUP_BYTES) -> None:
