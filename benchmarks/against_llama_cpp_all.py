@@ -46,6 +46,8 @@ def gguf_written(llama_cpp: str, converter_python: str, folder: str, outtype: st
     done = subprocess.run([converter_python, converter, folder, "--outtype", outtype, "--outfile", partial],
                           cwd=llama_cpp, env=env, capture_output=True, text=True)
     if done.returncode != 0:
+        if os.path.exists(partial):
+            os.remove(partial)
         raise SystemExit(f"llama.cpp's converter failed on {folder} ({outtype}):\n{done.stderr[-3000:]}")
     os.replace(partial, target)
     return target
