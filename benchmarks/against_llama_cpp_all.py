@@ -77,12 +77,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="the served comparison's window")
     args = parser.parse_args()
     sys.path.insert(0, HERE)
-    from generation_serving import export_made_once
+    from generation_serving import ernie45_source, export_made_once
     os.makedirs(args.work, exist_ok=True)
     for shape in args.shapes:
         print(f"\n## ERNIE 4.5, {shape} shape", flush=True)
         export = export_made_once(args.work, "ernie45", shape, onnx=True)
-        folder = os.path.join(args.work, f"ernie45-{shape}", f"ernie45-{shape}")  # what the export was made from
+        folder = ernie45_source(args.work, shape)  # what the export was made from
         gguf = {kind: gguf_written(args.llama_cpp, args.converter_python, folder, kind,
                                    os.path.join(args.work, f"ernie45-{shape}-{kind}.gguf")) for kind in GGUF_TYPES}
         files = ["--export", export, "--gguf_f32", gguf["f32"], "--gguf_q8", gguf["q8_0"]]

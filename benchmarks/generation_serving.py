@@ -62,6 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wenxin.common.process_settings import apply_process_settings  # noqa: E402
 
 apply_process_settings()  # as wenxin's entry points do, before Paddle loads
+from ernie45_decoding import SHAPES  # noqa: E402
 from measure import load_note, tree_cpu_seconds  # noqa: E402
 
 SMALL = {"vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 6,
@@ -101,6 +102,12 @@ def ernie45_export(work: str, shape: str = "small") -> str:
     with open(os.path.join(folder, "generation_config.json"), "w") as f:
         json.dump({"do_sample": False, "eos_token_id": 2}, f)
     return export_of(folder, work)
+
+
+def ernie45_source(work: str, shape: str) -> str:
+    """The random model folder of ``shape`` that ``export_made_once`` exports under ``work``
+    (``ernie45_export`` of ``<work>/ernie45-<shape>`` writes it there)."""
+    return os.path.join(work, f"ernie45-{shape}", f"ernie45-{shape}")
 
 
 def export_made_once(work: str, model: str, shape: str = "small", onnx: bool = False) -> str:
@@ -399,7 +406,7 @@ def main() -> None:
                              "batch all decode on, batch all decode off)")
     parser.add_argument("--system", type=int, default=0,
                         help="ernie45's requests carry the same system prompt of this many characters")
-    parser.add_argument("--shape", default="small", choices=["small", "0.3b", "tiny"],
+    parser.add_argument("--shape", default="small", choices=sorted(SHAPES),
                         help="ernie45's shape: small, ERNIE-4.5-0.3B's, or tiny (0.3B's depth with next to no "
                              "arithmetic: what the step's operators cost by themselves); random weights")
     parser.add_argument("--baseline_repo", default="",
@@ -416,8 +423,7 @@ def main() -> None:
             from ernie45_decoding import export_of
             before = os.path.join(work, f"ernie45-{args.shape}-before")
             os.makedirs(before, exist_ok=True)
-            folder = export_of(os.path.join(work, f"ernie45-{args.shape}", f"ernie45-{args.shape}"), before,
-                               args.baseline_repo)
+            folder = export_of(ernie45_source(work, args.shape), before, args.baseline_repo)
             with open(marker, "w") as f:
                 f.write(folder)
         folders["ernie45-before"] = open(marker).read().strip()
