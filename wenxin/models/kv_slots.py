@@ -210,7 +210,8 @@ class KVSlots:
 
     def _shaped(self, memory: np.ndarray, slots: int, columns: int) -> np.ndarray:
         """The start of ``memory`` as a store of ``slots`` rows of ``columns`` columns."""
-        return memory[:self._size(slots, columns)].reshape(self._shape(slots, columns))
+        shape = self._shape(slots, columns)
+        return memory[:math.prod(shape)].reshape(shape)
 
     def row_caches(self, rows: List[int]) -> np.ndarray:
         """A copy of ``rows``' caches ``[layers, 2, len(rows), KV, longest, D]`` (each row's
