@@ -57,11 +57,9 @@ def test_the_chat_example_learns_its_conversations_and_answers_them(chat_data, t
         losses = [r["loss"] for r in map(json.loads, f) if r["tag"] == "train"]
     assert losses[-1] < 0.3 < losses[0]
     lines = (chat_data / "train.jsonl").read_text("utf-8").splitlines()[:20]
-    prompts = [json.dumps({"system": json.loads(line)["system"], "src": json.loads(line)["src"][:1]}, ensure_ascii=False)
-               for line in lines if len(json.loads(line)["src"]) == 1]
+    prompts = [first_turn(line) for line in lines if len(json.loads(line)["src"]) == 1]
     answers = [json.loads(line)["tgt"][0] for line in lines if len(json.loads(line)["src"]) == 1]
-    unseen = [json.dumps({"system": json.loads(line)["system"], "src": json.loads(line)["src"][:1]}, ensure_ascii=False)
-              for line in (chat_data / "dev.jsonl").read_text("utf-8").splitlines()]
+    unseen = [first_turn(line) for line in (chat_data / "dev.jsonl").read_text("utf-8").splitlines()]
     best = os.path.join(out, "checkpoints", "best")
     got = predicted(tmp_path, best, prompts + unseen)
     # many answers come back word for word: measured 15 of 20 on an AVX2 CPU and 10 of 20 on an
@@ -83,6 +81,12 @@ def test_the_chat_example_learns_its_conversations_and_answers_them(chat_data, t
     int8 = predicted(tmp_path, onnx_export, prompts + unseen, "onnxruntime-int8")
     same = sum(a == b for a, b in zip(int8, got))
     assert same >= 0.75 * len(got), [(a, b) for a, b in zip(int8, got) if a != b]
+
+
+def first_turn(line):
+    """A conversation line's system prompt and first question, as ``wenxin predict`` takes them."""
+    row = json.loads(line)
+    return json.dumps({"system": row["system"], "src": row["src"][:1]}, ensure_ascii=False)
 
 
 def predicted(tmp_path, folder, prompts, backend="paddle"):
