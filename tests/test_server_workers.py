@@ -1,6 +1,7 @@
 """``wenxin serve --workers N``: several service processes on one socket, supervised.
 
 Each test starts real worker processes (each loads Paddle and the model: 2-3 s)."""
+import contextlib
 import http.client
 import json
 import os
@@ -162,3 +163,34 @@ def test_workers_die_with_a_sigkilled_supervisor_and_the_port_can_be_served_agai
     finally:
         if first.poll() is None:
             first.kill()
+        for pid in serving_pids(logs[0]):  # a worker left serving would hold the port for the next test
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+STOPPED_BEFORE_SERVING = """
+import os, signal, sys
+from wenxin.inference.server import ServeOptions, Service, listen
+from wenxin.common.process import stop_on_signals
+service = Service(sys.argv[1], options=ServeOptions(), sock=listen("127.0.0.1", 0), workers=2)
+stop_on_signals(service.stop)  # as a worker does
+os.kill(os.getpid(), signal.SIGTERM)  # as die_with_parent sends it when the supervisor was SIGKILLed
+service.run()
+print("returned without serving")
+"""
+
+
+def test_a_worker_signalled_before_it_serves_stops_instead_of_serving_on(exported_classifier):
+    """The window a worker has between loading the model and uvicorn's own signal handlers: a
+    SIGTERM that arrives there (a supervisor SIGKILLed just after its workers loaded) stops it.
+    With the handler that did nothing, the worker served on as an orphan (a CI run's failure)."""
+    env = {**os.environ, "PYTHONPATH": REPO, "GLOG_minloglevel": "2"}
+    worker = subprocess.Popen([sys.executable, "-c", STOPPED_BEFORE_SERVING, exported_classifier], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = worker.communicate(timeout=120)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0 and "returned without serving" in output, output[-3000:]

@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import threading
-from typing import Any, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 
 def quiet_paddle() -> None:
@@ -150,6 +150,19 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
         threading.Thread(target=watch, name="wenxin-parent-watch", daemon=True).start()
     if os.getppid() != parent_pid:  # it ended before the request above was in place
         os.kill(os.getpid(), sig)
+
+
+def stop_on_signals(stop: Callable[[], None]) -> None:
+    """From now on SIGTERM and Ctrl-C call ``stop`` (main thread only).
+
+    A service hands its ``stop`` here before it runs. uvicorn installs handlers of its own while it
+    serves (they answer the requests in flight) and puts these back afterwards, raising the
+    signals it caught again, which then call ``stop`` once more (harmless). A signal that arrives
+    before uvicorn's handlers are in place must still stop the service: a worker whose supervisor
+    was SIGKILLed just after the model loaded is sent SIGTERM at once (``die_with_parent``), and a
+    handler that did nothing there left it serving as an orphan."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop())
 
 
 @contextlib.contextmanager

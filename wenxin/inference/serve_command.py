@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 from typing import Union
 
 from wenxin.common import startup_notes
 from wenxin.common.errors import EXIT_OK
 from wenxin.common.logs import lean_records, setup_logging
-from wenxin.common.process import load_paddle
+from wenxin.common.process import load_paddle, stop_on_signals
 from wenxin.data.export_bundle import inference_folder
 from wenxin.inference.api_key import resolve_api_key
 from wenxin.inference.scheduler_front import SchedulerLimits
@@ -47,13 +46,11 @@ def serve(args: argparse.Namespace) -> int:
     service: Union[Service, ServiceWorkers]
     if args.workers == 1:
         service = one = Service(folder, args.host, args.port, options)
-        backend, port, stop = one.backend, one.port, lambda signum, frame: None
-        # uvicorn drains on SIGINT/SIGTERM itself, then raises them again: then exit 0
+        backend, port = one.backend, one.port
     else:
         service = several = ServiceWorkers(folder, args.host, args.port, args.workers, options)
-        backend, port, stop = several.backend, several.port, lambda signum, frame: several.stop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, stop)
+        backend, port = several.backend, several.port
+    stop_on_signals(service.stop)
     for note in startup_notes.take():  # once the model loaded: an error stays the only output
         log.info("%s", note)  # the BLAS path and the allocator serve as they train
     log.info("%s %s with %s on http://%s:%d (GET /openapi.json lists the endpoints)%s",

@@ -46,7 +46,7 @@ def _worker_main(index: int, sock: socket.socket, model_dir: str, options: Serve
     """A worker process: load the model, say so, serve until SIGTERM (also sent when the
     supervisor ends, however it ends)."""
     from wenxin.common.logs import lean_records, setup_logging
-    from wenxin.common.process import die_with_parent, quiet_paddle
+    from wenxin.common.process import die_with_parent, quiet_paddle, stop_on_signals
     signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(143))  # until the model is loaded
     die_with_parent(supervisor)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops the workers
@@ -67,10 +67,9 @@ def _worker_main(index: int, sock: socket.socket, model_dir: str, options: Serve
         report.close()
         raise SystemExit(2) from None
     service.app.log_prefix = f"worker {index + 1}: "
+    stop_on_signals(service.stop)  # also one that arrives before uvicorn's handlers are in place
     report.send(("ready", os.getpid(), []))
     report.close()
-    for sig in (signal.SIGINT, signal.SIGTERM):  # uvicorn drains on them, then raises them again
-        signal.signal(sig, lambda signum, frame: None)
     service.run()
 
 
