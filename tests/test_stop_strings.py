@@ -6,14 +6,16 @@ import random
 
 import pytest
 
+from wenxin.inference.formatters import ResultFormat
 from wenxin.inference.generator import AnswerText
 from wenxin.inference.stop_strings import StopStrings, parse_stop_strings
 
 
-class TokenText:
+class TokenText(ResultFormat):
     """A stand-in result format: token ids are indexes into ``pieces``, whose texts it joins."""
 
     def __init__(self, pieces):
+        super().__init__([], [])
         self.pieces = pieces
         self.decoded = 0
 

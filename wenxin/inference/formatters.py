@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, overload
+from typing import Any, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple, Union, overload
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from wenxin.common.errors import InferenceError
 from wenxin.common.registry import RegisterSet
 from wenxin.data.ernie_fields import ErnieTextFieldReader
 from wenxin.data.field_reader import BaseFieldReader, TextFieldReader
+from wenxin.data.incremental_text import IncrementalText
 from wenxin.data.wordpiece import detokenize
 from wenxin.metrics.chunking import extract_chunks
 
@@ -72,6 +73,11 @@ class ResultFormat:
     def line(self, result: Dict[str, Any]) -> str:
         raise NotImplementedError
 
+    def growing(self, row: Sequence[str]) -> GrowingResult:
+        """``row``'s generated answer as its token ids come (a generation format's): by default the
+        whole answer's result is built again for every id."""
+        return RebuiltResult(self, row)
+
     def split_rows(self, rows: Sequence[Sequence[str]]) -> Tuple[List[Sequence[str]], Sequence[Piece]]:
         """The rows the model runs on, and for each the input row it is a piece of and where.
         By default each row is one piece; a format whose model cannot take a long input whole
@@ -108,6 +114,40 @@ class ResultFormat:
             raise InferenceError(f"preprocess.json: labels names {len(self.labels)} classes, but the model gives "
                                  f"{probs.shape[-1]} probabilities: the export's labels do not match its model "
                                  f"(export it again)")
+
+
+class GrowingResult(Protocol):
+    """One answer's result as its token ids come (``ResultFormat.growing``)."""
+
+    def add(self, token_id: int) -> Dict[str, Any]:
+        """Add one generated id; returns the answer's result so far."""
+
+
+class RebuiltResult:
+    """A format's result of the whole answer, built again from all its ids at every new one."""
+
+    def __init__(self, result_format: ResultFormat, row: Sequence[str]) -> None:
+        self.result_format, self.row = result_format, row
+        self.ids: List[int] = []
+
+    def add(self, token_id: int) -> Dict[str, Any]:
+        self.ids.append(token_id)
+        return self.result_format.results({"generated": np.asarray([self.ids])}, {}, [self.row])[0]
+
+
+class GrowingChatAnswer:
+    """A chat answer's ``{"text", "tokens"}`` as its ids come, each id decoding a few ids
+    (``wenxin.data.incremental_text``) instead of the whole answer; the same result as
+    ``ChatFormat.results`` of all the ids."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.text = IncrementalText(tokenizer.decode_complete)
+        self.tokens: List[str] = []
+
+    def add(self, token_id: int) -> Dict[str, Any]:
+        self.tokens.extend(self.tokenizer.pieces([token_id]))
+        return {"text": self.text.add(token_id), "tokens": list(self.tokens)}
 
 
 @RegisterSet.result_formats.register("classification")
@@ -175,6 +215,9 @@ class ChatFormat(ResultFormat):
             ids = [i for i in row if i >= 0]
             results.append({"text": tokenizer.decode_complete(ids), "tokens": tokenizer.pieces(ids)})
         return results
+
+    def growing(self, row: Sequence[str]) -> GrowingResult:
+        return GrowingChatAnswer(self.fields[0].tokenizer)  # type: ignore[attr-defined]  # a ChatFieldReader's
 
     def line(self, result: Dict[str, Any]) -> str:
         return json.dumps(result["text"], ensure_ascii=False)

@@ -42,7 +42,7 @@ class AnswerText:
     begin one is held back until it cannot. The pieces' texts add up to the last result's text."""
 
     def __init__(self, result_format: ResultFormat, row: Row, stop: Sequence[str] = ()) -> None:
-        self.result_format, self.row = result_format, list(row)
+        self.growing = result_format.growing(list(row))
         self.stops = StopStrings(stop)
         self.ids: List[int] = []
         self.sent = 0  # characters of the text already given out
@@ -52,7 +52,7 @@ class AnswerText:
     def add(self, token_id: int) -> StreamedText:
         """The piece one new token adds (``stopped``: a stop string ended the answer with it)."""
         self.ids.append(token_id)
-        result = self.result_format.results({"generated": np.asarray([self.ids])}, {}, [self.row])[0]
+        result = self.growing.add(token_id)
         text = result["text"]
         cut = self.stops.find(text, self.sent) if self.stops else None
         if cut is not None:
