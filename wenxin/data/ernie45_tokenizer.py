@@ -183,22 +183,27 @@ class Ernie45Tokenizer:
         byte pieces (``<0xE4>``) have not all come yet: text decoded as tokens arrive grows by whole
         characters only."""
         ids = list(ids)
-        tail = 0  # how many byte pieces end the ids
-        while tail < len(ids) and _BYTE_PIECE.fullmatch(self.pieces([ids[-1 - tail]])[0]):
-            tail += 1
-        if tail:
-            data = bytes(int(piece[3:5], 16) for piece in self.pieces(ids[len(ids) - tail:]))
-            start = len(data)  # the last character's first byte: not a continuation byte (10xxxxxx)
-            while start > 0 and data[start - 1] & 0xC0 == 0x80:
-                start -= 1
+        return self.decode(ids[:len(ids) - self.incomplete_tail(ids)], skip_special_tokens=True)
+
+    def incomplete_tail(self, ids: Sequence[int]) -> int:
+        """How many ids at the end are the byte pieces of a last character not complete yet."""
+        tail: List[int] = []  # the bytes of the byte pieces that end the ids (a character has at most 4)
+        for token_id in reversed(list(ids[-4:])):
+            piece = self.pieces([token_id])[0]
+            if not _BYTE_PIECE.fullmatch(piece):
+                break
+            tail.append(int(piece[3:5], 16))
+        data = bytes(reversed(tail))
+        start = len(data)  # the last character's first byte: not a continuation byte (10xxxxxx)
+        while start > 0 and data[start - 1] & 0xC0 == 0x80:
             start -= 1
-            if start >= 0:
-                lead = data[start]
-                needed = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else \
-                    4 if lead >> 3 == 0b11110 else 1
-                if len(data) - start < needed:  # incomplete: hold its bytes back
-                    ids = ids[:len(ids) - (len(data) - start)]
-        return self.decode(ids, skip_special_tokens=True)
+        start -= 1
+        if start < 0:
+            return 0
+        lead = data[start]
+        needed = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else \
+            4 if lead >> 3 == 0b11110 else 1
+        return len(data) - start if len(data) - start < needed else 0
 
     def stop_ids(self, extra: Sequence[int] = ()) -> List[int]:
         """Tokens that end an answer: ``sep_token`` (the chat format's end of a turn), ``eos_token``

@@ -142,7 +142,8 @@ class GrowingChatAnswer:
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
-        self.text = IncrementalText(tokenizer.decode_complete)
+        self.text = IncrementalText(lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+                                    tokenizer.incomplete_tail)
         self.tokens: List[str] = []
 
     def add(self, token_id: int) -> Dict[str, Any]:
