@@ -3,7 +3,8 @@ two checkouts (an A/B, alternating) on the same export. The requests carry no de
 so the export's own are used (an ERNIE 4.5 model folder's export samples, as the folder's
 ``generation_config.json`` asks) unless ``--strategy`` names one (``greedy``: as
 ``served_against_llama_cpp.py`` asks), ``--model erniegen`` sends an ERNIE-Gen export's rows
-instead of chat questions, ``--new N`` asks for N tokens a request (48); ``--backend`` and the other flags go to ``wenxin serve``.
+instead of chat questions, ``--new N`` asks for N tokens a request on average (48; each from N/2
+to 3N/2); ``--backend`` and the other flags go to ``wenxin serve``.
 Two checkouts on one export, or one checkout on two exports (an export's programs against an
 older export's)::
 
@@ -40,7 +41,7 @@ def main() -> None:
     port = free_port()
     env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": repo, "OMP_NUM_THREADS": "1"}
     server = launched([sys.executable, "-m", "wenxin", "serve", "--model_dir", export, "--port", str(port),
-                       "--generation_timeout", "3600", "--max_new_tokens", str(max(72, new)), "--max_rows", str(streams),
+                       "--generation_timeout", "3600", "--max_new_tokens", str(new * 3 // 2), "--max_rows", str(streams),
                        "--num_threads", "1", "--max_waiting", "1000", *flags], port, env, "/tmp")
     try:
         bodies = [{**body, **settings} for body in request_bodies(model, new)]
