@@ -1,13 +1,13 @@
 """An answer's text as its token ids come, each id decoding a few ids instead of the whole answer.
 
 Decoding the whole answer again for every new id costs a stream O(n) a token and an answer O(n^2):
-on ERNIE 4.5's tokenizer 37 CPU-µs a token over a 72-token answer, 820 over 2,000 (this way 11 and
-21; ``benchmarks/answer_text.py``), where 16 rows of 2,000 tokens would spend a fifth of a 16-row
-int8 decoding step at 0.3B's shape (about 60 ms) on their text. Here each
-new id is decoded in a short window that starts at the ids shown last, and the window's text beyond
-its head's (those ids' text) is what the new ones add. SentencePiece
-drops a leading space only at the start of what it decodes, so the window and its head drop the
-same one (the method of Hugging Face's text streamer and vLLM's detokenizer).
+on ERNIE 4.5's tokenizer 38 CPU-µs a token over a 72-token answer, 798 over 2,000 (this way 10 and
+20; ``benchmarks/answer_text.py``): 16 rows at their 2,000th token spent about 25 ms a step on their
+text (1.6 ms each), beside a 16-row int8 step at 0.3B's shape of about 60 ms. Here each new id is decoded in a
+short window that starts at the ids shown last, and the window's text beyond its head's (those
+ids' text) is what the new ones add. SentencePiece drops a leading space only at the start of what
+it decodes, so the window and its head drop the same one (the method of Hugging Face's text
+streamer and vLLM's detokenizer).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class IncrementalText:
         self._decode, self._incomplete_tail = decode, incomplete_tail
         self.ids: List[int] = []
         self.text = ""
-        self._start = 0  # the window's first id: the one before the ids not yet shown
+        self._start = 0  # the window's first id: the first of the ids shown last
         self._shown = 0  # ids[:_shown] are all in text
         self._head = ""  # decode(ids[_start:_shown])
 
