@@ -174,7 +174,7 @@ def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_fold
         steps_before = metric(port, "wenxin_generation_step_rows_count")
         rows_before = metric(port, "wenxin_generation_step_rows_sum")
         counted = ("wenxin_prompt_tokens_prefilled_total", "wenxin_prompt_tokens_reused_total",
-                   "wenxin_generation_turn_cpu_seconds_total")
+                   "wenxin_generation_turn_cpu_seconds_total", "wenxin_generation_model_cpu_seconds_total")
         counts_before = [metric(port, name) for name in counted]
         gate.close()  # the first request's first step is held until the others have come
         sockets = [stream_request(port, bodies[0])]
@@ -191,9 +191,10 @@ def test_concurrent_requests_share_steps_and_each_gets_its_lone_answer(chat_fold
                 (theirs["text"], theirs["tokens"], theirs["finish_reason"])
             prompt_tokens += mine["prompt_tokens"]
             sock.close()
-        prefilled, reused, turn_cpu = [metric(port, name) - before for name, before in zip(counted, counts_before)]
+        prefilled, reused, turn_cpu, model_cpu = [metric(port, name) - before
+                                                  for name, before in zip(counted, counts_before)]
         assert prefilled + reused == prompt_tokens and prefilled > 0, (prefilled, reused, prompt_tokens)
-        assert turn_cpu > 0  # the decoding thread's CPU in its turns
+        assert 0 < model_cpu < turn_cpu, (model_cpu, turn_cpu)  # of the decoding thread's CPU, the model's calls'
         steps = metric(port, "wenxin_generation_step_rows_count") - steps_before
         rows = metric(port, "wenxin_generation_step_rows_sum") - rows_before
         assert rows / steps > 1.5, (rows, steps)  # steps ran several requests' rows together

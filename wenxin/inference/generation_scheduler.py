@@ -179,7 +179,7 @@ class GenerationScheduler(SchedulerFront):
                 end_all(decoder, running, waiting, outbox)
                 _flush(outbox)
                 return
-            turn, started = Turn(), time.thread_time()
+            turn, started, model_before = Turn(), time.thread_time(), generator.predictor.model_cpu_seconds
             self._end_stopped(decoder, running, waiting, turn, outbox)
             _flush(outbox)
             outbox = {}
@@ -205,6 +205,7 @@ class GenerationScheduler(SchedulerFront):
             _flush(outbox)
             if self.on_turn is not None and (turn.ran or turn.ended or turn.failed):
                 turn.cpu_seconds = time.thread_time() - started
+                turn.model_cpu_seconds = generator.predictor.model_cpu_seconds - model_before
                 self.on_turn(turn)
 
     def _end_stopped(self, decoder: BatchDecoder, running: Dict[int, _Running], waiting: Deque[GenerationJob],

@@ -86,6 +86,7 @@ class GenerationExport(Protocol):
     decode_settings: Optional[DecodeSettings]  # None: the export does not generate
     prompt_source: Optional[PromptSource]
     result_format: ResultFormat
+    model_cpu_seconds: float  # CPU of the calling thread inside the step programs' calls, so far
 
     @property
     def fuses_turns(self) -> bool: ...  # its engine runs advance_pair: prompt parts beside the decoding rows

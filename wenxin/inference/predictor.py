@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from operator import itemgetter
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -155,6 +156,7 @@ class Predictor:
         self.in_place_cache = in_place_cache(self.exported_steps)
         self._one_program = one_program(self.exported_steps)  # "": an export of several step programs
         self._calls = steps_runner(self._run_program, self.exported_steps)
+        self.model_cpu_seconds = 0.0  # CPU of the calling thread inside the step programs' calls, so far
         self.step_engines: Dict[str, InferenceBackend] = {}
         self.decode_settings: Optional[DecodeSettings] = None
         self.prompt_source: Optional[PromptSource] = None
@@ -236,7 +238,10 @@ class Predictor:
                 raise ExportError(f"{name}: the program's input {program_name!r} is none of the declared "
                                   f"{sorted(declared)}")
             feed[program_name] = inputs[input_name]
-        return dict(zip(self.exported_steps[name]["outputs"], engine.run(feed)))
+        started = time.thread_time()
+        outputs = engine.run(feed)
+        self.model_cpu_seconds += time.thread_time() - started
+        return dict(zip(self.exported_steps[name]["outputs"], outputs))
 
     @property
     def reads_conversations(self) -> bool:

@@ -43,6 +43,10 @@ class ServiceMetrics:
                                 "model's calls and the scheduler's choices (the rest of the service's CPU is HTTP "
                                 "and streaming; a model's math threads beyond the first are not counted)",
                                 registry=self.registry)
+        self.model_cpu = Counter("wenxin_generation_model_cpu_seconds", "of the decoding thread's CPU in its turns, "
+                                 "that inside the model's step calls: against the service's CPU, the share its "
+                                 "bare steps would take (a model's math threads beyond the first not counted)",
+                                 registry=self.registry)
         self.refused = Counter("wenxin_generations_refused", "generation requests answered 503: the batch and its "
                                "waiting line were full", registry=self.registry)
         self.in_flight = Gauge("wenxin_predict_in_flight", "/predict requests whose headers arrived, not yet answered",
@@ -59,7 +63,7 @@ class ServiceMetrics:
 
     def observe_turn(self, turn: Turn) -> None:
         """What a generation turn did: its step's rows, the prompt tokens it prefilled and those a
-        kept start covered, and its thread's CPU."""
+        kept start covered, and its thread's CPU (and of that, the model's calls')."""
         if turn.step_rows:
             self.generation_rows.observe(turn.step_rows)
         prefilled = sum(part.tokens for part in turn.prefilled)
@@ -67,6 +71,8 @@ class ServiceMetrics:
             self.prompt_tokens.inc(prefilled)
         if turn.cpu_seconds > 0:
             self.turn_cpu.inc(turn.cpu_seconds)
+        if turn.model_cpu_seconds > 0:
+            self.model_cpu.inc(turn.model_cpu_seconds)
         reused = sum(admitted.reused_tokens for admitted in turn.admitted)
         if reused:
             self.prompt_tokens_reused.inc(reused)

@@ -80,6 +80,7 @@ class Turn:
     finished: List[Tuple[int, FinishReason]] = dataclasses.field(default_factory=list)
     failed: List[int] = dataclasses.field(default_factory=list)
     cpu_seconds: float = 0.0
+    model_cpu_seconds: float = 0.0  # of cpu_seconds, those inside the model's calls
 
     @property
     def ran(self) -> bool:
