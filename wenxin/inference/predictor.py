@@ -92,6 +92,20 @@ def _in_export(cfg: Dict[str, Any], model_dir: str) -> Dict[str, Any]:
     return cfg
 
 
+def program_feed(step: str, program_inputs: Sequence[str], declared: Sequence[str],
+                 inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """The feed of step ``step``'s program from ``inputs`` named as the export declares them: each
+    of the program's inputs is a declared name, or ``<step>__<name>`` (a static program's)."""
+    feed = {}
+    for program_name in program_inputs:
+        input_name = program_name[len(step) + 2:] if program_name.startswith(f"{step}__") else program_name
+        if input_name not in declared:
+            raise ExportError(f"{step}: the program's input {program_name!r} is none of the declared "
+                              f"{sorted(declared)}")
+        feed[program_name] = inputs[input_name]
+    return feed
+
+
 class Predictor:
     """Runs an exported model on raw rows (one string per inference field).
 
@@ -230,14 +244,7 @@ class Predictor:
             return advance_by_pair(lambda feed: self._run_program(PAIR, feed), inputs,
                                    pair_runs_alone(self.exported_steps))
         engine = self.step_engines[name]
-        declared = {i["name"] for i in self.exported_steps[name]["inputs"]}
-        feed = {}
-        for program_name in engine.input_names:  # the declared name, or "<step>__<name>" (a static program's)
-            input_name = program_name[len(name) + 2:] if program_name.startswith(f"{name}__") else program_name
-            if input_name not in declared:
-                raise ExportError(f"{name}: the program's input {program_name!r} is none of the declared "
-                                  f"{sorted(declared)}")
-            feed[program_name] = inputs[input_name]
+        feed = program_feed(name, engine.input_names, [i["name"] for i in self.exported_steps[name]["inputs"]], inputs)
         started = time.thread_time()
         outputs = engine.run(feed)
         self.model_cpu_seconds += time.thread_time() - started
