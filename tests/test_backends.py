@@ -124,3 +124,14 @@ def test_a_paddle_that_crashes_on_a_group_of_no_rows_loads_advance(tmp_path, mon
     assert PaddleBackend.step_programs(str(tmp_path), steps) == (["advance_pair"] if runs else ["advance"])
     # nor a cache of no columns: an export of three programs runs its own prefill there
     assert PaddleBackend.runs_empty_caches() is runs
+
+
+def test_a_step_programs_feed_takes_declared_names_or_the_static_prefix_and_names_an_unknown_input():
+    from wenxin.common.errors import ExportError
+    from wenxin.inference.predictor import program_feed
+    tokens, cache = np.zeros((1, 2), dtype=np.int64), np.ones((1, 3), dtype=np.float32)
+    feed = program_feed("advance", ["tokens", "advance__cache"], ["tokens", "cache"], {"tokens": tokens, "cache": cache})
+    assert feed == {"tokens": tokens, "advance__cache": cache}
+    with pytest.raises(ExportError, match=r"advance: the program's input 'extend__cache' is none of the declared "
+                                          r"\['cache', 'tokens'\]"):
+        program_feed("advance", ["tokens", "extend__cache"], ["tokens", "cache"], {"tokens": tokens, "cache": cache})
