@@ -249,6 +249,7 @@ async def probe_health(port: int, latencies: List[float]) -> None:
 COUNTERS = {"rows": "wenxin_generation_step_rows_sum", "steps": "wenxin_generation_step_rows_count",
             "prompt_tokens": "wenxin_prompt_tokens_prefilled_total", "turn_cpu": "wenxin_generation_turn_cpu_seconds_total",
             "model_cpu": "wenxin_generation_model_cpu_seconds_total"}  # the last: wenxin from 2026-12-07 on
+TURN_COUNTERS = {"rows", "steps", "prompt_tokens", "turn_cpu"}  # a server with these has the columns they make
 
 
 async def service_counters(port: int) -> Dict[str, float]:
@@ -313,7 +314,7 @@ async def closed_loop(port: int, bodies: List[Dict[str, Any]], streams: int, sec
             "health_p50": percentile(health, 50), "health_p99": percentile(health, 99),
             **({"prompt_per_row": counted["prompt_tokens"] / max(counted["rows"], 1),
                 "rows_per_step": counted["rows"] / max(counted["steps"], 1),
-                "turn_cpu_share": counted["turn_cpu"] / cpu} if len(counted) >= len(COUNTERS) - 1 else {}),
+                "turn_cpu_share": counted["turn_cpu"] / cpu} if TURN_COUNTERS <= counted.keys() else {}),
             **({"model_cpu_share": counted["model_cpu"] / cpu} if "model_cpu" in counted else {})}
 
 

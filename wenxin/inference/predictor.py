@@ -96,10 +96,10 @@ def program_feed(step: str, program_inputs: Sequence[str], declared: Sequence[st
                  inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
     """The feed of step ``step``'s program from ``inputs`` named as the export declares them: each
     of the program's inputs is a declared name, or ``<step>__<name>`` (a static program's)."""
-    feed = {}
+    known, feed = set(declared), {}
     for program_name in program_inputs:
         input_name = program_name[len(step) + 2:] if program_name.startswith(f"{step}__") else program_name
-        if input_name not in declared:
+        if input_name not in known:
             raise ExportError(f"{step}: the program's input {program_name!r} is none of the declared "
                               f"{sorted(declared)}")
         feed[program_name] = inputs[input_name]
