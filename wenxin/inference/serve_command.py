@@ -45,17 +45,16 @@ def serve(args: argparse.Namespace) -> int:
     log = logging.getLogger("wenxin")
     service: Union[Service, ServiceWorkers]
     if args.workers == 1:
-        service = one = Service(folder, args.host, args.port, options)
-        backend, port = one.backend, one.port
+        service = Service(folder, args.host, args.port, options)
     else:
-        service = several = ServiceWorkers(folder, args.host, args.port, args.workers, options)
-        backend, port = several.backend, several.port
+        service = ServiceWorkers(folder, args.host, args.port, args.workers, options)
     stop_on_signals(service.stop)
     for note in startup_notes.take():  # once the model loaded: an error stays the only output
         log.info("%s", note)  # the BLAS path and the allocator serve as they train
     log.info("%s %s with %s on http://%s:%d (GET /openapi.json lists the endpoints)%s",
-             "serving" if args.workers == 1 else f"starting {args.workers} workers serving", folder, backend,
-             args.host, port, "; clients send Authorization: Bearer KEY" if options.api_key else "")
+             "serving" if args.workers == 1 else f"starting {args.workers} workers serving", folder,
+             service.backend, args.host, service.port,
+             "; clients send Authorization: Bearer KEY" if options.api_key else "")
     service.run()
     log.info("stopped: every request in flight was answered")
     return EXIT_OK
