@@ -18,26 +18,29 @@ import asyncio
 import json
 import os
 import sys
+from typing import List, Optional
 
 from generation_serving import closed_loop, free_port, launched, request_bodies
 
 
+def taken(flags: List[str], name: str) -> Optional[str]:
+    """The value of ``name`` among ``flags``, removed from them (None: not there); the rest go to
+    ``wenxin serve``."""
+    if name not in flags:
+        return None
+    at = flags.index(name)
+    value = flags[at + 1]
+    del flags[at:at + 2]
+    return value
+
+
 def main() -> None:
     repo, export, streams, seconds = os.path.abspath(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    flags, settings, model = sys.argv[5:], {}, "ernie45"
-    if "--strategy" in flags:
-        at = flags.index("--strategy")
-        settings["strategy"] = flags[at + 1]
-        flags = flags[:at] + flags[at + 2:]
-    new = 48  # tokens a request asks for
-    if "--new" in flags:  # longer answers: --max_new_tokens follows
-        at = flags.index("--new")
-        new = int(flags[at + 1])
-        flags = flags[:at] + flags[at + 2:]
-    if "--model" in flags:  # whose requests: ernie45 (chat questions) or erniegen (rows of two sources)
-        at = flags.index("--model")
-        model = flags[at + 1]
-        flags = flags[:at] + flags[at + 2:]
+    flags = sys.argv[5:]
+    strategy = taken(flags, "--strategy")
+    settings = {"strategy": strategy} if strategy else {}
+    new = int(taken(flags, "--new") or 48)  # tokens a request asks for on average: --max_new_tokens follows
+    model = taken(flags, "--model") or "ernie45"  # whose requests: ernie45 (chat questions) or erniegen (rows)
     port = free_port()
     env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONPATH": repo, "OMP_NUM_THREADS": "1"}
     server = launched([sys.executable, "-m", "wenxin", "serve", "--model_dir", export, "--port", str(port),
