@@ -358,6 +358,48 @@ def test_the_command_on_every_address_prints_each_machine_address_and_a_qr_code_
             proc.kill()
 
 
+SIGNALLED_AS_IT_PRINTS = """
+import os, signal, sys
+
+
+class Tripwire:
+    \"\"\"stderr that sends this process SIGTERM as the studio's address is written\"\"\"
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        self.stream.write(text)
+        if "open http://" in text:
+            self.stream.flush()
+            os.kill(os.getpid(), signal.SIGTERM)
+        return len(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+sys.stderr = Tripwire(sys.stderr)
+from wenxin.cli import main
+code = main(["studio", "--root", sys.argv[1], "--port", "0"])
+print("the studio returned", code)
+sys.exit(code)
+"""
+
+
+def test_a_studio_stopped_the_moment_it_prints_its_address_stops_cleanly(root):
+    """Whoever reads the address may stop the studio at once (a script, this suite): a SIGTERM sent
+    as the address is written stops it as one sent while it serves does. Before, its handlers were
+    put in place after the sign-in text, so such a signal ended it with status 143 (found by the
+    suite: the test above sends SIGTERM as soon as it reads that text's last line)."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "WENXIN_STUDIO_TOKEN"}
+    studio = subprocess.run([sys.executable, "-c", SIGNALLED_AS_IT_PRINTS, root], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert studio.returncode == 0 and "the studio returned 0" in studio.stdout, studio.stderr[-3000:]
+
+
 def curl_blocks():
     """The ``bash`` blocks of docs/studio.md's "From a script" section, as written there."""
     import re

@@ -6,7 +6,6 @@ import argparse
 import json
 import logging
 import os
-import signal
 import stat
 import sys
 from typing import Any, Dict, List
@@ -346,15 +345,17 @@ def studio_command(args: argparse.Namespace) -> int:
     setup_logging()
     server = StudioServer(args.root, args.host, args.port, args.token, args.max_runs, args.restart_budget,
                           restart_backoff=args.restart_backoff)
+    from wenxin.common.process import stop_on_signals
     from wenxin.studio.sign_in import sign_in_text
+    # before the address is printed: whoever reads it may stop the studio at once (the page
+    # closes; the runs go on, their keepers are apart)
+    stop_on_signals(server.stop)
     query = f"?token={server.token}" if server.generated_token else ""
     code_query = f"?token={server.token}" if server.token else ""  # the phone's code signs in with a chosen token too
     print(sign_in_text(server.root, server.urls, query, code_query, sys.stderr.isatty()), file=sys.stderr, flush=True)
     if server.generated_token:
         print("(the token is printed this once; set $WENXIN_STUDIO_TOKEN or --token to choose one)",
               file=sys.stderr, flush=True)
-    for sig in (signal.SIGINT, signal.SIGTERM):  # the page closes; the runs go on (their keepers are apart)
-        signal.signal(sig, lambda signum, frame: server.stop())
     server.run()
     return EXIT_OK
 
