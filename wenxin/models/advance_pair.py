@@ -36,8 +36,8 @@ from typing import Any, List, NamedTuple, Sequence, Tuple
 
 import paddle
 
-from wenxin.models.attention_shapes import AttentionShapes, exact, shape_tensor
-from wenxin.models.ernie45 import Ernie45Model, rotary_angles
+from wenxin.models.attention_shapes import AttentionShapes, exact
+from wenxin.models.ernie45 import LAST, Ernie45Model, rotary_angles
 
 
 class StepRows(NamedTuple):
@@ -57,9 +57,10 @@ def advance_pair(decoder: Ernie45Model, output_weight: paddle.Tensor, first: Ste
     config = decoder.config
     groups = (first, second)
     sizes = [_GroupSizes.of(config, group) for group in groups]  # every layer reshapes to these
-    angles = [rotary_angles(group.positions, config.head_dim, config.rope_theta) for group in groups]  # [R, T, D/2]
+    angles = [rotary_angles(group.positions, config.head_dim, config.rope_theta) for group in groups]  # [R, T, 1, D]
     biases = [((group.visible - 1.0) * 1e9).unsqueeze(1) for group in groups]  # [R, 1, T, N + T]
     counts = [size.tokens for size in sizes]
+    ends = counts[0].reshape([1])  # [1]: where the first group's tokens end, as one slice reads it
     x = paddle.concat([_flat(decoder.embed(g.tokens), count) for g, count in zip(groups, counts)])  # [M, hidden]
     new: List[List[paddle.Tensor]] = [[], []]
     for index, layer in enumerate(decoder.layers):
@@ -67,14 +68,13 @@ def advance_pair(decoder: Ernie45Model, output_weight: paddle.Tensor, first: Ste
         q, k, v = attention.project(layer.input_layernorm(x))  # [M, H * D], [M, KV * D] x 2
         outputs = []
         for number, (group, size, (sin, cos), bias) in enumerate(zip(groups, sizes, angles, biases)):
-            part = [_group_part(t, counts, number).reshape(shape)  # [R, T, .]
-                    for t, shape in ((q, size.queries), (k, size.keys), (v, size.keys))]
+            part = [_group_part(t, ends, number) for t in (q, k, v)]  # [R * T, .]: core reshapes them
             out, keys, values = attention.core(*part, sin, cos, bias, group.past[index], size.attention)
-            outputs.append(out.reshape(size.flat))  # [R * T, H * D]
+            outputs.append(out)  # [R * T, H * D] (the attention shapes' ``merged`` is flat)
             new[number].append(paddle.stack([keys, values]))  # [2, R, KV, T, D]
         x = x + attention.o_proj(paddle.concat(outputs))
         x = x + layer.mlp(layer.post_attention_layernorm(x))
-    last = [_rows(_group_part(x, counts, number), size.rows)[:, -1]
+    last = [_rows(_group_part(x, ends, number), size.rows)[:, -1]
             for number, size in enumerate(sizes)]  # [R, hidden]
     states = decoder.norm(paddle.concat(last))  # [Ra + Rb, hidden]
     logits = paddle.matmul(states, output_weight, transpose_y=True).astype("float32")
@@ -86,19 +86,14 @@ class _GroupSizes(NamedTuple):
 
     rows: paddle.Tensor  # [R, T]
     tokens: paddle.Tensor  # R * T
-    queries: paddle.Tensor  # [R, T, H * D]
-    keys: paddle.Tensor  # [R, T, KV * D]
-    flat: paddle.Tensor  # [R * T, H * D]
-    attention: AttentionShapes
+    attention: AttentionShapes  # its ``merged`` flat: [R * T, H * D]
 
     @classmethod
     def of(cls, config: Any, group: StepRows) -> "_GroupSizes":
         rows = paddle.shape(group.tokens)  # [R, T]
-        count, length = rows[0] * rows[1], rows[1]
         heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-        return cls(rows, count, shape_tensor(rows[0], length, heads * head_dim),
-                   shape_tensor(rows[0], length, kv_heads * head_dim), shape_tensor(count, heads * head_dim),
-                   exact(heads, kv_heads, head_dim, rows[0], length, paddle.shape(group.visible)[2]))
+        return cls(rows, rows[0] * rows[1],
+                   exact(heads, kv_heads, head_dim, rows[0], rows[1], paddle.shape(group.visible)[2]))
 
 
 def _flat(x: paddle.Tensor, count: paddle.Tensor) -> paddle.Tensor:
@@ -111,6 +106,8 @@ def _rows(x: paddle.Tensor, shape: paddle.Tensor) -> paddle.Tensor:
     return x.reshape([shape[0], shape[1], x.shape[-1]])
 
 
-def _group_part(x: paddle.Tensor, counts: Sequence[paddle.Tensor], number: int) -> paddle.Tensor:
-    """The first group's tokens of ``x`` ``[M, width]`` (``number`` 0), or the second's."""
-    return x[:counts[0]] if number == 0 else x[counts[0]:]
+def _group_part(x: paddle.Tensor, ends: paddle.Tensor, number: int) -> paddle.Tensor:
+    """The first group's tokens of ``x`` ``[M, width]`` (``number`` 0), or the second's; ``ends``
+    ``[1]``: how many the first group has (a slice by a size tensor ``[1]`` is one operator of the
+    program, by a size three)."""
+    return paddle.slice(x, [0], [0], ends) if number == 0 else paddle.slice(x, [0], ends, [LAST])

@@ -8,11 +8,17 @@ Runtime cannot infer a -1 from no elements, and Paddle reads a 0 of a tensor wit
 lost). ``exact`` names every size, as shape tensors built once a call from the group's rows, new
 tokens and visible columns and shared by every layer (built in each layer, they added 5% to a
 one-row step of ERNIE-4.5-0.3B on ONNX Runtime: measured); ``copying`` is the usual form, for
-every other call (its programs are as before: the same operators).
+every other call.
+
+Rotating a head's feature pairs reads it as pairs (``head_pairs``, ``kv_pairs``: ``[B, T, heads,
+D / 2, 2]``), and the softmax weights of a step after a cache are split at the cache's width
+(``cached``, a size tensor ``[1]`` built once a call where known, else read from the cache): each
+of these is one operator of the program rather than the several a size computed where it is used
+costs (issue 69: a leaner step).
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Union
+from typing import List, NamedTuple, Optional, Union
 
 import paddle
 
@@ -29,26 +35,30 @@ class AttentionShapes(NamedTuple):
     scores: Shape  # [B, H, T, C]
     weights: Shape  # [B, KV, G * T, C]
     out: Shape  # [B, H, T, D]
-    merged: Shape  # [B, T, H * D]
+    merged: Shape  # [B, T, H * D] (or [B * T, H * D], where the caller wants the tokens flat)
+    head_pairs: Shape  # [B, T, H, D / 2, 2]: the queries' feature pairs
+    kv_pairs: Shape  # [B, T, KV, D / 2, 2]: the keys'
+    cached: Optional[paddle.Tensor] = None  # [1]: N, the columns of the cache (None: read from it)
 
 
 def copying(heads: int, kv_heads: int, head_dim: int, length: paddle.Tensor) -> AttentionShapes:
     """The usual form: 0 keeps a size, -1 infers one (``length``: ``T``, a size tensor)."""
-    group = heads // kv_heads
+    group, half = heads // kv_heads, head_dim // 2
     return AttentionShapes([0, 0, heads, head_dim], [0, 0, kv_heads, head_dim], [0, kv_heads, -1, head_dim],
                            [0, heads, length, -1], [0, kv_heads, group * length, -1], [0, heads, length, head_dim],
-                           [0, 0, heads * head_dim])
+                           [0, 0, heads * head_dim], [0, 0, heads, half, 2], [0, 0, kv_heads, half, 2])
 
 
 def exact(heads: int, kv_heads: int, head_dim: int, rows: paddle.Tensor, length: paddle.Tensor,
           columns: paddle.Tensor) -> AttentionShapes:
     """Every size named, as shape tensors (``rows`` ``B``, ``length`` ``T``, ``columns`` ``C``:
-    size tensors); right for a group of no rows."""
-    group, shape = heads // kv_heads, shape_tensor
+    size tensors); right for a group of no rows. ``merged`` is flat, ``[B * T, H * D]``."""
+    group, half, shape = heads // kv_heads, head_dim // 2, shape_tensor
     return AttentionShapes(shape(rows, length, heads, head_dim), shape(rows, length, kv_heads, head_dim),
                            shape(rows, kv_heads, length * group, head_dim), shape(rows, heads, length, columns),
                            shape(rows, kv_heads, length * group, columns), shape(rows, heads, length, head_dim),
-                           shape(rows, length, heads * head_dim))
+                           shape(rows * length, heads * head_dim), shape(rows, length, heads, half, 2),
+                           shape(rows, length, kv_heads, half, 2), shape(columns - length))
 
 
 def shape_tensor(*sizes: Union[int, paddle.Tensor]) -> paddle.Tensor:

@@ -38,6 +38,7 @@ from wenxin.models.ernie45_folder import (CONFIG_FILE, GENERATION_CONFIG_FILE, I
                                           Ernie45Config, TensorSpec, checkpoint_files, generation_defaults,
                                           read_weights, sized_layout, weight_layout)
 
+LAST = 2 ** 62  # a slice's end "to the last" (Paddle and ONNX clamp it)
 # checkpoint linear weights are [out, in]; Paddle's nn.Linear holds [in, out]
 LINEAR_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -53,27 +54,38 @@ class RMSNorm(nn.Layer):
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         x32 = x.astype("float32")
-        scaled = x32 * paddle.rsqrt(x32.pow(2).mean(axis=-1, keepdim=True) + self.eps)
+        # the epsilon as a tensor: ``+ float`` is Paddle's ``scale`` (x * 1 + eps), two operators
+        # of an exported program rather than one
+        mean_square = x32.pow(2).mean(axis=-1, keepdim=True) + paddle.full([], self.eps, "float32")
+        scaled = x32 * paddle.rsqrt(mean_square)
         return scaled.astype(x.dtype) * self.weight
 
 
 def rotary_angles(positions: paddle.Tensor, head_dim: int, theta: float) -> Tuple[paddle.Tensor, paddle.Tensor]:
-    """``(sin, cos)`` ``[..., head_dim / 2]`` of positions ``[T]`` or ``[B, T]`` (float32)."""
+    """``(sin, cos)`` ``[..., 1, head_dim]`` of positions ``[T]`` or ``[B, T]`` (float32), as
+    ``rotate_pairs`` takes them: feature ``2i`` and ``2i + 1`` each have their pair's angle, and
+    ``sin`` is negated at the even features (the 1: every head alike)."""
     exponents = paddle.arange(0, head_dim, 2, dtype="float32") / head_dim  # [D/2]
     frequencies = 1.0 / (theta ** exponents)
-    angles = positions.astype("float32").unsqueeze(-1) * frequencies  # [T, D/2] or [B, T, D/2]
-    return paddle.sin(angles), paddle.cos(angles)
+    each_feature = paddle.stack([frequencies, frequencies], axis=-1).reshape([head_dim])  # [D]: f0 f0 f1 f1 ...
+    angles = positions.astype("float32").unsqueeze(-1) * each_feature  # [T, D] or [B, T, D]
+    sign = paddle.stack([-paddle.ones([head_dim // 2]), paddle.ones([head_dim // 2])], axis=-1).reshape([head_dim])
+    return (paddle.sin(angles) * sign).unsqueeze(-2), paddle.cos(angles).unsqueeze(-2)
 
 
-def rotate_pairs(x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor,
-                 shape: Optional[Shape] = None) -> paddle.Tensor:
+def rotate_pairs(x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor, pairs: Shape, shape: Shape) -> paddle.Tensor:
     """Turn features ``(2i, 2i + 1)`` of ``x`` ``[B, T, heads, D]`` by the angles of ``sin`` and
-    ``cos`` ``[T, D/2]`` (the same positions in every row) or ``[B, T, D/2]``; ``shape``: ``x``'s
-    (``attention_shapes``), or None for the usual reshape."""
-    even, odd = x[..., 0::2], x[..., 1::2]  # [B, T, heads, D/2]
-    sin, cos = sin.unsqueeze(-2), cos.unsqueeze(-2)  # [(B,) T, 1, D/2]: every head alike
-    turned = paddle.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1)  # [B, T, heads, D/2, 2]
-    return turned.reshape([0, 0, 0, -1] if shape is None else shape)
+    ``cos`` (``rotary_angles``: ``[T, 1, D]``, the same positions in every row, or ``[B, T, 1,
+    D]``); ``pairs``: ``x``'s shape as pairs ``[B, T, heads, D / 2, 2]``, ``shape``: ``x``'s
+    (``attention_shapes``).
+
+    Each pair ``(a, b)`` becomes ``(a cos - b sin, b cos + a sin)``: ``x * cos + swapped * sin``,
+    ``swapped`` each pair's two features exchanged (one reversing slice of ``x`` read as pairs)
+    and ``sin`` negated at the even features. The same arithmetic as slicing the even and odd
+    features apart and interleaving them again, in 6 operators of an exported program where that
+    took 11 (issue 69: a leaner step)."""
+    swapped = x.reshape(pairs)[..., ::-1].reshape(shape)  # [B, T, heads, D]: b a, per pair
+    return x * cos + swapped * sin
 
 
 class Ernie45Attention(nn.Layer):
@@ -127,8 +139,7 @@ class Ernie45Attention(nn.Layer):
         q = q.reshape(s.heads)  # [B, T, H, D]
         k = k.reshape(s.kv)  # [B, T, KV, D]
         v = v.reshape(s.kv)
-        exact = shapes is not None  # rotate_pairs' own reshape is the usual one otherwise
-        q, k = rotate_pairs(q, sin, cos, s.heads if exact else None), rotate_pairs(k, sin, cos, s.kv if exact else None)
+        q, k = rotate_pairs(q, sin, cos, s.head_pairs, s.heads), rotate_pairs(k, sin, cos, s.kv_pairs, s.kv)
         q, k, v = (t.transpose([0, 2, 1, 3]) for t in (q, k, v))  # [B, heads, T, D]
         # query head h reads key/value head h // G (G = H / KV): the G query heads of a key/value
         # head are rows of one product, [B, KV, G * T, D] x [B, KV, D, N + T], so the keys and
@@ -137,7 +148,8 @@ class Ernie45Attention(nn.Layer):
         scores = paddle.matmul(grouped, k, transpose_y=True)  # [B, KV, G * T, T]
         if past is not None:
             scores = paddle.concat([paddle.matmul(grouped, past[0], transpose_y=True), scores], axis=-1)  # N + T
-        scores = (scores * (self.head_dim ** -0.5)).reshape(s.scores)  # [B, H, T, N + T]
+        scale = paddle.full([], self.head_dim ** -0.5, "float32")  # a tensor: ``* float`` is two operators
+        scores = (scores * scale.astype(scores.dtype)).reshape(s.scores)  # [B, H, T, N + T]
         if bias is not None:
             scores = scores + bias
         weights = F.softmax(scores.astype("float32"), axis=-1).astype(q.dtype)
@@ -145,8 +157,9 @@ class Ernie45Attention(nn.Layer):
         if past is None:
             out = paddle.matmul(weights, v)  # [B, KV, G * T, D]
         else:
-            cached = paddle.shape(past[1])[2]
-            out = paddle.matmul(weights[:, :, :, :cached], past[1]) + paddle.matmul(weights[:, :, :, cached:], v)
+            cached = paddle.shape(past[1])[2:3] if s.cached is None else s.cached  # [1]: N
+            old, new = paddle.slice(weights, [3], [0], cached), paddle.slice(weights, [3], cached, [LAST])
+            out = paddle.matmul(old, past[1]) + paddle.matmul(new, v)
         out = out.reshape(s.out).transpose([0, 2, 1, 3])  # [B, T, H, D]
         return out.reshape(s.merged), k, v
 
@@ -304,7 +317,7 @@ class Ernie45Model(nn.Layer):
         one), 0 where not (padding, a later token); None: every token sees every column. A
         prompt's prefill is one row after one hidden column; a decoding step is ``T`` = 1
         (``wenxin.models.advance_step``)."""
-        sin, cos = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)  # [R, T, D/2]
+        sin, cos = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)  # [R, T, 1, D]
         x = self.embed(tokens)  # [R, T, hidden]
         bias = None if visible is None else ((visible - 1.0) * 1e9).unsqueeze(1)  # [R, 1, T, N + T]
         new = []
