@@ -36,7 +36,7 @@ from typing import Any, List, NamedTuple, Sequence, Tuple
 
 import paddle
 
-from wenxin.models.attention_shapes import AttentionShapes, exact
+from wenxin.models.attention_shapes import AttentionShapes, exact, joined
 from wenxin.models.ernie45 import LAST, Ernie45Model, rotary_angles
 
 
@@ -59,9 +59,8 @@ def advance_pair(decoder: Ernie45Model, output_weight: paddle.Tensor, first: Ste
     sizes = [_GroupSizes.of(config, group) for group in groups]  # every layer reshapes to these
     angles = [rotary_angles(group.positions, config.head_dim, config.rope_theta) for group in groups]  # [R, T, 1, D]
     biases = [((group.visible - 1.0) * 1e9).unsqueeze(1) for group in groups]  # [R, 1, T, N + T]
-    counts = [size.tokens for size in sizes]
-    ends = counts[0].reshape([1])  # [1]: where the first group's tokens end, as one slice reads it
-    x = paddle.concat([_flat(decoder.embed(g.tokens), count) for g, count in zip(groups, counts)])  # [M, hidden]
+    ends = sizes[0].tokens  # [1]: where the first group's tokens end
+    x = paddle.concat([decoder.embed(g.tokens).reshape(size.flat) for g, size in zip(groups, sizes)])  # [M, hidden]
     new: List[List[paddle.Tensor]] = [[], []]
     for index, layer in enumerate(decoder.layers):
         attention = layer.self_attn
@@ -74,8 +73,7 @@ def advance_pair(decoder: Ernie45Model, output_weight: paddle.Tensor, first: Ste
             new[number].append(paddle.stack([keys, values]))  # [2, R, KV, T, D]
         x = x + attention.o_proj(paddle.concat(outputs))
         x = x + layer.mlp(layer.post_attention_layernorm(x))
-    last = [_rows(_group_part(x, ends, number), size.rows)[:, -1]
-            for number, size in enumerate(sizes)]  # [R, hidden]
+    last = [_group_part(x, ends, number).reshape(size.rows)[:, -1] for number, size in enumerate(sizes)]  # [R, hidden]
     states = decoder.norm(paddle.concat(last))  # [Ra + Rb, hidden]
     logits = paddle.matmul(states, output_weight, transpose_y=True).astype("float32")
     return logits, paddle.stack(new[0]), paddle.stack(new[1])
@@ -84,26 +82,18 @@ def advance_pair(decoder: Ernie45Model, output_weight: paddle.Tensor, first: Ste
 class _GroupSizes(NamedTuple):
     """A group's sizes and the shapes its layers reshape to, built once a call."""
 
-    rows: paddle.Tensor  # [R, T]
-    tokens: paddle.Tensor  # R * T
+    tokens: paddle.Tensor  # [1]: R * T
+    flat: paddle.Tensor  # [R * T, hidden]
+    rows: paddle.Tensor  # [R, T, hidden]
     attention: AttentionShapes  # its ``merged`` flat: [R * T, H * D]
 
     @classmethod
     def of(cls, config: Any, group: StepRows) -> "_GroupSizes":
-        rows = paddle.shape(group.tokens)  # [R, T]
+        sizes = paddle.shape(group.tokens).astype("int64")  # [2]: R, T
+        count = sizes[0:1] * sizes[1:2]  # [1]
         heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-        return cls(rows, rows[0] * rows[1],
-                   exact(heads, kv_heads, head_dim, rows[0], rows[1], paddle.shape(group.visible)[2]))
-
-
-def _flat(x: paddle.Tensor, count: paddle.Tensor) -> paddle.Tensor:
-    """``[R, T, width]`` -> ``[R * T, width]``."""
-    return x.reshape([count, x.shape[-1]])
-
-
-def _rows(x: paddle.Tensor, shape: paddle.Tensor) -> paddle.Tensor:
-    """``[R * T, width]`` -> ``[R, T, width]``."""
-    return x.reshape([shape[0], shape[1], x.shape[-1]])
+        return cls(count, joined(count, [config.hidden_size]), joined(sizes, [config.hidden_size]),
+                   exact(heads, kv_heads, head_dim, sizes, paddle.shape(group.visible)[2:3].astype("int64")))
 
 
 def _group_part(x: paddle.Tensor, ends: paddle.Tensor, number: int) -> paddle.Tensor:

@@ -10,11 +10,12 @@ tokens and visible columns and shared by every layer (built in each layer, they 
 one-row step of ERNIE-4.5-0.3B on ONNX Runtime: measured); ``copying`` is the usual form, for
 every other call.
 
-Rotating a head's feature pairs reads it as pairs (``head_pairs``, ``kv_pairs``: ``[B, T, heads,
-D / 2, 2]``), and the softmax weights of a step after a cache are split at the cache's width
-(``cached``, a size tensor ``[1]`` built once a call where known, else read from the cache): each
-of these is one operator of the program rather than the several a size computed where it is used
-costs (issue 69: a leaner step).
+The queries and keys are read as feature pairs straight from their projections (``head_pairs``,
+``kv_pairs``: ``[B, T, heads, D / 2, 2]``), rotated and turned heads first as pairs; the softmax
+weights of a step after a cache are split at the cache's width (``cached``, a size tensor ``[1]``
+built once a call where known, else read from the cache); and ``exact``'s shapes are each one
+``Concat`` of size tensors and constants: fewer operators than sizes computed where they are
+used (issue 69: a leaner step).
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ class AttentionShapes(NamedTuple):
     """What ``core`` reshapes to, with ``B`` rows of ``T`` new tokens, ``H`` query heads and
     ``KV`` key/value heads of ``D`` features (``G`` = H / KV), ``C`` = N + T visible columns."""
 
-    heads: Shape  # [B, T, H, D]: the queries
-    kv: Shape  # [B, T, KV, D]: the keys and values
+    kv: Shape  # [B, T, KV, D]: the values
+    keys: Shape  # [B, KV, T, D]: the keys, rotated
     grouped: Shape  # [B, KV, G * T, D]: the queries of each key/value head as rows of one product
     scores: Shape  # [B, H, T, C]
     weights: Shape  # [B, KV, G * T, C]
@@ -44,24 +45,26 @@ class AttentionShapes(NamedTuple):
 def copying(heads: int, kv_heads: int, head_dim: int, length: paddle.Tensor) -> AttentionShapes:
     """The usual form: 0 keeps a size, -1 infers one (``length``: ``T``, a size tensor)."""
     group, half = heads // kv_heads, head_dim // 2
-    return AttentionShapes([0, 0, heads, head_dim], [0, 0, kv_heads, head_dim], [0, kv_heads, -1, head_dim],
+    return AttentionShapes([0, 0, kv_heads, head_dim], [0, 0, 0, head_dim], [0, kv_heads, -1, head_dim],
                            [0, heads, length, -1], [0, kv_heads, group * length, -1], [0, heads, length, head_dim],
                            [0, 0, heads * head_dim], [0, 0, heads, half, 2], [0, 0, kv_heads, half, 2])
 
 
-def exact(heads: int, kv_heads: int, head_dim: int, rows: paddle.Tensor, length: paddle.Tensor,
-          columns: paddle.Tensor) -> AttentionShapes:
-    """Every size named, as shape tensors (``rows`` ``B``, ``length`` ``T``, ``columns`` ``C``:
-    size tensors); right for a group of no rows. ``merged`` is flat, ``[B * T, H * D]``."""
-    group, half, shape = heads // kv_heads, head_dim // 2, shape_tensor
-    return AttentionShapes(shape(rows, length, heads, head_dim), shape(rows, length, kv_heads, head_dim),
-                           shape(rows, kv_heads, length * group, head_dim), shape(rows, heads, length, columns),
-                           shape(rows, kv_heads, length * group, columns), shape(rows, heads, length, head_dim),
-                           shape(rows * length, heads * head_dim), shape(rows, length, heads, half, 2),
-                           shape(rows, length, kv_heads, half, 2), shape(columns - length))
+def exact(heads: int, kv_heads: int, head_dim: int, sizes: paddle.Tensor, columns: paddle.Tensor) -> AttentionShapes:
+    """Every size named, as shape tensors built of ``sizes`` ``[2]`` (``B`` and ``T``: the shape of
+    the group's tokens) and ``columns`` ``[1]`` (``C``), each one ``Concat`` of them and constants;
+    right for a group of no rows. ``merged`` is flat, ``[B * T, H * D]``."""
+    group, half = heads // kv_heads, head_dim // 2
+    rows, length = sizes[0:1], sizes[1:2]  # [1] each
+    grouped_length = length * group
+    return AttentionShapes(joined(sizes, [kv_heads, head_dim]), joined(rows, [kv_heads], length, [head_dim]),
+                           joined(rows, [kv_heads], grouped_length, [head_dim]),
+                           joined(rows, [heads], length, columns), joined(rows, [kv_heads], grouped_length, columns),
+                           joined(rows, [heads], length, [head_dim]), joined(rows * length, [heads * head_dim]),
+                           joined(sizes, [heads, half, 2]), joined(sizes, [kv_heads, half, 2]), columns - length)
 
 
-def shape_tensor(*sizes: Union[int, paddle.Tensor]) -> paddle.Tensor:
-    """A shape ``[len(sizes)]`` int64 of sizes given as ints or as size tensors."""
-    return paddle.concat([size.astype("int64").reshape([1]) if isinstance(size, paddle.Tensor)
-                          else paddle.full([1], size, dtype="int64") for size in sizes])
+def joined(*parts: Union[List[int], paddle.Tensor]) -> paddle.Tensor:
+    """A shape ``[n]`` int64 of parts given as size tensors ``[k]`` or as lists of ints."""
+    return paddle.concat([part if isinstance(part, paddle.Tensor) else paddle.to_tensor(part, dtype="int64")
+                          for part in parts])

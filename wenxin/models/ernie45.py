@@ -30,7 +30,7 @@ from paddle import nn
 from paddle.distributed.fleet.utils import recompute
 
 from wenxin.common.errors import CheckpointError
-from wenxin.models.attention_shapes import AttentionShapes, Shape, copying
+from wenxin.models.attention_shapes import AttentionShapes, copying
 from wenxin.models.ernie45_moe import Ernie45SparseMoE
 from wenxin.models.ernie45_router_loss import RouterLossWeights
 from wenxin.models.held_dtype import FLOAT32, HeldLinear, WeightDtype, computed, default_dtype
@@ -62,30 +62,28 @@ class RMSNorm(nn.Layer):
 
 
 def rotary_angles(positions: paddle.Tensor, head_dim: int, theta: float) -> Tuple[paddle.Tensor, paddle.Tensor]:
-    """``(sin, cos)`` ``[..., 1, head_dim]`` of positions ``[T]`` or ``[B, T]`` (float32), as
-    ``rotate_pairs`` takes them: feature ``2i`` and ``2i + 1`` each have their pair's angle, and
-    ``sin`` is negated at the even features (the 1: every head alike)."""
+    """``(sin, cos)`` ``[..., 1, head_dim / 2, 2]`` of positions ``[T]`` or ``[B, T]`` (float32),
+    as ``rotate_pairs`` takes them: both features of pair ``i`` have its angle, and ``sin`` is
+    negated at the pair's first (the 1: every head alike)."""
     exponents = paddle.arange(0, head_dim, 2, dtype="float32") / head_dim  # [D/2]
     frequencies = 1.0 / (theta ** exponents)
-    each_feature = paddle.stack([frequencies, frequencies], axis=-1).reshape([head_dim])  # [D]: f0 f0 f1 f1 ...
-    angles = positions.astype("float32").unsqueeze(-1) * each_feature  # [T, D] or [B, T, D]
-    sign = paddle.stack([-paddle.ones([head_dim // 2]), paddle.ones([head_dim // 2])], axis=-1).reshape([head_dim])
-    return (paddle.sin(angles) * sign).unsqueeze(-2), paddle.cos(angles).unsqueeze(-2)
+    each_feature = paddle.stack([frequencies, frequencies], axis=-1)  # [D/2, 2]
+    angles = positions.astype("float32").unsqueeze([-1, -2]) * each_feature  # [T, D/2, 2] or [B, T, D/2, 2]
+    sign = paddle.stack([-paddle.ones([head_dim // 2]), paddle.ones([head_dim // 2])], axis=-1)  # [D/2, 2]
+    return (paddle.sin(angles) * sign).unsqueeze(-3), paddle.cos(angles).unsqueeze(-3)
 
 
-def rotate_pairs(x: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor, pairs: Shape, shape: Shape) -> paddle.Tensor:
-    """Turn features ``(2i, 2i + 1)`` of ``x`` ``[B, T, heads, D]`` by the angles of ``sin`` and
-    ``cos`` (``rotary_angles``: ``[T, 1, D]``, the same positions in every row, or ``[B, T, 1,
-    D]``); ``pairs``: ``x``'s shape as pairs ``[B, T, heads, D / 2, 2]``, ``shape``: ``x``'s
-    (``attention_shapes``).
+def rotate_pairs(pairs: paddle.Tensor, sin: paddle.Tensor, cos: paddle.Tensor) -> paddle.Tensor:
+    """Turn each feature pair ``(2i, 2i + 1)`` of a head, ``pairs`` ``[B, T, heads, D / 2, 2]``
+    (the head's features read as pairs), by the angles of ``sin`` and ``cos`` (``rotary_angles``:
+    ``[T, 1, D / 2, 2]``, the same positions in every row, or ``[B, T, 1, D / 2, 2]``).
 
-    Each pair ``(a, b)`` becomes ``(a cos - b sin, b cos + a sin)``: ``x * cos + swapped * sin``,
-    ``swapped`` each pair's two features exchanged (one reversing slice of ``x`` read as pairs)
-    and ``sin`` negated at the even features. The same arithmetic as slicing the even and odd
-    features apart and interleaving them again, in 6 operators of an exported program where that
-    took 11 (issue 69: a leaner step)."""
-    swapped = x.reshape(pairs)[..., ::-1].reshape(shape)  # [B, T, heads, D]: b a, per pair
-    return x * cos + swapped * sin
+    Each pair ``(a, b)`` becomes ``(a cos - b sin, b cos + a sin)``: ``pairs * cos + swapped *
+    sin``, ``swapped`` each pair's two features exchanged (one reversing slice) and ``sin``
+    negated at the pair's first. The same arithmetic as slicing the even and odd features apart
+    and interleaving them again, in 4 operators of an exported program where that took 11 (issue
+    69: a leaner step)."""
+    return pairs * cos + pairs[..., ::-1] * sin
 
 
 class Ernie45Attention(nn.Layer):
@@ -136,11 +134,10 @@ class Ernie45Attention(nn.Layer):
         reshapes to (``attention_shapes.exact``, for a group that may have no rows), or None for
         the usual reshapes."""
         s = shapes or copying(self.heads, self.kv_heads, self.head_dim, paddle.shape(q)[1])
-        q = q.reshape(s.heads)  # [B, T, H, D]
-        k = k.reshape(s.kv)  # [B, T, KV, D]
-        v = v.reshape(s.kv)
-        q, k = rotate_pairs(q, sin, cos, s.head_pairs, s.heads), rotate_pairs(k, sin, cos, s.kv_pairs, s.kv)
-        q, k, v = (t.transpose([0, 2, 1, 3]) for t in (q, k, v))  # [B, heads, T, D]
+        heads_first = [0, 2, 1, 3, 4]  # [B, T, heads, D/2, 2] -> [B, heads, T, D/2, 2]
+        q = rotate_pairs(q.reshape(s.head_pairs), sin, cos).transpose(heads_first)  # [B, H, T, D/2, 2]
+        k = rotate_pairs(k.reshape(s.kv_pairs), sin, cos).transpose(heads_first).reshape(s.keys)  # [B, KV, T, D]
+        v = v.reshape(s.kv).transpose([0, 2, 1, 3])  # [B, KV, T, D]
         # query head h reads key/value head h // G (G = H / KV): the G query heads of a key/value
         # head are rows of one product, [B, KV, G * T, D] x [B, KV, D, N + T], so the keys and
         # values are never repeated G times
