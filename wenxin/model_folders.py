@@ -41,12 +41,13 @@ GRAPH_MODES = ("dynamic", "static")
 MAX_PROMPT_TOKENS = 4096  # a served prompt's tokens at most (the chat field's max_seq_len), or half the context
 MAX_NEW_TOKENS = 1024  # an answer's tokens at most (by default; requests and --max_new_tokens may ask fewer)
 # what the export's step programs are, in the cache key: a cache built before a change of them is
-# built again (5: advance_pair beside advance, its second group may have no rows, so every engine
+# built again (6: the leaner program, rotations as feature pairs and every shape built once a
+# call; 5: advance_pair beside advance, its second group may have no rows, so every engine
 # holds the pair alone and runs a serving turn in one call; 4: advance reads each layer's cache
 # where it lies and returns only the new keys and values; 3: the int8 copy quantizes activations
 # per token, so rows batched get their logits alone; 2: one program, advance, holding the weights
 # once; 1: prefill, prefill_chunk, extend)
-STEP_PROGRAMS_REVISION = 5
+STEP_PROGRAMS_REVISION = 6
 SMALL_FILE_BYTES = 1 << 20  # files up to this size are keyed by their content, larger ones by size and time
 CHAT_FIELD = "conversation"
 
