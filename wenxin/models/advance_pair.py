@@ -57,7 +57,8 @@ def advance_pair(decoder: Ernie45Model, output_weight: paddle.Tensor, first: Ste
     config = decoder.config
     groups = (first, second)
     sizes = [_GroupSizes.of(config, group) for group in groups]  # every layer reshapes to these
-    angles = [rotary_angles(group.positions, config.head_dim, config.rope_theta) for group in groups]  # [R, T, 1, D]
+    # each group's rotation tables [R, T, 1, D/2, 2]
+    angles = [rotary_angles(group.positions, config.head_dim, config.rope_theta) for group in groups]
     biases = [((group.visible - 1.0) * 1e9).unsqueeze(1) for group in groups]  # [R, 1, T, N + T]
     ends = sizes[0].tokens  # [1]: where the first group's tokens end
     x = paddle.concat([decoder.embed(g.tokens).reshape(size.flat) for g, size in zip(groups, sizes)])  # [M, hidden]

@@ -314,7 +314,7 @@ class Ernie45Model(nn.Layer):
         one), 0 where not (padding, a later token); None: every token sees every column. A
         prompt's prefill is one row after one hidden column; a decoding step is ``T`` = 1
         (``wenxin.models.advance_step``)."""
-        sin, cos = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)  # [R, T, 1, D]
+        sin, cos = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)  # [R, T, 1, D/2, 2]
         x = self.embed(tokens)  # [R, T, hidden]
         bias = None if visible is None else ((visible - 1.0) * 1e9).unsqueeze(1)  # [R, 1, T, N + T]
         new = []
