@@ -100,5 +100,5 @@ class _GroupSizes(NamedTuple):
 def _group_part(x: paddle.Tensor, ends: paddle.Tensor, number: int) -> paddle.Tensor:
     """The first group's tokens of ``x`` ``[M, width]`` (``number`` 0), or the second's; ``ends``
     ``[1]``: how many the first group has (a slice by a size tensor ``[1]`` is one operator of the
-    program, by a size three)."""
+    program; an index by a size was four: ``Reshape``, ``Unsqueeze``, ``Concat``, ``Slice``)."""
     return paddle.slice(x, [0], [0], ends) if number == 0 else paddle.slice(x, [0], ends, [LAST])
